@@ -1,0 +1,51 @@
+# Strata developer entry points. `make run` and `make test` work on a fresh Debian machine:
+# both install missing dependencies first (scripts/install-deps.sh).
+SHELL := /bin/bash
+BUILD ?= build/release
+ASAN_BUILD ?= build/asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build run test test-release test-asan bench check-format format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+# Runs the main job with the embedded default configuration.
+run: build
+	@$(BUILD)/daemon/strata_demo
+
+# Release build + every test (GPU tests skip themselves without a device), then the unit tests
+# again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test: test-release test-asan
+
+test-release: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=address,undefined \
+	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
+
+# Micro-benchmarks (Release); each prints its figures and same-run baselines.
+bench: build
+	@for b in $(BUILD)/bench/micro/*_bench; do echo "== $$b"; $$b --benchmark_min_time=0.2; done
+
+check-format:
+	@bash scripts/check-format.sh
+
+format:
+	@git ls-files '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf build

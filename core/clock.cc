@@ -1,0 +1,18 @@
+#include "core/clock.h"
+
+#include <time.h>
+
+namespace strata {
+
+MonoTime SystemClock::Now() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return MonoTime(static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec);
+}
+
+SystemClock* SystemClock::Get() {
+  static SystemClock* const clock = new SystemClock();
+  return clock;
+}
+
+}  // namespace strata
