@@ -1,0 +1,56 @@
+// Length-prefixed frames over a Unix stream socket, with optional file-descriptor passing
+// (SCM_RIGHTS). Wire format: a 4-byte little-endian length N, 1 <= N <= kMaxFrameBytes, then N
+// payload bytes. Used by the engine protocol on both sides (daemon and connector).
+// Functions are thread-compatible: one sender and one receiver per socket at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/scoped_fd.h"
+
+namespace strata {
+
+inline constexpr uint32_t kMaxFrameBytes = 4u << 20;
+
+// Writes one frame, waiting at most `timeout` for socket space (works on blocking and
+// non-blocking sockets). `fd_to_pass` >= 0 is attached to the frame with SCM_RIGHTS.
+// kInvalidArgument for an empty or oversized payload; kUnavailable when the peer is gone or the
+// timeout passes (the stream is then unusable: close it).
+absl::Status SendFrame(int socket_fd, std::string_view payload, std::chrono::milliseconds timeout,
+                       int fd_to_pass = -1);
+
+struct ReceivedFrame {
+  std::string payload;
+  ScopedFd passed_fd;  // valid when the sender attached a descriptor
+};
+
+// Reads exactly one frame, waiting at most `timeout` in total. kDeadlineExceeded when it does
+// not arrive in time, kUnavailable when the peer closed, kInvalidArgument for a zero or
+// oversized length (the stream is then unusable: close it).
+absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, std::chrono::milliseconds timeout);
+
+// FrameReader reassembles frames from a non-blocking socket for an event loop: call
+// ReadAvailable when the socket is readable, then take frames with Next until it returns
+// nullopt; repeat. Not thread-safe.
+class FrameReader {
+ public:
+  // Reads what the socket has (at most about one maximal frame ahead). kUnavailable when the
+  // peer closed; frames that arrived before the close are still returned by Next.
+  absl::Status ReadAvailable(int socket_fd);
+  // The next complete frame, nullopt if none is complete yet, or kInvalidArgument for a zero or
+  // oversized length prefix (the session must close).
+  absl::StatusOr<std::optional<std::string>> Next();
+  // Bytes received but not yet returned as frames (non-zero at close: a truncated frame).
+  size_t buffered_bytes() const { return buffer_.size() - consumed_; }
+
+ private:
+  std::string buffer_;
+  size_t consumed_ = 0;
+};
+
+}  // namespace strata

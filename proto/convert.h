@@ -1,0 +1,33 @@
+// Conversions between generated protobuf types (strata.v1) and core types, and the one place
+// where absl::Status codes map onto gRPC codes. Used only by the adapter layers (daemon/,
+// connector/src/, cli/, controller/). Thread-safe (pure functions).
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/chunk_key.h"
+#include "core/kv_layout.h"
+#include "grpcpp/support/status.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+// kInvalidArgument naming the field for unknown enum values or a layout that does not validate.
+absl::StatusOr<KvLayout> FromProto(const v1::KvLayout& proto);
+v1::KvLayout ToProto(const KvLayout& layout);
+
+// kInvalidArgument for an unknown algorithm or namespace, or a digest of the wrong size.
+absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto);
+v1::ChunkKey ToProto(const ChunkKey& key);
+
+absl::StatusOr<HashAlgorithm> FromProto(v1::HashAlgorithm proto);
+v1::HashAlgorithm ToProto(HashAlgorithm algorithm);
+
+absl::Status FromProto(const v1::Status& proto);
+v1::Status ToProto(const absl::Status& status);
+
+// absl and gRPC share the canonical code numbering; this is the only place that crosses it.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace strata
