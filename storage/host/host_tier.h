@@ -1,0 +1,424 @@
+// HostTier holds committed chunks of KV in DRAM, in a memfd shared arena that the daemon maps
+// and engines map too (zero-copy). It is tier T1 of DESIGN.md section 4.
+//
+// Chunk lifecycle:
+//   Reserve -> (caller fills the WriteReservation's pages) -> Commit | Abort
+//   committed: visible to Lookup / Acquire; evictable unless leased, pinned or reserved
+//   Remove / eviction / checksum failure: gone from the index at once; pages freed once no
+//   unexpired lease reads them (eviction never touches a chunk under an unexpired lease)
+//
+// Thread-safety: every method is thread-safe. Lookup and Contains take only index-shard reader
+// locks, one at a time; the other operations take the tier lock briefly. Payload checksums (Commit,
+// verified loads) and EvictionListener calls run with no tier lock held.
+//
+// Ownership: the tier owns the arena and every chunk. Callers hold move-only handles:
+// WriteReservation (write access to the pages of one uncommitted chunk) and ChunkLease (read
+// access to one committed chunk until its deadline). Both must be destroyed, committed or
+// aborted before the tier is destroyed (checked). Handles may be used and destroyed on any
+// thread, but one handle must not be used by two threads at once.
+//
+// The lease contract: a lease protects its chunk from eviction and keeps its pages from being
+// reused until the lease is destroyed or its deadline passes, whichever comes first. After the
+// deadline the chunk may be evicted or its pages reused under a reader that is still copying, so
+// a reader must finish within the deadline and must check expired() after copying: bytes copied
+// under an expired lease are not trustworthy (the daemon re-validates before reporting success).
+// This keeps a stuck or dead client from pinning memory forever.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/chunk_key.h"
+#include "core/clock.h"
+#include "core/kv_layout.h"
+#include "storage/host/eviction_listener.h"
+#include "storage/host/page_allocator.h"
+#include "storage/host/payload_view.h"
+#include "storage/host/shared_arena.h"
+#include "storage/policy/eviction_policy.h"
+
+namespace strata::storage {
+
+namespace internal_host {
+struct ChunkRecord;
+struct IndexShard;
+}  // namespace internal_host
+
+class HostTier;
+
+struct HostTierOptions {
+  // Arena size; a multiple of page_bytes.
+  uint64_t capacity_bytes = 0;
+  // Allocation unit; a multiple of 64. Chunks occupy whole pages.
+  uint32_t page_bytes = 2u << 20;
+  // Back the arena with huge pages (see SharedArenaOptions::use_hugepages).
+  bool use_hugepages = false;
+  // Allocate the arena's memory at Create (see SharedArenaOptions::prefault).
+  bool prefault = false;
+  std::string arena_name = "strata-host";
+  // Sum of the sizes of hard-pinned chunks may not exceed this.
+  uint64_t hard_pin_quota_bytes = 0;
+  // Lease duration when Acquire is not given one.
+  std::chrono::nanoseconds default_lease = std::chrono::seconds(30);
+  // 1: verify the checksum on every load. N > 1: on the first load of each chunk and every N-th
+  // load after it (a per-chunk counter, so deterministic); unverified loads may serve corrupted
+  // bytes, which is the trade this setting makes.
+  uint32_t verify_every_n_loads = 1;
+  // Eviction policy name (storage/policy/eviction_policy.h).
+  std::string policy = "lru";
+  // Time source of lease deadlines and pin TTLs; not owned; must outlive the tier.
+  Clock* clock = SystemClock::Get();
+  // Told about every eviction; nullable; not owned; must outlive the tier.
+  EvictionListener* listener = nullptr;
+};
+
+struct ReserveOptions {
+  // Tokens the chunk holds: 1..layout.chunk_tokens (fewer for a partial last chunk).
+  uint32_t num_tokens = 0;
+  // The previous chunk of the prefix chain, when there is one: a hint for the eviction policy.
+  ChunkKey parent;
+  // The last, partial chunk of a prompt (a hint for the eviction policy).
+  bool partial = false;
+  // The session that writes the chunk: AbortOwner(owner) aborts its open reservations. Callers
+  // that track sessions should use non-zero ids (0 is every untracked caller).
+  uint64_t owner = 0;
+};
+
+// Write access to the pages of one reserved, uncommitted chunk. Move-only. Destroying a valid
+// reservation aborts it. Default-constructed and moved-from reservations are empty (!valid()).
+class WriteReservation {
+ public:
+  WriteReservation() = default;
+  WriteReservation(WriteReservation&& other) noexcept;
+  WriteReservation& operator=(WriteReservation&& other) noexcept;
+  WriteReservation(const WriteReservation&) = delete;
+  WriteReservation& operator=(const WriteReservation&) = delete;
+  ~WriteReservation();
+
+  bool valid() const { return tier_ != nullptr; }
+  const ChunkKey& key() const { return key_; }
+  uint64_t size_bytes() const { return size_bytes_; }
+  uint32_t num_tokens() const { return num_tokens_; }
+  uint64_t owner() const { return owner_; }
+  // Where the payload goes: arena offsets (what an engine that maps the arena is told).
+  std::span<const ArenaRange> ranges() const { return ranges_; }
+  // The payload's pages in this process.
+  MutablePayloadView payload() const { return {base_, ranges_, size_bytes_}; }
+
+ private:
+  friend class HostTier;
+  void Reset();
+
+  HostTier* tier_ = nullptr;
+  uint64_t handle_ = 0;
+  ChunkKey key_;
+  uint64_t size_bytes_ = 0;
+  uint32_t num_tokens_ = 0;
+  uint64_t owner_ = 0;
+  std::byte* base_ = nullptr;
+  ArenaRangeList ranges_;
+};
+
+enum class ReserveOutcome {
+  kReserved,        // `reservation` is valid: fill it, then Commit or Abort
+  kAlreadyPresent,  // the chunk is committed already: skip the copy
+  kInProgress,      // another writer holds a reservation for the key
+};
+
+struct ReserveResult {
+  ReserveOutcome outcome = ReserveOutcome::kReserved;
+  WriteReservation reservation;  // valid only for kReserved
+};
+
+// Read access to one committed chunk until deadline() (see the lease contract above).
+// Move-only; destroying it (or Release) releases the lease.
+class ChunkLease {
+ public:
+  ChunkLease(ChunkLease&& other) noexcept;
+  ChunkLease& operator=(ChunkLease&& other) noexcept;
+  ChunkLease(const ChunkLease&) = delete;
+  ChunkLease& operator=(const ChunkLease&) = delete;
+  ~ChunkLease();
+
+  // False once released (or moved from). A lease released by ReleaseOwner stays valid() but no
+  // longer protects anything: its owner is dead and must not read.
+  bool valid() const { return tier_ != nullptr; }
+  const ChunkKey& key() const { return key_; }
+  uint64_t size_bytes() const { return size_bytes_; }
+  uint32_t num_tokens() const { return num_tokens_; }
+  // xxh3-64 of the payload, computed at commit.
+  uint64_t checksum() const { return checksum_; }
+  uint64_t owner() const { return owner_; }
+  MonoTime deadline() const { return deadline_; }
+  // True once the deadline has passed on the tier's clock.
+  bool expired() const { return clock_->Now() >= deadline_; }
+  std::span<const ArenaRange> ranges() const { return ranges_; }
+  PayloadView payload() const { return {base_, ranges_, size_bytes_}; }
+  // Releases the lease now; the handle becomes empty.
+  void Release();
+
+ private:
+  friend class HostTier;
+  ChunkLease() = default;
+
+  HostTier* tier_ = nullptr;
+  const Clock* clock_ = nullptr;
+  uint64_t handle_ = 0;
+  ChunkKey key_;
+  uint64_t size_bytes_ = 0;
+  uint64_t checksum_ = 0;
+  uint32_t num_tokens_ = 0;
+  uint64_t owner_ = 0;
+  MonoTime deadline_{0};
+  const std::byte* base_ = nullptr;
+  ArenaRangeList ranges_;
+};
+
+struct PrefixLeases {
+  // Leases of the leading chunks of the chain, in chain order.
+  std::vector<ChunkLease> leases;
+  // 1 when the run stopped at a chunk whose checksum failed (that chunk was dropped), else 0.
+  uint32_t data_loss_chunks = 0;
+};
+
+enum class PinKind {
+  kHard,  // never evicted until unpinned; counted against hard_pin_quota_bytes
+  kSoft,  // not evicted until its TTL passes
+};
+
+struct PinOptions {
+  PinKind kind = PinKind::kHard;
+  std::chrono::nanoseconds ttl{0};  // kSoft only; > 0
+};
+
+struct RemoveResult {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;  // payload bytes
+};
+
+// A consistent snapshot of the tier's accounting. Byte counts are exact: *_bytes of chunks are
+// payload sizes; used/free count whole pages.
+struct HostTierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t page_bytes = 0;
+  uint64_t used_bytes = 0;      // pages held by committed, reserved and not-yet-freed chunks
+  uint64_t free_bytes = 0;      // capacity_bytes - used_bytes
+  uint64_t payload_bytes = 0;   // sum of committed chunk sizes
+  uint64_t reserved_bytes = 0;  // sum of open reservation sizes
+  // Payload bytes of chunks that left the index but whose pages are still read by a lease or
+  // being handed to the eviction listener.
+  uint64_t pending_free_bytes = 0;
+  uint64_t chunks = 0;  // committed chunks in the index
+  uint64_t reservations = 0;
+  uint64_t hard_pinned_bytes = 0;
+  uint64_t soft_pinned_bytes = 0;  // chunks whose soft pin has not expired
+  uint64_t leased_bytes = 0;       // committed chunks under an unexpired lease
+  uint64_t active_leases = 0;      // lease handles not yet released (expired ones included)
+  // Chunks leased by Acquire / AcquirePrefix; a failed checksum turns its hit into a miss.
+  uint64_t hits = 0;
+  // Acquire / AcquirePrefix stops at an absent chunk or a failed checksum (Lookup counts none).
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t checksum_failures = 0;  // chunks dropped for a checksum mismatch
+  uint64_t removed = 0;            // chunks removed by Remove / RemoveIf
+  uint64_t removed_bytes = 0;
+};
+
+class HostTier {
+ public:
+  // Creates the arena and an empty tier. kInvalidArgument for unusable options (zero capacity, a
+  // capacity that is not a multiple of page_bytes, more than 2^32 pages, a zero lease, zero
+  // verify_every_n_loads, an unknown policy); arena errors as SharedArena::Create reports them.
+  static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
+
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+  // Every WriteReservation and ChunkLease must be gone (STRATA_CHECK).
+  ~HostTier();
+
+  // Reserves pages for chunk `key` of layout.chunk_bytes(options.num_tokens) bytes, evicting
+  // through the policy when free pages are short (with a listener, this may wait while evicted
+  // chunks are handed to it). The chunk is invisible until Commit.
+  // kInvalidArgument: invalid layout, empty key, key of another layout, num_tokens of 0 or above
+  // layout.chunk_tokens, a chunk larger than the tier. kResourceExhausted when not enough can be
+  // freed (the message says how much is pinned, leased and reserved). A committed or reserved
+  // key is a result (kAlreadyPresent / kInProgress), not an error.
+  absl::StatusOr<ReserveResult> Reserve(const KvLayout& layout, const ChunkKey& key,
+                                        const ReserveOptions& options);
+
+  // Checksums the payload (xxh3-64) and publishes the chunk: visible to lookups, tracked by the
+  // policy. The reservation is consumed whatever the outcome. kInvalidArgument for an empty
+  // reservation or one of another tier; kAborted when it was aborted by AbortOwner.
+  absl::Status Commit(WriteReservation&& reservation);
+  // Frees the reservation's pages; the key becomes reservable again. Empty: no-op.
+  void Abort(WriteReservation&& reservation);
+  // Aborts every open reservation of `owner` (a session that died: its writers must never
+  // touch their pages again). Their WriteReservation objects become inert (Commit on them gives
+  // kAborted). Returns how many were aborted.
+  size_t AbortOwner(uint64_t owner);
+  // Releases every lease of `owner` (a session that died: its readers must not read again).
+  // Their ChunkLease objects become inert. Returns how many were released.
+  size_t ReleaseOwner(uint64_t owner);
+
+  // Number of leading keys of `chain` that are committed here; stops at the first miss (an
+  // empty key is a miss). No lease, no checksum, no effect on the policy or hit counters. Not a
+  // snapshot: chunks may come and go while it runs, so a later Acquire may still miss.
+  size_t Lookup(std::span<const ChunkKey> chain) const;
+  bool Contains(const ChunkKey& key) const;
+
+  // Leases a committed chunk for `lease_duration` (default_lease when nullopt) on behalf of
+  // `owner`, verifying its checksum per verify_every_n_loads. nullopt on a miss. kDataLoss on a
+  // checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
+  // once no other lease reads them. kInvalidArgument for an empty key or a non-positive
+  // duration. kAborted when the lease expired while its checksum was being verified.
+  absl::StatusOr<std::optional<ChunkLease>> Acquire(
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
+      uint64_t owner = 0);
+  // Leases the longest leading run of `chain` that is committed and verifies, in one pass under
+  // the tier lock (then verification without it). Stops at the first miss or checksum failure
+  // (dropping that chunk, data_loss_chunks = 1), or at a lease that expired while it was being
+  // verified. kInvalidArgument for an empty key anywhere in `chain` or a non-positive duration.
+  absl::StatusOr<PrefixLeases> AcquirePrefix(
+      std::span<const ChunkKey> chain,
+      std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt, uint64_t owner = 0);
+
+  // Pins a committed chunk. Hard pins are idempotent and count the chunk's size against the
+  // quota (kResourceExhausted beyond it); a soft pin protects until now + ttl (re-pinning
+  // extends it). kInvalidArgument for an empty, unknown or uncommitted key, or a soft pin
+  // without a positive ttl. Pins protect from eviction only; Remove still removes.
+  absl::Status Pin(const ChunkKey& key, const PinOptions& options);
+  // Removes the hard pin or the soft pin of a chunk (no-op if it has none).
+  // kInvalidArgument for an empty, unknown or uncommitted key.
+  absl::Status Unpin(const ChunkKey& key, PinKind kind);
+
+  // Removes a committed chunk (pinned or not): it leaves the index at once, its pages are
+  // freed when no unexpired lease reads them. Unknown or uncommitted keys remove nothing.
+  // kInvalidArgument for an empty key.
+  absl::StatusOr<RemoveResult> Remove(const ChunkKey& key);
+  // Removes every committed chunk whose key satisfies `predicate`, shard by shard. The
+  // predicate runs under the tier's locks: it must be quick and must not call the tier.
+  RemoveResult RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predicate);
+
+  HostTierStats Stats() const;
+
+  // Walks every structure and checks that the pages of all chunks and the free runs tile the
+  // arena exactly, and that every counter matches what it counts. kInternal naming the first
+  // broken invariant. O(chunks): for tests and debugging.
+  absl::Status CheckConsistency() const;
+
+  // The shared arena, to be mapped by engines (pass arena_fd() with SCM_RIGHTS).
+  int arena_fd() const { return arena_->fd(); }
+  std::byte* arena_base() const { return arena_->base(); }
+  uint64_t arena_size_bytes() const { return arena_->size_bytes(); }
+  uint32_t page_bytes() const { return options_.page_bytes; }
+  const HostTierOptions& options() const { return options_; }
+
+ private:
+  friend class WriteReservation;
+  friend class ChunkLease;
+  using Record = internal_host::ChunkRecord;
+  using Shard = internal_host::IndexShard;
+
+  // A lease or a reservation, by handle id.
+  struct Handle {
+    Record* record = nullptr;
+    uint64_t owner = 0;
+    bool is_lease = false;
+    bool partial = false;  // reservations: policy hint
+    ChunkKey parent;       // reservations: policy hint
+  };
+
+  struct AcquireRun {
+    std::vector<ChunkLease> leases;
+    absl::Status failure;  // why the run stopped early, when it was not a miss
+  };
+
+  HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> arena,
+           std::unique_ptr<EvictionPolicy> policy);
+
+  static size_t ShardIndex(const ChunkKey& key);
+  Shard& ShardFor(const ChunkKey& key) const;
+  Record* FindLocked(const ChunkKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<ExtentList> AllocateLocked(uint32_t num_pages, uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SweepExpiredLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReclaimDetachedLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateProtectionLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DetachLocked(Record* record, bool popped_by_policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreePagesLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortLocked(uint64_t handle_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLeaseLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ExhaustedMessageLocked(uint64_t size_bytes, uint32_t num_pages, MonoTime now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t PagesFor(uint64_t size_bytes) const;
+  ArenaRangeList RangesFor(const Record& record) const;
+  AcquireRun AcquireChain(std::span<const ChunkKey> chain, std::chrono::nanoseconds duration,
+                          uint64_t owner);
+  absl::Status OnChecksumMismatch(ChunkLease& lease, uint64_t computed);
+
+  // Called by the handles.
+  void AbortHandle(uint64_t handle_id);
+  void ReleaseLeaseHandle(uint64_t handle_id);
+
+  const HostTierOptions options_;
+  Clock* const clock_;
+  EvictionListener* const listener_;
+  const std::unique_ptr<SharedArena> arena_;
+
+  // Index shards: key -> record. Lookup and Contains hold one shard's reader lock; writers hold
+  // mu_ and then the shard's writer lock (lock order: mu_ before any shard mutex; never two
+  // shard mutexes at once).
+  const std::unique_ptr<Shard[]> shards_;
+
+  // The tier lock: allocator, policy, handles, protection state and accounting.
+  mutable absl::Mutex mu_;
+  // Signalled when pages handed to the eviction listener are freed.
+  absl::CondVar pages_freed_;
+  PageAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Handle> handles_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  // Handle objects (reservations and leases) bound to this tier, released or not.
+  uint64_t bound_handles_ ABSL_GUARDED_BY(mu_) = 0;
+  // Committed chunks under a lease or soft pin, by the time that protection ends.
+  std::set<std::pair<MonoTime, Record*>> expiry_ ABSL_GUARDED_BY(mu_);
+  // Chunks out of the index that still hold pages (read by leases, or being evicted).
+  absl::flat_hash_set<Record*> detached_ ABSL_GUARDED_BY(mu_);
+
+  uint64_t committed_pages_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unevictable_pages_ ABSL_GUARDED_BY(mu_) = 0;  // of committed chunks
+  uint64_t evicting_pages_ ABSL_GUARDED_BY(mu_) = 0;     // with the listener right now
+  uint64_t chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reservations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hard_pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t active_leases_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evicted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t checksum_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t removed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t removed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata::storage

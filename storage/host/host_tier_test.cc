@@ -1,0 +1,653 @@
+#include "storage/host/host_tier.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/host/test_util.h"
+
+namespace strata::storage {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::Pattern;
+using testing::SmallLayout;
+using testing::SyntheticKey;
+
+constexpr uint32_t kPage = 1024;
+constexpr uint64_t kFull = 4096;  // SmallLayout: 16 tokens x 256 bytes = 4 pages
+
+std::vector<std::byte> Read(const PayloadView& payload) {
+  std::vector<std::byte> bytes(payload.size_bytes());
+  payload.CopyTo(bytes);
+  return bytes;
+}
+
+// Copies every evicted chunk and notes whether the tier still listed it during the call.
+class RecordingListener : public EvictionListener {
+ public:
+  struct Evicted {
+    ChunkKey key;
+    std::vector<std::byte> bytes;
+    uint64_t checksum;
+    uint32_t num_tokens;
+    bool still_indexed;
+  };
+
+  void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+                 uint32_t num_tokens) override {
+    Evicted evicted{key, Read(payload), checksum, num_tokens,
+                    tier != nullptr && tier->Contains(key)};
+    absl::MutexLock lock(&mu);
+    chunks.push_back(std::move(evicted));
+  }
+
+  HostTier* tier = nullptr;
+  absl::Mutex mu;
+  std::vector<Evicted> chunks;
+};
+
+class HostTierTest : public ::testing::Test {
+ protected:
+  HostTierOptions Options(uint64_t capacity_bytes) {
+    return {.capacity_bytes = capacity_bytes,
+            .page_bytes = kPage,
+            .hard_pin_quota_bytes = capacity_bytes,
+            .default_lease = seconds(10),
+            .clock = &clock_,
+            .listener = &listener_};
+  }
+
+  std::unique_ptr<HostTier> MakeTier(const HostTierOptions& options) {
+    auto tier = HostTier::Create(options);
+    EXPECT_TRUE(tier.ok()) << tier.status();
+    if (!tier.ok()) return nullptr;
+    listener_.tier = tier->get();
+    return *std::move(tier);
+  }
+
+  ChunkKey Key(uint64_t id) const { return SyntheticKey(layout_, id); }
+
+  // Stores chunk `id` holding `tokens` tokens of Pattern(seed) (seed defaults to id).
+  void Store(HostTier& tier, uint64_t id, uint32_t tokens = 16, uint64_t seed = ~0ull) {
+    auto result = tier.Reserve(layout_, Key(id), {.num_tokens = tokens});
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->outcome, ReserveOutcome::kReserved);
+    WriteReservation& reservation = result->reservation;
+    reservation.payload().CopyFrom(Pattern(seed == ~0ull ? id : seed, reservation.size_bytes()));
+    last_ranges_.assign(reservation.ranges().begin(), reservation.ranges().end());
+    ASSERT_TRUE(tier.Commit(std::move(reservation)).ok());
+  }
+
+  // Leases chunk `id`, checks it holds Pattern(seed), and releases it.
+  void ExpectLoads(HostTier& tier, uint64_t id, uint64_t seed = ~0ull) {
+    auto lease = tier.Acquire(Key(id));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_TRUE(lease->has_value()) << "chunk " << id << " missing";
+    EXPECT_EQ(Read((*lease)->payload()),
+              Pattern(seed == ~0ull ? id : seed, (*lease)->size_bytes()));
+  }
+
+  ChunkLease Lease(HostTier& tier, uint64_t id, std::optional<std::chrono::nanoseconds> d = {}) {
+    auto lease = tier.Acquire(Key(id), d);
+    EXPECT_TRUE(lease.ok() && lease->has_value()) << "chunk " << id;
+    return std::move(**lease);
+  }
+
+  void CorruptOneByte(HostTier& tier, uint64_t id) {
+    uint64_t offset;
+    {
+      ChunkLease lease = Lease(tier, id);
+      offset = lease.ranges().back().offset + lease.ranges().back().size_bytes - 1;
+    }
+    tier.arena_base()[offset] ^= std::byte{0x5A};
+  }
+
+  void ExpectConsistent(const HostTier& tier) {
+    absl::Status status = tier.CheckConsistency();
+    EXPECT_TRUE(status.ok()) << status;
+  }
+
+  KvLayout layout_ = SmallLayout();
+  ArenaRangeList last_ranges_;  // of the last Store
+  ManualClock clock_;
+  RecordingListener listener_;
+};
+
+TEST_F(HostTierTest, CreateRejectsUnusableOptions) {
+  auto code = [&](HostTierOptions options) { return HostTier::Create(options).status().code(); };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  HostTierOptions good = Options(16 * kPage);
+  EXPECT_TRUE(HostTier::Create(good).ok());
+  auto bad = good;
+  bad.capacity_bytes = 0;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.capacity_bytes = 16 * kPage + 1;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.page_bytes = 0;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.page_bytes = 100;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.capacity_bytes = (uint64_t{1} << 32) * 64 + 64;  // 2^32 + 1 pages of 64 bytes
+  bad.page_bytes = 64;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.verify_every_n_loads = 0;
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.default_lease = seconds(0);
+  EXPECT_EQ(code(bad), kInvalid);
+  bad = good;
+  bad.policy = "belady";
+  EXPECT_EQ(code(bad), kInvalid);
+}
+
+TEST_F(HostTierTest, StoreAndLoadRoundTrip) {
+  auto tier = MakeTier(Options(16 * kPage));
+  auto result = tier->Reserve(layout_, Key(1), {.num_tokens = 16});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->outcome, ReserveOutcome::kReserved);
+  WriteReservation& reservation = result->reservation;
+  EXPECT_EQ(reservation.size_bytes(), kFull);
+  EXPECT_EQ(reservation.key(), Key(1));
+  reservation.payload().CopyFrom(Pattern(1, kFull));
+
+  // Only committed chunks are visible.
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_FALSE(tier->Acquire(Key(1))->has_value());
+  EXPECT_EQ(tier->Stats().reserved_bytes, kFull);
+  ASSERT_TRUE(tier->Commit(std::move(reservation)).ok());
+  EXPECT_FALSE(reservation.valid());
+  EXPECT_TRUE(tier->Contains(Key(1)));
+
+  auto lease = tier->Acquire(Key(1));
+  ASSERT_TRUE(lease.ok() && lease->has_value());
+  const ChunkLease& held = **lease;
+  EXPECT_EQ(held.key(), Key(1));
+  EXPECT_EQ(held.size_bytes(), kFull);
+  EXPECT_EQ(held.num_tokens(), 16u);
+  EXPECT_EQ(held.checksum(), ChecksumBytes(Pattern(1, kFull)));
+  EXPECT_EQ(held.deadline(), clock_.Now() + seconds(10));
+  EXPECT_FALSE(held.expired());
+  EXPECT_EQ(Read(held.payload()), Pattern(1, kFull));
+
+  // Zero-copy: another mapping of the arena's fd sees the bytes at the lease's offsets.
+  void* mapped =
+      mmap(nullptr, tier->arena_size_bytes(), PROT_READ, MAP_SHARED, tier->arena_fd(), 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  const ArenaRange range = held.ranges()[0];
+  EXPECT_EQ(std::memcmp(static_cast<std::byte*>(mapped) + range.offset, Pattern(1, kFull).data(),
+                        range.size_bytes),
+            0);
+  munmap(mapped, tier->arena_size_bytes());
+
+  const HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.capacity_bytes, 16 * kPage);
+  EXPECT_EQ(stats.page_bytes, kPage);
+  EXPECT_EQ(stats.chunks, 1u);
+  EXPECT_EQ(stats.payload_bytes, kFull);
+  EXPECT_EQ(stats.used_bytes, kFull);
+  EXPECT_EQ(stats.free_bytes, 12 * kPage);
+  EXPECT_EQ(stats.reserved_bytes, 0u);
+  EXPECT_EQ(stats.active_leases, 1u);
+  EXPECT_EQ(stats.leased_bytes, kFull);
+  EXPECT_EQ(stats.hits, 1u);
+  EXPECT_EQ(stats.misses, 1u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ReserveOutcomes) {
+  auto tier = MakeTier(Options(16 * kPage));
+  auto first = tier->Reserve(layout_, Key(1), {.num_tokens = 16});
+  ASSERT_TRUE(first.ok());
+  auto second = tier->Reserve(layout_, Key(1), {.num_tokens = 16});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->outcome, ReserveOutcome::kInProgress);
+  EXPECT_FALSE(second->reservation.valid());
+  ASSERT_TRUE(tier->Commit(std::move(first->reservation)).ok());
+  auto third = tier->Reserve(layout_, Key(1), {.num_tokens = 16});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->outcome, ReserveOutcome::kAlreadyPresent);
+
+  // Abort, explicit or by destruction, frees the pages and the key.
+  auto aborted = tier->Reserve(layout_, Key(2), {.num_tokens = 16});
+  ASSERT_TRUE(aborted.ok());
+  tier->Abort(std::move(aborted->reservation));
+  EXPECT_EQ(tier->Stats().used_bytes, kFull);
+  {
+    auto dropped = tier->Reserve(layout_, Key(2), {.num_tokens = 16});
+    ASSERT_EQ(dropped->outcome, ReserveOutcome::kReserved);
+    EXPECT_EQ(tier->Stats().reserved_bytes, kFull);
+  }
+  EXPECT_EQ(tier->Stats().reserved_bytes, 0u);
+  EXPECT_EQ(tier->Stats().used_bytes, kFull);
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, LookupHitsAreAPrefix) {
+  auto tier = MakeTier(Options(32 * kPage));
+  for (uint64_t id : {0, 1, 3}) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  const std::vector<ChunkKey> chain = {Key(0), Key(1), Key(2), Key(3)};
+  EXPECT_EQ(tier->Lookup(chain), 2u);
+  EXPECT_EQ(tier->Lookup(std::span(chain).subspan(3)), 1u);
+  EXPECT_EQ(tier->Lookup({}), 0u);
+  const std::vector<ChunkKey> with_empty = {Key(0), ChunkKey(), Key(1)};
+  EXPECT_EQ(tier->Lookup(with_empty), 1u);
+  EXPECT_EQ(tier->Stats().hits, 0u);  // lookups are not loads
+}
+
+TEST_F(HostTierTest, BadInputsAreInvalidArgument) {
+  auto tier = MakeTier(Options(16 * kPage));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  auto reserve_code = [&](const KvLayout& layout, const ChunkKey& key, uint32_t tokens) {
+    return tier->Reserve(layout, key, {.num_tokens = tokens}).status().code();
+  };
+  KvLayout broken = layout_;
+  broken.num_layers = 0;
+  EXPECT_EQ(reserve_code(broken, Key(2), 16), kInvalid);
+  EXPECT_EQ(reserve_code(layout_, ChunkKey(), 16), kInvalid);
+  EXPECT_EQ(reserve_code(SmallLayout("other-model"), Key(2), 16), kInvalid);  // wrong layout
+  EXPECT_EQ(reserve_code(layout_, Key(2), 0), kInvalid);
+  EXPECT_EQ(reserve_code(layout_, Key(2), 17), kInvalid);
+  KvLayout huge = layout_;
+  huge.num_layers = 64;  // a 128 KiB chunk in a 16 KiB tier
+  EXPECT_EQ(reserve_code(huge, SyntheticKey(huge, 2), 16), kInvalid);
+  absl::Status too_big = tier->Reserve(huge, SyntheticKey(huge, 2), {.num_tokens = 16}).status();
+  EXPECT_THAT(std::string(too_big.message()), HasSubstr("exceeds the tier's capacity"));
+
+  EXPECT_EQ(tier->Acquire(ChunkKey()).status().code(), kInvalid);
+  EXPECT_EQ(tier->Acquire(Key(1), seconds(0)).status().code(), kInvalid);
+  EXPECT_EQ(tier->Acquire(Key(1), seconds(-1)).status().code(), kInvalid);
+  const std::vector<ChunkKey> chain = {Key(1), ChunkKey()};
+  EXPECT_EQ(tier->AcquirePrefix(chain).status().code(), kInvalid);
+  EXPECT_EQ(tier->Pin(ChunkKey(), {}).code(), kInvalid);
+  EXPECT_EQ(tier->Pin(Key(99), {}).code(), kInvalid);                       // unknown
+  EXPECT_EQ(tier->Pin(Key(1), {.kind = PinKind::kSoft}).code(), kInvalid);  // no ttl
+  EXPECT_EQ(tier->Unpin(Key(99), PinKind::kHard).code(), kInvalid);
+  EXPECT_EQ(tier->Unpin(ChunkKey(), PinKind::kSoft).code(), kInvalid);
+  EXPECT_EQ(tier->Remove(ChunkKey()).status().code(), kInvalid);
+  auto removed = tier->Remove(Key(99));  // unknown: nothing to remove, not an error
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->chunks, 0u);
+  EXPECT_EQ(tier->Commit(WriteReservation()).code(), kInvalid);
+
+  // A reservation of another tier is refused and left to abort on its own tier.
+  auto other = MakeTier(Options(16 * kPage));
+  auto foreign = other->Reserve(layout_, Key(5), {.num_tokens = 16});
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(tier->Commit(std::move(foreign->reservation)).code(), kInvalid);
+  EXPECT_FALSE(tier->Contains(Key(5)));
+  EXPECT_FALSE(other->Contains(Key(5)));
+  EXPECT_EQ(other->Stats().reservations, 1u);
+  foreign->reservation = WriteReservation();
+  EXPECT_EQ(other->Stats().reservations, 0u);
+
+  EXPECT_EQ(tier->Stats().chunks, 1u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, PartialChunksAreAccountedToTheByte) {
+  auto tier = MakeTier(Options(32 * kPage));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1, 3));                    // 768 bytes: 1 page
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2, 16));                   // 4096 bytes: 4 pages
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 3, 5));                    // 1280 bytes: 2 pages
+  auto open = tier->Reserve(layout_, Key(4), {.num_tokens = 9});  // 2304 bytes: 3 pages
+  ASSERT_TRUE(open.ok());
+  HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.payload_bytes, 768u + 4096u + 1280u);
+  EXPECT_EQ(stats.reserved_bytes, 2304u);
+  EXPECT_EQ(stats.used_bytes, 10u * kPage);
+  EXPECT_EQ(stats.free_bytes, 22u * kPage);
+  EXPECT_EQ(stats.chunks, 3u);
+  EXPECT_EQ(stats.reservations, 1u);
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 1));
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 3));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ChunksSpanSeveralExtentsWhenFreeSpaceIsScattered) {
+  auto tier = MakeTier(Options(8 * kPage));
+  for (uint64_t id = 0; id < 8; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id, 4));  // 1 page each
+  for (uint64_t id : {0, 2, 4, 6}) ASSERT_TRUE(tier->Remove(Key(id)).ok());
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 100, 16));
+  ChunkLease lease = Lease(*tier, 100);
+  EXPECT_EQ(lease.ranges().size(), 4u);
+  EXPECT_EQ(Read(lease.payload()), Pattern(100, kFull));
+  EXPECT_EQ(tier->Stats().evictions, 0u);
+  for (uint64_t id : {1, 3, 5, 7}) ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, id));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, EvictionFollowsLruAndTellsTheListener) {
+  auto tier = MakeTier(Options(4 * kFull));
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 0));  // 0 becomes the most recently used
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 4));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 5));
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 3));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 6));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 7));
+  std::vector<ChunkKey> evicted;
+  for (const auto& chunk : listener_.chunks) evicted.push_back(chunk.key);
+  EXPECT_EQ(evicted, (std::vector<ChunkKey>{Key(1), Key(2), Key(0), Key(4)}));
+  for (uint64_t id : {3, 5, 6, 7}) EXPECT_TRUE(tier->Contains(Key(id))) << id;
+  const HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.evictions, 4u);
+  EXPECT_EQ(stats.evicted_bytes, 4 * kFull);
+  EXPECT_EQ(stats.chunks, 4u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ListenerReadsEveryEvictedChunkIntact) {
+  auto tier = MakeTier(Options(4 * kFull));
+  for (uint64_t id = 0; id < 40; ++id) {
+    ASSERT_NO_FATAL_FAILURE(Store(*tier, id, 1 + id % 16));
+  }
+  const HostTierStats stats = tier->Stats();
+  ASSERT_EQ(listener_.chunks.size(), stats.evictions);
+  ASSERT_GT(stats.evictions, 30u);
+  for (const auto& chunk : listener_.chunks) {
+    uint64_t id = 0;
+    while (Key(id) != chunk.key) ++id;
+    EXPECT_EQ(chunk.num_tokens, 1 + id % 16);
+    EXPECT_EQ(chunk.bytes, Pattern(id, layout_.chunk_bytes(chunk.num_tokens)));
+    EXPECT_EQ(chunk.checksum, ChecksumBytes(chunk.bytes));
+    EXPECT_FALSE(chunk.still_indexed) << "the listener runs after the chunk left the index";
+  }
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, NeverEvictsLeasedPinnedOrReservedChunks) {
+  auto tier = MakeTier(Options(4 * kFull));
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  ChunkLease lease = Lease(*tier, 0);
+  ASSERT_TRUE(tier->Pin(Key(1), {.kind = PinKind::kHard}).ok());
+  ASSERT_TRUE(tier->Pin(Key(2), {.kind = PinKind::kSoft, .ttl = seconds(5)}).ok());
+  auto open = tier->Reserve(layout_, Key(4), {.num_tokens = 16});  // evicts 3, the only choice
+  ASSERT_TRUE(open.ok()) << open.status();
+  ASSERT_EQ(open->outcome, ReserveOutcome::kReserved);
+  EXPECT_FALSE(tier->Contains(Key(3)));
+
+  auto refused = tier->Reserve(layout_, Key(5), {.num_tokens = 16});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, HasSubstr("no room for a chunk of 4096 bytes"));
+  EXPECT_THAT(message, HasSubstr("hard pins 4096 bytes"));
+  EXPECT_THAT(message, HasSubstr("soft pins 4096"));
+  EXPECT_THAT(message, HasSubstr("unexpired leases 4096"));
+  EXPECT_THAT(message, HasSubstr("open reservations 4096"));
+  for (uint64_t id : {0, 1, 2}) EXPECT_TRUE(tier->Contains(Key(id)));
+  EXPECT_EQ(tier->Stats().evictions, 1u);
+  EXPECT_FALSE(tier->Contains(Key(5)));
+  ExpectConsistent(*tier);
+
+  // The soft pin runs out: chunk 2 becomes the victim.
+  clock_.Advance(seconds(6));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 5));
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  EXPECT_TRUE(tier->Contains(Key(0)));
+  EXPECT_TRUE(tier->Contains(Key(1)));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ExpiredLeasesStopProtecting) {
+  auto tier = MakeTier(Options(2 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  ChunkLease lease = Lease(*tier, 0, seconds(10));
+  ASSERT_TRUE(tier->Pin(Key(1), {.kind = PinKind::kHard}).ok());
+  EXPECT_EQ(tier->Reserve(layout_, Key(2), {.num_tokens = 16}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  clock_.Advance(seconds(9));
+  EXPECT_FALSE(lease.expired());
+  EXPECT_EQ(tier->Reserve(layout_, Key(2), {.num_tokens = 16}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  clock_.Advance(seconds(1));
+  EXPECT_TRUE(lease.expired());
+  EXPECT_EQ(tier->Stats().leased_bytes, 0u);
+  EXPECT_EQ(tier->Stats().active_leases, 1u);  // expired but not yet released
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2));    // evicts 0 under its expired lease
+  EXPECT_FALSE(tier->Contains(Key(0)));
+  ExpectConsistent(*tier);
+  lease.Release();  // late release of an evicted chunk is harmless
+  EXPECT_EQ(tier->Stats().active_leases, 0u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, HardPinQuota) {
+  HostTierOptions options = Options(8 * kFull);
+  options.hard_pin_quota_bytes = 2 * kFull;
+  auto tier = MakeTier(options);
+  for (uint64_t id = 0; id < 3; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  ASSERT_TRUE(tier->Pin(Key(0), {}).ok());
+  ASSERT_TRUE(tier->Pin(Key(1), {}).ok());
+  absl::Status over = tier->Pin(Key(2), {});
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.message()), HasSubstr("exceeds the quota: 8192 of 8192 bytes"));
+  EXPECT_TRUE(tier->Pin(Key(0), {}).ok());  // idempotent: no double counting
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, 2 * kFull);
+  ASSERT_TRUE(tier->Unpin(Key(0), PinKind::kHard).ok());
+  ASSERT_TRUE(tier->Pin(Key(2), {}).ok());
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, 2 * kFull);
+  ASSERT_TRUE(tier->Unpin(Key(0), PinKind::kHard).ok());  // not pinned: no-op
+  // Removing a pinned chunk returns its quota.
+  ASSERT_TRUE(tier->Remove(Key(1)).ok());
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, kFull);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, SoftPinsExpireAndCanBeRemoved) {
+  auto tier = MakeTier(Options(8 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  ASSERT_TRUE(tier->Pin(Key(0), {.kind = PinKind::kSoft, .ttl = seconds(5)}).ok());
+  ASSERT_TRUE(tier->Pin(Key(1), {.kind = PinKind::kSoft, .ttl = seconds(5)}).ok());
+  EXPECT_EQ(tier->Stats().soft_pinned_bytes, 2 * kFull);
+  ASSERT_TRUE(tier->Unpin(Key(1), PinKind::kSoft).ok());
+  EXPECT_EQ(tier->Stats().soft_pinned_bytes, kFull);
+  clock_.Advance(seconds(5));
+  EXPECT_EQ(tier->Stats().soft_pinned_bytes, 0u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, CorruptionIsDataLossAndDropsTheChunk) {
+  auto tier = MakeTier(Options(8 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  ASSERT_NO_FATAL_FAILURE(CorruptOneByte(*tier, 0));
+  auto lease = tier->Acquire(Key(0));
+  ASSERT_EQ(lease.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(lease.status().message()), HasSubstr("checksum mismatch"));
+  EXPECT_FALSE(tier->Contains(Key(0)));
+  EXPECT_FALSE(tier->Acquire(Key(0))->has_value());
+  HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.checksum_failures, 1u);
+  EXPECT_EQ(stats.chunks, 1u);
+  EXPECT_EQ(stats.used_bytes, kFull);
+  EXPECT_EQ(stats.active_leases, 0u);
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 1));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 0));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, CorruptionUnderAnotherLeaseFreesPagesAfterIt) {
+  auto tier = MakeTier(Options(8 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ChunkLease reader = Lease(*tier, 0);
+  tier->arena_base()[reader.ranges()[0].offset] ^= std::byte{1};
+  EXPECT_EQ(tier->Acquire(Key(0)).status().code(), absl::StatusCode::kDataLoss);
+  HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.chunks, 0u);
+  EXPECT_EQ(stats.pending_free_bytes, kFull);
+  EXPECT_EQ(stats.used_bytes, kFull);
+  ExpectConsistent(*tier);
+  reader.Release();
+  EXPECT_EQ(tier->Stats().used_bytes, 0u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, PrefixStopsAtCorruptChunk) {
+  auto tier = MakeTier(Options(8 * kFull));
+  for (uint64_t id = 0; id < 5; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  ASSERT_NO_FATAL_FAILURE(CorruptOneByte(*tier, 2));
+  const std::vector<ChunkKey> chain = {Key(0), Key(1), Key(2), Key(3), Key(4), Key(5)};
+  auto prefix = tier->AcquirePrefix(chain, seconds(1), 7);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  ASSERT_EQ(prefix->leases.size(), 2u);
+  EXPECT_EQ(prefix->data_loss_chunks, 1u);
+  EXPECT_EQ(prefix->leases[1].key(), Key(1));
+  EXPECT_EQ(prefix->leases[1].owner(), 7u);
+  EXPECT_EQ(tier->Stats().active_leases, 2u);
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  EXPECT_EQ(tier->Lookup(chain), 2u);
+  prefix->leases.clear();
+
+  auto clean = tier->AcquirePrefix(std::span(chain).subspan(3));
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->leases.size(), 2u);  // 3, 4, then a miss on 5
+  EXPECT_EQ(clean->data_loss_chunks, 0u);
+  EXPECT_EQ(Read(clean->leases[0].payload()), Pattern(3, kFull));
+  clean->leases.clear();
+  EXPECT_EQ(tier->Stats().active_leases, 0u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, SampledVerificationChecksOneLoadInN) {
+  HostTierOptions options = Options(8 * kFull);
+  options.verify_every_n_loads = 4;
+  auto tier = MakeTier(options);
+  // The first load of a chunk is always verified.
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  tier->arena_base()[last_ranges_[0].offset] ^= std::byte{1};
+  EXPECT_EQ(tier->Acquire(Key(0)).status().code(), absl::StatusCode::kDataLoss);
+
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(*tier, 1));     // load 0: verified, intact
+  ASSERT_NO_FATAL_FAILURE(CorruptOneByte(*tier, 1));  // load 1 (unverified) finds the offset
+  for (int load = 2; load < 4; ++load) {
+    auto lease = tier->Acquire(Key(1));
+    ASSERT_TRUE(lease.ok()) << "load " << load << " is not sampled: " << lease.status();
+  }
+  EXPECT_EQ(tier->Acquire(Key(1)).status().code(), absl::StatusCode::kDataLoss);  // load 4
+  EXPECT_EQ(tier->Stats().checksum_failures, 2u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, RemoveWhileLeasedKeepsPagesUntilRelease) {
+  auto tier = MakeTier(Options(2 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ChunkLease reader = Lease(*tier, 0);
+  auto removed = tier->Remove(Key(0));
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->chunks, 1u);
+  EXPECT_EQ(removed->bytes, kFull);
+  EXPECT_FALSE(tier->Contains(Key(0)));
+  EXPECT_FALSE(tier->Acquire(Key(0))->has_value());
+  EXPECT_EQ(tier->Remove(Key(0))->chunks, 0u);
+
+  // The same key can be stored again; it gets other pages and the reader's bytes stay intact,
+  // even when the tier is full and has to evict.
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0, 16, 1000));
+  EXPECT_EQ(tier->Reserve(layout_, Key(1), {.num_tokens = 16}).status().code(),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Read(reader.payload()), Pattern(0, kFull));
+  HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.pending_free_bytes, kFull);
+  EXPECT_EQ(stats.removed, 1u);
+  EXPECT_EQ(stats.removed_bytes, kFull);
+  ExpectConsistent(*tier);
+  reader.Release();
+  stats = tier->Stats();
+  EXPECT_EQ(stats.pending_free_bytes, 0u);
+  EXPECT_EQ(stats.used_bytes, 0u);  // chunk 0 (re-stored) was evicted for chunk 1, then aborted
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, RemovedChunkUnderExpiredLeaseIsReclaimed) {
+  auto tier = MakeTier(Options(2 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ChunkLease reader = Lease(*tier, 0, seconds(3));
+  ASSERT_TRUE(tier->Remove(Key(0)).ok());
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  ASSERT_TRUE(tier->Pin(Key(1), {}).ok());
+  EXPECT_EQ(tier->Reserve(layout_, Key(2), {.num_tokens = 16}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  clock_.Advance(seconds(3));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2));  // takes the pages of the removed chunk
+  EXPECT_TRUE(reader.expired());
+  ExpectConsistent(*tier);
+  reader.Release();
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, RemoveIfMatchesKeys) {
+  auto tier = MakeTier(Options(16 * kFull));
+  const KvLayout other = SmallLayout("other-model");
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  for (uint64_t id = 0; id < 3; ++id) {
+    auto result = tier->Reserve(other, SyntheticKey(other, id), {.num_tokens = 8});
+    ASSERT_TRUE(result.ok());
+    ASSERT_TRUE(tier->Commit(std::move(result->reservation)).ok());
+  }
+  auto open = tier->Reserve(other, SyntheticKey(other, 9), {.num_tokens = 8});
+  const uint64_t fingerprint = other.Fingerprint();
+  const RemoveResult removed =
+      tier->RemoveIf([&](const ChunkKey& key) { return key.layout_fingerprint() == fingerprint; });
+  EXPECT_EQ(removed.chunks, 3u);
+  EXPECT_EQ(removed.bytes, 3 * other.chunk_bytes(8));
+  EXPECT_EQ(tier->Stats().chunks, 4u);
+  EXPECT_EQ(tier->Stats().reservations, 1u);  // uncommitted chunks are not removed
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, DeadSessionsLoseTheirReservationsAndLeases) {
+  auto tier = MakeTier(Options(4 * kFull));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 1));
+  auto a = tier->Reserve(layout_, Key(2), {.num_tokens = 16, .owner = 7});
+  auto b = tier->Reserve(layout_, Key(3), {.num_tokens = 16, .owner = 8});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ChunkLease l0 = Lease(*tier, 0);
+  auto l1 = tier->Acquire(Key(1), seconds(100), 7);
+  auto l1b = tier->Acquire(Key(0), seconds(100), 7);
+  ASSERT_TRUE(l1.ok() && l1b.ok());
+
+  EXPECT_EQ(tier->AbortOwner(7), 1u);
+  EXPECT_EQ(tier->AbortOwner(7), 0u);
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  EXPECT_EQ(tier->Commit(std::move(a->reservation)).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(tier->Commit(std::move(b->reservation)).ok());
+
+  EXPECT_EQ(tier->ReleaseOwner(7), 2u);
+  HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.active_leases, 1u);
+  EXPECT_EQ(stats.reservations, 0u);
+  ExpectConsistent(*tier);
+  // Chunk 1 is evictable again (LRU evicts 3, then 1); chunk 0 is still leased by l0.
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 4));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 5));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 6));
+  EXPECT_TRUE(tier->Contains(Key(0)));
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  l1 = absl::StatusOr<std::optional<ChunkLease>>();  // inert handles release nothing twice
+  l1b = absl::StatusOr<std::optional<ChunkLease>>();
+  EXPECT_EQ(tier->Stats().active_leases, 1u);
+  ExpectConsistent(*tier);
+}
+
+}  // namespace
+}  // namespace strata::storage
