@@ -1,0 +1,401 @@
+"""The vLLM adapter (strata_vllm.StrataConnector) driven by a fake vLLM engine.
+
+The fake engine calls the connector exactly as vLLM's scheduler and model runner do (scheduler
+role and worker role are separate instances; the metadata is pickled between them), keeps its
+paged KV in ctypes buffers in vLLM's FlashAttention layout, and "computes" KV as a function of
+each position's token prefix, so a load is checked byte for byte against what another engine
+stored. The daemon is the real engine-session server in another process
+(connector_test_daemon, path in $STRATA_TEST_DAEMON).
+"""
+
+import ctypes
+import os
+import pickle
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+from types import SimpleNamespace
+
+import strata_connector
+import strata_vllm
+from strata_vllm import StrataConnector, StrataConnectorMetadata
+
+LAYERS = 2
+HEADS = 2
+DIM = 8
+BLOCK = 4
+CHUNK = 16
+NUM_BLOCKS = 64
+ROW = HEADS * DIM  # elements of one token of one plane
+
+
+class FakeDevice:
+    type = "cpu"
+    index = None
+
+
+class FakeTensor:
+    """A strided bf16 tensor over a ctypes buffer (what the connector reads of a torch tensor)."""
+
+    def __init__(self, shape, fill=0xEEEE):
+        self.shape = tuple(shape)
+        strides, acc = [], 1
+        for size in reversed(self.shape):
+            strides.append(acc)
+            acc *= size
+        self._strides = tuple(reversed(strides))
+        self.buffer = (ctypes.c_uint16 * acc)(*([fill] * acc))
+        self.device = FakeDevice()
+
+    def data_ptr(self):
+        return ctypes.addressof(self.buffer)
+
+    def stride(self):
+        return self._strides
+
+
+class FakeModelConfig:
+    model = "fake/model"
+    dtype = "torch.bfloat16"
+    use_mla = False
+
+    def get_num_layers(self, parallel_config):
+        return LAYERS
+
+    def get_num_kv_heads(self, parallel_config):
+        return HEADS
+
+    def get_head_size(self):
+        return DIM
+
+
+def fake_vllm_config(socket_path, kv_role="kv_both", **extra):
+    options = {"socket_path": socket_path, "chunk_tokens": CHUNK, "lookup_budget_ms": 2000,
+               "io_timeout_ms": 2000, "reconnect_min_backoff_ms": 10,
+               "reconnect_max_backoff_ms": 20}
+    options.update(extra)
+    return SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_role=kv_role, kv_connector_extra_config=options),
+        model_config=FakeModelConfig(),
+        cache_config=SimpleNamespace(block_size=BLOCK, cache_dtype="auto"),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, rank=0))
+
+
+class KVCacheBlocks:
+    def __init__(self, block_ids):
+        self._ids = list(block_ids)
+
+    def get_block_ids(self):
+        return (list(self._ids),)
+
+
+def prefix_hashes(tokens):
+    out, acc = [], 0x9E3779B9
+    for i, t in enumerate(tokens):
+        acc = ((acc ^ t) * 0x01000193 + i) & 0xFFFFFFFF
+        out.append(acc)
+    return out
+
+
+def kv_value(prefix_hash, layer, plane, elem):
+    x = (prefix_hash * 31 + layer * 7919 + plane * 104729 + elem * 13) & 0xFFFFFFFF
+    x ^= x >> 13
+    return (x * 0x5BD1E995) & 0xFFFF
+
+
+class FakeEngine:
+    """One vLLM engine: a scheduler-role and a worker-role connector, paged KV, block pool."""
+
+    def __init__(self, vllm_config, seed=1):
+        self.scheduler = StrataConnector(vllm_config, "SCHEDULER", None)
+        self.worker = StrataConnector(vllm_config, "WORKER", None)
+        self.kv = {f"model.layers.{l}.self_attn": FakeTensor((2, NUM_BLOCKS, BLOCK, HEADS, DIM))
+                   for l in range(LAYERS)}
+        self.worker.register_kv_caches(self.kv)
+        self.free = list(range(NUM_BLOCKS))
+        # A different block order per engine.
+        self.free = self.free[seed:] + self.free[:seed]
+        self.metadata = []
+
+    def _offset(self, blocks, position, plane):
+        block, slot = blocks[position // BLOCK], position % BLOCK
+        return plane * NUM_BLOCKS * BLOCK * ROW + (block * BLOCK + slot) * ROW
+
+    def compute(self, tokens, blocks, begin, end, layer_name):
+        layer = list(self.kv).index(layer_name)
+        hashes = prefix_hashes(tokens)
+        buf = self.kv[layer_name].buffer
+        for p in range(begin, end):
+            for plane in (0, 1):
+                base = self._offset(blocks, p, plane)
+                for e in range(ROW):
+                    buf[base + e] = kv_value(hashes[p], layer, plane, e)
+
+    def wrong_positions(self, tokens, blocks, begin, end):
+        hashes = prefix_hashes(tokens)
+        wrong = []
+        for p in range(begin, end):
+            ok = True
+            for layer, name in enumerate(self.kv):
+                buf = self.kv[name].buffer
+                for plane in (0, 1):
+                    base = self._offset(blocks, p, plane)
+                    for e in range(ROW):
+                        ok = ok and buf[base + e] == kv_value(hashes[p], layer, plane, e)
+            if not ok:
+                wrong.append(p)
+        return wrong
+
+    def run(self, request_id, tokens, before_worker=None, per_step=1 << 30):
+        """Prefills a prompt the way vLLM does; returns (matched, blocks, load errors)."""
+        request = SimpleNamespace(request_id=request_id, prompt_token_ids=list(tokens),
+                                  cache_salt=None, lora_request=None, num_tokens=len(tokens))
+        matched, load_async = self.scheduler.get_num_new_matched_tokens(request, 0)
+        assert load_async is False
+        num_blocks = (len(tokens) + BLOCK - 1) // BLOCK
+        blocks, self.free = self.free[:num_blocks], self.free[num_blocks:]
+        self.scheduler.update_state_after_alloc(request, KVCacheBlocks(blocks), matched)
+        computed, errors, first = matched, set(), True
+        while computed < len(tokens):
+            scheduled = min(per_step, len(tokens) - computed)
+            if first:
+                new = [SimpleNamespace(req_id=request_id, prompt_token_ids=list(tokens),
+                                       block_ids=(list(blocks),), num_computed_tokens=computed,
+                                       lora_request=None)]
+                cached = SimpleNamespace(req_ids=[], resumed_from_preemption=[],
+                                         new_block_ids=[], num_computed_tokens=[])
+            else:
+                new = []
+                cached = SimpleNamespace(req_ids=[request_id], resumed_from_preemption=[False],
+                                         new_block_ids=[None], num_computed_tokens=[computed])
+            first = False
+            output = SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=cached,
+                                     num_scheduled_tokens={request_id: scheduled},
+                                     finished_req_ids=set())
+            meta = self.scheduler.build_connector_meta(output)
+            meta = pickle.loads(pickle.dumps(meta))  # scheduler -> worker process
+            self.metadata.append(meta)
+            if before_worker:
+                before_worker(meta)
+            self.worker.bind_connector_metadata(meta)
+            self.worker.start_load_kv(SimpleNamespace())
+            for name in self.kv:
+                self.worker.wait_for_layer_load(name)
+                self.compute(tokens, blocks, computed, computed + scheduled, name)
+                self.worker.save_kv_layer(name, self.kv[name], None)
+            self.worker.wait_for_save()
+            errors |= self.worker.get_block_ids_with_load_errors()
+            self.worker.clear_connector_metadata()
+            computed += scheduled
+        keep, params = self.scheduler.request_finished(request, blocks)
+        assert keep is False and params is None
+        assert self.worker.get_finished({request_id}) == (None, None)
+        return matched, blocks, errors
+
+
+class DaemonProcess:
+    """connector_test_daemon in a child process."""
+
+    def __init__(self):
+        binary = os.environ.get("STRATA_TEST_DAEMON")
+        if not binary:
+            raise unittest.SkipTest("STRATA_TEST_DAEMON is not set (run through ctest)")
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix="strata-py-")
+        self.socket_path = os.path.join(self.dir, "engine.sock")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([self.binary, self.socket_path, str(64 << 20), "4096"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"test daemon did not start: {line!r}")
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+            self.proc.stdout.close()
+            self.proc = None
+
+    def close(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def blocks_of(blocks, begin, end):
+    return set(blocks[begin // BLOCK:(end + BLOCK - 1) // BLOCK])
+
+
+class VllmConnectorTest(unittest.TestCase):
+
+    def setUp(self):
+        self.daemon = DaemonProcess()
+        self.daemon.start()
+
+    def tearDown(self):
+        self.daemon.close()
+
+    def config(self, **extra):
+        return fake_vllm_config(self.daemon.socket_path, **extra)
+
+    def test_cold_store_then_warm_load_is_byte_exact(self):
+        prompt = list(range(100, 170))  # 4 full chunks and 6 tokens
+        a = FakeEngine(self.config())
+        matched, blocks, errors = a.run("a", prompt)
+        self.assertEqual(matched, 0)
+        self.assertEqual(errors, set())
+        self.assertEqual(a.worker.get_kv_connector_stats()["chunks_saved"], 4)
+
+        b = FakeEngine(self.config(), seed=7)
+        matched, blocks, errors = b.run("b", prompt)
+        self.assertEqual(matched, 64)
+        self.assertEqual(errors, set())
+        self.assertEqual(b.wrong_positions(prompt, blocks, 0, 70), [])
+        self.assertEqual(b.worker.get_kv_connector_stats()["chunks_loaded"], 4)
+        loads = b.metadata[0].native.loads
+        self.assertEqual(len(loads), 1)
+        self.assertEqual((loads[0]["token_begin"], loads[0]["token_end"]), (0, 64))
+
+    def test_full_prompt_hit_leaves_one_token_and_partial_prefixes_hit(self):
+        prompt = list(range(7, 7 + 48))
+        FakeEngine(self.config()).run("a", prompt)
+        b = FakeEngine(self.config(), seed=3)
+        matched, blocks, errors = b.run("b", prompt)
+        self.assertEqual(matched, 47)
+        self.assertEqual(b.wrong_positions(prompt, blocks, 0, 48), [])
+        other = prompt[:20] + [1] * 28  # shares chunk 0 only
+        matched, blocks, errors = b.run("c", other)
+        self.assertEqual(matched, 16)
+        self.assertEqual(errors, set())
+        self.assertEqual(b.wrong_positions(other, blocks, 0, 48), [])
+
+    def test_chunked_prefill_through_cached_requests(self):
+        prompt = list(range(500, 548))
+        a = FakeEngine(self.config())
+        a.run("a", prompt, per_step=20)
+        self.assertEqual([len(m.native.saves) for m in a.metadata], [1, 1, 1])
+        self.assertEqual(a.worker.get_kv_connector_stats()["chunks_saved"], 3)
+        b = FakeEngine(self.config(), seed=11)
+        matched, blocks, errors = b.run("b", prompt)
+        self.assertEqual(matched, 47)
+        self.assertEqual(b.wrong_positions(prompt, blocks, 0, 48), [])
+
+    def test_daemon_gone_between_lookup_and_load_reports_failed_blocks(self):
+        prompt = list(range(900, 964))
+        FakeEngine(self.config()).run("a", prompt)
+        b = FakeEngine(self.config(), seed=5)
+        matched, blocks, errors = b.run("b", prompt,
+                                        before_worker=lambda meta: self.daemon.stop())
+        self.assertEqual(matched, 63)
+        self.assertEqual(errors, blocks_of(blocks, 0, 63))
+        # With the daemon away the engine keeps going: no hits, no errors, no exceptions.
+        matched, blocks, errors = b.run("c", list(range(40)))
+        self.assertEqual((matched, errors), (0, set()))
+        self.assertEqual(b.wrong_positions(list(range(40)), blocks, 0, 40), [])
+        # A new daemon (empty): the connectors find it by themselves after the backoff.
+        self.daemon.start()
+        time.sleep(0.1)
+        FakeEngine(self.config(), seed=9).run("d", prompt)
+        matched, blocks, errors = b.run("e", prompt)
+        self.assertEqual((matched, errors), (63, set()))
+        self.assertEqual(b.wrong_positions(prompt, blocks, 0, 64), [])
+
+    def test_producer_and_consumer_roles(self):
+        prompt = list(range(64))
+        producer = FakeEngine(self.config(kv_role="kv_producer"))
+        producer.run("p", prompt)
+        matched, _, _ = producer.run("p2", prompt)
+        self.assertEqual(matched, 0, "a producer never loads")
+        consumer = FakeEngine(self.config(kv_role="kv_consumer"), seed=2)
+        matched, blocks, errors = consumer.run("c", prompt)
+        self.assertEqual(matched, 63)
+        self.assertEqual(consumer.wrong_positions(prompt, blocks, 0, 64), [])
+        consumer.run("c2", list(range(1000, 1064)))
+        self.assertEqual(consumer.worker.get_kv_connector_stats()["chunks_saved"], 0)
+
+
+class NoDaemonTest(unittest.TestCase):
+
+    def test_lookups_report_zero_at_once_and_steps_run_clean(self):
+        directory = tempfile.TemporaryDirectory(prefix="strata-py-")
+        self.addCleanup(directory.cleanup)
+        path = os.path.join(directory.name, "absent.sock")
+        engine = FakeEngine(fake_vllm_config(path, lookup_budget_ms=20))
+        start = time.monotonic()
+        matched, blocks, errors = engine.run("r", list(range(64)))
+        self.assertLess(time.monotonic() - start, 2.0)
+        self.assertEqual((matched, errors), (0, set()))
+        self.assertFalse(engine.scheduler.get_kv_connector_stats()["connected"])
+
+
+class AdapterShapeTest(unittest.TestCase):
+
+    def test_options_from_vllm_config(self):
+        config = fake_vllm_config("/tmp/x.sock", hash_algorithm="sha256_cbor", hash_seed="42")
+        config.parallel_config = SimpleNamespace(tensor_parallel_size=4, rank=6)
+        worker = strata_vllm.options_from_vllm_config(config, strata_vllm.WORKER)
+        self.assertEqual((worker.num_layers, worker.num_kv_heads, worker.head_dim),
+                         (LAYERS, HEADS, DIM))
+        self.assertEqual((worker.tp_rank, worker.tp_world_size), (2, 4))
+        self.assertEqual(worker.dtype, "bfloat16")
+        self.assertEqual(worker.block_size, BLOCK)
+        self.assertEqual(worker.chunk_tokens, CHUNK)
+        self.assertEqual(worker.hash_algorithm, "sha256_cbor")
+        self.assertEqual(worker.model_id, "fake/model")
+        scheduler = strata_vllm.options_from_vllm_config(config, strata_vllm.SCHEDULER)
+        self.assertEqual(scheduler.tp_rank, 0)
+        config.cache_config.cache_dtype = "fp8"
+        self.assertEqual(strata_vllm.options_from_vllm_config(config, 1).dtype, "fp8_e4m3")
+        bad = fake_vllm_config("/tmp/x.sock", no_such_option=1)
+        with self.assertRaises(ValueError):
+            strata_vllm.options_from_vllm_config(bad, strata_vllm.WORKER)
+        with self.assertRaises(ValueError):
+            StrataConnector(fake_vllm_config("/tmp/x.sock"), "driver", None)
+
+    def test_metadata_pickles(self):
+        meta = StrataConnectorMetadata()
+        again = pickle.loads(pickle.dumps(meta))
+        self.assertIsInstance(again, StrataConnectorMetadata)
+        self.assertEqual(again.native, meta.native)
+        with self.assertRaises(ValueError):
+            strata_connector.ConnectorMetadata.deserialize(b"not metadata")
+
+    def test_mixes_with_a_vllm_base_class(self):
+        class KVConnectorBase_V1:  # stands in for vLLM's
+            def has_connector_metadata(self):
+                return "base"
+
+            def take_events(self):
+                return ["base"]
+
+        cls = strata_vllm.make_vllm_connector_class(KVConnectorBase_V1)
+        connector = cls(fake_vllm_config("/tmp/x.sock"), "SCHEDULER", None)
+        self.assertIsInstance(connector, KVConnectorBase_V1)
+        self.assertEqual(connector.take_events(), ())  # ours wins
+        self.assertEqual(connector.get_num_new_matched_tokens(
+            SimpleNamespace(request_id="r", prompt_token_ids=[1] * 40, cache_salt=None,
+                            lora_request=None), 0), (0, False))
+
+    def test_binding_errors_are_exceptions(self):
+        options = strata_connector.ConnectorOptions()
+        with self.assertRaises(ValueError):
+            strata_connector.SchedulerConnector(options)  # no socket path, no layout
+        options.socket_path = "/tmp/x.sock"
+        options.model_id, options.num_layers, options.num_kv_heads, options.head_dim = (
+            "m", 2, 2, 8)
+        options.dtype = "float64"
+        with self.assertRaises(ValueError):
+            options.validate()
+        options.dtype = "float16"
+        options.validate()
+        scheduler = strata_connector.SchedulerConnector(options)
+        with self.assertRaises(strata_connector.StrataError):
+            scheduler.update_state_after_alloc("unknown", [1, 2], 16)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,429 @@
+// The C ABI over the C++ connector. Every entry point catches everything: no exception crosses
+// into C.
+#include "strata/connector_c.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/chunk_key.h"
+#include "fmt/format.h"
+#include "strata/connector.h"
+
+struct strata_scheduler {
+  std::unique_ptr<strata::connector::SchedulerConnector> impl;
+};
+struct strata_worker {
+  std::unique_ptr<strata::connector::WorkerConnector> impl;
+  std::vector<int32_t> pending_errors;  // fetched from the worker, not yet handed out
+};
+struct strata_metadata {
+  strata::connector::ConnectorMetadata impl;
+};
+
+namespace {
+
+using strata::connector::ConnectorOptions;
+
+thread_local std::string last_error;
+
+strata_status Fail(strata_status code, std::string message) {
+  last_error = std::move(message);
+  return code;
+}
+
+strata_status FromStatus(const absl::Status& status) {
+  if (status.ok()) return STRATA_OK;
+  return Fail(static_cast<strata_status>(status.code()),
+              std::string(status.message().data(), status.message().size()));
+}
+
+// Runs `body`, turning exceptions into statuses.
+template <class F>
+strata_status Guard(F&& body) {
+  try {
+    last_error.clear();
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(STRATA_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(STRATA_INTERNAL, fmt::format("unexpected exception: {}", e.what()));
+  } catch (...) {
+    return Fail(STRATA_INTERNAL, "unexpected exception");
+  }
+}
+
+#define STRATA_C_REQUIRE(cond, what)                           \
+  do {                                                         \
+    if (!(cond)) return Fail(STRATA_INVALID_ARGUMENT, (what)); \
+  } while (false)
+
+std::string_view OrEmpty(const char* s) { return s == nullptr ? std::string_view() : s; }
+
+absl::StatusOr<ConnectorOptions> ToOptions(const strata_connector_options* in) {
+  if (in == nullptr) return absl::InvalidArgumentError("options is NULL");
+  if (in->struct_size != sizeof(strata_connector_options)) {
+    return absl::InvalidArgumentError(
+        fmt::format("options.struct_size is {}, this library expects {} (call "
+                    "strata_options_init)",
+                    in->struct_size, sizeof(strata_connector_options)));
+  }
+  ConnectorOptions out;
+  out.socket_path = OrEmpty(in->socket_path);
+  if (in->engine_id != nullptr) out.engine_id = in->engine_id;
+  strata::KvLayout& layout = out.layout;
+  layout.model_id = OrEmpty(in->model_id);
+  if (in->kv_kind != 1 && in->kv_kind != 2) {
+    return absl::InvalidArgumentError(fmt::format("unknown kv_kind {}", in->kv_kind));
+  }
+  layout.kind = static_cast<strata::KvKind>(in->kv_kind);
+  if (in->dtype < 1 || in->dtype > 5) {
+    return absl::InvalidArgumentError(fmt::format("unknown dtype {}", in->dtype));
+  }
+  layout.dtype = static_cast<strata::KvDtype>(in->dtype);
+  if (in->positional != 1 && in->positional != 2) {
+    return absl::InvalidArgumentError(fmt::format("unknown positional {}", in->positional));
+  }
+  layout.positional = static_cast<strata::PositionalFormat>(in->positional);
+  layout.num_layers = in->num_layers;
+  layout.num_kv_heads = in->num_kv_heads;
+  layout.head_dim = in->head_dim;
+  layout.tp_rank = in->tp_rank;
+  layout.tp_world_size = in->tp_world_size;
+  layout.chunk_tokens = in->chunk_tokens;
+  if (in->hash_algorithm != nullptr) {
+    auto algorithm = strata::ParseHashAlgorithm(in->hash_algorithm);
+    if (!algorithm.ok()) return algorithm.status();
+    out.hashing.algorithm = *algorithm;
+  }
+  if (in->hash_seed != nullptr) out.hashing.seed = in->hash_seed;
+  out.block_size = in->block_size;
+  out.lookup_budget = std::chrono::milliseconds(in->lookup_budget_ms);
+  out.io_timeout = std::chrono::milliseconds(in->io_timeout_ms);
+  out.reconnect_min_backoff = std::chrono::milliseconds(in->reconnect_min_backoff_ms);
+  out.reconnect_max_backoff = std::chrono::milliseconds(in->reconnect_max_backoff_ms);
+  out.lease_ms = in->lease_ms;
+  out.enable_load = in->enable_load != 0;
+  out.enable_save = in->enable_save != 0;
+  out.store_partial_chunks = in->store_partial_chunks != 0;
+  out.verify_checksums = in->verify_checksums != 0;
+  if (in->device_backend != nullptr) {
+    auto backend = strata::storage::ParseDeviceBackend(in->device_backend);
+    if (!backend.ok()) return backend.status();
+    out.device_backend = *backend;
+  }
+  out.device_ordinal = in->device_ordinal;
+  if (absl::Status valid = out.Validate(); !valid.ok()) return valid;
+  return out;
+}
+
+absl::StatusOr<strata::connector::KvTensor> ToTensor(const strata_tensor& in, std::string_view name,
+                                                     size_t layer) {
+  if (in.ndim > 8 || (in.ndim > 0 && (in.shape == nullptr || in.strides == nullptr))) {
+    return absl::InvalidArgumentError(
+        fmt::format("layer {}: {} has ndim {} and shape/strides {}/{}", layer, name, in.ndim,
+                    in.shape == nullptr ? "NULL" : "set", in.strides == nullptr ? "NULL" : "set"));
+  }
+  strata::connector::KvTensor out;
+  out.data = in.data;
+  out.shape.assign(in.shape, in.shape + in.ndim);
+  out.strides.assign(in.strides, in.strides + in.ndim);
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* strata_last_error(void) { return last_error.c_str(); }
+
+void strata_options_init(strata_connector_options* options) {
+  if (options == nullptr) return;
+  const ConnectorOptions defaults;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(strata_connector_options);
+  options->engine_id = nullptr;
+  options->kv_kind = STRATA_KV_MHA;
+  options->dtype = STRATA_DTYPE_BFLOAT16;
+  options->tp_world_size = 1;
+  options->positional = STRATA_POSITIONAL_ROPE_APPLIED;
+  options->chunk_tokens = strata::KvLayout::kDefaultChunkTokens;
+  options->hash_algorithm = "xxh3_128";
+  options->hash_seed = "0";
+  options->block_size = defaults.block_size;
+  options->lookup_budget_ms = static_cast<uint32_t>(defaults.lookup_budget.count());
+  options->io_timeout_ms = static_cast<uint32_t>(defaults.io_timeout.count());
+  options->reconnect_min_backoff_ms = static_cast<uint32_t>(defaults.reconnect_min_backoff.count());
+  options->reconnect_max_backoff_ms = static_cast<uint32_t>(defaults.reconnect_max_backoff.count());
+  options->lease_ms = defaults.lease_ms;
+  options->enable_load = defaults.enable_load ? 1 : 0;
+  options->enable_save = defaults.enable_save ? 1 : 0;
+  options->store_partial_chunks = defaults.store_partial_chunks ? 1 : 0;
+  options->verify_checksums = defaults.verify_checksums ? 1 : 0;
+  options->device_backend = "auto";
+  options->device_ordinal = 0;
+}
+
+strata_status strata_scheduler_create(const strata_connector_options* options,
+                                      strata_scheduler** out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(out != nullptr, "out is NULL");
+    *out = nullptr;
+    auto parsed = ToOptions(options);
+    if (!parsed.ok()) return FromStatus(parsed.status());
+    auto scheduler = strata::connector::SchedulerConnector::Create(*parsed);
+    if (!scheduler.ok()) return FromStatus(scheduler.status());
+    *out = new strata_scheduler{std::move(*scheduler)};
+    return STRATA_OK;
+  });
+}
+
+void strata_scheduler_destroy(strata_scheduler* scheduler) {
+  try {
+    delete scheduler;
+  } catch (...) {
+  }
+}
+
+strata_status strata_scheduler_get_num_new_matched_tokens(
+    strata_scheduler* scheduler, const char* request_id, const uint32_t* prompt_tokens,
+    size_t num_prompt_tokens, int64_t num_computed_tokens, const char* tenant_salt,
+    const char* lora_name, int64_t* out_num_tokens, int32_t* out_load_async) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(scheduler != nullptr, "scheduler is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    STRATA_C_REQUIRE(prompt_tokens != nullptr || num_prompt_tokens == 0, "prompt_tokens is NULL");
+    STRATA_C_REQUIRE(out_num_tokens != nullptr, "out_num_tokens is NULL");
+    const strata::connector::MatchResult result = scheduler->impl->GetNumNewMatchedTokens(
+        {.request_id = request_id,
+         .prompt_tokens = {prompt_tokens, num_prompt_tokens},
+         .tenant_salt = OrEmpty(tenant_salt),
+         .lora_name = OrEmpty(lora_name)},
+        num_computed_tokens);
+    *out_num_tokens = result.num_tokens;
+    if (out_load_async != nullptr) *out_load_async = result.load_async ? 1 : 0;
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_scheduler_update_state_after_alloc(strata_scheduler* scheduler,
+                                                        const char* request_id,
+                                                        const int32_t* block_ids,
+                                                        size_t num_block_ids,
+                                                        int64_t num_external_tokens) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(scheduler != nullptr, "scheduler is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    STRATA_C_REQUIRE(block_ids != nullptr || num_block_ids == 0, "block_ids is NULL");
+    return FromStatus(scheduler->impl->UpdateStateAfterAlloc(request_id, {block_ids, num_block_ids},
+                                                             num_external_tokens));
+  });
+}
+
+strata_status strata_scheduler_build_meta(strata_scheduler* scheduler,
+                                          const strata_scheduled_request* requests,
+                                          size_t num_requests,
+                                          const char* const* finished_request_ids,
+                                          size_t num_finished, strata_metadata** out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(out != nullptr, "out is NULL");
+    *out = nullptr;
+    STRATA_C_REQUIRE(scheduler != nullptr, "scheduler is NULL");
+    STRATA_C_REQUIRE(requests != nullptr || num_requests == 0, "requests is NULL");
+    STRATA_C_REQUIRE(finished_request_ids != nullptr || num_finished == 0,
+                     "finished_request_ids is NULL");
+    strata::connector::SchedulerStep step;
+    step.requests.reserve(num_requests);
+    for (size_t i = 0; i < num_requests; ++i) {
+      const strata_scheduled_request& r = requests[i];
+      if (r.request_id == nullptr) {
+        return Fail(STRATA_INVALID_ARGUMENT, fmt::format("requests[{}].request_id is NULL", i));
+      }
+      if (r.kind > STRATA_SCHEDULED_RESUMED) {
+        return Fail(STRATA_INVALID_ARGUMENT, fmt::format("requests[{}].kind is {}", i, r.kind));
+      }
+      if ((r.block_ids == nullptr && r.num_block_ids > 0) ||
+          (r.prompt_tokens == nullptr && r.num_prompt_tokens > 0)) {
+        return Fail(STRATA_INVALID_ARGUMENT, fmt::format("requests[{}] has a NULL array", i));
+      }
+      strata::connector::ScheduledRequest& out_request = step.requests.emplace_back();
+      out_request.request_id = r.request_id;
+      out_request.kind = static_cast<strata::connector::ScheduledKind>(r.kind);
+      out_request.num_computed_tokens = r.num_computed_tokens;
+      out_request.num_scheduled_tokens = r.num_scheduled_tokens;
+      out_request.block_ids.assign(r.block_ids, r.block_ids + r.num_block_ids);
+      out_request.prompt_tokens.assign(r.prompt_tokens, r.prompt_tokens + r.num_prompt_tokens);
+      out_request.tenant_salt = OrEmpty(r.tenant_salt);
+      out_request.lora_name = OrEmpty(r.lora_name);
+    }
+    for (size_t i = 0; i < num_finished; ++i) {
+      if (finished_request_ids[i] == nullptr) {
+        return Fail(STRATA_INVALID_ARGUMENT, fmt::format("finished_request_ids[{}] is NULL", i));
+      }
+      step.finished_request_ids.emplace_back(finished_request_ids[i]);
+    }
+    *out = new strata_metadata{scheduler->impl->BuildConnectorMeta(step)};
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_scheduler_request_finished(strata_scheduler* scheduler, const char* request_id,
+                                                const int32_t* block_ids, size_t num_block_ids,
+                                                int32_t* out_keep_blocks) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(scheduler != nullptr, "scheduler is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    STRATA_C_REQUIRE(block_ids != nullptr || num_block_ids == 0, "block_ids is NULL");
+    const bool keep = scheduler->impl->RequestFinished(request_id, {block_ids, num_block_ids});
+    if (out_keep_blocks != nullptr) *out_keep_blocks = keep ? 1 : 0;
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_metadata_serialize(const strata_metadata* metadata, uint8_t* buffer,
+                                        size_t capacity, size_t* out_size) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(metadata != nullptr, "metadata is NULL");
+    STRATA_C_REQUIRE(out_size != nullptr, "out_size is NULL");
+    const std::string bytes = metadata->impl.Serialize();
+    *out_size = bytes.size();
+    if (capacity < bytes.size()) {
+      return Fail(STRATA_OUT_OF_RANGE, fmt::format("metadata needs {} bytes; the buffer has {}",
+                                                   bytes.size(), capacity));
+    }
+    STRATA_C_REQUIRE(buffer != nullptr, "buffer is NULL");
+    std::memcpy(buffer, bytes.data(), bytes.size());
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_metadata_deserialize(const uint8_t* bytes, size_t size,
+                                          strata_metadata** out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(out != nullptr, "out is NULL");
+    *out = nullptr;
+    STRATA_C_REQUIRE(bytes != nullptr || size == 0, "bytes is NULL");
+    auto meta = strata::connector::ConnectorMetadata::Deserialize(
+        std::string_view(reinterpret_cast<const char*>(bytes), size));
+    if (!meta.ok()) return FromStatus(meta.status());
+    *out = new strata_metadata{std::move(*meta)};
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_metadata_counts(const strata_metadata* metadata, size_t* out_num_loads,
+                                     size_t* out_num_saves) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(metadata != nullptr, "metadata is NULL");
+    if (out_num_loads != nullptr) *out_num_loads = metadata->impl.loads.size();
+    if (out_num_saves != nullptr) *out_num_saves = metadata->impl.saves.size();
+    return STRATA_OK;
+  });
+}
+
+void strata_metadata_destroy(strata_metadata* metadata) { delete metadata; }
+
+strata_status strata_worker_create(const strata_connector_options* options, strata_worker** out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(out != nullptr, "out is NULL");
+    *out = nullptr;
+    auto parsed = ToOptions(options);
+    if (!parsed.ok()) return FromStatus(parsed.status());
+    auto worker = strata::connector::WorkerConnector::Create(*parsed);
+    if (!worker.ok()) return FromStatus(worker.status());
+    *out = new strata_worker{std::move(*worker), {}};
+    return STRATA_OK;
+  });
+}
+
+void strata_worker_destroy(strata_worker* worker) {
+  try {
+    delete worker;
+  } catch (...) {
+  }
+}
+
+strata_status strata_worker_register_kv_caches(strata_worker* worker, const strata_layer_kv* layers,
+                                               size_t num_layers) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    STRATA_C_REQUIRE(layers != nullptr || num_layers == 0, "layers is NULL");
+    std::vector<strata::connector::LayerKvCache> caches;
+    caches.reserve(num_layers);
+    for (size_t l = 0; l < num_layers; ++l) {
+      strata::connector::LayerKvCache& cache = caches.emplace_back();
+      auto kv = ToTensor(layers[l].kv, "kv", l);
+      if (!kv.ok()) return FromStatus(kv.status());
+      cache.kv = std::move(*kv);
+      if (layers[l].v != nullptr) {
+        auto v = ToTensor(*layers[l].v, "v", l);
+        if (!v.ok()) return FromStatus(v.status());
+        cache.v = std::move(*v);
+      }
+    }
+    return FromStatus(worker->impl->RegisterKvCaches(caches));
+  });
+}
+
+strata_status strata_worker_start_load_kv(strata_worker* worker, const strata_metadata* metadata,
+                                          int32_t has_engine_stream, uintptr_t engine_stream) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    STRATA_C_REQUIRE(metadata != nullptr, "metadata is NULL");
+    strata::connector::StepOptions step;
+    if (has_engine_stream != 0) step.engine_stream = engine_stream;
+    return FromStatus(worker->impl->StartLoadKv(metadata->impl, step));
+  });
+}
+
+strata_status strata_worker_wait_for_layer_load(strata_worker* worker, uint32_t layer) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    return FromStatus(worker->impl->WaitForLayerLoad(layer));
+  });
+}
+
+strata_status strata_worker_save_kv_layer(strata_worker* worker, uint32_t layer,
+                                          int32_t has_engine_stream, uintptr_t engine_stream) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    strata::connector::StepOptions step;
+    if (has_engine_stream != 0) step.engine_stream = engine_stream;
+    return FromStatus(worker->impl->SaveKvLayer(layer, step));
+  });
+}
+
+strata_status strata_worker_wait_for_save(strata_worker* worker) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    return FromStatus(worker->impl->WaitForSave());
+  });
+}
+
+strata_status strata_worker_get_block_ids_with_load_errors(strata_worker* worker, int32_t* out,
+                                                           size_t capacity, size_t* out_count) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    STRATA_C_REQUIRE(out_count != nullptr, "out_count is NULL");
+    std::vector<int32_t> fresh = worker->impl->GetBlockIdsWithLoadErrors();
+    std::vector<int32_t>& pending = worker->pending_errors;
+    pending.insert(pending.end(), fresh.begin(), fresh.end());
+    std::sort(pending.begin(), pending.end());
+    pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+    *out_count = pending.size();
+    if (capacity < pending.size()) {
+      return Fail(STRATA_OUT_OF_RANGE, fmt::format("{} block ids pending; the buffer holds {}",
+                                                   pending.size(), capacity));
+    }
+    STRATA_C_REQUIRE(out != nullptr || pending.empty(), "out is NULL");
+    std::copy(pending.begin(), pending.end(), out);
+    pending.clear();
+    return STRATA_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,288 @@
+#include "strata/connector_c.h"
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connector/src/testing/test_daemon.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+extern "C" int strata_c_header_check(void);
+
+namespace {
+
+using strata::connector::testing::TestDaemon;
+using ::testing::HasSubstr;
+
+constexpr uint32_t kLayers = 2;
+constexpr int64_t kBlocks = 32;
+constexpr int64_t kBlock = 4;
+constexpr int64_t kHeads = 2;
+constexpr int64_t kDim = 8;
+
+// The options point into `socket_path`, which must outlive them.
+strata_connector_options Options(const std::string& socket_path) {
+  strata_connector_options options;
+  strata_options_init(&options);
+  options.socket_path = socket_path.c_str();
+  options.engine_id = "c-test";
+  options.model_id = "c-model";
+  options.num_layers = kLayers;
+  options.num_kv_heads = kHeads;
+  options.head_dim = kDim;
+  options.dtype = STRATA_DTYPE_FLOAT16;
+  options.chunk_tokens = 16;
+  options.block_size = kBlock;
+  options.lookup_budget_ms = 1000;
+  options.io_timeout_ms = 2000;
+  options.device_backend = "host";
+  return options;
+}
+
+TEST(ConnectorCTest, HeaderCompilesAsCAndInitGivesDefaults) {
+  // No socket path: create fails with INVALID_ARGUMENT.
+  EXPECT_EQ(strata_c_header_check(), STRATA_INVALID_ARGUMENT);
+  strata_connector_options options;
+  strata_options_init(&options);
+  EXPECT_EQ(options.struct_size, sizeof(strata_connector_options));
+  EXPECT_EQ(options.chunk_tokens, 256u);
+  EXPECT_EQ(options.lookup_budget_ms, 20u);
+  EXPECT_EQ(options.enable_load, 1);
+  EXPECT_STREQ(options.hash_algorithm, "xxh3_128");
+}
+
+TEST(ConnectorCTest, CreateReportsBadOptions) {
+  strata_scheduler* scheduler = reinterpret_cast<strata_scheduler*>(0x1);
+  EXPECT_EQ(strata_scheduler_create(nullptr, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(scheduler, nullptr);
+  EXPECT_THAT(strata_last_error(), HasSubstr("NULL"));
+  EXPECT_EQ(strata_scheduler_create(nullptr, nullptr), STRATA_INVALID_ARGUMENT);
+
+  const std::string path = "/tmp/strata-c-test.sock";
+  strata_connector_options options = Options(path);
+  options.struct_size = 8;
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("struct_size"));
+
+  const std::string empty;  // Options keeps the c_str() of its argument
+  options = Options(empty);
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("socket_path"));
+  options = Options(path);
+  options.dtype = 42;
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("dtype"));
+  options = Options(path);
+  options.hash_algorithm = "md5";
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  options = Options(path);
+  options.num_layers = 0;
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("layout"));
+  options = Options(path);
+  options.device_backend = "tpu";
+  strata_worker* worker = nullptr;
+  EXPECT_EQ(strata_worker_create(&options, &worker), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(worker, nullptr);
+  options = Options(path);
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_OK) << strata_last_error();
+  EXPECT_STREQ(strata_last_error(), "");
+  strata_scheduler_destroy(scheduler);
+  strata_scheduler_destroy(nullptr);
+  strata_worker_destroy(nullptr);
+  strata_metadata_destroy(nullptr);
+}
+
+TEST(ConnectorCTest, NullHandlesAndArraysAreInvalidArguments) {
+  int64_t tokens = 0;
+  EXPECT_EQ(strata_scheduler_get_num_new_matched_tokens(nullptr, "r", nullptr, 0, 0, nullptr,
+                                                        nullptr, &tokens, nullptr),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_scheduler_update_state_after_alloc(nullptr, "r", nullptr, 0, 0),
+            STRATA_INVALID_ARGUMENT);
+  strata_metadata* meta = nullptr;
+  EXPECT_EQ(strata_scheduler_build_meta(nullptr, nullptr, 0, nullptr, 0, &meta),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_worker_wait_for_layer_load(nullptr, 0), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_worker_wait_for_save(nullptr), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_worker_start_load_kv(nullptr, nullptr, 0, 0), STRATA_INVALID_ARGUMENT);
+  size_t count = 0;
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(nullptr, nullptr, 0, &count),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_metadata_serialize(nullptr, nullptr, 0, &count), STRATA_INVALID_ARGUMENT);
+
+  TestDaemon daemon;
+  strata_connector_options options = Options(daemon.socket_path());
+  strata_scheduler* scheduler = nullptr;
+  ASSERT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_OK);
+  EXPECT_EQ(strata_scheduler_get_num_new_matched_tokens(scheduler, nullptr, nullptr, 0, 0, nullptr,
+                                                        nullptr, &tokens, nullptr),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_scheduler_get_num_new_matched_tokens(scheduler, "r", nullptr, 5, 0, nullptr,
+                                                        nullptr, &tokens, nullptr),
+            STRATA_INVALID_ARGUMENT);
+  strata_scheduled_request request{};
+  request.request_id = "r";
+  request.kind = 7;
+  EXPECT_EQ(strata_scheduler_build_meta(scheduler, &request, 1, nullptr, 0, &meta),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("kind"));
+  const char* finished[] = {nullptr};
+  EXPECT_EQ(strata_scheduler_build_meta(scheduler, nullptr, 0, finished, 1, &meta),
+            STRATA_INVALID_ARGUMENT);
+  // A load nobody offered: an error, and the load comes back failed in the metadata.
+  const int32_t blocks[] = {1, 2};
+  EXPECT_EQ(strata_scheduler_update_state_after_alloc(scheduler, "ghost", blocks, 2, 8),
+            STRATA_FAILED_PRECONDITION);
+  ASSERT_EQ(strata_scheduler_build_meta(scheduler, nullptr, 0, nullptr, 0, &meta), STRATA_OK);
+  size_t loads = 0, saves = 0;
+  ASSERT_EQ(strata_metadata_counts(meta, &loads, &saves), STRATA_OK);
+  EXPECT_EQ(loads, 1u);
+  EXPECT_EQ(saves, 0u);
+  strata_metadata_destroy(meta);
+  strata_scheduler_destroy(scheduler);
+}
+
+TEST(ConnectorCTest, LastErrorIsPerThread) {
+  EXPECT_EQ(strata_worker_wait_for_save(nullptr), STRATA_INVALID_ARGUMENT);
+  std::string other;
+  std::thread([&] { other = strata_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_THAT(strata_last_error(), HasSubstr("worker"));
+}
+
+TEST(ConnectorCTest, MetadataSerializationAndBuffers) {
+  EXPECT_EQ(strata_metadata_deserialize(reinterpret_cast<const uint8_t*>("junk"), 4, nullptr),
+            STRATA_INVALID_ARGUMENT);
+  strata_metadata* meta = nullptr;
+  EXPECT_EQ(strata_metadata_deserialize(reinterpret_cast<const uint8_t*>("junk"), 4, &meta),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(meta, nullptr);
+}
+
+// A whole store-then-load through the C ABI only.
+TEST(ConnectorCTest, StoreThenLoadThroughTheCAbi) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  const strata_connector_options options = Options(daemon.socket_path());
+  const int64_t plane = kBlocks * kBlock * kHeads * kDim;
+  const int64_t shape[] = {2, kBlocks, kBlock, kHeads, kDim};
+  const int64_t strides[] = {plane, kBlock * kHeads * kDim, kHeads * kDim, kDim, 1};
+  std::vector<uint32_t> prompt(32);
+  std::iota(prompt.begin(), prompt.end(), 500);
+  std::vector<int32_t> blocks(8);
+  std::iota(blocks.begin(), blocks.end(), 3);
+
+  struct Side {
+    strata_scheduler* scheduler = nullptr;
+    strata_worker* worker = nullptr;
+    std::vector<std::vector<uint16_t>> kv;
+  };
+  auto open = [&](Side& side, uint16_t fill) {
+    ASSERT_EQ(strata_scheduler_create(&options, &side.scheduler), STRATA_OK) << strata_last_error();
+    ASSERT_EQ(strata_worker_create(&options, &side.worker), STRATA_OK) << strata_last_error();
+    std::vector<strata_layer_kv> layers(kLayers);
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      side.kv.emplace_back(2 * plane, fill);
+      layers[l].kv = {side.kv.back().data(), 5, shape, strides};
+      layers[l].v = nullptr;
+    }
+    ASSERT_EQ(strata_worker_register_kv_caches(side.worker, layers.data(), kLayers), STRATA_OK)
+        << strata_last_error();
+  };
+  auto step = [&](Side& side, const char* id, int64_t* matched) {
+    ASSERT_EQ(strata_scheduler_get_num_new_matched_tokens(side.scheduler, id, prompt.data(),
+                                                          prompt.size(), 0, nullptr, nullptr,
+                                                          matched, nullptr),
+              STRATA_OK);
+    ASSERT_EQ(strata_scheduler_update_state_after_alloc(side.scheduler, id, blocks.data(),
+                                                        blocks.size(), *matched),
+              STRATA_OK);
+    strata_scheduled_request request{};
+    request.request_id = id;
+    request.kind = STRATA_SCHEDULED_NEW;
+    request.num_computed_tokens = *matched;
+    request.num_scheduled_tokens = 32 - *matched;
+    request.block_ids = blocks.data();
+    request.num_block_ids = blocks.size();
+    strata_metadata* meta = nullptr;
+    ASSERT_EQ(strata_scheduler_build_meta(side.scheduler, &request, 1, nullptr, 0, &meta),
+              STRATA_OK);
+    // Through bytes, as between processes.
+    size_t size = 0;
+    ASSERT_EQ(strata_metadata_serialize(meta, nullptr, 0, &size), STRATA_OUT_OF_RANGE);
+    std::vector<uint8_t> bytes(size);
+    ASSERT_EQ(strata_metadata_serialize(meta, bytes.data(), bytes.size(), &size), STRATA_OK);
+    strata_metadata_destroy(meta);
+    ASSERT_EQ(strata_metadata_deserialize(bytes.data(), bytes.size(), &meta), STRATA_OK);
+    ASSERT_EQ(strata_worker_start_load_kv(side.worker, meta, 0, 0), STRATA_OK)
+        << strata_last_error();
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      ASSERT_EQ(strata_worker_wait_for_layer_load(side.worker, l), STRATA_OK);
+      ASSERT_EQ(strata_worker_save_kv_layer(side.worker, l, 0, 0), STRATA_OK);
+    }
+    ASSERT_EQ(strata_worker_wait_for_save(side.worker), STRATA_OK);
+    strata_metadata_destroy(meta);
+  };
+
+  Side a;
+  open(a, 0x1234);
+  int64_t matched = -1;
+  step(a, "a", &matched);
+  EXPECT_EQ(matched, 0);
+
+  Side b;
+  open(b, 0);
+  step(b, "b", &matched);
+  EXPECT_EQ(matched, 31);
+  // Positions 0..30 of every layer and plane came from A.
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (int64_t p = 0; p < 31; ++p) {
+      for (int64_t plane_index = 0; plane_index < 2; ++plane_index) {
+        const int64_t base =
+            plane_index * plane + (blocks[p / kBlock] * kBlock + p % kBlock) * kHeads * kDim;
+        for (int64_t e = 0; e < kHeads * kDim; ++e) {
+          ASSERT_EQ(b.kv[l][base + e], 0x1234) << "layer " << l << " position " << p;
+        }
+      }
+    }
+  }
+  size_t count = 99;
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, nullptr, 0, &count), STRATA_OK);
+  EXPECT_EQ(count, 0u);
+
+  // A load that fails: the metadata claims chunks nobody stored.
+  strata_metadata* meta = nullptr;
+  const int32_t more_blocks[] = {20, 21, 22, 23};
+  ASSERT_EQ(strata_scheduler_update_state_after_alloc(b.scheduler, "nobody", more_blocks, 4, 16),
+            STRATA_FAILED_PRECONDITION);
+  ASSERT_EQ(strata_scheduler_build_meta(b.scheduler, nullptr, 0, nullptr, 0, &meta), STRATA_OK);
+  ASSERT_EQ(strata_worker_start_load_kv(b.worker, meta, 0, 0), STRATA_OK);
+  ASSERT_EQ(strata_worker_wait_for_save(b.worker), STRATA_OK);
+  strata_metadata_destroy(meta);
+  int32_t two[2];
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, two, 2, &count),
+            STRATA_OUT_OF_RANGE);
+  EXPECT_EQ(count, 4u);
+  int32_t four[4];
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, four, 4, &count), STRATA_OK);
+  EXPECT_EQ(count, 4u);
+  EXPECT_EQ(std::vector<int32_t>(four, four + 4), std::vector<int32_t>({20, 21, 22, 23}));
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, four, 4, &count), STRATA_OK);
+  EXPECT_EQ(count, 0u);
+
+  // A bad tensor description.
+  strata_layer_kv bad{};
+  bad.kv = {nullptr, 5, nullptr, strides};
+  EXPECT_EQ(strata_worker_register_kv_caches(b.worker, &bad, 1), STRATA_INVALID_ARGUMENT);
+
+  for (Side* side : {&a, &b}) {
+    strata_worker_destroy(side->worker);
+    strata_scheduler_destroy(side->scheduler);
+  }
+}
+
+}  // namespace

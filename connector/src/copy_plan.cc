@@ -1,0 +1,153 @@
+#include "connector/src/copy_plan.h"
+
+#include <algorithm>
+
+#include "fmt/format.h"
+
+namespace strata::connector::internal {
+namespace {
+
+void AppendRun(const void* src, void* dst, uint64_t size, std::vector<storage::CopyRun>& runs) {
+  if (!runs.empty()) {
+    storage::CopyRun& last = runs.back();
+    if (static_cast<const std::byte*>(last.src) + last.size_bytes == src &&
+        static_cast<std::byte*>(last.dst) + last.size_bytes == dst) {
+      last.size_bytes += size;
+      return;
+    }
+  }
+  runs.push_back({src, dst, size});
+}
+
+// Emits the copy of `size` payload bytes at payload offset `offset` to or from the engine bytes
+// at `engine`, splitting it where the payload crosses from one extent to the next.
+class PayloadWriter {
+ public:
+  PayloadWriter(std::span<const ArenaExtent> extents, std::byte* arena_base,
+                CopyDirection direction, std::vector<storage::CopyRun>& runs)
+      : extents_(extents), arena_base_(arena_base), direction_(direction), runs_(runs) {}
+
+  void Copy(uint64_t offset, std::byte* engine, uint64_t size) {
+    // Payload offsets of one layer are visited in increasing order: walk forward from the last
+    // extent, and back to the start only if asked for an earlier offset.
+    if (offset < extent_start_) {
+      index_ = 0;
+      extent_start_ = 0;
+    }
+    while (size > 0) {
+      while (offset >= extent_start_ + extents_[index_].length) {
+        extent_start_ += extents_[index_].length;
+        ++index_;
+      }
+      const ArenaExtent& extent = extents_[index_];
+      const uint64_t within = offset - extent_start_;
+      const uint64_t piece = std::min(size, extent.length - within);
+      std::byte* arena = arena_base_ + extent.offset + within;
+      if (direction_ == CopyDirection::kArenaToEngine) {
+        AppendRun(arena, engine, piece, runs_);
+      } else {
+        AppendRun(engine, arena, piece, runs_);
+      }
+      offset += piece;
+      engine += piece;
+      size -= piece;
+    }
+  }
+
+ private:
+  const std::span<const ArenaExtent> extents_;
+  std::byte* const arena_base_;
+  const CopyDirection direction_;
+  std::vector<storage::CopyRun>& runs_;
+  size_t index_ = 0;
+  uint64_t extent_start_ = 0;
+};
+
+}  // namespace
+
+absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache,
+                               uint64_t arena_size_bytes, const ChunkCopy& chunk) {
+  const PagedKvGeometry& g = cache.geometry;
+  if (chunk.chunk_tokens == 0 || chunk.chunk_tokens > layout.chunk_tokens) {
+    return absl::InvalidArgumentError(fmt::format("chunk of {} tokens; chunks hold 1 to {}",
+                                                  chunk.chunk_tokens, layout.chunk_tokens));
+  }
+  if (chunk.num_tokens == 0 || chunk.token_begin > chunk.chunk_tokens ||
+      chunk.num_tokens > chunk.chunk_tokens - chunk.token_begin) {
+    return absl::InvalidArgumentError(
+        fmt::format("tokens [{}, {}) outside a chunk of {}", chunk.token_begin,
+                    uint64_t{chunk.token_begin} + chunk.num_tokens, chunk.chunk_tokens));
+  }
+  uint64_t total = 0;
+  for (const ArenaExtent& extent : chunk.extents) {
+    if (extent.length == 0 || extent.offset > arena_size_bytes ||
+        extent.length > arena_size_bytes - extent.offset) {
+      return absl::InvalidArgumentError(
+          fmt::format("extent [{}, +{}) outside the arena of {} bytes", extent.offset,
+                      extent.length, arena_size_bytes));
+    }
+    total += extent.length;
+  }
+  if (total != layout.chunk_bytes(chunk.chunk_tokens)) {
+    return absl::InvalidArgumentError(
+        fmt::format("extents hold {} bytes; a chunk of {} tokens has {}", total, chunk.chunk_tokens,
+                    layout.chunk_bytes(chunk.chunk_tokens)));
+  }
+  if (chunk.position_begin < 0) {
+    return absl::InvalidArgumentError(fmt::format("negative position {}", chunk.position_begin));
+  }
+  const int64_t first_block = chunk.position_begin / g.block_size;
+  const int64_t last_block = (chunk.position_begin + chunk.num_tokens - 1) / g.block_size;
+  if (last_block >= static_cast<int64_t>(chunk.block_ids.size())) {
+    return absl::InvalidArgumentError(fmt::format("positions up to {} need {} blocks; {} given",
+                                                  chunk.position_begin + chunk.num_tokens,
+                                                  last_block + 1, chunk.block_ids.size()));
+  }
+  for (int64_t b = first_block; b <= last_block; ++b) {
+    const int32_t id = chunk.block_ids[b];
+    if (id < 0 || id >= g.num_blocks) {
+      return absl::InvalidArgumentError(
+          fmt::format("block id {} outside [0, {})", id, g.num_blocks));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byte* arena_base,
+                     const ChunkCopy& chunk, uint32_t layer, CopyDirection direction,
+                     std::vector<storage::CopyRun>& runs) {
+  const PagedKvGeometry& g = cache.geometry;
+  const uint64_t row = g.row_bytes();
+  const bool slots_contiguous = g.slots_contiguous();
+  const bool row_contiguous = g.row_contiguous();
+  PayloadWriter writer(chunk.extents, arena_base, direction, runs);
+  for (uint32_t plane = 0; plane < g.num_planes; ++plane) {
+    std::byte* const base = cache.planes[layer][plane];
+    const uint64_t plane_offset = layout.plane_offset(layer, plane, chunk.chunk_tokens);
+    uint32_t t = 0;
+    while (t < chunk.num_tokens) {
+      const int64_t position = chunk.position_begin + t;
+      const int64_t slot = position % g.block_size;
+      const int64_t block = chunk.block_ids[position / g.block_size];
+      std::byte* engine = base + block * g.block_stride_bytes + slot * g.slot_stride_bytes;
+      const uint64_t payload = plane_offset + uint64_t{chunk.token_begin + t} * row;
+      if (slots_contiguous) {
+        const uint32_t count =
+            static_cast<uint32_t>(std::min<int64_t>(chunk.num_tokens - t, g.block_size - slot));
+        writer.Copy(payload, engine, count * row);
+        t += count;
+      } else if (row_contiguous) {
+        writer.Copy(payload, engine, row);
+        ++t;
+      } else {
+        for (uint32_t h = 0; h < g.num_kv_heads; ++h) {
+          writer.Copy(payload + h * g.head_bytes(), engine + h * g.head_stride_bytes,
+                      g.head_bytes());
+        }
+        ++t;
+      }
+    }
+  }
+}
+
+}  // namespace strata::connector::internal

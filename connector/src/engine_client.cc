@@ -1,0 +1,468 @@
+#include "connector/src/engine_client.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "connector/src/log.h"
+#include "core/frame_io.h"
+#include "core/status_macros.h"
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "google/protobuf/arena.h"
+#include "proto/convert.h"
+#include "strata/v1/engine.pb.h"
+
+namespace strata::connector::internal {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string StatusText(const absl::Status& status) {
+  return std::string(status.message().data(), status.message().size());
+}
+
+// Writes `key` into `out` in place (no temporary message: a lookup carries hundreds of keys).
+void FillKey(const ChunkKey& key, v1::ChunkKey* out) {
+  out->set_algorithm(ToProto(key.algorithm()));
+  out->set_namespace_(key.key_namespace() == KeyNamespace::kPrefix
+                          ? v1::KEY_NAMESPACE_PREFIX
+                          : v1::KEY_NAMESPACE_POSITION_INDEPENDENT);
+  out->set_layout_fingerprint(key.layout_fingerprint());
+  out->set_digest(key.digest().data(), key.digest().size());
+}
+
+std::vector<ArenaExtent> ExtentsFromProto(
+    const google::protobuf::RepeatedPtrField<v1::Extent>& extents) {
+  std::vector<ArenaExtent> out;
+  out.reserve(extents.size());
+  for (const v1::Extent& e : extents) out.push_back({e.offset(), e.length()});
+  return out;
+}
+
+}  // namespace
+
+ArenaMapping::ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t generation,
+                           ArenaHooks hooks, bool registered)
+    : base_(base),
+      size_bytes_(size_bytes),
+      generation_(generation),
+      hooks_(std::move(hooks)),
+      registered_(registered) {}
+
+ArenaMapping::~ArenaMapping() {
+  if (registered_ && hooks_.on_unmap) hooks_.on_unmap(base_);
+  ::munmap(base_, size_bytes_);
+}
+
+absl::StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(EngineClientOptions options) {
+  STRATA_RETURN_IF_ERROR(options.layout.Validate());
+  if (options.socket_path.empty()) {
+    return absl::InvalidArgumentError("engine client: empty socket path");
+  }
+  if (options.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(
+        fmt::format("engine client: socket path '{}' is longer than {} bytes", options.socket_path,
+                    sizeof(sockaddr_un::sun_path) - 1));
+  }
+  if (options.reconnect_min_backoff.count() <= 0 ||
+      options.reconnect_max_backoff < options.reconnect_min_backoff) {
+    return absl::InvalidArgumentError(
+        "engine client: reconnect backoff must satisfy 0 < min <= max");
+  }
+  if (options.clock == nullptr) return absl::InvalidArgumentError("engine client: null clock");
+  return std::unique_ptr<EngineClient>(new EngineClient(std::move(options)));
+}
+
+EngineClient::EngineClient(EngineClientOptions options)
+    : options_(std::move(options)),
+      fingerprint_(options_.layout.Fingerprint()),
+      backoff_(options_.reconnect_min_backoff) {}
+
+EngineClient::~EngineClient() {
+  absl::MutexLock lock(&mu_);
+  socket_.Reset();
+  arena_.reset();
+}
+
+// I/O deadlines run on the system clock (frame_io waits on it); options_.clock drives only the
+// reconnect backoff, so tests can step through backoff periods by hand.
+MonoTime EngineClient::DeadlineIn(milliseconds timeout) const {
+  return SystemClock::Get()->Now() + std::max(timeout, milliseconds(0));
+}
+
+namespace {
+milliseconds Remaining(MonoTime deadline) {
+  return std::max(std::chrono::ceil<milliseconds>(deadline - SystemClock::Get()->Now()),
+                  milliseconds(0));
+}
+}  // namespace
+
+bool EngineClient::connected() const {
+  absl::MutexLock lock(&mu_);
+  return socket_.valid();
+}
+
+uint64_t EngineClient::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+uint64_t EngineClient::session_id() const {
+  absl::MutexLock lock(&mu_);
+  return session_id_;
+}
+
+EngineClientStats EngineClient::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+absl::Status EngineClient::Connect(milliseconds timeout) {
+  absl::MutexLock lock(&mu_);
+  return EnsureConnectedLocked(DeadlineIn(timeout));
+}
+
+void EngineClient::Disconnect() {
+  absl::MutexLock lock(&mu_);
+  if (socket_.valid()) DropSessionLocked(absl::CancelledError("disconnected by the engine"));
+  next_attempt_ = MonoTime(0);
+}
+
+void EngineClient::DropSessionLocked(const absl::Status& why) {
+  if (!socket_.valid()) return;
+  Log().warn(
+      "strata connector: session {} with the daemon at {} dropped ({}); the engine recomputes "
+      "until it reconnects",
+      session_id_, options_.socket_path, StatusText(why));
+  socket_.Reset();
+  arena_.reset();
+  generation_ = 0;
+  session_id_ = 0;
+  last_error_ = why;
+  warned_ = true;
+  ++stats_.disconnects;
+  // Reconnect no sooner than the minimum backoff: a daemon that just failed is likely still
+  // failing, and the engine's hot path must not pay a connect per call.
+  backoff_ = options_.reconnect_min_backoff;
+  next_attempt_ = options_.clock->Now() + backoff_;
+}
+
+absl::Status EngineClient::EnsureConnectedLocked(MonoTime deadline) {
+  if (socket_.valid()) return absl::OkStatus();
+  const MonoTime now = options_.clock->Now();
+  if (now < next_attempt_) {
+    return absl::UnavailableError(fmt::format(
+        "daemon at {} unavailable ({}); next attempt in {} ms", options_.socket_path,
+        StatusText(last_error_), std::chrono::ceil<milliseconds>(next_attempt_ - now).count()));
+  }
+  absl::Status status = HandshakeLocked(deadline);
+  if (status.ok()) {
+    if (warned_) {
+      Log().info("strata connector: connected to the daemon at {} (session {})",
+                 options_.socket_path, session_id_);
+    }
+    warned_ = false;
+    backoff_ = options_.reconnect_min_backoff;
+    last_error_ = absl::OkStatus();
+    ++stats_.connects;
+    return absl::OkStatus();
+  }
+  ++stats_.connect_failures;
+  socket_.Reset();
+  if (!warned_) {
+    Log().warn("strata connector: cannot reach the daemon at {}: {} (retrying with backoff)",
+               options_.socket_path, StatusText(status));
+    warned_ = true;
+  }
+  last_error_ = status;
+  next_attempt_ = options_.clock->Now() + backoff_;
+  backoff_ = std::min(backoff_ * 2, options_.reconnect_max_backoff);
+  return absl::UnavailableError(
+      fmt::format("daemon at {} unavailable: {}", options_.socket_path, StatusText(status)));
+}
+
+absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return ErrnoToStatus(errno, "socket");
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, options_.socket_path.data(), options_.socket_path.size());
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return ErrnoToStatus(errno, fmt::format("connect {}", options_.socket_path));
+  }
+
+  v1::EngineRequest request;
+  request.set_request_id(1);
+  v1::HandshakeRequest* handshake = request.mutable_handshake();
+  handshake->set_protocol_version(kProtocolVersion);
+  handshake->set_engine_id(options_.engine_id);
+  *handshake->mutable_layout() = ToProto(options_.layout);
+  STRATA_RETURN_IF_ERROR(SendFrame(fd.get(), request.SerializeAsString(), Remaining(deadline)));
+  STRATA_ASSIGN_OR_RETURN(ReceivedFrame frame, RecvFrame(fd.get(), Remaining(deadline)));
+  v1::EngineResponse response;
+  if (!response.ParseFromString(frame.payload)) {
+    return absl::InternalError("handshake: malformed response");
+  }
+  if (response.request_id() != 1) {
+    return absl::InternalError(
+        fmt::format("handshake: response to request {}", response.request_id()));
+  }
+  STRATA_RETURN_IF_ERROR(Annotate(FromProto(response.status()), "handshake refused"));
+  if (response.body_case() != v1::EngineResponse::kHandshake) {
+    return absl::InternalError("handshake: response without a handshake body");
+  }
+  const v1::HandshakeResponse& body = response.handshake();
+  if (body.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        fmt::format("handshake: daemon speaks protocol {}, connector {}", body.protocol_version(),
+                    kProtocolVersion));
+  }
+  if (body.layout_fingerprint() != fingerprint_) {
+    return absl::FailedPreconditionError(
+        fmt::format("handshake: daemon answered for layout {:016x}, connector has {:016x} ({})",
+                    body.layout_fingerprint(), fingerprint_, options_.layout.DebugString()));
+  }
+
+  std::shared_ptr<const ArenaMapping> arena;
+  const uint64_t generation = last_generation_ + 1;
+  if (options_.map_arena) {
+    if (!frame.passed_fd.valid()) {
+      return absl::InternalError("handshake: no arena descriptor attached");
+    }
+    const uint64_t size = body.arena_size_bytes();
+    struct stat st {};
+    if (size == 0 || ::fstat(frame.passed_fd.get(), &st) != 0 ||
+        static_cast<uint64_t>(st.st_size) < size) {
+      return absl::InternalError(
+          fmt::format("handshake: arena of {} bytes does not match its descriptor ({} bytes)", size,
+                      static_cast<int64_t>(st.st_size)));
+    }
+    void* base =
+        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, frame.passed_fd.get(), 0);
+    if (base == MAP_FAILED) return ErrnoToStatus(errno, "mmap arena");
+    bool registered = false;
+    if (options_.hooks.on_map) {
+      absl::Status hooked = options_.hooks.on_map(base, size);
+      registered = hooked.ok();
+      if (!hooked.ok()) {
+        Log().warn("strata connector: arena registration failed ({}); copies stay unpinned",
+                   StatusText(hooked));
+      }
+    }
+    arena = std::make_shared<const ArenaMapping>(static_cast<std::byte*>(base), size, generation,
+                                                 options_.hooks, registered);
+  }
+  socket_ = std::move(fd);
+  arena_ = std::move(arena);
+  last_generation_ = generation;
+  generation_ = generation;
+  session_id_ = body.session_id();
+  next_request_id_ = 2;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& request,
+                                                            int expected_body, MonoTime deadline) {
+  // A deadline that passed while this call waited for the lock fails the call alone: nothing was
+  // sent, so the session stays in step.
+  if (SystemClock::Get()->Now() >= deadline) {
+    ++stats_.timeouts;
+    return absl::DeadlineExceededError(
+        "engine client: deadline passed before the request was sent");
+  }
+  STRATA_RETURN_IF_ERROR(EnsureConnectedLocked(deadline));
+  const uint64_t request_id = next_request_id_++;
+  request.set_request_id(request_id);
+  ++stats_.requests;
+  absl::Status sent = SendFrame(socket_.get(), request.SerializeAsString(), Remaining(deadline));
+  if (!sent.ok()) {
+    if (sent.code() == absl::StatusCode::kInvalidArgument) return sent;  // oversized request
+    DropSessionLocked(sent);
+    return absl::UnavailableError(StatusText(sent));
+  }
+  absl::StatusOr<ReceivedFrame> frame = RecvFrame(socket_.get(), Remaining(deadline));
+  if (!frame.ok()) {
+    if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) ++stats_.timeouts;
+    DropSessionLocked(frame.status());
+    if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) return frame.status();
+    return absl::UnavailableError(StatusText(frame.status()));
+  }
+  v1::EngineResponse response;
+  if (!response.ParseFromString(frame->payload) || response.request_id() != request_id) {
+    absl::Status bad =
+        absl::InternalError(fmt::format("protocol error: bad response to request {}", request_id));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  absl::Status status = FromProto(response.status());
+  if (!status.ok()) return status;
+  if (static_cast<int>(response.body_case()) != expected_body) {
+    absl::Status bad = absl::InternalError(
+        fmt::format("protocol error: response to request {} has body {}, expected {}", request_id,
+                    static_cast<int>(response.body_case()), expected_body));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  return response;
+}
+
+absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> keys,
+                                                   milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  google::protobuf::Arena arena;
+  auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
+  auto* body = request->mutable_lookup();
+  body->mutable_keys()->Reserve(static_cast<int>(keys.size()));
+  for (const ChunkKey& key : keys) FillKey(key, body->add_keys());
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(*request, v1::EngineResponse::kLookup, deadline));
+  return std::min<uint32_t>(response.lookup().hit_chunks(), static_cast<uint32_t>(keys.size()));
+}
+
+absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareLoad(
+    std::span<const ChunkKey> keys, uint32_t lease_ms, milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  google::protobuf::Arena arena;
+  auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
+  auto* body = request->mutable_prepare_load();
+  body->set_lease_ms(lease_ms);
+  body->mutable_keys()->Reserve(static_cast<int>(keys.size()));
+  for (const ChunkKey& key : keys) FillKey(key, body->add_keys());
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(*request, v1::EngineResponse::kPrepareLoad, deadline));
+  const auto& chunks = response.prepare_load().chunks();
+  if (static_cast<size_t>(chunks.size()) != keys.size()) {
+    absl::Status bad = absl::InternalError(
+        fmt::format("protocol error: {} placements for {} keys", chunks.size(), keys.size()));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  SessionResult<std::vector<LoadPlacement>> result{generation_, arena_, {}};
+  result.value.reserve(keys.size());
+  for (const v1::LoadPlacement& chunk : chunks) {
+    LoadPlacement& placement = result.value.emplace_back();
+    placement.status = FromProto(chunk.status());
+    placement.handle = chunk.handle();
+    placement.size_bytes = chunk.size_bytes();
+    placement.extents = ExtentsFromProto(chunk.extents());
+    placement.checksum = chunk.checksum();
+  }
+  return result;
+}
+
+absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::PrepareStore(
+    std::span<const StoreItem> items, milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  google::protobuf::Arena arena;
+  auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
+  auto* body = request->mutable_prepare_store();
+  body->mutable_items()->Reserve(static_cast<int>(items.size()));
+  for (const StoreItem& item : items) {
+    v1::StoreItem* out = body->add_items();
+    FillKey(item.key, out->mutable_key());
+    out->set_num_tokens(item.num_tokens);
+    if (!item.parent.empty()) FillKey(item.parent, out->mutable_parent());
+  }
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(*request, v1::EngineResponse::kPrepareStore, deadline));
+  const auto& chunks = response.prepare_store().chunks();
+  if (static_cast<size_t>(chunks.size()) != items.size()) {
+    absl::Status bad = absl::InternalError(
+        fmt::format("protocol error: {} placements for {} items", chunks.size(), items.size()));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  SessionResult<std::vector<StorePlacement>> result{generation_, arena_, {}};
+  result.value.reserve(items.size());
+  for (const v1::StorePlacement& chunk : chunks) {
+    StorePlacement& placement = result.value.emplace_back();
+    placement.status = FromProto(chunk.status());
+    switch (chunk.disposition()) {
+      case v1::STORE_DISPOSITION_RESERVED:
+        placement.disposition = StoreDisposition::kReserved;
+        break;
+      case v1::STORE_DISPOSITION_ALREADY_PRESENT:
+        placement.disposition = StoreDisposition::kAlreadyPresent;
+        break;
+      case v1::STORE_DISPOSITION_IN_PROGRESS:
+        placement.disposition = StoreDisposition::kInProgress;
+        break;
+      default:
+        if (placement.status.ok()) {
+          placement.status = absl::InternalError(
+              fmt::format("unknown store disposition {}", static_cast<int>(chunk.disposition())));
+        }
+        break;
+    }
+    placement.handle = chunk.handle();
+    placement.size_bytes = chunk.size_bytes();
+    placement.extents = ExtentsFromProto(chunk.extents());
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
+    int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline) {
+  if (generation == 0 || generation != generation_) {
+    return absl::AbortedError(
+        fmt::format("session {} is gone; its handles died with it", generation));
+  }
+  if (handles.empty()) return std::vector<absl::Status>{};
+  v1::EngineRequest request;
+  v1::HandlesRequest* body = which == v1::EngineRequest::kCommit  ? request.mutable_commit()
+                             : which == v1::EngineRequest::kAbort ? request.mutable_abort()
+                                                                  : request.mutable_release();
+  body->mutable_handles()->Reserve(static_cast<int>(handles.size()));
+  for (uint64_t handle : handles) body->add_handles(handle);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(request, v1::EngineResponse::kHandles, deadline));
+  const auto& statuses = response.handles().statuses();
+  if (static_cast<size_t>(statuses.size()) != handles.size()) {
+    absl::Status bad = absl::InternalError(
+        fmt::format("protocol error: {} statuses for {} handles", statuses.size(), handles.size()));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  std::vector<absl::Status> out;
+  out.reserve(handles.size());
+  for (const v1::Status& status : statuses) out.push_back(FromProto(status));
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> EngineClient::Commit(uint64_t generation,
+                                                               std::span<const uint64_t> handles,
+                                                               milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  absl::MutexLock lock(&mu_);
+  return HandlesCallLocked(v1::EngineRequest::kCommit, generation, handles, deadline);
+}
+
+absl::StatusOr<std::vector<absl::Status>> EngineClient::Abort(uint64_t generation,
+                                                              std::span<const uint64_t> handles,
+                                                              milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  absl::MutexLock lock(&mu_);
+  return HandlesCallLocked(v1::EngineRequest::kAbort, generation, handles, deadline);
+}
+
+absl::StatusOr<std::vector<absl::Status>> EngineClient::Release(uint64_t generation,
+                                                                std::span<const uint64_t> handles,
+                                                                milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  absl::MutexLock lock(&mu_);
+  return HandlesCallLocked(v1::EngineRequest::kRelease, generation, handles, deadline);
+}
+
+}  // namespace strata::connector::internal

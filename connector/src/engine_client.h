@@ -1,0 +1,234 @@
+// EngineClient is the connector's side of one engine session with the local daemon
+// (proto/strata/v1/engine.proto over the daemon's Unix stream socket): it connects, handshakes
+// with the layout, maps the host arena whose descriptor arrives with the handshake response, and
+// sends one request at a time, each with a deadline.
+//
+// Failure model (the engine must never be taken down by the cache):
+//   - A call that times out, or whose socket fails, drops the session: the socket is closed (the
+//     daemon then releases every lease and aborts every reservation of the session), the client's
+//     reference to the arena mapping is dropped, and the call fails (kDeadlineExceeded or
+//     kUnavailable). The session is never reused after a timeout, because a late answer would
+//     arrive as the answer to the next request.
+//   - While disconnected, calls try to reconnect lazily, at most one attempt per backoff period
+//     (reconnect_min_backoff, doubling up to reconnect_max_backoff, reset by a success); between
+//     attempts they fail at once with kUnavailable.
+//   - Handles are only meaningful on the session that issued them: results carry the session's
+//     generation, and Commit / Abort / Release for a generation that is gone fail with kAborted
+//     without being sent.
+//   - A daemon's whole-request error status is returned as is and keeps the session.
+//
+// Thread-safety: thread-safe; calls are serialized by a mutex (one outstanding request per
+// session), so a call may wait for another thread's call to finish first. A call's timeout counts
+// from its start, lock wait included; a call whose deadline passes before its request is sent
+// fails with kDeadlineExceeded and leaves the session up (nothing was sent).
+//
+// Ownership: the client owns the socket. The arena mapping is shared: results hold a reference
+// and the mapping is unmapped when the last reference goes (after ArenaHooks::on_unmap), so
+// copies in flight keep their memory even when the session drops under them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/chunk_key.h"
+#include "core/clock.h"
+#include "core/kv_layout.h"
+#include "core/scoped_fd.h"
+
+namespace strata::v1 {
+class EngineRequest;
+class EngineResponse;
+}  // namespace strata::v1
+
+namespace strata::connector::internal {
+
+// A byte range of the shared arena.
+struct ArenaExtent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+
+  friend bool operator==(const ArenaExtent&, const ArenaExtent&) = default;
+};
+
+// Called when an arena is mapped and before it is unmapped (the worker registers the arena with
+// its DeviceRuntime so copies are DMA). Both run on the thread that maps / drops the last
+// reference. A failing on_map is logged and the arena is used unregistered; on_unmap is called
+// only for mappings whose on_map succeeded.
+struct ArenaHooks {
+  std::function<absl::Status(void* base, uint64_t size_bytes)> on_map;
+  std::function<void(void* base)> on_unmap;
+};
+
+// The host arena of one session mapped into this process (MAP_SHARED, read-write).
+class ArenaMapping {
+ public:
+  ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t generation, ArenaHooks hooks,
+               bool registered);
+  ArenaMapping(const ArenaMapping&) = delete;
+  ArenaMapping& operator=(const ArenaMapping&) = delete;
+  ~ArenaMapping();
+
+  std::byte* base() const { return base_; }
+  uint64_t size_bytes() const { return size_bytes_; }
+  uint64_t generation() const { return generation_; }
+  // True when [offset, offset + length) lies inside the arena.
+  bool Contains(uint64_t offset, uint64_t length) const {
+    return offset <= size_bytes_ && length <= size_bytes_ - offset;
+  }
+
+ private:
+  std::byte* const base_;
+  const uint64_t size_bytes_;
+  const uint64_t generation_;
+  const ArenaHooks hooks_;
+  const bool registered_;
+};
+
+struct LoadPlacement {
+  absl::Status status;  // non-OK: nothing leased, recompute
+  uint64_t handle = 0;
+  uint64_t size_bytes = 0;
+  std::vector<ArenaExtent> extents;  // the payload in order
+  uint64_t checksum = 0;             // xxh3-64 of the payload
+};
+
+enum class StoreDisposition {
+  kReserved,        // write the payload into `extents`, then Commit (or Abort)
+  kAlreadyPresent,  // nothing to write
+  kInProgress,      // another writer stores it; nothing to write
+};
+
+struct StorePlacement {
+  absl::Status status;  // non-OK: nothing reserved, skip the chunk
+  StoreDisposition disposition = StoreDisposition::kReserved;
+  uint64_t handle = 0;
+  uint64_t size_bytes = 0;
+  std::vector<ArenaExtent> extents;
+};
+
+struct StoreItem {
+  ChunkKey key;
+  uint32_t num_tokens = 0;
+  ChunkKey parent;  // empty for the first chunk of a chain
+};
+
+// A result valid on one session: its handles belong to session `generation`, and its extents
+// point into `arena` (null when the client does not map arenas).
+template <class T>
+struct SessionResult {
+  uint64_t generation = 0;
+  std::shared_ptr<const ArenaMapping> arena;
+  T value;
+};
+
+struct EngineClientOptions {
+  std::string socket_path;
+  std::string engine_id = "engine";
+  // Sent at handshake; every key the client sends must carry its fingerprint.
+  KvLayout layout;
+  // The scheduler never copies bytes: it closes the arena descriptor instead of mapping it.
+  bool map_arena = true;
+  std::chrono::milliseconds reconnect_min_backoff{100};
+  std::chrono::milliseconds reconnect_max_backoff{1000};
+  ArenaHooks hooks;
+  // Time source of the backoff; not owned; must outlive the client.
+  const Clock* clock = SystemClock::Get();
+};
+
+struct EngineClientStats {
+  uint64_t connects = 0;          // successful handshakes
+  uint64_t connect_failures = 0;  // failed attempts
+  uint64_t disconnects = 0;       // sessions dropped (timeouts, socket errors, protocol errors)
+  uint64_t timeouts = 0;          // calls that ran past their deadline
+  uint64_t requests = 0;          // requests sent (handshakes excluded)
+};
+
+class EngineClient {
+ public:
+  // The engine protocol version this connector speaks.
+  static constexpr uint32_t kProtocolVersion = 1;
+
+  // Validates the options (layout, socket path); does not connect. kInvalidArgument otherwise.
+  static absl::StatusOr<std::unique_ptr<EngineClient>> Create(EngineClientOptions options);
+  EngineClient(const EngineClient&) = delete;
+  EngineClient& operator=(const EngineClient&) = delete;
+  ~EngineClient();
+
+  // Connects now unless connected or inside the backoff period. OK once a session is up.
+  absl::Status Connect(std::chrono::milliseconds timeout);
+  // Drops the session, if any (as a failed call would). The next call may reconnect at once.
+  void Disconnect();
+
+  // How many leading keys of `keys` the daemon has.
+  absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
+                                       std::chrono::milliseconds timeout);
+  // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
+  absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> PrepareLoad(
+      std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout);
+  // Reserves space for `items`; one placement per item, in order.
+  absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
+      std::span<const StoreItem> items, std::chrono::milliseconds timeout);
+  // One status per handle, in order. kAborted (nothing sent) when session `generation` is gone.
+  absl::StatusOr<std::vector<absl::Status>> Commit(uint64_t generation,
+                                                   std::span<const uint64_t> handles,
+                                                   std::chrono::milliseconds timeout);
+  absl::StatusOr<std::vector<absl::Status>> Abort(uint64_t generation,
+                                                  std::span<const uint64_t> handles,
+                                                  std::chrono::milliseconds timeout);
+  absl::StatusOr<std::vector<absl::Status>> Release(uint64_t generation,
+                                                    std::span<const uint64_t> handles,
+                                                    std::chrono::milliseconds timeout);
+
+  bool connected() const;
+  // Generation of the current session; 0 when disconnected. Every new session gets a new one.
+  uint64_t generation() const;
+  // The current session's daemon-assigned id; 0 when disconnected.
+  uint64_t session_id() const;
+  EngineClientStats stats() const;
+  const KvLayout& layout() const { return options_.layout; }
+
+ private:
+  explicit EngineClient(EngineClientOptions options);
+
+  absl::Status EnsureConnectedLocked(MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandshakeLocked(MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `request` and returns the response whose body is `expected_body` (a
+  // v1::EngineResponse::BodyCase). Drops the session on timeouts and protocol errors.
+  absl::StatusOr<v1::EngineResponse> CallLocked(v1::EngineRequest& request, int expected_body,
+                                                MonoTime deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(int which, uint64_t generation,
+                                                              std::span<const uint64_t> handles,
+                                                              MonoTime deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropSessionLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MonoTime DeadlineIn(std::chrono::milliseconds timeout) const;
+
+  const EngineClientOptions options_;
+  const uint64_t fingerprint_;
+
+  mutable absl::Mutex mu_;
+  ScopedFd socket_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ArenaMapping> arena_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of the current session; 0 when none
+  uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t session_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  MonoTime next_attempt_ ABSL_GUARDED_BY(mu_){0};
+  std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  bool warned_ ABSL_GUARDED_BY(mu_) = false;  // a failure was logged since the last success
+  EngineClientStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::connector::internal

@@ -1,0 +1,177 @@
+// ConnectorMetadata's wire form and ConnectorOptions::Validate.
+//
+// Encoding (little-endian): "STCM", u32 version (1), u32 block_size, u32 chunk_tokens, then the
+// loads, the saves (each a u32 count of TransferSpecs) and the finished request ids (u32 count of
+// strings). A string is a u32 length and its bytes; a TransferSpec is request_id, tokens (u32
+// count of u32), tenant_salt, lora_name, i64 token_begin, i64 token_end, block_ids (u32 count of
+// i32), u8 fail. Nothing follows the last field.
+#include <cstring>
+#include <string>
+
+#include "fmt/format.h"
+#include "strata/connector.h"
+
+namespace strata::connector {
+namespace {
+
+constexpr char kMagic[4] = {'S', 'T', 'C', 'M'};
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
+  void I32(int32_t v) { Raw(&v, sizeof(v)); }
+  void I64(int64_t v) { Raw(&v, sizeof(v)); }
+  void String(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_.append(s.data(), s.size());
+  }
+  template <class T>
+  void Array(const std::vector<T>& values) {
+    U32(static_cast<uint32_t>(values.size()));
+    Raw(values.data(), values.size() * sizeof(T));
+  }
+  void Raw(const void* data, size_t size) {
+    static_assert(std::endian::native == std::endian::little, "little-endian hosts only");
+    out_.append(static_cast<const char*>(data), size);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+
+  bool U8(uint8_t& v) { return Raw(&v, 1); }
+  bool U32(uint32_t& v) { return Raw(&v, sizeof(v)); }
+  bool I64(int64_t& v) { return Raw(&v, sizeof(v)); }
+  bool String(std::string& s) {
+    uint32_t size;
+    if (!U32(size) || size > in_.size()) return false;
+    s.assign(in_.data(), size);
+    in_.remove_prefix(size);
+    return true;
+  }
+  template <class T>
+  bool Array(std::vector<T>& values) {
+    uint32_t count;
+    if (!U32(count) || count > in_.size() / sizeof(T)) return false;
+    values.resize(count);
+    return Raw(values.data(), count * sizeof(T));
+  }
+  bool Raw(void* data, size_t size) {
+    if (in_.size() < size) return false;
+    if (size > 0) std::memcpy(data, in_.data(), size);
+    in_.remove_prefix(size);
+    return true;
+  }
+  bool empty() const { return in_.empty(); }
+  size_t left() const { return in_.size(); }
+
+ private:
+  std::string_view in_;
+};
+
+void WriteSpec(Writer& w, const TransferSpec& spec) {
+  w.String(spec.request_id);
+  w.Array(spec.tokens);
+  w.String(spec.tenant_salt);
+  w.String(spec.lora_name);
+  w.I64(spec.token_begin);
+  w.I64(spec.token_end);
+  w.Array(spec.block_ids);
+  w.U8(spec.fail ? 1 : 0);
+}
+
+bool ReadSpec(Reader& r, TransferSpec& spec) {
+  uint8_t fail;
+  if (!r.String(spec.request_id) || !r.Array(spec.tokens) || !r.String(spec.tenant_salt) ||
+      !r.String(spec.lora_name) || !r.I64(spec.token_begin) || !r.I64(spec.token_end) ||
+      !r.Array(spec.block_ids) || !r.U8(fail) || fail > 1) {
+    return false;
+  }
+  spec.fail = fail == 1;
+  return true;
+}
+
+bool ReadSpecs(Reader& r, std::vector<TransferSpec>& specs) {
+  uint32_t count;
+  // Every spec takes at least 45 bytes: a bound on the count before allocating.
+  if (!r.U32(count) || count > r.left() / 45) return false;
+  specs.resize(count);
+  for (TransferSpec& spec : specs) {
+    if (!ReadSpec(r, spec)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ConnectorMetadata::Serialize() const {
+  Writer w;
+  w.Raw(kMagic, sizeof(kMagic));
+  w.U32(kVersion);
+  w.U32(block_size);
+  w.U32(chunk_tokens);
+  for (const auto* specs : {&loads, &saves}) {
+    w.U32(static_cast<uint32_t>(specs->size()));
+    for (const TransferSpec& spec : *specs) WriteSpec(w, spec);
+  }
+  w.U32(static_cast<uint32_t>(finished_request_ids.size()));
+  for (const std::string& id : finished_request_ids) w.String(id);
+  return w.Take();
+}
+
+absl::StatusOr<ConnectorMetadata> ConnectorMetadata::Deserialize(std::string_view bytes) {
+  Reader r(bytes);
+  char magic[4];
+  uint32_t version = 0;
+  if (!r.Raw(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(magic)) != 0) {
+    return absl::InvalidArgumentError("connector metadata: bad magic");
+  }
+  if (!r.U32(version)) return absl::InvalidArgumentError("connector metadata: truncated");
+  if (version != kVersion) {
+    return absl::InvalidArgumentError(
+        fmt::format("connector metadata: version {} (this connector reads {})", version, kVersion));
+  }
+  ConnectorMetadata meta;
+  uint32_t finished;
+  bool ok = r.U32(meta.block_size) && r.U32(meta.chunk_tokens) && ReadSpecs(r, meta.loads) &&
+            ReadSpecs(r, meta.saves) && r.U32(finished) && finished <= r.left() / 4;
+  if (ok) {
+    meta.finished_request_ids.resize(finished);
+    for (std::string& id : meta.finished_request_ids) ok = ok && r.String(id);
+  }
+  if (!ok) return absl::InvalidArgumentError("connector metadata: truncated or corrupt");
+  if (!r.empty()) {
+    return absl::InvalidArgumentError(
+        fmt::format("connector metadata: {} trailing bytes", r.left()));
+  }
+  return meta;
+}
+
+absl::Status ConnectorOptions::Validate() const {
+  if (socket_path.empty()) return absl::InvalidArgumentError("connector: socket_path is empty");
+  if (absl::Status s = layout.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "connector: layout: {}", std::string_view(s.message().data(), s.message().size())));
+  }
+  if (block_size == 0) return absl::InvalidArgumentError("connector: block_size is 0");
+  if (lookup_budget.count() <= 0) {
+    return absl::InvalidArgumentError("connector: lookup_budget must be positive");
+  }
+  if (io_timeout.count() <= 0) {
+    return absl::InvalidArgumentError("connector: io_timeout must be positive");
+  }
+  if (reconnect_min_backoff.count() <= 0 || reconnect_max_backoff < reconnect_min_backoff) {
+    return absl::InvalidArgumentError("connector: reconnect backoff must satisfy 0 < min <= max");
+  }
+  if (clock == nullptr) return absl::InvalidArgumentError("connector: clock is null");
+  return absl::OkStatus();
+}
+
+}  // namespace strata::connector

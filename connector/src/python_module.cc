@@ -1,0 +1,379 @@
+// strata_connector: the Python binding of the C++ connector (strata/connector.h), for the vLLM
+// adapter in connector/python/strata_vllm. Thin: values are converted at the boundary, blocking
+// calls release the GIL, and a non-OK status becomes an exception (ValueError for invalid
+// arguments, strata_connector.StrataError otherwise). Tensors are passed as (data_ptr, shape,
+// strides) tuples, so the binding needs no torch.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "strata/connector.h"
+
+namespace py = pybind11;
+
+namespace strata::connector {
+namespace {
+
+PyObject* strata_error = nullptr;
+
+void Check(const absl::Status& status) {
+  if (status.ok()) return;
+  const std::string message(status.message().data(), status.message().size());
+  if (status.code() == absl::StatusCode::kInvalidArgument) throw py::value_error(message);
+  PyErr_SetString(strata_error, message.c_str());
+  throw py::error_already_set();
+}
+
+template <class T>
+T Take(absl::StatusOr<T> value) {
+  Check(value.status());
+  return std::move(*value);
+}
+
+// Python-facing options: the layout flattened, durations in milliseconds, enums as names.
+struct PyOptions {
+  std::string socket_path;
+  std::string engine_id = "engine";
+  std::string model_id;
+  std::string kv_kind = "mha";
+  uint32_t num_layers = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  std::string dtype = "bfloat16";
+  uint32_t tp_rank = 0;
+  uint32_t tp_world_size = 1;
+  std::string positional = "rope";
+  uint32_t chunk_tokens = KvLayout::kDefaultChunkTokens;
+  std::string hash_algorithm = "xxh3_128";
+  std::string hash_seed = "0";
+  uint32_t block_size = 16;
+  uint32_t lookup_budget_ms = 20;
+  uint32_t io_timeout_ms = 5000;
+  uint32_t reconnect_min_backoff_ms = 100;
+  uint32_t reconnect_max_backoff_ms = 1000;
+  uint32_t lease_ms = 0;
+  bool enable_load = true;
+  bool enable_save = true;
+  bool store_partial_chunks = false;
+  bool verify_checksums = false;
+  std::string device_backend = "auto";
+  int device_ordinal = 0;
+
+  ConnectorOptions ToOptions() const {
+    ConnectorOptions o;
+    o.socket_path = socket_path;
+    o.engine_id = engine_id;
+    o.layout.model_id = model_id;
+    if (kv_kind == "mha") {
+      o.layout.kind = KvKind::kMha;
+    } else if (kv_kind == "mla") {
+      o.layout.kind = KvKind::kMlaLatent;
+    } else {
+      throw py::value_error("kv_kind must be 'mha' or 'mla', not '" + kv_kind + "'");
+    }
+    if (dtype == "float16" || dtype == "fp16" || dtype == "half") {
+      o.layout.dtype = KvDtype::kFloat16;
+    } else if (dtype == "bfloat16" || dtype == "bf16") {
+      o.layout.dtype = KvDtype::kBfloat16;
+    } else if (dtype == "float32" || dtype == "fp32" || dtype == "float") {
+      o.layout.dtype = KvDtype::kFloat32;
+    } else if (dtype == "fp8_e4m3" || dtype == "float8_e4m3fn") {
+      o.layout.dtype = KvDtype::kFp8E4m3;
+    } else if (dtype == "int8") {
+      o.layout.dtype = KvDtype::kInt8;
+    } else {
+      throw py::value_error("unknown dtype '" + dtype + "'");
+    }
+    if (positional == "rope") {
+      o.layout.positional = PositionalFormat::kRopeApplied;
+    } else if (positional == "nope") {
+      o.layout.positional = PositionalFormat::kNope;
+    } else {
+      throw py::value_error("positional must be 'rope' or 'nope', not '" + positional + "'");
+    }
+    o.layout.num_layers = num_layers;
+    o.layout.num_kv_heads = num_kv_heads;
+    o.layout.head_dim = head_dim;
+    o.layout.tp_rank = tp_rank;
+    o.layout.tp_world_size = tp_world_size;
+    o.layout.chunk_tokens = chunk_tokens;
+    o.hashing.algorithm = Take(ParseHashAlgorithm(hash_algorithm));
+    o.hashing.seed = hash_seed;
+    o.block_size = block_size;
+    o.lookup_budget = std::chrono::milliseconds(lookup_budget_ms);
+    o.io_timeout = std::chrono::milliseconds(io_timeout_ms);
+    o.reconnect_min_backoff = std::chrono::milliseconds(reconnect_min_backoff_ms);
+    o.reconnect_max_backoff = std::chrono::milliseconds(reconnect_max_backoff_ms);
+    o.lease_ms = lease_ms;
+    o.enable_load = enable_load;
+    o.enable_save = enable_save;
+    o.store_partial_chunks = store_partial_chunks;
+    o.verify_checksums = verify_checksums;
+    o.device_backend = Take(storage::ParseDeviceBackend(device_backend));
+    o.device_ordinal = device_ordinal;
+    Check(o.Validate());
+    return o;
+  }
+};
+
+ScheduledKind ParseKind(const std::string& kind) {
+  if (kind == "new") return ScheduledKind::kNew;
+  if (kind == "running") return ScheduledKind::kRunning;
+  if (kind == "resumed") return ScheduledKind::kResumed;
+  throw py::value_error("kind must be 'new', 'running' or 'resumed', not '" + kind + "'");
+}
+
+py::dict SpecToDict(const TransferSpec& spec) {
+  py::dict d;
+  d["request_id"] = spec.request_id;
+  d["token_begin"] = spec.token_begin;
+  d["token_end"] = spec.token_end;
+  d["num_tokens"] = spec.tokens.size();
+  d["block_ids"] = spec.block_ids;
+  d["fail"] = spec.fail;
+  return d;
+}
+
+// (data_ptr, shape, strides)
+using PyTensor = std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>>;
+
+KvTensor ToTensor(const PyTensor& t) {
+  return {reinterpret_cast<void*>(std::get<0>(t)), std::get<1>(t), std::get<2>(t)};
+}
+
+}  // namespace
+}  // namespace strata::connector
+
+PYBIND11_MODULE(strata_connector, m) {
+  using namespace strata;             // NOLINT: the binding names many of its types
+  using namespace strata::connector;  // NOLINT
+  m.doc() = "Strata connector: the engine side of the Strata KV-cache daemon";
+  strata_error = PyErr_NewException("strata_connector.StrataError", PyExc_RuntimeError, nullptr);
+  m.attr("StrataError") = py::handle(strata_error);
+  m.attr("PROTOCOL_VERSION") = 1;
+
+  py::class_<PyOptions>(m, "ConnectorOptions")
+      .def(py::init<>())
+      .def_readwrite("socket_path", &PyOptions::socket_path)
+      .def_readwrite("engine_id", &PyOptions::engine_id)
+      .def_readwrite("model_id", &PyOptions::model_id)
+      .def_readwrite("kv_kind", &PyOptions::kv_kind)
+      .def_readwrite("num_layers", &PyOptions::num_layers)
+      .def_readwrite("num_kv_heads", &PyOptions::num_kv_heads)
+      .def_readwrite("head_dim", &PyOptions::head_dim)
+      .def_readwrite("dtype", &PyOptions::dtype)
+      .def_readwrite("tp_rank", &PyOptions::tp_rank)
+      .def_readwrite("tp_world_size", &PyOptions::tp_world_size)
+      .def_readwrite("positional", &PyOptions::positional)
+      .def_readwrite("chunk_tokens", &PyOptions::chunk_tokens)
+      .def_readwrite("hash_algorithm", &PyOptions::hash_algorithm)
+      .def_readwrite("hash_seed", &PyOptions::hash_seed)
+      .def_readwrite("block_size", &PyOptions::block_size)
+      .def_readwrite("lookup_budget_ms", &PyOptions::lookup_budget_ms)
+      .def_readwrite("io_timeout_ms", &PyOptions::io_timeout_ms)
+      .def_readwrite("reconnect_min_backoff_ms", &PyOptions::reconnect_min_backoff_ms)
+      .def_readwrite("reconnect_max_backoff_ms", &PyOptions::reconnect_max_backoff_ms)
+      .def_readwrite("lease_ms", &PyOptions::lease_ms)
+      .def_readwrite("enable_load", &PyOptions::enable_load)
+      .def_readwrite("enable_save", &PyOptions::enable_save)
+      .def_readwrite("store_partial_chunks", &PyOptions::store_partial_chunks)
+      .def_readwrite("verify_checksums", &PyOptions::verify_checksums)
+      .def_readwrite("device_backend", &PyOptions::device_backend)
+      .def_readwrite("device_ordinal", &PyOptions::device_ordinal)
+      .def("validate", [](const PyOptions& o) { (void)o.ToOptions(); });
+
+  py::class_<ScheduledRequest>(m, "ScheduledRequest")
+      .def(py::init([](std::string request_id, const std::string& kind, int64_t num_computed_tokens,
+                       int64_t num_scheduled_tokens, std::vector<int32_t> block_ids,
+                       std::vector<uint32_t> prompt_tokens, std::string tenant_salt,
+                       std::string lora_name) {
+             return ScheduledRequest{std::move(request_id),  ParseKind(kind),
+                                     num_computed_tokens,    num_scheduled_tokens,
+                                     std::move(block_ids),   std::move(prompt_tokens),
+                                     std::move(tenant_salt), std::move(lora_name)};
+           }),
+           py::arg("request_id"), py::arg("kind"), py::arg("num_computed_tokens"),
+           py::arg("num_scheduled_tokens"), py::arg("block_ids") = std::vector<int32_t>{},
+           py::arg("prompt_tokens") = std::vector<uint32_t>{}, py::arg("tenant_salt") = "",
+           py::arg("lora_name") = "")
+      .def_readonly("request_id", &ScheduledRequest::request_id)
+      .def_readonly("num_computed_tokens", &ScheduledRequest::num_computed_tokens)
+      .def_readonly("num_scheduled_tokens", &ScheduledRequest::num_scheduled_tokens)
+      .def_readonly("block_ids", &ScheduledRequest::block_ids);
+
+  py::class_<ConnectorMetadata>(m, "ConnectorMetadata")
+      .def(py::init<>())
+      .def_readonly("block_size", &ConnectorMetadata::block_size)
+      .def_readonly("chunk_tokens", &ConnectorMetadata::chunk_tokens)
+      .def_readonly("finished_request_ids", &ConnectorMetadata::finished_request_ids)
+      .def_property_readonly("loads",
+                             [](const ConnectorMetadata& m) {
+                               py::list out;
+                               for (const auto& spec : m.loads) out.append(SpecToDict(spec));
+                               return out;
+                             })
+      .def_property_readonly("saves",
+                             [](const ConnectorMetadata& m) {
+                               py::list out;
+                               for (const auto& spec : m.saves) out.append(SpecToDict(spec));
+                               return out;
+                             })
+      .def("serialize", [](const ConnectorMetadata& m) { return py::bytes(m.Serialize()); })
+      .def_static("deserialize",
+                  [](const py::bytes& bytes) {
+                    return Take(ConnectorMetadata::Deserialize(std::string(bytes)));
+                  })
+      .def(py::pickle([](const ConnectorMetadata& m) { return py::bytes(m.Serialize()); },
+                      [](const py::bytes& bytes) {
+                        return Take(ConnectorMetadata::Deserialize(std::string(bytes)));
+                      }))
+      .def("__eq__", [](const ConnectorMetadata& a, const ConnectorMetadata& b) { return a == b; });
+
+  py::class_<SchedulerConnector>(m, "SchedulerConnector")
+      .def(py::init([](const PyOptions& options) {
+        return Take(SchedulerConnector::Create(options.ToOptions()));
+      }))
+      .def(
+          "get_num_new_matched_tokens",
+          [](SchedulerConnector& s, const std::string& request_id,
+             const std::vector<uint32_t>& prompt_tokens, int64_t num_computed_tokens,
+             const std::string& tenant_salt, const std::string& lora_name) {
+            MatchResult result;
+            {
+              py::gil_scoped_release release;
+              result = s.GetNumNewMatchedTokens({request_id, prompt_tokens, tenant_salt, lora_name},
+                                                num_computed_tokens);
+            }
+            return py::make_tuple(result.num_tokens, result.load_async);
+          },
+          py::arg("request_id"), py::arg("prompt_tokens"), py::arg("num_computed_tokens"),
+          py::arg("tenant_salt") = "", py::arg("lora_name") = "")
+      .def(
+          "update_state_after_alloc",
+          [](SchedulerConnector& s, const std::string& request_id,
+             const std::vector<int32_t>& block_ids, int64_t num_external_tokens) {
+            Check(s.UpdateStateAfterAlloc(request_id, block_ids, num_external_tokens));
+          },
+          py::arg("request_id"), py::arg("block_ids"), py::arg("num_external_tokens"))
+      .def(
+          "build_connector_meta",
+          [](SchedulerConnector& s, std::vector<ScheduledRequest> requests,
+             std::vector<std::string> finished_request_ids) {
+            SchedulerStep step{std::move(requests), std::move(finished_request_ids)};
+            py::gil_scoped_release release;
+            return s.BuildConnectorMeta(step);
+          },
+          py::arg("requests"), py::arg("finished_request_ids") = std::vector<std::string>{})
+      .def(
+          "request_finished",
+          [](SchedulerConnector& s, const std::string& request_id,
+             const std::vector<int32_t>& block_ids) {
+            return s.RequestFinished(request_id, block_ids);
+          },
+          py::arg("request_id"), py::arg("block_ids") = std::vector<int32_t>{})
+      .def("stats", [](const SchedulerConnector& s) {
+        const SchedulerStats st = s.Stats();
+        py::dict d;
+        d["lookups"] = st.lookups;
+        d["lookup_failures"] = st.lookup_failures;
+        d["lookup_hit_tokens"] = st.lookup_hit_tokens;
+        d["loads_planned"] = st.loads_planned;
+        d["saves_planned"] = st.saves_planned;
+        d["connected"] = st.connected;
+        return d;
+      });
+
+  py::class_<WorkerConnector>(m, "WorkerConnector")
+      .def(py::init([](const PyOptions& options) {
+        return Take(WorkerConnector::Create(options.ToOptions()));
+      }))
+      .def_property_readonly(
+          "backend", [](const WorkerConnector& w) { return w.runtime().Capabilities().backend; })
+      .def(
+          "register_kv_caches",
+          [](WorkerConnector& w,
+             const std::vector<std::pair<PyTensor, std::optional<PyTensor>>>& layers) {
+            std::vector<LayerKvCache> caches;
+            for (const auto& [kv, v] : layers) {
+              LayerKvCache& cache = caches.emplace_back();
+              cache.kv = ToTensor(kv);
+              if (v.has_value()) cache.v = ToTensor(*v);
+            }
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = w.RegisterKvCaches(caches);
+            }
+            Check(status);
+          },
+          py::arg("layers"))
+      .def(
+          "start_load_kv",
+          [](WorkerConnector& w, const ConnectorMetadata& meta,
+             std::optional<uintptr_t> engine_stream) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = w.StartLoadKv(meta, {engine_stream});
+            }
+            Check(status);
+          },
+          py::arg("metadata"), py::arg("engine_stream") = std::nullopt)
+      .def(
+          "wait_for_layer_load",
+          [](WorkerConnector& w, uint32_t layer) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = w.WaitForLayerLoad(layer);
+            }
+            Check(status);
+          },
+          py::arg("layer"))
+      .def(
+          "save_kv_layer",
+          [](WorkerConnector& w, uint32_t layer, std::optional<uintptr_t> engine_stream) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = w.SaveKvLayer(layer, {engine_stream});
+            }
+            Check(status);
+          },
+          py::arg("layer"), py::arg("engine_stream") = std::nullopt)
+      .def("wait_for_save",
+           [](WorkerConnector& w) {
+             absl::Status status;
+             {
+               py::gil_scoped_release release;
+               status = w.WaitForSave();
+             }
+             Check(status);
+           })
+      .def(
+          "get_finished",
+          [](WorkerConnector& w, const std::vector<std::string>& finished_request_ids) {
+            const FinishedRequests done = w.GetFinished(finished_request_ids);
+            return py::make_tuple(done.finished_sending, done.finished_recving);
+          },
+          py::arg("finished_request_ids") = std::vector<std::string>{})
+      .def("get_block_ids_with_load_errors",
+           [](WorkerConnector& w) { return w.GetBlockIdsWithLoadErrors(); })
+      .def("stats", [](const WorkerConnector& w) {
+        const WorkerStats st = w.Stats();
+        py::dict d;
+        d["chunks_loaded"] = st.chunks_loaded;
+        d["chunks_failed"] = st.chunks_failed;
+        d["bytes_loaded"] = st.bytes_loaded;
+        d["chunks_saved"] = st.chunks_saved;
+        d["chunks_already_present"] = st.chunks_already_present;
+        d["chunks_save_failed"] = st.chunks_save_failed;
+        d["bytes_saved"] = st.bytes_saved;
+        d["connected"] = st.connected;
+        return d;
+      });
+}

@@ -1,0 +1,130 @@
+// DeviceRuntime is the seam through which Strata moves bytes between host memory (the shared
+// arena) and wherever an engine keeps its KV (GPU memory, or host memory for CPU engines and
+// tests): capabilities, streams of asynchronous copy batches, events to wait on, allocations and
+// host-memory registration. CudaRuntime (storage/device/cuda_runtime.h, built when CUDA is on)
+// runs copies with cudaMemcpyAsync on CUDA streams; HostRuntime (storage/device/host_runtime.h)
+// runs them with memcpy on one worker thread per stream, so all logic runs and is tested without a
+// GPU. Backends are chosen in one place: CreateDeviceRuntime (device_runtime_factory.h).
+//
+// Execution model (the same for every backend, modelled on CUDA streams):
+//   - Work enqueued on one DeviceStream (Copy, Record, WaitForEvent, WaitForExternal) runs in
+//     enqueue order, asynchronously to the caller. Different streams run concurrently.
+//   - A DeviceEvent recorded on a stream completes when all work enqueued on that stream before
+//     the Record has completed. An event that was never recorded is complete. Re-recording an
+//     event moves it to the new point; Wait and Query look at the latest Record.
+//   - A copy that fails puts its stream in error: every event recorded on that stream afterwards
+//     completes with that error (Wait / Query return it) until Synchronize() returns it and
+//     clears it. Copies are never retried.
+//
+// Thread-safety: DeviceRuntime methods are thread-safe. A DeviceStream and a DeviceEvent may be
+// used from any thread, but not by two threads at once. Events and streams must be used only with
+// the runtime that created them (kInvalidArgument otherwise).
+//
+// Ownership: the runtime must outlive every stream, event and allocation it created. Memory named
+// by an enqueued copy must stay valid until an event recorded after the copy has completed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::storage {
+
+enum class MemoryKind : uint8_t {
+  kHost = 1,    // memory the CPU addresses (pageable, or pinned when the backend has it)
+  kDevice = 2,  // accelerator memory (HostRuntime: host memory standing in for it)
+};
+
+struct DeviceCapabilities {
+  std::string backend;      // "host" or "cuda"
+  std::string device_name;  // e.g. "NVIDIA H100 80GB HBM3", or "cpu"
+  int device_ordinal = -1;  // -1 for the host backend
+  uint64_t device_memory_bytes = 0;
+  // Copies may name memory the CPU cannot address (device memory).
+  bool device_memory = false;
+  // Several runs of one Copy call are submitted to the driver as one batch.
+  bool batched_copies = false;
+  // RegisterHostMemory makes later copies from and to that range DMA (page-locked memory).
+  bool host_registration = false;
+};
+
+// One contiguous copy of `size_bytes` from `src` to `dst`. Each side may be host or device
+// memory; the backend infers the direction (unified addressing). Ranges must not overlap.
+struct CopyRun {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  uint64_t size_bytes = 0;
+};
+
+// A stream of the engine's own (CUDA: a cudaStream_t's value, e.g. torch's
+// current_stream().cuda_stream; 0 is the legacy default stream).
+using ExternalStream = uintptr_t;
+
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  // Blocks until the event completes. OK, or the error of the stream it was recorded on.
+  virtual absl::Status Wait() = 0;
+  // True when complete (Wait would not block); the stream's error when it completed with one.
+  virtual absl::StatusOr<bool> Query() = 0;
+};
+
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  // Enqueues the runs in order; returns once they are enqueued (the span is not kept).
+  // kInvalidArgument for a run with a null pointer (nothing is enqueued then).
+  virtual absl::Status Copy(std::span<const CopyRun> runs) = 0;
+  // Records `event` at the current end of the stream.
+  virtual absl::Status Record(DeviceEvent& event) = 0;
+  // Work enqueued after this call starts only once `event` (as last recorded) has completed.
+  virtual absl::Status WaitForEvent(DeviceEvent& event) = 0;
+  // Work enqueued after this call starts only once the work enqueued on the engine's stream
+  // `external` so far has completed. HostRuntime: a no-op, because CPU engines do their work
+  // synchronously on the calling thread.
+  virtual absl::Status WaitForExternal(ExternalStream external) = 0;
+  // Blocks until everything enqueued so far has run. Returns the stream's error, if any, and
+  // clears it.
+  virtual absl::Status Synchronize() = 0;
+};
+
+// Memory allocated by a runtime; freed on destruction.
+class DeviceAllocation {
+ public:
+  virtual ~DeviceAllocation() = default;
+  virtual void* data() const = 0;
+  virtual uint64_t size_bytes() const = 0;
+  virtual MemoryKind kind() const = 0;
+};
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+
+  virtual const DeviceCapabilities& Capabilities() const = 0;
+
+  // A new stream; `name` is for logs and thread names.
+  virtual absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(std::string_view name) = 0;
+  virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() = 0;
+
+  // `size_bytes` (> 0) of `kind` memory, aligned to at least 256 bytes, contents unspecified.
+  // kResourceExhausted when the memory is not there.
+  virtual absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,
+                                                                     MemoryKind kind) = 0;
+
+  // Tells the backend that [base, base + size_bytes) of host memory (for example the mapped
+  // shared arena) will be copied from and to, so it can page-lock it for DMA. Must be undone
+  // with UnregisterHostMemory(base) before the memory is unmapped. kInvalidArgument for a null
+  // or empty range or one that overlaps a registered range.
+  virtual absl::Status RegisterHostMemory(void* base, uint64_t size_bytes) = 0;
+  // kInvalidArgument when `base` was not registered.
+  virtual absl::Status UnregisterHostMemory(void* base) = 0;
+};
+
+}  // namespace strata::storage

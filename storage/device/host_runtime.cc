@@ -1,0 +1,402 @@
+#include "storage/device/host_runtime.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "fmt/format.h"
+
+namespace strata::storage {
+namespace {
+
+struct EventState;
+bool ReachedGeneration(std::pair<EventState*, uint64_t>* arg);
+
+// Completion state of a HostEvent, shared with the stream operations that signal it (so an
+// event may be destroyed while a signal for it is still queued).
+struct EventState {
+  absl::Mutex mu;
+  uint64_t recorded ABSL_GUARDED_BY(mu) = 0;   // generation of the latest Record
+  uint64_t completed ABSL_GUARDED_BY(mu) = 0;  // latest generation that completed
+  absl::Status status ABSL_GUARDED_BY(mu);     // of the completed generation
+};
+
+bool ReachedGeneration(std::pair<EventState*, uint64_t>* arg) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return arg->first->completed >= arg->second;
+}
+
+class HostEvent final : public DeviceEvent {
+ public:
+  HostEvent() : state_(std::make_shared<EventState>()) {}
+
+  absl::Status Wait() override {
+    EventState& s = *state_;
+    absl::MutexLock lock(&s.mu);
+    std::pair<EventState*, uint64_t> arg{&s, s.recorded};
+    s.mu.Await(absl::Condition(&ReachedGeneration, &arg));
+    return s.status;
+  }
+
+  absl::StatusOr<bool> Query() override {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->completed < state_->recorded) return false;
+    if (!state_->status.ok()) return state_->status;
+    return true;
+  }
+
+  const std::shared_ptr<EventState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<EventState> state_;
+};
+
+struct CopyOp {
+  std::vector<CopyRun> runs;
+  uint64_t total_bytes = 0;
+};
+struct SignalOp {
+  std::shared_ptr<EventState> event;
+  uint64_t generation = 0;
+};
+struct WaitOp {
+  std::shared_ptr<EventState> event;
+  uint64_t generation = 0;
+};
+using Op = std::variant<CopyOp, SignalOp, WaitOp>;
+
+// Batches at least this large are split into byte-balanced slices copied by the stream's
+// helper threads as well: one core's memcpy does not saturate DRAM bandwidth, so a layer of many
+// medium runs (one per engine block) moves faster on a few cores.
+constexpr uint64_t kParallelBatchBytes = 8ull << 20;
+
+// Splits `runs` into `parts` lists of (possibly partial) runs of about equal bytes, in order.
+std::vector<std::vector<CopyRun>> Slice(const std::vector<CopyRun>& runs, uint64_t total,
+                                        size_t parts) {
+  std::vector<std::vector<CopyRun>> slices(parts);
+  const uint64_t per_slice = (total + parts - 1) / parts;
+  size_t slice = 0;
+  uint64_t filled = 0;
+  for (CopyRun run : runs) {
+    while (run.size_bytes > 0) {
+      const uint64_t take = std::min(run.size_bytes, per_slice - filled);
+      slices[slice].push_back({run.src, run.dst, take});
+      run.src = static_cast<const std::byte*>(run.src) + take;
+      run.dst = static_cast<std::byte*>(run.dst) + take;
+      run.size_bytes -= take;
+      filled += take;
+      if (filled == per_slice && slice + 1 < parts) {
+        ++slice;
+        filled = 0;
+      }
+    }
+  }
+  return slices;
+}
+
+void CopyRuns(const std::vector<CopyRun>& runs) {
+  for (const CopyRun& run : runs) {
+    if (run.size_bytes > 0) std::memcpy(run.dst, run.src, run.size_bytes);
+  }
+}
+
+// Helper threads of one stream: Run copies slice 0 on the calling thread and the others on the
+// helpers, and returns when all are done. Used only by the stream's thread.
+class CopyPool {
+ public:
+  CopyPool(size_t helpers, const std::string& name) {
+    for (size_t i = 0; i < helpers; ++i) {
+      threads_.emplace_back([this] { Work(); });
+      const std::string thread_name = fmt::format("strata-{}{}", name, i).substr(0, 15);
+      pthread_setname_np(threads_.back().native_handle(), thread_name.c_str());
+    }
+  }
+  ~CopyPool() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    for (auto& thread : threads_) thread.join();
+  }
+  size_t helpers() const { return threads_.size(); }
+
+  void Run(const std::vector<std::vector<CopyRun>>& slices) {
+    {
+      absl::MutexLock lock(&mu_);
+      job_ = &slices;
+      next_ = 1;
+      pending_ = slices.size() - 1;
+    }
+    CopyRuns(slices[0]);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](CopyPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS { return pool->pending_ == 0; }, this));
+    job_ = nullptr;
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      const std::vector<CopyRun>* slice;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](CopyPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return pool->stopping_ || (pool->job_ != nullptr && pool->next_ < pool->job_->size());
+            },
+            this));
+        if (stopping_) return;
+        slice = &(*job_)[next_++];
+      }
+      CopyRuns(*slice);
+      absl::MutexLock lock(&mu_);
+      --pending_;
+    }
+  }
+
+  absl::Mutex mu_;
+  const std::vector<std::vector<CopyRun>>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::jthread> threads_;  // last: joined before the state above goes
+};
+
+class HostStream final : public DeviceStream {
+ public:
+  HostStream(std::string_view name, const HostRuntimeOptions* options)
+      : options_(options), name_(name) {
+    if (options->copy_threads > 1) {
+      pool_ = std::make_unique<CopyPool>(options->copy_threads - 1, name_);
+    }
+    thread_ = std::jthread([this] { Run(); });
+    const std::string thread_name = fmt::format("strata-{}", name_).substr(0, 15);
+    pthread_setname_np(thread_.native_handle(), thread_name.c_str());
+  }
+
+  ~HostStream() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+
+  absl::Status Copy(std::span<const CopyRun> runs) override {
+    for (const CopyRun& run : runs) {
+      if (run.size_bytes > 0 && (run.src == nullptr || run.dst == nullptr)) {
+        return absl::InvalidArgumentError(
+            fmt::format("host stream {}: copy run with a null pointer", name_));
+      }
+    }
+    if (runs.empty()) return absl::OkStatus();
+    uint64_t total = 0;
+    for (const CopyRun& run : runs) total += run.size_bytes;
+    Enqueue(CopyOp{std::vector<CopyRun>(runs.begin(), runs.end()), total});
+    return absl::OkStatus();
+  }
+
+  absl::Status Record(DeviceEvent& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) {
+      return absl::InvalidArgumentError("host stream: event of another runtime");
+    }
+    uint64_t generation;
+    {
+      absl::MutexLock lock(&host_event->state()->mu);
+      generation = ++host_event->state()->recorded;
+    }
+    Enqueue(SignalOp{host_event->state(), generation});
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitForEvent(DeviceEvent& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) {
+      return absl::InvalidArgumentError("host stream: event of another runtime");
+    }
+    uint64_t generation;
+    {
+      absl::MutexLock lock(&host_event->state()->mu);
+      generation = host_event->state()->recorded;
+    }
+    if (generation == 0) return absl::OkStatus();  // never recorded: complete
+    Enqueue(WaitOp{host_event->state(), generation});
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitForExternal(ExternalStream /*external*/) override { return absl::OkStatus(); }
+
+  absl::Status Synchronize() override {
+    HostEvent done;
+    absl::Status recorded = Record(done);  // cannot fail: our own event type
+    if (recorded.ok()) (void)done.Wait();
+    absl::MutexLock lock(&mu_);
+    return std::exchange(error_, absl::OkStatus());
+  }
+
+ private:
+  void Enqueue(Op op) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(op));
+  }
+
+  // Runs queued operations in order until the stream is destroyed and the queue is drained.
+  void Run() {
+    for (;;) {
+      Op op;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](HostStream* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return !self->queue_.empty() || self->stopping_;
+            },
+            this));
+        if (queue_.empty()) return;  // stopping and drained
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::visit([this](auto& o) { Execute(o); }, op);
+    }
+  }
+
+  void Execute(CopyOp& op) {
+    // With a copy hook (fault injection) runs go one by one, in order, on this thread.
+    if (!options_->copy_hook && pool_ != nullptr && op.total_bytes >= kParallelBatchBytes) {
+      pool_->Run(Slice(op.runs, op.total_bytes, pool_->helpers() + 1));
+      return;
+    }
+    for (const CopyRun& run : op.runs) {
+      if (options_->copy_hook) {
+        absl::Status hooked = options_->copy_hook(run);
+        if (!hooked.ok()) {
+          absl::MutexLock lock(&mu_);
+          if (error_.ok()) error_ = std::move(hooked);
+          break;
+        }
+      }
+      if (run.size_bytes > 0) std::memcpy(run.dst, run.src, run.size_bytes);
+    }
+  }
+
+  void Execute(SignalOp& op) {
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      status = error_;
+    }
+    absl::MutexLock lock(&op.event->mu);
+    if (op.generation > op.event->completed) {
+      op.event->completed = op.generation;
+      op.event->status = std::move(status);
+    }
+  }
+
+  void Execute(WaitOp& op) {
+    EventState& s = *op.event;
+    absl::MutexLock lock(&s.mu);
+    std::pair<EventState*, uint64_t> arg{&s, op.generation};
+    s.mu.Await(absl::Condition(&ReachedGeneration, &arg));
+  }
+
+  const HostRuntimeOptions* const options_;
+  const std::string name_;
+  absl::Mutex mu_;
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CopyPool> pool_;  // null with one copy thread
+  std::jthread thread_;             // last: started after, joined before, the state above
+};
+
+class HostAllocation final : public DeviceAllocation {
+ public:
+  HostAllocation(void* data, uint64_t size_bytes, MemoryKind kind)
+      : data_(data), size_bytes_(size_bytes), kind_(kind) {}
+  ~HostAllocation() override { std::free(data_); }
+  void* data() const override { return data_; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  MemoryKind kind() const override { return kind_; }
+
+ private:
+  void* data_;
+  uint64_t size_bytes_;
+  MemoryKind kind_;
+};
+
+}  // namespace
+
+size_t DefaultHostCopyThreads() {
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<size_t>(cores / 4, 2, 4);
+}
+
+HostRuntime::HostRuntime(HostRuntimeOptions options) : options_(std::move(options)) {
+  capabilities_.backend = "host";
+  capabilities_.device_name = "cpu";
+  capabilities_.device_ordinal = -1;
+  capabilities_.device_memory = false;
+  capabilities_.batched_copies = false;
+  capabilities_.host_registration = false;
+}
+
+HostRuntime::~HostRuntime() = default;
+
+absl::StatusOr<std::unique_ptr<DeviceStream>> HostRuntime::CreateStream(std::string_view name) {
+  return std::make_unique<HostStream>(name, &options_);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceEvent>> HostRuntime::CreateEvent() {
+  return std::make_unique<HostEvent>();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> HostRuntime::Allocate(uint64_t size_bytes,
+                                                                        MemoryKind kind) {
+  if (size_bytes == 0) return absl::InvalidArgumentError("host runtime: allocation of 0 bytes");
+  constexpr uint64_t kAlignment = 4096;
+  const uint64_t rounded = (size_bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        fmt::format("host runtime: cannot allocate {} bytes", size_bytes));
+  }
+  return std::make_unique<HostAllocation>(data, size_bytes, kind);
+}
+
+absl::Status HostRuntime::RegisterHostMemory(void* base, uint64_t size_bytes) {
+  if (base == nullptr || size_bytes == 0) {
+    return absl::InvalidArgumentError("host runtime: register of a null or empty range");
+  }
+  const auto* begin = static_cast<const std::byte*>(base);
+  absl::MutexLock lock(&mu_);
+  for (const auto& [other, other_size] : registered_) {
+    const auto* other_begin = static_cast<const std::byte*>(other);
+    if (begin < other_begin + other_size && other_begin < begin + size_bytes) {
+      return absl::InvalidArgumentError("host runtime: range overlaps a registered range");
+    }
+  }
+  registered_.emplace(base, size_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostRuntime::UnregisterHostMemory(void* base) {
+  absl::MutexLock lock(&mu_);
+  if (registered_.erase(base) == 0) {
+    return absl::InvalidArgumentError("host runtime: unregister of an unregistered range");
+  }
+  return absl::OkStatus();
+}
+
+std::map<const void*, uint64_t> HostRuntime::RegisteredHostMemory() const {
+  absl::MutexLock lock(&mu_);
+  return registered_;
+}
+
+}  // namespace strata::storage
