@@ -6,7 +6,7 @@ ASAN_BUILD ?= build/asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-release test-asan bench check-format format clean
+.PHONY: all deps configure build run demo test test-release test-asan bench check-format format clean
 
 all: build
 
@@ -19,8 +19,12 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
-# Runs the main job with the embedded default configuration.
+# Runs the main job: stratad with its embedded default configuration (Ctrl-C drains and stops).
 run: build
+	@$(BUILD)/daemon/stratad $(ARGS)
+
+# A guided tour of the host tier, no daemon needed.
+demo: build
 	@$(BUILD)/daemon/strata_demo
 
 # Release build + every test (GPU tests skip themselves without a device), then the unit tests
@@ -32,14 +36,16 @@ test-release: build
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=address,undefined \
-	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF \
+	  -DSTRATA_BUILD_INTEGRATION_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
 
 # Micro-benchmarks (Release); each prints its figures and same-run baselines.
 bench: build
-	@for b in $(BUILD)/bench/micro/*_bench; do echo "== $$b"; $$b --benchmark_min_time=0.2; done
+	@for b in $(BUILD)/bench/micro/*_bench $(BUILD)/kernels/kernels_bench; do \
+	  echo "== $$b"; $$b --benchmark_min_time=0.2; done
 
 check-format:
 	@bash scripts/check-format.sh

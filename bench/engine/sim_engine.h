@@ -1,0 +1,88 @@
+// SimEngine is a simulated inference engine for integration tests and strata-bench: a paged KV
+// cache in host memory (vLLM's FlashAttention layout, or separate K and V tensors), driven
+// through the connector's scheduler and worker calls, one prefill step per prompt. The KV of
+// every token it "computes" is f(token, position, layer, plane, head, dim); every token it loads
+// is checked against f, so a wrong byte served by the cache is counted, never missed.
+// Not thread-safe: one engine per process, like a real engine worker.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/kv_layout.h"
+#include "strata/connector.h"
+
+namespace strata::bench {
+
+// A prompt is a concatenation of segments; segment (seed, length) holds tokens
+// TokenAt(seed, 0..length-1), so prompts that agree on their first segments share a prefix.
+struct PromptSegment {
+  uint32_t seed = 0;
+  uint32_t length = 0;
+};
+using Prompt = std::vector<PromptSegment>;
+
+// "SEED:LEN[+SEED:LEN...]"; kInvalidArgument otherwise.
+absl::StatusOr<Prompt> ParsePrompt(std::string_view spec);
+std::vector<uint32_t> PromptTokens(const Prompt& prompt);
+
+// "small": 4 layers, 2 KV heads, head_dim 64, fp16 (2 KiB per token);
+// "llama8b": 32 layers, 8 KV heads, head_dim 128 (128 KiB per token, bf16-sized).
+absl::StatusOr<KvLayout> SimLayout(std::string_view geometry, uint32_t chunk_tokens);
+
+struct SimEngineOptions {
+  std::string socket_path;
+  std::string engine_id = "sim-engine";
+  KvLayout layout;
+  uint32_t block_size = 16;
+  uint32_t num_blocks = 2048;
+  bool separate_kv = false;
+  // Simulated compute per layer, so tests can act mid-load.
+  uint32_t layer_delay_us = 0;
+  // Fill the prompt's KV before the step (outside the timed windows) instead of per layer
+  // during it: the step then times the connector's work alone (benchmarks).
+  bool precompute = false;
+  uint32_t lookup_budget_ms = 20;
+  uint32_t io_timeout_ms = 5000;
+  bool store_partial = false;
+};
+
+struct RequestResult {
+  std::string request_id;
+  uint64_t prompt_tokens = 0;
+  uint64_t matched_tokens = 0;
+  uint64_t failed_blocks = 0;
+  uint64_t recomputed_tokens = 0;
+  uint64_t wrong_values = 0;
+  uint64_t lookup_us = 0;  // GetNumNewMatchedTokens (key hashing + one socket round trip)
+  uint64_t load_us = 0;    // StartLoadKv .. WaitForLayerLoad(last layer)
+  uint64_t save_us = 0;    // first SaveKvLayer .. WaitForSave
+  uint64_t step_us = 0;    // the whole step after the lookup
+  uint64_t bytes_loaded = 0;
+  uint64_t bytes_saved = 0;
+  std::string load_status;
+  std::string save_status;
+
+  std::string ToJson() const;
+};
+
+class SimEngine {
+ public:
+  // Allocates the paged cache, creates the connectors and registers the cache. The daemon need
+  // not be up (the connector reconnects by itself).
+  static absl::StatusOr<std::unique_ptr<SimEngine>> Create(const SimEngineOptions& options);
+  ~SimEngine();
+
+  RequestResult Run(const Prompt& prompt);
+  connector::WorkerStats worker_stats() const;
+
+ private:
+  struct Impl;
+  explicit SimEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::bench

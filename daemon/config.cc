@@ -1,0 +1,312 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "core/chunk_key.h"
+#include "core/fmt_absl.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "toml++/toml.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr uint64_t kDefaultMaxHostBytes = uint64_t{8} << 30;
+
+absl::Status Bad(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+
+std::string SocketDir(const ConfigEnvironment& env) {
+  return env.runtime_dir.empty() ? "./var/run/strata" : env.runtime_dir + "/strata";
+}
+
+// Reads `node` into `out` as a byte size (integer or unit string).
+absl::Status ReadBytes(const toml::node& node, std::string_view key, uint64_t& out) {
+  if (auto v = node.value<int64_t>()) {
+    if (*v < 0) return Bad(fmt::format("config: {} must not be negative", key));
+    out = static_cast<uint64_t>(*v);
+    return absl::OkStatus();
+  }
+  if (auto s = node.value<std::string>()) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(*s);
+    if (!bytes.ok()) return Bad(fmt::format("config: {}: {}", key, bytes.status().message()));
+    out = *bytes;
+    return absl::OkStatus();
+  }
+  return Bad(fmt::format("config: {} must be a byte size", key));
+}
+
+template <typename T>
+absl::Status ReadUint(const toml::node& node, std::string_view key, T& out) {
+  auto v = node.value<int64_t>();
+  if (!v || *v < 0 || static_cast<uint64_t>(*v) > std::numeric_limits<T>::max()) {
+    return Bad(fmt::format("config: {} must be an integer in [0, {}]", key,
+                           std::numeric_limits<T>::max()));
+  }
+  out = static_cast<T>(*v);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const toml::node& node, std::string_view key, bool& out) {
+  if (!node.is_boolean()) return Bad(fmt::format("config: {} must be true or false", key));
+  out = *node.value<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const toml::node& node, std::string_view key, std::string& out) {
+  auto v = node.value<std::string>();
+  if (!v) return Bad(fmt::format("config: {} must be a string", key));
+  out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) return Bad(fmt::format("config: '{}' must be a table", section));
+    for (const auto& [key_node, value] : *table) {
+      const std::string key(key_node.str());
+      const std::string name = section + "." + key;
+      absl::Status s = Bad(fmt::format("config: unknown key '{}'", name));
+      if (section == "host") {
+        if (key == "capacity_bytes") s = ReadBytes(value, name, c.host.capacity_bytes);
+        if (key == "page_bytes") {
+          uint64_t page = 0;
+          s = ReadBytes(value, name, page);
+          if (s.ok() && page > std::numeric_limits<uint32_t>::max()) {
+            s = Bad("config: host.page_bytes must be below 4 GiB");
+          }
+          c.host.page_bytes = static_cast<uint32_t>(page);
+        }
+        if (key == "use_hugepages") s = ReadBool(value, name, c.host.use_hugepages);
+        if (key == "prefault") s = ReadBool(value, name, c.host.prefault);
+        if (key == "hard_pin_quota_bytes") {
+          uint64_t quota = 0;
+          s = ReadBytes(value, name, quota);
+          c.host.hard_pin_quota_bytes = quota;
+        }
+        if (key == "lease_ms") s = ReadUint(value, name, c.host.lease_ms);
+        if (key == "verify_every_n_loads") s = ReadUint(value, name, c.host.verify_every_n_loads);
+        if (key == "policy") s = ReadString(value, name, c.host.policy);
+      } else if (section == "engine") {
+        if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
+        if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
+        if (key == "allowed_uids") {
+          const toml::array* array = value.as_array();
+          s = array ? absl::OkStatus() : Bad("config: engine.allowed_uids must be an array");
+          if (array) c.engine.allowed_uids.clear();
+          for (size_t i = 0; s.ok() && array && i < array->size(); ++i) {
+            uint32_t uid = 0;
+            s = ReadUint((*array)[i], name, uid);
+            c.engine.allowed_uids.push_back(uid);
+          }
+        }
+      } else if (section == "control") {
+        if (key == "listen_address") s = ReadString(value, name, c.control.listen_address);
+        if (key == "unix_socket_path") s = ReadString(value, name, c.control.unix_socket_path);
+      } else if (section == "keys") {
+        if (key == "hash_algorithm") s = ReadString(value, name, c.keys.hash_algorithm);
+        if (key == "seed") s = ReadString(value, name, c.keys.seed);
+      } else if (section == "log") {
+        if (key == "level") s = ReadString(value, name, c.log.level);
+      } else if (section == "daemon") {
+        if (key == "drain_timeout_ms") s = ReadUint(value, name, c.drain_timeout_ms);
+      } else {
+        s = Bad(fmt::format("config: unknown section '{}'", section));
+      }
+      STRATA_RETURN_IF_ERROR(s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ConfigEnvironment ConfigEnvironment::FromProcess() {
+  ConfigEnvironment env;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) {
+    env.physical_memory_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+  }
+  if (const char* dir = std::getenv("XDG_RUNTIME_DIR"); dir != nullptr) env.runtime_dir = dir;
+  return env;
+}
+
+DaemonConfig DefaultConfig(const ConfigEnvironment& env) {
+  DaemonConfig config;
+  const uint64_t quarter = env.physical_memory_bytes / 4;
+  const uint64_t capacity =
+      std::min(quarter == 0 ? kDefaultMaxHostBytes : quarter, kDefaultMaxHostBytes);
+  config.host.capacity_bytes = capacity / config.host.page_bytes * config.host.page_bytes;
+  config.engine.socket_path = SocketDir(env) + "/engine.sock";
+  config.control.unix_socket_path = SocketDir(env) + "/control.sock";
+  return config;
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
+  static constexpr std::pair<std::string_view, uint64_t> kUnits[] = {{"KiB", uint64_t{1} << 10},
+                                                                     {"MiB", uint64_t{1} << 20},
+                                                                     {"GiB", uint64_t{1} << 30},
+                                                                     {"TiB", uint64_t{1} << 40},
+                                                                     {"KB", 1000},
+                                                                     {"MB", 1000 * 1000},
+                                                                     {"GB", 1000 * 1000 * 1000},
+                                                                     {"B", 1}};
+  std::string_view number = text;
+  uint64_t multiplier = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (text.size() > suffix.size() && text.ends_with(suffix)) {
+      number = text.substr(0, text.size() - suffix.size());
+      multiplier = factor;
+      break;
+    }
+  }
+  while (!number.empty() && number.back() == ' ') number.remove_suffix(1);
+  double value = 0;
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || error != std::errc() || end != number.data() + number.size() || value < 0 ||
+      !std::isfinite(value) || value * static_cast<double>(multiplier) > 1.8e19) {
+    return Bad(fmt::format("'{}' is not a byte size (e.g. 4096, 512MiB, 8GiB)", text));
+  }
+  return static_cast<uint64_t>(value * static_cast<double>(multiplier));
+}
+
+absl::StatusOr<DaemonConfig> ApplyToml(std::string_view toml_text, DaemonConfig base) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text);
+  } catch (const toml::parse_error& error) {
+    return Bad(fmt::format("config: line {}: {}", error.source().begin.line,
+                           std::string(error.description())));
+  }
+  STRATA_RETURN_IF_ERROR(ApplyTable(root, base));
+  return base;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& c) {
+  if (c.host.page_bytes == 0 || c.host.page_bytes % 4096 != 0) {
+    return Bad(
+        fmt::format("config: host.page_bytes={} must be a multiple of 4096", c.host.page_bytes));
+  }
+  if (c.host.capacity_bytes == 0 || c.host.capacity_bytes % c.host.page_bytes != 0) {
+    return Bad(
+        fmt::format("config: host.capacity_bytes={} must be a positive multiple of "
+                    "host.page_bytes={}",
+                    c.host.capacity_bytes, c.host.page_bytes));
+  }
+  if (c.host.hard_pin_quota_bytes.value_or(0) > c.host.capacity_bytes) {
+    return Bad("config: host.hard_pin_quota_bytes exceeds host.capacity_bytes");
+  }
+  if (c.host.lease_ms == 0) return Bad("config: host.lease_ms must be positive");
+  if (c.host.verify_every_n_loads == 0) {
+    return Bad("config: host.verify_every_n_loads must be at least 1");
+  }
+  if (c.engine.socket_path.empty()) return Bad("config: engine.socket_path is empty");
+  if (c.engine.max_sessions == 0) return Bad("config: engine.max_sessions must be positive");
+  if (absl::StatusOr<HashAlgorithm> a = ParseHashAlgorithm(c.keys.hash_algorithm); !a.ok()) {
+    return Bad(fmt::format("config: keys.hash_algorithm: {}", a.status().message()));
+  }
+  static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
+                                                 "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), c.log.level) == std::end(kLevels)) {
+    return Bad(
+        fmt::format("config: log.level '{}' is not one of trace, debug, info, warn, "
+                    "error, critical, off",
+                    c.log.level));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigToToml(const DaemonConfig& c) {
+  toml::array uids;
+  for (uint32_t uid : c.engine.allowed_uids) uids.push_back(static_cast<int64_t>(uid));
+  toml::table root{
+      {"host",
+       toml::table{{"capacity_bytes", static_cast<int64_t>(c.host.capacity_bytes)},
+                   {"page_bytes", static_cast<int64_t>(c.host.page_bytes)},
+                   {"use_hugepages", c.host.use_hugepages},
+                   {"prefault", c.host.prefault},
+                   {"lease_ms", static_cast<int64_t>(c.host.lease_ms)},
+                   {"verify_every_n_loads", static_cast<int64_t>(c.host.verify_every_n_loads)},
+                   {"policy", c.host.policy}}},
+      {"engine", toml::table{{"socket_path", c.engine.socket_path},
+                             {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
+                             {"allowed_uids", uids}}},
+      {"control", toml::table{{"listen_address", c.control.listen_address},
+                              {"unix_socket_path", c.control.unix_socket_path}}},
+      {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
+      {"log", toml::table{{"level", c.log.level}}},
+      {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
+  };
+  if (c.host.hard_pin_quota_bytes.has_value()) {
+    root["host"].as_table()->insert("hard_pin_quota_bytes",
+                                    static_cast<int64_t>(*c.host.hard_pin_quota_bytes));
+  }
+  std::ostringstream out;
+  out << root << "\n";
+  return out.str();
+}
+
+absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** argv,
+                                                             const ConfigEnvironment& env) {
+  CLI::App app{"stratad: the Strata KV-cache daemon"};
+  std::string config_path;
+  bool print_config = false;
+  std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
+      hash_algorithm, seed, policy;
+  app.add_option("-c,--config", config_path, "TOML configuration file");
+  app.add_flag("--print-config", print_config, "print the effective configuration and exit");
+  app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
+  app.add_option("--engine-socket", engine_socket, "engine session socket path");
+  app.add_option("--listen", listen, "gRPC TCP address (\"\" disables)");
+  app.add_option("--control-socket", control_socket, "gRPC Unix socket path (\"\" disables)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_option("--hash-algorithm", hash_algorithm, "xxh3_128|sha256_cbor");
+  app.add_option("--seed", seed, "key protocol seed");
+  app.add_option("--policy", policy, "host tier eviction policy");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return std::optional<DaemonConfig>();
+  } catch (const CLI::ParseError& e) {
+    return Bad(fmt::format("command line: {}", e.what()));
+  }
+
+  DaemonConfig config = DefaultConfig(env);
+  if (!config_path.empty()) {
+    std::ifstream file(config_path);
+    if (!file) return Bad(fmt::format("cannot read config file '{}'", config_path));
+    std::stringstream text;
+    text << file.rdbuf();
+    STRATA_ASSIGN_OR_RETURN(config, ApplyToml(text.str(), std::move(config)));
+  }
+  if (host_capacity) {
+    STRATA_ASSIGN_OR_RETURN(config.host.capacity_bytes, ParseByteSize(*host_capacity));
+  }
+  if (engine_socket) config.engine.socket_path = *engine_socket;
+  if (listen) config.control.listen_address = *listen;
+  if (control_socket) config.control.unix_socket_path = *control_socket;
+  if (log_level) config.log.level = *log_level;
+  if (hash_algorithm) config.keys.hash_algorithm = *hash_algorithm;
+  if (seed) config.keys.seed = *seed;
+  if (policy) config.host.policy = *policy;
+  STRATA_RETURN_IF_ERROR(ValidateConfig(config));
+  if (print_config) {
+    std::cout << ConfigToToml(config);
+    return std::optional<DaemonConfig>();
+  }
+  return std::optional<DaemonConfig>(std::move(config));
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,87 @@
+// DaemonConfig is everything stratad can be told: an embedded default that works with no file,
+// overridden by a TOML file, overridden by command-line flags. A plain value type.
+//
+// TOML (every key optional; sizes are integers of bytes or strings such as "8GiB", "512MiB"):
+//   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
+//             lease_ms, verify_every_n_loads, policy
+//   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
+//   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
+//   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
+//   [log]     level ("trace" .. "critical", "off")
+//   [daemon]  drain_timeout_ms
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::daemon {
+
+struct DaemonConfig {
+  struct Host {
+    uint64_t capacity_bytes = 0;
+    uint32_t page_bytes = 2u << 20;
+    bool use_hugepages = false;
+    bool prefault = false;
+    // Unset: half of capacity_bytes.
+    std::optional<uint64_t> hard_pin_quota_bytes;
+    uint32_t lease_ms = 30'000;
+    uint32_t verify_every_n_loads = 1;
+    std::string policy = "lru";
+  } host;
+  struct Engine {
+    std::string socket_path;
+    uint32_t max_sessions = 256;
+    // Peers allowed besides the daemon's own uid and root (SO_PEERCRED).
+    std::vector<uint32_t> allowed_uids;
+  } engine;
+  struct Control {
+    std::string listen_address = "127.0.0.1:50051";
+    std::string unix_socket_path;
+  } control;
+  struct Keys {
+    std::string hash_algorithm = "xxh3_128";
+    std::string seed = "0";
+  } keys;
+  struct Log {
+    std::string level = "info";
+  } log;
+  uint32_t drain_timeout_ms = 5'000;
+};
+
+// What the embedded default depends on, read from the process environment in one place.
+struct ConfigEnvironment {
+  uint64_t physical_memory_bytes = 0;
+  std::string runtime_dir;  // $XDG_RUNTIME_DIR, or "" when unset
+  static ConfigEnvironment FromProcess();
+};
+
+// The embedded default: host tier min(25% of RAM, 8 GiB) rounded down to whole pages; sockets
+// under $XDG_RUNTIME_DIR/strata/ (or ./var/run/strata/); gRPC on 127.0.0.1:50051.
+DaemonConfig DefaultConfig(const ConfigEnvironment& env);
+
+// Applies a TOML document on top of `base`. kInvalidArgument naming the key (and the line for
+// syntax errors) for malformed TOML, unknown keys, wrong types or bad sizes.
+absl::StatusOr<DaemonConfig> ApplyToml(std::string_view toml_text, DaemonConfig base);
+
+// Checks cross-field rules (capacity a multiple of page size, known hash algorithm, ...).
+absl::Status ValidateConfig(const DaemonConfig& config);
+
+// The config as a TOML document that ApplyToml reads back to the same config.
+std::string ConfigToToml(const DaemonConfig& config);
+
+// "8GiB", "512MiB", "4096", "1.5GiB"... -> bytes. kInvalidArgument otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+// Parses stratad's command line: --config FILE, --print-config, and flags that override single
+// keys (--host-capacity, --engine-socket, --listen, --control-socket, --log-level, ...).
+// Returns the final validated config, or nullopt when the command line asked only for help or
+// for the config to be printed (already written to stdout). kInvalidArgument for bad flags.
+absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** argv,
+                                                             const ConfigEnvironment& env);
+
+}  // namespace strata::daemon

@@ -1,0 +1,127 @@
+#include "daemon/config.h"
+
+#include "gtest/gtest.h"
+
+namespace strata::daemon {
+namespace {
+
+ConfigEnvironment Env(uint64_t ram, std::string runtime_dir = "") {
+  return {.physical_memory_bytes = ram, .runtime_dir = std::move(runtime_dir)};
+}
+
+TEST(DaemonConfig, DefaultIsQuarterOfRamCappedAt8GiB) {
+  const DaemonConfig small = DefaultConfig(Env(uint64_t{16} << 30));
+  EXPECT_EQ(small.host.capacity_bytes, uint64_t{4} << 30);
+  const DaemonConfig big = DefaultConfig(Env(uint64_t{256} << 30));
+  EXPECT_EQ(big.host.capacity_bytes, uint64_t{8} << 30);
+  const DaemonConfig odd = DefaultConfig(Env((uint64_t{3} << 30) + 12345));
+  EXPECT_EQ(odd.host.capacity_bytes % odd.host.page_bytes, 0u);
+  EXPECT_TRUE(ValidateConfig(small).ok());
+  EXPECT_EQ(small.control.listen_address, "127.0.0.1:50051");
+}
+
+TEST(DaemonConfig, SocketsLiveUnderTheRuntimeDir) {
+  EXPECT_EQ(DefaultConfig(Env(1ull << 34, "/run/user/7")).engine.socket_path,
+            "/run/user/7/strata/engine.sock");
+  EXPECT_EQ(DefaultConfig(Env(1ull << 34)).engine.socket_path, "./var/run/strata/engine.sock");
+}
+
+TEST(DaemonConfig, TomlOverridesAndRoundTrips) {
+  absl::StatusOr<DaemonConfig> config = ApplyToml(R"(
+[host]
+capacity_bytes = "1GiB"
+page_bytes = 65536
+policy = "lru"
+verify_every_n_loads = 8
+[engine]
+socket_path = "/tmp/x.sock"
+allowed_uids = [1000, 1001]
+[keys]
+hash_algorithm = "sha256_cbor"
+seed = "42"
+[log]
+level = "debug"
+)",
+                                                  DefaultConfig(Env(1ull << 34)));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->host.capacity_bytes, 1ull << 30);
+  EXPECT_EQ(config->host.page_bytes, 65536u);
+  EXPECT_EQ(config->host.verify_every_n_loads, 8u);
+  EXPECT_EQ(config->engine.allowed_uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
+  EXPECT_EQ(config->log.level, "debug");
+  EXPECT_TRUE(ValidateConfig(*config).ok());
+
+  absl::StatusOr<DaemonConfig> again = ApplyToml(ConfigToToml(*config), DaemonConfig());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ConfigToToml(*again), ConfigToToml(*config));
+}
+
+TEST(DaemonConfig, BadTomlIsAClearError) {
+  const DaemonConfig base = DefaultConfig(Env(1ull << 34));
+  auto code_and_message = [&](const char* text) {
+    absl::StatusOr<DaemonConfig> c = ApplyToml(text, base);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(c.status().message());
+  };
+  EXPECT_NE(code_and_message("[host]\ncapacity = 5\n").find("host.capacity"), std::string::npos);
+  EXPECT_NE(code_and_message("[nope]\nx = 1\n").find("nope"), std::string::npos);
+  EXPECT_NE(code_and_message("[host]\ncapacity_bytes = \"lots\"\n").find("byte size"),
+            std::string::npos);
+  EXPECT_NE(code_and_message("[host]\nuse_hugepages = 3\n").find("true or false"),
+            std::string::npos);
+  EXPECT_NE(code_and_message("[host\n").find("line"), std::string::npos);
+  EXPECT_NE(code_and_message("[host]\nlease_ms = -4\n").find("lease_ms"), std::string::npos);
+}
+
+TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
+  DaemonConfig c = DefaultConfig(Env(1ull << 34));
+  c.host.capacity_bytes += 1;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.keys.hash_algorithm = "md5";
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.log.level = "loud";
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.host.hard_pin_quota_bytes = c.host.capacity_bytes + 1;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseByteSize, UnitsAndErrors) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("512MiB"), 512ull << 20);
+  EXPECT_EQ(*ParseByteSize("8GiB"), 8ull << 30);
+  EXPECT_EQ(*ParseByteSize("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(*ParseByteSize("2 GB"), 2'000'000'000u);
+  for (const char* bad : {"", "GiB", "-1GiB", "1XB", "abc", "1e30GiB"}) {
+    EXPECT_EQ(ParseByteSize(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ParseCommandLine, FlagsOverrideAndHelpStops) {
+  const ConfigEnvironment env = Env(1ull << 34);
+  const char* args[] = {"stratad", "--host-capacity", "256MiB",     "--log-level",
+                        "warn",    "--engine-socket", "/tmp/e.sock"};
+  absl::StatusOr<std::optional<DaemonConfig>> parsed =
+      ParseCommandLine(7, const_cast<char**>(args), env);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->has_value());
+  EXPECT_EQ((*parsed)->host.capacity_bytes, 256ull << 20);
+  EXPECT_EQ((*parsed)->log.level, "warn");
+  EXPECT_EQ((*parsed)->engine.socket_path, "/tmp/e.sock");
+
+  const char* bad[] = {"stratad", "--no-such-flag"};
+  EXPECT_EQ(ParseCommandLine(2, const_cast<char**>(bad), env).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const char* missing[] = {"stratad", "--config", "/nonexistent/strata.toml"};
+  EXPECT_EQ(ParseCommandLine(3, const_cast<char**>(missing), env).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const char* unaligned[] = {"stratad", "--host-capacity", "1000"};
+  EXPECT_EQ(ParseCommandLine(3, const_cast<char**>(unaligned), env).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::daemon

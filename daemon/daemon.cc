@@ -1,0 +1,117 @@
+#include "daemon/daemon.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr std::chrono::milliseconds kControlDrainGrace{500};
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  std::unique_ptr<Daemon> daemon(new Daemon(config));
+
+  storage::HostTierOptions host;
+  host.capacity_bytes = config.host.capacity_bytes;
+  host.page_bytes = config.host.page_bytes;
+  host.use_hugepages = config.host.use_hugepages;
+  host.prefault = config.host.prefault;
+  host.hard_pin_quota_bytes =
+      config.host.hard_pin_quota_bytes.value_or(config.host.capacity_bytes / 2);
+  host.default_lease = std::chrono::milliseconds(config.host.lease_ms);
+  host.verify_every_n_loads = config.host.verify_every_n_loads;
+  host.policy = config.host.policy;
+  absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
+  if (!tier.ok()) return Annotate(tier.status(), "host tier");
+  daemon->host_tier_ = std::move(*tier);
+
+  EngineSessionServerOptions sessions;
+  sessions.socket_path = config.engine.socket_path;
+  sessions.host_tier = daemon->host_tier_.get();
+  sessions.max_sessions = config.engine.max_sessions;
+  sessions.allowed_uids = config.engine.allowed_uids;
+  absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
+      EngineSessionServer::Create(std::move(sessions));
+  if (!server.ok()) return Annotate(server.status(), "engine session server");
+  daemon->sessions_ = std::move(*server);
+
+  absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config.keys.hash_algorithm);
+  if (!algorithm.ok()) return algorithm.status();
+  daemon->control_service_ = std::make_unique<ControlService>(
+      ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
+                            .sessions = daemon->sessions_.get(),
+                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed}});
+  return daemon;
+}
+
+absl::Status Daemon::Start() {
+  grpc::ServerBuilder builder;
+  if (!config_.control.listen_address.empty()) {
+    builder.AddListeningPort(config_.control.listen_address, grpc::InsecureServerCredentials(),
+                             &control_port_);
+  }
+  const std::string& unix_path = config_.control.unix_socket_path;
+  if (!unix_path.empty()) {
+    std::error_code ec;
+    const std::filesystem::path path(unix_path);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    std::filesystem::remove(path, ec);
+    builder.AddListeningPort("unix:" + unix_path, grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(control_service_.get());
+  control_server_ = builder.BuildAndStart();
+  if (control_server_ == nullptr ||
+      (!config_.control.listen_address.empty() && control_port_ == 0)) {
+    return absl::UnavailableError(
+        fmt::format("gRPC control server: cannot listen on '{}' / 'unix:{}' (address in use?)",
+                    config_.control.listen_address, unix_path));
+  }
+  sessions_->Start();
+  spdlog::info("stratad {} serving: engines on {}, control on {}{}{}, host tier {} MiB",
+               STRATA_VERSION, config_.engine.socket_path,
+               config_.control.listen_address.empty() ? std::string("-")
+                                                      : fmt::format("127.0.0.1:{}", control_port_),
+               unix_path.empty() ? "" : " and unix:", unix_path,
+               host_tier_->arena_size_bytes() >> 20);
+  return absl::OkStatus();
+}
+
+void Daemon::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (control_service_) control_service_->SetDraining();
+  if (control_server_) {
+    // In-flight control calls are short (in-memory); idle client channels would otherwise hold
+    // the shutdown for its whole deadline.
+    const auto grace =
+        std::min(std::chrono::milliseconds(config_.drain_timeout_ms / 2), kControlDrainGrace);
+    control_server_->Shutdown(std::chrono::system_clock::now() + grace);
+    control_server_->Wait();
+  }
+  if (sessions_) sessions_->Stop();
+  if (!config_.control.unix_socket_path.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(config_.control.unix_socket_path, ec);
+  }
+  if (host_tier_) {
+    const storage::HostTierStats stats = host_tier_->Stats();
+    spdlog::info("stratad stopped: {} chunks ({} MiB) in the host tier were dropped", stats.chunks,
+                 stats.payload_bytes >> 20);
+  }
+}
+
+}  // namespace strata::daemon

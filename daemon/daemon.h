@@ -1,0 +1,53 @@
+// Daemon owns stratad's subsystems and starts and stops them in order:
+//   start: host tier -> engine session server -> gRPC control server (TCP and Unix socket)
+//   stop:  mark draining -> gRPC shutdown (in-flight calls finish, bounded by the drain timeout)
+//          -> session server stop (every session's leases released, reservations aborted)
+//          -> host tier destroyed (arena unmapped)
+// Members are declared in dependency order, so destruction runs in reverse.
+// Thread-safety: Create, Start and Stop are called from one thread (stratad's main thread).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/config.h"
+#include "daemon/control_service.h"
+#include "daemon/engine_session_server.h"
+#include "grpcpp/server.h"
+#include "storage/host/host_tier.h"
+
+namespace strata::daemon {
+
+class Daemon {
+ public:
+  // Builds every subsystem (binding sockets) without serving yet. Errors name the subsystem.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Create(const DaemonConfig& config);
+
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon();
+
+  // Starts serving engines and control clients. kUnavailable when a gRPC port cannot be bound.
+  absl::Status Start();
+  // Drains and stops (see above); idempotent.
+  void Stop();
+
+  storage::HostTier& host_tier() { return *host_tier_; }
+  // The TCP port gRPC bound (useful with listen_address "127.0.0.1:0"), 0 when TCP is off.
+  int control_port() const { return control_port_; }
+  const DaemonConfig& config() const { return config_; }
+
+ private:
+  explicit Daemon(DaemonConfig config);
+
+  const DaemonConfig config_;
+  std::unique_ptr<storage::HostTier> host_tier_;
+  std::unique_ptr<EngineSessionServer> sessions_;
+  std::unique_ptr<ControlService> control_service_;
+  std::unique_ptr<grpc::Server> control_server_;
+  int control_port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace strata::daemon

@@ -1,0 +1,299 @@
+#include "daemon/engine_session.h"
+
+#include "fmt/format.h"
+#include "proto/convert.h"
+
+namespace strata::daemon {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint32_t kProtocolVersion = 1;
+
+void SetExtents(std::span<const storage::ArenaRange> ranges,
+                google::protobuf::RepeatedPtrField<v1::Extent>* extents) {
+  for (const storage::ArenaRange& range : ranges) {
+    v1::Extent* extent = extents->Add();
+    extent->set_offset(range.offset);
+    extent->set_length(range.size_bytes);
+  }
+}
+
+}  // namespace
+
+EngineSession::EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits)
+    : id_(id), host_tier_(host_tier), limits_(limits) {}
+
+EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
+  if (request.body_case() == v1::EngineRequest::kHandshake) {
+    if (handshaken_) {
+      Reply reply;
+      reply.response.set_request_id(request.request_id());
+      *reply.response.mutable_status() =
+          ToProto(absl::FailedPreconditionError("session already handshaken"));
+      return reply;
+    }
+    Reply reply = Handshake(request.handshake());
+    reply.response.set_request_id(request.request_id());
+    return reply;
+  }
+  Reply reply;
+  v1::EngineResponse& response = reply.response;
+  response.set_request_id(request.request_id());
+  if (!handshaken_) {
+    *response.mutable_status() = ToProto(
+        absl::FailedPreconditionError("the first request of a session must be a handshake"));
+    reply.close_after = true;
+    return reply;
+  }
+  absl::Status status;
+  switch (request.body_case()) {
+    case v1::EngineRequest::kLookup:
+      status = Lookup(request.lookup(), *response.mutable_lookup());
+      break;
+    case v1::EngineRequest::kPrepareLoad:
+      status = PrepareLoad(request.prepare_load(), *response.mutable_prepare_load());
+      break;
+    case v1::EngineRequest::kPrepareStore:
+      status = PrepareStore(request.prepare_store(), *response.mutable_prepare_store());
+      break;
+    case v1::EngineRequest::kCommit:
+      status = Commit(request.commit(), *response.mutable_handles());
+      break;
+    case v1::EngineRequest::kAbort:
+      status = Abort(request.abort(), *response.mutable_handles());
+      break;
+    case v1::EngineRequest::kRelease:
+      status = Release(request.release(), *response.mutable_handles());
+      break;
+    default:
+      status = absl::InvalidArgumentError("request has no body");
+      break;
+  }
+  if (!status.ok()) response.clear_body();
+  *response.mutable_status() = ToProto(status);
+  return reply;
+}
+
+EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& request) {
+  Reply reply;
+  auto fail = [&reply](absl::Status status) {
+    *reply.response.mutable_status() = ToProto(status);
+    reply.close_after = true;
+    return reply;
+  };
+  if (request.protocol_version() != kProtocolVersion) {
+    return fail(absl::FailedPreconditionError(
+        fmt::format("engine protocol version {} is not supported (daemon speaks {})",
+                    request.protocol_version(), kProtocolVersion)));
+  }
+  absl::StatusOr<KvLayout> layout = FromProto(request.layout());
+  if (!layout.ok()) return fail(layout.status());
+  handshaken_ = true;
+  engine_id_ = request.engine_id();
+  layout_ = *layout;
+  fingerprint_ = layout_.Fingerprint();
+
+  v1::HandshakeResponse* out = reply.response.mutable_handshake();
+  out->set_session_id(id_);
+  out->set_protocol_version(kProtocolVersion);
+  out->set_arena_size_bytes(host_tier_->arena_size_bytes());
+  out->set_page_bytes(host_tier_->page_bytes());
+  out->set_layout_fingerprint(fingerprint_);
+  out->set_daemon_version(STRATA_VERSION);
+  *reply.response.mutable_status() = ToProto(absl::OkStatus());
+  reply.attach_arena_fd = true;
+  return reply;
+}
+
+absl::Status EngineSession::CheckBatch(int items, bool adds_handles) const {
+  if (items < 0 || static_cast<uint32_t>(items) > limits_.max_items_per_request) {
+    return absl::InvalidArgumentError(fmt::format("{} items in one request; the limit is {}", items,
+                                                  limits_.max_items_per_request));
+  }
+  if (adds_handles && open_handles() + items > limits_.max_handles) {
+    return absl::ResourceExhaustedError(fmt::format("session holds {} handles; the limit is {}",
+                                                    open_handles(), limits_.max_handles));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChunkKey> EngineSession::SessionKey(const v1::ChunkKey& proto) const {
+  absl::StatusOr<ChunkKey> key = FromProto(proto);
+  if (!key.ok()) return key.status();
+  if (key->layout_fingerprint() != fingerprint_) {
+    return absl::InvalidArgumentError(fmt::format(
+        "key {} belongs to layout {:016x}, not this session's {:016x} ({})", key->ToString(),
+        key->layout_fingerprint(), fingerprint_, layout_.DebugString()));
+  }
+  return key;
+}
+
+absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
+                                   v1::LookupChainResponse& response) {
+  if (absl::Status s = CheckBatch(request.keys_size()); !s.ok()) return s;
+  std::vector<ChunkKey> keys;
+  keys.reserve(request.keys_size());
+  for (const v1::ChunkKey& proto : request.keys()) {
+    absl::StatusOr<ChunkKey> key = SessionKey(proto);
+    if (!key.ok()) return key.status();
+    keys.push_back(*key);
+  }
+  response.set_hit_chunks(static_cast<uint32_t>(host_tier_->Lookup(keys)));
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
+                                        v1::PrepareLoadResponse& response) {
+  if (absl::Status s = CheckBatch(request.keys_size(), /*adds_handles=*/true); !s.ok()) {
+    return s;
+  }
+  std::optional<std::chrono::nanoseconds> lease;
+  if (request.lease_ms() != 0) {
+    lease = std::min<std::chrono::nanoseconds>(milliseconds(request.lease_ms()), limits_.max_lease);
+  }
+  // A load is a prefix: once a chunk fails, later chunks are not leased (the engine recomputes
+  // from the first failure on).
+  absl::Status failure;
+  for (const v1::ChunkKey& proto : request.keys()) {
+    v1::LoadPlacement* placement = response.add_chunks();
+    if (failure.ok()) {
+      absl::StatusOr<ChunkKey> key = SessionKey(proto);
+      if (!key.ok()) {
+        failure = key.status();
+      } else {
+        absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
+            host_tier_->Acquire(*key, lease, id_);
+        if (!acquired.ok()) {
+          failure = acquired.status();
+        } else if (!acquired->has_value()) {
+          failure = absl::AbortedError(
+              fmt::format("chunk {} is no longer cached; redo the lookup", key->ToString()));
+        } else {
+          storage::ChunkLease& held = **acquired;
+          const uint64_t handle = NextHandle();
+          placement->set_handle(handle);
+          placement->set_size_bytes(held.size_bytes());
+          placement->set_checksum(held.checksum());
+          SetExtents(held.ranges(), placement->mutable_extents());
+          leases_.emplace(handle, std::move(held));
+          *placement->mutable_status() = ToProto(absl::OkStatus());
+          continue;
+        }
+      }
+      *placement->mutable_status() = ToProto(failure);
+      continue;
+    }
+    *placement->mutable_status() =
+        ToProto(absl::AbortedError("not leased: an earlier chunk of the prefix failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
+                                         v1::PrepareStoreResponse& response) {
+  if (absl::Status s = CheckBatch(request.items_size(), /*adds_handles=*/true); !s.ok()) {
+    return s;
+  }
+  for (const v1::StoreItem& item : request.items()) {
+    v1::StorePlacement* placement = response.add_chunks();
+    absl::StatusOr<ChunkKey> key = SessionKey(item.key());
+    if (!key.ok()) {
+      *placement->mutable_status() = ToProto(key.status());
+      continue;
+    }
+    storage::ReserveOptions options;
+    options.num_tokens = item.num_tokens();
+    options.partial = item.num_tokens() < layout_.chunk_tokens;
+    options.owner = id_;
+    if (item.has_parent()) {
+      absl::StatusOr<ChunkKey> parent = SessionKey(item.parent());
+      if (!parent.ok()) {
+        *placement->mutable_status() = ToProto(parent.status());
+        continue;
+      }
+      options.parent = *parent;
+    }
+    absl::StatusOr<storage::ReserveResult> reserved = host_tier_->Reserve(layout_, *key, options);
+    if (!reserved.ok()) {
+      *placement->mutable_status() = ToProto(reserved.status());
+      continue;
+    }
+    *placement->mutable_status() = ToProto(absl::OkStatus());
+    switch (reserved->outcome) {
+      case storage::ReserveOutcome::kAlreadyPresent:
+        placement->set_disposition(v1::STORE_DISPOSITION_ALREADY_PRESENT);
+        break;
+      case storage::ReserveOutcome::kInProgress:
+        placement->set_disposition(v1::STORE_DISPOSITION_IN_PROGRESS);
+        break;
+      case storage::ReserveOutcome::kReserved: {
+        storage::WriteReservation& reservation = reserved->reservation;
+        const uint64_t handle = NextHandle();
+        placement->set_disposition(v1::STORE_DISPOSITION_RESERVED);
+        placement->set_handle(handle);
+        placement->set_size_bytes(reservation.size_bytes());
+        SetExtents(reservation.ranges(), placement->mutable_extents());
+        reservations_.emplace(handle, std::move(reservation));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<storage::WriteReservation> EngineSession::TakeReservation(uint64_t handle) {
+  auto it = reservations_.find(handle);
+  if (it == reservations_.end()) {
+    return absl::InvalidArgumentError(
+        fmt::format("handle {} is not an open reservation of this session", handle));
+  }
+  storage::WriteReservation reservation = std::move(it->second);
+  reservations_.erase(it);
+  return reservation;
+}
+
+absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
+                                   v1::HandlesResponse& response) {
+  if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
+  for (uint64_t handle : request.handles()) {
+    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
+    *response.add_statuses() = ToProto(
+        reservation.ok() ? host_tier_->Commit(std::move(*reservation)) : reservation.status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::Abort(const v1::HandlesRequest& request,
+                                  v1::HandlesResponse& response) {
+  if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
+  for (uint64_t handle : request.handles()) {
+    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
+    if (reservation.ok()) host_tier_->Abort(std::move(*reservation));
+    *response.add_statuses() = ToProto(reservation.status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::Release(const v1::HandlesRequest& request,
+                                    v1::HandlesResponse& response) {
+  if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
+  for (uint64_t handle : request.handles()) {
+    auto it = leases_.find(handle);
+    if (it == leases_.end()) {
+      *response.add_statuses() = ToProto(absl::InvalidArgumentError(
+          fmt::format("handle {} is not an open lease of this session", handle)));
+      continue;
+    }
+    // An expired lease no longer protected the bytes: what the engine read may be wrong.
+    const bool expired = it->second.expired();
+    leases_.erase(it);
+    *response.add_statuses() =
+        ToProto(expired ? absl::AbortedError(fmt::format(
+                              "lease {} expired before release; treat the load as failed", handle))
+                        : absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::daemon

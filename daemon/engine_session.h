@@ -1,0 +1,80 @@
+// EngineSession is the daemon's side of one engine session: the handshake state, the layout
+// the session speaks, and the reservations and leases it holds, keyed by handle ids it issued.
+// It turns one EngineRequest into one EngineResponse against the host tier; the socket
+// plumbing lives in EngineSessionServer.
+//
+// Not thread-safe: the session server's thread owns it. Destroying it aborts every open
+// reservation and releases every lease it holds.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/kv_layout.h"
+#include "storage/host/host_tier.h"
+#include "strata/v1/engine.pb.h"
+
+namespace strata::daemon {
+
+struct EngineSessionLimits {
+  std::chrono::milliseconds max_lease{std::chrono::minutes(10)};
+  uint32_t max_items_per_request = 65536;
+  uint32_t max_handles = 1u << 20;
+};
+
+class EngineSession {
+ public:
+  struct Reply {
+    v1::EngineResponse response;
+    bool attach_arena_fd = false;  // the handshake succeeded: pass the arena fd with it
+    bool close_after = false;      // the session must end once the reply is sent
+  };
+
+  EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits);
+
+  // Answers one request. Before a successful handshake only a handshake is accepted; a failed
+  // handshake or a request out of order ends the session (close_after).
+  Reply Handle(const v1::EngineRequest& request);
+
+  uint64_t id() const { return id_; }
+  bool handshaken() const { return handshaken_; }
+  const std::string& engine_id() const { return engine_id_; }
+  size_t open_handles() const { return reservations_.size() + leases_.size(); }
+
+ private:
+  Reply Handshake(const v1::HandshakeRequest& request);
+  absl::Status Lookup(const v1::LookupChainRequest& request, v1::LookupChainResponse& response);
+  absl::Status PrepareLoad(const v1::PrepareLoadRequest& request,
+                           v1::PrepareLoadResponse& response);
+  absl::Status PrepareStore(const v1::PrepareStoreRequest& request,
+                            v1::PrepareStoreResponse& response);
+  absl::Status Commit(const v1::HandlesRequest& request, v1::HandlesResponse& response);
+  absl::Status Abort(const v1::HandlesRequest& request, v1::HandlesResponse& response);
+  absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
+
+  // Checks a batch of `items` against the per-request limit and, when it adds handles, against
+  // the session's handle limit.
+  absl::Status CheckBatch(int items, bool adds_handles = false) const;
+  // Removes and returns an open reservation; kInvalidArgument for an unknown handle.
+  absl::StatusOr<storage::WriteReservation> TakeReservation(uint64_t handle);
+  // Parses a key and checks it belongs to this session's layout.
+  absl::StatusOr<ChunkKey> SessionKey(const v1::ChunkKey& proto) const;
+  uint64_t NextHandle() { return next_handle_++; }
+
+  const uint64_t id_;
+  storage::HostTier* const host_tier_;
+  const EngineSessionLimits limits_;
+
+  bool handshaken_ = false;
+  std::string engine_id_;
+  KvLayout layout_;
+  uint64_t fingerprint_ = 0;
+
+  uint64_t next_handle_ = 1;
+  absl::flat_hash_map<uint64_t, storage::WriteReservation> reservations_;
+  absl::flat_hash_map<uint64_t, storage::ChunkLease> leases_;
+};
+
+}  // namespace strata::daemon

@@ -1,0 +1,111 @@
+// EngineSessionServer serves the engine protocol (proto/strata/v1/engine.proto) on a Unix
+// socket: it authenticates peers with SO_PEERCRED, hands each session the host arena's fd
+// (SCM_RIGHTS) at handshake, and answers Lookup / PrepareLoad / PrepareStore / Commit / Abort /
+// Release frames against the host tier with per-chunk statuses.
+//
+// Threading: one owned thread (named "strata-sessions") runs an epoll loop over the listening
+// socket and every session; requests are answered inline (they touch only in-memory state).
+// Start, Stop and Stats are thread-safe.
+//
+// Ownership: each session owns the WriteReservations and ChunkLeases it was handed, keyed by
+// per-session handle ids. When a session ends (clean close, crash of the engine, protocol
+// error, or Stop) its reservations are aborted and its leases released: nothing it held
+// outlives the socket. A malformed, truncated or oversized frame ends only that session, after
+// an error response with request_id 0 when the socket still takes it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/scoped_fd.h"
+#include "storage/host/host_tier.h"
+
+namespace strata::daemon {
+
+struct EngineSessionServerOptions {
+  std::string socket_path;
+  // Not owned; must outlive the server.
+  storage::HostTier* host_tier = nullptr;
+  uint32_t max_sessions = 256;
+  // Peer uids accepted besides the daemon's own uid and root.
+  std::vector<uint32_t> allowed_uids;
+  // A session whose engine does not read its responses within this time is closed.
+  std::chrono::milliseconds send_timeout{1000};
+  // Upper bound on a lease an engine may ask for.
+  std::chrono::milliseconds max_lease{std::chrono::minutes(10)};
+  // Upper bounds on one request and on one session's open handles (kResourceExhausted past it).
+  uint32_t max_items_per_request = 65536;
+  uint32_t max_handles_per_session = 1u << 20;
+};
+
+struct EngineSessionStats {
+  uint64_t active_sessions = 0;
+  uint64_t total_sessions = 0;
+  uint64_t rejected_sessions = 0;  // credentials or session limit
+  uint64_t requests = 0;
+  uint64_t protocol_errors = 0;  // sessions closed for malformed frames
+};
+
+class EngineSessionServer {
+ public:
+  static constexpr uint32_t kProtocolVersion = 1;
+
+  // Creates the socket's directory if needed, replaces a stale socket file (one nobody listens
+  // on), binds with mode 0660 and listens. kFailedPrecondition when another process serves the
+  // path; kInvalidArgument for missing options.
+  static absl::StatusOr<std::unique_ptr<EngineSessionServer>> Create(
+      EngineSessionServerOptions options);
+
+  EngineSessionServer(const EngineSessionServer&) = delete;
+  EngineSessionServer& operator=(const EngineSessionServer&) = delete;
+  // Stops (see Stop).
+  ~EngineSessionServer();
+
+  // Starts the session thread. Call once.
+  void Start();
+  // Stops accepting, finishes the request in hand, ends every session (releasing what they
+  // hold), removes the socket file and joins the thread. Idempotent.
+  void Stop();
+
+  EngineSessionStats Stats() const;
+  const std::string& socket_path() const { return options_.socket_path; }
+
+ private:
+  struct Session;
+
+  EngineSessionServer(EngineSessionServerOptions options, ScopedFd listen_fd, ScopedFd epoll_fd,
+                      ScopedFd wake_fd);
+
+  void Run(std::stop_token stop);
+  void Accept();
+  // Reads and answers what `session` sent; false when the session must end.
+  bool ServeReadable(Session& session);
+  void CloseSession(uint64_t session_id);
+
+  const EngineSessionServerOptions options_;
+  const ScopedFd listen_fd_;
+  const ScopedFd epoll_fd_;
+  const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
+
+  // Touched only by the session thread.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  uint64_t next_session_id_ = 1;
+
+  std::atomic<uint64_t> active_sessions_{0};
+  std::atomic<uint64_t> total_sessions_{0};
+  std::atomic<uint64_t> rejected_sessions_{0};
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> protocol_errors_{0};
+
+  std::atomic<bool> stopped_{false};
+  std::jthread thread_;  // last: joined before the members it uses are destroyed
+};
+
+}  // namespace strata::daemon

@@ -1,0 +1,347 @@
+#include "daemon/engine_session_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "core/fmt_absl.h"
+#include "core/frame_io.h"
+#include "core/key_hasher.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "strata/v1/engine.pb.h"
+#include "tests/support/raw_engine_client.h"
+
+namespace strata::daemon {
+namespace {
+
+using std::chrono::milliseconds;
+
+KvLayout TestLayout() {
+  KvLayout layout;
+  layout.model_id = "test-model";
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 16;
+  layout.dtype = KvDtype::kFloat16;
+  layout.chunk_tokens = 16;  // 2 KiB per full chunk
+  return layout;
+}
+
+using test_support::RawEngineClient;
+
+class EngineSessionServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("strata-sessions-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    storage::HostTierOptions options;
+    options.capacity_bytes = 64 * 4096;
+    options.page_bytes = 4096;
+    options.hard_pin_quota_bytes = 16 * 4096;
+    options.clock = &clock_;
+    tier_ = *storage::HostTier::Create(options);
+    server_ = *EngineSessionServer::Create(
+        {.socket_path = (dir_ / "engine.sock").string(), .host_tier = tier_.get()});
+    server_->Start();
+    hasher_.emplace(*KeyHasher::Create(TestLayout(), {}));
+  }
+  void TearDown() override {
+    server_->Stop();
+    server_.reset();
+    tier_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::vector<ChunkKey> Keys(size_t num_chunks, uint32_t first_token = 0) {
+    std::vector<uint32_t> tokens(num_chunks * 16);
+    std::iota(tokens.begin(), tokens.end(), first_token);
+    return hasher_->PrefixKeys(tokens, {});
+  }
+
+  // Stores `keys` through the protocol, filling chunk i with byte value fill + i.
+  static void Store(RawEngineClient& client, const std::vector<ChunkKey>& keys, uint8_t fill) {
+    absl::StatusOr<std::vector<uint64_t>> handles = client.Store(keys, 16, fill);
+    ASSERT_TRUE(handles.ok()) << handles.status();
+    ASSERT_EQ(handles->size(), keys.size());
+  }
+
+  ManualClock clock_;
+  std::filesystem::path dir_;
+  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<EngineSessionServer> server_;
+  std::optional<KeyHasher> hasher_;
+};
+
+TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
+  RawEngineClient writer(server_->socket_path());
+  ASSERT_TRUE(writer.connected());
+  absl::StatusOr<v1::EngineResponse> hello = writer.Handshake(TestLayout());
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  ASSERT_EQ(hello->status().code(), 0) << hello->status().message();
+  EXPECT_EQ(hello->handshake().layout_fingerprint(), TestLayout().Fingerprint());
+  ASSERT_NE(writer.arena(), nullptr) << "the arena fd must come with the handshake";
+  const std::vector<ChunkKey> keys = Keys(3);
+  Store(writer, keys, 0x40);
+
+  // Another engine process would do the same: a second session sees the same chunks.
+  RawEngineClient reader(server_->socket_path());
+  ASSERT_TRUE(reader.Handshake(TestLayout()).ok());
+  v1::EngineRequest lookup;
+  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  absl::StatusOr<v1::EngineResponse> found = reader.Call(lookup);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->lookup().hit_chunks(), 3u);
+
+  v1::EngineRequest load;
+  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  absl::StatusOr<v1::EngineResponse> leased = reader.Call(load);
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
+  v1::EngineRequest release;
+  for (int i = 0; i < 3; ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(i);
+    ASSERT_EQ(chunk.status().code(), 0) << chunk.status().message();
+    EXPECT_EQ(chunk.size_bytes(), TestLayout().chunk_bytes(16));
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); ++b) {
+        ASSERT_EQ(static_cast<uint8_t>(reader.arena()[extent.offset() + b]), 0x40 + i);
+      }
+    }
+    release.mutable_release()->add_handles(chunk.handle());
+  }
+  EXPECT_EQ(tier_->Stats().active_leases, 3u);
+  absl::StatusOr<v1::EngineResponse> released = reader.Call(release);
+  ASSERT_TRUE(released.ok());
+  for (const v1::Status& s : released->handles().statuses()) EXPECT_EQ(s.code(), 0);
+  EXPECT_EQ(tier_->Stats().active_leases, 0u);
+}
+
+TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(3);
+  Store(client, {keys[0], keys[2]}, 1);  // keys[1] missing
+  v1::EngineRequest load;
+  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_EQ(leased->prepare_load().chunks(1).status().code(), int(absl::StatusCode::kAborted));
+  EXPECT_EQ(leased->prepare_load().chunks(2).status().code(), int(absl::StatusCode::kAborted));
+  EXPECT_EQ(tier_->Stats().active_leases, 1u);
+}
+
+TEST_F(EngineSessionServerTest, ExpiredLeaseReleasesAsAborted) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(1);
+  Store(client, keys, 7);
+  v1::EngineRequest load;
+  *load.mutable_prepare_load()->add_keys() = ToProto(keys[0]);
+  load.mutable_prepare_load()->set_lease_ms(100);
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  clock_.Advance(milliseconds(101));
+  v1::EngineRequest release;
+  release.mutable_release()->add_handles(leased->prepare_load().chunks(0).handle());
+  absl::StatusOr<v1::EngineResponse> released = client.Call(release);
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(released->handles().statuses(0).code(), int(absl::StatusCode::kAborted));
+}
+
+TEST_F(EngineSessionServerTest, ClosingASessionReleasesEverythingItHeld) {
+  const storage::HostTierStats baseline = tier_->Stats();
+  {
+    RawEngineClient client(server_->socket_path());
+    ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+    const std::vector<ChunkKey> committed = Keys(2);
+    Store(client, committed, 3);
+    v1::EngineRequest load;
+    for (const ChunkKey& key : committed) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+    ASSERT_TRUE(client.Call(load).ok());
+    v1::EngineRequest store;  // left reserved, never committed
+    for (const ChunkKey& key : Keys(2, 1000)) {
+      v1::StoreItem* item = store.mutable_prepare_store()->add_items();
+      *item->mutable_key() = ToProto(key);
+      item->set_num_tokens(16);
+    }
+    ASSERT_TRUE(client.Call(store).ok());
+    const storage::HostTierStats busy = tier_->Stats();
+    EXPECT_EQ(busy.active_leases, 2u);
+    EXPECT_EQ(busy.reservations, 2u);
+  }
+  // The server notices the close asynchronously.
+  for (int i = 0;
+       i < 200 && (tier_->Stats().reservations != 0 || tier_->Stats().active_leases != 0); ++i) {
+    ::usleep(5000);
+  }
+  const storage::HostTierStats after = tier_->Stats();
+  EXPECT_EQ(after.active_leases, 0u);
+  EXPECT_EQ(after.reservations, 0u);
+  EXPECT_EQ(after.reserved_bytes, baseline.reserved_bytes);
+  EXPECT_EQ(after.chunks, 2u);  // committed chunks stay cached
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
+}
+
+TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  KvLayout other = TestLayout();
+  other.num_layers = 3;
+  const ChunkKey foreign =
+      KeyHasher::Create(other, {})->PrefixKeys(std::vector<uint32_t>(16, 1), {})[0];
+
+  v1::EngineRequest lookup;
+  *lookup.mutable_lookup()->add_keys() = ToProto(foreign);
+  absl::StatusOr<v1::EngineResponse> r = client.Call(lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  v1::EngineRequest store;
+  v1::StoreItem* item = store.mutable_prepare_store()->add_items();
+  *item->mutable_key() = ToProto(Keys(1)[0]);
+  item->set_num_tokens(0);
+  r = client.Call(store);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prepare_store().chunks(0).status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  v1::EngineRequest commit;
+  commit.mutable_commit()->add_handles(424242);
+  r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->handles().statuses(0).code(), int(absl::StatusCode::kInvalidArgument));
+
+  v1::EngineRequest empty;  // no body
+  r = client.Call(empty);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  v1::EngineRequest digest;  // a digest of the wrong size
+  v1::ChunkKey* bad = digest.mutable_lookup()->add_keys();
+  *bad = ToProto(Keys(1)[0]);
+  bad->set_digest("short");
+  r = client.Call(digest);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  // Still serving this session.
+  v1::EngineRequest ok_lookup;
+  *ok_lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  r = client.Call(ok_lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), 0);
+}
+
+TEST_F(EngineSessionServerTest, HandshakeIsRequiredAndChecked) {
+  RawEngineClient early(server_->socket_path());
+  v1::EngineRequest lookup;
+  lookup.mutable_lookup();
+  absl::StatusOr<v1::EngineResponse> r = early.Call(lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(early.Receive().ok()) << "the session is closed after the refusal";
+
+  RawEngineClient bad_layout(server_->socket_path());
+  KvLayout layout = TestLayout();
+  layout.head_dim = 0;
+  r = bad_layout.Handshake(layout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(bad_layout.arena(), nullptr);
+
+  RawEngineClient old_version(server_->socket_path());
+  v1::EngineRequest hello;
+  hello.mutable_handshake()->set_protocol_version(99);
+  *hello.mutable_handshake()->mutable_layout() = ToProto(TestLayout());
+  r = old_version.Call(hello);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(EngineSessionServerTest, GarbageTruncatedAndOversizedFramesCloseOnlyThatSession) {
+  RawEngineClient healthy(server_->socket_path());
+  ASSERT_TRUE(healthy.Handshake(TestLayout()).ok());
+
+  RawEngineClient garbage(server_->socket_path());
+  ASSERT_TRUE(garbage.Handshake(TestLayout()).ok());
+  ASSERT_TRUE(
+      SendFrame(garbage.fd(), std::string("\xff\xff\xff\xff\xff garbage", 14), milliseconds(100))
+          .ok());
+  absl::StatusOr<v1::EngineResponse> error = garbage.Receive();
+  ASSERT_TRUE(error.ok()) << error.status();
+  EXPECT_EQ(error->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(garbage.Receive().ok());
+
+  RawEngineClient oversized(server_->socket_path());
+  const char huge[4] = {0, 0, 0, 0x40};  // 1 GiB
+  ASSERT_EQ(::write(oversized.fd(), huge, 4), 4);
+  error = oversized.Receive();
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  {
+    RawEngineClient truncated(server_->socket_path());
+    ASSERT_TRUE(truncated.Handshake(TestLayout()).ok());
+    const char partial[6] = {100, 0, 0, 0, 1, 2};
+    ASSERT_EQ(::write(truncated.fd(), partial, 6), 6);
+  }  // closed mid-frame
+
+  v1::EngineRequest lookup;
+  *lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  absl::StatusOr<v1::EngineResponse> r = healthy.Call(lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), 0);
+  for (int i = 0; i < 200 && server_->Stats().protocol_errors < 3; ++i) ::usleep(5000);
+  EXPECT_EQ(server_->Stats().protocol_errors, 3u);
+  EXPECT_EQ(server_->Stats().active_sessions, 1u);
+}
+
+TEST_F(EngineSessionServerTest, PerSessionLimitsAreResourceExhaustedAndInvalidArgument) {
+  std::unique_ptr<EngineSessionServer> limited =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "limited.sock").string(),
+                                    .host_tier = tier_.get(),
+                                    .max_items_per_request = 4,
+                                    .max_handles_per_session = 2});
+  limited->Start();
+  RawEngineClient client(limited->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  v1::EngineRequest store;
+  for (const ChunkKey& key : Keys(3)) {
+    v1::StoreItem* item = store.mutable_prepare_store()->add_items();
+    *item->mutable_key() = ToProto(key);
+    item->set_num_tokens(16);
+  }
+  absl::StatusOr<v1::EngineResponse> r = client.Call(store);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(tier_->Stats().reservations, 0u) << "nothing reserved for a refused batch";
+
+  v1::EngineRequest lookup;
+  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  r = client.Call(lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  limited->Stop();
+}
+
+TEST_F(EngineSessionServerTest, RefusesASecondServerOnTheSamePath) {
+  absl::StatusOr<std::unique_ptr<EngineSessionServer>> second = EngineSessionServer::Create(
+      {.socket_path = server_->socket_path(), .host_tier = tier_.get()});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EngineSessionServerTest, SocketIsGroupOnly) {
+  using std::filesystem::perms;
+  const perms mode = std::filesystem::status(server_->socket_path()).permissions();
+  EXPECT_EQ(mode & perms::all,
+            perms::owner_read | perms::owner_write | perms::group_read | perms::group_write);
+}
+
+}  // namespace
+}  // namespace strata::daemon

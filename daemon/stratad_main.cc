@@ -1,0 +1,47 @@
+// stratad: the Strata KV-cache daemon. Configuration: embedded default < --config FILE < flags
+// (stratad --help). SIGTERM and SIGINT drain and stop it; exit status 0 after a clean stop.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/logging.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  using strata::daemon::ConfigEnvironment;
+  absl::StatusOr<std::optional<strata::daemon::DaemonConfig>> config =
+      strata::daemon::ParseCommandLine(argc, argv, ConfigEnvironment::FromProcess());
+  if (!config.ok()) {
+    std::fprintf(stderr, "stratad: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (!config->has_value()) return 0;
+  strata::daemon::SetUpLogging((*config)->log.level);
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<strata::daemon::Daemon>> daemon =
+      strata::daemon::Daemon::Create(**config);
+  if (!daemon.ok()) {
+    spdlog::critical("stratad: {}", std::string(daemon.status().message()));
+    return 1;
+  }
+  if (absl::Status started = (*daemon)->Start(); !started.ok()) {
+    spdlog::critical("stratad: {}", std::string(started.message()));
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("stratad: {} received, draining", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*daemon)->Stop();
+  return 0;
+}

@@ -1,0 +1,96 @@
+#include "tests/support/raw_engine_client.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+
+#include "core/fmt_absl.h"
+#include "core/frame_io.h"
+#include "fmt/format.h"
+#include "proto/convert.h"
+
+namespace strata::test_support {
+
+using std::chrono::milliseconds;
+
+RawEngineClient::RawEngineClient(const std::string& path) {
+  fd_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  connected_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+RawEngineClient::~RawEngineClient() {
+  if (arena_ != nullptr) ::munmap(arena_, arena_size_);
+}
+
+absl::StatusOr<v1::EngineResponse> RawEngineClient::Call(v1::EngineRequest request) {
+  request.set_request_id(++next_id_);
+  std::string bytes;
+  request.SerializeToString(&bytes);
+  if (absl::Status s = SendFrame(fd_.get(), bytes, milliseconds(2000)); !s.ok()) return s;
+  return Receive();
+}
+
+absl::StatusOr<v1::EngineResponse> RawEngineClient::Receive() {
+  absl::StatusOr<ReceivedFrame> frame = RecvFrame(fd_.get(), milliseconds(5000));
+  if (!frame.ok()) return frame.status();
+  v1::EngineResponse response;
+  if (!response.ParseFromString(frame->payload)) {
+    return absl::InternalError("the daemon sent a frame that is not an EngineResponse");
+  }
+  if (frame->passed_fd.valid() && response.has_handshake() && arena_ == nullptr) {
+    arena_size_ = response.handshake().arena_size_bytes();
+    void* p =
+        ::mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_SHARED, frame->passed_fd.get(), 0);
+    if (p != MAP_FAILED) arena_ = static_cast<std::byte*>(p);
+  }
+  return response;
+}
+
+absl::StatusOr<v1::EngineResponse> RawEngineClient::Handshake(const KvLayout& layout,
+                                                              std::string engine_id) {
+  v1::EngineRequest request;
+  request.mutable_handshake()->set_protocol_version(1);
+  request.mutable_handshake()->set_engine_id(std::move(engine_id));
+  *request.mutable_handshake()->mutable_layout() = ToProto(layout);
+  return Call(request);
+}
+
+absl::StatusOr<std::vector<uint64_t>> RawEngineClient::Store(const std::vector<ChunkKey>& keys,
+                                                             uint32_t num_tokens, uint8_t fill,
+                                                             bool commit) {
+  v1::EngineRequest store;
+  for (const ChunkKey& key : keys) {
+    v1::StoreItem* item = store.mutable_prepare_store()->add_items();
+    *item->mutable_key() = ToProto(key);
+    item->set_num_tokens(num_tokens);
+  }
+  absl::StatusOr<v1::EngineResponse> placed = Call(store);
+  if (!placed.ok()) return placed.status();
+  if (absl::Status s = FromProto(placed->status()); !s.ok()) return s;
+  std::vector<uint64_t> handles;
+  for (int i = 0; i < placed->prepare_store().chunks_size(); ++i) {
+    const v1::StorePlacement& chunk = placed->prepare_store().chunks(i);
+    if (absl::Status s = FromProto(chunk.status()); !s.ok()) return s;
+    if (chunk.disposition() != v1::STORE_DISPOSITION_RESERVED) continue;
+    for (const v1::Extent& extent : chunk.extents()) {
+      std::memset(arena_ + extent.offset(), fill + i, extent.length());
+    }
+    handles.push_back(chunk.handle());
+  }
+  if (!commit || handles.empty()) return handles;
+  v1::EngineRequest request;
+  for (uint64_t handle : handles) request.mutable_commit()->add_handles(handle);
+  absl::StatusOr<v1::EngineResponse> committed = Call(request);
+  if (!committed.ok()) return committed.status();
+  for (const v1::Status& status : committed->handles().statuses()) {
+    if (absl::Status s = FromProto(status); !s.ok()) return s;
+  }
+  return handles;
+}
+
+}  // namespace strata::test_support
