@@ -215,6 +215,7 @@ int Run(int argc, char** argv) {
     for (uint32_t t : *tokens) request.add_tokens(t);
     request.set_tenant_salt(tenant_salt);
     request.set_lora_name(lora);
+    request.set_with_keys(true);
     absl::StatusOr<v1::LookupResponse> lookup = client->Lookup(request);
     if (!lookup.ok()) return Fail(lookup.status());
     std::cout << (json ? ToJson(*lookup) : FormatLookup(*lookup));

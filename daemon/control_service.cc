@@ -66,9 +66,12 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
   const size_t hits = options_.host_tier->Lookup(keys);
   uint64_t matched_tokens = 0;
   for (size_t i = 0; i < hits; ++i) {
-    v1::ChunkHit* hit = response.add_hits();
-    *hit->mutable_key() = ToProto(keys[i]);
-    hit->set_tier(v1::TIER_HOST);
+    response.add_chunk_tiers(v1::TIER_HOST);
+    if (request.with_keys()) {
+      v1::ChunkHit* hit = response.add_hits();
+      *hit->mutable_key() = ToProto(keys[i]);
+      hit->set_tier(v1::TIER_HOST);
+    }
     if (by_tokens) matched_tokens += chunk_tokens[i];
   }
   response.set_matched_chunks(static_cast<uint32_t>(hits));

@@ -78,9 +78,12 @@ TEST_F(ControlServiceTest, LookupByTokensCountsTheCachedPrefix) {
   v1::LookupRequest request;
   *request.mutable_layout() = ToProto(TestLayout());
   for (uint32_t t : tokens) request.add_tokens(t);
+  request.set_with_keys(true);
   v1::LookupResponse response;
   ASSERT_TRUE(Lookup(request, response).ok());
   EXPECT_EQ(response.matched_tokens(), 32u);
+  ASSERT_EQ(response.chunk_tiers_size(), 2);
+  EXPECT_EQ(response.chunk_tiers(1), v1::TIER_HOST);
   EXPECT_EQ(response.matched_chunks(), 2u);
   EXPECT_EQ(response.total_chunks(), 3u);
   ASSERT_EQ(response.hits_size(), 2);
@@ -107,6 +110,8 @@ TEST_F(ControlServiceTest, LookupByKeys) {
   ASSERT_TRUE(Lookup(request, response).ok());
   EXPECT_EQ(response.matched_chunks(), 1u);
   EXPECT_EQ(response.total_chunks(), 2u);
+  EXPECT_EQ(response.chunk_tiers_size(), 1);
+  EXPECT_EQ(response.hits_size(), 0) << "keys only when asked for";
 }
 
 TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {
