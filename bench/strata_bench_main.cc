@@ -7,6 +7,9 @@
 //                       the same run; the connector's socket Lookup round trip for a 32K-token
 //                       prompt (p50 / p99); gRPC Lookup throughput as a ratio to a trivial
 //                       unary call (Health) in the same run; the daemon's RSS beyond its arena.
+//   strata-bench trace  replays a request trace (the production conversation trace, or a
+//                       synthetic multi-round-QA or RAG one) against the host tier under every
+//                       eviction policy and capacity, next to Belady's bound (trace_command.h).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/engine/sim_engine.h"
+#include "bench/trace/trace_command.h"
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
@@ -325,6 +329,18 @@ int main(int argc, char** argv) {
   mrqa->add_option("--lookup-samples", o.lookup_samples)->capture_default_str();
   mrqa->add_option("--grpc-seconds", o.grpc_seconds)->capture_default_str();
   mrqa->add_option("--grpc-threads", o.grpc_threads)->capture_default_str();
+  strata::bench::TraceCommandOptions t{.trace_file = STRATA_DEFAULT_TRACE};
+  CLI::App* trace = app.add_subcommand("trace", "eviction policies replayed on a request trace");
+  trace->add_option("--workload", t.workload, "conversation, mrqa or rag")->capture_default_str();
+  trace->add_option("--trace-file", t.trace_file, "the conversation trace (Mooncake JSONL)")
+      ->capture_default_str();
+  trace->add_option("--capacity", t.capacities, "fractions of unique blocks (5%) or sizes (64MiB)")
+      ->delimiter(',')
+      ->capture_default_str();
+  trace->add_option("--policy", t.policies, "policies to replay (default: all)")->delimiter(',');
+  trace->add_option("--plot", t.plot_png, "write a PNG of hit ratio against capacity (gnuplot)");
+  trace->add_option("--threads", t.threads)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (trace->parsed()) return strata::bench::RunTraceCommand(t);
   return strata::bench::RunMrqa(o);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "storage/policy/eviction_policy.h"
 
 namespace strata::daemon {
 
@@ -31,7 +32,7 @@ struct DaemonConfig {
     std::optional<uint64_t> hard_pin_quota_bytes;
     uint32_t lease_ms = 30'000;
     uint32_t verify_every_n_loads = 1;
-    std::string policy = "lru";
+    std::string policy = std::string(storage::kDefaultEvictionPolicy);
   } host;
   struct Engine {
     std::string socket_path;

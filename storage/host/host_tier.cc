@@ -190,7 +190,8 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
   if (options.clock == nullptr) return absl::InvalidArgumentError("host tier: clock is null");
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<EvictionPolicy> policy,
-      MakeEvictionPolicy(options.policy, {.capacity_bytes = options.capacity_bytes}));
+      MakeEvictionPolicy(options.policy, {.capacity_bytes = options.capacity_bytes,
+                                          .tenant_quotas = options.tenant_quotas}));
   absl::StatusOr<std::unique_ptr<SharedArena>> arena =
       SharedArena::Create({.size_bytes = options.capacity_bytes,
                            .use_hugepages = options.use_hugepages,
@@ -512,6 +513,7 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
                                   .owner = options.owner,
                                   .is_lease = false,
                                   .partial = options.partial,
+                                  .tenant = options.tenant,
                                   .parent = options.parent});
   ++bound_handles_;
   ++reservations_;
@@ -576,7 +578,8 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
                      .key_hash = record->key.ShortHash(),
                      .size_bytes = record->size_bytes,
                      .parent = parent,
-                     .partial = handle.partial});
+                     .partial = handle.partial,
+                     .tenant = handle.tenant});
   return absl::OkStatus();
 }
 

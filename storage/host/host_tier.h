@@ -80,7 +80,9 @@ struct HostTierOptions {
   // bytes, which is the trade this setting makes.
   uint32_t verify_every_n_loads = 1;
   // Eviction policy name (storage/policy/eviction_policy.h).
-  std::string policy = "lru";
+  std::string policy = std::string(kDefaultEvictionPolicy);
+  // Bounds on tenants' shares of the tier (see TenantQuotaPolicy); empty for none.
+  std::vector<TenantQuota> tenant_quotas;
   // Time source of lease deadlines and pin TTLs; not owned; must outlive the tier.
   Clock* clock = SystemClock::Get();
   // Told about every eviction; nullable; not owned; must outlive the tier.
@@ -94,6 +96,8 @@ struct ReserveOptions {
   ChunkKey parent;
   // The last, partial chunk of a prompt (a hint for the eviction policy).
   bool partial = false;
+  // The tenant that stores the chunk, for HostTierOptions::tenant_quotas (0 when untracked).
+  uint32_t tenant = 0;
   // The session that writes the chunk: AbortOwner(owner) aborts its open reservations. Callers
   // that track sessions should use non-zero ids (0 is every untracked caller).
   uint64_t owner = 0;
@@ -341,6 +345,7 @@ class HostTier {
     uint64_t owner = 0;
     bool is_lease = false;
     bool partial = false;  // reservations: policy hint
+    uint32_t tenant = 0;   // reservations: policy hint
     ChunkKey parent;       // reservations: policy hint
   };
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -36,9 +37,19 @@ struct PolicyChunkInfo {
   uint32_t tenant = 0;
 };
 
+// A bound on the bytes one tenant keeps in a tier (PolicyChunkInfo::tenant).
+struct TenantQuota {
+  uint32_t tenant = 0;
+  uint64_t bytes = 0;
+};
+
 struct PolicyOptions {
-  // Capacity of the tier the policy serves, for policies that size internal queues by bytes.
+  // Capacity of the tier the policy serves; the adaptive policies size their queues and ghost
+  // lists from it and need it non-zero.
   uint64_t capacity_bytes = 0;
+  // When not empty, the policy is partitioned per tenant (TenantQuotaPolicy); tenants not
+  // listed are bounded only by the capacity.
+  std::vector<TenantQuota> tenant_quotas;
 };
 
 class EvictionPolicy {
@@ -63,8 +74,13 @@ class EvictionPolicy {
   virtual size_t size() const = 0;
 };
 
-// Builds a policy by name ("lru", and the ones later issues add); kInvalidArgument for an
-// unknown name.
+// The policies MakeEvictionPolicy knows, the default first.
+inline constexpr std::string_view kDefaultEvictionPolicy = "adaptive";
+std::vector<std::string_view> EvictionPolicyNames();
+
+// Builds a policy by name: "adaptive" (the default), "lru", "arc", "s3fifo", "prefix-lru".
+// kInvalidArgument for an unknown name, for a capacity of 0 with a policy that needs it, and
+// for a tenant listed twice or with a zero quota.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                                    const PolicyOptions& options);
 

@@ -35,23 +35,5 @@ TEST(LruPolicy, NeverReturnsProtectedChunks) {
   EXPECT_EQ(lru.PopVictim(), 1u);
 }
 
-TEST(LruPolicy, RemoveAndUnknownIdsAreHarmless) {
-  LruPolicy lru;
-  lru.OnInsert(Info(1));
-  lru.OnInsert(Info(2));
-  lru.OnRemove(1);
-  lru.OnRemove(99);
-  lru.OnAccess(99);
-  lru.SetEvictable(99, false);
-  lru.OnInsert(Info(2));  // duplicate insert is ignored
-  EXPECT_EQ(lru.size(), 1u);
-  EXPECT_EQ(lru.PopVictim(), 2u);
-}
-
-TEST(MakeEvictionPolicy, ByName) {
-  EXPECT_EQ((*MakeEvictionPolicy("lru", {}))->name(), "lru");
-  EXPECT_EQ(MakeEvictionPolicy("random", {}).status().code(), absl::StatusCode::kInvalidArgument);
-}
-
 }  // namespace
 }  // namespace strata::storage
