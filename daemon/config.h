@@ -3,7 +3,8 @@
 //
 // TOML (every key optional; sizes are integers of bytes or strings such as "8GiB", "512MiB"):
 //   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
-//             lease_ms, verify_every_n_loads, policy
+//             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
+//             "s3fifo", "prefix-lru")
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed

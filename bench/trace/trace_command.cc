@@ -1,5 +1,6 @@
 #include "bench/trace/trace_command.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -70,13 +71,17 @@ void WritePlot(const std::string& png, const Trace& trace, const std::vector<Cap
                const std::vector<std::vector<ReplayResult>>& results,
                const std::vector<double>& belady) {
   const std::string script_path = png + ".gp";
+  const auto [smallest, largest] = std::minmax_element(
+      capacities.begin(), capacities.end(),
+      [](const Capacity& a, const Capacity& b) { return a.fraction < b.fraction; });
   std::ofstream script(script_path);
   script << fmt::format(
       "set terminal png size 900,600\nset output '{}'\n"
       "set title 'Prefix-hit ratio on the {} trace ({} requests, {} unique blocks)'\n"
       "set xlabel 'capacity (% of unique blocks)'\nset ylabel 'prefix-hit ratio'\n"
-      "set logscale x\nset key left top\nset grid\n",
-      png, trace.name, trace.requests.size(), trace.unique_blocks());
+      "set logscale x\nset xrange [{}:{}]\nset key right bottom\nset grid\n",
+      png, trace.name, trace.requests.size(), trace.unique_blocks(), smallest->fraction * 100 * 0.8,
+      largest->fraction * 100 * 1.5);
   auto block = [&](const std::string& name, auto value_at) {
     script << "$" << name << " << EOD\n";
     for (size_t c = 0; c < capacities.size(); ++c) {
