@@ -68,6 +68,20 @@ absl::Status ReadString(const toml::node& node, std::string_view key, std::strin
   return absl::OkStatus();
 }
 
+// Reads [host.tenant_quotas]: tenant = byte size.
+absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
+                              std::map<std::string, uint64_t>& out) {
+  const toml::table* table = node.as_table();
+  if (table == nullptr) return Bad(fmt::format("config: {} must be a table", key));
+  for (const auto& [tenant, value] : *table) {
+    uint64_t bytes = 0;
+    const std::string name = fmt::format("{}.{}", key, tenant.str());
+    if (absl::Status s = ReadBytes(value, name, bytes); !s.ok()) return s;
+    out[std::string(tenant.str())] = bytes;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -97,6 +111,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "lease_ms") s = ReadUint(value, name, c.host.lease_ms);
         if (key == "verify_every_n_loads") s = ReadUint(value, name, c.host.verify_every_n_loads);
         if (key == "policy") s = ReadString(value, name, c.host.policy);
+        if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
       } else if (section == "engine") {
         if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
         if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
@@ -207,6 +222,13 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.host.hard_pin_quota_bytes.value_or(0) > c.host.capacity_bytes) {
     return Bad("config: host.hard_pin_quota_bytes exceeds host.capacity_bytes");
   }
+  for (const auto& [tenant, bytes] : c.host.tenant_quotas) {
+    if (tenant.empty() || bytes == 0 || bytes > c.host.capacity_bytes) {
+      return Bad(fmt::format(
+          "config: host.tenant_quotas.'{}' = {} must name a tenant and lie in (0, capacity]",
+          tenant, bytes));
+    }
+  }
   if (c.host.lease_ms == 0) return Bad("config: host.lease_ms must be positive");
   if (c.host.verify_every_n_loads == 0) {
     return Bad("config: host.verify_every_n_loads must be at least 1");
@@ -248,6 +270,13 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"log", toml::table{{"level", c.log.level}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
+  if (!c.host.tenant_quotas.empty()) {
+    toml::table quotas;
+    for (const auto& [tenant, bytes] : c.host.tenant_quotas) {
+      quotas.insert(tenant, static_cast<int64_t>(bytes));
+    }
+    root["host"].as_table()->insert("tenant_quotas", quotas);
+  }
   if (c.host.hard_pin_quota_bytes.has_value()) {
     root["host"].as_table()->insert("hard_pin_quota_bytes",
                                     static_cast<int64_t>(*c.host.hard_pin_quota_bytes));

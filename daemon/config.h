@@ -5,6 +5,7 @@
 //   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
 //             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
 //             "s3fifo", "prefix-lru")
+//   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +36,9 @@ struct DaemonConfig {
     uint32_t lease_ms = 30'000;
     uint32_t verify_every_n_loads = 1;
     std::string policy = std::string(storage::kDefaultEvictionPolicy);
+    // Tenant (an engine request's tenant salt) -> the bytes of the tier it may keep once the
+    // tier is full (TenantQuotaPolicy). Empty: no quotas.
+    std::map<std::string, uint64_t> tenant_quotas;
   } host;
   struct Engine {
     std::string socket_path;

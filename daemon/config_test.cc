@@ -33,6 +33,9 @@ capacity_bytes = "1GiB"
 page_bytes = 65536
 policy = "lru"
 verify_every_n_loads = 8
+[host.tenant_quotas]
+team-a = "256MiB"
+"team b" = 1048576
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -47,6 +50,8 @@ level = "debug"
   EXPECT_EQ(config->host.capacity_bytes, 1ull << 30);
   EXPECT_EQ(config->host.page_bytes, 65536u);
   EXPECT_EQ(config->host.verify_every_n_loads, 8u);
+  EXPECT_EQ(config->host.tenant_quotas,
+            (std::map<std::string, uint64_t>{{"team-a", 256ull << 20}, {"team b", 1ull << 20}}));
   EXPECT_EQ(config->engine.allowed_uids, (std::vector<uint32_t>{1000, 1001}));
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
@@ -86,6 +91,11 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c = DefaultConfig(Env(1ull << 34));
   c.host.hard_pin_quota_bytes = c.host.capacity_bytes + 1;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.host.tenant_quotas["a"] = 0;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.host.tenant_quotas["a"] = c.host.capacity_bytes + 1;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
 }
 

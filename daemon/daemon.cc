@@ -17,7 +17,8 @@ constexpr std::chrono::milliseconds kControlDrainGrace{500};
 
 }  // namespace
 
-Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+Daemon::Daemon(DaemonConfig config)
+    : config_(std::move(config)), tenants_(config_.host.tenant_quotas) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.default_lease = std::chrono::milliseconds(config.host.lease_ms);
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
+  host.tenant_quotas = daemon->tenants_.quotas();
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
@@ -42,6 +44,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
   sessions.host_tier = daemon->host_tier_.get();
+  sessions.tenants = &daemon->tenants_;
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =

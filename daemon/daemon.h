@@ -42,6 +42,7 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
 
   const DaemonConfig config_;
+  const TenantDirectory tenants_;
   std::unique_ptr<storage::HostTier> host_tier_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;

@@ -21,8 +21,9 @@ void SetExtents(std::span<const storage::ArenaRange> ranges,
 
 }  // namespace
 
-EngineSession::EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits)
-    : id_(id), host_tier_(host_tier), limits_(limits) {}
+EngineSession::EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits,
+                             const TenantDirectory* tenants)
+    : id_(id), host_tier_(host_tier), limits_(limits), tenants_(tenants) {}
 
 EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
   if (request.body_case() == v1::EngineRequest::kHandshake) {
@@ -206,6 +207,7 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
     options.num_tokens = item.num_tokens();
     options.partial = item.num_tokens() < layout_.chunk_tokens;
     options.owner = id_;
+    options.tenant = tenants_ == nullptr ? 0 : tenants_->IdOf(item.tenant());
     if (item.has_parent()) {
       absl::StatusOr<ChunkKey> parent = SessionKey(item.parent());
       if (!parent.ok()) {

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
+#include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/engine.pb.h"
 
@@ -32,7 +33,9 @@ class EngineSession {
     bool close_after = false;      // the session must end once the reply is sent
   };
 
-  EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits);
+  // `tenants` (nullable: no quotas; not owned) maps a store's tenant to its quota id.
+  EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits,
+                const TenantDirectory* tenants = nullptr);
 
   // Answers one request. Before a successful handshake only a handshake is accepted; a failed
   // handshake or a request out of order ends the session (close_after).
@@ -66,6 +69,7 @@ class EngineSession {
   const uint64_t id_;
   storage::HostTier* const host_tier_;
   const EngineSessionLimits limits_;
+  const TenantDirectory* const tenants_;
 
   bool handshaken_ = false;
   std::string engine_id_;

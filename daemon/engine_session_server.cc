@@ -58,8 +58,9 @@ void SendOrLog(int fd, const v1::EngineResponse& response, std::chrono::millisec
 }  // namespace
 
 struct EngineSessionServer::Session {
-  Session(uint64_t id, ScopedFd fd, storage::HostTier* tier, EngineSessionLimits limits)
-      : fd(std::move(fd)), state(id, tier, limits) {}
+  Session(uint64_t id, ScopedFd fd, storage::HostTier* tier, EngineSessionLimits limits,
+          const TenantDirectory* tenants)
+      : fd(std::move(fd)), state(id, tier, limits, tenants) {}
   ScopedFd fd;
   FrameReader reader;
   EngineSession state;
@@ -213,7 +214,8 @@ void EngineSessionServer::Accept() {
                                .max_items_per_request = options_.max_items_per_request,
                                .max_handles = options_.max_handles_per_session};
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
-    sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), options_.host_tier, limits));
+    sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), options_.host_tier, limits,
+                                                    options_.tenants));
     ++total_sessions_;
     active_sessions_ = sessions_.size();
   }

@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
+#include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -33,6 +34,8 @@ struct EngineSessionServerOptions {
   std::string socket_path;
   // Not owned; must outlive the server.
   storage::HostTier* host_tier = nullptr;
+  // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
+  const TenantDirectory* tenants = nullptr;
   uint32_t max_sessions = 256;
   // Peer uids accepted besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;

@@ -122,6 +122,33 @@ TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
   EXPECT_EQ(tier_->Stats().active_leases, 0u);
 }
 
+TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
+  // A tier of 8 one-page chunks where tenant "a" may keep 2 once it is full.
+  const TenantDirectory tenants({{"a", 2 * 4096}});
+  std::unique_ptr<storage::HostTier> tier =
+      *storage::HostTier::Create({.capacity_bytes = 8 * 4096,
+                                  .page_bytes = 4096,
+                                  .policy = "lru",
+                                  .tenant_quotas = tenants.quotas()});
+  std::unique_ptr<EngineSessionServer> server =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "quota.sock").string(),
+                                    .host_tier = tier.get(),
+                                    .tenants = &tenants});
+  server->Start();
+  RawEngineClient client(server->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> b_keys = Keys(4, 0);
+  const std::vector<ChunkKey> a_keys = Keys(6, 1000);
+  ASSERT_TRUE(client.Store(b_keys, 16, 1, true, "b").ok());
+  for (const ChunkKey& key : a_keys) ASSERT_TRUE(client.Store({key}, 16, 2, true, "a").ok());
+  // The tier filled at a's 4th chunk; a's 5th and 6th each evicted a's oldest, not b's.
+  for (const ChunkKey& key : b_keys) EXPECT_TRUE(tier->Contains(key));
+  EXPECT_FALSE(tier->Contains(a_keys[0]));
+  EXPECT_FALSE(tier->Contains(a_keys[1]));
+  for (size_t i = 2; i < a_keys.size(); ++i) EXPECT_TRUE(tier->Contains(a_keys[i])) << i;
+  server->Stop();
+}
+
 TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
   RawEngineClient client(server_->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());

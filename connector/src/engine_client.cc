@@ -373,6 +373,7 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
     FillKey(item.key, out->mutable_key());
     out->set_num_tokens(item.num_tokens);
     if (!item.parent.empty()) FillKey(item.parent, out->mutable_parent());
+    if (!item.tenant.empty()) out->set_tenant(item.tenant);
   }
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,

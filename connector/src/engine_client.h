@@ -120,6 +120,8 @@ struct StoreItem {
   ChunkKey key;
   uint32_t num_tokens = 0;
   ChunkKey parent;  // empty for the first chunk of a chain
+  // The request's tenant salt ("" for none): the daemon may bound each tenant's share.
+  std::string tenant;
 };
 
 // A result valid on one session: its handles belong to session `generation`, and its extents

@@ -366,7 +366,10 @@ void WorkerConnector::Impl::PlanSaves(const std::vector<TransferSpec>& specs) {
       transfer.token_begin = 0;
       transfer.num_tokens = transfer.chunk_tokens;
       transfer.position_begin = c * chunk;
-      items.push_back({chain[c], transfer.chunk_tokens, c > 0 ? chain[c - 1] : ChunkKey()});
+      items.push_back({.key = chain[c],
+                       .num_tokens = transfer.chunk_tokens,
+                       .parent = c > 0 ? chain[c - 1] : ChunkKey(),
+                       .tenant = spec.tenant_salt});
       pending.push_back(std::move(transfer));
     }
   }

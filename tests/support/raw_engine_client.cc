@@ -62,12 +62,13 @@ absl::StatusOr<v1::EngineResponse> RawEngineClient::Handshake(const KvLayout& la
 
 absl::StatusOr<std::vector<uint64_t>> RawEngineClient::Store(const std::vector<ChunkKey>& keys,
                                                              uint32_t num_tokens, uint8_t fill,
-                                                             bool commit) {
+                                                             bool commit, std::string_view tenant) {
   v1::EngineRequest store;
   for (const ChunkKey& key : keys) {
     v1::StoreItem* item = store.mutable_prepare_store()->add_items();
     *item->mutable_key() = ToProto(key);
     item->set_num_tokens(num_tokens);
+    item->set_tenant(std::string(tenant));
   }
   absl::StatusOr<v1::EngineResponse> placed = Call(store);
   if (!placed.ok()) return placed.status();

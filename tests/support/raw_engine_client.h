@@ -39,8 +39,8 @@ class RawEngineClient {
   // Reserves `keys` (full chunks of `num_tokens`), fills chunk i with byte `fill + i`, and
   // commits unless `commit` is false. Returns the handles reserved, or the first error.
   absl::StatusOr<std::vector<uint64_t>> Store(const std::vector<ChunkKey>& keys,
-                                              uint32_t num_tokens, uint8_t fill,
-                                              bool commit = true);
+                                              uint32_t num_tokens, uint8_t fill, bool commit = true,
+                                              std::string_view tenant = "");
 
  private:
   ScopedFd fd_;
