@@ -8,8 +8,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint32_t kProtocolVersion = 1;
-
 void SetExtents(std::span<const storage::ArenaRange> ranges,
                 google::protobuf::RepeatedPtrField<v1::Extent>* extents) {
   for (const storage::ArenaRange& range : ranges) {
@@ -83,10 +81,10 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
     reply.close_after = true;
     return reply;
   };
-  if (request.protocol_version() != kProtocolVersion) {
+  if (request.protocol_version() != v1::ENGINE_PROTOCOL_VERSION) {
     return fail(absl::FailedPreconditionError(
         fmt::format("engine protocol version {} is not supported (daemon speaks {})",
-                    request.protocol_version(), kProtocolVersion)));
+                    request.protocol_version(), v1::ENGINE_PROTOCOL_VERSION)));
   }
   absl::StatusOr<KvLayout> layout = FromProto(request.layout());
   if (!layout.ok()) return fail(layout.status());
@@ -97,7 +95,7 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
 
   v1::HandshakeResponse* out = reply.response.mutable_handshake();
   out->set_session_id(id_);
-  out->set_protocol_version(kProtocolVersion);
+  out->set_protocol_version(v1::ENGINE_PROTOCOL_VERSION);
   out->set_arena_size_bytes(host_tier_->arena_size_bytes());
   out->set_page_bytes(host_tier_->page_bytes());
   out->set_layout_fingerprint(fingerprint_);

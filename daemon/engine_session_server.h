@@ -58,8 +58,6 @@ struct EngineSessionStats {
 
 class EngineSessionServer {
  public:
-  static constexpr uint32_t kProtocolVersion = 1;
-
   // Creates the socket's directory if needed, replaces a stale socket file (one nobody listens
   // on), binds with mode 0660 and listens. kFailedPrecondition when another process serves the
   // path; kInvalidArgument for missing options.

@@ -203,7 +203,7 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
   v1::EngineRequest request;
   request.set_request_id(1);
   v1::HandshakeRequest* handshake = request.mutable_handshake();
-  handshake->set_protocol_version(kProtocolVersion);
+  handshake->set_protocol_version(v1::ENGINE_PROTOCOL_VERSION);
   handshake->set_engine_id(options_.engine_id);
   *handshake->mutable_layout() = ToProto(options_.layout);
   STRATA_RETURN_IF_ERROR(SendFrame(fd.get(), request.SerializeAsString(), Remaining(deadline)));
@@ -221,10 +221,10 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
     return absl::InternalError("handshake: response without a handshake body");
   }
   const v1::HandshakeResponse& body = response.handshake();
-  if (body.protocol_version() != kProtocolVersion) {
+  if (body.protocol_version() != v1::ENGINE_PROTOCOL_VERSION) {
     return absl::FailedPreconditionError(
         fmt::format("handshake: daemon speaks protocol {}, connector {}", body.protocol_version(),
-                    kProtocolVersion));
+                    v1::ENGINE_PROTOCOL_VERSION));
   }
   if (body.layout_fingerprint() != fingerprint_) {
     return absl::FailedPreconditionError(

@@ -157,9 +157,6 @@ struct EngineClientStats {
 
 class EngineClient {
  public:
-  // The engine protocol version this connector speaks.
-  static constexpr uint32_t kProtocolVersion = 1;
-
   // Validates the options (layout, socket path); does not connect. kInvalidArgument otherwise.
   static absl::StatusOr<std::unique_ptr<EngineClient>> Create(EngineClientOptions options);
   EngineClient(const EngineClient&) = delete;

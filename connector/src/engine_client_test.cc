@@ -104,7 +104,7 @@ class FakePeer {
         if (mode_ == Mode::kSilentHandshake) continue;
         auto* body = response.mutable_handshake();
         body->set_session_id(77);
-        body->set_protocol_version(EngineClient::kProtocolVersion);
+        body->set_protocol_version(v1::ENGINE_PROTOCOL_VERSION);
         body->set_arena_size_bytes(1 << 16);
         body->set_page_bytes(4096);
         body->set_layout_fingerprint(TestLayout().Fingerprint());

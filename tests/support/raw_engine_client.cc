@@ -54,7 +54,7 @@ absl::StatusOr<v1::EngineResponse> RawEngineClient::Receive() {
 absl::StatusOr<v1::EngineResponse> RawEngineClient::Handshake(const KvLayout& layout,
                                                               std::string engine_id) {
   v1::EngineRequest request;
-  request.mutable_handshake()->set_protocol_version(1);
+  request.mutable_handshake()->set_protocol_version(v1::ENGINE_PROTOCOL_VERSION);
   request.mutable_handshake()->set_engine_id(std::move(engine_id));
   *request.mutable_handshake()->mutable_layout() = ToProto(layout);
   return Call(request);
