@@ -1,0 +1,163 @@
+#include "storage/disk/record_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "storage/disk/aligned_buffer.h"
+#include "storage/disk/record_format.h"
+#include "storage/host/payload_view.h"
+
+namespace strata::storage {
+namespace {
+
+template <typename Parts>
+bool DirectCapable(Parts parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!IsAligned(parts[i].data())) return false;
+    if (i + 1 < parts.size() && parts[i].size() % kIoAlignment != 0) return false;
+  }
+  return true;
+}
+
+// Appends requests covering [data, data + size) at file `offset`, split at max_io_bytes.
+void AddPieces(std::vector<IoRequest>& requests, IoOp op, int fd, uint64_t offset, std::byte* data,
+               uint64_t size, uint32_t max_io_bytes) {
+  for (uint64_t done = 0; done < size;) {
+    const auto n = static_cast<uint32_t>(std::min<uint64_t>(max_io_bytes, size - done));
+    requests.push_back(
+        {.op = op, .fd = fd, .offset = offset + done, .data = data + done, .size_bytes = n});
+    done += n;
+  }
+}
+
+// Runs `requests`; the first failure as a status (`kind` is "write" or "read").
+absl::Status Run(IoEngine& engine, std::span<const IoRequest> requests, IoOp op) {
+  STRATA_ASSIGN_OR_RETURN(const std::vector<int64_t> results, RunToCompletion(engine, requests));
+  for (size_t i = 0; i < results.size(); ++i) {
+    const IoRequest& request = requests[i];
+    const std::string where =
+        fmt::format("{} fd {} offset {} ({} bytes)", op == IoOp::kWrite ? "write" : "read",
+                    request.fd, request.offset, request.size_bytes);
+    if (results[i] < 0) {
+      const int error_number = static_cast<int>(-results[i]);
+      if (op == IoOp::kRead) {
+        return absl::DataLossError(fmt::format("{}: {}", where, std::strerror(error_number)));
+      }
+      if (error_number == ENOSPC || error_number == EDQUOT) {
+        return ErrnoToStatus(error_number, where);
+      }
+      return absl::UnavailableError(fmt::format("{}: {}", where, std::strerror(error_number)));
+    }
+    if (results[i] != request.size_bytes) {
+      const std::string message = fmt::format("{}: short transfer of {} bytes", where, results[i]);
+      return op == IoOp::kRead ? absl::DataLossError(message)
+                               : absl::ResourceExhaustedError(message);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t PartsBytes(ConstParts parts) {
+  uint64_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  return total;
+}
+
+uint64_t PartsBytes(MutableParts parts) {
+  uint64_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  return total;
+}
+
+absl::Status WriteRecord(IoEngine& engine, int fd, uint64_t offset,
+                         std::span<const std::byte> header_block, ConstParts payload,
+                         uint32_t max_io_bytes) {
+  const uint64_t payload_bytes = PartsBytes(payload);
+  std::vector<IoRequest> requests;
+  requests.push_back({.op = IoOp::kWrite,
+                      .fd = fd,
+                      .offset = offset,
+                      .data = const_cast<std::byte*>(header_block.data()),
+                      .size_bytes = static_cast<uint32_t>(kRecordHeaderBytes)});
+  const uint64_t payload_offset = offset + kRecordHeaderBytes;
+  AlignedBuffer bounce;  // the last partial block (direct) or the whole payload (staged)
+  if (DirectCapable(payload)) {
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at,
+                const_cast<std::byte*>(part.data()), AlignDown(part.size()), max_io_bytes);
+      at += AlignDown(part.size());
+    }
+    if (at < payload_bytes) {
+      const auto& last = payload.back();
+      bounce = AlignedBuffer(kIoAlignment);
+      std::memcpy(bounce.data(), last.data() + AlignDown(last.size()), payload_bytes - at);
+      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at, bounce.data(), kIoAlignment,
+                max_io_bytes);
+    }
+  } else {
+    bounce = AlignedBuffer(payload_bytes);
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      std::memcpy(bounce.data() + at, part.data(), part.size());
+      at += part.size();
+    }
+    AddPieces(requests, IoOp::kWrite, fd, payload_offset, bounce.data(), bounce.size(),
+              max_io_bytes);
+  }
+  return Run(engine, requests, IoOp::kWrite);
+}
+
+absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,
+                                     MutableParts payload, uint32_t max_io_bytes) {
+  const uint64_t payload_bytes = PartsBytes(payload);
+  std::vector<IoRequest> requests;
+  AlignedBuffer bounce;
+  const bool direct = DirectCapable(payload);
+  uint64_t direct_bytes = 0;
+  if (direct) {
+    for (const auto& part : payload) {
+      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, part.data(),
+                AlignDown(part.size()), max_io_bytes);
+      direct_bytes += AlignDown(part.size());
+    }
+    if (direct_bytes < payload_bytes) {
+      bounce = AlignedBuffer(kIoAlignment);
+      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, bounce.data(),
+                kIoAlignment, max_io_bytes);
+    }
+  } else {
+    bounce = AlignedBuffer(payload_bytes);
+    AddPieces(requests, IoOp::kRead, fd, payload_offset, bounce.data(), bounce.size(),
+              max_io_bytes);
+  }
+  STRATA_RETURN_IF_ERROR(Run(engine, requests, IoOp::kRead));
+
+  ChecksumStream checksum;
+  if (direct) {
+    for (const auto& part : payload) checksum.Update(part.first(AlignDown(part.size())));
+    if (direct_bytes < payload_bytes) {
+      const auto& last = payload.back();
+      const uint64_t tail = payload_bytes - direct_bytes;
+      std::memcpy(last.data() + AlignDown(last.size()), bounce.data(), tail);
+      checksum.Update({bounce.data(), static_cast<size_t>(tail)});
+    }
+  } else {
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      std::memcpy(part.data(), bounce.data() + at, part.size());
+      at += part.size();
+    }
+    checksum.Update({bounce.data(), static_cast<size_t>(payload_bytes)});
+  }
+  return checksum.Digest();
+}
+
+}  // namespace strata::storage
