@@ -141,6 +141,7 @@ absl::Status DiskTier::Put(const ChunkKey& key, uint64_t layout_fingerprint, Con
                                       .num_tokens = num_tokens}));
   ++stats_.writes;
   stats_.written_bytes += payload_bytes;
+  if (!DirectCapable(payload)) ++stats_.staged_writes;
   return absl::OkStatus();
 }
 
@@ -187,6 +188,7 @@ absl::Status DiskTier::Read(const ChunkKey& key, MutableParts destination) {
   if (checksum.ok() && *checksum == entry.payload_checksum) {
     ++stats_.reads;
     stats_.read_bytes += entry.payload_bytes;
+    if (!DirectCapable(destination)) ++stats_.staged_reads;
     return absl::OkStatus();
   }
   const std::string problem =

@@ -108,6 +108,10 @@ struct DiskTierStats {
   uint64_t writes = 0;  // successful Puts
   uint64_t read_bytes = 0;
   uint64_t written_bytes = 0;
+  // Successful reads and writes whose buffers were not aligned for in-place transfer, so the
+  // payload was copied through a staging buffer.
+  uint64_t staged_reads = 0;
+  uint64_t staged_writes = 0;
   uint64_t io_errors = 0;  // failed reads, writes and syncs
   uint64_t checksum_failures = 0;
   uint64_t evictions = 0;

@@ -54,6 +54,7 @@ TEST_P(DiskTierTest, PutLookupReadRemove) {
   EXPECT_EQ(stats.chunks, 4u);
   EXPECT_EQ(stats.reads, 5u + 1);
   EXPECT_EQ(stats.io_errors + stats.checksum_failures, 0u);
+  EXPECT_EQ(stats.staged_reads, 1u);  // the unaligned destination; the others were in place
 }
 
 TEST_P(DiskTierTest, WritesAndReadsPayloadsInSeveralParts) {

@@ -16,7 +16,7 @@ namespace strata::storage {
 namespace {
 
 template <typename Parts>
-bool DirectCapable(Parts parts) {
+bool DirectCapableImpl(Parts parts) {
   for (size_t i = 0; i < parts.size(); ++i) {
     if (!IsAligned(parts[i].data())) return false;
     if (i + 1 < parts.size() && parts[i].size() % kIoAlignment != 0) return false;
@@ -63,6 +63,9 @@ absl::Status Run(IoEngine& engine, std::span<const IoRequest> requests, IoOp op)
 }
 
 }  // namespace
+
+bool DirectCapable(ConstParts parts) { return DirectCapableImpl(parts); }
+bool DirectCapable(MutableParts parts) { return DirectCapableImpl(parts); }
 
 uint64_t PartsBytes(ConstParts parts) {
   uint64_t total = 0;

@@ -21,6 +21,10 @@ namespace strata::storage {
 using ConstParts = std::span<const std::span<const std::byte>>;
 using MutableParts = std::span<const std::span<std::byte>>;
 
+// True when the parts can be transferred in place (the direct case above).
+bool DirectCapable(ConstParts parts);
+bool DirectCapable(MutableParts parts);
+
 // Sum of the parts' sizes.
 uint64_t PartsBytes(ConstParts parts);
 uint64_t PartsBytes(MutableParts parts);
