@@ -1,5 +1,6 @@
 #include "storage/disk/disk_tier.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,10 +35,10 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
         fmt::format("disk tier: segment_bytes {} is not a multiple of 4 KiB of at least 8 KiB",
                     options.segment_bytes));
   }
-  if (options.capacity_bytes < 2 * options.segment_bytes) {
+  if (options.capacity_bytes < 3 * options.segment_bytes) {
     return absl::InvalidArgumentError(
-        fmt::format("disk tier: capacity_bytes {} is below two segments ({} bytes)",
-                    options.capacity_bytes, 2 * options.segment_bytes));
+        fmt::format("disk tier: capacity_bytes {} is below three segments ({} bytes)",
+                    options.capacity_bytes, 3 * options.segment_bytes));
   }
   if (options.max_io_bytes == 0 || options.max_io_bytes % kIoAlignment != 0) {
     return absl::InvalidArgumentError("disk tier: max_io_bytes is not a multiple of 4 KiB");
@@ -220,6 +221,7 @@ DiskTierStats DiskTier::stats() const {
   absl::MutexLock lock(&mu_);
   DiskTierStats stats = stats_;
   stats.segments = segments_.size();
+  stats.disk_bytes += options_.segment_bytes - segments_.at(active_segment_).size_bytes;
   return stats;
 }
 
@@ -240,8 +242,9 @@ absl::StatusOr<DiskTier::Reservation> DiskTier::Reserve(uint64_t record_bytes) {
 }
 
 absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes) {
-  // One segment of the capacity is kept for compaction, so it always has room to copy.
-  const uint64_t limit = options_.capacity_bytes - options_.segment_bytes;
+  // Two segments of the capacity are kept: one for the active segment's preallocation, one for
+  // compaction, so that it has room to copy.
+  const uint64_t limit = options_.capacity_bytes - 2 * options_.segment_bytes;
   // Live data first: the policy's victims.
   while (stats_.live_bytes + pending_bytes_ + record_bytes > limit) {
     const std::optional<ChunkId> victim = policy_->PopVictim();
@@ -263,13 +266,14 @@ absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes
       }
     }
     if (!emptiest.has_value()) {
+      // Seal the active segment so that it can be reclaimed.
       if (segments_.at(active_segment_).size_bytes == 0) {
         return absl::ResourceExhaustedError(
             fmt::format("disk tier: full ({} bytes in segments being written or compacted, "
                         "limit {})",
                         stats_.disk_bytes, limit));
       }
-      STRATA_RETURN_IF_ERROR(StartSegment());  // seal the active one so it can be reclaimed
+      STRATA_RETURN_IF_ERROR(StartSegment());
       continue;
     }
     if (segments_.at(*emptiest).live_bytes > 0) return emptiest;
@@ -296,13 +300,38 @@ absl::Status DiskTier::EvictSegmentLocked(uint64_t segment_id) {
   return absl::OkStatus();
 }
 
+uint64_t DiskTier::BlocksAfterLocked(uint64_t record_bytes) const {
+  const uint64_t head = segments_.at(active_segment_).size_bytes;
+  const bool fits = head + record_bytes <= options_.segment_bytes;
+  return stats_.disk_bytes + options_.segment_bytes - (fits ? head : 0);
+}
+
 absl::Status DiskTier::StartSegment() {
   const uint64_t id = segments_.empty() ? 1 : segments_.rbegin()->first + 1;
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<SegmentFile> file,
                           SegmentFile::Open(options_.directory, id, /*create=*/true));
+  // Allocating the blocks up front spares every append's fdatasync the block allocation.
+  if (::fallocate(file->fd(), FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(options_.segment_bytes)) !=
+          0 &&
+      errno != EOPNOTSUPP) {
+    const int error_number = errno;
+    ::unlink(file->path().c_str());
+    return ErrnoToStatus(error_number, fmt::format("disk tier: preallocate {}", file->path()));
+  }
+  if (active_segment_ != 0) SealLocked(segments_.at(active_segment_));
   segments_[id] = Segment{.file = std::move(file)};
   active_segment_ = id;
   return absl::OkStatus();
+}
+
+void DiskTier::SealLocked(Segment& segment) {
+  const uint64_t head = segment.size_bytes;
+  if (head < options_.segment_bytes) {
+    // Gives back the preallocated blocks past the last record. Writes in flight lie below
+    // `head`. A file system without hole punching keeps them: it could not preallocate either.
+    ::fallocate(segment.file->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(head), static_cast<off_t>(options_.segment_bytes - head));
+  }
 }
 
 void DiskTier::Release(const Reservation& reservation) {

@@ -23,9 +23,13 @@
 // fsync points: fdatasync of the segment per record (step 3), RocksDB's WAL per write when
 // `sync_index_writes`, and DiskIndex::Sync before a compacted segment's file is unlinked.
 //
-// Space: the segment files never hold more than `capacity_bytes` (RocksDB's own files are not
-// counted). Puts keep within capacity_bytes - segment_bytes; the last segment's worth is room
-// for compaction to copy into. A Put that needs space evicts chunks chosen by the
+// Space: the segment files never take more than `capacity_bytes` of disk blocks (RocksDB's own
+// files are not counted). The active segment is preallocated whole, so appends allocate nothing;
+// a sealed one gives back its blocks past its last record. Records of Puts keep within
+// capacity_bytes - 2 * segment_bytes, which leaves room for the active segment's preallocation
+// and for compaction, which copies only while records and preallocation stay within
+// capacity_bytes. A Put that
+// needs space evicts chunks chosen by the
 // EvictionPolicy, deletes segments with no live record and, when dead records still take the
 // space, compacts the sealed segment with the fewest live bytes (copies its live records forward
 // and deletes it), or evicts its chunks when that cannot be done. Compact() does the same to
@@ -72,7 +76,7 @@ namespace strata::storage {
 struct DiskTierOptions {
   // Holds segment-*.log and index/; created when missing.
   std::string directory;
-  // Most bytes the segment files may take; at least 2 * segment_bytes.
+  // Most bytes of disk blocks the segment files may take; at least 3 * segment_bytes.
   uint64_t capacity_bytes = 0;
   // Size at which the active segment is sealed and a new one started; a multiple of 4 KiB. A
   // record must fit in one segment.
@@ -99,7 +103,8 @@ struct DiskChunkInfo {
 
 struct DiskTierStats {
   uint64_t capacity_bytes = 0;
-  uint64_t disk_bytes = 0;     // segment files, live and dead records
+  uint64_t disk_bytes = 0;     // blocks of the segment files: records, dead or alive, and the
+                               // active segment's preallocation
   uint64_t live_bytes = 0;     // records (header + padded payload) of resident chunks
   uint64_t payload_bytes = 0;  // payloads of resident chunks
   uint64_t chunks = 0;
@@ -216,14 +221,20 @@ class DiskTier {
   // Reserves `record_bytes` at the end of the active segment (starting a new one when it is
   // full); the caller has checked the space.
   absl::StatusOr<Reservation> Reserve(uint64_t record_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes room for a Put of `record_bytes` within capacity_bytes - segment_bytes: evicts policy
+  // Makes room for a Put of `record_bytes` within capacity_bytes - 2 * segment_bytes: evicts
   // victims and deletes segments without live records. Returns a segment to compact (or evict)
   // when dead records in it must go first, nullopt when the room is there.
   absl::StatusOr<std::optional<uint64_t>> MakeRoom(uint64_t record_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts every chunk of a sealed, idle segment and deletes it.
   absl::Status EvictSegmentLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates and preallocates a new active segment, sealing the previous one.
   absl::Status StartSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees a segment's preallocated blocks past its last record; it takes no more appends.
+  void SealLocked(Segment& segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Disk blocks of the segment files once `record_bytes` more are reserved: every record, and
+  // the preallocated rest of the (possibly new) active segment.
+  uint64_t BlocksAfterLocked(uint64_t record_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a reservation: the record's place is no longer pending (its bytes are live once a
   // chunk is inserted there, dead otherwise).
   void Release(const Reservation& reservation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -91,7 +91,14 @@ absl::Status DiskTier::Recover() {
     stats_.payload_bytes += chunk.entry.payload_bytes;
     ++stats_.chunks;
   }
-  for (const auto& [id, segment] : segments_) stats_.disk_bytes += segment.size_bytes;
+  for (const auto& [id, segment] : segments_) {
+    // The active segment of the last run was preallocated: give back its unused blocks.
+    ::fallocate(segment.file->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(segment.size_bytes),
+                static_cast<off_t>(std::max(options_.segment_bytes, segment.size_bytes) -
+                                   segment.size_bytes + kIoAlignment));
+    stats_.disk_bytes += segment.size_bytes;  // records only; stats() adds the preallocation
+  }
 
   // Appends go to a fresh segment; everything before it is now accounted for by the index.
   STRATA_RETURN_IF_ERROR(StartSegment());

@@ -2,6 +2,8 @@
 // FaultPlan, plus helpers that store and verify deterministic chunks. Test-only.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -75,9 +77,13 @@ class DiskTierTest : public ::testing::TestWithParam<IoEngineKind> {
     return files;
   }
 
+  // Disk blocks the segment files take (preallocated ones included).
   uint64_t SegmentFileBytes() const {
     uint64_t total = 0;
-    for (const auto& file : SegmentFiles()) total += std::filesystem::file_size(file);
+    for (const auto& file : SegmentFiles()) {
+      struct stat st {};
+      if (::stat(file.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
     return total;
   }
 

@@ -24,10 +24,18 @@ absl::Status FdatasyncFd(int fd) {
 
 absl::StatusOr<std::vector<int64_t>> RunToCompletion(IoEngine& engine,
                                                      std::span<const IoRequest> requests) {
+  return RunToCompletion(engine, requests, [](size_t, int64_t) {});
+}
+
+absl::StatusOr<std::vector<int64_t>> RunToCompletion(
+    IoEngine& engine, std::span<const IoRequest> requests,
+    absl::FunctionRef<void(size_t, int64_t)> in_order) {
   if (engine.in_flight() != 0) {
     return absl::FailedPreconditionError("RunToCompletion: engine has requests in flight");
   }
   std::vector<int64_t> results(requests.size(), 0);
+  std::vector<bool> completed(requests.size(), false);
+  size_t prefix = 0;  // requests [0, prefix) completed and handed to in_order
   std::vector<IoRequest> window;
   std::vector<IoCompletion> completions(engine.queue_depth());
   size_t next = 0;
@@ -44,8 +52,14 @@ absl::StatusOr<std::vector<int64_t>> RunToCompletion(IoEngine& engine,
     STRATA_RETURN_IF_ERROR(engine.Submit(window));
     next += count;
     STRATA_ASSIGN_OR_RETURN(const size_t n, engine.Wait(1, completions));
-    for (size_t i = 0; i < n; ++i) results[completions[i].tag] = completions[i].result;
+    for (size_t i = 0; i < n; ++i) {
+      results[completions[i].tag] = completions[i].result;
+      completed[completions[i].tag] = true;
+    }
     done += n;
+    for (; prefix < requests.size() && completed[prefix]; ++prefix) {
+      in_order(prefix, results[prefix]);
+    }
   }
   return results;
 }

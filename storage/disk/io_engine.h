@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -79,6 +80,12 @@ absl::Status FdatasyncFd(int fd);
 // in request order (bytes transferred or -errno). The engine must have nothing in flight.
 absl::StatusOr<std::vector<int64_t>> RunToCompletion(IoEngine& engine,
                                                      std::span<const IoRequest> requests);
+// The same, and calls `in_order(i, result)` for every request, in request order, as soon as it
+// and all requests before it have completed: a caller consumes a finished prefix (checksums
+// it) while the rest is still in flight.
+absl::StatusOr<std::vector<int64_t>> RunToCompletion(
+    IoEngine& engine, std::span<const IoRequest> requests,
+    absl::FunctionRef<void(size_t, int64_t)> in_order);
 
 enum class IoEngineKind : uint8_t {
   kAuto,     // io_uring when the kernel lets us set up a ring, else sync (logged once per call)

@@ -67,8 +67,14 @@ TEST_P(IoEngineTest, WritesAndReadsBackMoreRequestsThanTheQueueDepth) {
     reads[i].op = IoOp::kRead;
     reads[i].data = target.data() + i * kBytes;
   }
-  auto read = RunToCompletion(*engine_, reads);
+  std::vector<size_t> order;
+  auto read = RunToCompletion(*engine_, reads, [&](size_t i, int64_t result) {
+    EXPECT_EQ(result, kBytes);
+    order.push_back(i);
+  });
   ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(order.size(), kRequests);
+  for (size_t i = 0; i < kRequests; ++i) EXPECT_EQ(order[i], i);
   for (int64_t result : *read) EXPECT_EQ(result, kBytes);
   EXPECT_EQ(std::memcmp(source.data(), target.data(), source.size()), 0);
   EXPECT_EQ(engine_->in_flight(), 0u);

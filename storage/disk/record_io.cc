@@ -35,9 +35,9 @@ void AddPieces(std::vector<IoRequest>& requests, IoOp op, int fd, uint64_t offse
   }
 }
 
-// Runs `requests`; the first failure as a status (`kind` is "write" or "read").
-absl::Status Run(IoEngine& engine, std::span<const IoRequest> requests, IoOp op) {
-  STRATA_ASSIGN_OR_RETURN(const std::vector<int64_t> results, RunToCompletion(engine, requests));
+// The first failed request of `requests` as a status, given their results.
+absl::Status FirstFailure(std::span<const IoRequest> requests, std::span<const int64_t> results,
+                          IoOp op) {
   for (size_t i = 0; i < results.size(); ++i) {
     const IoRequest& request = requests[i];
     const std::string where =
@@ -115,7 +115,8 @@ absl::Status WriteRecord(IoEngine& engine, int fd, uint64_t offset,
     AddPieces(requests, IoOp::kWrite, fd, payload_offset, bounce.data(), bounce.size(),
               max_io_bytes);
   }
-  return Run(engine, requests, IoOp::kWrite);
+  STRATA_ASSIGN_OR_RETURN(const std::vector<int64_t> results, RunToCompletion(engine, requests));
+  return FirstFailure(requests, results, IoOp::kWrite);
 }
 
 absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,
@@ -141,16 +142,25 @@ absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_
     AddPieces(requests, IoOp::kRead, fd, payload_offset, bounce.data(), bounce.size(),
               max_io_bytes);
   }
-  STRATA_RETURN_IF_ERROR(Run(engine, requests, IoOp::kRead));
-
+  // Checksum each finished prefix of the payload while later requests are still in flight.
   ChecksumStream checksum;
+  bool intact = true;
+  STRATA_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> results,
+      RunToCompletion(engine, requests, [&](size_t i, int64_t result) {
+        const IoRequest& request = requests[i];
+        intact = intact && result == request.size_bytes;
+        if (!intact) return;
+        const uint64_t at = request.offset - payload_offset;
+        checksum.Update({request.data, static_cast<size_t>(std::min<uint64_t>(
+                                           request.size_bytes, payload_bytes - at))});
+      }));
+  STRATA_RETURN_IF_ERROR(FirstFailure(requests, results, IoOp::kRead));
   if (direct) {
-    for (const auto& part : payload) checksum.Update(part.first(AlignDown(part.size())));
     if (direct_bytes < payload_bytes) {
       const auto& last = payload.back();
-      const uint64_t tail = payload_bytes - direct_bytes;
-      std::memcpy(last.data() + AlignDown(last.size()), bounce.data(), tail);
-      checksum.Update({bounce.data(), static_cast<size_t>(tail)});
+      std::memcpy(last.data() + AlignDown(last.size()), bounce.data(),
+                  payload_bytes - direct_bytes);
     }
   } else {
     uint64_t at = 0;
@@ -158,7 +168,6 @@ absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_
       std::memcpy(part.data(), bounce.data() + at, part.size());
       at += part.size();
     }
-    checksum.Update({bounce.data(), static_cast<size_t>(payload_bytes)});
   }
   return checksum.Digest();
 }
