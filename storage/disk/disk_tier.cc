@@ -359,7 +359,7 @@ absl::Status DiskTier::Commit(const ChunkKey& key, const IndexEntry& entry) {
   return absl::OkStatus();
 }
 
-absl::Status DiskTier::DropLocked(const ChunkKey& key, bool popped) {
+absl::Status DiskTier::DropLocked(ChunkKey key, bool popped) {
   auto it = chunks_.find(key);
   STRATA_CHECK(it != chunks_.end());
   const IndexEntry entry = it->second.entry;

@@ -242,8 +242,9 @@ class DiskTier {
   // Writes the index entry, then inserts `key` at `entry`. The caller has Released its place.
   absl::Status Commit(const ChunkKey& key, const IndexEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a resident chunk from memory, policy (unless `popped`) and index.
-  absl::Status DropLocked(const ChunkKey& key, bool popped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a resident chunk from memory, policy (unless `popped`) and index. `key` is a copy:
+  // callers may pass a reference into the maps it erases from.
+  absl::Status DropLocked(ChunkKey key, bool popped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes a sealed segment with no live and no pending record.
   void RetireLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the live records of one segment forward (disk_tier_compaction.cc).
