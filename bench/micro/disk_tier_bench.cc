@@ -2,15 +2,16 @@
 // (BASELINES.md). Prints one JSON object.
 //
 //   1. sequential store of --total_mib of 32 MiB chunks through DiskTier::Put, and fio
-//      writing as many bytes with the tier's request size (2 MiB), O_DIRECT, io_uring,
-//      iodepth 16 (a 32 MiB chunk is 16 requests of 2 MiB in flight);
+//      writing as many bytes with the tier's request size (--request_kib, default 2 MiB),
+//      O_DIRECT, io_uring, at the depth the tier reaches on one chunk (its requests per chunk,
+//      at most its queue depth of 32: 16 for 2 MiB);
 //   2. sequential load of those chunks through DiskTier::Read into an aligned buffer (checksum
 //      verified), and fio reading them back the same way;
 //   3. index recovery: --recovery_chunks small chunks (8 KiB records) are stored, the tier is
 //      closed, and DiskTier::Open is timed until it serves again.
 //
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
-//                        [--engine=KIND]
+//                        [--request_kib=N] [--engine=KIND]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
 #include <algorithm>
 #include <chrono>
@@ -36,7 +37,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kChunkBytes = 32ull << 20;
-constexpr uint32_t kIoBytes = 2u << 20;
 constexpr uint64_t kFingerprint = 0xBE7C4u;
 
 struct Flags {
@@ -45,7 +45,11 @@ struct Flags {
   uint64_t recovery_chunks = 100000;
   std::string engine = "auto";
   int rounds = 3;
+  // Request size of the tier (max_io_bytes) and block size of fio.
+  uint32_t request_kib = 2048;
 };
+
+uint32_t g_io_bytes = 2u << 20;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -56,10 +60,12 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // Runs fio and returns the bandwidth (bytes/s) of `direction` ("read" or "write") from its JSON.
 double RunFio(const std::string& file, const std::string& direction, uint64_t size_bytes) {
+  // As deep as the tier goes on one chunk: its requests, up to its queue depth (32).
+  const uint64_t iodepth = std::min<uint64_t>(32, kChunkBytes / g_io_bytes);
   const std::string command = fmt::format(
       "fio --name=strata-{0} --filename={1} --rw={0} --bs={2} --direct=1 --ioengine=io_uring "
-      "--iodepth=16 --size={3} --end_fsync=1 --group_reporting --output-format=json 2>/dev/null",
-      direction, file, kIoBytes, size_bytes);
+      "--iodepth={4} --size={3} --end_fsync=1 --group_reporting --output-format=json 2>/dev/null",
+      direction, file, g_io_bytes, size_bytes, iodepth);
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) Die("cannot run fio");
   std::string json;
@@ -77,7 +83,7 @@ std::unique_ptr<DiskTier> OpenTier(const std::string& dir, uint64_t capacity_byt
   auto tier = DiskTier::Open({.directory = dir,
                               .capacity_bytes = capacity_bytes,
                               .io = {.kind = kind},
-                              .max_io_bytes = kIoBytes});
+                              .max_io_bytes = g_io_bytes});
   if (!tier.ok()) Die(fmt::format("open {}: {}", dir, tier.status()));
   return std::move(tier).value();
 }
@@ -195,7 +201,7 @@ int Main(const Flags& flags) {
       "  \"rounds\": [\n    {}],\n"
       "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}}\n"
       "}}\n",
-      engine_name, kChunkBytes, chunks, kIoBytes,
+      engine_name, kChunkBytes, chunks, g_io_bytes,
       median([](const Round& r) { return r.tier_write / r.fio_write; }),
       median([](const Round& r) { return r.tier_read / r.fio_read; }), per_round, recovered_chunks,
       populate_s, open_s);
@@ -218,6 +224,8 @@ int main(int argc, char** argv) {
       flags.total_mib = std::stoull(value);
     } else if (name == "--recovery_chunks") {
       flags.recovery_chunks = std::stoull(value);
+    } else if (name == "--request_kib") {
+      flags.request_kib = static_cast<uint32_t>(std::stoul(value));
     } else if (name == "--rounds") {
       flags.rounds = std::max(1, std::stoi(value));
     } else if (name == "--engine") {
@@ -225,10 +233,11 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
-                   "[--rounds=N] [--engine=auto|io_uring|sync]\n",
+                   "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync]\n",
                    argv[0]);
       return 2;
     }
   }
+  strata::storage::g_io_bytes = flags.request_kib << 10;
   return strata::storage::Main(flags);
 }
