@@ -20,8 +20,9 @@
 // read the whole disk): every Read verifies the payload checksum, so a corrupt record is caught
 // on its first read, reported as kDataLoss, counted and dropped. Known gap: a chunk removed after
 // the last watermark write and before a crash can come back (its bytes are valid for its key).
-// fsync points: fdatasync of the segment per record (step 3), RocksDB's WAL per write when
-// `sync_index_writes`, and DiskIndex::Sync before a compacted segment's file is unlinked.
+// fsync points: the directory after a segment file is created, fdatasync of the segment per
+// record (step 3), RocksDB's WAL per write when `sync_index_writes`, DiskIndex::Sync at the end
+// of Open and before a compacted segment's file is unlinked.
 //
 // Space: the segment files never take more than `capacity_bytes` of disk blocks (RocksDB's own
 // files are not counted). The active segment is preallocated whole, so appends allocate nothing;

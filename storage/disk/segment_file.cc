@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -22,6 +23,15 @@ absl::StatusOr<std::shared_ptr<SegmentFile>> SegmentFile::Open(const std::string
           fmt::format("disk tier: {} does not support O_DIRECT", directory));
     }
     return ErrnoToStatus(errno, fmt::format("disk tier: open {}", path));
+  }
+  if (create) {
+    // The new name must survive a power loss as surely as the records fdatasync'd into it.
+    ScopedFd dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid() || ::fsync(dir.get()) != 0) {
+      const int error_number = errno;
+      ::unlink(path.c_str());
+      return ErrnoToStatus(error_number, fmt::format("disk tier: fsync directory {}", directory));
+    }
   }
   return std::shared_ptr<SegmentFile>(new SegmentFile(id, std::move(path), std::move(fd)));
 }

@@ -16,8 +16,9 @@ namespace strata::storage {
 
 class SegmentFile {
  public:
-  // Opens (create = false) or creates (create = true, the file must not exist) segment `id`
-  // under `directory`. kFailedPrecondition when the file system refuses O_DIRECT.
+  // Opens (create = false) or creates (create = true, the file must not exist; the directory is
+  // fsync'd so the new name is durable) segment `id` under `directory`. kFailedPrecondition
+  // when the file system refuses O_DIRECT.
   static absl::StatusOr<std::shared_ptr<SegmentFile>> Open(const std::string& directory,
                                                            uint64_t id, bool create);
 
