@@ -35,6 +35,22 @@ uint64_t ChecksumRanges(const std::byte* base, std::span<const ArenaRange> range
   return XXH3_64bits_digest(&state);
 }
 
+struct ChecksumStream::State {
+  XXH3_state_t xxh;
+};
+
+ChecksumStream::ChecksumStream() : state_(std::make_unique<State>()) {
+  XXH3_64bits_reset(&state_->xxh);
+}
+
+ChecksumStream::~ChecksumStream() = default;
+
+void ChecksumStream::Update(std::span<const std::byte> bytes) {
+  STRATA_XXH3(XXH3_64bits_update)(&state_->xxh, bytes.data(), bytes.size());
+}
+
+uint64_t ChecksumStream::Digest() const { return XXH3_64bits_digest(&state_->xxh); }
+
 void PayloadView::CopyTo(std::span<std::byte> dst) const {
   STRATA_CHECK_MSG(dst.size() == size_bytes_, "PayloadView::CopyTo: destination size mismatch");
   std::byte* out = dst.data();

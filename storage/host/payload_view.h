@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,6 +27,23 @@ uint64_t ChecksumRanges(const std::byte* base, std::span<const ArenaRange> range
 
 // xxh3-64 (seed 0) of `bytes`: equal to ChecksumRanges over the same bytes however split.
 uint64_t ChecksumBytes(std::span<const std::byte> bytes);
+
+// xxh3-64 (seed 0) of bytes fed in pieces: equal to ChecksumBytes of their concatenation. For
+// payloads that arrive in several buffers (disk reads). Not thread-safe.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+
+  void Update(std::span<const std::byte> bytes);
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // A read-only view of a payload.
 class PayloadView {

@@ -1,0 +1,243 @@
+// disk_tier_bench: the disk tier against fio on the same directory, in the same run
+// (BASELINES.md). Prints one JSON object.
+//
+//   1. sequential store of --total_mib of 32 MiB chunks through DiskTier::Put, and fio
+//      writing as many bytes with the tier's request size (--request_kib, default 2 MiB),
+//      O_DIRECT, io_uring, at the depth the tier reaches on one chunk (its requests per chunk,
+//      at most its queue depth of 32: 16 for 2 MiB);
+//   2. sequential load of those chunks through DiskTier::Read into an aligned buffer (checksum
+//      verified), and fio reading them back the same way;
+//   3. index recovery: --recovery_chunks small chunks (8 KiB records) are stored, the tier is
+//      closed, and DiskTier::Open is timed until it serves again.
+//
+// Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
+//                        [--request_kib=N] [--engine=KIND]
+// --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/fmt_absl.h"
+#include "fmt/format.h"
+#include "storage/disk/aligned_buffer.h"
+#include "storage/disk/disk_tier.h"
+#include "storage/disk/record_format.h"
+#include "storage/host/payload_view.h"
+#include "storage/host/test_util.h"
+
+namespace strata::storage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kChunkBytes = 32ull << 20;
+constexpr uint64_t kFingerprint = 0xBE7C4u;
+
+struct Flags {
+  std::string dir = "disk_tier_bench_data";
+  uint64_t total_mib = 2048;
+  uint64_t recovery_chunks = 100000;
+  std::string engine = "auto";
+  int rounds = 3;
+  // Request size of the tier (max_io_bytes) and block size of fio.
+  uint32_t request_kib = 2048;
+};
+
+uint32_t g_io_bytes = 2u << 20;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "disk_tier_bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+// Runs fio and returns the bandwidth (bytes/s) of `direction` ("read" or "write") from its JSON.
+double RunFio(const std::string& file, const std::string& direction, uint64_t size_bytes) {
+  // As deep as the tier goes on one chunk: its requests, up to its queue depth (32).
+  const uint64_t iodepth = std::min<uint64_t>(32, kChunkBytes / g_io_bytes);
+  const std::string command = fmt::format(
+      "fio --name=strata-{0} --filename={1} --rw={0} --bs={2} --direct=1 --ioengine=io_uring "
+      "--iodepth={4} --size={3} --end_fsync=1 --group_reporting --output-format=json 2>/dev/null",
+      direction, file, g_io_bytes, size_bytes, iodepth);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) Die("cannot run fio");
+  std::string json;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe)) json.append(buffer, n);
+  if (::pclose(pipe) != 0) Die("fio failed: " + command);
+  const size_t section = json.find(fmt::format("\"{}\" : {{", direction));
+  const size_t field = json.find("\"bw_bytes\" : ", section);
+  if (section == std::string::npos || field == std::string::npos) Die("unexpected fio output");
+  return std::stod(json.substr(field + std::strlen("\"bw_bytes\" : ")));
+}
+
+std::unique_ptr<DiskTier> OpenTier(const std::string& dir, uint64_t capacity_bytes,
+                                   IoEngineKind kind) {
+  auto tier = DiskTier::Open({.directory = dir,
+                              .capacity_bytes = capacity_bytes,
+                              .io = {.kind = kind},
+                              .max_io_bytes = g_io_bytes});
+  if (!tier.ok()) Die(fmt::format("open {}: {}", dir, tier.status()));
+  return std::move(tier).value();
+}
+
+int Main(const Flags& flags) {
+  const auto kind = ParseIoEngineKind(flags.engine);
+  if (!kind.ok()) Die(fmt::format("{}", kind.status()));
+  std::filesystem::create_directories(flags.dir);
+  const uint64_t chunks = flags.total_mib * (1ull << 20) / kChunkBytes;
+  const uint64_t total_bytes = chunks * kChunkBytes;
+
+  // Source chunk: one aligned buffer, its first 8 bytes made distinct per chunk; checksums are
+  // computed before timing (the host tier hands them over with each chunk).
+  AlignedBuffer source(kChunkBytes);
+  std::memcpy(source.data(), testing::Pattern(1, kChunkBytes).data(), kChunkBytes);
+  std::vector<uint64_t> checksums(chunks);
+  for (uint64_t i = 0; i < chunks; ++i) {
+    std::memcpy(source.data(), &i, sizeof(i));
+    checksums[i] = ChecksumBytes(source.span());
+  }
+
+  // Rounds of fio write, tier store, tier load, fio read: the device is shared and noisy, so
+  // each ratio compares runs seconds apart, and the median round is reported.
+  struct Round {
+    double fio_write = 0, tier_write = 0, tier_read = 0, fio_read = 0;
+  };
+  std::vector<Round> rounds(flags.rounds);
+  std::string engine_name;
+  for (Round& round : rounds) {
+    const std::string fio_file = flags.dir + "/fio.dat";
+    const std::string tier_dir = flags.dir + "/tier";
+    round.fio_write = RunFio(fio_file, "write", total_bytes);
+    {
+      auto tier = OpenTier(tier_dir, total_bytes + (1ull << 30), *kind);
+      engine_name = tier->engine_name();
+      const auto start = Clock::now();
+      for (uint64_t i = 0; i < chunks; ++i) {
+        std::memcpy(source.data(), &i, sizeof(i));
+        const absl::Status status = tier->Put(testing::SyntheticKey(kFingerprint, i), kFingerprint,
+                                              source.span(), checksums[i], 256);
+        if (!status.ok()) Die(fmt::format("put: {}", status));
+      }
+      round.tier_write = static_cast<double>(total_bytes) / Seconds(Clock::now() - start);
+
+      AlignedBuffer target(kChunkBytes);
+      const auto read_start = Clock::now();
+      for (uint64_t i = 0; i < chunks; ++i) {
+        const absl::Status status =
+            tier->Read(testing::SyntheticKey(kFingerprint, i), target.span());
+        if (!status.ok()) Die(fmt::format("read: {}", status));
+      }
+      round.tier_read = static_cast<double>(total_bytes) / Seconds(Clock::now() - read_start);
+    }
+    round.fio_read = RunFio(fio_file, "read", total_bytes);
+    std::filesystem::remove(fio_file);
+    std::filesystem::remove_all(tier_dir);
+  }
+  auto median = [&](auto field) {
+    std::vector<double> values;
+    for (const Round& round : rounds) values.push_back(field(round));
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  std::string per_round;
+  for (const Round& round : rounds) {
+    per_round += fmt::format(
+        "{}{{\"store_ratio\": {:.3f}, \"load_ratio\": {:.3f}, \"tier_store_GBps\": {:.3f}, "
+        "\"fio_write_GBps\": {:.3f}, \"tier_load_GBps\": {:.3f}, \"fio_read_GBps\": {:.3f}}}",
+        per_round.empty() ? "" : ",\n    ", round.tier_write / round.fio_write,
+        round.tier_read / round.fio_read, round.tier_write / 1e9, round.fio_write / 1e9,
+        round.tier_read / 1e9, round.fio_read / 1e9);
+  }
+
+  // Index recovery with many small chunks, stored by two threads.
+  const std::string recovery_dir = flags.dir + "/recovery";
+  double populate_s = 0;
+  double open_s = 0;
+  uint64_t recovered_chunks = 0;
+  if (flags.recovery_chunks > 0) {
+    const uint64_t capacity = flags.recovery_chunks * 2 * kRecordHeaderBytes + (1ull << 30);
+    {
+      auto tier = OpenTier(recovery_dir, capacity, *kind);
+      const auto start = Clock::now();
+      std::vector<std::jthread> writers;
+      for (uint64_t lane = 0; lane < 2; ++lane) {
+        writers.emplace_back([&, lane] {
+          const std::vector<std::byte> payload = testing::Pattern(lane, 1024);
+          const uint64_t checksum = ChecksumBytes(payload);
+          for (uint64_t i = lane; i < flags.recovery_chunks; i += 2) {
+            const absl::Status status = tier->Put(testing::SyntheticKey(kFingerprint, i),
+                                                  kFingerprint, payload, checksum, 4);
+            if (!status.ok()) Die(fmt::format("put: {}", status));
+          }
+        });
+      }
+      writers.clear();
+      populate_s = Seconds(Clock::now() - start);
+    }
+    const auto start = Clock::now();
+    auto tier = OpenTier(recovery_dir, capacity, *kind);
+    if (!tier->Contains(testing::SyntheticKey(kFingerprint, flags.recovery_chunks - 1))) {
+      Die("recovery lost a chunk");
+    }
+    open_s = Seconds(Clock::now() - start);
+    recovered_chunks = tier->stats().chunks;
+    tier.reset();
+    std::filesystem::remove_all(recovery_dir);
+  }
+
+  fmt::print(
+      "{{\n"
+      "  \"engine\": \"{}\",\n"
+      "  \"chunk_bytes\": {}, \"chunks_per_round\": {}, \"request_bytes\": {},\n"
+      "  \"median_store_ratio\": {:.3f}, \"median_load_ratio\": {:.3f},\n"
+      "  \"rounds\": [\n    {}],\n"
+      "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}}\n"
+      "}}\n",
+      engine_name, kChunkBytes, chunks, g_io_bytes,
+      median([](const Round& r) { return r.tier_write / r.fio_write; }),
+      median([](const Round& r) { return r.tier_read / r.fio_read; }), per_round, recovered_chunks,
+      populate_s, open_s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::storage
+
+int main(int argc, char** argv) {
+  strata::storage::Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (name == "--dir") {
+      flags.dir = value;
+    } else if (name == "--total_mib") {
+      flags.total_mib = std::stoull(value);
+    } else if (name == "--recovery_chunks") {
+      flags.recovery_chunks = std::stoull(value);
+    } else if (name == "--request_kib") {
+      flags.request_kib = static_cast<uint32_t>(std::stoul(value));
+    } else if (name == "--rounds") {
+      flags.rounds = std::max(1, std::stoi(value));
+    } else if (name == "--engine") {
+      flags.engine = value;
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
+                   "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  strata::storage::g_io_bytes = flags.request_kib << 10;
+  return strata::storage::Main(flags);
+}

@@ -1,0 +1,52 @@
+#include "storage/disk/demoter.h"
+
+#include <span>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+
+namespace strata::storage {
+
+void DiskDemoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+                            uint32_t num_tokens) {
+  absl::InlinedVector<std::span<const std::byte>, 4> parts;
+  for (size_t i = 0; i < payload.ranges().size(); ++i) parts.push_back(payload.range_bytes(i));
+  const absl::Status status =
+      disk_->Put(key, key.layout_fingerprint(), parts, checksum, num_tokens);
+  (status.ok() ? demoted_ : failed_).fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
+                                               const KvLayout& layout, const ChunkKey& key) {
+  const std::optional<DiskChunkInfo> info = disk.Lookup(key);
+  if (!info.has_value()) return PromoteOutcome::kNotOnDisk;
+  if (info->num_tokens == 0 || layout.chunk_bytes(info->num_tokens) != info->payload_bytes) {
+    return absl::InvalidArgumentError(fmt::format(
+        "promote {}: {} bytes on disk for {} tokens of a layout of {} bytes each", key.ToString(),
+        info->payload_bytes, info->num_tokens, layout.bytes_per_token()));
+  }
+  STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
+                          host.Reserve(layout, key, {.num_tokens = info->num_tokens}));
+  switch (reserved.outcome) {
+    case ReserveOutcome::kAlreadyPresent:
+      return PromoteOutcome::kAlreadyInHost;
+    case ReserveOutcome::kInProgress:
+      return PromoteOutcome::kInProgress;
+    case ReserveOutcome::kReserved:
+      break;
+  }
+  WriteReservation& reservation = reserved.reservation;
+  const MutablePayloadView pages = reservation.payload();
+  absl::InlinedVector<std::span<std::byte>, 4> parts;
+  for (size_t i = 0; i < pages.ranges().size(); ++i) parts.push_back(pages.range_bytes(i));
+  if (absl::Status status = disk.Read(key, parts); !status.ok()) {
+    host.Abort(std::move(reservation));
+    return status;
+  }
+  STRATA_RETURN_IF_ERROR(host.Commit(std::move(reservation)));
+  return PromoteOutcome::kPromoted;
+}
+
+}  // namespace strata::storage

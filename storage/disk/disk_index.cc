@@ -1,0 +1,151 @@
+#include "storage/disk/disk_index.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <cstring>
+#include <string_view>
+
+#include "fmt/format.h"
+#include "storage/disk/record_format.h"
+
+namespace strata::storage {
+namespace {
+
+// Entries live under "k" + EncodeKey(key); metadata under "m".
+constexpr char kEntryPrefix = 'k';
+constexpr std::string_view kWatermarkKey = "m/watermark";
+constexpr uint8_t kEntryVersion = 1;
+constexpr size_t kEntryBytes = 1 + 5 * 8 + 4;
+
+absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = fmt::format("disk index: {}: {}", what, status.ToString());
+  if (status.IsCorruption()) return absl::DataLossError(message);
+  if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
+  return absl::UnavailableError(message);
+}
+
+std::string EntryKey(const ChunkKey& key) { return kEntryPrefix + EncodeKey(key); }
+
+std::string EncodeEntry(const IndexEntry& entry) {
+  std::string out(kEntryBytes, '\0');
+  char* p = out.data();
+  *p++ = static_cast<char>(kEntryVersion);
+  for (uint64_t field : {entry.segment_id, entry.offset, entry.payload_bytes,
+                         entry.payload_checksum, entry.layout_fingerprint}) {
+    std::memcpy(p, &field, 8);
+    p += 8;
+  }
+  std::memcpy(p, &entry.num_tokens, 4);
+  return out;
+}
+
+bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
+  if (bytes.size() != kEntryBytes || static_cast<uint8_t>(bytes[0]) != kEntryVersion) return false;
+  const char* p = bytes.data() + 1;
+  for (uint64_t* field : {&entry.segment_id, &entry.offset, &entry.payload_bytes,
+                          &entry.payload_checksum, &entry.layout_fingerprint}) {
+    std::memcpy(field, p, 8);
+    p += 8;
+  }
+  std::memcpy(&entry.num_tokens, p, 4);
+  return true;
+}
+
+std::string EncodePosition(const LogPosition& position) {
+  std::string out(16, '\0');
+  std::memcpy(out.data(), &position.segment_id, 8);
+  std::memcpy(out.data() + 8, &position.offset, 8);
+  return out;
+}
+
+}  // namespace
+
+DiskIndex::DiskIndex(std::unique_ptr<rocksdb::DB> db, bool sync_writes)
+    : db_(std::move(db)), sync_writes_(sync_writes) {}
+
+DiskIndex::~DiskIndex() = default;
+
+absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const DiskIndexOptions& options) {
+  rocksdb::Options rocks_options;
+  rocks_options.create_if_missing = true;
+  // A torn WAL tail (killed process, power loss) is dropped: the segments rebuild it.
+  rocks_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  rocks_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  rocks_options.keep_log_file_num = 2;
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status status = rocksdb::DB::Open(rocks_options, options.path, &raw);
+  if (!status.ok()) return FromRocks(status, fmt::format("open {}", options.path));
+  return std::unique_ptr<DiskIndex>(
+      new DiskIndex(std::unique_ptr<rocksdb::DB>(raw), options.sync_writes));
+}
+
+absl::Status DiskIndex::Put(const ChunkKey& key, const IndexEntry& entry,
+                            const LogPosition& watermark) {
+  rocksdb::WriteBatch batch;
+  batch.Put(EntryKey(key), EncodeEntry(entry));
+  batch.Put(rocksdb::Slice(kWatermarkKey.data(), kWatermarkKey.size()), EncodePosition(watermark));
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync_writes_;
+  return FromRocks(db_->Write(write_options, &batch), "put");
+}
+
+absl::Status DiskIndex::Delete(const ChunkKey& key) {
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync_writes_;
+  return FromRocks(db_->Delete(write_options, EntryKey(key)), "delete");
+}
+
+absl::StatusOr<LogPosition> DiskIndex::Watermark() const {
+  std::string value;
+  const rocksdb::Status status = db_->Get(
+      rocksdb::ReadOptions(), rocksdb::Slice(kWatermarkKey.data(), kWatermarkKey.size()), &value);
+  if (status.IsNotFound()) return LogPosition{};
+  if (!status.ok()) return FromRocks(status, "read watermark");
+  if (value.size() != 16) return absl::DataLossError("disk index: malformed watermark");
+  LogPosition position;
+  std::memcpy(&position.segment_id, value.data(), 8);
+  std::memcpy(&position.offset, value.data() + 8, 8);
+  return position;
+}
+
+absl::Status DiskIndex::SetWatermark(const LogPosition& watermark) {
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync_writes_;
+  return FromRocks(
+      db_->Put(write_options, rocksdb::Slice(kWatermarkKey.data(), kWatermarkKey.size()),
+               EncodePosition(watermark)),
+      "write watermark");
+}
+
+absl::StatusOr<DiskIndex::ScanCounts> DiskIndex::ForEach(
+    absl::FunctionRef<void(const ChunkKey&, const IndexEntry&)> fn) {
+  ScanCounts counts;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const char prefix[1] = {kEntryPrefix};
+  for (it->Seek(rocksdb::Slice(prefix, 1)); it->Valid() && it->key()[0] == kEntryPrefix;
+       it->Next()) {
+    const rocksdb::Slice raw_key = it->key();
+    const rocksdb::Slice raw_value = it->value();
+    auto key = DecodeKey(std::string_view(raw_key.data() + 1, raw_key.size() - 1));
+    IndexEntry entry;
+    if (!key.ok() || !DecodeEntry(std::string_view(raw_value.data(), raw_value.size()), entry)) {
+      ++counts.undecodable;
+      if (absl::Status s = FromRocks(db_->Delete(rocksdb::WriteOptions(), raw_key), "delete");
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    ++counts.entries;
+    fn(*key, entry);
+  }
+  if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
+  return counts;
+}
+
+absl::Status DiskIndex::Sync() { return FromRocks(db_->SyncWAL(), "sync"); }
+
+}  // namespace strata::storage

@@ -1,0 +1,61 @@
+#include "storage/disk/disk_index.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+#include "storage/disk/test_util.h"
+#include "storage/host/test_util.h"
+
+namespace strata::storage {
+namespace {
+
+using testing::ScratchDir;
+using testing::SyntheticKey;
+
+IndexEntry EntryFor(uint64_t i) {
+  return {.segment_id = i / 10,
+          .offset = i * 8192,
+          .payload_bytes = i + 1,
+          .payload_checksum = i * 31,
+          .layout_fingerprint = 77,
+          .num_tokens = static_cast<uint32_t>(i)};
+}
+
+TEST(DiskIndexTest, EntriesAndWatermarkSurviveReopen) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/index";
+  {
+    auto index = DiskIndex::Open({.path = path});
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ((*index)->Watermark().value(), LogPosition{});
+    for (uint64_t i = 0; i < 50; ++i) {
+      ASSERT_TRUE((*index)->Put(SyntheticKey(77, i), EntryFor(i), {i / 10, i * 8192 + 1}).ok());
+    }
+    ASSERT_TRUE((*index)->Delete(SyntheticKey(77, 3)).ok());
+    ASSERT_TRUE((*index)->Delete(SyntheticKey(77, 999)).ok());
+  }
+  auto index = DiskIndex::Open({.path = path});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ((*index)->Watermark().value(), (LogPosition{4, 49 * 8192 + 1}));
+  std::map<uint64_t, IndexEntry> seen;
+  auto counts = (*index)->ForEach([&](const ChunkKey& key, const IndexEntry& entry) {
+    EXPECT_EQ(key, SyntheticKey(77, entry.num_tokens));
+    seen[entry.num_tokens] = entry;
+  });
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->entries, 49u);
+  EXPECT_EQ(counts->undecodable, 0u);
+  EXPECT_EQ(seen.count(3), 0u);
+  for (const auto& [i, entry] : seen) EXPECT_EQ(entry, EntryFor(i));
+  ASSERT_TRUE((*index)->SetWatermark({9, 9}).ok());
+  EXPECT_EQ((*index)->Watermark().value(), (LogPosition{9, 9}));
+  EXPECT_TRUE((*index)->Sync().ok());
+}
+
+TEST(DiskIndexTest, OpenFailsCleanlyOnAnUnusablePath) {
+  auto index = DiskIndex::Open({.path = "/proc/strata-no-such-dir/index"});
+  EXPECT_FALSE(index.ok());
+}
+
+}  // namespace
+}  // namespace strata::storage

@@ -1,0 +1,278 @@
+// DiskTier holds chunks of KV on local disk (tier T2 of DESIGN.md section 4): an append-only log
+// of segment files written with O_DIRECT through an IoEngine, and a RocksDB DiskIndex beside it.
+// It survives restarts: Open reconciles the index with the segments.
+//
+// Write ordering (what makes "nothing half-written is ever served" hold):
+//   1. Put reserves the record's place at the end of the active segment (under the lock);
+//   2. header block and padded payload are written (no lock held);
+//   3. fdatasync(segment): the payload is durable;
+//   4. the index entry and the watermark are written to RocksDB in one batch, and the chunk
+//      becomes visible to Lookup / Read (under the lock, so index order = memory order).
+// A chunk is therefore never indexed before its bytes are durable. The watermark is the lowest
+// log position whose record is still between steps 1 and 4 (or the end of the log): every
+// record before it is accounted for by the index, live or dead.
+//
+// Start-up reconciliation (Open): index entries that name a missing segment or run past its end
+// are dropped. Records from the watermark onward that the index does not name are checked
+// (header checksum, then payload checksum): valid ones are re-indexed (their Put may have died
+// between steps 3 and 4), invalid ones are dead space; a torn tail after the last indexed
+// record of a segment is truncated away. Index entries are not re-read at start-up (that would
+// read the whole disk): every Read verifies the payload checksum, so a corrupt record is caught
+// on its first read, reported as kDataLoss, counted and dropped. Known gap: a chunk removed after
+// the last watermark write and before a crash can come back (its bytes are valid for its key).
+// fsync points: the directory after a segment file is created, fdatasync of the segment per
+// record (step 3), RocksDB's WAL per write when `sync_index_writes`, DiskIndex::Sync at the end
+// of Open and before a compacted segment's file is unlinked.
+//
+// Space: the segment files never take more than `capacity_bytes` of disk blocks (RocksDB's own
+// files are not counted). The active segment is preallocated whole, so appends allocate nothing;
+// a sealed one gives back its blocks past its last record. Records of Puts keep within
+// capacity_bytes - 2 * segment_bytes, which leaves room for the active segment's preallocation
+// and for compaction, which copies only while records and preallocation stay within
+// capacity_bytes. A Put that
+// needs space evicts chunks chosen by the
+// EvictionPolicy, deletes segments with no live record and, when dead records still take the
+// space, compacts the sealed segment with the fewest live bytes (copies its live records forward
+// and deletes it), or evicts its chunks when that cannot be done. Compact() does the same to
+// every mostly-dead segment. Reads go on throughout: a reader holds a reference to its segment's
+// file, which stays readable until the last reference is gone.
+//
+// Failures: an I/O error, short read or checksum mismatch on Read makes that chunk kDataLoss;
+// it is counted and dropped (the engine recomputes). A Put that finds no space (capacity, or
+// ENOSPC from the file system) fails with kResourceExhausted, and reads go on.
+//
+// Thread-safety: every method is thread-safe. One mutex (mu_) guards the in-memory index,
+// segments, policy and counters; payload I/O and fdatasync never run under it. RocksDB writes
+// (unsynced WAL appends by default) do run under it, so the durable index order equals the
+// in-memory one. IoEngines come from a pool (pool_mu_, never held with mu_): each engine serves
+// one thread at a time, as io_engine.h requires.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/chunk_key.h"
+#include "storage/disk/disk_index.h"
+#include "storage/disk/io_engine.h"
+#include "storage/disk/record_io.h"
+#include "storage/disk/segment_file.h"
+#include "storage/policy/eviction_policy.h"
+
+namespace strata::storage {
+
+struct DiskTierOptions {
+  // Holds segment-*.log and index/; created when missing.
+  std::string directory;
+  // Most bytes of disk blocks the segment files may take; at least 3 * segment_bytes.
+  uint64_t capacity_bytes = 0;
+  // Size at which the active segment is sealed and a new one started; a multiple of 4 KiB. A
+  // record must fit in one segment.
+  uint64_t segment_bytes = 256ull << 20;
+  // EvictionPolicy name (storage/policy).
+  std::string eviction_policy = "lru";
+  // Engines for the pool; ignored when make_engine is set.
+  IoEngineOptions io;
+  // Makes the pool's engines (tests wrap engines in FaultInjectingIoEngine). Optional.
+  std::function<absl::StatusOr<std::unique_ptr<IoEngine>>()> make_engine;
+  // Largest single I/O request; a multiple of 4 KiB.
+  uint32_t max_io_bytes = 2u << 20;
+  // fsync RocksDB's WAL on every index write (DiskIndex).
+  bool sync_index_writes = false;
+};
+
+// What Lookup reports about a chunk on disk.
+struct DiskChunkInfo {
+  uint64_t payload_bytes = 0;
+  uint64_t payload_checksum = 0;
+  uint64_t layout_fingerprint = 0;
+  uint32_t num_tokens = 0;
+};
+
+struct DiskTierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t disk_bytes = 0;     // blocks of the segment files: records, dead or alive, and the
+                               // active segment's preallocation
+  uint64_t live_bytes = 0;     // records (header + padded payload) of resident chunks
+  uint64_t payload_bytes = 0;  // payloads of resident chunks
+  uint64_t chunks = 0;
+  uint64_t segments = 0;
+  uint64_t reads = 0;   // successful
+  uint64_t writes = 0;  // successful Puts
+  uint64_t read_bytes = 0;
+  uint64_t written_bytes = 0;
+  // Successful reads and writes whose buffers were not aligned for in-place transfer, so the
+  // payload was copied through a staging buffer.
+  uint64_t staged_reads = 0;
+  uint64_t staged_writes = 0;
+  uint64_t io_errors = 0;  // failed reads, writes and syncs
+  uint64_t checksum_failures = 0;
+  uint64_t evictions = 0;
+  uint64_t compacted_segments = 0;
+  uint64_t recovered_records = 0;  // re-indexed at Open
+  uint64_t dropped_records = 0;    // index entries dropped at Open, or torn / corrupt on read
+};
+
+class DiskTier {
+ public:
+  // Opens the tier in options.directory, reconciling the index with the segments (see above).
+  // kInvalidArgument for bad options; kFailedPrecondition when the directory's file system
+  // refuses O_DIRECT; I/O and RocksDB errors as they come.
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // Stores `payload` (the concatenation of the parts; aligned parts are written without a copy,
+  // see record_io.h) under `key`. `payload_checksum` is the payload's xxh3-64 as the caller
+  // computed it; it is not re-verified, and a wrong one makes every Read of the chunk kDataLoss.
+  // OK once the chunk is durable and visible; OK at once when `key` is already stored or being
+  // stored. kResourceExhausted when no space can be made; kInvalidArgument when the record does
+  // not fit in a segment; kUnavailable on other I/O or index errors. The caller keeps the
+  // payload's memory; the tier does not hold on to it after returning.
+  absl::Status Put(const ChunkKey& key, uint64_t layout_fingerprint, ConstParts payload,
+                   uint64_t payload_checksum, uint32_t num_tokens);
+  absl::Status Put(const ChunkKey& key, uint64_t layout_fingerprint,
+                   std::span<const std::byte> payload, uint64_t payload_checksum,
+                   uint32_t num_tokens);
+
+  // The chunk's description, or nullopt when it is not on disk (a miss is not an error).
+  std::optional<DiskChunkInfo> Lookup(const ChunkKey& key) const;
+  bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+
+  // Reads the chunk's payload into `destination` (the parts' sizes must add up to its
+  // payload_bytes, else kInvalidArgument) and verifies its checksum. Parts that start on a 4 KiB
+  // boundary, all but the last a multiple of 4 KiB long (shared-arena pages), are filled by the
+  // kernel directly, without a bounce copy. kAborted when the chunk is not on disk (removed or
+  // evicted since Lookup: look up again); kDataLoss on an I/O error, short read or checksum
+  // mismatch, after which the chunk is dropped. On failure the parts hold unspecified bytes.
+  absl::Status Read(const ChunkKey& key, MutableParts destination);
+  absl::Status Read(const ChunkKey& key, std::span<std::byte> destination);
+
+  // Drops the chunk; false when it was not on disk. A Put of the same key in flight is not
+  // affected. Errors only from the index.
+  absl::StatusOr<bool> Remove(const ChunkKey& key);
+
+  // Copies the live records of every sealed segment whose dead bytes are at least
+  // `min_dead_fraction` of its size into the active segment, and deletes those segments. Reads
+  // and Puts go on meanwhile. Returns the number of segments deleted. Segments whose live bytes
+  // do not fit in the free capacity are skipped.
+  absl::StatusOr<int> Compact(double min_dead_fraction = 0.5);
+
+  DiskTierStats stats() const;
+  // The engine kind the pool's engines report ("io_uring" or "sync").
+  std::string engine_name() const;
+
+ private:
+  struct Chunk {
+    IndexEntry entry;
+    ChunkId policy_id = kNoChunk;
+  };
+  struct Segment {
+    std::shared_ptr<SegmentFile> file;
+    uint64_t size_bytes = 0;  // the write head: every byte below it is taken
+    uint64_t live_bytes = 0;  // records of resident chunks
+    uint32_t pending = 0;     // records being written into it
+    bool compacting = false;  // CompactSegment is copying its records out
+  };
+  // A record's place, reserved by Reserve and not yet committed or released.
+  struct Reservation {
+    std::shared_ptr<SegmentFile> file;
+    LogPosition position;
+    uint64_t record_bytes = 0;
+  };
+  // An engine lent from the pool to the calling thread; returned to the pool on destruction.
+  class EngineLease {
+   public:
+    EngineLease(const DiskTier* tier, std::unique_ptr<IoEngine> engine)
+        : tier_(tier), engine_(std::move(engine)) {}
+    EngineLease(EngineLease&& other) noexcept = default;
+    EngineLease& operator=(EngineLease&&) = delete;
+    ~EngineLease();
+    IoEngine& operator*() const { return *engine_; }
+    IoEngine* operator->() const { return engine_.get(); }
+
+   private:
+    const DiskTier* tier_;
+    std::unique_ptr<IoEngine> engine_;
+  };
+
+  explicit DiskTier(const DiskTierOptions& options);
+
+  // Open's steps (disk_tier_recovery.cc).
+  absl::Status Recover();
+  absl::Status ReconcileSegment(Segment& segment, uint64_t from_offset, IoEngine& engine)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::StatusOr<EngineLease> LeaseEngine() const;
+
+  // Reserves `record_bytes` at the end of the active segment (starting a new one when it is
+  // full); the caller has checked the space.
+  absl::StatusOr<Reservation> Reserve(uint64_t record_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room for a Put of `record_bytes` within capacity_bytes - 2 * segment_bytes: evicts
+  // victims and deletes segments without live records. Returns a segment to compact (or evict)
+  // when dead records in it must go first, nullopt when the room is there.
+  absl::StatusOr<std::optional<uint64_t>> MakeRoom(uint64_t record_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts every chunk of a sealed, idle segment and deletes it.
+  absl::Status EvictSegmentLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates and preallocates a new active segment, sealing the previous one.
+  absl::Status StartSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees a segment's preallocated blocks past its last record; it takes no more appends.
+  void SealLocked(Segment& segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Disk blocks of the segment files once `record_bytes` more are reserved: every record, and
+  // the preallocated rest of the (possibly new) active segment.
+  uint64_t BlocksAfterLocked(uint64_t record_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a reservation: the record's place is no longer pending (its bytes are live once a
+  // chunk is inserted there, dead otherwise).
+  void Release(const Reservation& reservation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  LogPosition WatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the index entry, then inserts `key` at `entry`. The caller has Released its place.
+  absl::Status Commit(const ChunkKey& key, const IndexEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a resident chunk from memory, policy (unless `popped`) and index. `key` is a copy:
+  // callers may pass a reference into the maps it erases from.
+  absl::Status DropLocked(ChunkKey key, bool popped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes a sealed segment with no live and no pending record.
+  void RetireLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the live records of one segment forward (disk_tier_compaction.cc).
+  // True when the segment was deleted; false when it is busy, gone, or there was no room.
+  absl::StatusOr<bool> CompactSegment(uint64_t segment_id);
+  // Copies `live` records of `source` forward; false when there was no room for one of them.
+  absl::StatusOr<bool> MoveRecords(uint64_t segment_id, const SegmentFile& source,
+                                   std::span<const std::pair<ChunkKey, IndexEntry>> live);
+
+  const DiskTierOptions options_;
+
+  mutable absl::Mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<IoEngine>> idle_engines_ ABSL_GUARDED_BY(pool_mu_);
+
+  std::unique_ptr<DiskIndex> index_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ChunkKey, Chunk> chunks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ChunkId, ChunkKey> by_policy_id_ ABSL_GUARDED_BY(mu_);
+  ChunkId next_policy_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_set<ChunkKey> writing_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
+  uint64_t active_segment_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<LogPosition> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  DiskTierStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::storage

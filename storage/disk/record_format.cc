@@ -1,0 +1,102 @@
+#include "storage/disk/record_format.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "fmt/format.h"
+#include "storage/host/payload_view.h"
+
+namespace strata::storage {
+namespace {
+
+constexpr size_t kKeyOffset = 48;
+constexpr size_t kMaxKeyBytes = 64;
+constexpr size_t kHeaderChecksumOffset = kKeyOffset + kMaxKeyBytes;
+constexpr size_t kKeyFixedBytes = 1 + 1 + 8;
+
+template <typename T>
+void Store(std::span<std::byte> block, size_t offset, T value) {
+  std::memcpy(block.data() + offset, &value, sizeof(T));
+}
+
+template <typename T>
+T Load(std::span<const std::byte> bytes, size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+std::string EncodeKey(const ChunkKey& key) {
+  std::string out(kKeyFixedBytes + key.digest().size(), '\0');
+  out[0] = static_cast<char>(key.algorithm());
+  out[1] = static_cast<char>(key.key_namespace());
+  const uint64_t fingerprint = key.layout_fingerprint();
+  std::memcpy(out.data() + 2, &fingerprint, sizeof(fingerprint));
+  std::memcpy(out.data() + kKeyFixedBytes, key.digest().data(), key.digest().size());
+  return out;
+}
+
+absl::StatusOr<ChunkKey> DecodeKey(std::string_view bytes) {
+  if (bytes.size() < kKeyFixedBytes) return absl::DataLossError("disk key: too short");
+  const auto algorithm = static_cast<HashAlgorithm>(bytes[0]);
+  const auto ns = static_cast<KeyNamespace>(bytes[1]);
+  if (algorithm != HashAlgorithm::kXxh3_128 && algorithm != HashAlgorithm::kSha256Cbor) {
+    return absl::DataLossError("disk key: unknown hash algorithm");
+  }
+  if (ns != KeyNamespace::kPrefix && ns != KeyNamespace::kPositionIndependent) {
+    return absl::DataLossError("disk key: unknown namespace");
+  }
+  if (bytes.size() != kKeyFixedBytes + DigestSizeBytes(algorithm)) {
+    return absl::DataLossError(fmt::format("disk key: {} bytes", bytes.size()));
+  }
+  uint64_t fingerprint = 0;
+  std::memcpy(&fingerprint, bytes.data() + 2, sizeof(fingerprint));
+  const auto* digest = reinterpret_cast<const uint8_t*>(bytes.data() + kKeyFixedBytes);
+  return ChunkKey::FromParts(algorithm, ns, fingerprint, {digest, bytes.size() - kKeyFixedBytes});
+}
+
+void EncodeRecordHeader(const RecordHeader& header, std::span<std::byte> block) {
+  STRATA_CHECK(block.size() == kRecordHeaderBytes);
+  std::memset(block.data(), 0, block.size());
+  const std::string key = EncodeKey(header.key);
+  STRATA_CHECK(key.size() <= kMaxKeyBytes);
+  Store<uint64_t>(block, 0, kRecordMagic);
+  Store<uint32_t>(block, 8, kRecordFormatVersion);
+  Store<uint32_t>(block, 12, static_cast<uint32_t>(kRecordHeaderBytes));
+  Store<uint64_t>(block, 16, header.payload_bytes);
+  Store<uint64_t>(block, 24, header.payload_checksum);
+  Store<uint64_t>(block, 32, header.layout_fingerprint);
+  Store<uint32_t>(block, 40, header.num_tokens);
+  Store<uint16_t>(block, 44, static_cast<uint16_t>(key.size()));
+  std::memcpy(block.data() + kKeyOffset, key.data(), key.size());
+  Store<uint64_t>(block, kHeaderChecksumOffset, ChecksumBytes(block.first(kHeaderChecksumOffset)));
+}
+
+absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block) {
+  if (block.size() < kRecordHeaderBytes) return absl::DataLossError("record header: short");
+  if (Load<uint64_t>(block, 0) != kRecordMagic) return absl::DataLossError("record header: magic");
+  if (Load<uint64_t>(block, kHeaderChecksumOffset) !=
+      ChecksumBytes(block.first(kHeaderChecksumOffset))) {
+    return absl::DataLossError("record header: checksum mismatch");
+  }
+  if (Load<uint32_t>(block, 8) != kRecordFormatVersion ||
+      Load<uint32_t>(block, 12) != kRecordHeaderBytes) {
+    return absl::DataLossError("record header: unknown format version");
+  }
+  const uint16_t key_bytes = Load<uint16_t>(block, 44);
+  if (key_bytes > kMaxKeyBytes) return absl::DataLossError("record header: key size");
+  RecordHeader header;
+  auto key = DecodeKey(
+      {reinterpret_cast<const char*>(block.data()) + kKeyOffset, static_cast<size_t>(key_bytes)});
+  if (!key.ok()) return key.status();
+  header.key = *key;
+  header.payload_bytes = Load<uint64_t>(block, 16);
+  header.payload_checksum = Load<uint64_t>(block, 24);
+  header.layout_fingerprint = Load<uint64_t>(block, 32);
+  header.num_tokens = Load<uint32_t>(block, 40);
+  return header;
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,74 @@
+#include "storage/disk/record_format.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/host/payload_view.h"
+#include "storage/host/test_util.h"
+
+namespace strata::storage {
+namespace {
+
+using testing::Pattern;
+using testing::SyntheticKey;
+
+TEST(RecordFormatTest, HeaderRoundTripsAndRejectsAnyCorruption) {
+  const RecordHeader header{.key = SyntheticKey(0xABCDu, 42),
+                            .layout_fingerprint = 0xABCDu,
+                            .payload_bytes = 12345,
+                            .payload_checksum = 0x1122334455667788u,
+                            .num_tokens = 256};
+  AlignedBuffer block(kRecordHeaderBytes);
+  EncodeRecordHeader(header, block.span());
+  auto decoded = DecodeRecordHeader(block.span());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->key, header.key);
+  EXPECT_EQ(decoded->layout_fingerprint, header.layout_fingerprint);
+  EXPECT_EQ(decoded->payload_bytes, header.payload_bytes);
+  EXPECT_EQ(decoded->payload_checksum, header.payload_checksum);
+  EXPECT_EQ(decoded->num_tokens, header.num_tokens);
+
+  for (size_t offset : {0u, 9u, 20u, 30u, 50u, 113u}) {
+    AlignedBuffer copy(kRecordHeaderBytes);
+    std::memcpy(copy.data(), block.data(), kRecordHeaderBytes);
+    copy.data()[offset] ^= std::byte{0x10};
+    EXPECT_EQ(DecodeRecordHeader(copy.span()).status().code(), absl::StatusCode::kDataLoss)
+        << "flipped byte " << offset;
+  }
+  AlignedBuffer zeros(kRecordHeaderBytes);
+  EXPECT_EQ(DecodeRecordHeader(zeros.span()).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(RecordFormatTest, KeysRoundTripAndMalformedKeysAreDataLoss) {
+  const ChunkKey key = SyntheticKey(7, 1);
+  auto decoded = DecodeKey(EncodeKey(key));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, key);
+  EXPECT_NE(EncodeKey(key), EncodeKey(SyntheticKey(7, 2)));
+  EXPECT_NE(EncodeKey(key), EncodeKey(SyntheticKey(8, 1)));
+  std::string bad = EncodeKey(key);
+  bad.pop_back();
+  EXPECT_EQ(DecodeKey(bad).status().code(), absl::StatusCode::kDataLoss);
+  bad = EncodeKey(key);
+  bad[0] = 9;
+  EXPECT_EQ(DecodeKey(bad).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(RecordFormatTest, RecordBytesArePaddedToTheAlignment) {
+  EXPECT_EQ(RecordBytes(0), kRecordHeaderBytes);
+  EXPECT_EQ(RecordBytes(1), kRecordHeaderBytes + kIoAlignment);
+  EXPECT_EQ(RecordBytes(kIoAlignment), kRecordHeaderBytes + kIoAlignment);
+  EXPECT_EQ(RecordBytes(kIoAlignment + 1), kRecordHeaderBytes + 2 * kIoAlignment);
+}
+
+TEST(ChecksumStreamTest, PiecesHashLikeTheWhole) {
+  const std::vector<std::byte> bytes = Pattern(5, 100000);
+  ChecksumStream stream;
+  stream.Update({bytes.data(), 1});
+  stream.Update({bytes.data() + 1, 4095});
+  stream.Update({bytes.data() + 4096, bytes.size() - 4096});
+  EXPECT_EQ(stream.Digest(), ChecksumBytes(bytes));
+}
+
+}  // namespace
+}  // namespace strata::storage

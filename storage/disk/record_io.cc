@@ -1,0 +1,175 @@
+#include "storage/disk/record_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "storage/disk/aligned_buffer.h"
+#include "storage/disk/record_format.h"
+#include "storage/host/payload_view.h"
+
+namespace strata::storage {
+namespace {
+
+template <typename Parts>
+bool DirectCapableImpl(Parts parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!IsAligned(parts[i].data())) return false;
+    if (i + 1 < parts.size() && parts[i].size() % kIoAlignment != 0) return false;
+  }
+  return true;
+}
+
+// Appends requests covering [data, data + size) at file `offset`, split at max_io_bytes.
+void AddPieces(std::vector<IoRequest>& requests, IoOp op, int fd, uint64_t offset, std::byte* data,
+               uint64_t size, uint32_t max_io_bytes) {
+  for (uint64_t done = 0; done < size;) {
+    const auto n = static_cast<uint32_t>(std::min<uint64_t>(max_io_bytes, size - done));
+    requests.push_back(
+        {.op = op, .fd = fd, .offset = offset + done, .data = data + done, .size_bytes = n});
+    done += n;
+  }
+}
+
+// The first failed request of `requests` as a status, given their results.
+absl::Status FirstFailure(std::span<const IoRequest> requests, std::span<const int64_t> results,
+                          IoOp op) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const IoRequest& request = requests[i];
+    const std::string where =
+        fmt::format("{} fd {} offset {} ({} bytes)", op == IoOp::kWrite ? "write" : "read",
+                    request.fd, request.offset, request.size_bytes);
+    if (results[i] < 0) {
+      const int error_number = static_cast<int>(-results[i]);
+      if (op == IoOp::kRead) {
+        return absl::DataLossError(fmt::format("{}: {}", where, std::strerror(error_number)));
+      }
+      if (error_number == ENOSPC || error_number == EDQUOT) {
+        return ErrnoToStatus(error_number, where);
+      }
+      return absl::UnavailableError(fmt::format("{}: {}", where, std::strerror(error_number)));
+    }
+    if (results[i] != request.size_bytes) {
+      const std::string message = fmt::format("{}: short transfer of {} bytes", where, results[i]);
+      return op == IoOp::kRead ? absl::DataLossError(message)
+                               : absl::ResourceExhaustedError(message);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool DirectCapable(ConstParts parts) { return DirectCapableImpl(parts); }
+bool DirectCapable(MutableParts parts) { return DirectCapableImpl(parts); }
+
+uint64_t PartsBytes(ConstParts parts) {
+  uint64_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  return total;
+}
+
+uint64_t PartsBytes(MutableParts parts) {
+  uint64_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  return total;
+}
+
+absl::Status WriteRecord(IoEngine& engine, int fd, uint64_t offset,
+                         std::span<const std::byte> header_block, ConstParts payload,
+                         uint32_t max_io_bytes) {
+  const uint64_t payload_bytes = PartsBytes(payload);
+  std::vector<IoRequest> requests;
+  requests.push_back({.op = IoOp::kWrite,
+                      .fd = fd,
+                      .offset = offset,
+                      .data = const_cast<std::byte*>(header_block.data()),
+                      .size_bytes = static_cast<uint32_t>(kRecordHeaderBytes)});
+  const uint64_t payload_offset = offset + kRecordHeaderBytes;
+  AlignedBuffer bounce;  // the last partial block (direct) or the whole payload (staged)
+  if (DirectCapable(payload)) {
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at,
+                const_cast<std::byte*>(part.data()), AlignDown(part.size()), max_io_bytes);
+      at += AlignDown(part.size());
+    }
+    if (at < payload_bytes) {
+      const auto& last = payload.back();
+      bounce = AlignedBuffer(kIoAlignment);
+      std::memcpy(bounce.data(), last.data() + AlignDown(last.size()), payload_bytes - at);
+      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at, bounce.data(), kIoAlignment,
+                max_io_bytes);
+    }
+  } else {
+    bounce = AlignedBuffer(payload_bytes);
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      std::memcpy(bounce.data() + at, part.data(), part.size());
+      at += part.size();
+    }
+    AddPieces(requests, IoOp::kWrite, fd, payload_offset, bounce.data(), bounce.size(),
+              max_io_bytes);
+  }
+  STRATA_ASSIGN_OR_RETURN(const std::vector<int64_t> results, RunToCompletion(engine, requests));
+  return FirstFailure(requests, results, IoOp::kWrite);
+}
+
+absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,
+                                     MutableParts payload, uint32_t max_io_bytes) {
+  const uint64_t payload_bytes = PartsBytes(payload);
+  std::vector<IoRequest> requests;
+  AlignedBuffer bounce;
+  const bool direct = DirectCapable(payload);
+  uint64_t direct_bytes = 0;
+  if (direct) {
+    for (const auto& part : payload) {
+      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, part.data(),
+                AlignDown(part.size()), max_io_bytes);
+      direct_bytes += AlignDown(part.size());
+    }
+    if (direct_bytes < payload_bytes) {
+      bounce = AlignedBuffer(kIoAlignment);
+      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, bounce.data(),
+                kIoAlignment, max_io_bytes);
+    }
+  } else {
+    bounce = AlignedBuffer(payload_bytes);
+    AddPieces(requests, IoOp::kRead, fd, payload_offset, bounce.data(), bounce.size(),
+              max_io_bytes);
+  }
+  // Checksum each finished prefix of the payload while later requests are still in flight.
+  ChecksumStream checksum;
+  bool intact = true;
+  STRATA_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> results,
+      RunToCompletion(engine, requests, [&](size_t i, int64_t result) {
+        const IoRequest& request = requests[i];
+        intact = intact && result == request.size_bytes;
+        if (!intact) return;
+        const uint64_t at = request.offset - payload_offset;
+        checksum.Update({request.data, static_cast<size_t>(std::min<uint64_t>(
+                                           request.size_bytes, payload_bytes - at))});
+      }));
+  STRATA_RETURN_IF_ERROR(FirstFailure(requests, results, IoOp::kRead));
+  if (direct) {
+    if (direct_bytes < payload_bytes) {
+      const auto& last = payload.back();
+      std::memcpy(last.data() + AlignDown(last.size()), bounce.data(),
+                  payload_bytes - direct_bytes);
+    }
+  } else {
+    uint64_t at = 0;
+    for (const auto& part : payload) {
+      std::memcpy(part.data(), bounce.data() + at, part.size());
+      at += part.size();
+    }
+  }
+  return checksum.Digest();
+}
+
+}  // namespace strata::storage
