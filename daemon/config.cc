@@ -112,6 +112,10 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "verify_every_n_loads") s = ReadUint(value, name, c.host.verify_every_n_loads);
         if (key == "policy") s = ReadString(value, name, c.host.policy);
         if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
+      } else if (section == "disk") {
+        if (key == "directory") s = ReadString(value, name, c.disk.directory);
+        if (key == "capacity_bytes") s = ReadBytes(value, name, c.disk.capacity_bytes);
+        if (key == "segment_bytes") s = ReadBytes(value, name, c.disk.segment_bytes);
       } else if (section == "engine") {
         if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
         if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
@@ -229,6 +233,13 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
           tenant, bytes));
     }
   }
+  if (!c.disk.directory.empty() && (c.disk.segment_bytes == 0 || c.disk.segment_bytes % 4096 != 0 ||
+                                    c.disk.capacity_bytes / c.disk.segment_bytes < 3)) {
+    return Bad(
+        fmt::format("config: disk.segment_bytes={} must be a positive multiple of 4096 and "
+                    "disk.capacity_bytes={} at least 3 segments",
+                    c.disk.segment_bytes, c.disk.capacity_bytes));
+  }
   if (c.host.lease_ms == 0) return Bad("config: host.lease_ms must be positive");
   if (c.host.verify_every_n_loads == 0) {
     return Bad("config: host.verify_every_n_loads must be at least 1");
@@ -261,6 +272,9 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"lease_ms", static_cast<int64_t>(c.host.lease_ms)},
                    {"verify_every_n_loads", static_cast<int64_t>(c.host.verify_every_n_loads)},
                    {"policy", c.host.policy}}},
+      {"disk", toml::table{{"directory", c.disk.directory},
+                           {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},
+                           {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},
@@ -292,7 +306,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   std::string config_path;
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
-      hash_algorithm, seed, policy;
+      hash_algorithm, seed, policy, disk_directory, disk_capacity;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -303,6 +317,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--hash-algorithm", hash_algorithm, "xxh3_128|sha256_cbor");
   app.add_option("--seed", seed, "key protocol seed");
   app.add_option("--policy", policy, "host tier eviction policy");
+  app.add_option("--disk-dir", disk_directory, "disk tier directory (\"\" disables)");
+  app.add_option("--disk-capacity", disk_capacity, "disk tier size, e.g. 100GiB");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -330,6 +346,10 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (hash_algorithm) config.keys.hash_algorithm = *hash_algorithm;
   if (seed) config.keys.seed = *seed;
   if (policy) config.host.policy = *policy;
+  if (disk_directory) config.disk.directory = *disk_directory;
+  if (disk_capacity) {
+    STRATA_ASSIGN_OR_RETURN(config.disk.capacity_bytes, ParseByteSize(*disk_capacity));
+  }
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

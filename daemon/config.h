@@ -6,6 +6,7 @@
 //             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
 //             "s3fifo", "prefix-lru")
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
+//   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
@@ -40,6 +41,13 @@ struct DaemonConfig {
     // tier is full (TenantQuotaPolicy). Empty: no quotas.
     std::map<std::string, uint64_t> tenant_quotas;
   } host;
+  struct Disk {
+    // Holds the segment files and the index; "" disables the disk tier.
+    std::string directory;
+    // Most bytes the segment files may take; at least 3 segments.
+    uint64_t capacity_bytes = 0;
+    uint64_t segment_bytes = 256ull << 20;
+  } disk;
   struct Engine {
     std::string socket_path;
     uint32_t max_sessions = 256;

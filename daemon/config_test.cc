@@ -36,6 +36,9 @@ verify_every_n_loads = 8
 [host.tenant_quotas]
 team-a = "256MiB"
 "team b" = 1048576
+[disk]
+directory = "/var/cache/strata"
+capacity_bytes = "100GiB"
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -53,6 +56,9 @@ level = "debug"
   EXPECT_EQ(config->host.tenant_quotas,
             (std::map<std::string, uint64_t>{{"team-a", 256ull << 20}, {"team b", 1ull << 20}}));
   EXPECT_EQ(config->engine.allowed_uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_EQ(config->disk.directory, "/var/cache/strata");
+  EXPECT_EQ(config->disk.capacity_bytes, 100ull << 30);
+  EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_TRUE(ValidateConfig(*config).ok());
@@ -97,6 +103,12 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c.host.tenant_quotas["a"] = c.host.capacity_bytes + 1;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.disk.directory = "/var/cache/strata";
+  c.disk.capacity_bytes = 2 * c.disk.segment_bytes;  // fewer than 3 segments
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.capacity_bytes = 3 * c.disk.segment_bytes;
+  EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
 TEST(ParseByteSize, UnitsAndErrors) {

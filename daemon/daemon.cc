@@ -26,6 +26,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   std::unique_ptr<Daemon> daemon(new Daemon(config));
 
+  if (!config.disk.directory.empty()) {
+    absl::StatusOr<std::unique_ptr<storage::DiskTier>> disk =
+        storage::DiskTier::Open({.directory = config.disk.directory,
+                                 .capacity_bytes = config.disk.capacity_bytes,
+                                 .segment_bytes = config.disk.segment_bytes});
+    if (!disk.ok()) return Annotate(disk.status(), "disk tier");
+    daemon->disk_tier_ = *std::move(disk);
+    daemon->demoter_ = std::make_unique<storage::DiskDemoter>(daemon->disk_tier_.get());
+    spdlog::info("disk tier: {} ({} chunks recovered)", config.disk.directory,
+                 daemon->disk_tier_->stats().chunks);
+  }
+
   storage::HostTierOptions host;
   host.capacity_bytes = config.host.capacity_bytes;
   host.page_bytes = config.host.page_bytes;
@@ -37,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
   host.tenant_quotas = daemon->tenants_.quotas();
+  host.listener = daemon->demoter_.get();
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
@@ -45,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.socket_path = config.engine.socket_path;
   sessions.host_tier = daemon->host_tier_.get();
   sessions.tenants = &daemon->tenants_;
+  sessions.disk_tier = daemon->disk_tier_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =

@@ -15,6 +15,8 @@
 #include "daemon/control_service.h"
 #include "daemon/engine_session_server.h"
 #include "grpcpp/server.h"
+#include "storage/disk/demoter.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -43,6 +45,9 @@ class Daemon {
 
   const DaemonConfig config_;
   const TenantDirectory tenants_;
+  // The disk tier and its demoter outlive the host tier, which evicts into them.
+  std::unique_ptr<storage::DiskTier> disk_tier_;
+  std::unique_ptr<storage::DiskDemoter> demoter_;
   std::unique_ptr<storage::HostTier> host_tier_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;

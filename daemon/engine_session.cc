@@ -2,6 +2,7 @@
 
 #include "fmt/format.h"
 #include "proto/convert.h"
+#include "storage/disk/demoter.h"
 
 namespace strata::daemon {
 namespace {
@@ -19,9 +20,12 @@ void SetExtents(std::span<const storage::ArenaRange> ranges,
 
 }  // namespace
 
-EngineSession::EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits,
-                             const TenantDirectory* tenants)
-    : id_(id), host_tier_(host_tier), limits_(limits), tenants_(tenants) {}
+EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSessionLimits limits)
+    : id_(id),
+      host_tier_(resources.host_tier),
+      disk_tier_(resources.disk_tier),
+      tenants_(resources.tenants),
+      limits_(limits) {}
 
 EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
   if (request.body_case() == v1::EngineRequest::kHandshake) {
@@ -138,8 +142,28 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
     if (!key.ok()) return key.status();
     keys.push_back(*key);
   }
-  response.set_hit_chunks(static_cast<uint32_t>(host_tier_->Lookup(keys)));
+  size_t hits = host_tier_->Lookup(keys);
+  if (disk_tier_ != nullptr) {
+    // The prefix may go on in either tier (a chunk evicted to disk, its successor still here).
+    while (hits < keys.size() &&
+           (disk_tier_->Contains(keys[hits]) || host_tier_->Contains(keys[hits]))) {
+      ++hits;
+    }
+  }
+  response.set_hit_chunks(static_cast<uint32_t>(hits));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAnyTier(
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease) {
+  absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
+      host_tier_->Acquire(key, lease, id_);
+  if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
+  absl::StatusOr<storage::PromoteOutcome> promoted =
+      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key);
+  if (!promoted.ok()) return promoted.status();
+  if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
+  return host_tier_->Acquire(key, lease, id_);
 }
 
 absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
@@ -162,7 +186,7 @@ absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
         failure = key.status();
       } else {
         absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-            host_tier_->Acquire(*key, lease, id_);
+            AcquireFromAnyTier(*key, lease);
         if (!acquired.ok()) {
           failure = acquired.status();
         } else if (!acquired->has_value()) {

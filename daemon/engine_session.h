@@ -14,10 +14,21 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
 #include "daemon/tenant_directory.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/engine.pb.h"
 
 namespace strata::daemon {
+
+// What every session uses, owned elsewhere and outliving the sessions.
+struct SessionResources {
+  storage::HostTier* host_tier = nullptr;  // required
+  // Nullable (no disk tier): Lookup counts, and PrepareLoad promotes, the chunks that continue
+  // the host tier's prefix on disk.
+  storage::DiskTier* disk_tier = nullptr;
+  // Nullable (no quotas): maps a store's tenant to its quota id.
+  const TenantDirectory* tenants = nullptr;
+};
 
 struct EngineSessionLimits {
   std::chrono::milliseconds max_lease{std::chrono::minutes(10)};
@@ -33,9 +44,7 @@ class EngineSession {
     bool close_after = false;      // the session must end once the reply is sent
   };
 
-  // `tenants` (nullable: no quotas; not owned) maps a store's tenant to its quota id.
-  EngineSession(uint64_t id, storage::HostTier* host_tier, EngineSessionLimits limits,
-                const TenantDirectory* tenants = nullptr);
+  EngineSession(uint64_t id, SessionResources resources, EngineSessionLimits limits);
 
   // Answers one request. Before a successful handshake only a handshake is accepted; a failed
   // handshake or a request out of order ends the session (close_after).
@@ -66,10 +75,16 @@ class EngineSession {
   absl::StatusOr<ChunkKey> SessionKey(const v1::ChunkKey& proto) const;
   uint64_t NextHandle() { return next_handle_++; }
 
+  // Leases chunk `key`, promoting it from the disk tier into the host tier first when it is
+  // only there. nullopt when neither tier has it.
+  absl::StatusOr<std::optional<storage::ChunkLease>> AcquireFromAnyTier(
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease);
+
   const uint64_t id_;
   storage::HostTier* const host_tier_;
-  const EngineSessionLimits limits_;
+  storage::DiskTier* const disk_tier_;
   const TenantDirectory* const tenants_;
+  const EngineSessionLimits limits_;
 
   bool handshaken_ = false;
   std::string engine_id_;

@@ -58,9 +58,8 @@ void SendOrLog(int fd, const v1::EngineResponse& response, std::chrono::millisec
 }  // namespace
 
 struct EngineSessionServer::Session {
-  Session(uint64_t id, ScopedFd fd, storage::HostTier* tier, EngineSessionLimits limits,
-          const TenantDirectory* tenants)
-      : fd(std::move(fd)), state(id, tier, limits, tenants) {}
+  Session(uint64_t id, ScopedFd fd, SessionResources resources, EngineSessionLimits limits)
+      : fd(std::move(fd)), state(id, resources, limits) {}
   ScopedFd fd;
   FrameReader reader;
   EngineSession state;
@@ -214,8 +213,10 @@ void EngineSessionServer::Accept() {
                                .max_items_per_request = options_.max_items_per_request,
                                .max_handles = options_.max_handles_per_session};
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
-    sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), options_.host_tier, limits,
-                                                    options_.tenants));
+    const SessionResources resources{.host_tier = options_.host_tier,
+                                     .disk_tier = options_.disk_tier,
+                                     .tenants = options_.tenants};
+    sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), resources, limits));
     ++total_sessions_;
     active_sessions_ = sessions_.size();
   }

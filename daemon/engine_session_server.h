@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
 #include "daemon/tenant_directory.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -34,6 +35,8 @@ struct EngineSessionServerOptions {
   std::string socket_path;
   // Not owned; must outlive the server.
   storage::HostTier* host_tier = nullptr;
+  // Nullable (no disk tier); not owned; must outlive the server.
+  storage::DiskTier* disk_tier = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
   uint32_t max_sessions = 256;

@@ -12,6 +12,8 @@
 #include "core/key_hasher.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/disk/demoter.h"
+#include "storage/disk/test_util.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/support/raw_engine_client.h"
 
@@ -146,6 +148,54 @@ TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   EXPECT_FALSE(tier->Contains(a_keys[0]));
   EXPECT_FALSE(tier->Contains(a_keys[1]));
   for (size_t i = 2; i < a_keys.size(); ++i) EXPECT_TRUE(tier->Contains(a_keys[i])) << i;
+  server->Stop();
+}
+
+TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
+  // A host tier of 4 one-page chunks that demotes what it evicts to a disk tier.
+  storage::testing::ScratchDir scratch(dir_.string());
+  std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
+      {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
+  storage::DiskDemoter demoter(disk.get());
+  std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
+      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = &demoter});
+  std::unique_ptr<EngineSessionServer> server =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "disk.sock").string(),
+                                    .host_tier = tier.get(),
+                                    .disk_tier = disk.get()});
+  server->Start();
+  RawEngineClient client(server->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(6);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(client.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
+  }
+  EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
+  EXPECT_EQ(demoter.demoted(), 2u);
+
+  v1::EngineRequest lookup;
+  for (const ChunkKey& key : keys) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->lookup().hit_chunks(), 6u) << "the prefix goes on from disk to the host tier";
+
+  // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
+  // so 2 comes back from disk too: three promotions, every byte as stored.
+  v1::EngineRequest load;
+  for (size_t i = 0; i < 3; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(i);
+    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); ++b) {
+        ASSERT_EQ(static_cast<uint8_t>(client.arena()[extent.offset() + b]), 0x10 * (i + 1));
+      }
+    }
+  }
+  EXPECT_EQ(disk->stats().reads, 3u);
   server->Stop();
 }
 
