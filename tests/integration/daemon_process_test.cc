@@ -11,6 +11,7 @@
 
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
@@ -75,6 +76,59 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
   EXPECT_EQ(exit.code, 0) << (*daemon)->Log();
   EXPECT_LT(exit.stop_time, milliseconds(5000));
   EXPECT_FALSE(engine.Receive().ok()) << "the session ends with the daemon";
+}
+
+TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
+  // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory.
+  const std::filesystem::path disk_dir = std::filesystem::path(::testing::TempDir()) /
+                                         ("strata-itest-disk-" + std::to_string(getpid()));
+  std::filesystem::remove_all(disk_dir);
+  const test_support::DaemonProcessOptions options{
+      .host_capacity = "1MiB",
+      .extra_toml = fmt::format(
+          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n",
+          disk_dir.string())};
+  const std::vector<ChunkKey> keys = Keys(16, 0);
+  {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    RawEngineClient engine((*daemon)->engine_socket());
+    ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+    for (size_t batch = 0; batch < 4; ++batch) {  // chunk i holds byte 10 * batch + i % 4
+      const std::vector<ChunkKey> part(keys.begin() + 4 * batch, keys.begin() + 4 * batch + 4);
+      ASSERT_TRUE(engine.Store(part, 64, static_cast<uint8_t>(10 * batch)).ok());
+    }
+    (*daemon)->Kill();  // a crash: what only the host tier held is gone
+  }
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+  v1::EngineRequest lookup;
+  for (const ChunkKey& key : keys) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
+  ASSERT_TRUE(found.ok());
+  const uint32_t hits = found->lookup().hit_chunks();
+  EXPECT_GE(hits, 4u) << "the first batch was evicted to disk before the crash\n"
+                      << (*daemon)->Log();
+  EXPECT_LT(hits, 16u) << "the last chunks lived only in the host tier";
+
+  v1::EngineRequest load;
+  for (uint32_t i = 0; i < hits; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+  absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
+  ASSERT_TRUE(leased.ok());
+  for (uint32_t i = 0; i < hits; ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(static_cast<int>(i));
+    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); b += 4096) {
+        ASSERT_EQ(static_cast<uint8_t>(engine.arena()[extent.offset() + b]), 10 * (i / 4) + i % 4)
+            << "chunk " << i;
+      }
+    }
+  }
+  EXPECT_EQ((*daemon)->Stop().code, 0);
+  std::filesystem::remove_all(disk_dir);
 }
 
 TEST(DaemonProcess, EngineKilledMidStoreLeavesNothingBehind) {

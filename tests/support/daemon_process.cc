@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
         "[log]\nlevel = \"debug\"\n",
         options.host_capacity, options.page_bytes, options.lease_ms, daemon->engine_socket_,
         (daemon->dir_ / "control.sock").string());
+    config << options.extra_toml;
   }
   std::vector<std::string> args = {STRATA_STRATAD_PATH, "--config",
                                    (daemon->dir_ / "stratad.toml").string()};

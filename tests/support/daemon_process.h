@@ -23,6 +23,8 @@ struct DaemonProcessOptions {
   // Empty: engine.sock in the daemon's private directory.
   std::string engine_socket;
   std::vector<std::string> extra_args;
+  // Appended to the generated config file (whole TOML tables, e.g. "[disk]\n...").
+  std::string extra_toml;
 };
 
 struct ExitInfo {
