@@ -214,7 +214,7 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
         [fingerprint](const ChunkKey& key) { return key.layout_fingerprint() == fingerprint; });
   } else {
     if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery); !s.ok()) return s;
-    removed = options_.host_tier->RemoveIf([](const ChunkKey&) { return true; });
+    removed = options_.host_tier->RemoveAll();
   }
   response.set_removed_chunks(removed.chunks);
   response.set_removed_bytes(removed.bytes);

@@ -207,6 +207,7 @@ HostTier::HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> 
     : options_(options),
       clock_(options.clock),
       listener_(options.listener),
+      observer_(options.observer),
       arena_(std::move(arena)),
       shards_(new Shard[kNumShards]),
       allocator_(static_cast<uint32_t>(options.capacity_bytes / options.page_bytes)),
@@ -299,7 +300,7 @@ void HostTier::ReclaimDetachedLocked(MonoTime now) {
   }
 }
 
-void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
+void HostTier::DetachLocked(Record* record, RemovalCause cause, bool notify) {
   STRATA_DCHECK(record->state == ChunkState::kCommitted);
   {
     Shard& shard = ShardFor(record->key);
@@ -307,7 +308,8 @@ void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
     shard.records.erase(record);
     record->state = ChunkState::kDropped;
   }
-  if (!popped_by_policy) policy_->OnRemove(IdOf(record));
+  if (cause != RemovalCause::kEvicted) policy_->OnRemove(IdOf(record));
+  if (notify && observer_ != nullptr) observer_->OnRemoved(record->key, cause);
   by_seq_.erase(record->seq);
   const uint32_t pages = PagesOf(*record);
   if (record->in_expiry) {
@@ -328,8 +330,8 @@ void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
   --chunks_;
 }
 
-void HostTier::DropLocked(Record* record, MonoTime now) {
-  DetachLocked(record, /*popped_by_policy=*/false);
+void HostTier::DropLocked(Record* record, MonoTime now, RemovalCause cause, bool notify) {
+  DetachLocked(record, cause, notify);
   if (record->leases > 0 && record->lease_deadline > now) {
     detached_.insert(record);
   } else {
@@ -420,7 +422,7 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       if (!id.has_value()) break;
       Record* victim = RecordOf(*id);
       STRATA_DCHECK(!victim->unevictable && victim->state == ChunkState::kCommitted);
-      DetachLocked(victim, /*popped_by_policy=*/true);
+      DetachLocked(victim, RemovalCause::kEvicted, /*notify=*/true);
       victim->state = ChunkState::kEvicting;
       detached_.insert(victim);
       victim_pages += PagesOf(*victim);
@@ -587,6 +589,7 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
                      .size_bytes = record->size_bytes,
                      .parent = parent,
                      .partial = handle.partial});
+  if (observer_ != nullptr) observer_->OnStored(record->key, handle.parent, record->num_tokens);
   return absl::OkStatus();
 }
 
@@ -747,7 +750,7 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
   ++misses_;
   if (record->state == ChunkState::kCommitted) {
     ++checksum_failures_;
-    DropLocked(record, now);
+    DropLocked(record, now, RemovalCause::kCorrupt, /*notify=*/true);
   }
   ReleaseLeaseLocked(record, now);
   return absl::DataLossError(
@@ -917,7 +920,7 @@ absl::StatusOr<RemoveResult> HostTier::Remove(const ChunkKey& key) {
   const RemoveResult result{.chunks = 1, .bytes = record->size_bytes};
   ++removed_;
   removed_bytes_ += record->size_bytes;
-  DropLocked(record, clock_->Now());
+  DropLocked(record, clock_->Now(), RemovalCause::kRemoved, /*notify=*/true);
   return result;
 }
 
@@ -940,9 +943,32 @@ RemoveResult HostTier::RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predica
       result.bytes += record->size_bytes;
       ++removed_;
       removed_bytes_ += record->size_bytes;
-      DropLocked(record, now);
+      DropLocked(record, now, RemovalCause::kRemoved, /*notify=*/true);
     }
   }
+  return result;
+}
+
+RemoveResult HostTier::RemoveAll() {
+  RemoveResult result;
+  absl::MutexLock lock(&mu_);
+  const MonoTime now = clock_->Now();
+  std::vector<Record*> committed;
+  committed.reserve(chunks_);
+  for (size_t i = 0; i < kNumShards; ++i) {
+    absl::ReaderMutexLock shard_lock(&shards_[i].mu);
+    for (Record* record : shards_[i].records) {
+      if (record->state == ChunkState::kCommitted) committed.push_back(record);
+    }
+  }
+  for (Record* record : committed) {
+    ++result.chunks;
+    result.bytes += record->size_bytes;
+    ++removed_;
+    removed_bytes_ += record->size_bytes;
+    DropLocked(record, now, RemovalCause::kRemoved, /*notify=*/false);
+  }
+  if (observer_ != nullptr) observer_->OnCleared();
   return result;
 }
 

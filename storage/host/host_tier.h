@@ -47,6 +47,7 @@
 #include "core/chunk_key.h"
 #include "core/clock.h"
 #include "core/kv_layout.h"
+#include "storage/host/chunk_observer.h"
 #include "storage/host/eviction_listener.h"
 #include "storage/host/page_allocator.h"
 #include "storage/host/payload_view.h"
@@ -86,6 +87,9 @@ struct HostTierOptions {
   Clock* clock = SystemClock::Get();
   // Told about every eviction; nullable; not owned; must outlive the tier.
   EvictionListener* listener = nullptr;
+  // Told about every chunk entering and leaving the index; nullable; not owned; must outlive
+  // the tier.
+  ChunkObserver* observer = nullptr;
 };
 
 struct ReserveOptions {
@@ -356,6 +360,9 @@ class HostTier {
   // Removes every committed chunk whose key satisfies `predicate`, shard by shard. The
   // predicate runs under the tier's locks: it must be quick and must not call the tier.
   RemoveResult RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predicate);
+  // Removes every committed chunk at once (one pass under the tier lock) and tells the
+  // observer OnCleared, not OnRemoved per chunk. Leased chunks' pages are freed as Remove says.
+  RemoveResult RemoveAll();
 
   // Stops admitting new chunks: Reserve answers kFailedPrecondition from now on (commits of
   // open reservations still succeed). Irreversible; idempotent.
@@ -412,8 +419,12 @@ class HostTier {
   void SweepExpiredLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReclaimDetachedLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProtectionLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DetachLocked(Record* record, bool popped_by_policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a committed chunk out of the index (and the policy, unless kEvicted: the policy popped
+  // it), telling the observer when `notify`.
+  void DetachLocked(Record* record, RemovalCause cause, bool notify)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLocked(Record* record, MonoTime now, RemovalCause cause, bool notify)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreePagesLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(uint64_t handle_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -433,6 +444,7 @@ class HostTier {
   const HostTierOptions options_;
   Clock* const clock_;
   EvictionListener* const listener_;
+  ChunkObserver* const observer_;
   const std::unique_ptr<SharedArena> arena_;
 
   // Index shards: key -> record. Lookup and Contains hold one shard's reader lock; writers hold

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/host/test_util.h"
@@ -745,6 +746,58 @@ TEST_F(HostTierTest, ListChunksFiltersByLayoutWithABoundedScan) {
   } while (cursor != 0);
   EXPECT_EQ(found, (std::vector<ChunkKey>{SyntheticKey(other, 2), SyntheticKey(other, 5)}));
   EXPECT_EQ(calls, 3);
+}
+
+// Records observer calls as strings: "stored <id> <parent id or -> <tokens>", "removed <id>
+// <cause>", "cleared".
+class RecordingObserver : public ChunkObserver {
+ public:
+  explicit RecordingObserver(const KvLayout& layout) : layout_(layout) {}
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) override {
+    events.push_back(
+        fmt::format("stored {} {} {}", Id(key), parent.empty() ? "-" : Id(parent), num_tokens));
+  }
+  void OnRemoved(const ChunkKey& key, RemovalCause cause) override {
+    events.push_back(fmt::format("removed {} {}", Id(key), static_cast<int>(cause)));
+  }
+  void OnCleared() override { events.push_back("cleared"); }
+
+  std::vector<std::string> events;
+
+ private:
+  std::string Id(const ChunkKey& key) const {
+    for (uint64_t id = 0; id < 64; ++id) {
+      if (SyntheticKey(layout_, id) == key) return std::to_string(id);
+    }
+    return "?";
+  }
+  KvLayout layout_;
+};
+
+TEST_F(HostTierTest, ObserverSeesStoresAndRemovalsInIndexOrder) {
+  RecordingObserver observer(layout_);
+  HostTierOptions options = Options(3 * kFull);
+  options.observer = &observer;
+  auto tier = MakeTier(options);
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  {
+    auto r = tier->Reserve(layout_, Key(1), {.num_tokens = 8, .parent = Key(0)});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 3));  // evicts 0 (LRU)
+  ASSERT_TRUE(tier->Remove(Key(1)).ok());
+  CorruptOneByte(*tier, 2);
+  EXPECT_EQ(tier->Acquire(Key(2)).status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 4));
+  EXPECT_EQ(tier->RemoveAll().chunks, 2u);
+  EXPECT_EQ(tier->Stats().chunks, 0u);
+  EXPECT_EQ(observer.events,
+            (std::vector<std::string>{"stored 0 - 16", "stored 1 0 8", "stored 2 - 16",
+                                      "removed 0 0", "stored 3 - 16", "removed 1 1", "removed 2 2",
+                                      "stored 4 - 16", "cleared"}));
+  ExpectConsistent(*tier);
 }
 
 }  // namespace
