@@ -113,6 +113,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       } else if (section == "control") {
         if (key == "listen_address") s = ReadString(value, name, c.control.listen_address);
         if (key == "unix_socket_path") s = ReadString(value, name, c.control.unix_socket_path);
+        if (key == "event_ring_capacity") {
+          s = ReadUint(value, name, c.control.event_ring_capacity);
+        }
       } else if (section == "keys") {
         if (key == "hash_algorithm") s = ReadString(value, name, c.keys.hash_algorithm);
         if (key == "seed") s = ReadString(value, name, c.keys.seed);
@@ -213,6 +216,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.engine.socket_path.empty()) return Bad("config: engine.socket_path is empty");
   if (c.engine.max_sessions == 0) return Bad("config: engine.max_sessions must be positive");
+  if (c.control.event_ring_capacity == 0) {
+    return Bad("config: control.event_ring_capacity must be at least 1");
+  }
   if (absl::StatusOr<HashAlgorithm> a = ParseHashAlgorithm(c.keys.hash_algorithm); !a.ok()) {
     return Bad(fmt::format("config: keys.hash_algorithm: {}", a.status().message()));
   }
@@ -242,8 +248,10 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},
-      {"control", toml::table{{"listen_address", c.control.listen_address},
-                              {"unix_socket_path", c.control.unix_socket_path}}},
+      {"control",
+       toml::table{{"listen_address", c.control.listen_address},
+                   {"unix_socket_path", c.control.unix_socket_path},
+                   {"event_ring_capacity", static_cast<int64_t>(c.control.event_ring_capacity)}}},
       {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
       {"log", toml::table{{"level", c.log.level}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},

@@ -5,7 +5,8 @@
 //   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
 //             lease_ms, verify_every_n_loads, policy
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
-//   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
+//   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
+//             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
 //   [log]     level ("trace" .. "critical", "off")
 //   [daemon]  drain_timeout_ms
@@ -42,6 +43,7 @@ struct DaemonConfig {
   struct Control {
     std::string listen_address = "127.0.0.1:50051";
     std::string unix_socket_path;
+    uint32_t event_ring_capacity = 65536;
   } control;
   struct Keys {
     std::string hash_algorithm = "xxh3_128";

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 
@@ -329,6 +330,11 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
   response->set_open_reservations(host.reservations);
   response->set_flushed_chunks(0);
   return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::WatchEventsResponse>* ControlService::WatchEvents(
+    grpc::CallbackServerContext*, const v1::WatchEventsRequest* request) {
+  return new WatchEventsReactor(options_.events, request->from_sequence());
 }
 
 }  // namespace strata::daemon

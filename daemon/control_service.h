@@ -12,6 +12,7 @@
 #include "core/key_hasher.h"
 #include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
+#include "daemon/event_log.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -22,6 +23,8 @@ struct ControlServiceOptions {
   storage::HostTier* host_tier = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;
+  // The host tier's events, for WatchEvents. Not owned; must outlive the gRPC server.
+  EventLog* events = nullptr;
   // How token selections are hashed (the daemon's key protocol configuration).
   KeyHasherOptions key_options;
   // Selections above these sizes are rejected with INVALID_ARGUMENT.
@@ -68,6 +71,8 @@ class ControlService final : public v1::StrataControl::CallbackService {
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const v1::DrainRequest* request,
                                   v1::DrainResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchEventsResponse>* WatchEvents(
+      grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) override;
 
   // Marks the daemon as draining: Health reports it.
   void SetDraining() { draining_ = true; }

@@ -33,9 +33,13 @@ class ControlServiceTest : public ::testing::Test {
     options.page_bytes = 4096;
     options.hard_pin_quota_bytes = 2 * 4096;
     options.clock = &clock_;
+    options.observer = &events_;
     tier_ = *storage::HostTier::Create(options);
-    service_ = std::make_unique<ControlService>(ControlServiceOptions{
-        .host_tier = tier_.get(), .key_options = {}, .limits = {.max_tokens = 1000}});
+    service_ =
+        std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier_.get(),
+                                                               .events = &events_,
+                                                               .key_options = {},
+                                                               .limits = {.max_tokens = 1000}});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -47,7 +51,8 @@ class ControlServiceTest : public ::testing::Test {
     hasher_.emplace(*KeyHasher::Create(TestLayout(), {}));
   }
   void TearDown() override {
-    server_->Shutdown();
+    // Bounded: a test that fails mid-stream must not hang here.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
     service_.reset();
     tier_.reset();
@@ -96,6 +101,7 @@ class ControlServiceTest : public ::testing::Test {
   }
 
   ManualClock clock_;
+  EventLog events_{16};  // a small ring, so tests can outrun it
   std::unique_ptr<storage::HostTier> tier_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -536,6 +542,126 @@ TEST_F(ControlServiceTest, StatsCountHitAndMissTokensPerTier) {
   EXPECT_EQ(stats.tiers(0).io_errors(), 0u);
   EXPECT_EQ(stats.hit_tokens(), 32u);
   EXPECT_EQ(stats.miss_tokens(), 8u);
+}
+
+// A WatchEvents stream with a deadline, read response by response.
+class EventStream {
+ public:
+  EventStream(v1::StrataControl::Stub& stub, uint64_t from_sequence) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::WatchEventsRequest request;
+    request.set_from_sequence(from_sequence);
+    reader_ = stub.WatchEvents(&context_, request);
+  }
+  ~EventStream() {
+    if (finished_) return;
+    context_.TryCancel();
+    v1::WatchEventsResponse ignored;
+    while (reader_->Read(&ignored)) {
+    }
+    reader_->Finish().IgnoreError();
+  }
+
+  // The next response; nullopt when the stream ended (status() says why).
+  std::optional<v1::WatchEventsResponse> Next() {
+    v1::WatchEventsResponse response;
+    if (!reader_->Read(&response)) return std::nullopt;
+    return response;
+  }
+  // Reads responses until `count` events arrived (or the stream ends).
+  std::vector<v1::ChunkEvent> Events(size_t count) {
+    std::vector<v1::ChunkEvent> events;
+    while (events.size() < count) {
+      std::optional<v1::WatchEventsResponse> response = Next();
+      if (!response.has_value()) break;
+      next_sequence_ = response->next_sequence();
+      events.insert(events.end(), response->events().begin(), response->events().end());
+    }
+    return events;
+  }
+  grpc::Status status() {
+    finished_ = true;
+    return reader_->Finish();
+  }
+  uint64_t next_sequence() const { return next_sequence_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader_;
+  uint64_t next_sequence_ = 0;
+  bool finished_ = false;
+};
+
+TEST_F(ControlServiceTest, WatchEventsStreamsStoresRemovalsAndClears) {
+  EventStream stream(*stub_, 0);
+  std::optional<v1::WatchEventsResponse> first = stream.Next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->events_size(), 0);
+  EXPECT_EQ(first->next_sequence(), 1u);
+  EXPECT_EQ(first->epoch(), events_.epoch());
+
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(24, 1));  // 16 + 8 tokens
+  v1::ClearRequest by_keys;
+  *by_keys.mutable_selector() = KeySelector(std::span(keys).first(1));
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(Call(&Stub::Clear, by_keys, cleared).ok());
+  v1::ClearRequest all;
+  all.set_all(true);
+  ASSERT_TRUE(Call(&Stub::Clear, all, cleared).ok());
+
+  const std::vector<v1::ChunkEvent> events = stream.Events(4);
+  ASSERT_EQ(events.size(), 4u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].sequence(), i + 1);
+    EXPECT_EQ(events[i].tier(), v1::TIER_HOST);
+  }
+  ASSERT_TRUE(events[0].has_stored());
+  EXPECT_EQ(*FromProto(events[0].stored().key()), keys[0]);
+  EXPECT_EQ(events[0].stored().num_tokens(), 16u);
+  ASSERT_TRUE(events[1].has_stored());
+  EXPECT_EQ(events[1].stored().num_tokens(), 8u);
+  ASSERT_TRUE(events[2].has_removed());
+  EXPECT_EQ(*FromProto(events[2].removed().key()), keys[0]);
+  EXPECT_EQ(events[2].removed().cause(), v1::ChunkEvent::REMOVAL_CAUSE_REMOVED);
+  EXPECT_TRUE(events[3].has_cleared());
+  EXPECT_EQ(stream.next_sequence(), 5u);
+}
+
+TEST_F(ControlServiceTest, WatchEventsResumeAfterAReconnectWithoutGaps) {
+  uint64_t resume_at = 0;
+  std::vector<uint64_t> seen;
+  {
+    EventStream stream(*stub_, 1);
+    StoreChain(Tokens(16 * 3, 1));
+    for (const v1::ChunkEvent& event : stream.Events(3)) seen.push_back(event.sequence());
+    resume_at = stream.next_sequence();
+  }                                  // disconnected
+  StoreChain(Tokens(16 * 4, 1000));  // happens while nobody watches
+  EventStream resumed(*stub_, resume_at);
+  StoreChain(Tokens(16 * 2, 5000));  // and after the reconnect
+  for (const v1::ChunkEvent& event : resumed.Events(6)) seen.push_back(event.sequence());
+  std::vector<uint64_t> expected(9);
+  std::iota(expected.begin(), expected.end(), 1);
+  EXPECT_EQ(seen, expected) << "every event once, in order";
+}
+
+TEST_F(ControlServiceTest, WatchEventsOutsideTheRingIsOutOfRange) {
+  for (uint32_t i = 0; i < 20; ++i) StoreChain(Tokens(16, 100 * i));  // 20 events; 16 kept
+  EventStream too_old(*stub_, 1);
+  EXPECT_FALSE(too_old.Next().has_value());
+  grpc::Status old_status = too_old.status();
+  EXPECT_EQ(old_status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(old_status.error_message(), HasSubstr("retains events 5..20"));
+
+  EventStream future(*stub_, 22);
+  EXPECT_FALSE(future.Next().has_value());
+  EXPECT_EQ(future.status().error_code(), grpc::StatusCode::OUT_OF_RANGE);
+
+  EventStream oldest_kept(*stub_, 5);
+  const std::vector<v1::ChunkEvent> events = oldest_kept.Events(16);
+  ASSERT_EQ(events.size(), 16u);
+  EXPECT_EQ(events.front().sequence(), 5u);
+  EXPECT_EQ(events.back().sequence(), 20u);
 }
 
 }  // namespace

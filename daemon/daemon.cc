@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   std::unique_ptr<Daemon> daemon(new Daemon(config));
 
+  daemon->event_log_ = std::make_unique<EventLog>(config.control.event_ring_capacity);
   storage::HostTierOptions host;
   host.capacity_bytes = config.host.capacity_bytes;
   host.page_bytes = config.host.page_bytes;
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.default_lease = std::chrono::milliseconds(config.host.lease_ms);
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
+  host.observer = daemon->event_log_.get();
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
@@ -54,6 +56,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
                             .sessions = daemon->sessions_.get(),
+                            .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed}});
   return daemon;
 }

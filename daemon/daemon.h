@@ -1,5 +1,6 @@
 // Daemon owns stratad's subsystems and starts and stops them in order:
-//   start: host tier -> engine session server -> gRPC control server (TCP and Unix socket)
+//   start: event log -> host tier -> engine session server -> gRPC control server (TCP and Unix
+//          socket)
 //   stop:  mark draining -> gRPC shutdown (in-flight calls finish, bounded by the drain timeout)
 //          -> session server stop (every session's leases released, reservations aborted)
 //          -> host tier destroyed (arena unmapped)
@@ -14,6 +15,7 @@
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/engine_session_server.h"
+#include "daemon/event_log.h"
 #include "grpcpp/server.h"
 #include "storage/host/host_tier.h"
 
@@ -42,6 +44,8 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
 
   const DaemonConfig config_;
+  // Observes the host tier and feeds WatchEvents streams: outlives both.
+  std::unique_ptr<EventLog> event_log_;
   std::unique_ptr<storage::HostTier> host_tier_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;

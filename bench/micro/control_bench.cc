@@ -40,7 +40,8 @@ struct Fixture {
       STRATA_CHECK(r.ok() && r->outcome == storage::ReserveOutcome::kReserved);
       STRATA_CHECK(tier->Commit(std::move(r->reservation)).ok());
     }
-    service = std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier.get()});
+    service = std::make_unique<ControlService>(
+        ControlServiceOptions{.host_tier = tier.get(), .events = &events});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -51,6 +52,7 @@ struct Fixture {
   }
 
   KvLayout layout;
+  EventLog events{1024};
   std::unique_ptr<storage::HostTier> tier;
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
