@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -18,17 +19,35 @@ class ControlClient {
   static absl::StatusOr<ControlClient> Connect(const std::string& address,
                                                std::chrono::milliseconds timeout);
 
+  // Each call answers the daemon's status (or kDeadlineExceeded / kUnavailable when it cannot be
+  // reached in time).
   absl::StatusOr<v1::HealthResponse> Health();
   absl::StatusOr<v1::StatsResponse> Stats();
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
+  absl::StatusOr<v1::PinResponse> Pin(const v1::PinRequest& request);
+  absl::StatusOr<v1::UnpinResponse> Unpin(const v1::UnpinRequest& request);
+  absl::StatusOr<v1::MoveResponse> Move(const v1::MoveRequest& request);
+  absl::StatusOr<v1::ClearResponse> Clear(const v1::ClearRequest& request);
+  absl::StatusOr<v1::ListChunksResponse> ListChunks(const v1::ListChunksRequest& request);
+  absl::StatusOr<v1::DrainResponse> Drain();
+
+  // Streams events from `from_sequence` (0: from the next one), with no deadline, calling
+  // `on_event` for each until it returns false (then OK) or the stream fails (its status).
+  absl::Status WatchEvents(uint64_t from_sequence,
+                           absl::FunctionRef<bool(const v1::ChunkEvent&)> on_event);
 
  private:
-  ControlClient(std::unique_ptr<v1::StrataControl::Stub> stub, std::chrono::milliseconds timeout)
+  using Stub = v1::StrataControl::Stub;
+
+  ControlClient(std::unique_ptr<Stub> stub, std::chrono::milliseconds timeout)
       : stub_(std::move(stub)), timeout_(timeout) {}
 
-  std::unique_ptr<grpc::ClientContext> NewContext() const;
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                                const Request& request);
 
-  std::unique_ptr<v1::StrataControl::Stub> stub_;
+  std::unique_ptr<Stub> stub_;
   std::chrono::milliseconds timeout_;
 };
 
