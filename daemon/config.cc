@@ -121,6 +121,8 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "seed") s = ReadString(value, name, c.keys.seed);
       } else if (section == "log") {
         if (key == "level") s = ReadString(value, name, c.log.level);
+      } else if (section == "metrics") {
+        if (key == "listen_address") s = ReadString(value, name, c.metrics.listen_address);
       } else if (section == "daemon") {
         if (key == "drain_timeout_ms") s = ReadUint(value, name, c.drain_timeout_ms);
       } else {
@@ -254,6 +256,7 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"event_ring_capacity", static_cast<int64_t>(c.control.event_ring_capacity)}}},
       {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
       {"log", toml::table{{"level", c.log.level}}},
+      {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
   if (c.host.hard_pin_quota_bytes.has_value()) {
@@ -271,7 +274,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   std::string config_path;
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
-      hash_algorithm, seed, policy;
+      hash_algorithm, seed, policy, metrics_listen;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -282,6 +285,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--hash-algorithm", hash_algorithm, "xxh3_128|sha256_cbor");
   app.add_option("--seed", seed, "key protocol seed");
   app.add_option("--policy", policy, "host tier eviction policy");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Prometheus /metrics address, e.g. 127.0.0.1:9464 (\"\" disables)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -309,6 +314,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (hash_algorithm) config.keys.hash_algorithm = *hash_algorithm;
   if (seed) config.keys.seed = *seed;
   if (policy) config.host.policy = *policy;
+  if (metrics_listen) config.metrics.listen_address = *metrics_listen;
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

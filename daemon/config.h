@@ -9,6 +9,7 @@
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
 //   [log]     level ("trace" .. "critical", "off")
+//   [metrics] listen_address (Prometheus /metrics, e.g. "127.0.0.1:9464"; "" disables it)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -52,6 +53,9 @@ struct DaemonConfig {
   struct Log {
     std::string level = "info";
   } log;
+  struct Metrics {
+    std::string listen_address;  // "" (the default): no metrics endpoint
+  } metrics;
   uint32_t drain_timeout_ms = 5'000;
 };
 

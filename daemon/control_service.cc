@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/metrics.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
@@ -74,7 +75,14 @@ absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
 }  // namespace
 
 ControlService::ControlService(ControlServiceOptions options)
-    : options_(std::move(options)), started_(SystemClock::Get()->Now()) {}
+    : options_(std::move(options)), started_(SystemClock::Get()->Now()) {
+  if (options_.registry == nullptr) return;
+  lookup_latency_ = &prometheus::BuildHistogram()
+                         .Name("strata_lookup_duration_seconds")
+                         .Help("Time to answer a control API Lookup call.")
+                         .Register(*options_.registry)
+                         .Add({}, LatencyBuckets());
+}
 
 absl::StatusOr<ResolvedChunks> ControlService::Resolve(const v1::ChunkSelector& selector) const {
   return ResolveSelector(selector, options_.key_options, options_.limits);
@@ -83,7 +91,13 @@ absl::StatusOr<ResolvedChunks> ControlService::Resolve(const v1::ChunkSelector& 
 grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* context,
                                                  const v1::LookupRequest* request,
                                                  v1::LookupResponse* response) {
-  return Finish(context, DoLookup(*request, *response));
+  const auto started = std::chrono::steady_clock::now();
+  const absl::Status status = DoLookup(*request, *response);
+  if (lookup_latency_ != nullptr) {
+    lookup_latency_->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  return Finish(context, status);
 }
 
 absl::Status ControlService::DoLookup(const v1::LookupRequest& request,

@@ -13,6 +13,8 @@
 #include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -29,6 +31,14 @@ struct ControlServiceOptions {
   KeyHasherOptions key_options;
   // Selections above these sizes are rejected with INVALID_ARGUMENT.
   SelectionLimits limits;
+  // Nullable; must outlive the service. strata_lookup_duration_seconds is registered on it.
+  prometheus::Registry* registry = nullptr;
+};
+
+struct LookupCounters {
+  uint64_t lookups = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t miss_tokens = 0;
 };
 
 class ControlService final : public v1::StrataControl::CallbackService {
@@ -76,6 +86,8 @@ class ControlService final : public v1::StrataControl::CallbackService {
 
   // Marks the daemon as draining: Health reports it.
   void SetDraining() { draining_ = true; }
+  // Lookup calls answered so far and the tokens they found and missed.
+  LookupCounters lookup_counters() const { return {lookups_, hit_tokens_, miss_tokens_}; }
 
  private:
   absl::Status DoLookup(const v1::LookupRequest& request, v1::LookupResponse& response);
@@ -92,6 +104,7 @@ class ControlService final : public v1::StrataControl::CallbackService {
   std::atomic<uint64_t> lookups_{0};
   std::atomic<uint64_t> hit_tokens_{0};
   std::atomic<uint64_t> miss_tokens_{0};
+  prometheus::Histogram* lookup_latency_ = nullptr;  // null without a registry
 };
 
 }  // namespace strata::daemon

@@ -17,7 +17,8 @@ constexpr std::chrono::milliseconds kControlDrainGrace{500};
 
 }  // namespace
 
-Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+Daemon::Daemon(DaemonConfig config)
+    : config_(std::move(config)), registry_(std::make_shared<prometheus::Registry>()) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -46,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.host_tier = daemon->host_tier_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
+  sessions.registry = daemon->registry_.get();
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
       EngineSessionServer::Create(std::move(sessions));
   if (!server.ok()) return Annotate(server.status(), "engine session server");
@@ -57,7 +59,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
                             .sessions = daemon->sessions_.get(),
                             .events = daemon->event_log_.get(),
-                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed}});
+                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
+                            .registry = daemon->registry_.get()});
+  const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
+  const ControlService* control = daemon->control_service_.get();
+  daemon->node_metrics_ = std::make_shared<NodeCollector>(NodeSources{
+      .host_tier = daemon->host_tier_.get(),
+      .sessions =
+          [sessions_ptr] {
+            const EngineSessionStats stats = sessions_ptr->Stats();
+            return std::pair<uint64_t, uint64_t>(stats.active_sessions, stats.total_sessions);
+          },
+      .lookups =
+          [control] {
+            const LookupCounters c = control->lookup_counters();
+            return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
+          }});
   return daemon;
 }
 
@@ -82,6 +99,16 @@ absl::Status Daemon::Start() {
     return absl::UnavailableError(
         fmt::format("gRPC control server: cannot listen on '{}' / 'unix:{}' (address in use?)",
                     config_.control.listen_address, unix_path));
+  }
+  if (!config_.metrics.listen_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+        MetricsExposer::Create(config_.metrics.listen_address, {registry_, node_metrics_});
+    if (!exposer.ok()) return exposer.status();
+    metrics_exposer_ = *std::move(exposer);
+    spdlog::info(
+        "metrics on {}:{}/metrics",
+        config_.metrics.listen_address.substr(0, config_.metrics.listen_address.rfind(':')),
+        metrics_exposer_->port());
   }
   sessions_->Start();
   spdlog::info("stratad {} serving: engines on {}, control on {}{}{}, host tier {} MiB",

@@ -575,6 +575,8 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
   committed_pages_ += PagesOf(*record);
   payload_bytes_ += record->size_bytes;
   ++chunks_;
+  ++commits_;
+  committed_bytes_ += record->size_bytes;
   record->seq = next_seq_++;
   by_seq_.emplace(record->seq, record);
   ChunkId parent = kNoChunk;
@@ -688,6 +690,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
         break;
       }
       ++hits_;
+      hit_bytes_ += record->size_bytes;
       const uint64_t handle = next_handle_++;
       handles_.emplace(handle, Handle{.record = record, .owner = owner, .is_lease = true});
       ++bound_handles_;
@@ -747,6 +750,7 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
         lease.key().ToString()));
   }
   --hits_;
+  hit_bytes_ -= record->size_bytes;
   ++misses_;
   if (record->state == ChunkState::kCommitted) {
     ++checksum_failures_;
@@ -1034,6 +1038,9 @@ HostTierStats HostTier::Stats() const {
       .checksum_failures = checksum_failures_,
       .removed = removed_,
       .removed_bytes = removed_bytes_,
+      .commits = commits_,
+      .committed_bytes = committed_bytes_,
+      .hit_bytes = hit_bytes_,
   };
   for (const Record* record : detached_) stats.pending_free_bytes += record->size_bytes;
   for (const auto& [expiry, record] : expiry_) {

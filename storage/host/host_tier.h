@@ -275,8 +275,11 @@ struct HostTierStats {
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
   uint64_t checksum_failures = 0;  // chunks dropped for a checksum mismatch
-  uint64_t removed = 0;            // chunks removed by Remove / RemoveIf
+  uint64_t removed = 0;            // chunks removed by Remove / RemoveIf / RemoveAll
   uint64_t removed_bytes = 0;
+  uint64_t commits = 0;  // chunks committed so far (stores)
+  uint64_t committed_bytes = 0;
+  uint64_t hit_bytes = 0;  // payload bytes of the hits (loads)
 };
 
 class HostTier {
@@ -487,6 +490,9 @@ class HostTier {
   uint64_t checksum_failures_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t removed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t removed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t committed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hit_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata::storage

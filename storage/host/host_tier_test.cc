@@ -792,7 +792,12 @@ TEST_F(HostTierTest, ObserverSeesStoresAndRemovalsInIndexOrder) {
   EXPECT_EQ(tier->Acquire(Key(2)).status().code(), absl::StatusCode::kDataLoss);
   ASSERT_NO_FATAL_FAILURE(Store(*tier, 4));
   EXPECT_EQ(tier->RemoveAll().chunks, 2u);
-  EXPECT_EQ(tier->Stats().chunks, 0u);
+  const HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.chunks, 0u);
+  EXPECT_EQ(stats.commits, 5u);
+  EXPECT_EQ(stats.committed_bytes, 4 * kFull + kFull / 2);
+  EXPECT_EQ(stats.hit_bytes, kFull)
+      << "the corrupt chunk's load is a miss; CorruptOneByte's is a hit";
   EXPECT_EQ(observer.events,
             (std::vector<std::string>{"stored 0 - 16", "stored 1 0 8", "stored 2 - 16",
                                       "removed 0 0", "stored 3 - 16", "removed 1 1", "removed 2 2",
