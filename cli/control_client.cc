@@ -7,11 +7,19 @@
 namespace strata::cli {
 
 absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,
-                                                     std::chrono::milliseconds timeout) {
+                                                     const ConnectOptions& options) {
   if (address.empty()) return absl::InvalidArgumentError("--addr is empty");
-  return ControlClient(
-      v1::StrataControl::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-      timeout);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options.tls_ca_pem.empty() ? grpc::InsecureChannelCredentials()
+                                 : grpc::SslCredentials({.pem_root_certs = options.tls_ca_pem});
+  return ControlClient(v1::StrataControl::NewStub(grpc::CreateChannel(address, credentials)),
+                       options);
+}
+
+void ControlClient::Prepare(grpc::ClientContext& context) const {
+  if (!options_.bearer_token.empty()) {
+    context.AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
 }
 
 template <typename Request, typename Response>
@@ -20,7 +28,8 @@ absl::StatusOr<Response> ControlClient::Call(grpc::Status (Stub::*method)(grpc::
                                                                           Response*),
                                              const Request& request) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+  Prepare(context);
+  context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
   Response response;
   grpc::Status status = (stub_.get()->*method)(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -67,6 +76,7 @@ absl::StatusOr<v1::DrainResponse> ControlClient::Drain() {
 absl::Status ControlClient::WatchEvents(uint64_t from_sequence,
                                         absl::FunctionRef<bool(const v1::ChunkEvent&)> on_event) {
   grpc::ClientContext context;
+  Prepare(context);
   v1::WatchEventsRequest request;
   request.set_from_sequence(from_sequence);
   std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader =

@@ -13,11 +13,19 @@
 
 namespace strata::cli {
 
+struct ConnectOptions {
+  std::chrono::milliseconds timeout{5000};  // deadline of each unary call
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string bearer_token;
+  // PEM root certificate(s) that sign the daemon's: TLS when not empty.
+  std::string tls_ca_pem;
+};
+
 class ControlClient {
  public:
   // "host:port", "unix:/path" or "unix:///path". kInvalidArgument for an empty address.
   static absl::StatusOr<ControlClient> Connect(const std::string& address,
-                                               std::chrono::milliseconds timeout);
+                                               const ConnectOptions& options);
 
   // Each call answers the daemon's status (or kDeadlineExceeded / kUnavailable when it cannot be
   // reached in time).
@@ -39,8 +47,11 @@ class ControlClient {
  private:
   using Stub = v1::StrataControl::Stub;
 
-  ControlClient(std::unique_ptr<Stub> stub, std::chrono::milliseconds timeout)
-      : stub_(std::move(stub)), timeout_(timeout) {}
+  ControlClient(std::unique_ptr<Stub> stub, ConnectOptions options)
+      : stub_(std::move(stub)), options_(std::move(options)) {}
+
+  // The metadata every call carries.
+  void Prepare(grpc::ClientContext& context) const;
 
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
@@ -48,7 +59,7 @@ class ControlClient {
                                 const Request& request);
 
   std::unique_ptr<Stub> stub_;
-  std::chrono::milliseconds timeout_;
+  ConnectOptions options_;
 };
 
 }  // namespace strata::cli

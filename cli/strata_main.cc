@@ -107,14 +107,20 @@ absl::StatusOr<std::vector<uint32_t>> ParseTokens(std::string_view text) {
   return tokens;
 }
 
+absl::StatusOr<std::string> ReadText(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read '{}'", file));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 absl::StatusOr<std::vector<uint32_t>> ReadTokens(const std::string& inline_tokens,
                                                  const std::string& file) {
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return absl::InvalidArgumentError(fmt::format("cannot read '{}'", file));
-    std::stringstream text;
-    text << in.rdbuf();
-    return ParseTokens(text.str());
+    absl::StatusOr<std::string> text = ReadText(file);
+    if (!text.ok()) return text.status();
+    return ParseTokens(*text);
   }
   return ParseTokens(inline_tokens);
 }
@@ -194,6 +200,10 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--timeout-ms", timeout_ms, "deadline of each call")->capture_default_str();
+  std::string token_file, tls_ca;
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token the daemon requires over TCP");
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
@@ -297,8 +307,22 @@ int Run(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     tier = *parsed;
   }
-  absl::StatusOr<ControlClient> client =
-      ControlClient::Connect(addr, std::chrono::milliseconds(timeout_ms));
+  ConnectOptions connect{.timeout = std::chrono::milliseconds(timeout_ms)};
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadText(token_file);
+    if (!token.ok()) return Fail(token.status());
+    connect.bearer_token = *token;
+    while (!connect.bearer_token.empty() &&
+           std::isspace(static_cast<unsigned char>(connect.bearer_token.back()))) {
+      connect.bearer_token.pop_back();
+    }
+  }
+  if (!tls_ca.empty()) {
+    absl::StatusOr<std::string> pem = ReadText(tls_ca);
+    if (!pem.ok()) return Fail(pem.status());
+    connect.tls_ca_pem = *pem;
+  }
+  absl::StatusOr<ControlClient> client = ControlClient::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
   if (*status_cmd) return Print(client->Health(), json, FormatHealth);
   if (*stats_cmd) return Print(client->Stats(), json, FormatStats);

@@ -113,6 +113,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       } else if (section == "control") {
         if (key == "listen_address") s = ReadString(value, name, c.control.listen_address);
         if (key == "unix_socket_path") s = ReadString(value, name, c.control.unix_socket_path);
+        if (key == "tls_cert_path") s = ReadString(value, name, c.control.tls_cert_path);
+        if (key == "tls_key_path") s = ReadString(value, name, c.control.tls_key_path);
+        if (key == "auth_token_file") s = ReadString(value, name, c.control.auth_token_file);
         if (key == "event_ring_capacity") {
           s = ReadUint(value, name, c.control.event_ring_capacity);
         }
@@ -218,6 +221,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.engine.socket_path.empty()) return Bad("config: engine.socket_path is empty");
   if (c.engine.max_sessions == 0) return Bad("config: engine.max_sessions must be positive");
+  if (c.control.tls_cert_path.empty() != c.control.tls_key_path.empty()) {
+    return Bad("config: control.tls_cert_path and control.tls_key_path go together");
+  }
   if (c.control.event_ring_capacity == 0) {
     return Bad("config: control.event_ring_capacity must be at least 1");
   }
@@ -253,7 +259,10 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"control",
        toml::table{{"listen_address", c.control.listen_address},
                    {"unix_socket_path", c.control.unix_socket_path},
-                   {"event_ring_capacity", static_cast<int64_t>(c.control.event_ring_capacity)}}},
+                   {"event_ring_capacity", static_cast<int64_t>(c.control.event_ring_capacity)},
+                   {"tls_cert_path", c.control.tls_cert_path},
+                   {"tls_key_path", c.control.tls_key_path},
+                   {"auth_token_file", c.control.auth_token_file}}},
       {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
       {"log", toml::table{{"level", c.log.level}}},
       {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
@@ -274,7 +283,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   std::string config_path;
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
-      hash_algorithm, seed, policy, metrics_listen;
+      hash_algorithm, seed, policy, metrics_listen, tls_cert, tls_key, auth_token_file;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -285,6 +294,10 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--hash-algorithm", hash_algorithm, "xxh3_128|sha256_cbor");
   app.add_option("--seed", seed, "key protocol seed");
   app.add_option("--policy", policy, "host tier eviction policy");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate for TLS on the gRPC TCP port");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding the bearer token gRPC TCP callers must present");
   app.add_option("--metrics-listen", metrics_listen,
                  "Prometheus /metrics address, e.g. 127.0.0.1:9464 (\"\" disables)");
   try {
@@ -315,6 +328,9 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (seed) config.keys.seed = *seed;
   if (policy) config.host.policy = *policy;
   if (metrics_listen) config.metrics.listen_address = *metrics_listen;
+  if (tls_cert) config.control.tls_cert_path = *tls_cert;
+  if (tls_key) config.control.tls_key_path = *tls_key;
+  if (auth_token_file) config.control.auth_token_file = *auth_token_file;
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

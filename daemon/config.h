@@ -6,7 +6,10 @@
 //             lease_ms, verify_every_n_loads, policy
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
-//             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1)
+//             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
+//             tls_cert_path + tls_key_path (PEM; TLS on the TCP port, both or neither),
+//             auth_token_file (a file holding the bearer token TCP callers must present;
+//             "" accepts every TCP caller; the Unix socket is guarded by file permissions)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
 //   [log]     level ("trace" .. "critical", "off")
 //   [metrics] listen_address (Prometheus /metrics, e.g. "127.0.0.1:9464"; "" disables it)
@@ -45,6 +48,9 @@ struct DaemonConfig {
     std::string listen_address = "127.0.0.1:50051";
     std::string unix_socket_path;
     uint32_t event_ring_capacity = 65536;
+    std::string tls_cert_path;
+    std::string tls_key_path;
+    std::string auth_token_file;
   } control;
   struct Keys {
     std::string hash_algorithm = "xxh3_128";

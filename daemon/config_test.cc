@@ -60,6 +60,9 @@ listen_address = "127.0.0.1:9464"
   DaemonConfig no_ring = *config;
   no_ring.control.event_ring_capacity = 0;
   EXPECT_EQ(ValidateConfig(no_ring).code(), absl::StatusCode::kInvalidArgument);
+  DaemonConfig cert_only = *config;
+  cert_only.control.tls_cert_path = "/etc/strata/cert.pem";
+  EXPECT_EQ(ValidateConfig(cert_only).code(), absl::StatusCode::kInvalidArgument);
 
   absl::StatusOr<DaemonConfig> again = ApplyToml(ConfigToToml(*config), DaemonConfig());
   ASSERT_TRUE(again.ok()) << again.status();

@@ -7,6 +7,7 @@
 #include "daemon/metrics.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
+#include "openssl/crypto.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -17,6 +18,13 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// A WatchEvents call refused before it started.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
 
 enum class Unspecified { kHost, kEvery, kInvalid };
 
@@ -84,6 +92,24 @@ ControlService::ControlService(ControlServiceOptions options)
                          .Add({}, LatencyBuckets());
 }
 
+absl::Status ControlService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (options_.bearer_token.empty() || context.peer().rfind("unix:", 0) == 0) {
+    return absl::OkStatus();
+  }
+  const std::string expected = "Bearer " + options_.bearer_token;
+  const auto& metadata = context.client_metadata();
+  for (auto [it, end] = metadata.equal_range("authorization"); it != end; ++it) {
+    const grpc::string_ref& value = it->second;
+    // Compared in full whatever the content, so the time says nothing about the token.
+    if (value.size() == expected.size() &&
+        CRYPTO_memcmp(value.data(), expected.data(), expected.size()) == 0) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::UnauthenticatedError(
+      "this daemon requires a bearer token over TCP (authorization: Bearer <token>)");
+}
+
 absl::StatusOr<ResolvedChunks> ControlService::Resolve(const v1::ChunkSelector& selector) const {
   return ResolveSelector(selector, options_.key_options, options_.limits);
 }
@@ -91,6 +117,7 @@ absl::StatusOr<ResolvedChunks> ControlService::Resolve(const v1::ChunkSelector& 
 grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* context,
                                                  const v1::LookupRequest* request,
                                                  v1::LookupResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   const auto started = std::chrono::steady_clock::now();
   const absl::Status status = DoLookup(*request, *response);
   if (lookup_latency_ != nullptr) {
@@ -133,6 +160,7 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
 grpc::ServerUnaryReactor* ControlService::Pin(grpc::CallbackServerContext* context,
                                               const v1::PinRequest* request,
                                               v1::PinResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, DoPin(*request, *response));
 }
 
@@ -157,6 +185,7 @@ absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinRespons
 grpc::ServerUnaryReactor* ControlService::Unpin(grpc::CallbackServerContext* context,
                                                 const v1::UnpinRequest* request,
                                                 v1::UnpinResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, DoUnpin(*request, *response));
 }
 
@@ -177,6 +206,7 @@ absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinR
 grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* context,
                                                const v1::MoveRequest* request,
                                                v1::MoveResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, DoMove(*request, *response));
 }
 
@@ -198,6 +228,7 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
 grpc::ServerUnaryReactor* ControlService::Clear(grpc::CallbackServerContext* context,
                                                 const v1::ClearRequest* request,
                                                 v1::ClearResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, DoClear(*request, *response));
 }
 
@@ -239,6 +270,7 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
 grpc::ServerUnaryReactor* ControlService::Compress(grpc::CallbackServerContext* context,
                                                    const v1::CompressRequest*,
                                                    v1::CompressResponse*) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, absl::UnimplementedError(
                              "Compress: no KV codec is available yet (it arrives with the codec "
                              "issue); nothing was compressed"));
@@ -247,6 +279,7 @@ grpc::ServerUnaryReactor* ControlService::Compress(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::Decompress(grpc::CallbackServerContext* context,
                                                      const v1::DecompressRequest*,
                                                      v1::DecompressResponse*) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, absl::UnimplementedError(
                              "Decompress: no KV codec is available yet (it arrives with the codec "
                              "issue); no chunk is compressed"));
@@ -255,6 +288,7 @@ grpc::ServerUnaryReactor* ControlService::Decompress(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* context,
                                                  const v1::HealthRequest*,
                                                  v1::HealthResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   response->set_status(draining_ ? v1::HealthResponse::SERVING_STATUS_DRAINING
                                  : v1::HealthResponse::SERVING_STATUS_SERVING);
   response->set_version(STRATA_VERSION);
@@ -267,6 +301,7 @@ grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   const storage::HostTierStats host = options_.host_tier->Stats();
   v1::TierStats* tier = response->add_tiers();
   tier->set_tier(v1::TIER_HOST);
@@ -297,6 +332,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* ControlService::ListChunks(grpc::CallbackServerContext* context,
                                                      const v1::ListChunksRequest* request,
                                                      v1::ListChunksResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   return Finish(context, DoListChunks(*request, *response));
 }
 
@@ -336,6 +372,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* context,
                                                 const v1::DrainRequest*,
                                                 v1::DrainResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   options_.host_tier->StopAdmitting();
   SetDraining();
   const storage::HostTierStats host = options_.host_tier->Stats();
@@ -347,7 +384,8 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
 }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* ControlService::WatchEvents(
-    grpc::CallbackServerContext*, const v1::WatchEventsRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return new RefusedStream(ToGrpcStatus(s));
   return new WatchEventsReactor(options_.events, request->from_sequence());
 }
 

@@ -31,6 +31,9 @@ struct ControlServiceOptions {
   KeyHasherOptions key_options;
   // Selections above these sizes are rejected with INVALID_ARGUMENT.
   SelectionLimits limits;
+  // Callers over TCP must send "authorization: Bearer <token>" (UNAUTHENTICATED otherwise);
+  // empty: no check. Unix-socket callers are never checked (file permissions guard them).
+  std::string bearer_token;
   // Nullable; must outlive the service. strata_lookup_duration_seconds is registered on it.
   prometheus::Registry* registry = nullptr;
 };
@@ -97,6 +100,8 @@ class ControlService final : public v1::StrataControl::CallbackService {
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
+  // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 
   const ControlServiceOptions options_;
   const MonoTime started_;

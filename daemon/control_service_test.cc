@@ -1,5 +1,6 @@
 #include "daemon/control_service.h"
 
+#include <cstdio>
 #include <numeric>
 #include <span>
 
@@ -662,6 +663,74 @@ TEST_F(ControlServiceTest, WatchEventsOutsideTheRingIsOutOfRange) {
   ASSERT_EQ(events.size(), 16u);
   EXPECT_EQ(events.front().sequence(), 5u);
   EXPECT_EQ(events.back().sequence(), 20u);
+}
+
+// A service that requires a bearer token over TCP, also served on a Unix socket.
+class ControlServiceAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage::HostTierOptions options;
+    options.capacity_bytes = 16 * 4096;
+    options.page_bytes = 4096;
+    tier_ = *storage::HostTier::Create(options);
+    ControlServiceOptions service_options;
+    service_options.host_tier = tier_.get();
+    service_options.events = &events_;
+    service_options.bearer_token = "s3cret";
+    service_ = std::make_unique<ControlService>(std::move(service_options));
+    socket_path_ = ::testing::TempDir() + "/strata-auth-test.sock";
+    std::remove(socket_path_.c_str());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    tcp_ = v1::StrataControl::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                          grpc::InsecureChannelCredentials()));
+    unix_ = v1::StrataControl::NewStub(
+        grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    std::remove(socket_path_.c_str());
+  }
+
+  static grpc::Status Stats(v1::StrataControl::Stub& stub, const std::string& authorization) {
+    grpc::ClientContext context;
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    v1::StatsResponse response;
+    return stub.Stats(&context, v1::StatsRequest(), &response);
+  }
+
+  EventLog events_{16};
+  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string socket_path_;
+  std::unique_ptr<v1::StrataControl::Stub> tcp_;
+  std::unique_ptr<v1::StrataControl::Stub> unix_;
+};
+
+TEST_F(ControlServiceAuthTest, TcpCallersNeedTheBearerToken) {
+  EXPECT_EQ(Stats(*tcp_, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Stats(*tcp_, "Bearer wrong!").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Stats(*tcp_, "Bearer s3cret-and-more").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Stats(*tcp_, "Bearer s3cret").ok());
+  EXPECT_TRUE(Stats(*unix_, "").ok()) << "the Unix socket is guarded by file permissions";
+
+  grpc::ClientContext context;
+  v1::PinRequest pin;
+  v1::PinResponse pinned;
+  EXPECT_EQ(tcp_->Pin(&context, pin, &pinned).error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << "checked before the request is validated";
+
+  grpc::ClientContext watch_context;
+  auto reader = tcp_->WatchEvents(&watch_context, v1::WatchEventsRequest());
+  v1::WatchEventsResponse response;
+  EXPECT_FALSE(reader->Read(&response));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace

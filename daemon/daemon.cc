@@ -1,8 +1,11 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/status_util.h"
 #include "fmt/format.h"
@@ -14,6 +17,28 @@ namespace strata::daemon {
 namespace {
 
 constexpr std::chrono::milliseconds kControlDrainGrace{500};
+
+// The whole file, or kInvalidArgument naming what could not be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read {} '{}'", what, path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// TLS credentials when a certificate is configured, else insecure ones (loopback by default).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const DaemonConfig::Control& control) {
+  if (control.tls_cert_path.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadFile(control.tls_cert_path, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(control.tls_key_path, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(options);
+}
 
 }  // namespace
 
@@ -55,11 +80,25 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
 
   absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config.keys.hash_algorithm);
   if (!algorithm.ok()) return algorithm.status();
+  std::string token;
+  if (!config.control.auth_token_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(config.control.auth_token_file, "token file");
+    if (!text.ok()) return text.status();
+    token = *text;
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      return absl::InvalidArgumentError(
+          fmt::format("token file '{}' is empty", config.control.auth_token_file));
+    }
+  }
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
                             .sessions = daemon->sessions_.get(),
                             .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
+                            .bearer_token = token,
                             .registry = daemon->registry_.get()});
   const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
   const ControlService* control = daemon->control_service_.get();
@@ -81,8 +120,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
 absl::Status Daemon::Start() {
   grpc::ServerBuilder builder;
   if (!config_.control.listen_address.empty()) {
-    builder.AddListeningPort(config_.control.listen_address, grpc::InsecureServerCredentials(),
-                             &control_port_);
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        TcpCredentials(config_.control);
+    if (!credentials.ok()) return credentials.status();
+    builder.AddListeningPort(config_.control.listen_address, *credentials, &control_port_);
   }
   const std::string& unix_path = config_.control.unix_socket_path;
   if (!unix_path.empty()) {
