@@ -124,6 +124,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "seed") s = ReadString(value, name, c.keys.seed);
       } else if (section == "log") {
         if (key == "level") s = ReadString(value, name, c.log.level);
+      } else if (section == "events") {
+        if (key == "zmq_endpoint") s = ReadString(value, name, c.events.zmq_endpoint);
+        if (key == "zmq_topic") s = ReadString(value, name, c.events.zmq_topic);
       } else if (section == "metrics") {
         if (key == "listen_address") s = ReadString(value, name, c.metrics.listen_address);
       } else if (section == "daemon") {
@@ -265,6 +268,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"auth_token_file", c.control.auth_token_file}}},
       {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
       {"log", toml::table{{"level", c.log.level}}},
+      {"events",
+       toml::table{{"zmq_endpoint", c.events.zmq_endpoint}, {"zmq_topic", c.events.zmq_topic}}},
       {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
@@ -283,7 +288,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   std::string config_path;
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
-      hash_algorithm, seed, policy, metrics_listen, tls_cert, tls_key, auth_token_file;
+      hash_algorithm, seed, policy, metrics_listen, tls_cert, tls_key, auth_token_file,
+      kv_events_endpoint;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -298,6 +304,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--auth-token-file", auth_token_file,
                  "file holding the bearer token gRPC TCP callers must present");
+  app.add_option("--kv-events-endpoint", kv_events_endpoint,
+                 "publish vLLM-format KV events on this ZMQ PUB endpoint (\"\" disables)");
   app.add_option("--metrics-listen", metrics_listen,
                  "Prometheus /metrics address, e.g. 127.0.0.1:9464 (\"\" disables)");
   try {
@@ -328,6 +336,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (seed) config.keys.seed = *seed;
   if (policy) config.host.policy = *policy;
   if (metrics_listen) config.metrics.listen_address = *metrics_listen;
+  if (kv_events_endpoint) config.events.zmq_endpoint = *kv_events_endpoint;
   if (tls_cert) config.control.tls_cert_path = *tls_cert;
   if (tls_key) config.control.tls_key_path = *tls_key;
   if (auth_token_file) config.control.auth_token_file = *auth_token_file;

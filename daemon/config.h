@@ -12,6 +12,8 @@
 //             "" accepts every TCP caller; the Unix socket is guarded by file permissions)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
 //   [log]     level ("trace" .. "critical", "off")
+//   [events]  zmq_endpoint (vLLM-format KV events over ZMQ PUB, e.g. "tcp://127.0.0.1:5557";
+//             "" disables), zmq_topic
 //   [metrics] listen_address (Prometheus /metrics, e.g. "127.0.0.1:9464"; "" disables it)
 //   [daemon]  drain_timeout_ms
 #pragma once
@@ -59,6 +61,10 @@ struct DaemonConfig {
   struct Log {
     std::string level = "info";
   } log;
+  struct Events {
+    std::string zmq_endpoint;  // "" (the default): no ZMQ publisher
+    std::string zmq_topic = "kv-events";
+  } events;
   struct Metrics {
     std::string listen_address;  // "" (the default): no metrics endpoint
   } metrics;

@@ -52,6 +52,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   std::unique_ptr<Daemon> daemon(new Daemon(config));
 
   daemon->event_log_ = std::make_unique<EventLog>(config.control.event_ring_capacity);
+  if (!config.events.zmq_endpoint.empty()) {
+    absl::StatusOr<std::unique_ptr<VllmEventPublisher>> publisher = VllmEventPublisher::Create(
+        config.events.zmq_endpoint, config.events.zmq_topic, daemon->event_log_.get());
+    if (!publisher.ok()) return publisher.status();
+    daemon->kv_publisher_ = *std::move(publisher);
+    spdlog::info("kv events on {} (topic '{}')", daemon->kv_publisher_->endpoint(),
+                 config.events.zmq_topic);
+  }
   storage::HostTierOptions host;
   host.capacity_bytes = config.host.capacity_bytes;
   host.page_bytes = config.host.page_bytes;

@@ -17,6 +17,7 @@
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
 #include "daemon/metrics.h"
+#include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
 #include "storage/host/host_tier.h"
 
@@ -52,6 +53,8 @@ class Daemon {
   const std::shared_ptr<prometheus::Registry> registry_;
   // Observes the host tier and feeds WatchEvents streams: outlives both.
   std::unique_ptr<EventLog> event_log_;
+  // Republishes event_log_ in vLLM's format when configured.
+  std::unique_ptr<VllmEventPublisher> kv_publisher_;
   std::unique_ptr<storage::HostTier> host_tier_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
