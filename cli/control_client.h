@@ -7,29 +7,59 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "strata/v1/control.grpc.pb.h"
 
 namespace strata::cli {
 
+struct ConnectOptions {
+  std::chrono::milliseconds timeout{5000};  // deadline of each unary call
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string bearer_token;
+  // PEM root certificate(s) that sign the daemon's: TLS when not empty.
+  std::string tls_ca_pem;
+};
+
 class ControlClient {
  public:
   // "host:port", "unix:/path" or "unix:///path". kInvalidArgument for an empty address.
   static absl::StatusOr<ControlClient> Connect(const std::string& address,
-                                               std::chrono::milliseconds timeout);
+                                               const ConnectOptions& options);
 
+  // Each call answers the daemon's status (or kDeadlineExceeded / kUnavailable when it cannot be
+  // reached in time).
   absl::StatusOr<v1::HealthResponse> Health();
   absl::StatusOr<v1::StatsResponse> Stats();
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
+  absl::StatusOr<v1::PinResponse> Pin(const v1::PinRequest& request);
+  absl::StatusOr<v1::UnpinResponse> Unpin(const v1::UnpinRequest& request);
+  absl::StatusOr<v1::MoveResponse> Move(const v1::MoveRequest& request);
+  absl::StatusOr<v1::ClearResponse> Clear(const v1::ClearRequest& request);
+  absl::StatusOr<v1::ListChunksResponse> ListChunks(const v1::ListChunksRequest& request);
+  absl::StatusOr<v1::DrainResponse> Drain();
+
+  // Streams events from `from_sequence` (0: from the next one), with no deadline, calling
+  // `on_event` for each until it returns false (then OK) or the stream fails (its status).
+  absl::Status WatchEvents(uint64_t from_sequence,
+                           absl::FunctionRef<bool(const v1::ChunkEvent&)> on_event);
 
  private:
-  ControlClient(std::unique_ptr<v1::StrataControl::Stub> stub, std::chrono::milliseconds timeout)
-      : stub_(std::move(stub)), timeout_(timeout) {}
+  using Stub = v1::StrataControl::Stub;
 
-  std::unique_ptr<grpc::ClientContext> NewContext() const;
+  ControlClient(std::unique_ptr<Stub> stub, ConnectOptions options)
+      : stub_(std::move(stub)), options_(std::move(options)) {}
 
-  std::unique_ptr<v1::StrataControl::Stub> stub_;
-  std::chrono::milliseconds timeout_;
+  // The metadata every call carries.
+  void Prepare(grpc::ClientContext& context) const;
+
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                                const Request& request);
+
+  std::unique_ptr<Stub> stub_;
+  ConnectOptions options_;
 };
 
 }  // namespace strata::cli

@@ -8,22 +8,45 @@
 namespace strata::cli {
 namespace {
 
-std::string TierName(v1::Tier tier) {
-  switch (tier) {
-    case v1::TIER_DEVICE:
-      return "device";
-    case v1::TIER_HOST:
-      return "host";
-    case v1::TIER_DISK:
-      return "disk";
-    case v1::TIER_REMOTE:
-      return "remote";
+std::string KeyText(const v1::ChunkKey& proto) {
+  absl::StatusOr<ChunkKey> key = FromProto(proto);
+  return key.ok() ? key->ToString() : std::string("<malformed key>");
+}
+
+const char* CauseName(v1::ChunkEvent::RemovalCause cause) {
+  switch (cause) {
+    case v1::ChunkEvent::REMOVAL_CAUSE_EVICTED:
+      return "evicted";
+    case v1::ChunkEvent::REMOVAL_CAUSE_REMOVED:
+      return "removed";
+    case v1::ChunkEvent::REMOVAL_CAUSE_CORRUPT:
+      return "corrupt";
     default:
       return "?";
   }
 }
 
+constexpr std::pair<std::string_view, v1::Tier> kTiers[] = {{"device", v1::TIER_DEVICE},
+                                                            {"host", v1::TIER_HOST},
+                                                            {"disk", v1::TIER_DISK},
+                                                            {"remote", v1::TIER_REMOTE}};
+
 }  // namespace
+
+absl::StatusOr<v1::Tier> ParseTier(std::string_view name) {
+  for (const auto& [tier_name, tier] : kTiers) {
+    if (name == tier_name) return tier;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("tier '{}' is not one of device, host, disk, remote", name));
+}
+
+std::string TierName(v1::Tier tier) {
+  for (const auto& [name, value] : kTiers) {
+    if (tier == value) return std::string(name);
+  }
+  return "?";
+}
 
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
@@ -82,11 +105,80 @@ std::string FormatLookup(const v1::LookupResponse& lookup) {
                   lookup.matched_chunks(), lookup.total_chunks());
   for (int i = 0; i < lookup.hits_size(); ++i) {
     const v1::ChunkHit& hit = lookup.hits(i);
-    absl::StatusOr<ChunkKey> key = FromProto(hit.key());
-    out += fmt::format("  {:>4}  {:<6}  {}\n", i, TierName(hit.tier()),
-                       key.ok() ? key->ToString() : std::string("<malformed key>"));
+    out += fmt::format("  {:>4}  {:<6}  {}\n", i, TierName(hit.tier()), KeyText(hit.key()));
   }
   return out;
+}
+
+std::string FormatPin(const v1::PinResponse& pin) {
+  return fmt::format("pinned {} chunks ({}); {} not cached\n", pin.pinned_chunks(),
+                     HumanBytes(pin.pinned_bytes()), pin.missing_chunks());
+}
+
+std::string FormatUnpin(const v1::UnpinResponse& unpin) {
+  return fmt::format("unpinned {} chunks; {} not cached\n", unpin.unpinned_chunks(),
+                     unpin.missing_chunks());
+}
+
+std::string FormatMove(const v1::MoveResponse& move, v1::Tier target) {
+  return fmt::format("moved {} chunks to {}; {} already there; {} not cached\n",
+                     move.moved_chunks(), TierName(target), move.already_in_target(),
+                     move.missing_chunks());
+}
+
+std::string FormatClear(const v1::ClearResponse& clear) {
+  return fmt::format("removed {} chunks ({})\n", clear.removed_chunks(),
+                     HumanBytes(clear.removed_bytes()));
+}
+
+std::string FormatDrain(const v1::DrainResponse& drain) {
+  return fmt::format(
+      "draining: no new chunks are admitted\nresident {} chunks ({}), {} open reservations; "
+      "flushed {} chunks\n",
+      drain.resident_chunks(), HumanBytes(drain.resident_bytes()), drain.open_reservations(),
+      drain.flushed_chunks());
+}
+
+std::string FormatChunks(const v1::ListChunksResponse& page) {
+  std::string out = fmt::format("{:<6} {:>6} {:>10} {:<4} {:>10} {:>6}  {}\n", "tier", "tokens",
+                                "size", "pin", "soft-ttl", "leases", "key");
+  for (const v1::ChunkEntry& chunk : page.chunks()) {
+    const std::string ttl = chunk.soft_pin_remaining_ms() == 0
+                                ? std::string("-")
+                                : fmt::format("{} ms", chunk.soft_pin_remaining_ms());
+    const char* pin = chunk.hard_pinned()                 ? "hard"
+                      : chunk.soft_pin_remaining_ms() > 0 ? "soft"
+                                                          : "-";
+    out += fmt::format("{:<6} {:>6} {:>10} {:<4} {:>10} {:>6}  {}\n", TierName(chunk.tier()),
+                       chunk.num_tokens(), HumanBytes(chunk.size_bytes()), pin, ttl, chunk.leases(),
+                       KeyText(chunk.key()));
+  }
+  out += fmt::format("{} chunks", page.chunks_size());
+  if (!page.next_page_token().empty()) {
+    out += fmt::format("; more with --page-token {}", page.next_page_token());
+  }
+  return out + "\n";
+}
+
+std::string FormatEvent(const v1::ChunkEvent& event) {
+  std::string what;
+  switch (event.event_case()) {
+    case v1::ChunkEvent::kStored:
+      what = fmt::format("stored   {}  tokens {}  parent {}", KeyText(event.stored().key()),
+                         event.stored().num_tokens(),
+                         event.stored().has_parent() ? KeyText(event.stored().parent()) : "-");
+      break;
+    case v1::ChunkEvent::kRemoved:
+      what = fmt::format("removed  {}  ({})", KeyText(event.removed().key()),
+                         CauseName(event.removed().cause()));
+      break;
+    case v1::ChunkEvent::kCleared:
+      what = "cleared  every chunk";
+      break;
+    default:
+      what = "?";
+  }
+  return fmt::format("{:>8}  {:<6} {}\n", event.sequence(), TierName(event.tier()), what);
 }
 
 std::string FormatHash(const HashReport& report, bool json) {

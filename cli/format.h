@@ -4,7 +4,9 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "strata/v1/control.pb.h"
@@ -17,6 +19,20 @@ std::string ToJson(const google::protobuf::Message& message);
 std::string FormatHealth(const v1::HealthResponse& health);
 std::string FormatStats(const v1::StatsResponse& stats);
 std::string FormatLookup(const v1::LookupResponse& lookup);
+std::string FormatPin(const v1::PinResponse& pin);
+std::string FormatUnpin(const v1::UnpinResponse& unpin);
+std::string FormatMove(const v1::MoveResponse& move, v1::Tier target);
+std::string FormatClear(const v1::ClearResponse& clear);
+std::string FormatDrain(const v1::DrainResponse& drain);
+// `strata ls`: a table of chunks, then how to get the next page when there is one.
+std::string FormatChunks(const v1::ListChunksResponse& page);
+// `strata events`: one line per event.
+std::string FormatEvent(const v1::ChunkEvent& event);
+
+// "host" -> TIER_HOST, and so on for device, disk, remote; kInvalidArgument otherwise.
+absl::StatusOr<v1::Tier> ParseTier(std::string_view name);
+// TIER_HOST -> "host"; "?" for unknown values.
+std::string TierName(v1::Tier tier);
 
 // `strata hash`: the layout, its fingerprint and one line per chunk key.
 struct HashReport {

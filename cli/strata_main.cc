@@ -1,6 +1,8 @@
 // strata: the operator's CLI for a Strata daemon.
-//   strata status | stats | lookup | hash   (strata --help, strata <command> --help)
-// Exit codes: 0 success, 1 the daemon answered with an error or could not be reached, 2 usage.
+//   strata status | stats | lookup | hash | pin | unpin | move | clear | ls | drain | events
+//   (strata --help, strata <command> --help). --json everywhere (events: one JSON object a line).
+// Exit codes: 0 success; 1 the daemon answered with an error or could not be reached; 2 a usage
+// error or a request the daemon rejected as invalid (INVALID_ARGUMENT).
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -105,21 +107,87 @@ absl::StatusOr<std::vector<uint32_t>> ParseTokens(std::string_view text) {
   return tokens;
 }
 
+absl::StatusOr<std::string> ReadText(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read '{}'", file));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 absl::StatusOr<std::vector<uint32_t>> ReadTokens(const std::string& inline_tokens,
                                                  const std::string& file) {
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return absl::InvalidArgumentError(fmt::format("cannot read '{}'", file));
-    std::stringstream text;
-    text << in.rdbuf();
-    return ParseTokens(text.str());
+    absl::StatusOr<std::string> text = ReadText(file);
+    if (!text.ok()) return text.status();
+    return ParseTokens(*text);
   }
   return ParseTokens(inline_tokens);
 }
 
+// Chunks named on the command line: --key (repeatable), or a prompt's tokens with the layout.
+struct SelectorFlags {
+  LayoutFlags layout;
+  std::string tokens_text;
+  std::string tokens_file;
+  std::string tenant_salt;
+  std::string lora;
+  std::vector<std::string> keys;
+
+  void Register(CLI::App* app, bool with_keys) {
+    layout.Register(app);
+    app->add_option("--tokens", tokens_text, "token ids, e.g. 1,2,3");
+    app->add_option("--tokens-file", tokens_file, "file of token ids");
+    app->add_option("--tenant-salt", tenant_salt, "tenant salt");
+    app->add_option("--lora", lora, "LoRA adapter name");
+    if (with_keys) app->add_option("--key", keys, "a chunk key as `strata ls` prints it");
+  }
+
+  absl::StatusOr<std::vector<uint32_t>> Tokens() const {
+    return ReadTokens(tokens_text, tokens_file);
+  }
+
+  // A key selection when --key is given, else a token chain (tokens required).
+  absl::StatusOr<v1::ChunkSelector> Build() const {
+    v1::ChunkSelector selector;
+    if (!keys.empty()) {
+      if (!tokens_text.empty() || !tokens_file.empty()) {
+        return absl::InvalidArgumentError("give either --key or --tokens/--tokens-file");
+      }
+      for (const std::string& text : keys) {
+        absl::StatusOr<ChunkKey> key = ChunkKey::Parse(text);
+        if (!key.ok()) return key.status();
+        *selector.add_keys() = ToProto(*key);
+      }
+      return selector;
+    }
+    absl::StatusOr<std::vector<uint32_t>> tokens = Tokens();
+    if (!tokens.ok()) return tokens.status();
+    if (tokens->empty()) return absl::InvalidArgumentError("no chunks: give --tokens or --key");
+    absl::StatusOr<KvLayout> built = layout.Build();
+    if (!built.ok()) return built.status();
+    *selector.mutable_layout() = ToProto(*built);
+    for (uint32_t t : *tokens) selector.add_tokens(t);
+    selector.set_tenant_salt(tenant_salt);
+    selector.set_lora_name(lora);
+    return selector;
+  }
+};
+
+// Prints `response` as JSON or through `format`; the exit code.
+template <typename Response, typename Format>
+int Print(const absl::StatusOr<Response>& response, bool json, Format format);
+
 int Fail(const absl::Status& status) {
   std::cerr << "strata: " << fmt::format("{}", status) << "\n";
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+template <typename Response, typename Format>
+int Print(const absl::StatusOr<Response>& response, bool json, Format format) {
+  if (!response.ok()) return Fail(response.status());
+  std::cout << (json ? ToJson(*response) : format(*response));
+  return 0;
 }
 
 int Run(int argc, char** argv) {
@@ -132,31 +200,73 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--timeout-ms", timeout_ms, "deadline of each call")->capture_default_str();
+  std::string token_file, tls_ca;
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token the daemon requires over TCP");
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
 
-  LayoutFlags layout_flags;
-  std::string tokens_text, tokens_file, tenant_salt, lora, algorithm = "xxh3_128", seed = "0";
+  SelectorFlags selector_flags;
+  std::string algorithm = "xxh3_128", seed = "0";
   bool partial = false;
   CLI::App* lookup_cmd = app.add_subcommand("lookup", "how much of a prompt is cached");
   CLI::App* hash_cmd =
       app.add_subcommand("hash", "print the chunk keys of a prompt (no daemon needed)");
-  for (CLI::App* cmd : {lookup_cmd, hash_cmd}) {
-    layout_flags.Register(cmd);
-    cmd->add_option("--tokens", tokens_text, "token ids, e.g. 1,2,3");
-    cmd->add_option("--tokens-file", tokens_file, "file of token ids");
-    cmd->add_option("--tenant-salt", tenant_salt, "tenant salt");
-    cmd->add_option("--lora", lora, "LoRA adapter name");
-  }
+  selector_flags.Register(lookup_cmd, /*with_keys=*/true);
+  selector_flags.Register(hash_cmd, /*with_keys=*/false);
   hash_cmd->add_option("--hash-algorithm", algorithm, "xxh3_128|sha256_cbor")
       ->capture_default_str();
   hash_cmd->add_option("--seed", seed, "key protocol seed (vLLM: PYTHONHASHSEED)")
       ->capture_default_str();
   hash_cmd->add_flag("--partial", partial, "also hash the trailing partial chunk");
 
+  bool soft = false;
+  uint64_t ttl_ms = 0;
+  std::string tier_name, target_name;
+  CLI::App* pin_cmd = app.add_subcommand("pin", "keep chunks from eviction");
+  CLI::App* unpin_cmd = app.add_subcommand("unpin", "remove hard (or --soft) pins");
+  CLI::App* move_cmd = app.add_subcommand("move", "move chunks to another tier of this node");
+  CLI::App* clear_cmd = app.add_subcommand(
+      "clear", "remove chunks: --key/--tokens, --by-layout (with the layout flags) or --all");
+  for (CLI::App* cmd : {pin_cmd, unpin_cmd, move_cmd, clear_cmd}) {
+    selector_flags.Register(cmd, /*with_keys=*/true);
+  }
+  for (CLI::App* cmd : {pin_cmd, unpin_cmd}) {
+    cmd->add_flag("--soft", soft, "a soft pin (with --ttl-ms) instead of a hard one");
+    cmd->add_option("--tier", tier_name, "tier (default host)");
+  }
+  pin_cmd->add_option("--ttl-ms", ttl_ms, "soft pin duration");
+  move_cmd->add_option("--to", target_name, "target tier: device|host|disk|remote")->required();
+  bool clear_all = false, by_layout = false;
+  clear_cmd->add_flag("--all", clear_all, "every chunk");
+  clear_cmd->add_flag("--by-layout", by_layout, "every chunk of the layout given by the flags");
+  clear_cmd->add_option("--tier", tier_name, "tier (default every tier)");
+
+  uint32_t page_size = 100;
+  std::string page_token, fingerprint_hex;
+  bool all_pages = false;
+  CLI::App* ls_cmd = app.add_subcommand("ls", "list cached chunks, a page at a time");
+  ls_cmd->add_option("--page-size", page_size, "chunks per page")->capture_default_str();
+  ls_cmd->add_option("--page-token", page_token, "continue a listing");
+  ls_cmd->add_flag("--all-pages", all_pages, "walk every page");
+  ls_cmd->add_option("--layout-fingerprint", fingerprint_hex, "only this layout (16 hex digits)");
+  ls_cmd->add_option("--tier", tier_name, "only this tier");
+
+  CLI::App* drain_cmd =
+      app.add_subcommand("drain", "stop admitting new chunks (before a restart) and report");
+
+  uint64_t from_sequence = 0, max_events = 0;
+  CLI::App* events_cmd =
+      app.add_subcommand("events", "follow KV events (Ctrl-C stops), resumable with --from");
+  events_cmd->add_option("--from", from_sequence, "first sequence number (0: from now)")
+      ->capture_default_str();
+  events_cmd->add_option("--limit", max_events, "stop after this many events (0: follow)")
+      ->capture_default_str();
+
   // Global flags (--addr, --json, --timeout-ms) may also follow the command.
-  for (CLI::App* cmd : {status_cmd, stats_cmd, lookup_cmd, hash_cmd}) cmd->fallthrough();
+  for (CLI::App* cmd : app.get_subcommands({})) cmd->fallthrough();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,18 +274,18 @@ int Run(int argc, char** argv) {
   }
 
   if (*hash_cmd) {
-    absl::StatusOr<KvLayout> layout = layout_flags.Build();
+    absl::StatusOr<KvLayout> layout = selector_flags.layout.Build();
     if (!layout.ok()) return Fail(layout.status());
     absl::StatusOr<HashAlgorithm> algo = ParseHashAlgorithm(algorithm);
     if (!algo.ok()) return Fail(algo.status());
-    absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokens(tokens_text, tokens_file);
+    absl::StatusOr<std::vector<uint32_t>> tokens = selector_flags.Tokens();
     if (!tokens.ok()) return Fail(tokens.status());
     absl::StatusOr<KeyHasher> hasher =
         KeyHasher::Create(*layout, {.algorithm = *algo, .seed = seed});
     if (!hasher.ok()) return Fail(hasher.status());
-    const std::vector<ChunkKey> keys =
-        hasher->PrefixKeys(*tokens, {.tenant_salt = tenant_salt, .lora_name = lora},
-                           partial ? PartialChunk::kInclude : PartialChunk::kExclude);
+    const std::vector<ChunkKey> keys = hasher->PrefixKeys(
+        *tokens, {.tenant_salt = selector_flags.tenant_salt, .lora_name = selector_flags.lora},
+        partial ? PartialChunk::kInclude : PartialChunk::kExclude);
     std::vector<uint32_t> counts;
     for (size_t i = 0; i < keys.size(); ++i) {
       counts.push_back(static_cast<uint32_t>(
@@ -190,36 +300,117 @@ int Run(int argc, char** argv) {
     return 0;
   }
 
-  absl::StatusOr<ControlClient> client =
-      ControlClient::Connect(addr, std::chrono::milliseconds(timeout_ms));
+  // Tiers are checked here, so a typo is a usage error rather than a round trip.
+  v1::Tier tier = v1::TIER_UNSPECIFIED;
+  if (!tier_name.empty()) {
+    absl::StatusOr<v1::Tier> parsed = ParseTier(tier_name);
+    if (!parsed.ok()) return Fail(parsed.status());
+    tier = *parsed;
+  }
+  ConnectOptions connect{.timeout = std::chrono::milliseconds(timeout_ms)};
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadText(token_file);
+    if (!token.ok()) return Fail(token.status());
+    connect.bearer_token = *token;
+    while (!connect.bearer_token.empty() &&
+           std::isspace(static_cast<unsigned char>(connect.bearer_token.back()))) {
+      connect.bearer_token.pop_back();
+    }
+  }
+  if (!tls_ca.empty()) {
+    absl::StatusOr<std::string> pem = ReadText(tls_ca);
+    if (!pem.ok()) return Fail(pem.status());
+    connect.tls_ca_pem = *pem;
+  }
+  absl::StatusOr<ControlClient> client = ControlClient::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
-  if (*status_cmd) {
-    absl::StatusOr<v1::HealthResponse> health = client->Health();
-    if (!health.ok()) return Fail(health.status());
-    std::cout << (json ? ToJson(*health) : FormatHealth(*health));
-    return 0;
-  }
-  if (*stats_cmd) {
-    absl::StatusOr<v1::StatsResponse> stats = client->Stats();
-    if (!stats.ok()) return Fail(stats.status());
-    std::cout << (json ? ToJson(*stats) : FormatStats(*stats));
-    return 0;
-  }
+  if (*status_cmd) return Print(client->Health(), json, FormatHealth);
+  if (*stats_cmd) return Print(client->Stats(), json, FormatStats);
+  if (*drain_cmd) return Print(client->Drain(), json, FormatDrain);
   if (*lookup_cmd) {
-    absl::StatusOr<KvLayout> layout = layout_flags.Build();
-    if (!layout.ok()) return Fail(layout.status());
-    absl::StatusOr<std::vector<uint32_t>> tokens = ReadTokens(tokens_text, tokens_file);
-    if (!tokens.ok()) return Fail(tokens.status());
+    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+    if (!selector.ok()) return Fail(selector.status());
     v1::LookupRequest request;
-    *request.mutable_layout() = ToProto(*layout);
-    for (uint32_t t : *tokens) request.add_tokens(t);
-    request.set_tenant_salt(tenant_salt);
-    request.set_lora_name(lora);
+    if (selector->has_layout()) *request.mutable_layout() = selector->layout();
+    *request.mutable_tokens() = selector->tokens();
+    *request.mutable_keys() = selector->keys();
+    request.set_tenant_salt(selector->tenant_salt());
+    request.set_lora_name(selector->lora_name());
     request.set_with_keys(true);
-    absl::StatusOr<v1::LookupResponse> lookup = client->Lookup(request);
-    if (!lookup.ok()) return Fail(lookup.status());
-    std::cout << (json ? ToJson(*lookup) : FormatLookup(*lookup));
+    return Print(client->Lookup(request), json, FormatLookup);
+  }
+  if (*pin_cmd || *unpin_cmd || *move_cmd) {
+    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+    if (!selector.ok()) return Fail(selector.status());
+    const v1::PinKind kind = soft ? v1::PIN_KIND_SOFT : v1::PIN_KIND_HARD;
+    if (*pin_cmd) {
+      v1::PinRequest request;
+      *request.mutable_selector() = *std::move(selector);
+      request.set_kind(kind);
+      request.set_ttl_ms(ttl_ms);
+      request.set_tier(tier);
+      return Print(client->Pin(request), json, FormatPin);
+    }
+    if (*unpin_cmd) {
+      v1::UnpinRequest request;
+      *request.mutable_selector() = *std::move(selector);
+      request.set_kind(kind);
+      request.set_tier(tier);
+      return Print(client->Unpin(request), json, FormatUnpin);
+    }
+    absl::StatusOr<v1::Tier> target = ParseTier(target_name);
+    if (!target.ok()) return Fail(target.status());
+    v1::MoveRequest request;
+    *request.mutable_selector() = *std::move(selector);
+    request.set_target(*target);
+    return Print(client->Move(request), json,
+                 [&](const v1::MoveResponse& move) { return FormatMove(move, *target); });
+  }
+  if (*clear_cmd) {
+    v1::ClearRequest request;
+    request.set_tier(tier);
+    if (clear_all) {
+      request.set_all(true);
+    } else if (by_layout) {
+      absl::StatusOr<KvLayout> layout = selector_flags.layout.Build();
+      if (!layout.ok()) return Fail(layout.status());
+      *request.mutable_layout() = ToProto(*layout);
+    } else {
+      absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+      if (!selector.ok()) return Fail(selector.status());
+      *request.mutable_selector() = *std::move(selector);
+    }
+    return Print(client->Clear(request), json, FormatClear);
+  }
+  if (*ls_cmd) {
+    v1::ListChunksRequest request;
+    request.set_page_size(page_size);
+    request.set_page_token(page_token);
+    request.set_tier(tier);
+    if (!fingerprint_hex.empty()) {
+      uint64_t fingerprint = 0;
+      const char* end = fingerprint_hex.data() + fingerprint_hex.size();
+      auto [ptr, ec] = std::from_chars(fingerprint_hex.data(), end, fingerprint, 16);
+      if (ec != std::errc() || ptr != end) {
+        return Fail(absl::InvalidArgumentError(
+            fmt::format("--layout-fingerprint '{}' is not hexadecimal", fingerprint_hex)));
+      }
+      request.set_layout_fingerprint(fingerprint);
+    }
+    do {
+      absl::StatusOr<v1::ListChunksResponse> page = client->ListChunks(request);
+      if (int code = Print(page, json, FormatChunks); code != 0) return code;
+      request.set_page_token(page->next_page_token());
+    } while (all_pages && !request.page_token().empty());
     return 0;
+  }
+  if (*events_cmd) {
+    uint64_t seen = 0;
+    absl::Status status = client->WatchEvents(from_sequence, [&](const v1::ChunkEvent& event) {
+      std::cout << (json ? ToJson(event) : FormatEvent(event)) << std::flush;
+      return max_events == 0 || ++seen < max_events;
+    });
+    return status.ok() ? 0 : Fail(status);
   }
   return 2;
 }

@@ -132,11 +132,22 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       } else if (section == "control") {
         if (key == "listen_address") s = ReadString(value, name, c.control.listen_address);
         if (key == "unix_socket_path") s = ReadString(value, name, c.control.unix_socket_path);
+        if (key == "tls_cert_path") s = ReadString(value, name, c.control.tls_cert_path);
+        if (key == "tls_key_path") s = ReadString(value, name, c.control.tls_key_path);
+        if (key == "auth_token_file") s = ReadString(value, name, c.control.auth_token_file);
+        if (key == "event_ring_capacity") {
+          s = ReadUint(value, name, c.control.event_ring_capacity);
+        }
       } else if (section == "keys") {
         if (key == "hash_algorithm") s = ReadString(value, name, c.keys.hash_algorithm);
         if (key == "seed") s = ReadString(value, name, c.keys.seed);
       } else if (section == "log") {
         if (key == "level") s = ReadString(value, name, c.log.level);
+      } else if (section == "events") {
+        if (key == "zmq_endpoint") s = ReadString(value, name, c.events.zmq_endpoint);
+        if (key == "zmq_topic") s = ReadString(value, name, c.events.zmq_topic);
+      } else if (section == "metrics") {
+        if (key == "listen_address") s = ReadString(value, name, c.metrics.listen_address);
       } else if (section == "daemon") {
         if (key == "drain_timeout_ms") s = ReadUint(value, name, c.drain_timeout_ms);
       } else {
@@ -246,6 +257,12 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.engine.socket_path.empty()) return Bad("config: engine.socket_path is empty");
   if (c.engine.max_sessions == 0) return Bad("config: engine.max_sessions must be positive");
+  if (c.control.tls_cert_path.empty() != c.control.tls_key_path.empty()) {
+    return Bad("config: control.tls_cert_path and control.tls_key_path go together");
+  }
+  if (c.control.event_ring_capacity == 0) {
+    return Bad("config: control.event_ring_capacity must be at least 1");
+  }
   if (absl::StatusOr<HashAlgorithm> a = ParseHashAlgorithm(c.keys.hash_algorithm); !a.ok()) {
     return Bad(fmt::format("config: keys.hash_algorithm: {}", a.status().message()));
   }
@@ -278,10 +295,18 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},
-      {"control", toml::table{{"listen_address", c.control.listen_address},
-                              {"unix_socket_path", c.control.unix_socket_path}}},
+      {"control",
+       toml::table{{"listen_address", c.control.listen_address},
+                   {"unix_socket_path", c.control.unix_socket_path},
+                   {"event_ring_capacity", static_cast<int64_t>(c.control.event_ring_capacity)},
+                   {"tls_cert_path", c.control.tls_cert_path},
+                   {"tls_key_path", c.control.tls_key_path},
+                   {"auth_token_file", c.control.auth_token_file}}},
       {"keys", toml::table{{"hash_algorithm", c.keys.hash_algorithm}, {"seed", c.keys.seed}}},
       {"log", toml::table{{"level", c.log.level}}},
+      {"events",
+       toml::table{{"zmq_endpoint", c.events.zmq_endpoint}, {"zmq_topic", c.events.zmq_topic}}},
+      {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
   if (!c.host.tenant_quotas.empty()) {
@@ -306,7 +331,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   std::string config_path;
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
-      hash_algorithm, seed, policy, disk_directory, disk_capacity;
+      hash_algorithm, seed, policy, disk_directory, disk_capacity, metrics_listen, tls_cert,
+      tls_key, auth_token_file, kv_events_endpoint;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -319,6 +345,14 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--policy", policy, "host tier eviction policy");
   app.add_option("--disk-dir", disk_directory, "disk tier directory (\"\" disables)");
   app.add_option("--disk-capacity", disk_capacity, "disk tier size, e.g. 100GiB");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate for TLS on the gRPC TCP port");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding the bearer token gRPC TCP callers must present");
+  app.add_option("--kv-events-endpoint", kv_events_endpoint,
+                 "publish vLLM-format KV events on this ZMQ PUB endpoint (\"\" disables)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Prometheus /metrics address, e.g. 127.0.0.1:9464 (\"\" disables)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -350,6 +384,11 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (disk_capacity) {
     STRATA_ASSIGN_OR_RETURN(config.disk.capacity_bytes, ParseByteSize(*disk_capacity));
   }
+  if (metrics_listen) config.metrics.listen_address = *metrics_listen;
+  if (kv_events_endpoint) config.events.zmq_endpoint = *kv_events_endpoint;
+  if (tls_cert) config.control.tls_cert_path = *tls_cert;
+  if (tls_key) config.control.tls_key_path = *tls_key;
+  if (auth_token_file) config.control.auth_token_file = *auth_token_file;
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

@@ -8,9 +8,16 @@
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
-//   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it)
+//   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
+//             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
+//             tls_cert_path + tls_key_path (PEM; TLS on the TCP port, both or neither),
+//             auth_token_file (a file holding the bearer token TCP callers must present;
+//             "" accepts every TCP caller; the Unix socket is guarded by file permissions)
 //   [keys]    hash_algorithm ("xxh3_128" | "sha256_cbor"), seed
 //   [log]     level ("trace" .. "critical", "off")
+//   [events]  zmq_endpoint (vLLM-format KV events over ZMQ PUB, e.g. "tcp://127.0.0.1:5557";
+//             "" disables), zmq_topic
+//   [metrics] listen_address (Prometheus /metrics, e.g. "127.0.0.1:9464"; "" disables it)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -57,6 +64,10 @@ struct DaemonConfig {
   struct Control {
     std::string listen_address = "127.0.0.1:50051";
     std::string unix_socket_path;
+    uint32_t event_ring_capacity = 65536;
+    std::string tls_cert_path;
+    std::string tls_key_path;
+    std::string auth_token_file;
   } control;
   struct Keys {
     std::string hash_algorithm = "xxh3_128";
@@ -65,6 +76,13 @@ struct DaemonConfig {
   struct Log {
     std::string level = "info";
   } log;
+  struct Events {
+    std::string zmq_endpoint;  // "" (the default): no ZMQ publisher
+    std::string zmq_topic = "kv-events";
+  } events;
+  struct Metrics {
+    std::string listen_address;  // "" (the default): no metrics endpoint
+  } metrics;
   uint32_t drain_timeout_ms = 5'000;
 };
 

@@ -47,6 +47,10 @@ hash_algorithm = "sha256_cbor"
 seed = "42"
 [log]
 level = "debug"
+[control]
+event_ring_capacity = 1024
+[metrics]
+listen_address = "127.0.0.1:9464"
 )",
                                                   DefaultConfig(Env(1ull << 34)));
   ASSERT_TRUE(config.ok()) << config.status();
@@ -61,7 +65,15 @@ level = "debug"
   EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
+  EXPECT_EQ(config->control.event_ring_capacity, 1024u);
+  EXPECT_EQ(config->metrics.listen_address, "127.0.0.1:9464");
   EXPECT_TRUE(ValidateConfig(*config).ok());
+  DaemonConfig no_ring = *config;
+  no_ring.control.event_ring_capacity = 0;
+  EXPECT_EQ(ValidateConfig(no_ring).code(), absl::StatusCode::kInvalidArgument);
+  DaemonConfig cert_only = *config;
+  cert_only.control.tls_cert_path = "/etc/strata/cert.pem";
+  EXPECT_EQ(ValidateConfig(cert_only).code(), absl::StatusCode::kInvalidArgument);
 
   absl::StatusOr<DaemonConfig> again = ApplyToml(ConfigToToml(*config), DaemonConfig());
   ASSERT_TRUE(again.ok()) << again.status();
@@ -124,15 +136,18 @@ TEST(ParseByteSize, UnitsAndErrors) {
 
 TEST(ParseCommandLine, FlagsOverrideAndHelpStops) {
   const ConfigEnvironment env = Env(1ull << 34);
-  const char* args[] = {"stratad", "--host-capacity", "256MiB",     "--log-level",
-                        "warn",    "--engine-socket", "/tmp/e.sock"};
+  const char* args[] = {"stratad",     "--host-capacity", "256MiB",      "--log-level",
+                        "warn",        "--engine-socket", "/tmp/e.sock", "--metrics-listen",
+                        "0.0.0.0:9464"};
   absl::StatusOr<std::optional<DaemonConfig>> parsed =
-      ParseCommandLine(7, const_cast<char**>(args), env);
+      ParseCommandLine(9, const_cast<char**>(args), env);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_TRUE(parsed->has_value());
   EXPECT_EQ((*parsed)->host.capacity_bytes, 256ull << 20);
   EXPECT_EQ((*parsed)->log.level, "warn");
   EXPECT_EQ((*parsed)->engine.socket_path, "/tmp/e.sock");
+  EXPECT_EQ((*parsed)->metrics.listen_address, "0.0.0.0:9464");
+  EXPECT_TRUE(DefaultConfig(env).metrics.listen_address.empty()) << "off by default";
 
   const char* bad[] = {"stratad", "--no-such-flag"};
   EXPECT_EQ(ParseCommandLine(2, const_cast<char**>(bad), env).status().code(),

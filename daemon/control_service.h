@@ -1,5 +1,6 @@
 // ControlService implements strata.v1.StrataControl (node scope) with gRPC's callback API.
 // Handlers validate, answer from in-memory state and finish inline: nothing here blocks on I/O.
+// The status codes each RPC answers are documented in proto/strata/v1/control.proto.
 // Thread-safe: gRPC calls handlers from its own threads concurrently.
 #pragma once
 
@@ -9,7 +10,11 @@
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "core/key_hasher.h"
+#include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
+#include "daemon/event_log.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -20,32 +25,83 @@ struct ControlServiceOptions {
   storage::HostTier* host_tier = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;
-  // How token lookups are hashed (the daemon's key protocol configuration).
+  // The host tier's events, for WatchEvents. Not owned; must outlive the gRPC server.
+  EventLog* events = nullptr;
+  // How token selections are hashed (the daemon's key protocol configuration).
   KeyHasherOptions key_options;
-  // Requests above these sizes are rejected with INVALID_ARGUMENT.
-  uint32_t max_lookup_tokens = 4u << 20;
-  uint32_t max_lookup_keys = 65536;
+  // Selections above these sizes are rejected with INVALID_ARGUMENT.
+  SelectionLimits limits;
+  // Callers over TCP must send "authorization: Bearer <token>" (UNAUTHENTICATED otherwise);
+  // empty: no check. Unix-socket callers are never checked (file permissions guard them).
+  std::string bearer_token;
+  // Nullable; must outlive the service. strata_lookup_duration_seconds is registered on it.
+  prometheus::Registry* registry = nullptr;
+};
+
+struct LookupCounters {
+  uint64_t lookups = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t miss_tokens = 0;
 };
 
 class ControlService final : public v1::StrataControl::CallbackService {
  public:
+  // ListChunks pages hold at most this many chunks.
+  static constexpr uint32_t kMaxPageSize = 10000;
+  static constexpr uint32_t kDefaultPageSize = 100;
+
   explicit ControlService(ControlServiceOptions options);
 
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
                                    v1::LookupResponse* response) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context, const v1::PinRequest* request,
+                                v1::PinResponse* response) override;
+  grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* context,
+                                  const v1::UnpinRequest* request,
+                                  v1::UnpinResponse* response) override;
+  grpc::ServerUnaryReactor* Move(grpc::CallbackServerContext* context,
+                                 const v1::MoveRequest* request,
+                                 v1::MoveResponse* response) override;
+  grpc::ServerUnaryReactor* Clear(grpc::CallbackServerContext* context,
+                                  const v1::ClearRequest* request,
+                                  v1::ClearResponse* response) override;
+  grpc::ServerUnaryReactor* Compress(grpc::CallbackServerContext* context,
+                                     const v1::CompressRequest* request,
+                                     v1::CompressResponse* response) override;
+  grpc::ServerUnaryReactor* Decompress(grpc::CallbackServerContext* context,
+                                       const v1::DecompressRequest* request,
+                                       v1::DecompressResponse* response) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* context,
+                                       const v1::ListChunksRequest* request,
+                                       v1::ListChunksResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const v1::DrainRequest* request,
+                                  v1::DrainResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchEventsResponse>* WatchEvents(
+      grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) override;
 
   // Marks the daemon as draining: Health reports it.
   void SetDraining() { draining_ = true; }
+  // Lookup calls answered so far and the tokens they found and missed.
+  LookupCounters lookup_counters() const { return {lookups_, hit_tokens_, miss_tokens_}; }
 
  private:
   absl::Status DoLookup(const v1::LookupRequest& request, v1::LookupResponse& response);
+  absl::Status DoPin(const v1::PinRequest& request, v1::PinResponse& response);
+  absl::Status DoUnpin(const v1::UnpinRequest& request, v1::UnpinResponse& response);
+  absl::Status DoMove(const v1::MoveRequest& request, v1::MoveResponse& response);
+  absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
+  absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
+  absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
+  // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 
   const ControlServiceOptions options_;
   const MonoTime started_;
@@ -53,6 +109,7 @@ class ControlService final : public v1::StrataControl::CallbackService {
   std::atomic<uint64_t> lookups_{0};
   std::atomic<uint64_t> hit_tokens_{0};
   std::atomic<uint64_t> miss_tokens_{0};
+  prometheus::Histogram* lookup_latency_ = nullptr;  // null without a registry
 };
 
 }  // namespace strata::daemon

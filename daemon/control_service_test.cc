@@ -1,7 +1,10 @@
 #include "daemon/control_service.h"
 
+#include <cstdio>
 #include <numeric>
+#include <span>
 
+#include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -29,9 +32,15 @@ class ControlServiceTest : public ::testing::Test {
     storage::HostTierOptions options;
     options.capacity_bytes = 64 * 4096;
     options.page_bytes = 4096;
+    options.hard_pin_quota_bytes = 2 * 4096;
+    options.clock = &clock_;
+    options.observer = &events_;
     tier_ = *storage::HostTier::Create(options);
-    service_ = std::make_unique<ControlService>(ControlServiceOptions{
-        .host_tier = tier_.get(), .key_options = {}, .max_lookup_tokens = 1000});
+    service_ =
+        std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier_.get(),
+                                                               .events = &events_,
+                                                               .key_options = {},
+                                                               .limits = {.max_tokens = 1000}});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -43,7 +52,8 @@ class ControlServiceTest : public ::testing::Test {
     hasher_.emplace(*KeyHasher::Create(TestLayout(), {}));
   }
   void TearDown() override {
-    server_->Shutdown();
+    // Bounded: a test that fails mid-stream must not hang here.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
     service_.reset();
     tier_.reset();
@@ -61,6 +71,38 @@ class ControlServiceTest : public ::testing::Test {
     return stub_->Lookup(&context, request, &response);
   }
 
+  // Stores the chain of `tokens` (partial last chunk included) and returns its keys.
+  std::vector<ChunkKey> StoreChain(const std::vector<uint32_t>& tokens) {
+    std::vector<ChunkKey> keys = hasher_->PrefixKeys(tokens, {}, PartialChunk::kInclude);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      StoreChunk(keys[i], static_cast<uint32_t>(std::min<size_t>(16, tokens.size() - i * 16)));
+    }
+    return keys;
+  }
+
+  v1::ChunkSelector TokenSelector(const std::vector<uint32_t>& tokens) {
+    v1::ChunkSelector selector;
+    *selector.mutable_layout() = ToProto(TestLayout());
+    for (uint32_t t : tokens) selector.add_tokens(t);
+    return selector;
+  }
+
+  static v1::ChunkSelector KeySelector(std::span<const ChunkKey> keys) {
+    v1::ChunkSelector selector;
+    for (const ChunkKey& key : keys) *selector.add_keys() = ToProto(key);
+    return selector;
+  }
+
+  // Calls one unary RPC of the stub.
+  template <typename Request, typename Response, typename Method>
+  grpc::Status Call(Method method, const Request& request, Response& response) {
+    grpc::ClientContext context;
+    response.Clear();
+    return (stub_.get()->*method)(&context, request, &response);
+  }
+
+  ManualClock clock_;
+  EventLog events_{16};  // a small ring, so tests can outrun it
   std::unique_ptr<storage::HostTier> tier_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -166,6 +208,529 @@ TEST_F(ControlServiceTest, HealthAndStats) {
   EXPECT_EQ(stats.tiers(0).chunks(), 1u);
   EXPECT_EQ(stats.tiers(0).payload_bytes(), TestLayout().chunk_bytes(16));
   EXPECT_EQ(stats.tiers(0).capacity_bytes(), 64u * 4096);
+}
+
+using ::testing::HasSubstr;
+using Stub = v1::StrataControl::Stub;
+
+std::vector<uint32_t> Tokens(size_t n, uint32_t first) {
+  std::vector<uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+TEST_F(ControlServiceTest, PinHardWithQuotaAndSoftWithTtl) {
+  const std::vector<uint32_t> tokens = Tokens(40, 1);  // 16 + 16 + 8 tokens
+  const std::vector<ChunkKey> keys = StoreChain(tokens);
+  v1::PinRequest request;
+  *request.mutable_selector() = TokenSelector(Tokens(32, 1));
+  request.set_kind(v1::PIN_KIND_HARD);
+  v1::PinResponse response;
+  ASSERT_TRUE(Call(&Stub::Pin, request, response).ok());
+  EXPECT_EQ(response.pinned_chunks(), 2u);
+  EXPECT_EQ(response.pinned_bytes(), 2u * 4096);
+  EXPECT_EQ(response.missing_chunks(), 0u);
+
+  // The third chunk would exceed the 8 KiB quota: nothing more is pinned.
+  *request.mutable_selector() = TokenSelector(tokens);
+  grpc::Status over = Call(&Stub::Pin, request, response);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(over.error_message(), HasSubstr("quota"));
+  EXPECT_EQ(tier_->Stats().hard_pinned_bytes, 2u * 4096);
+
+  // A soft pin of the whole chain, with an uncached key among the selection.
+  const ChunkKey uncached = hasher_->PrefixKeys(Tokens(16, 999), {})[0];
+  const std::vector<ChunkKey> with_miss = {keys[2], uncached};
+  v1::PinRequest soft;
+  *soft.mutable_selector() = KeySelector(with_miss);
+  soft.set_kind(v1::PIN_KIND_SOFT);
+  soft.set_ttl_ms(5000);
+  ASSERT_TRUE(Call(&Stub::Pin, soft, response).ok());
+  EXPECT_EQ(response.pinned_chunks(), 1u);
+  EXPECT_EQ(response.missing_chunks(), 1u);
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, TestLayout().chunk_bytes(8));
+  clock_.Advance(std::chrono::milliseconds(5000));
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 0u) << "the TTL passed";
+
+  v1::UnpinRequest unpin;
+  *unpin.mutable_selector() = TokenSelector(tokens);
+  unpin.set_kind(v1::PIN_KIND_HARD);
+  v1::UnpinResponse unpinned;
+  ASSERT_TRUE(Call(&Stub::Unpin, unpin, unpinned).ok());
+  EXPECT_EQ(unpinned.unpinned_chunks(), 3u);
+  EXPECT_EQ(tier_->Stats().hard_pinned_bytes, 0u);
+}
+
+TEST_F(ControlServiceTest, BadPinsAndUnpins) {
+  StoreChain(Tokens(16, 1));
+  v1::PinResponse response;
+  v1::PinRequest base;
+  *base.mutable_selector() = TokenSelector(Tokens(16, 1));
+  base.set_kind(v1::PIN_KIND_HARD);
+
+  v1::PinRequest empty = base;
+  empty.clear_selector();
+  EXPECT_EQ(Call(&Stub::Pin, empty, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest no_kind = base;
+  no_kind.set_kind(v1::PIN_KIND_UNSPECIFIED);
+  EXPECT_EQ(Call(&Stub::Pin, no_kind, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest soft_no_ttl = base;
+  soft_no_ttl.set_kind(v1::PIN_KIND_SOFT);
+  EXPECT_EQ(Call(&Stub::Pin, soft_no_ttl, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest disk = base;
+  disk.set_tier(v1::TIER_DISK);
+  grpc::Status disk_status = Call(&Stub::Pin, disk, response);
+  EXPECT_EQ(disk_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(disk_status.error_message(), "disk tier not configured");
+  v1::PinRequest bad_tier = base;
+  bad_tier.set_tier(static_cast<v1::Tier>(42));
+  EXPECT_EQ(Call(&Stub::Pin, bad_tier, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest bad_layout = base;
+  bad_layout.mutable_selector()->mutable_layout()->set_num_layers(0);
+  EXPECT_EQ(Call(&Stub::Pin, bad_layout, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest too_many = base;
+  for (uint32_t i = 0; i < 1000; ++i) too_many.mutable_selector()->add_tokens(i);
+  EXPECT_EQ(Call(&Stub::Pin, too_many, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::PinRequest bad_key = base;
+  bad_key.clear_selector();
+  bad_key.mutable_selector()->add_keys()->set_digest("short");
+  EXPECT_EQ(Call(&Stub::Pin, bad_key, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(tier_->Stats().hard_pinned_bytes, 0u) << "no bad request pinned anything";
+
+  v1::UnpinRequest unpin;
+  *unpin.mutable_selector() = TokenSelector(Tokens(16, 1));
+  v1::UnpinResponse unpinned;
+  EXPECT_EQ(Call(&Stub::Unpin, unpin, unpinned).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "no kind";
+  unpin.set_kind(v1::PIN_KIND_SOFT);
+  unpin.set_tier(v1::TIER_REMOTE);
+  EXPECT_EQ(Call(&Stub::Unpin, unpin, unpinned).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ControlServiceTest, MoveWithinTheHostTierIsANoOpAndOtherTiersAreNotConfigured) {
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(16, 1));
+  const std::vector<ChunkKey> selection = {keys[0], hasher_->PrefixKeys(Tokens(16, 50), {})[0]};
+  v1::MoveRequest request;
+  *request.mutable_selector() = KeySelector(selection);
+  request.set_target(v1::TIER_HOST);
+  v1::MoveResponse response;
+  ASSERT_TRUE(Call(&Stub::Move, request, response).ok());
+  EXPECT_EQ(response.moved_chunks(), 0u);
+  EXPECT_EQ(response.already_in_target(), 1u);
+  EXPECT_EQ(response.missing_chunks(), 1u);
+  EXPECT_TRUE(tier_->Contains(keys[0]));
+
+  request.set_target(v1::TIER_DISK);
+  grpc::Status disk = Call(&Stub::Move, request, response);
+  EXPECT_EQ(disk.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(disk.error_message(), "disk tier not configured");
+  request.set_target(v1::TIER_DEVICE);
+  EXPECT_EQ(Call(&Stub::Move, request, response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  request.set_target(v1::TIER_UNSPECIFIED);
+  EXPECT_EQ(Call(&Stub::Move, request, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  request.set_target(v1::TIER_HOST);
+  request.clear_selector();
+  EXPECT_EQ(Call(&Stub::Move, request, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ControlServiceTest, ClearByTokensKeysLayoutAndAll) {
+  const std::vector<ChunkKey> a = StoreChain(Tokens(48, 1));
+  const std::vector<ChunkKey> b = StoreChain(Tokens(32, 500));
+  KvLayout other_layout = TestLayout();
+  other_layout.model_id = "other-model";
+  const KeyHasher other = *KeyHasher::Create(other_layout, {});
+  const ChunkKey foreign = other.PrefixKeys(Tokens(16, 1), {})[0];
+  {
+    auto r = tier_->Reserve(other_layout, foreign, {.num_tokens = 16});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(tier_->Commit(std::move(r->reservation)).ok());
+  }
+  v1::ClearResponse response;
+
+  v1::ClearRequest by_tokens;
+  *by_tokens.mutable_selector() = TokenSelector(Tokens(32, 1));
+  ASSERT_TRUE(Call(&Stub::Clear, by_tokens, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 2u);
+  EXPECT_EQ(response.removed_bytes(), 2u * 4096);
+  EXPECT_FALSE(tier_->Contains(a[0]));
+  EXPECT_TRUE(tier_->Contains(a[2]));
+
+  v1::ClearRequest by_keys;
+  *by_keys.mutable_selector() = KeySelector(std::span(a).subspan(2));
+  ASSERT_TRUE(Call(&Stub::Clear, by_keys, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 1u);
+
+  v1::ClearRequest by_layout;
+  *by_layout.mutable_layout() = ToProto(other_layout);
+  ASSERT_TRUE(Call(&Stub::Clear, by_layout, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 1u);
+  EXPECT_FALSE(tier_->Contains(foreign));
+  EXPECT_TRUE(tier_->Contains(b[0]));
+
+  v1::ClearRequest all;
+  all.set_all(true);
+  all.set_tier(v1::TIER_HOST);
+  ASSERT_TRUE(Call(&Stub::Clear, all, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 2u);
+  EXPECT_EQ(tier_->Stats().chunks, 0u);
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
+}
+
+TEST_F(ControlServiceTest, BadClears) {
+  v1::ClearResponse response;
+  EXPECT_EQ(Call(&Stub::Clear, v1::ClearRequest(), response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClearRequest two;
+  two.set_all(true);
+  *two.mutable_layout() = ToProto(TestLayout());
+  EXPECT_EQ(Call(&Stub::Clear, two, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClearRequest empty_selector;
+  empty_selector.mutable_selector();
+  EXPECT_EQ(Call(&Stub::Clear, empty_selector, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClearRequest bad_layout;
+  *bad_layout.mutable_layout() = ToProto(TestLayout());
+  bad_layout.mutable_layout()->set_kind(static_cast<v1::KvKind>(9));
+  EXPECT_EQ(Call(&Stub::Clear, bad_layout, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClearRequest disk;
+  disk.set_all(true);
+  disk.set_tier(v1::TIER_DISK);
+  EXPECT_EQ(Call(&Stub::Clear, disk, response).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// A reader holds a lease while Clear runs: the chunk leaves the index at once, but its pages
+// keep their bytes, unreused by new stores, until the lease is released.
+TEST_F(ControlServiceTest, ClearDuringALoadNeverFreesUnderTheReader) {
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(16, 1));
+  absl::StatusOr<std::optional<storage::ChunkLease>> lease = tier_->Acquire(keys[0]);
+  ASSERT_TRUE(lease.ok() && lease->has_value());
+  std::vector<std::byte> before((*lease)->size_bytes());
+  (*lease)->payload().CopyTo(before);
+
+  v1::ClearRequest all;
+  all.set_all(true);
+  v1::ClearResponse response;
+  ASSERT_TRUE(Call(&Stub::Clear, all, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 1u);
+  EXPECT_FALSE(tier_->Contains(keys[0]));
+  EXPECT_EQ(tier_->Stats().pending_free_bytes, 4096u);
+
+  // Store three tiers' worth of new chunks (evicting all the while): the leased pages must never
+  // be handed out.
+  for (uint32_t i = 0; i < 3 * 64; ++i) {
+    const ChunkKey key = hasher_->PrefixKeys(Tokens(16, 10000 + 16 * i), {})[0];
+    absl::StatusOr<storage::ReserveResult> r =
+        tier_->Reserve(TestLayout(), key, {.num_tokens = 16});
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<std::byte> junk(r->reservation.size_bytes(), std::byte{0xEE});
+    r->reservation.payload().CopyFrom(junk);
+    ASSERT_TRUE(tier_->Commit(std::move(r->reservation)).ok());
+  }
+  EXPECT_EQ(tier_->Stats().chunks, 63u) << "64 pages, one still read by the lease";
+  std::vector<std::byte> after((*lease)->size_bytes());
+  (*lease)->payload().CopyTo(after);
+  EXPECT_EQ(before, after);
+
+  (*lease)->Release();
+  EXPECT_EQ(tier_->Stats().pending_free_bytes, 0u);
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
+}
+
+TEST_F(ControlServiceTest, CompressAndDecompressAreUnimplemented) {
+  StoreChain(Tokens(16, 1));
+  v1::CompressRequest compress;
+  *compress.mutable_selector() = TokenSelector(Tokens(16, 1));
+  compress.set_codec("kivi2");
+  v1::CompressResponse compressed;
+  grpc::Status status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("no KV codec"));
+  v1::DecompressResponse decompressed;
+  EXPECT_EQ(Call(&Stub::Decompress, v1::DecompressRequest(), decompressed).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST_F(ControlServiceTest, ListChunksPagesAndFilters) {
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(16 * 5, 1));
+  ASSERT_TRUE(tier_->Pin(keys[1], {}).ok());
+  ASSERT_TRUE(
+      tier_->Pin(keys[2], {.kind = storage::PinKind::kSoft, .ttl = std::chrono::milliseconds(1500)})
+          .ok());
+  v1::ListChunksRequest request;
+  request.set_page_size(2);
+  std::vector<v1::ChunkEntry> listed;
+  int pages = 0;
+  v1::ListChunksResponse response;
+  do {
+    ASSERT_TRUE(Call(&Stub::ListChunks, request, response).ok());
+    listed.insert(listed.end(), response.chunks().begin(), response.chunks().end());
+    request.set_page_token(response.next_page_token());
+    ++pages;
+  } while (!response.next_page_token().empty());
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(listed.size(), 5u);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    EXPECT_EQ(*FromProto(listed[i].key()), keys[i]);
+    EXPECT_EQ(listed[i].tier(), v1::TIER_HOST);
+    EXPECT_EQ(listed[i].num_tokens(), 16u);
+    EXPECT_EQ(listed[i].size_bytes(), 4096u);
+  }
+  EXPECT_TRUE(listed[1].hard_pinned());
+  EXPECT_EQ(listed[2].soft_pin_remaining_ms(), 1500u);
+  EXPECT_EQ(listed[3].soft_pin_remaining_ms(), 0u);
+
+  v1::ListChunksRequest other_layout;
+  other_layout.set_layout_fingerprint(0x1234);
+  ASSERT_TRUE(Call(&Stub::ListChunks, other_layout, response).ok());
+  EXPECT_EQ(response.chunks_size(), 0);
+  EXPECT_TRUE(response.next_page_token().empty());
+  v1::ListChunksRequest same_layout;
+  same_layout.set_layout_fingerprint(TestLayout().Fingerprint());
+  same_layout.set_tier(v1::TIER_HOST);
+  ASSERT_TRUE(Call(&Stub::ListChunks, same_layout, response).ok());
+  EXPECT_EQ(response.chunks_size(), 5);
+
+  v1::ListChunksRequest bad;
+  bad.set_page_token("x17");
+  EXPECT_EQ(Call(&Stub::ListChunks, bad, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_page_token("h12junk");
+  EXPECT_EQ(Call(&Stub::ListChunks, bad, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListChunksRequest oversized;
+  oversized.set_page_size(ControlService::kMaxPageSize + 1);
+  EXPECT_EQ(Call(&Stub::ListChunks, oversized, response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListChunksRequest disk;
+  disk.set_tier(v1::TIER_DISK);
+  EXPECT_EQ(Call(&Stub::ListChunks, disk, response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ControlServiceTest, DrainStopsAdmittingAndReports) {
+  StoreChain(Tokens(32, 1));
+  v1::DrainResponse drained;
+  ASSERT_TRUE(Call(&Stub::Drain, v1::DrainRequest(), drained).ok());
+  EXPECT_EQ(drained.resident_chunks(), 2u);
+  EXPECT_EQ(drained.resident_bytes(), 2u * 4096);
+  EXPECT_EQ(drained.flushed_chunks(), 0u);
+  const ChunkKey fresh = hasher_->PrefixKeys(Tokens(16, 700), {})[0];
+  EXPECT_EQ(tier_->Reserve(TestLayout(), fresh, {.num_tokens = 16}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::HealthResponse health;
+  ASSERT_TRUE(Call(&Stub::Health, v1::HealthRequest(), health).ok());
+  EXPECT_EQ(health.status(), v1::HealthResponse::SERVING_STATUS_DRAINING);
+  ASSERT_TRUE(Call(&Stub::Drain, v1::DrainRequest(), drained).ok()) << "idempotent";
+}
+
+TEST_F(ControlServiceTest, StatsCountHitAndMissTokensPerTier) {
+  StoreChain(Tokens(32, 1));
+  v1::LookupRequest lookup;
+  *lookup.mutable_layout() = ToProto(TestLayout());
+  for (uint32_t t : Tokens(40, 1)) lookup.add_tokens(t);
+  v1::LookupResponse looked_up;
+  ASSERT_TRUE(Lookup(lookup, looked_up).ok());
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
+  ASSERT_EQ(stats.tiers_size(), 1);
+  EXPECT_EQ(stats.tiers(0).hit_tokens(), 32u);
+  EXPECT_EQ(stats.tiers(0).miss_tokens(), 8u);
+  EXPECT_EQ(stats.tiers(0).io_errors(), 0u);
+  EXPECT_EQ(stats.hit_tokens(), 32u);
+  EXPECT_EQ(stats.miss_tokens(), 8u);
+}
+
+// A WatchEvents stream with a deadline, read response by response.
+class EventStream {
+ public:
+  EventStream(v1::StrataControl::Stub& stub, uint64_t from_sequence) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::WatchEventsRequest request;
+    request.set_from_sequence(from_sequence);
+    reader_ = stub.WatchEvents(&context_, request);
+  }
+  ~EventStream() {
+    if (finished_) return;
+    context_.TryCancel();
+    v1::WatchEventsResponse ignored;
+    while (reader_->Read(&ignored)) {
+    }
+    reader_->Finish().IgnoreError();
+  }
+
+  // The next response; nullopt when the stream ended (status() says why).
+  std::optional<v1::WatchEventsResponse> Next() {
+    v1::WatchEventsResponse response;
+    if (!reader_->Read(&response)) return std::nullopt;
+    return response;
+  }
+  // Reads responses until `count` events arrived (or the stream ends).
+  std::vector<v1::ChunkEvent> Events(size_t count) {
+    std::vector<v1::ChunkEvent> events;
+    while (events.size() < count) {
+      std::optional<v1::WatchEventsResponse> response = Next();
+      if (!response.has_value()) break;
+      next_sequence_ = response->next_sequence();
+      events.insert(events.end(), response->events().begin(), response->events().end());
+    }
+    return events;
+  }
+  grpc::Status status() {
+    finished_ = true;
+    return reader_->Finish();
+  }
+  uint64_t next_sequence() const { return next_sequence_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader_;
+  uint64_t next_sequence_ = 0;
+  bool finished_ = false;
+};
+
+TEST_F(ControlServiceTest, WatchEventsStreamsStoresRemovalsAndClears) {
+  EventStream stream(*stub_, 0);
+  std::optional<v1::WatchEventsResponse> first = stream.Next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->events_size(), 0);
+  EXPECT_EQ(first->next_sequence(), 1u);
+  EXPECT_EQ(first->epoch(), events_.epoch());
+
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(24, 1));  // 16 + 8 tokens
+  v1::ClearRequest by_keys;
+  *by_keys.mutable_selector() = KeySelector(std::span(keys).first(1));
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(Call(&Stub::Clear, by_keys, cleared).ok());
+  v1::ClearRequest all;
+  all.set_all(true);
+  ASSERT_TRUE(Call(&Stub::Clear, all, cleared).ok());
+
+  const std::vector<v1::ChunkEvent> events = stream.Events(4);
+  ASSERT_EQ(events.size(), 4u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].sequence(), i + 1);
+    EXPECT_EQ(events[i].tier(), v1::TIER_HOST);
+  }
+  ASSERT_TRUE(events[0].has_stored());
+  EXPECT_EQ(*FromProto(events[0].stored().key()), keys[0]);
+  EXPECT_EQ(events[0].stored().num_tokens(), 16u);
+  ASSERT_TRUE(events[1].has_stored());
+  EXPECT_EQ(events[1].stored().num_tokens(), 8u);
+  ASSERT_TRUE(events[2].has_removed());
+  EXPECT_EQ(*FromProto(events[2].removed().key()), keys[0]);
+  EXPECT_EQ(events[2].removed().cause(), v1::ChunkEvent::REMOVAL_CAUSE_REMOVED);
+  EXPECT_TRUE(events[3].has_cleared());
+  EXPECT_EQ(stream.next_sequence(), 5u);
+}
+
+TEST_F(ControlServiceTest, WatchEventsResumeAfterAReconnectWithoutGaps) {
+  uint64_t resume_at = 0;
+  std::vector<uint64_t> seen;
+  {
+    EventStream stream(*stub_, 1);
+    StoreChain(Tokens(16 * 3, 1));
+    for (const v1::ChunkEvent& event : stream.Events(3)) seen.push_back(event.sequence());
+    resume_at = stream.next_sequence();
+  }                                  // disconnected
+  StoreChain(Tokens(16 * 4, 1000));  // happens while nobody watches
+  EventStream resumed(*stub_, resume_at);
+  StoreChain(Tokens(16 * 2, 5000));  // and after the reconnect
+  for (const v1::ChunkEvent& event : resumed.Events(6)) seen.push_back(event.sequence());
+  std::vector<uint64_t> expected(9);
+  std::iota(expected.begin(), expected.end(), 1);
+  EXPECT_EQ(seen, expected) << "every event once, in order";
+}
+
+TEST_F(ControlServiceTest, WatchEventsOutsideTheRingIsOutOfRange) {
+  for (uint32_t i = 0; i < 20; ++i) StoreChain(Tokens(16, 100 * i));  // 20 events; 16 kept
+  EventStream too_old(*stub_, 1);
+  EXPECT_FALSE(too_old.Next().has_value());
+  grpc::Status old_status = too_old.status();
+  EXPECT_EQ(old_status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(old_status.error_message(), HasSubstr("retains events 5..20"));
+
+  EventStream future(*stub_, 22);
+  EXPECT_FALSE(future.Next().has_value());
+  EXPECT_EQ(future.status().error_code(), grpc::StatusCode::OUT_OF_RANGE);
+
+  EventStream oldest_kept(*stub_, 5);
+  const std::vector<v1::ChunkEvent> events = oldest_kept.Events(16);
+  ASSERT_EQ(events.size(), 16u);
+  EXPECT_EQ(events.front().sequence(), 5u);
+  EXPECT_EQ(events.back().sequence(), 20u);
+}
+
+// A service that requires a bearer token over TCP, also served on a Unix socket.
+class ControlServiceAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage::HostTierOptions options;
+    options.capacity_bytes = 16 * 4096;
+    options.page_bytes = 4096;
+    tier_ = *storage::HostTier::Create(options);
+    ControlServiceOptions service_options;
+    service_options.host_tier = tier_.get();
+    service_options.events = &events_;
+    service_options.bearer_token = "s3cret";
+    service_ = std::make_unique<ControlService>(std::move(service_options));
+    socket_path_ = ::testing::TempDir() + "/strata-auth-test.sock";
+    std::remove(socket_path_.c_str());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    tcp_ = v1::StrataControl::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                          grpc::InsecureChannelCredentials()));
+    unix_ = v1::StrataControl::NewStub(
+        grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    std::remove(socket_path_.c_str());
+  }
+
+  static grpc::Status Stats(v1::StrataControl::Stub& stub, const std::string& authorization) {
+    grpc::ClientContext context;
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    v1::StatsResponse response;
+    return stub.Stats(&context, v1::StatsRequest(), &response);
+  }
+
+  EventLog events_{16};
+  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string socket_path_;
+  std::unique_ptr<v1::StrataControl::Stub> tcp_;
+  std::unique_ptr<v1::StrataControl::Stub> unix_;
+};
+
+TEST_F(ControlServiceAuthTest, TcpCallersNeedTheBearerToken) {
+  EXPECT_EQ(Stats(*tcp_, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Stats(*tcp_, "Bearer wrong!").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Stats(*tcp_, "Bearer s3cret-and-more").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Stats(*tcp_, "Bearer s3cret").ok());
+  EXPECT_TRUE(Stats(*unix_, "").ok()) << "the Unix socket is guarded by file permissions";
+
+  grpc::ClientContext context;
+  v1::PinRequest pin;
+  v1::PinResponse pinned;
+  EXPECT_EQ(tcp_->Pin(&context, pin, &pinned).error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << "checked before the request is validated";
+
+  grpc::ClientContext watch_context;
+  auto reader = tcp_->WatchEvents(&watch_context, v1::WatchEventsRequest());
+  v1::WatchEventsResponse response;
+  EXPECT_FALSE(reader->Read(&response));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/status_util.h"
 #include "fmt/format.h"
@@ -15,10 +18,34 @@ namespace {
 
 constexpr std::chrono::milliseconds kControlDrainGrace{500};
 
+// The whole file, or kInvalidArgument naming what could not be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read {} '{}'", what, path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// TLS credentials when a certificate is configured, else insecure ones (loopback by default).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const DaemonConfig::Control& control) {
+  if (control.tls_cert_path.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadFile(control.tls_cert_path, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(control.tls_key_path, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(options);
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config)
-    : config_(std::move(config)), tenants_(config_.host.tenant_quotas) {}
+    : config_(std::move(config)),
+      tenants_(config_.host.tenant_quotas),
+      registry_(std::make_shared<prometheus::Registry>()) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -38,6 +65,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                  daemon->disk_tier_->stats().chunks);
   }
 
+  daemon->event_log_ = std::make_unique<EventLog>(config.control.event_ring_capacity);
+  if (!config.events.zmq_endpoint.empty()) {
+    absl::StatusOr<std::unique_ptr<VllmEventPublisher>> publisher = VllmEventPublisher::Create(
+        config.events.zmq_endpoint, config.events.zmq_topic, daemon->event_log_.get());
+    if (!publisher.ok()) return publisher.status();
+    daemon->kv_publisher_ = *std::move(publisher);
+    spdlog::info("kv events on {} (topic '{}')", daemon->kv_publisher_->endpoint(),
+                 config.events.zmq_topic);
+  }
   storage::HostTierOptions host;
   host.capacity_bytes = config.host.capacity_bytes;
   host.page_bytes = config.host.page_bytes;
@@ -50,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.policy = config.host.policy;
   host.tenant_quotas = daemon->tenants_.quotas();
   host.listener = daemon->demoter_.get();
+  host.observer = daemon->event_log_.get();
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
@@ -61,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.disk_tier = daemon->disk_tier_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
+  sessions.registry = daemon->registry_.get();
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
       EngineSessionServer::Create(std::move(sessions));
   if (!server.ok()) return Annotate(server.status(), "engine session server");
@@ -68,18 +106,50 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
 
   absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config.keys.hash_algorithm);
   if (!algorithm.ok()) return algorithm.status();
+  std::string token;
+  if (!config.control.auth_token_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(config.control.auth_token_file, "token file");
+    if (!text.ok()) return text.status();
+    token = *text;
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      return absl::InvalidArgumentError(
+          fmt::format("token file '{}' is empty", config.control.auth_token_file));
+    }
+  }
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
                             .sessions = daemon->sessions_.get(),
-                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed}});
+                            .events = daemon->event_log_.get(),
+                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
+                            .bearer_token = token,
+                            .registry = daemon->registry_.get()});
+  const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
+  const ControlService* control = daemon->control_service_.get();
+  daemon->node_metrics_ = std::make_shared<NodeCollector>(NodeSources{
+      .host_tier = daemon->host_tier_.get(),
+      .sessions =
+          [sessions_ptr] {
+            const EngineSessionStats stats = sessions_ptr->Stats();
+            return std::pair<uint64_t, uint64_t>(stats.active_sessions, stats.total_sessions);
+          },
+      .lookups =
+          [control] {
+            const LookupCounters c = control->lookup_counters();
+            return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
+          }});
   return daemon;
 }
 
 absl::Status Daemon::Start() {
   grpc::ServerBuilder builder;
   if (!config_.control.listen_address.empty()) {
-    builder.AddListeningPort(config_.control.listen_address, grpc::InsecureServerCredentials(),
-                             &control_port_);
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        TcpCredentials(config_.control);
+    if (!credentials.ok()) return credentials.status();
+    builder.AddListeningPort(config_.control.listen_address, *credentials, &control_port_);
   }
   const std::string& unix_path = config_.control.unix_socket_path;
   if (!unix_path.empty()) {
@@ -96,6 +166,16 @@ absl::Status Daemon::Start() {
     return absl::UnavailableError(
         fmt::format("gRPC control server: cannot listen on '{}' / 'unix:{}' (address in use?)",
                     config_.control.listen_address, unix_path));
+  }
+  if (!config_.metrics.listen_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+        MetricsExposer::Create(config_.metrics.listen_address, {registry_, node_metrics_});
+    if (!exposer.ok()) return exposer.status();
+    metrics_exposer_ = *std::move(exposer);
+    spdlog::info(
+        "metrics on {}:{}/metrics",
+        config_.metrics.listen_address.substr(0, config_.metrics.listen_address.rfind(':')),
+        metrics_exposer_->port());
   }
   sessions_->Start();
   spdlog::info("stratad {} serving: engines on {}, control on {}{}{}, host tier {} MiB",

@@ -1,5 +1,6 @@
 // Daemon owns stratad's subsystems and starts and stops them in order:
-//   start: host tier -> engine session server -> gRPC control server (TCP and Unix socket)
+//   start: event log -> host tier -> engine session server -> gRPC control server (TCP and Unix
+//          socket) -> metrics endpoint
 //   stop:  mark draining -> gRPC shutdown (in-flight calls finish, bounded by the drain timeout)
 //          -> session server stop (every session's leases released, reservations aborted)
 //          -> host tier destroyed (arena unmapped)
@@ -14,6 +15,9 @@
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/engine_session_server.h"
+#include "daemon/event_log.h"
+#include "daemon/metrics.h"
+#include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
 #include "storage/disk/demoter.h"
 #include "storage/disk/disk_tier.h"
@@ -38,6 +42,8 @@ class Daemon {
   storage::HostTier& host_tier() { return *host_tier_; }
   // The TCP port gRPC bound (useful with listen_address "127.0.0.1:0"), 0 when TCP is off.
   int control_port() const { return control_port_; }
+  // The port of the metrics endpoint, 0 when it is off.
+  int metrics_port() const { return metrics_exposer_ ? metrics_exposer_->port() : 0; }
   const DaemonConfig& config() const { return config_; }
 
  private:
@@ -48,10 +54,19 @@ class Daemon {
   // The disk tier and its demoter outlive the host tier, which evicts into them.
   std::unique_ptr<storage::DiskTier> disk_tier_;
   std::unique_ptr<storage::DiskDemoter> demoter_;
+  // Components register their histograms here; the exposer (when configured) serves it and
+  // node_metrics_.
+  const std::shared_ptr<prometheus::Registry> registry_;
+  // Observes the host tier and feeds WatchEvents streams: outlives both.
+  std::unique_ptr<EventLog> event_log_;
+  // Republishes event_log_ in vLLM's format when configured.
+  std::unique_ptr<VllmEventPublisher> kv_publisher_;
   std::unique_ptr<storage::HostTier> host_tier_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
   std::unique_ptr<grpc::Server> control_server_;
+  std::shared_ptr<NodeCollector> node_metrics_;
+  std::unique_ptr<MetricsExposer> metrics_exposer_;
   int control_port_ = 0;
   bool stopped_ = false;
 };

@@ -16,6 +16,7 @@
 #include "core/frame_io.h"
 #include "core/status_util.h"
 #include "daemon/engine_session.h"
+#include "daemon/metrics.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
@@ -117,7 +118,23 @@ EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, Sco
     : options_(std::move(options)),
       listen_fd_(std::move(listen_fd)),
       epoll_fd_(std::move(epoll_fd)),
-      wake_fd_(std::move(wake_fd)) {}
+      wake_fd_(std::move(wake_fd)) {
+  if (options_.registry == nullptr) return;
+  auto& family = prometheus::BuildHistogram()
+                     .Name("strata_engine_request_duration_seconds")
+                     .Help(
+                         "Time the daemon took to answer an engine request, by kind (load: "
+                         "PrepareLoad, store: PrepareStore).")
+                     .Register(*options_.registry);
+  const std::pair<v1::EngineRequest::BodyCase, const char*> kOps[] = {
+      {v1::EngineRequest::kHandshake, "handshake"}, {v1::EngineRequest::kLookup, "lookup"},
+      {v1::EngineRequest::kPrepareLoad, "load"},    {v1::EngineRequest::kPrepareStore, "store"},
+      {v1::EngineRequest::kCommit, "commit"},       {v1::EngineRequest::kAbort, "abort"},
+      {v1::EngineRequest::kRelease, "release"}};
+  for (const auto& [body, op] : kOps) {
+    request_latency_[body] = &family.Add({{"op", op}}, LatencyBuckets());
+  }
+}
 
 EngineSessionServer::~EngineSessionServer() { Stop(); }
 
@@ -251,7 +268,12 @@ bool EngineSessionServer::ServeReadable(Session& session) {
       return false;
     }
     ++requests_;
+    const auto started = std::chrono::steady_clock::now();
     EngineSession::Reply reply = session.state.Handle(request);
+    if (prometheus::Histogram* latency = request_latency_[request.body_case()]) {
+      latency->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
     SendOrLog(session.fd.get(), reply.response, options_.send_timeout,
               reply.attach_arena_fd ? options_.host_tier->arena_fd() : -1, ok);
     if (!ok || reply.close_after) return false;

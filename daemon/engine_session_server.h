@@ -14,6 +14,8 @@
 // an error response with request_id 0 when the socket still takes it.
 #pragma once
 
+#include <array>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +28,8 @@
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
 #include "daemon/tenant_directory.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 
@@ -49,6 +53,9 @@ struct EngineSessionServerOptions {
   // Upper bounds on one request and on one session's open handles (kResourceExhausted past it).
   uint32_t max_items_per_request = 65536;
   uint32_t max_handles_per_session = 1u << 20;
+  // Nullable; must outlive the server. strata_engine_request_duration_seconds{op} (the time to
+  // answer each engine request, by kind: load, store, commit, ...) is registered on it.
+  prometheus::Registry* registry = nullptr;
 };
 
 struct EngineSessionStats {
@@ -97,6 +104,8 @@ class EngineSessionServer {
   const ScopedFd listen_fd_;
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
+  // Indexed by v1::EngineRequest::BodyCase; null without a registry.
+  std::array<prometheus::Histogram*, 9> request_latency_{};
 
   // Touched only by the session thread.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;

@@ -14,7 +14,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   prometheus-cpp-dev libzmq3-dev libmsgpack-dev pybind11-dev python3-dev
   # tests and benchmarks
-  googletest libgtest-dev libgmock-dev libbenchmark-dev prometheus fio gnuplot-nox python3-cbor2 python3-msgpack
+  googletest libgtest-dev libgmock-dev libbenchmark-dev prometheus fio gnuplot-nox python3-cbor2 python3-msgpack openssl
 )
 
 missing=()

@@ -33,6 +33,7 @@ struct ChunkRecord {
   MonoTime lease_deadline{0};     // latest deadline among its leases; 0 when it has none
   MonoTime soft_pin_deadline{0};  // 0 when not soft-pinned
   MonoTime expiry{0};             // its key in HostTier::expiry_ while in_expiry
+  uint64_t seq = 0;               // its key in HostTier::by_seq_ while committed
   uint32_t num_tokens = 0;
   uint32_t leases = 0;  // unreleased lease handles, expired ones included
   uint32_t loads = 0;   // leases granted so far, for sampled verification
@@ -42,9 +43,10 @@ struct ChunkRecord {
   bool in_expiry = false;
 };
 
-// Every indexed chunk costs a record, an index slot and the policy's entry: keep the record
-// within two cache lines (BM_IndexBytesPerChunk measures the total).
-static_assert(sizeof(ChunkRecord) <= 128);
+// Every indexed chunk costs a record, an index slot, a commit-order slot and the policy's entry
+// (BM_IndexBytesPerChunk measures the total). glibc serves 121..136-byte requests from the same
+// 144-byte size class as 128-byte ones, so `seq` took the record to 136 bytes at no cost.
+static_assert(sizeof(ChunkRecord) <= 136);
 
 struct RecordHash {
   using is_transparent = void;
@@ -206,6 +208,7 @@ HostTier::HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> 
     : options_(options),
       clock_(options.clock),
       listener_(options.listener),
+      observer_(options.observer),
       arena_(std::move(arena)),
       shards_(new Shard[kNumShards]),
       allocator_(static_cast<uint32_t>(options.capacity_bytes / options.page_bytes)),
@@ -298,7 +301,7 @@ void HostTier::ReclaimDetachedLocked(MonoTime now) {
   }
 }
 
-void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
+void HostTier::DetachLocked(Record* record, RemovalCause cause, bool notify) {
   STRATA_DCHECK(record->state == ChunkState::kCommitted);
   {
     Shard& shard = ShardFor(record->key);
@@ -306,7 +309,9 @@ void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
     shard.records.erase(record);
     record->state = ChunkState::kDropped;
   }
-  if (!popped_by_policy) policy_->OnRemove(IdOf(record));
+  if (cause != RemovalCause::kEvicted) policy_->OnRemove(IdOf(record));
+  if (notify && observer_ != nullptr) observer_->OnRemoved(record->key, cause);
+  by_seq_.erase(record->seq);
   const uint32_t pages = PagesOf(*record);
   if (record->in_expiry) {
     expiry_.erase({record->expiry, record});
@@ -326,8 +331,8 @@ void HostTier::DetachLocked(Record* record, bool popped_by_policy) {
   --chunks_;
 }
 
-void HostTier::DropLocked(Record* record, MonoTime now) {
-  DetachLocked(record, /*popped_by_policy=*/false);
+void HostTier::DropLocked(Record* record, MonoTime now, RemovalCause cause, bool notify) {
+  DetachLocked(record, cause, notify);
   if (record->leases > 0 && record->lease_deadline > now) {
     detached_.insert(record);
   } else {
@@ -418,7 +423,7 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       if (!id.has_value()) break;
       Record* victim = RecordOf(*id);
       STRATA_DCHECK(!victim->unevictable && victim->state == ChunkState::kCommitted);
-      DetachLocked(victim, /*popped_by_policy=*/true);
+      DetachLocked(victim, RemovalCause::kEvicted, /*notify=*/true);
       victim->state = ChunkState::kEvicting;
       detached_.insert(victim);
       victim_pages += PagesOf(*victim);
@@ -483,6 +488,11 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
   const uint32_t num_pages = PagesFor(size_bytes);
 
   absl::MutexLock lock(&mu_);
+  if (!admitting_) {
+    return absl::FailedPreconditionError(
+        fmt::format("host tier: reserve of chunk {}: the tier is draining and admits no new chunks",
+                    key.ToString()));
+  }
   Shard& shard = ShardFor(key);
   Record* record = nullptr;
   ReserveResult result;
@@ -567,6 +577,10 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
   committed_pages_ += PagesOf(*record);
   payload_bytes_ += record->size_bytes;
   ++chunks_;
+  ++commits_;
+  committed_bytes_ += record->size_bytes;
+  record->seq = next_seq_++;
+  by_seq_.emplace(record->seq, record);
   ChunkId parent = kNoChunk;
   if (!handle.parent.empty()) {
     const Record* parent_record = FindLocked(handle.parent);
@@ -580,6 +594,7 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
                      .parent = parent,
                      .partial = handle.partial,
                      .tenant = handle.tenant});
+  if (observer_ != nullptr) observer_->OnStored(record->key, handle.parent, record->num_tokens);
   return absl::OkStatus();
 }
 
@@ -678,6 +693,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
         break;
       }
       ++hits_;
+      hit_bytes_ += record->size_bytes;
       const uint64_t handle = next_handle_++;
       handles_.emplace(handle, Handle{.record = record, .owner = owner, .is_lease = true});
       ++bound_handles_;
@@ -737,10 +753,11 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
         lease.key().ToString()));
   }
   --hits_;
+  hit_bytes_ -= record->size_bytes;
   ++misses_;
   if (record->state == ChunkState::kCommitted) {
     ++checksum_failures_;
-    DropLocked(record, now);
+    DropLocked(record, now, RemovalCause::kCorrupt, /*notify=*/true);
   }
   ReleaseLeaseLocked(record, now);
   return absl::DataLossError(
@@ -810,51 +827,96 @@ size_t HostTier::ReleaseOwner(uint64_t owner) {
 // Pins and removal
 
 absl::Status HostTier::Pin(const ChunkKey& key, const PinOptions& options) {
-  if (key.empty()) return absl::InvalidArgumentError("host tier: pin: empty chunk key");
+  STRATA_ASSIGN_OR_RETURN(PinResult result, PinChunks({&key, 1}, options));
+  if (result.missing > 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("host tier: pin: no committed chunk {}", key.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PinResult> HostTier::PinChunks(std::span<const ChunkKey> keys,
+                                              const PinOptions& options) {
+  for (const ChunkKey& key : keys) {
+    if (key.empty()) return absl::InvalidArgumentError("host tier: pin: empty chunk key");
+  }
   if (options.kind == PinKind::kSoft && options.ttl.count() <= 0) {
     return absl::InvalidArgumentError("host tier: soft pin: ttl must be positive");
   }
   absl::MutexLock lock(&mu_);
-  Record* record = FindLocked(key);
-  if (record == nullptr || record->state != ChunkState::kCommitted) {
-    return absl::InvalidArgumentError(
-        fmt::format("host tier: pin: no committed chunk {}", key.ToString()));
+  PinResult result;
+  std::vector<Record*> records;
+  uint64_t new_hard_bytes = 0;
+  for (const ChunkKey& key : keys) {
+    Record* record = FindLocked(key);
+    if (record == nullptr || record->state != ChunkState::kCommitted) {
+      ++result.missing;
+      continue;
+    }
+    // A key listed twice counts once against the quota.
+    if (std::find(records.begin(), records.end(), record) != records.end()) continue;
+    records.push_back(record);
+    ++result.chunks;
+    result.bytes += record->size_bytes;
+    if (!record->hard_pinned) new_hard_bytes += record->size_bytes;
+  }
+  if (options.kind == PinKind::kHard &&
+      hard_pinned_bytes_ + new_hard_bytes > options_.hard_pin_quota_bytes) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "host tier: hard pin of {} chunks ({} more bytes) exceeds the quota: {} of {} bytes "
+        "pinned; nothing was pinned",
+        records.size(), new_hard_bytes, hard_pinned_bytes_, options_.hard_pin_quota_bytes));
   }
   const MonoTime now = clock_->Now();
-  if (options.kind == PinKind::kHard) {
-    if (record->hard_pinned) return absl::OkStatus();
-    if (hard_pinned_bytes_ + record->size_bytes > options_.hard_pin_quota_bytes) {
-      return absl::ResourceExhaustedError(fmt::format(
-          "host tier: hard pin of chunk {} ({} bytes) exceeds the quota: {} of {} bytes pinned",
-          key.ToString(), record->size_bytes, hard_pinned_bytes_, options_.hard_pin_quota_bytes));
+  for (Record* record : records) {
+    if (options.kind == PinKind::kHard) {
+      if (!record->hard_pinned) {
+        record->hard_pinned = true;
+        hard_pinned_bytes_ += record->size_bytes;
+      }
+    } else {
+      record->soft_pin_deadline = std::max(record->soft_pin_deadline, now + options.ttl);
     }
-    record->hard_pinned = true;
-    hard_pinned_bytes_ += record->size_bytes;
-  } else {
-    record->soft_pin_deadline = std::max(record->soft_pin_deadline, now + options.ttl);
+    UpdateProtectionLocked(record, now);
   }
-  UpdateProtectionLocked(record, now);
-  return absl::OkStatus();
+  return result;
 }
 
 absl::Status HostTier::Unpin(const ChunkKey& key, PinKind kind) {
-  if (key.empty()) return absl::InvalidArgumentError("host tier: unpin: empty chunk key");
-  absl::MutexLock lock(&mu_);
-  Record* record = FindLocked(key);
-  if (record == nullptr || record->state != ChunkState::kCommitted) {
+  STRATA_ASSIGN_OR_RETURN(PinResult result, UnpinChunks({&key, 1}, kind));
+  if (result.missing > 0) {
     return absl::InvalidArgumentError(
         fmt::format("host tier: unpin: no committed chunk {}", key.ToString()));
   }
-  if (kind == PinKind::kHard) {
-    if (record->hard_pinned) {
-      record->hard_pinned = false;
-      hard_pinned_bytes_ -= record->size_bytes;
-    }
-  } else {
-    record->soft_pin_deadline = MonoTime{0};
-  }
-  UpdateProtectionLocked(record, clock_->Now());
   return absl::OkStatus();
+}
+
+absl::StatusOr<PinResult> HostTier::UnpinChunks(std::span<const ChunkKey> keys, PinKind kind) {
+  for (const ChunkKey& key : keys) {
+    if (key.empty()) return absl::InvalidArgumentError("host tier: unpin: empty chunk key");
+  }
+  absl::MutexLock lock(&mu_);
+  PinResult result;
+  const MonoTime now = clock_->Now();
+  for (const ChunkKey& key : keys) {
+    Record* record = FindLocked(key);
+    if (record == nullptr || record->state != ChunkState::kCommitted) {
+      ++result.missing;
+      continue;
+    }
+    ++result.chunks;
+    result.bytes += record->size_bytes;
+    if (kind == PinKind::kHard) {
+      if (record->hard_pinned) {
+        record->hard_pinned = false;
+        hard_pinned_bytes_ -= record->size_bytes;
+      }
+    } else {
+      record->soft_pin_deadline = MonoTime{0};
+    }
+    UpdateProtectionLocked(record, now);
+  }
+  return result;
 }
 
 absl::StatusOr<RemoveResult> HostTier::Remove(const ChunkKey& key) {
@@ -865,7 +927,7 @@ absl::StatusOr<RemoveResult> HostTier::Remove(const ChunkKey& key) {
   const RemoveResult result{.chunks = 1, .bytes = record->size_bytes};
   ++removed_;
   removed_bytes_ += record->size_bytes;
-  DropLocked(record, clock_->Now());
+  DropLocked(record, clock_->Now(), RemovalCause::kRemoved, /*notify=*/true);
   return result;
 }
 
@@ -888,14 +950,74 @@ RemoveResult HostTier::RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predica
       result.bytes += record->size_bytes;
       ++removed_;
       removed_bytes_ += record->size_bytes;
-      DropLocked(record, now);
+      DropLocked(record, now, RemovalCause::kRemoved, /*notify=*/true);
     }
   }
   return result;
 }
 
+RemoveResult HostTier::RemoveAll() {
+  RemoveResult result;
+  absl::MutexLock lock(&mu_);
+  const MonoTime now = clock_->Now();
+  std::vector<Record*> committed;
+  committed.reserve(chunks_);
+  for (size_t i = 0; i < kNumShards; ++i) {
+    absl::ReaderMutexLock shard_lock(&shards_[i].mu);
+    for (Record* record : shards_[i].records) {
+      if (record->state == ChunkState::kCommitted) committed.push_back(record);
+    }
+  }
+  for (Record* record : committed) {
+    ++result.chunks;
+    result.bytes += record->size_bytes;
+    ++removed_;
+    removed_bytes_ += record->size_bytes;
+    DropLocked(record, now, RemovalCause::kRemoved, /*notify=*/false);
+  }
+  if (observer_ != nullptr) observer_->OnCleared();
+  return result;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Introspection
+
+void HostTier::StopAdmitting() {
+  absl::MutexLock lock(&mu_);
+  admitting_ = false;
+}
+
+bool HostTier::admitting() const {
+  absl::MutexLock lock(&mu_);
+  return admitting_;
+}
+
+ChunkPage HostTier::ListChunks(const ListChunksOptions& options) const {
+  ChunkPage page;
+  absl::MutexLock lock(&mu_);
+  size_t examined = 0;
+  uint64_t last_seq = options.cursor;
+  auto it = by_seq_.upper_bound(options.cursor);
+  for (; it != by_seq_.end() && page.chunks.size() < options.limit && examined < options.max_scan;
+       ++it, ++examined) {
+    last_seq = it->first;
+    const Record& record = *it->second;
+    if (options.layout_fingerprint.has_value() &&
+        record.key.layout_fingerprint() != *options.layout_fingerprint) {
+      continue;
+    }
+    page.chunks.push_back({.key = record.key,
+                           .size_bytes = record.size_bytes,
+                           .num_tokens = record.num_tokens,
+                           .hard_pinned = record.hard_pinned,
+                           .soft_pin_deadline = record.soft_pin_deadline,
+                           .leases = record.leases});
+  }
+  // The cursor is the last examined sequence number, so a page cut short by max_scan resumes
+  // after what it skipped.
+  if (it != by_seq_.end()) page.next_cursor = last_seq;
+  return page;
+}
 
 HostTierStats HostTier::Stats() const {
   absl::MutexLock lock(&mu_);
@@ -919,6 +1041,9 @@ HostTierStats HostTier::Stats() const {
       .checksum_failures = checksum_failures_,
       .removed = removed_,
       .removed_bytes = removed_bytes_,
+      .commits = commits_,
+      .committed_bytes = committed_bytes_,
+      .hit_bytes = hit_bytes_,
   };
   for (const Record* record : detached_) stats.pending_free_bytes += record->size_bytes;
   for (const auto& [expiry, record] : expiry_) {
@@ -1008,6 +1133,9 @@ absl::Status HostTier::CheckConsistency() const {
   if (reservations != reservations_ || reserved != reserved_bytes_) {
     return fail(fmt::format("reservations: counted {} / {} bytes, tracked {} / {}", reservations,
                             reserved, reservations_, reserved_bytes_));
+  }
+  if (by_seq_.size() != chunks_) {
+    return fail(fmt::format("{} chunks in commit order, {} committed", by_seq_.size(), chunks_));
   }
   if (policy_->size() != chunks_) {
     return fail(fmt::format("policy tracks {} chunks, index holds {}", policy_->size(), chunks_));

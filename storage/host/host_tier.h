@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
@@ -46,6 +47,7 @@
 #include "core/chunk_key.h"
 #include "core/clock.h"
 #include "core/kv_layout.h"
+#include "storage/host/chunk_observer.h"
 #include "storage/host/eviction_listener.h"
 #include "storage/host/page_allocator.h"
 #include "storage/host/payload_view.h"
@@ -87,6 +89,9 @@ struct HostTierOptions {
   Clock* clock = SystemClock::Get();
   // Told about every eviction; nullable; not owned; must outlive the tier.
   EvictionListener* listener = nullptr;
+  // Told about every chunk entering and leaving the index; nullable; not owned; must outlive
+  // the tier.
+  ChunkObserver* observer = nullptr;
 };
 
 struct ReserveOptions {
@@ -210,6 +215,40 @@ struct PinOptions {
   std::chrono::nanoseconds ttl{0};  // kSoft only; > 0
 };
 
+// What a batch Pin / Unpin did. Keys that are not committed here are counted, not errors.
+struct PinResult {
+  uint64_t chunks = 0;   // committed chunks the call applied to
+  uint64_t bytes = 0;    // their payload bytes
+  uint64_t missing = 0;  // keys with no committed chunk
+};
+
+// One committed chunk as ListChunks reports it.
+struct ChunkInfo {
+  ChunkKey key;
+  uint64_t size_bytes = 0;
+  uint32_t num_tokens = 0;
+  bool hard_pinned = false;
+  MonoTime soft_pin_deadline{0};  // 0 when not soft-pinned (may lie in the past)
+  uint32_t leases = 0;            // unreleased lease handles, expired ones included
+};
+
+struct ListChunksOptions {
+  // Resume after this cursor: 0 starts at the beginning; otherwise a ChunkPage::next_cursor.
+  uint64_t cursor = 0;
+  // At most this many chunks in the page.
+  size_t limit = 1000;
+  // Only chunks whose key carries this layout fingerprint, when set.
+  std::optional<uint64_t> layout_fingerprint;
+  // At most this many indexed chunks are examined per call, so a selective filter cannot hold
+  // the tier lock for a whole-index scan; the page may then hold fewer than `limit` chunks.
+  size_t max_scan = 65536;
+};
+
+struct ChunkPage {
+  std::vector<ChunkInfo> chunks;  // in commit order
+  uint64_t next_cursor = 0;       // 0: the listing is complete
+};
+
 struct RemoveResult {
   uint64_t chunks = 0;
   uint64_t bytes = 0;  // payload bytes
@@ -240,8 +279,11 @@ struct HostTierStats {
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
   uint64_t checksum_failures = 0;  // chunks dropped for a checksum mismatch
-  uint64_t removed = 0;            // chunks removed by Remove / RemoveIf
+  uint64_t removed = 0;            // chunks removed by Remove / RemoveIf / RemoveAll
   uint64_t removed_bytes = 0;
+  uint64_t commits = 0;  // chunks committed so far (stores)
+  uint64_t committed_bytes = 0;
+  uint64_t hit_bytes = 0;  // payload bytes of the hits (loads)
 };
 
 class HostTier {
@@ -307,9 +349,16 @@ class HostTier {
   // extends it). kInvalidArgument for an empty, unknown or uncommitted key, or a soft pin
   // without a positive ttl. Pins protect from eviction only; Remove still removes.
   absl::Status Pin(const ChunkKey& key, const PinOptions& options);
+  // Pins every committed chunk of `keys`, all or nothing: kResourceExhausted (nothing pinned)
+  // when the hard pins would exceed the quota. Keys without a committed chunk are counted in
+  // PinResult::missing. kInvalidArgument for an empty key or a soft pin without a positive ttl.
+  absl::StatusOr<PinResult> PinChunks(std::span<const ChunkKey> keys, const PinOptions& options);
   // Removes the hard pin or the soft pin of a chunk (no-op if it has none).
   // kInvalidArgument for an empty, unknown or uncommitted key.
   absl::Status Unpin(const ChunkKey& key, PinKind kind);
+  // Unpins every committed chunk of `keys` (missing ones counted). kInvalidArgument for an
+  // empty key (nothing unpinned).
+  absl::StatusOr<PinResult> UnpinChunks(std::span<const ChunkKey> keys, PinKind kind);
 
   // Removes a committed chunk (pinned or not): it leaves the index at once, its pages are
   // freed when no unexpired lease reads them. Unknown or uncommitted keys remove nothing.
@@ -318,8 +367,21 @@ class HostTier {
   // Removes every committed chunk whose key satisfies `predicate`, shard by shard. The
   // predicate runs under the tier's locks: it must be quick and must not call the tier.
   RemoveResult RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predicate);
+  // Removes every committed chunk at once (one pass under the tier lock) and tells the
+  // observer OnCleared, not OnRemoved per chunk. Leased chunks' pages are freed as Remove says.
+  RemoveResult RemoveAll();
+
+  // Stops admitting new chunks: Reserve answers kFailedPrecondition from now on (commits of
+  // open reservations still succeed). Irreversible; idempotent.
+  void StopAdmitting();
+  bool admitting() const;
 
   HostTierStats Stats() const;
+
+  // A page of committed chunks in commit order, resumable by cursor: chunks committed after the
+  // listing started appear on later pages, removed ones disappear, none is listed twice. Costs
+  // O(log chunks + examined) under the tier lock; never copies the index.
+  ChunkPage ListChunks(const ListChunksOptions& options) const;
 
   // Walks every structure and checks that the pages of all chunks and the free runs tile the
   // arena exactly, and that every counter matches what it counts. kInternal naming the first
@@ -365,8 +427,12 @@ class HostTier {
   void SweepExpiredLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReclaimDetachedLocked(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateProtectionLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DetachLocked(Record* record, bool popped_by_policy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a committed chunk out of the index (and the policy, unless kEvicted: the policy popped
+  // it), telling the observer when `notify`.
+  void DetachLocked(Record* record, RemovalCause cause, bool notify)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLocked(Record* record, MonoTime now, RemovalCause cause, bool notify)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreePagesLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(uint64_t handle_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -386,6 +452,7 @@ class HostTier {
   const HostTierOptions options_;
   Clock* const clock_;
   EvictionListener* const listener_;
+  ChunkObserver* const observer_;
   const std::unique_ptr<SharedArena> arena_;
 
   // Index shards: key -> record. Lookup and Contains hold one shard's reader lock; writers hold
@@ -405,6 +472,10 @@ class HostTier {
   uint64_t bound_handles_ ABSL_GUARDED_BY(mu_) = 0;
   // Committed chunks under a lease or soft pin, by the time that protection ends.
   std::set<std::pair<MonoTime, Record*>> expiry_ ABSL_GUARDED_BY(mu_);
+  // Committed chunks by commit sequence number (ListChunks' order and cursor).
+  absl::btree_map<uint64_t, Record*> by_seq_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  bool admitting_ ABSL_GUARDED_BY(mu_) = true;
   // Chunks out of the index that still hold pages (read by leases, or being evicted).
   absl::flat_hash_set<Record*> detached_ ABSL_GUARDED_BY(mu_);
 
@@ -424,6 +495,9 @@ class HostTier {
   uint64_t checksum_failures_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t removed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t removed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t committed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hit_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata::storage

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/host/test_util.h"
@@ -646,6 +647,161 @@ TEST_F(HostTierTest, DeadSessionsLoseTheirReservationsAndLeases) {
   l1 = absl::StatusOr<std::optional<ChunkLease>>();  // inert handles release nothing twice
   l1b = absl::StatusOr<std::optional<ChunkLease>>();
   EXPECT_EQ(tier->Stats().active_leases, 1u);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, BatchPinIsAllOrNothingUnderTheQuota) {
+  HostTierOptions options = Options(8 * kFull);
+  options.hard_pin_quota_bytes = 2 * kFull;
+  auto tier = MakeTier(options);
+  for (uint64_t id = 0; id < 3; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  const std::vector<ChunkKey> three = {Key(0), Key(1), Key(2)};
+  absl::StatusOr<PinResult> over = tier->PinChunks(three, {});
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("nothing was pinned"));
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, 0u);
+
+  // Missing keys are counted, a key listed twice counts once against the quota.
+  const std::vector<ChunkKey> some = {Key(0), Key(0), Key(1), Key(9)};
+  absl::StatusOr<PinResult> pinned = tier->PinChunks(some, {});
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(pinned->chunks, 2u);
+  EXPECT_EQ(pinned->bytes, 2 * kFull);
+  EXPECT_EQ(pinned->missing, 1u);
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, 2 * kFull);
+
+  absl::StatusOr<PinResult> unpinned = tier->UnpinChunks(some, PinKind::kHard);
+  ASSERT_TRUE(unpinned.ok());
+  EXPECT_EQ(unpinned->missing, 1u);
+  EXPECT_EQ(tier->Stats().hard_pinned_bytes, 0u);
+  const std::vector<ChunkKey> with_empty = {Key(0), ChunkKey()};
+  EXPECT_EQ(tier->PinChunks(with_empty, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier->PinChunks(three, {.kind = PinKind::kSoft}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, StopAdmittingRefusesNewChunksButCommitsOpenOnes) {
+  auto tier = MakeTier(Options(8 * kFull));
+  auto open = tier->Reserve(layout_, Key(1), {.num_tokens = 16});
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(tier->admitting());
+  tier->StopAdmitting();
+  EXPECT_FALSE(tier->admitting());
+  auto refused = tier->Reserve(layout_, Key(2), {.num_tokens = 16});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("draining"));
+  EXPECT_TRUE(tier->Commit(std::move(open->reservation)).ok());
+  EXPECT_TRUE(tier->Contains(Key(1)));
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ListChunksPagesInCommitOrderAcrossRemovals) {
+  auto tier = MakeTier(Options(32 * kFull));
+  for (uint64_t id = 0; id < 10; ++id) ASSERT_NO_FATAL_FAILURE(Store(*tier, id));
+  ASSERT_TRUE(tier->Pin(Key(3), {}).ok());
+  ChunkPage first = tier->ListChunks({.limit = 4});
+  ASSERT_EQ(first.chunks.size(), 4u);
+  EXPECT_EQ(first.chunks[0].key, Key(0));
+  EXPECT_EQ(first.chunks[3].key, Key(3));
+  EXPECT_TRUE(first.chunks[3].hard_pinned);
+  EXPECT_EQ(first.chunks[3].size_bytes, kFull);
+  EXPECT_EQ(first.chunks[3].num_tokens, 16u);
+  EXPECT_NE(first.next_cursor, 0u);
+
+  // A chunk removed before its page is not listed; one committed meanwhile comes at the end.
+  ASSERT_TRUE(tier->Remove(Key(4)).ok());
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 10));
+  std::vector<ChunkKey> rest;
+  uint64_t cursor = first.next_cursor;
+  while (cursor != 0) {
+    ChunkPage page = tier->ListChunks({.cursor = cursor, .limit = 4});
+    for (const ChunkInfo& info : page.chunks) rest.push_back(info.key);
+    cursor = page.next_cursor;
+  }
+  EXPECT_EQ(rest, (std::vector<ChunkKey>{Key(5), Key(6), Key(7), Key(8), Key(9), Key(10)}));
+  EXPECT_TRUE(tier->ListChunks({.limit = 0}).chunks.empty());
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ListChunksFiltersByLayoutWithABoundedScan) {
+  auto tier = MakeTier(Options(32 * kFull));
+  const KvLayout other = SmallLayout("other-model");
+  for (uint64_t id = 0; id < 6; ++id) {
+    const KvLayout& layout = id % 3 == 2 ? other : layout_;
+    auto r = tier->Reserve(layout, SyntheticKey(layout, id), {.num_tokens = 16});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
+  }
+  // Examining 2 chunks per call: pages may be empty yet the listing goes on.
+  std::vector<ChunkKey> found;
+  uint64_t cursor = 0;
+  int calls = 0;
+  do {
+    ChunkPage page = tier->ListChunks(
+        {.cursor = cursor, .limit = 10, .layout_fingerprint = other.Fingerprint(), .max_scan = 2});
+    for (const ChunkInfo& info : page.chunks) found.push_back(info.key);
+    cursor = page.next_cursor;
+    ++calls;
+  } while (cursor != 0);
+  EXPECT_EQ(found, (std::vector<ChunkKey>{SyntheticKey(other, 2), SyntheticKey(other, 5)}));
+  EXPECT_EQ(calls, 3);
+}
+
+// Records observer calls as strings: "stored <id> <parent id or -> <tokens>", "removed <id>
+// <cause>", "cleared".
+class RecordingObserver : public ChunkObserver {
+ public:
+  explicit RecordingObserver(const KvLayout& layout) : layout_(layout) {}
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) override {
+    events.push_back(
+        fmt::format("stored {} {} {}", Id(key), parent.empty() ? "-" : Id(parent), num_tokens));
+  }
+  void OnRemoved(const ChunkKey& key, RemovalCause cause) override {
+    events.push_back(fmt::format("removed {} {}", Id(key), static_cast<int>(cause)));
+  }
+  void OnCleared() override { events.push_back("cleared"); }
+
+  std::vector<std::string> events;
+
+ private:
+  std::string Id(const ChunkKey& key) const {
+    for (uint64_t id = 0; id < 64; ++id) {
+      if (SyntheticKey(layout_, id) == key) return std::to_string(id);
+    }
+    return "?";
+  }
+  KvLayout layout_;
+};
+
+TEST_F(HostTierTest, ObserverSeesStoresAndRemovalsInIndexOrder) {
+  RecordingObserver observer(layout_);
+  HostTierOptions options = Options(3 * kFull);
+  options.observer = &observer;
+  auto tier = MakeTier(options);
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
+  {
+    auto r = tier->Reserve(layout_, Key(1), {.num_tokens = 8, .parent = Key(0)});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 2));
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 3));  // evicts 0 (LRU)
+  ASSERT_TRUE(tier->Remove(Key(1)).ok());
+  CorruptOneByte(*tier, 2);
+  EXPECT_EQ(tier->Acquire(Key(2)).status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_NO_FATAL_FAILURE(Store(*tier, 4));
+  EXPECT_EQ(tier->RemoveAll().chunks, 2u);
+  const HostTierStats stats = tier->Stats();
+  EXPECT_EQ(stats.chunks, 0u);
+  EXPECT_EQ(stats.commits, 5u);
+  EXPECT_EQ(stats.committed_bytes, 4 * kFull + kFull / 2);
+  EXPECT_EQ(stats.hit_bytes, kFull)
+      << "the corrupt chunk's load is a miss; CorruptOneByte's is a hit";
+  EXPECT_EQ(observer.events,
+            (std::vector<std::string>{"stored 0 - 16", "stored 1 0 8", "stored 2 - 16",
+                                      "removed 0 0", "stored 3 - 16", "removed 1 1", "removed 2 2",
+                                      "stored 4 - 16", "cleared"}));
   ExpectConsistent(*tier);
 }
 

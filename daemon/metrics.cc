@@ -1,0 +1,138 @@
+#include "daemon/metrics.h"
+
+#include <exception>
+
+#include "fmt/format.h"
+
+namespace strata::daemon {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+ClientMetric Value(MetricType type, double value, std::vector<ClientMetric::Label> labels) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  return metric;
+}
+
+// One family with a single series labelled {tier="host"}.
+MetricFamily HostFamily(const char* name, const char* help, MetricType type, uint64_t value) {
+  return {name, help, type, {Value(type, static_cast<double>(value), {{"tier", "host"}})}};
+}
+
+}  // namespace
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0};
+}
+
+std::vector<MetricFamily> NodeCollector::Collect() const {
+  std::vector<MetricFamily> families;
+  if (sources_.host_tier != nullptr) {
+    const storage::HostTierStats s = sources_.host_tier->Stats();
+    const MetricType gauge = MetricType::Gauge;
+    const MetricType counter = MetricType::Counter;
+    families.push_back(
+        HostFamily("strata_tier_capacity_bytes", "Capacity of the tier.", gauge, s.capacity_bytes));
+    families.push_back(HostFamily("strata_tier_used_bytes",
+                                  "Bytes the tier holds (whole pages for the host tier).", gauge,
+                                  s.used_bytes));
+    families.push_back(
+        HostFamily("strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks));
+    families.push_back({"strata_tier_pinned_bytes",
+                        "Payload bytes of pinned chunks, by pin kind.",
+                        gauge,
+                        {Value(gauge, static_cast<double>(s.hard_pinned_bytes),
+                               {{"kind", "hard"}, {"tier", "host"}}),
+                         Value(gauge, static_cast<double>(s.soft_pinned_bytes),
+                               {{"kind", "soft"}, {"tier", "host"}})}});
+    families.push_back(HostFamily("strata_tier_leases",
+                                  "Unreleased read leases on chunks of the tier.", gauge,
+                                  s.active_leases));
+    families.push_back(HostFamily("strata_tier_reserved_bytes",
+                                  "Bytes reserved by stores not yet committed.", gauge,
+                                  s.reserved_bytes));
+    families.push_back(HostFamily("strata_stores_total", "Chunks stored (committed) in the tier.",
+                                  counter, s.commits));
+    families.push_back(HostFamily("strata_store_bytes_total",
+                                  "Payload bytes stored (committed) in the tier.", counter,
+                                  s.committed_bytes));
+    families.push_back(HostFamily(
+        "strata_loads_total", "Chunks leased for loading from the tier (hits).", counter, s.hits));
+    families.push_back(HostFamily("strata_load_bytes_total",
+                                  "Payload bytes leased for loading from the tier.", counter,
+                                  s.hit_bytes));
+    families.push_back(HostFamily("strata_load_misses_total",
+                                  "Loads that found no usable chunk in the tier.", counter,
+                                  s.misses));
+    families.push_back(
+        {"strata_tier_evictions_total",
+         "Chunks that left the tier, by reason: capacity (the eviction policy), "
+         "removed (Clear), corrupt (checksum mismatch).",
+         counter,
+         {Value(counter, static_cast<double>(s.evictions),
+                {{"reason", "capacity"}, {"tier", "host"}}),
+          Value(counter, static_cast<double>(s.removed), {{"reason", "removed"}, {"tier", "host"}}),
+          Value(counter, static_cast<double>(s.checksum_failures),
+                {{"reason", "corrupt"}, {"tier", "host"}})}});
+    families.push_back(HostFamily("strata_checksum_failures_total",
+                                  "Chunks whose payload checksum failed on a load.", counter,
+                                  s.checksum_failures));
+    families.push_back(HostFamily("strata_io_errors_total",
+                                  "I/O errors of the tier (the host tier does no I/O).", counter,
+                                  0));
+  }
+  if (sources_.sessions) {
+    const auto [active, total] = sources_.sessions();
+    families.push_back({"strata_sessions",
+                        "Engine sessions connected now.",
+                        MetricType::Gauge,
+                        {Value(MetricType::Gauge, static_cast<double>(active), {})}});
+    families.push_back({"strata_sessions_total",
+                        "Engine sessions accepted since start.",
+                        MetricType::Counter,
+                        {Value(MetricType::Counter, static_cast<double>(total), {})}});
+  }
+  if (sources_.lookups) {
+    const auto [lookups, hit_tokens, miss_tokens] = sources_.lookups();
+    families.push_back({"strata_lookups_total",
+                        "Control API Lookup calls answered.",
+                        MetricType::Counter,
+                        {Value(MetricType::Counter, static_cast<double>(lookups), {})}});
+    families.push_back({"strata_lookup_hit_tokens_total",
+                        "Tokens of Lookup calls found cached.",
+                        MetricType::Counter,
+                        {Value(MetricType::Counter, static_cast<double>(hit_tokens), {})}});
+    families.push_back({"strata_lookup_miss_tokens_total",
+                        "Tokens of Lookup calls not cached.",
+                        MetricType::Counter,
+                        {Value(MetricType::Counter, static_cast<double>(miss_tokens), {})}});
+  }
+  return families;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Create(
+    const std::string& listen_address,
+    const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(listen_address);
+    for (const auto& collectable : collectables) exposer->RegisterCollectable(collectable);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(fmt::format("metrics: cannot listen on '{}'", listen_address));
+    }
+    return std::unique_ptr<MetricsExposer>(new MetricsExposer(std::move(exposer), ports[0]));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        fmt::format("metrics: cannot listen on '{}': {}", listen_address, e.what()));
+  }
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,72 @@
+// The daemon's Prometheus metrics. Names are strata_* with units in the names (_bytes,
+// _seconds, _total for counters).
+//
+// Two kinds of source:
+//   - state that components already count (host tier accounting, sessions, Lookup token counts)
+//     is read at scrape time by NodeCollector: nothing is counted twice, nothing costs on the
+//     hot path;
+//   - latencies are observed where they happen, into histograms that components register on the
+//     registry they are given (ControlService: Lookup; EngineSessionServer: engine requests).
+// MetricsExposer serves a registry over HTTP (/metrics).
+//
+// Thread-safety: the collector and the exposer are thread-safe; prometheus-cpp histograms are.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "storage/host/host_tier.h"
+
+namespace strata::daemon {
+
+// Latency buckets, in seconds, shared by every strata_*_duration_seconds histogram: 10 us to 1 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets();
+
+// What NodeCollector reads at each scrape. Every field is nullable / optional.
+struct NodeSources {
+  const storage::HostTier* host_tier = nullptr;
+  // Active and total engine sessions.
+  std::function<std::pair<uint64_t, uint64_t>()> sessions;
+  // Control Lookup calls and the tokens they found and missed.
+  std::function<std::array<uint64_t, 3>()> lookups;
+};
+
+// Builds the strata_* families from NodeSources when scraped.
+class NodeCollector final : public prometheus::Collectable {
+ public:
+  explicit NodeCollector(NodeSources sources) : sources_(std::move(sources)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const NodeSources sources_;
+};
+
+// Serves `collectables` (registries, collectors) on `listen_address` ("host:port"; port 0 picks
+// one) at /metrics.
+class MetricsExposer {
+ public:
+  // kUnavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsExposer>> Create(
+      const std::string& listen_address,
+      const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables);
+  int port() const { return port_; }
+
+ private:
+  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port)
+      : exposer_(std::move(exposer)), port_(port) {}
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+}  // namespace strata::daemon

@@ -1,0 +1,33 @@
+// ChunkObserver is told when chunks enter and leave the host tier's index, in index order: the
+// daemon turns these calls into KV events (ChunkStored / ChunkRemoved / Cleared).
+//
+// Threading: calls run on the thread that changed the index, with the tier lock held, so they
+// arrive in the order the index changed. An implementation must be quick, must not block and
+// must not call the tier. Keys are valid only during the call.
+#pragma once
+
+#include <cstdint>
+
+#include "core/chunk_key.h"
+
+namespace strata::storage {
+
+enum class RemovalCause {
+  kEvicted,  // the eviction policy chose it to make room
+  kRemoved,  // Remove / RemoveIf
+  kCorrupt,  // its checksum failed on a load
+};
+
+class ChunkObserver {
+ public:
+  virtual ~ChunkObserver() = default;
+
+  // A chunk was committed. `parent` is the previous chunk of its chain (empty if unknown).
+  virtual void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) = 0;
+  // A committed chunk left the index.
+  virtual void OnRemoved(const ChunkKey& key, RemovalCause cause) = 0;
+  // Every chunk left the index at once (RemoveAll); no OnRemoved calls are made for them.
+  virtual void OnCleared() = 0;
+};
+
+}  // namespace strata::storage

@@ -1,0 +1,169 @@
+// The `strata` CLI against a real stratad: each command's output (golden text) and exit code.
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/key_hasher.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
+#include "tests/support/subprocess.h"
+
+namespace strata {
+namespace {
+
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+using test_support::Subprocess;
+using ::testing::HasSubstr;
+
+KvLayout CliLayout() {
+  KvLayout layout;
+  layout.model_id = "cli-model";
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 64;
+  layout.dtype = KvDtype::kFloat16;
+  layout.chunk_tokens = 64;  // 64 KiB per chunk
+  return layout;
+}
+
+// The same layout as `strata` flags.
+const std::vector<std::string> kLayoutFlags = {"--model",    "cli-model", "--layers",       "2",
+                                               "--kv-heads", "2",         "--head-dim",     "64",
+                                               "--dtype",    "fp16",      "--chunk-tokens", "64"};
+
+std::vector<uint32_t> Tokens(size_t n) {
+  std::vector<uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  return tokens;
+}
+
+std::string TokenList(size_t n) { return fmt::format("{}", fmt::join(Tokens(n), ",")); }
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+    addr_ = "unix://" + (daemon_->dir() / "control.sock").string();
+    engine_ = std::make_unique<RawEngineClient>(daemon_->engine_socket());
+    ASSERT_TRUE(engine_->Handshake(CliLayout()).ok());
+    keys_ = KeyHasher::Create(CliLayout(), {})->PrefixKeys(Tokens(3 * 64), {});
+  }
+
+  CliResult Cli(std::vector<std::string> args, bool with_layout = false) {
+    std::vector<std::string> argv = {STRATA_CLI_PATH, "--addr", addr_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    if (with_layout) argv.insert(argv.end(), kLayoutFlags.begin(), kLayoutFlags.end());
+    Subprocess process(argv);
+    std::optional<int> code = process.Wait(std::chrono::seconds(20));
+    return {code.value_or(-1), process.Stdout(), process.Stderr()};
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<RawEngineClient> engine_;
+  std::string addr_;
+  std::vector<ChunkKey> keys_;
+};
+
+TEST_F(CliTest, PinLsMoveClearAndEventsGolden) {
+  ASSERT_TRUE(engine_->Store(keys_, 64, 1).ok());
+
+  CliResult pin = Cli({"pin", "--tokens", TokenList(128)}, true);
+  EXPECT_EQ(pin.code, 0) << pin.err;
+  EXPECT_EQ(pin.out, "pinned 2 chunks (128.0 KiB); 0 not cached\n");
+
+  CliResult soft = Cli({"pin", "--soft", "--ttl-ms", "600000", "--key", keys_[2].ToString()});
+  EXPECT_EQ(soft.code, 0) << soft.err;
+  EXPECT_EQ(soft.out, "pinned 1 chunks (64.0 KiB); 0 not cached\n");
+
+  CliResult ls = Cli({"ls", "--page-size", "2"});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out, fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
+                                "host       64   64.0 KiB hard          -      0  {}\n"
+                                "host       64   64.0 KiB hard          -      0  {}\n"
+                                "2 chunks; more with --page-token h2\n",
+                                keys_[0].ToString(), keys_[1].ToString()));
+  CliResult next = Cli({"ls", "--page-token", "h2"});
+  EXPECT_EQ(next.code, 0) << next.err;
+  // The soft pin's remaining time runs on the daemon's clock: up to 600000 ms.
+  EXPECT_THAT(next.out, ::testing::MatchesRegex(
+                            fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
+                                        "host       64   64.0 KiB soft  5[0-9]{{5}} ms      0  {}\n"
+                                        "1 chunks\n",
+                                        keys_[2].ToString())));
+
+  CliResult move = Cli({"move", "--to", "host", "--key", keys_[0].ToString()});
+  EXPECT_EQ(move.code, 0) << move.err;
+  EXPECT_EQ(move.out, "moved 0 chunks to host; 1 already there; 0 not cached\n");
+  CliResult to_disk = Cli({"move", "--to", "disk", "--key", keys_[0].ToString()});
+  EXPECT_EQ(to_disk.code, 1);
+  EXPECT_EQ(to_disk.err, "strata: FAILED_PRECONDITION: disk tier not configured\n");
+
+  CliResult clear = Cli({"clear", "--tokens", TokenList(64)}, true);
+  EXPECT_EQ(clear.code, 0) << clear.err;
+  EXPECT_EQ(clear.out, "removed 1 chunks (64.0 KiB)\n");
+  CliResult all = Cli({"clear", "--all"});
+  EXPECT_EQ(all.out, "removed 2 chunks (128.0 KiB)\n");
+
+  CliResult events = Cli({"events", "--from", "1", "--limit", "5"});
+  EXPECT_EQ(events.code, 0) << events.err;
+  EXPECT_EQ(events.out, fmt::format("       1  host   stored   {}  tokens 64  parent -\n"
+                                    "       2  host   stored   {}  tokens 64  parent -\n"
+                                    "       3  host   stored   {}  tokens 64  parent -\n"
+                                    "       4  host   removed  {}  (removed)\n"
+                                    "       5  host   cleared  every chunk\n",
+                                    keys_[0].ToString(), keys_[1].ToString(), keys_[2].ToString(),
+                                    keys_[0].ToString()));
+  CliResult json_event = Cli({"--json", "events", "--from", "5", "--limit", "1"});
+  EXPECT_EQ(json_event.out, "{\"sequence\":\"5\",\"tier\":\"TIER_HOST\",\"cleared\":{}}\n");
+}
+
+TEST_F(CliTest, DrainStatsAndErrors) {
+  ASSERT_TRUE(engine_->Store({keys_[0]}, 64, 1).ok());
+  CliResult drain = Cli({"drain"});
+  EXPECT_EQ(drain.code, 0) << drain.err;
+  EXPECT_EQ(drain.out,
+            "draining: no new chunks are admitted\nresident 1 chunks (64.0 KiB), 0 open "
+            "reservations; flushed 0 chunks\n");
+  CliResult status = Cli({"status"});
+  EXPECT_THAT(status.out, HasSubstr("status   draining\n"));
+  EXPECT_FALSE(engine_->Store({keys_[1]}, 64, 2).ok()) << "a draining daemon admits nothing";
+
+  CliResult stats = Cli({"stats", "--json"});
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("\"tier\":\"TIER_HOST\""));
+  EXPECT_THAT(stats.out, HasSubstr("\"chunks\":\"1\""));
+
+  CliResult bad_tokens = Cli({"pin", "--tokens", "1,x"}, true);
+  EXPECT_EQ(bad_tokens.code, 2);
+  EXPECT_THAT(bad_tokens.err, HasSubstr("INVALID_ARGUMENT: malformed token list"));
+  CliResult bad_tier = Cli({"ls", "--tier", "tape"});
+  EXPECT_EQ(bad_tier.code, 2);
+  EXPECT_THAT(bad_tier.err, HasSubstr("tier 'tape' is not one of"));
+  CliResult bad_token = Cli({"ls", "--page-token", "nope"});
+  EXPECT_EQ(bad_token.code, 2);
+  EXPECT_THAT(bad_token.err, HasSubstr("was not produced by this daemon"));
+  CliResult compress_less = Cli({"move", "--key", keys_[0].ToString()});
+  EXPECT_EQ(compress_less.code, 2) << "--to is required";
+
+  std::vector<std::string> unreachable = {STRATA_CLI_PATH, "--addr", "unix:///nonexistent.sock",
+                                          "--timeout-ms",  "500",    "status"};
+  Subprocess process(unreachable);
+  EXPECT_EQ(process.Wait(std::chrono::seconds(20)), 1);
+  EXPECT_THAT(process.Stderr(), HasSubstr("strata: "));
+}
+
+}  // namespace
+}  // namespace strata

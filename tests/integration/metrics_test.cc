@@ -1,0 +1,152 @@
+// stratad's Prometheus endpoint: scraped over HTTP after real engine traffic; the text is checked
+// for the strata_* series and by `promtool check metrics`.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <string>
+
+#include "core/key_hasher.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
+
+namespace strata {
+namespace {
+
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+using ::testing::HasSubstr;
+
+constexpr char kPromtool[] = "/usr/bin/promtool";
+
+KvLayout MetricsLayout() {
+  KvLayout layout;
+  layout.model_id = "metrics-model";
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 64;
+  layout.dtype = KvDtype::kFloat16;
+  layout.chunk_tokens = 64;  // 64 KiB per chunk
+  return layout;
+}
+
+// GET /metrics on 127.0.0.1:port; the body, or "" on failure.
+std::string Scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[8192];
+      ssize_t n;
+      while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+    }
+  }
+  ::close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? std::string() : response.substr(body + 4);
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+        DaemonProcess::Start({.extra_args = {"--metrics-listen", "127.0.0.1:0"}});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+    std::smatch match;
+    const std::string log = daemon_->Log();
+    ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(metrics on 127\.0\.0\.1:(\d+))")))
+        << log;
+    port_ = std::stoi(match[1].str());
+
+    // Traffic: three stores, a load of two chunks (leases kept), and a control Lookup.
+    engine_ = std::make_unique<RawEngineClient>(daemon_->engine_socket());
+    RawEngineClient& engine = *engine_;
+    ASSERT_TRUE(engine.Handshake(MetricsLayout()).ok());
+    std::vector<uint32_t> tokens(3 * 64);
+    std::iota(tokens.begin(), tokens.end(), 0);
+    const std::vector<ChunkKey> keys =
+        KeyHasher::Create(MetricsLayout(), {})->PrefixKeys(tokens, {});
+    ASSERT_TRUE(engine.Store(keys, 64, 1).ok());
+    v1::EngineRequest load;
+    for (size_t i = 0; i < 2; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+    absl::StatusOr<v1::EngineResponse> loaded = engine.Call(load);
+    ASSERT_TRUE(loaded.ok() && loaded->status().code() == 0);
+    grpc::ClientContext context;
+    v1::LookupRequest lookup;
+    for (const ChunkKey& key : keys) *lookup.add_keys() = ToProto(key);
+    v1::LookupResponse looked_up;
+    ASSERT_TRUE(daemon_->control().Lookup(&context, lookup, &looked_up).ok());
+    text_ = Scrape(port_);
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<RawEngineClient> engine_;  // connected during the scrape
+  int port_ = 0;
+  std::string text_;
+};
+
+TEST_F(MetricsTest, ExposesTheStrataSeries) {
+  EXPECT_THAT(text_, HasSubstr("strata_stores_total{tier=\"host\"} 3\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_store_bytes_total{tier=\"host\"} 196608\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_loads_total{tier=\"host\"} 2\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_load_bytes_total{tier=\"host\"} 131072\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_tier_chunks{tier=\"host\"} 3\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_tier_leases{tier=\"host\"} 2\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_sessions 1\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_lookups_total 1\n"));
+  EXPECT_THAT(text_,
+              HasSubstr("strata_tier_evictions_total{reason=\"capacity\",tier=\"host\"} 0\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_engine_request_duration_seconds_count{op=\"store\"} 1\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_engine_request_duration_seconds_count{op=\"load\"} 1\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_lookup_duration_seconds_count 1\n"));
+  EXPECT_THAT(text_, HasSubstr("# TYPE strata_checksum_failures_total counter\n"));
+  EXPECT_THAT(text_, HasSubstr("# TYPE strata_io_errors_total counter\n"));
+}
+
+TEST_F(MetricsTest, PassesPromtoolCheckMetrics) {
+  if (!std::filesystem::exists(kPromtool)) {
+    GTEST_SKIP() << kPromtool << " is missing (Debian package prometheus)";
+  }
+  ASSERT_FALSE(text_.empty());
+  const std::filesystem::path path = daemon_->dir() / "metrics.txt";
+  std::ofstream(path) << text_;
+  const std::string command = std::string(kPromtool) + " check metrics < " + path.string() + " > " +
+                              (daemon_->dir() / "promtool.out").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream out(daemon_->dir() / "promtool.out");
+  const std::string report((std::istreambuf_iterator<char>(out)), {});
+  EXPECT_EQ(status, 0) << report;
+}
+
+// deploy/grafana/strata-node.json must query only series the daemon exports.
+TEST_F(MetricsTest, TheGrafanaDashboardUsesExportedNames) {
+  std::ifstream file(std::string(STRATA_SOURCE_DIR) + "/deploy/grafana/strata-node.json");
+  ASSERT_TRUE(file) << "dashboard missing";
+  const std::string dashboard((std::istreambuf_iterator<char>(file)), {});
+  const std::regex name(R"(strata_[a-z_]+)");
+  int names = 0;
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), name);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_THAT(text_, HasSubstr("\n" + it->str())) << it->str() << " is not exported";
+    ++names;
+  }
+  EXPECT_GT(names, 15);
+}
+
+}  // namespace
+}  // namespace strata
