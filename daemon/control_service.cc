@@ -1,14 +1,17 @@
 #include "daemon/control_service.h"
 
 #include <charconv>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "daemon/metrics.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "openssl/crypto.h"
 #include "proto/convert.h"
+#include "storage/disk/demoter.h"
 
 namespace strata::daemon {
 namespace {
@@ -28,10 +31,10 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsRespo
 
 enum class Unspecified { kHost, kEvery, kInvalid };
 
-// OK when `tier` is one this daemon has (the host tier; TIER_UNSPECIFIED as `unspecified`
-// says); FAILED_PRECONDITION naming a tier that is not configured; INVALID_ARGUMENT for unknown
-// values.
-absl::Status CheckTier(v1::Tier tier, Unspecified unspecified) {
+// OK when `tier` is one this daemon has (the host tier, and the disk tier when `has_disk`;
+// TIER_UNSPECIFIED as `unspecified` says); FAILED_PRECONDITION naming a tier that is not
+// configured; INVALID_ARGUMENT for unknown values.
+absl::Status CheckTier(v1::Tier tier, Unspecified unspecified, bool has_disk) {
   switch (tier) {
     case v1::TIER_HOST:
       return absl::OkStatus();
@@ -41,6 +44,7 @@ absl::Status CheckTier(v1::Tier tier, Unspecified unspecified) {
     case v1::TIER_DEVICE:
       return absl::FailedPreconditionError("device tier not configured");
     case v1::TIER_DISK:
+      if (has_disk) return absl::OkStatus();
       return absl::FailedPreconditionError("disk tier not configured");
     case v1::TIER_REMOTE:
       return absl::FailedPreconditionError("remote tier not configured");
@@ -48,6 +52,14 @@ absl::Status CheckTier(v1::Tier tier, Unspecified unspecified) {
       return absl::InvalidArgumentError(
           fmt::format("unknown tier value {}", static_cast<int>(tier)));
   }
+}
+
+// Pins live in the host tier only.
+absl::Status CheckPinTier(v1::Tier tier, bool has_disk) {
+  if (tier == v1::TIER_DISK && has_disk) {
+    return absl::FailedPreconditionError("pins apply to the host tier only");
+  }
+  return CheckTier(tier, Unspecified::kHost, has_disk);
 }
 
 absl::StatusOr<storage::PinKind> PinKindFromProto(v1::PinKind kind) {
@@ -135,16 +147,30 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
                     request.keys(), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
-  const size_t hits = options_.host_tier->Lookup(chunks->keys);
+  const size_t in_host = options_.host_tier->Lookup(chunks->keys);
+  size_t hits = in_host;
   uint64_t matched_tokens = 0;
-  for (size_t i = 0; i < hits; ++i) {
-    response.add_chunk_tiers(v1::TIER_HOST);
+  auto add_hit = [&](size_t i, v1::Tier tier) {
+    response.add_chunk_tiers(tier);
     if (request.with_keys()) {
       v1::ChunkHit* hit = response.add_hits();
       *hit->mutable_key() = ToProto(chunks->keys[i]);
-      hit->set_tier(v1::TIER_HOST);
+      hit->set_tier(tier);
     }
     if (chunks->by_tokens) matched_tokens += chunks->chunk_tokens[i];
+  };
+  for (size_t i = 0; i < in_host; ++i) add_hit(i, v1::TIER_HOST);
+  // With a disk tier the prefix may go on there (and come back to the host tier).
+  while (options_.disk_tier != nullptr && hits < chunks->keys.size()) {
+    const ChunkKey& key = chunks->keys[hits];
+    if (options_.host_tier->Contains(key)) {
+      add_hit(hits, v1::TIER_HOST);
+    } else if (options_.disk_tier->Contains(key)) {
+      add_hit(hits, v1::TIER_DISK);
+    } else {
+      break;
+    }
+    ++hits;
   }
   response.set_matched_chunks(static_cast<uint32_t>(hits));
   response.set_total_chunks(static_cast<uint32_t>(chunks->keys.size()));
@@ -172,7 +198,8 @@ absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinRespons
   if (*kind == storage::PinKind::kSoft && request.ttl_ms() == 0) {
     return absl::InvalidArgumentError("a soft pin needs ttl_ms > 0");
   }
-  if (absl::Status s = CheckTier(request.tier(), Unspecified::kHost); !s.ok()) return s;
+  if (absl::Status s = CheckPinTier(request.tier(), options_.disk_tier != nullptr); !s.ok())
+    return s;
   absl::StatusOr<storage::PinResult> pinned = options_.host_tier->PinChunks(
       chunks->keys, {.kind = *kind, .ttl = std::chrono::milliseconds(request.ttl_ms())});
   if (!pinned.ok()) return pinned.status();
@@ -194,7 +221,8 @@ absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinR
   if (!chunks.ok()) return chunks.status();
   absl::StatusOr<storage::PinKind> kind = PinKindFromProto(request.kind());
   if (!kind.ok()) return kind.status();
-  if (absl::Status s = CheckTier(request.tier(), Unspecified::kHost); !s.ok()) return s;
+  if (absl::Status s = CheckPinTier(request.tier(), options_.disk_tier != nullptr); !s.ok())
+    return s;
   absl::StatusOr<storage::PinResult> unpinned =
       options_.host_tier->UnpinChunks(chunks->keys, *kind);
   if (!unpinned.ok()) return unpinned.status();
@@ -213,14 +241,48 @@ grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* cont
 absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
   if (!chunks.ok()) return chunks.status();
-  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid); !s.ok()) return s;
-  // The host tier is the only one: every cached chunk is in the target already.
+  if (absl::Status s =
+          CheckTier(request.target(), Unspecified::kInvalid, options_.disk_tier != nullptr);
+      !s.ok())
+    return s;
+  storage::HostTier& host = *options_.host_tier;
+  storage::DiskTier* disk = options_.disk_tier;
+  const bool to_disk = request.target() == v1::TIER_DISK;
   for (const ChunkKey& key : chunks->keys) {
-    if (options_.host_tier->Contains(key)) {
+    const bool in_host = host.Contains(key);
+    const bool on_disk = disk != nullptr && disk->Contains(key);
+    if (to_disk ? on_disk && !in_host : in_host && !on_disk) {
       response.set_already_in_target(response.already_in_target() + 1);
-    } else {
-      response.set_missing_chunks(response.missing_chunks() + 1);
+      continue;
     }
+    if (!in_host && !on_disk) {
+      response.set_missing_chunks(response.missing_chunks() + 1);
+      continue;
+    }
+    if (to_disk) {
+      // Written to disk first, then dropped from the host tier: never in neither.
+      absl::StatusOr<bool> copied = storage::CopyToDisk(host, *disk, key);
+      if (!copied.ok()) return copied.status();
+      if (absl::StatusOr<storage::RemoveResult> removed = host.Remove(key); !removed.ok()) {
+        return removed.status();
+      }
+    } else {
+      if (!in_host) {
+        if (!request.selector().has_layout()) {
+          return absl::InvalidArgumentError(
+              "moving chunks from disk to the host tier needs the selector's layout");
+        }
+        absl::StatusOr<KvLayout> layout = FromProto(request.selector().layout());
+        if (!layout.ok()) return layout.status();
+        absl::StatusOr<storage::PromoteOutcome> promoted =
+            storage::PromoteFromDisk(*disk, host, *layout, key);
+        if (!promoted.ok()) return promoted.status();
+      }
+      if (absl::StatusOr<bool> removed = disk->Remove(key); !removed.ok()) {
+        return removed.status();
+      }
+    }
+    response.set_moved_chunks(response.moved_chunks() + 1);
   }
   return absl::OkStatus();
 }
@@ -240,27 +302,49 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
     return absl::InvalidArgumentError(
         "Clear needs exactly one of: a selector (tokens with a layout, or keys), a layout, all");
   }
-  storage::RemoveResult removed;
+  if (absl::Status s =
+          CheckTier(request.tier(), Unspecified::kEvery, options_.disk_tier != nullptr);
+      !s.ok()) {
+    return s;
+  }
+  const bool host_too = request.tier() != v1::TIER_DISK;
+  storage::DiskTier* disk = request.tier() == v1::TIER_HOST ? nullptr : options_.disk_tier;
+  // Which chunks go: the selector's keys, a layout's, or every chunk.
+  std::optional<absl::flat_hash_set<ChunkKey>> selected;
+  uint64_t fingerprint = 0;
   if (by_selector) {
     absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
     if (!chunks.ok()) return chunks.status();
-    if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery); !s.ok()) return s;
-    for (const ChunkKey& key : chunks->keys) {
-      absl::StatusOr<storage::RemoveResult> one = options_.host_tier->Remove(key);
-      if (!one.ok()) return one.status();
-      removed.chunks += one->chunks;
-      removed.bytes += one->bytes;
-    }
+    selected.emplace(chunks->keys.begin(), chunks->keys.end());
   } else if (request.has_layout()) {
     absl::StatusOr<KvLayout> layout = FromProto(request.layout());
     if (!layout.ok()) return layout.status();
-    if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery); !s.ok()) return s;
-    const uint64_t fingerprint = layout->Fingerprint();
-    removed = options_.host_tier->RemoveIf(
-        [fingerprint](const ChunkKey& key) { return key.layout_fingerprint() == fingerprint; });
-  } else {
-    if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery); !s.ok()) return s;
-    removed = options_.host_tier->RemoveAll();
+    fingerprint = layout->Fingerprint();
+  }
+  auto doomed = [&](const ChunkKey& key) {
+    if (selected.has_value()) return selected->contains(key);
+    return fingerprint == 0 || key.layout_fingerprint() == fingerprint;
+  };
+  storage::RemoveResult removed;
+  if (host_too) {
+    if (selected.has_value()) {
+      for (const ChunkKey& key : *selected) {
+        absl::StatusOr<storage::RemoveResult> one = options_.host_tier->Remove(key);
+        if (!one.ok()) return one.status();
+        removed.chunks += one->chunks;
+        removed.bytes += one->bytes;
+      }
+    } else if (fingerprint != 0) {
+      removed = options_.host_tier->RemoveIf(doomed);
+    } else {
+      removed = options_.host_tier->RemoveAll();
+    }
+  }
+  if (disk != nullptr) {
+    absl::StatusOr<storage::DiskTier::RemovedChunks> from_disk = disk->RemoveIf(doomed);
+    if (!from_disk.ok()) return from_disk.status();
+    removed.chunks += from_disk->chunks;
+    removed.bytes += from_disk->payload_bytes;
   }
   response.set_removed_chunks(removed.chunks);
   response.set_removed_bytes(removed.bytes);
@@ -320,6 +404,19 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   tier->set_hit_tokens(hit_tokens_);
   tier->set_miss_tokens(miss_tokens_);
   tier->set_io_errors(0);
+  if (options_.disk_tier != nullptr) {
+    const storage::DiskTierStats disk = options_.disk_tier->stats();
+    v1::TierStats* on_disk = response->add_tiers();
+    on_disk->set_tier(v1::TIER_DISK);
+    on_disk->set_capacity_bytes(disk.capacity_bytes);
+    on_disk->set_used_bytes(disk.disk_bytes);
+    on_disk->set_payload_bytes(disk.payload_bytes);
+    on_disk->set_chunks(disk.chunks);
+    on_disk->set_hits(disk.reads);
+    on_disk->set_evictions(disk.evictions);
+    on_disk->set_checksum_failures(disk.checksum_failures);
+    on_disk->set_io_errors(disk.io_errors);
+  }
   if (options_.sessions != nullptr) {
     response->set_sessions(options_.sessions->Stats().active_sessions);
   }
@@ -344,7 +441,15 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   }
   absl::StatusOr<uint64_t> cursor = ParsePageToken(request.page_token());
   if (!cursor.ok()) return cursor.status();
-  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery); !s.ok()) return s;
+  if (absl::Status s =
+          CheckTier(request.tier(), Unspecified::kEvery, options_.disk_tier != nullptr);
+      !s.ok()) {
+    return s;
+  }
+  if (request.tier() == v1::TIER_DISK) {
+    return absl::UnimplementedError(
+        "ListChunks lists the host tier; listing the disk tier is not implemented yet");
+  }
   storage::ListChunksOptions options{
       .cursor = *cursor,
       .limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size()};
@@ -380,7 +485,30 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
   response->set_resident_bytes(host.payload_bytes);
   response->set_open_reservations(host.reservations);
   response->set_flushed_chunks(0);
+  if (options_.disk_tier != nullptr) {
+    // Flush: every host chunk gets a disk copy, so a restart finds it.
+    absl::StatusOr<uint64_t> flushed = FlushToDisk();
+    if (!flushed.ok()) return Finish(context, flushed.status());
+    response->set_flushed_chunks(*flushed);
+  }
   return Finish(context, absl::OkStatus());
+}
+
+absl::StatusOr<uint64_t> ControlService::FlushToDisk() {
+  uint64_t flushed = 0;
+  storage::ListChunksOptions page_options{.limit = kMaxPageSize};
+  while (true) {
+    const storage::ChunkPage page = options_.host_tier->ListChunks(page_options);
+    for (const storage::ChunkInfo& info : page.chunks) {
+      if (options_.disk_tier->Contains(info.key)) continue;
+      absl::StatusOr<bool> copied =
+          storage::CopyToDisk(*options_.host_tier, *options_.disk_tier, info.key);
+      if (!copied.ok()) return copied.status();
+      if (*copied) ++flushed;
+    }
+    if (page.next_cursor == 0) return flushed;
+    page_options.cursor = page.next_cursor;
+  }
 }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* ControlService::WatchEvents(

@@ -15,6 +15,7 @@
 #include "daemon/event_log.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -23,6 +24,8 @@ namespace strata::daemon {
 struct ControlServiceOptions {
   // Not owned; must outlive the service.
   storage::HostTier* host_tier = nullptr;
+  // Nullable (no disk tier); not owned; must outlive the service.
+  storage::DiskTier* disk_tier = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;
   // The host tier's events, for WatchEvents. Not owned; must outlive the gRPC server.
@@ -100,6 +103,9 @@ class ControlService final : public v1::StrataControl::CallbackService {
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
+  // Writes every host chunk that has no disk copy to the disk tier (which must exist); returns
+  // how many were written. Runs on the calling thread, page by page of the host index.
+  absl::StatusOr<uint64_t> FlushToDisk();
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 

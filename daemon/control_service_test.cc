@@ -11,6 +11,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/disk/test_util.h"
 
 namespace strata::daemon {
 namespace {
@@ -36,8 +37,10 @@ class ControlServiceTest : public ::testing::Test {
     options.clock = &clock_;
     options.observer = &events_;
     tier_ = *storage::HostTier::Create(options);
+    disk_ = MakeDiskTier();
     service_ =
         std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier_.get(),
+                                                               .disk_tier = disk_.get(),
                                                                .events = &events_,
                                                                .key_options = {},
                                                                .limits = {.max_tokens = 1000}});
@@ -57,7 +60,11 @@ class ControlServiceTest : public ::testing::Test {
     server_.reset();
     service_.reset();
     tier_.reset();
+    disk_.reset();
   }
+
+  // The disk tier the service gets: none here.
+  virtual std::unique_ptr<storage::DiskTier> MakeDiskTier() { return nullptr; }
 
   void StoreChunk(const ChunkKey& key, uint32_t num_tokens) {
     absl::StatusOr<storage::ReserveResult> r =
@@ -103,6 +110,7 @@ class ControlServiceTest : public ::testing::Test {
 
   ManualClock clock_;
   EventLog events_{16};  // a small ring, so tests can outrun it
+  std::unique_ptr<storage::DiskTier> disk_;
   std::unique_ptr<storage::HostTier> tier_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -731,6 +739,89 @@ TEST_F(ControlServiceAuthTest, TcpCallersNeedTheBearerToken) {
   v1::WatchEventsResponse response;
   EXPECT_FALSE(reader->Read(&response));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+class ControlServiceDiskTest : public ControlServiceTest {
+ protected:
+  std::unique_ptr<storage::DiskTier> MakeDiskTier() override {
+    return *storage::DiskTier::Open(
+        {.directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
+  }
+  storage::testing::ScratchDir scratch_;
+};
+
+TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
+  std::vector<uint32_t> tokens(48);
+  std::iota(tokens.begin(), tokens.end(), 7);
+  const std::vector<ChunkKey> keys = StoreChain(tokens);
+  ASSERT_EQ(keys.size(), 3u);
+
+  // Move the middle chunk to disk: the prefix still spans all three, host / disk / host.
+  v1::MoveRequest move;
+  *move.mutable_selector() = KeySelector(std::span(keys).subspan(1, 1));
+  move.set_target(v1::TIER_DISK);
+  v1::MoveResponse moved;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 1u);
+  EXPECT_FALSE(tier_->Contains(keys[1]));
+  EXPECT_TRUE(disk_->Contains(keys[1]));
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.already_in_target(), 1u);
+
+  v1::LookupRequest lookup;
+  *lookup.mutable_layout() = ToProto(TestLayout());
+  for (uint32_t t : tokens) lookup.add_tokens(t);
+  v1::LookupResponse found;
+  ASSERT_TRUE(Lookup(lookup, found).ok());
+  EXPECT_EQ(found.matched_chunks(), 3u);
+  EXPECT_THAT(found.chunk_tiers(),
+              testing::ElementsAre(v1::TIER_HOST, v1::TIER_DISK, v1::TIER_HOST));
+
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Stats, v1::StatsRequest(), stats).ok());
+  ASSERT_EQ(stats.tiers_size(), 2);
+  EXPECT_EQ(stats.tiers(1).tier(), v1::TIER_DISK);
+  EXPECT_EQ(stats.tiers(1).chunks(), 1u);
+
+  // Back to the host tier: by keys there is no layout to size the chunk with.
+  move.set_target(v1::TIER_HOST);
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::Move, move, moved).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  move.clear_selector();
+  *move.mutable_selector() = TokenSelector(tokens);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 1u);
+  EXPECT_EQ(moved.already_in_target(), 2u);
+  EXPECT_TRUE(tier_->Contains(keys[1]));
+  EXPECT_FALSE(disk_->Contains(keys[1]));
+
+  // Pins are host-only; ListChunks does not list the disk tier yet.
+  v1::PinRequest pin;
+  *pin.mutable_selector() = KeySelector(keys);
+  pin.set_kind(v1::PIN_KIND_SOFT);
+  pin.set_ttl_ms(1000);
+  pin.set_tier(v1::TIER_DISK);
+  v1::PinResponse pinned;
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::Pin, pin, pinned).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::ListChunksRequest list;
+  list.set_tier(v1::TIER_DISK);
+  v1::ListChunksResponse listed;
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, list, listed).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+
+  // Drain writes every host chunk to disk; Clear of every tier empties both.
+  v1::DrainResponse drained;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Drain, v1::DrainRequest(), drained).ok());
+  EXPECT_EQ(drained.flushed_chunks(), 3u);
+  for (const ChunkKey& key : keys) EXPECT_TRUE(disk_->Contains(key));
+  v1::ClearRequest clear;
+  clear.set_all(true);
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Clear, clear, cleared).ok());
+  EXPECT_EQ(cleared.removed_chunks(), 6u);  // three in each tier
+  ASSERT_TRUE(Lookup(lookup, found).ok());
+  EXPECT_EQ(found.matched_chunks(), 0u);
 }
 
 }  // namespace

@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   }
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
+                            .disk_tier = daemon->disk_tier_.get(),
                             .sessions = daemon->sessions_.get(),
                             .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},

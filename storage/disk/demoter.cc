@@ -9,13 +9,30 @@
 
 namespace strata::storage {
 
-void DiskDemoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                            uint32_t num_tokens) {
+namespace {
+
+// Puts a host payload (arena pages, read in place) on disk.
+absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
+                        uint64_t checksum, uint32_t num_tokens) {
   absl::InlinedVector<std::span<const std::byte>, 4> parts;
   for (size_t i = 0; i < payload.ranges().size(); ++i) parts.push_back(payload.range_bytes(i));
-  const absl::Status status =
-      disk_->Put(key, key.layout_fingerprint(), parts, checksum, num_tokens);
+  return disk.Put(key, key.layout_fingerprint(), parts, checksum, num_tokens);
+}
+
+}  // namespace
+
+void DiskDemoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+                            uint32_t num_tokens) {
+  const absl::Status status = PutPayload(*disk_, key, payload, checksum, num_tokens);
   (status.ok() ? demoted_ : failed_).fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key) {
+  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.Acquire(key));
+  if (!lease.has_value()) return false;
+  STRATA_RETURN_IF_ERROR(
+      PutPayload(disk, key, lease->payload(), lease->checksum(), lease->num_tokens()));
+  return true;
 }
 
 absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,

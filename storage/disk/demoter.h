@@ -7,6 +7,8 @@
 // and the host tier's eviction proceeds. Thread-safe (DiskTier is); does not own the disk tier,
 // which must outlive it.
 //
+// CopyToDisk writes a host chunk to the disk tier on request (Move, Drain).
+//
 // PromoteFromDisk copies a chunk from the disk tier into the host tier: it reserves the chunk in
 // the host tier, reads the disk record straight into the reserved arena pages (no bounce copy
 // for page-aligned extents) and commits it. Thread-safe; call it from any thread but never from
@@ -48,6 +50,11 @@ enum class PromoteOutcome {
   kAlreadyInHost,  // committed in the host tier already: nothing read
   kInProgress,     // another writer holds a host reservation for the key
 };
+
+// Writes the host tier's copy of `key` to `disk` under a read lease; the host copy stays. false
+// when the host tier does not hold `key`. The host tier's Acquire errors (kDataLoss: its copy
+// failed its checksum and was dropped) and the disk tier's Put errors.
+absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key);
 
 // Promotes `key` (a key of `layout`) from `disk` into `host`. kInvalidArgument when the disk
 // record's size does not match layout.chunk_bytes(num_tokens); the host tier's Reserve errors

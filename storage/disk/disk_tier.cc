@@ -217,6 +217,22 @@ absl::StatusOr<bool> DiskTier::Remove(const ChunkKey& key) {
   return true;
 }
 
+absl::StatusOr<DiskTier::RemovedChunks> DiskTier::RemoveIf(
+    absl::FunctionRef<bool(const ChunkKey&)> predicate) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<ChunkKey, uint64_t>> doomed;
+  for (const auto& [key, chunk] : chunks_) {
+    if (predicate(key)) doomed.emplace_back(key, chunk.entry.payload_bytes);
+  }
+  RemovedChunks removed;
+  for (const auto& [key, bytes] : doomed) {
+    STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false));
+    ++removed.chunks;
+    removed.payload_bytes += bytes;
+  }
+  return removed;
+}
+
 DiskTierStats DiskTier::stats() const {
   absl::MutexLock lock(&mu_);
   DiskTierStats stats = stats_;

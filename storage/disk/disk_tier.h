@@ -62,6 +62,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -165,6 +166,15 @@ class DiskTier {
   // Drops the chunk; false when it was not on disk. A Put of the same key in flight is not
   // affected. Errors only from the index.
   absl::StatusOr<bool> Remove(const ChunkKey& key);
+
+  // Drops every chunk whose key satisfies `predicate`, which runs under the tier's lock (quick;
+  // must not call the tier). Returns the chunks and payload bytes dropped. Errors only from the
+  // index, after which some matching chunks may remain.
+  struct RemovedChunks {
+    uint64_t chunks = 0;
+    uint64_t payload_bytes = 0;
+  };
+  absl::StatusOr<RemovedChunks> RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predicate);
 
   // Copies the live records of every sealed segment whose dead bytes are at least
   // `min_dead_fraction` of its size into the active segment, and deletes those segments. Reads
