@@ -42,10 +42,14 @@ test-asan: deps
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
 
-# Micro-benchmarks (Release); each prints its figures and same-run baselines.
+# Micro-benchmarks (Release); each prints its figures and same-run baselines. disk_tier_bench
+# takes its own flags (it runs fio beside the tier in the same run).
 bench: build
 	@for b in $(BUILD)/bench/micro/*_bench $(BUILD)/kernels/kernels_bench; do \
-	  echo "== $$b"; $$b --benchmark_min_time=0.2; done
+	  echo "== $$b"; case $$b in \
+	    *disk_tier_bench) $$b ;; \
+	    *) $$b --benchmark_min_time=0.2 ;; \
+	  esac; done
 
 check-format:
 	@bash scripts/check-format.sh
