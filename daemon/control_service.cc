@@ -263,6 +263,10 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
       // Written to disk first, then dropped from the host tier: never in neither.
       absl::StatusOr<bool> copied = storage::CopyToDisk(host, *disk, key);
       if (!copied.ok()) return copied.status();
+      if (!*copied) {  // evicted or removed meanwhile
+        response.set_missing_chunks(response.missing_chunks() + 1);
+        continue;
+      }
       if (absl::StatusOr<storage::RemoveResult> removed = host.Remove(key); !removed.ok()) {
         return removed.status();
       }
@@ -277,6 +281,12 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
         absl::StatusOr<storage::PromoteOutcome> promoted =
             storage::PromoteFromDisk(*disk, host, *layout, key);
         if (!promoted.ok()) return promoted.status();
+        // Gone meanwhile, or another writer is storing it: the disk copy stays.
+        if (*promoted == storage::PromoteOutcome::kNotOnDisk ||
+            *promoted == storage::PromoteOutcome::kInProgress) {
+          response.set_missing_chunks(response.missing_chunks() + 1);
+          continue;
+        }
       }
       if (absl::StatusOr<bool> removed = disk->Remove(key); !removed.ok()) {
         return removed.status();
