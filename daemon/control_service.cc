@@ -12,6 +12,7 @@
 #include "openssl/crypto.h"
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
+#include "storage/disk/tiered_prefix.h"
 
 namespace strata::daemon {
 namespace {
@@ -147,10 +148,12 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
                     request.keys(), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
-  const size_t in_host = options_.host_tier->Lookup(chunks->keys);
-  size_t hits = in_host;
+  const std::vector<storage::PrefixTier> tiers =
+      storage::LocatePrefix(*options_.host_tier, options_.disk_tier, chunks->keys);
+  const size_t hits = tiers.size();
   uint64_t matched_tokens = 0;
-  auto add_hit = [&](size_t i, v1::Tier tier) {
+  for (size_t i = 0; i < hits; ++i) {
+    const v1::Tier tier = tiers[i] == storage::PrefixTier::kHost ? v1::TIER_HOST : v1::TIER_DISK;
     response.add_chunk_tiers(tier);
     if (request.with_keys()) {
       v1::ChunkHit* hit = response.add_hits();
@@ -158,19 +161,6 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
       hit->set_tier(tier);
     }
     if (chunks->by_tokens) matched_tokens += chunks->chunk_tokens[i];
-  };
-  for (size_t i = 0; i < in_host; ++i) add_hit(i, v1::TIER_HOST);
-  // With a disk tier the prefix may go on there (and come back to the host tier).
-  while (options_.disk_tier != nullptr && hits < chunks->keys.size()) {
-    const ChunkKey& key = chunks->keys[hits];
-    if (options_.host_tier->Contains(key)) {
-      add_hit(hits, v1::TIER_HOST);
-    } else if (options_.disk_tier->Contains(key)) {
-      add_hit(hits, v1::TIER_DISK);
-    } else {
-      break;
-    }
-    ++hits;
   }
   response.set_matched_chunks(static_cast<uint32_t>(hits));
   response.set_total_chunks(static_cast<uint32_t>(chunks->keys.size()));

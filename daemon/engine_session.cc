@@ -3,6 +3,7 @@
 #include "fmt/format.h"
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
+#include "storage/disk/tiered_prefix.h"
 
 namespace strata::daemon {
 namespace {
@@ -142,15 +143,8 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
     if (!key.ok()) return key.status();
     keys.push_back(*key);
   }
-  size_t hits = host_tier_->Lookup(keys);
-  if (disk_tier_ != nullptr) {
-    // The prefix may go on in either tier (a chunk evicted to disk, its successor still here).
-    while (hits < keys.size() &&
-           (disk_tier_->Contains(keys[hits]) || host_tier_->Contains(keys[hits]))) {
-      ++hits;
-    }
-  }
-  response.set_hit_chunks(static_cast<uint32_t>(hits));
+  response.set_hit_chunks(
+      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, keys).size()));
   return absl::OkStatus();
 }
 
