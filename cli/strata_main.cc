@@ -229,7 +229,8 @@ int Run(int argc, char** argv) {
   CLI::App* unpin_cmd = app.add_subcommand("unpin", "remove hard (or --soft) pins");
   CLI::App* move_cmd = app.add_subcommand("move", "move chunks to another tier of this node");
   CLI::App* clear_cmd = app.add_subcommand(
-      "clear", "remove chunks: --key/--tokens, --by-layout (with the layout flags) or --all");
+      "clear",
+      "remove chunks: --key/--tokens, --by-layout (with the layout flags), --tenant or --all");
   for (CLI::App* cmd : {pin_cmd, unpin_cmd, move_cmd, clear_cmd}) {
     selector_flags.Register(cmd, /*with_keys=*/true);
   }
@@ -243,6 +244,9 @@ int Run(int argc, char** argv) {
   clear_cmd->add_flag("--all", clear_all, "every chunk");
   clear_cmd->add_flag("--by-layout", by_layout, "every chunk of the layout given by the flags");
   clear_cmd->add_option("--tier", tier_name, "tier (default every tier)");
+  std::string tenant;
+  CLI::Option* clear_tenant = clear_cmd->add_option(
+      "--tenant", tenant, "every chunk this tenant (a tenant salt; \"\" for none) stored");
 
   uint32_t page_size = 100;
   std::string page_token, fingerprint_hex;
@@ -253,6 +257,8 @@ int Run(int argc, char** argv) {
   ls_cmd->add_flag("--all-pages", all_pages, "walk every page");
   ls_cmd->add_option("--layout-fingerprint", fingerprint_hex, "only this layout (16 hex digits)");
   ls_cmd->add_option("--tier", tier_name, "only this tier");
+  CLI::Option* ls_tenant =
+      ls_cmd->add_option("--tenant", tenant, "only chunks this tenant (a tenant salt) stored");
 
   CLI::App* drain_cmd =
       app.add_subcommand("drain", "stop admitting new chunks (before a restart) and report");
@@ -371,6 +377,8 @@ int Run(int argc, char** argv) {
     request.set_tier(tier);
     if (clear_all) {
       request.set_all(true);
+    } else if (clear_tenant->count() > 0) {
+      request.set_tenant(tenant);
     } else if (by_layout) {
       absl::StatusOr<KvLayout> layout = selector_flags.layout.Build();
       if (!layout.ok()) return Fail(layout.status());
@@ -387,6 +395,7 @@ int Run(int argc, char** argv) {
     request.set_page_size(page_size);
     request.set_page_token(page_token);
     request.set_tier(tier);
+    if (ls_tenant->count() > 0) request.set_tenant(tenant);
     if (!fingerprint_hex.empty()) {
       uint64_t fingerprint = 0;
       const char* end = fingerprint_hex.data() + fingerprint_hex.size();

@@ -297,15 +297,21 @@ grpc::ServerUnaryReactor* ControlService::Clear(grpc::CallbackServerContext* con
 absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearResponse& response) {
   const bool by_selector = request.has_selector() && (request.selector().tokens_size() > 0 ||
                                                       request.selector().keys_size() > 0);
-  const int forms = int{by_selector} + int{request.has_layout()} + int{request.all()};
+  const int forms =
+      int{by_selector} + int{request.has_layout()} + int{request.all()} + int{request.has_tenant()};
   if (forms != 1) {
     return absl::InvalidArgumentError(
-        "Clear needs exactly one of: a selector (tokens with a layout, or keys), a layout, all");
+        "Clear needs exactly one of: a selector (tokens with a layout, or keys), a layout, a "
+        "tenant, all");
   }
   if (absl::Status s =
           CheckTier(request.tier(), Unspecified::kEvery, options_.disk_tier != nullptr);
       !s.ok()) {
     return s;
+  }
+  if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
+    return absl::FailedPreconditionError(
+        "the disk tier does not record tenants: clear a tenant from the host tier or every tier");
   }
   const bool host_too = request.tier() != v1::TIER_DISK;
   storage::DiskTier* disk = request.tier() == v1::TIER_HOST ? nullptr : options_.disk_tier;
@@ -316,6 +322,14 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
     absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
     if (!chunks.ok()) return chunks.status();
     selected.emplace(chunks->keys.begin(), chunks->keys.end());
+  } else if (request.has_tenant()) {
+    selected.emplace();
+    storage::ListChunksOptions page_options{.limit = kMaxPageSize, .tenant = request.tenant()};
+    do {
+      const storage::ChunkPage page = options_.host_tier->ListChunks(page_options);
+      for (const storage::ChunkInfo& info : page.chunks) selected->insert(info.key);
+      page_options.cursor = page.next_cursor;
+    } while (page_options.cursor != 0);
   } else if (request.has_layout()) {
     absl::StatusOr<KvLayout> layout = FromProto(request.layout());
     if (!layout.ok()) return layout.status();
@@ -446,6 +460,9 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
       !s.ok()) {
     return s;
   }
+  if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
+    return absl::FailedPreconditionError("the disk tier does not record tenants");
+  }
   if (request.tier() == v1::TIER_DISK) {
     return absl::UnimplementedError(
         "ListChunks lists the host tier; listing the disk tier is not implemented yet");
@@ -454,6 +471,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
       .cursor = *cursor,
       .limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size()};
   if (request.layout_fingerprint() != 0) options.layout_fingerprint = request.layout_fingerprint();
+  if (request.has_tenant()) options.tenant = request.tenant();
   const storage::ChunkPage page = options_.host_tier->ListChunks(options);
   const MonoTime now = options_.host_tier->options().clock->Now();
   response.mutable_chunks()->Reserve(static_cast<int>(page.chunks.size()));

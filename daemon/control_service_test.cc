@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -11,6 +13,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/disk/demoter.h"
 #include "storage/disk/test_util.h"
 
 namespace strata::daemon {
@@ -66,9 +69,10 @@ class ControlServiceTest : public ::testing::Test {
   // The disk tier the service gets: none here.
   virtual std::unique_ptr<storage::DiskTier> MakeDiskTier() { return nullptr; }
 
-  void StoreChunk(const ChunkKey& key, uint32_t num_tokens) {
+  void StoreChunk(const ChunkKey& key, uint32_t num_tokens,
+                  std::optional<std::string_view> tenant = std::nullopt) {
     absl::StatusOr<storage::ReserveResult> r =
-        tier_->Reserve(TestLayout(), key, {.num_tokens = num_tokens});
+        tier_->Reserve(TestLayout(), key, {.num_tokens = num_tokens, .tenant_name = tenant});
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(tier_->Commit(std::move(r->reservation)).ok());
   }
@@ -79,11 +83,29 @@ class ControlServiceTest : public ::testing::Test {
   }
 
   // Stores the chain of `tokens` (partial last chunk included) and returns its keys.
-  std::vector<ChunkKey> StoreChain(const std::vector<uint32_t>& tokens) {
-    std::vector<ChunkKey> keys = hasher_->PrefixKeys(tokens, {}, PartialChunk::kInclude);
+  // With a tenant: salted with it and stored under its name, as an engine of the tenant does.
+  std::vector<ChunkKey> StoreChain(const std::vector<uint32_t>& tokens,
+                                   std::optional<std::string_view> tenant = std::nullopt) {
+    std::vector<ChunkKey> keys =
+        hasher_->PrefixKeys(tokens, {.tenant_salt = tenant.value_or("")}, PartialChunk::kInclude);
     for (size_t i = 0; i < keys.size(); ++i) {
-      StoreChunk(keys[i], static_cast<uint32_t>(std::min<size_t>(16, tokens.size() - i * 16)));
+      StoreChunk(keys[i], static_cast<uint32_t>(std::min<size_t>(16, tokens.size() - i * 16)),
+                 tenant);
     }
+    return keys;
+  }
+
+  // Every key ListChunks gives for `request`, page after page.
+  std::vector<ChunkKey> ListAll(v1::ListChunksRequest request) {
+    std::vector<ChunkKey> keys;
+    do {
+      v1::ListChunksResponse page;
+      const grpc::Status status = Call(&v1::StrataControl::Stub::ListChunks, request, page);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) break;
+      for (const v1::ChunkEntry& entry : page.chunks()) keys.push_back(*FromProto(entry.key()));
+      request.set_page_token(page.next_page_token());
+    } while (!request.page_token().empty());
     return keys;
   }
 
@@ -385,6 +407,50 @@ TEST_F(ControlServiceTest, ClearByTokensKeysLayoutAndAll) {
   ASSERT_TRUE(Call(&Stub::Clear, all, response).ok());
   EXPECT_EQ(response.removed_chunks(), 2u);
   EXPECT_EQ(tier_->Stats().chunks, 0u);
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
+}
+
+TEST_F(ControlServiceTest, ClearAndListChunksByTenant) {
+  // The salt is part of a prefix key: the same tokens make distinct chunks per tenant.
+  const std::vector<ChunkKey> alice = StoreChain(Tokens(32, 1), "alice");
+  const std::vector<ChunkKey> bob = StoreChain(Tokens(32, 1), "bob");
+  const std::vector<ChunkKey> shared = StoreChain(Tokens(16, 1), "");
+  for (size_t i = 0; i < alice.size(); ++i) EXPECT_NE(alice[i], bob[i]);
+  EXPECT_NE(alice[0], shared[0]);
+
+  v1::ListChunksRequest list;
+  list.set_page_size(1);
+  list.set_tenant("alice");
+  EXPECT_EQ(ListAll(list), alice);
+  list.set_tenant("");
+  EXPECT_EQ(ListAll(list), shared);
+  // A tenant with no chunk: an empty, complete listing.
+  list.set_tenant("carol");
+  v1::ListChunksResponse page;
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, page).ok());
+  EXPECT_EQ(page.chunks_size(), 0);
+  EXPECT_TRUE(page.next_page_token().empty());
+
+  v1::ClearRequest clear;
+  clear.set_tenant("alice");
+  v1::ClearResponse response;
+  ASSERT_TRUE(Call(&Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 2u);
+  EXPECT_EQ(response.removed_bytes(), 2u * 4096);
+  for (const ChunkKey& key : alice) EXPECT_FALSE(tier_->Contains(key));
+  for (const ChunkKey& key : bob) EXPECT_TRUE(tier_->Contains(key));
+  EXPECT_TRUE(tier_->Contains(shared[0]));
+  ASSERT_TRUE(Call(&Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 0u);
+  clear.set_tenant("");
+  ASSERT_TRUE(Call(&Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 1u);
+  list.set_tenant("bob");
+  EXPECT_EQ(ListAll(list), bob);
+
+  // A tenant is a selection of its own.
+  clear.set_all(true);
+  EXPECT_EQ(Call(&Stub::Clear, clear, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(tier_->CheckConsistency().ok());
 }
 
@@ -822,6 +888,37 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(cleared.removed_chunks(), 6u);  // three in each tier
   ASSERT_TRUE(Lookup(lookup, found).ok());
   EXPECT_EQ(found.matched_chunks(), 0u);
+}
+
+TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {
+  const std::vector<ChunkKey> alice = StoreChain(Tokens(32, 1), "alice");
+  const std::vector<ChunkKey> bob = StoreChain(Tokens(16, 1), "bob");
+  for (const ChunkKey& key : {alice[0], alice[1], bob[0]}) {
+    ASSERT_TRUE(*storage::CopyToDisk(*tier_, *disk_, key));
+  }
+  // The disk tier does not know tenants.
+  v1::ClearRequest clear;
+  clear.set_tenant("alice");
+  clear.set_tier(v1::TIER_DISK);
+  v1::ClearResponse response;
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::Clear, clear, response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::ListChunksRequest list;
+  list.set_tenant("alice");
+  list.set_tier(v1::TIER_DISK);
+  v1::ListChunksResponse listed;
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, list, listed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  clear.set_tier(v1::TIER_UNSPECIFIED);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 4u);  // two in each tier
+  for (const ChunkKey& key : alice) {
+    EXPECT_FALSE(tier_->Contains(key));
+    EXPECT_FALSE(disk_->Contains(key));
+  }
+  EXPECT_TRUE(tier_->Contains(bob[0]));
+  EXPECT_TRUE(disk_->Contains(bob[0]));
 }
 
 }  // namespace

@@ -224,6 +224,7 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
     options.partial = item.num_tokens() < layout_.chunk_tokens;
     options.owner = id_;
     options.tenant = tenants_ == nullptr ? 0 : tenants_->IdOf(item.tenant());
+    options.tenant_name = item.tenant();
     if (item.has_parent()) {
       absl::StatusOr<ChunkKey> parent = SessionKey(item.parent());
       if (!parent.ok()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -38,9 +39,11 @@ struct ChunkRecord {
   uint32_t leases = 0;  // unreleased lease handles, expired ones included
   uint32_t loads = 0;   // leases granted so far, for sampled verification
   ChunkState state = ChunkState::kReserved;
-  bool hard_pinned = false;
-  bool unevictable = false;  // marked SetEvictable(false) in the policy
-  bool in_expiry = false;
+  // Bit fields: one byte for the three flags leaves room for `tenant` within 136 bytes.
+  bool hard_pinned : 1 = false;
+  bool unevictable : 1 = false;  // marked SetEvictable(false) in the policy
+  bool in_expiry : 1 = false;
+  uint16_t tenant = 0;  // its TenantTable label while in the index; 0: none recorded
 };
 
 // Every indexed chunk costs a record, an index slot, a commit-order slot and the policy's entry
@@ -62,6 +65,59 @@ struct RecordEq {
   bool operator()(const A& a, const B& b) const {
     return KeyOf(a) == KeyOf(b);
   }
+};
+
+// Names of the tenants that have chunks in the index, as small labels (1..kMaxTenants) so a
+// record spends two bytes on its tenant. A label lives while a chunk carries it and is reused
+// after its last chunk leaves. Guarded by the tier lock.
+class TenantTable {
+ public:
+  static constexpr size_t kMaxTenants = UINT16_MAX;
+
+  // The label of `name`, counting one more chunk under it; 0 when kMaxTenants other tenants
+  // hold labels already.
+  uint16_t Acquire(std::string_view name) {
+    auto it = labels_.find(absl::string_view(name.data(), name.size()));
+    if (it == labels_.end()) {
+      if (free_.empty() && entries_.size() == kMaxTenants) return 0;
+      uint16_t label = 0;
+      if (free_.empty()) {
+        entries_.push_back({});
+        label = static_cast<uint16_t>(entries_.size());
+      } else {
+        label = free_.back();
+        free_.pop_back();
+      }
+      entries_[label - 1].name = std::string(name);
+      it = labels_.emplace(std::string(name), label).first;
+    }
+    ++entries_[it->second - 1].chunks;
+    return it->second;
+  }
+  // One chunk under `label` left; the label is freed with its last chunk. 0: no-op.
+  void Release(uint16_t label) {
+    if (label == 0) return;
+    Entry& entry = entries_[label - 1];
+    STRATA_DCHECK(entry.chunks > 0);
+    if (--entry.chunks > 0) return;
+    labels_.erase(absl::string_view(entry.name.data(), entry.name.size()));
+    entry.name.clear();
+    free_.push_back(label);
+  }
+  // The label of `name`, 0 when no chunk carries it.
+  uint16_t Find(std::string_view name) const {
+    auto it = labels_.find(absl::string_view(name.data(), name.size()));
+    return it == labels_.end() ? 0 : it->second;
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    uint64_t chunks = 0;  // reserved and committed chunks carrying the label
+  };
+  absl::flat_hash_map<std::string, uint16_t> labels_;
+  std::vector<Entry> entries_;  // by label - 1
+  std::vector<uint16_t> free_;
 };
 
 struct alignas(64) IndexShard {
@@ -211,6 +267,7 @@ HostTier::HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> 
       observer_(options.observer),
       arena_(std::move(arena)),
       shards_(new Shard[kNumShards]),
+      tenants_(std::make_unique<internal_host::TenantTable>()),
       allocator_(static_cast<uint32_t>(options.capacity_bytes / options.page_bytes)),
       policy_(std::move(policy)) {}
 
@@ -312,6 +369,7 @@ void HostTier::DetachLocked(Record* record, RemovalCause cause, bool notify) {
   if (cause != RemovalCause::kEvicted) policy_->OnRemove(IdOf(record));
   if (notify && observer_ != nullptr) observer_->OnRemoved(record->key, cause);
   by_seq_.erase(record->seq);
+  tenants_->Release(std::exchange(record->tenant, 0));
   const uint32_t pages = PagesOf(*record);
   if (record->in_expiry) {
     expiry_.erase({record->expiry, record});
@@ -503,7 +561,18 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
                                                              : ReserveOutcome::kAlreadyPresent;
       return result;
     }
-    record = new Record{.key = key, .size_bytes = size_bytes, .num_tokens = options.num_tokens};
+    uint16_t tenant = 0;
+    if (options.tenant_name.has_value()) {
+      tenant = tenants_->Acquire(*options.tenant_name);
+      if (tenant == 0) {
+        return absl::ResourceExhaustedError(fmt::format(
+            "host tier: reserve of chunk {}: {} other tenants have chunks here, the most the "
+            "tier records",
+            key.ToString(), internal_host::TenantTable::kMaxTenants));
+      }
+    }
+    record = new Record{
+        .key = key, .size_bytes = size_bytes, .num_tokens = options.num_tokens, .tenant = tenant};
     shard.records.insert(record);
   }
   // The record (kReserved, no pages yet) claims the key while pages are found; allocation may
@@ -514,6 +583,7 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
       absl::MutexLock shard_lock(&shard.mu);
       shard.records.erase(record);
     }
+    tenants_->Release(record->tenant);
     delete record;
     return extents.status();
   }
@@ -621,6 +691,7 @@ void HostTier::AbortLocked(uint64_t handle_id) {
     shard.records.erase(record);
     record->state = ChunkState::kDropped;
   }
+  tenants_->Release(std::exchange(record->tenant, 0));
   FreePagesLocked(record);
   MaybeDestroyLocked(record);
 }
@@ -995,6 +1066,11 @@ bool HostTier::admitting() const {
 ChunkPage HostTier::ListChunks(const ListChunksOptions& options) const {
   ChunkPage page;
   absl::MutexLock lock(&mu_);
+  uint16_t tenant = 0;
+  if (options.tenant.has_value()) {
+    tenant = tenants_->Find(*options.tenant);
+    if (tenant == 0) return page;  // no chunk carries it: the listing is complete
+  }
   size_t examined = 0;
   uint64_t last_seq = options.cursor;
   auto it = by_seq_.upper_bound(options.cursor);
@@ -1006,6 +1082,7 @@ ChunkPage HostTier::ListChunks(const ListChunksOptions& options) const {
         record.key.layout_fingerprint() != *options.layout_fingerprint) {
       continue;
     }
+    if (tenant != 0 && record.tenant != tenant) continue;
     page.chunks.push_back({.key = record.key,
                            .size_bytes = record.size_bytes,
                            .num_tokens = record.num_tokens,

@@ -33,6 +33,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,7 @@ namespace strata::storage {
 namespace internal_host {
 struct ChunkRecord;
 struct IndexShard;
+class TenantTable;
 }  // namespace internal_host
 
 class HostTier;
@@ -103,6 +105,10 @@ struct ReserveOptions {
   bool partial = false;
   // The tenant that stores the chunk, for HostTierOptions::tenant_quotas (0 when untracked).
   uint32_t tenant = 0;
+  // The tenant's name (an engine request's tenant salt, "" for none), recorded with the chunk
+  // for ListChunksOptions::tenant; nullopt records none. At most 65535 tenants have chunks at
+  // once: beyond that Reserve answers kResourceExhausted for a chunk of a new tenant.
+  std::optional<std::string_view> tenant_name;
   // The session that writes the chunk: AbortOwner(owner) aborts its open reservations. Callers
   // that track sessions should use non-zero ids (0 is every untracked caller).
   uint64_t owner = 0;
@@ -239,6 +245,9 @@ struct ListChunksOptions {
   size_t limit = 1000;
   // Only chunks whose key carries this layout fingerprint, when set.
   std::optional<uint64_t> layout_fingerprint;
+  // Only chunks stored with this ReserveOptions::tenant_name, when set (a tenant with no chunk
+  // here gives an empty, complete listing).
+  std::optional<std::string> tenant;
   // At most this many indexed chunks are examined per call, so a selective filter cannot hold
   // the tier lock for a whole-index scan; the page may then hold fewer than `limit` chunks.
   size_t max_scan = 65536;
@@ -459,6 +468,8 @@ class HostTier {
   // mu_ and then the shard's writer lock (lock order: mu_ before any shard mutex; never two
   // shard mutexes at once).
   const std::unique_ptr<Shard[]> shards_;
+  // Tenant names of the indexed chunks. Guarded by mu_ (the pointer is const).
+  const std::unique_ptr<internal_host::TenantTable> tenants_ ABSL_PT_GUARDED_BY(mu_);
 
   // The tier lock: allocator, policy, handles, protection state and accounting.
   mutable absl::Mutex mu_;

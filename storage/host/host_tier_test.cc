@@ -748,6 +748,78 @@ TEST_F(HostTierTest, ListChunksFiltersByLayoutWithABoundedScan) {
   EXPECT_EQ(calls, 3);
 }
 
+TEST_F(HostTierTest, ListChunksFiltersByTenantAndReusesFreedTenantLabels) {
+  auto tier = MakeTier(Options(32 * kFull));
+  auto store = [&](uint64_t id, std::optional<std::string_view> tenant) {
+    auto r = tier->Reserve(layout_, Key(id), {.num_tokens = 16, .tenant_name = tenant});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->outcome, ReserveOutcome::kReserved);
+    ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
+  };
+  auto listed = [&](std::string tenant) {
+    std::vector<ChunkKey> keys;
+    for (const ChunkInfo& info : tier->ListChunks({.tenant = std::move(tenant)}).chunks) {
+      keys.push_back(info.key);
+    }
+    return keys;
+  };
+  ASSERT_NO_FATAL_FAILURE(store(0, "alice"));
+  ASSERT_NO_FATAL_FAILURE(store(1, "bob"));
+  ASSERT_NO_FATAL_FAILURE(store(2, "alice"));
+  ASSERT_NO_FATAL_FAILURE(store(3, ""));
+  ASSERT_NO_FATAL_FAILURE(store(4, std::nullopt));
+  EXPECT_EQ(listed("alice"), (std::vector<ChunkKey>{Key(0), Key(2)}));
+  EXPECT_EQ(listed("bob"), (std::vector<ChunkKey>{Key(1)}));
+  // "" is a tenant (requests without a salt); chunks stored without a name have none.
+  EXPECT_EQ(listed(""), (std::vector<ChunkKey>{Key(3)}));
+  EXPECT_TRUE(listed("carol").empty());
+  EXPECT_EQ(tier->ListChunks({.tenant = "carol"}).next_cursor, 0u);
+
+  // An aborted reservation records nothing; bob's last chunk leaving frees his label, which
+  // carol then gets without inheriting anything of bob's.
+  {
+    auto r = tier->Reserve(layout_, Key(5), {.num_tokens = 16, .tenant_name = "dave"});
+    ASSERT_TRUE(r.ok());
+    tier->Abort(std::move(r->reservation));
+  }
+  EXPECT_TRUE(listed("dave").empty());
+  ASSERT_TRUE(tier->Remove(Key(1)).ok());
+  EXPECT_TRUE(listed("bob").empty());
+  ASSERT_NO_FATAL_FAILURE(store(6, "carol"));
+  EXPECT_EQ(listed("carol"), (std::vector<ChunkKey>{Key(6)}));
+  EXPECT_TRUE(listed("bob").empty());
+  // The filters combine.
+  EXPECT_TRUE(tier->ListChunks({.layout_fingerprint = 7, .tenant = "alice"}).chunks.empty());
+  ExpectConsistent(*tier);
+}
+
+TEST_F(HostTierTest, ReserveRefusesATenantBeyondTheTenantTable) {
+  // One 256-byte token per chunk in 256-byte pages: 65536 chunks fit in 16 MiB.
+  constexpr uint64_t kTenants = 65535;
+  auto tier = MakeTier({.capacity_bytes = (kTenants + 2) * 256,
+                        .page_bytes = 256,
+                        .clock = &clock_,
+                        .listener = &listener_});
+  std::vector<WriteReservation> open;
+  for (uint64_t id = 0; id < kTenants; ++id) {
+    const std::string tenant = std::to_string(id);
+    auto r = tier->Reserve(layout_, Key(id), {.num_tokens = 1, .tenant_name = tenant});
+    ASSERT_TRUE(r.ok()) << id << ": " << r.status();
+    open.push_back(std::move(r->reservation));
+  }
+  auto refused = tier->Reserve(layout_, Key(kTenants), {.num_tokens = 1, .tenant_name = "new"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  // A tenant that holds a label already, and a chunk without a tenant, still go in.
+  auto known = tier->Reserve(layout_, Key(kTenants), {.num_tokens = 1, .tenant_name = "7"});
+  EXPECT_TRUE(known.ok()) << known.status();
+  auto unnamed = tier->Reserve(layout_, Key(kTenants + 1), {.num_tokens = 1});
+  EXPECT_TRUE(unnamed.ok()) << unnamed.status();
+  // Once a tenant's only chunk is aborted, its label serves the new tenant.
+  tier->Abort(std::move(open[3]));
+  auto after = tier->Reserve(layout_, Key(kTenants + 2), {.num_tokens = 1, .tenant_name = "new"});
+  EXPECT_TRUE(after.ok()) << after.status();
+}
+
 // Records observer calls as strings: "stored <id> <parent id or -> <tokens>", "removed <id>
 // <cause>", "cleared".
 class RecordingObserver : public ChunkObserver {

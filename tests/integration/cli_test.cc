@@ -77,6 +77,32 @@ class CliTest : public ::testing::Test {
   std::vector<ChunkKey> keys_;
 };
 
+TEST_F(CliTest, LsAndClearByTenantGolden) {
+  const std::vector<ChunkKey> acme =
+      KeyHasher::Create(CliLayout(), {})->PrefixKeys(Tokens(2 * 64), {.tenant_salt = "acme"});
+  ASSERT_TRUE(engine_->Store(acme, 64, 1, true, "acme").ok());
+  ASSERT_TRUE(engine_->Store({keys_[0]}, 64, 3).ok());
+
+  CliResult ls = Cli({"ls", "--tenant", "acme"});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out, fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
+                                "host       64   64.0 KiB -             -      0  {}\n"
+                                "host       64   64.0 KiB -             -      0  {}\n"
+                                "2 chunks\n",
+                                acme[0].ToString(), acme[1].ToString()));
+  CliResult clear = Cli({"clear", "--tenant", "acme"});
+  EXPECT_EQ(clear.code, 0) << clear.err;
+  EXPECT_EQ(clear.out, "removed 2 chunks (128.0 KiB)\n");
+  CliResult unknown = Cli({"clear", "--tenant", "nobody"});
+  EXPECT_EQ(unknown.code, 0) << unknown.err;
+  EXPECT_EQ(unknown.out, "removed 0 chunks (0 B)\n");
+  // The tenant of requests without a salt is "".
+  CliResult unsalted = Cli({"ls", "--tenant", ""});
+  EXPECT_EQ(unsalted.code, 0) << unsalted.err;
+  EXPECT_THAT(unsalted.out, HasSubstr(keys_[0].ToString()));
+  EXPECT_THAT(unsalted.out, HasSubstr("1 chunks\n"));
+}
+
 TEST_F(CliTest, PinLsMoveClearAndEventsGolden) {
   ASSERT_TRUE(engine_->Store(keys_, 64, 1).ok());
 
