@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.socket_path = config.engine.socket_path;
   sessions.host_tier = daemon->host_tier_.get();
   sessions.tenants = &daemon->tenants_;
+  sessions.kv_event_token_ids = daemon->kv_publisher_ != nullptr;
   sessions.disk_tier = daemon->disk_tier_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;

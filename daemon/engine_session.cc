@@ -26,6 +26,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       host_tier_(resources.host_tier),
       disk_tier_(resources.disk_tier),
       tenants_(resources.tenants),
+      kv_event_token_ids_(resources.kv_event_token_ids),
       limits_(limits) {}
 
 EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
@@ -105,6 +106,7 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   out->set_page_bytes(host_tier_->page_bytes());
   out->set_layout_fingerprint(fingerprint_);
   out->set_daemon_version(STRATA_VERSION);
+  out->set_kv_event_token_ids(kv_event_token_ids_);
   *reply.response.mutable_status() = ToProto(absl::OkStatus());
   reply.attach_arena_fd = true;
   return reply;
@@ -232,6 +234,14 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
         continue;
       }
       options.parent = *parent;
+    }
+    if (kv_event_token_ids_ && item.token_ids_size() > 0) {
+      if (static_cast<uint32_t>(item.token_ids_size()) != item.num_tokens()) {
+        *placement->mutable_status() = ToProto(absl::InvalidArgumentError(fmt::format(
+            "{} token ids for a chunk of {} tokens", item.token_ids_size(), item.num_tokens())));
+        continue;
+      }
+      options.token_ids = {item.token_ids().data(), static_cast<size_t>(item.token_ids_size())};
     }
     absl::StatusOr<storage::ReserveResult> reserved = host_tier_->Reserve(layout_, *key, options);
     if (!reserved.ok()) {

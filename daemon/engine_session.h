@@ -28,6 +28,9 @@ struct SessionResources {
   storage::DiskTier* disk_tier = nullptr;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
+  // KV events carry token ids: the handshake asks the connector to send each stored chunk's
+  // tokens, and PrepareStore hands them to the host tier.
+  bool kv_event_token_ids = false;
 };
 
 struct EngineSessionLimits {
@@ -84,6 +87,7 @@ class EngineSession {
   storage::HostTier* const host_tier_;
   storage::DiskTier* const disk_tier_;
   const TenantDirectory* const tenants_;
+  const bool kv_event_token_ids_;
   const EngineSessionLimits limits_;
 
   bool handshaken_ = false;

@@ -232,7 +232,8 @@ void EngineSessionServer::Accept() {
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
     const SessionResources resources{.host_tier = options_.host_tier,
                                      .disk_tier = options_.disk_tier,
-                                     .tenants = options_.tenants};
+                                     .tenants = options_.tenants,
+                                     .kv_event_token_ids = options_.kv_event_token_ids};
     sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), resources, limits));
     ++total_sessions_;
     active_sessions_ = sessions_.size();

@@ -43,6 +43,8 @@ struct EngineSessionServerOptions {
   storage::DiskTier* disk_tier = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
+  // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).
+  bool kv_event_token_ids = false;
   uint32_t max_sessions = 256;
   // Peer uids accepted besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;

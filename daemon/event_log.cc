@@ -90,8 +90,13 @@ void EventLog::Append(KvEvent event) {
   if (!waiters_.empty()) wake_pending_ = true;
 }
 
-void EventLog::OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) {
-  Append({.type = KvEvent::Type::kStored, .key = key, .parent = parent, .num_tokens = num_tokens});
+void EventLog::OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                        std::span<const uint32_t> token_ids) {
+  Append({.type = KvEvent::Type::kStored,
+          .key = key,
+          .parent = parent,
+          .num_tokens = num_tokens,
+          .token_ids = {token_ids.begin(), token_ids.end()}});
 }
 
 void EventLog::OnRemoved(const ChunkKey& key, storage::RemovalCause cause) {

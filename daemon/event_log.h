@@ -26,9 +26,10 @@ struct KvEvent {
   enum class Type : uint8_t { kStored, kRemoved, kCleared };
   uint64_t sequence = 0;
   Type type = Type::kStored;
-  ChunkKey key;             // kStored, kRemoved
-  ChunkKey parent;          // kStored: the previous chunk of the chain, empty if unknown
-  uint32_t num_tokens = 0;  // kStored
+  ChunkKey key;                     // kStored, kRemoved
+  ChunkKey parent;                  // kStored: the previous chunk of the chain, empty if unknown
+  uint32_t num_tokens = 0;          // kStored
+  std::vector<uint32_t> token_ids;  // kStored: the chunk's tokens when its writer sent them
   storage::RemovalCause cause = storage::RemovalCause::kRemoved;  // kRemoved
 };
 
@@ -64,7 +65,8 @@ class EventLog final : public storage::ChunkObserver {
   // Identifies this log (so the daemon run): its creation time in ns since the Unix epoch.
   uint64_t epoch() const { return epoch_; }
 
-  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) override;
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                std::span<const uint32_t> token_ids) override;
   void OnRemoved(const ChunkKey& key, storage::RemovalCause cause) override;
   void OnCleared() override;
 

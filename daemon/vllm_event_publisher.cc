@@ -34,7 +34,8 @@ void PackEvent(msgpack_packer& packer, const KvEvent& event) {
       } else {
         msgpack_pack_uint64(&packer, event.parent.EventId());
       }
-      msgpack_pack_array(&packer, 0);  // token_ids: unknown to the daemon
+      msgpack_pack_array(&packer, event.token_ids.size());
+      for (uint32_t token : event.token_ids) msgpack_pack_uint32(&packer, token);
       msgpack_pack_uint32(&packer, event.num_tokens);
       msgpack_pack_nil(&packer);  // lora_id
       PackString(packer, kMedium);

@@ -7,9 +7,11 @@
 //   ["BlockRemoved", [hash], medium]
 //   ["AllBlocksCleared"]
 // Hashes are ChunkKey::EventId() (the low 64 bits of the digest, as vLLM's int block hashes);
-// block_size is the chunk's token count; medium is "CPU" (the host tier). token_ids is empty:
-// the engine protocol does not carry a chunk's tokens to the daemon, so consumers that rebuild
-// keys from tokens (llm-d) cannot use BlockStored alone yet.
+// block_size is the chunk's token count; medium is "CPU" (the host tier). token_ids are the
+// chunk's tokens: with a publisher, the daemon asks connectors at handshake to send them with
+// each store (HandshakeResponse.kv_event_token_ids); a writer that did not (an older
+// connector) gives an empty list. The parent is the chunk before it in its chain when the
+// writer named it (nil for a chain's first chunk).
 //
 // Threading: one owned thread ("strata-kvpub") owns the socket; it sleeps as the log's waiter.
 // If it falls behind the log's ring it logs how many events were lost and goes on.

@@ -266,6 +266,7 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
   last_generation_ = generation;
   generation_ = generation;
   session_id_ = body.session_id();
+  send_token_ids_ = body.kv_event_token_ids();
   next_request_id_ = 2;
   return absl::OkStatus();
 }
@@ -376,6 +377,16 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
     if (!item.tenant.empty()) out->set_tenant(item.tenant);
   }
   absl::MutexLock lock(&mu_);
+  // Connected first, so a store that opens a session already knows whether to send tokens (a
+  // failure, or a deadline that passed, is CallLocked's to report).
+  if (SystemClock::Get()->Now() < deadline && EnsureConnectedLocked(deadline).ok() &&
+      send_token_ids_) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      body->mutable_items(static_cast<int>(i))
+          ->mutable_token_ids()
+          ->Add(items[i].token_ids.begin(), items[i].token_ids.end());
+    }
+  }
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kPrepareStore, deadline));
   const auto& chunks = response.prepare_store().chunks();

@@ -122,6 +122,9 @@ struct StoreItem {
   ChunkKey parent;  // empty for the first chunk of a chain
   // The request's tenant salt ("" for none): the daemon may bound each tenant's share.
   std::string tenant;
+  // The chunk's tokens (num_tokens of them): sent only when the daemon asked at handshake (it
+  // publishes KV events with token ids), so they cost nothing otherwise. Must outlive the call.
+  std::span<const uint32_t> token_ids;
 };
 
 // A result valid on one session: its handles belong to session `generation`, and its extents
@@ -222,6 +225,8 @@ class EngineClient {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of the current session; 0 when none
   uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t session_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The current session's daemon wants StoreItem token ids (HandshakeResponse).
+  bool send_token_ids_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   MonoTime next_attempt_ ABSL_GUARDED_BY(mu_){0};
   std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_);

@@ -157,6 +157,50 @@ TEST(EngineClientTest, ConnectsHandshakesAndMapsTheArena) {
   EXPECT_EQ((*client)->stats().connects, 1u);
 }
 
+// Records the token ids of every stored chunk, in commit order.
+class TokenRecorder final : public storage::ChunkObserver {
+ public:
+  void OnStored(const ChunkKey&, const ChunkKey&, uint32_t,
+                std::span<const uint32_t> token_ids) override {
+    stored.emplace_back(token_ids.begin(), token_ids.end());
+  }
+  void OnRemoved(const ChunkKey&, storage::RemovalCause) override {}
+  void OnCleared() override {}
+
+  std::vector<std::vector<uint32_t>> stored;
+};
+
+TEST(EngineClientTest, SendsTokenIdsOnlyWhenTheDaemonAsks) {
+  std::vector<uint32_t> tokens(32);
+  std::iota(tokens.begin(), tokens.end(), 500);
+  const std::vector<ChunkKey> keys = Keys(2);
+  for (const bool asked : {true, false}) {
+    TokenRecorder recorder;
+    TestDaemon daemon({.observer = &recorder, .kv_event_token_ids = asked});
+    ASSERT_TRUE(daemon.Start().ok());
+    auto client = *EngineClient::Create(ClientOptions(daemon.socket_path()));
+    // The store opens the session itself: it still knows whether to send tokens.
+    std::vector<StoreItem> items;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      items.push_back(
+          {.key = keys[i], .num_tokens = 16, .token_ids = std::span(tokens).subspan(16 * i, 16)});
+    }
+    auto stored = client->PrepareStore(items, milliseconds(1000));
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    std::vector<uint64_t> handles;
+    for (const StorePlacement& p : stored->value) {
+      ASSERT_TRUE(p.status.ok()) << p.status;
+      handles.push_back(p.handle);
+    }
+    ASSERT_TRUE(client->Commit(stored->generation, handles, milliseconds(1000)).ok());
+    const std::vector<std::vector<uint32_t>> expected =
+        asked ? std::vector<std::vector<uint32_t>>{{tokens.begin(), tokens.begin() + 16},
+                                                   {tokens.begin() + 16, tokens.end()}}
+              : std::vector<std::vector<uint32_t>>{{}, {}};
+    EXPECT_EQ(recorder.stored, expected) << "asked: " << asked;
+  }
+}
+
 TEST(EngineClientTest, StoresThenLoadsThroughTheArena) {
   TestDaemon daemon;
   ASSERT_TRUE(daemon.Start().ok());

@@ -366,10 +366,12 @@ void WorkerConnector::Impl::PlanSaves(const std::vector<TransferSpec>& specs) {
       transfer.token_begin = 0;
       transfer.num_tokens = transfer.chunk_tokens;
       transfer.position_begin = c * chunk;
-      items.push_back({.key = chain[c],
-                       .num_tokens = transfer.chunk_tokens,
-                       .parent = c > 0 ? chain[c - 1] : ChunkKey(),
-                       .tenant = spec.tenant_salt});
+      items.push_back(
+          {.key = chain[c],
+           .num_tokens = transfer.chunk_tokens,
+           .parent = c > 0 ? chain[c - 1] : ChunkKey(),
+           .tenant = spec.tenant_salt,
+           .token_ids = std::span(spec.tokens).subspan(c * chunk, transfer.chunk_tokens)});
       pending.push_back(std::move(transfer));
     }
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/chunk_key.h"
 
@@ -22,8 +23,10 @@ class ChunkObserver {
  public:
   virtual ~ChunkObserver() = default;
 
-  // A chunk was committed. `parent` is the previous chunk of its chain (empty if unknown).
-  virtual void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) = 0;
+  // A chunk was committed. `parent` is the previous chunk of its chain (empty if unknown);
+  // `token_ids` its tokens when the writer gave them (ReserveOptions::token_ids), else empty.
+  virtual void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                        std::span<const uint32_t> token_ids) = 0;
   // A committed chunk left the index.
   virtual void OnRemoved(const ChunkKey& key, RemovalCause cause) = 0;
   // Every chunk left the index at once (RemoveAll); no OnRemoved calls are made for them.

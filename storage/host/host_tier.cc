@@ -589,12 +589,14 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
   }
   record->extents = *std::move(extents);
   const uint64_t handle = next_handle_++;
-  handles_.emplace(handle, Handle{.record = record,
-                                  .owner = options.owner,
-                                  .is_lease = false,
-                                  .partial = options.partial,
-                                  .tenant = options.tenant,
-                                  .parent = options.parent});
+  handles_.emplace(handle,
+                   Handle{.record = record,
+                          .owner = options.owner,
+                          .is_lease = false,
+                          .partial = options.partial,
+                          .tenant = options.tenant,
+                          .parent = options.parent,
+                          .token_ids = {options.token_ids.begin(), options.token_ids.end()}});
   ++bound_handles_;
   ++reservations_;
   reserved_bytes_ += size_bytes;
@@ -633,7 +635,7 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
         "host tier: commit of chunk {}: the reservation was aborted (its owner {} was aborted)",
         consumed.key().ToString(), consumed.owner()));
   }
-  const Handle handle = it->second;
+  const Handle handle = std::move(it->second);
   handles_.erase(it);
   Record* record = handle.record;
   record->checksum = checksum;
@@ -664,7 +666,9 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
                      .parent = parent,
                      .partial = handle.partial,
                      .tenant = handle.tenant});
-  if (observer_ != nullptr) observer_->OnStored(record->key, handle.parent, record->num_tokens);
+  if (observer_ != nullptr) {
+    observer_->OnStored(record->key, handle.parent, record->num_tokens, handle.token_ids);
+  }
   return absl::OkStatus();
 }
 

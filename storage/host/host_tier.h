@@ -109,6 +109,9 @@ struct ReserveOptions {
   // for ListChunksOptions::tenant; nullopt records none. At most 65535 tenants have chunks at
   // once: beyond that Reserve answers kResourceExhausted for a chunk of a new tenant.
   std::optional<std::string_view> tenant_name;
+  // The chunk's tokens, for ChunkObserver::OnStored (KV events); empty when not tracked. Kept
+  // with the reservation until Commit.
+  std::span<const uint32_t> token_ids;
   // The session that writes the chunk: AbortOwner(owner) aborts its open reservations. Callers
   // that track sessions should use non-zero ids (0 is every untracked caller).
   uint64_t owner = 0;
@@ -415,9 +418,10 @@ class HostTier {
     Record* record = nullptr;
     uint64_t owner = 0;
     bool is_lease = false;
-    bool partial = false;  // reservations: policy hint
-    uint32_t tenant = 0;   // reservations: policy hint
-    ChunkKey parent;       // reservations: policy hint
+    bool partial = false;             // reservations: policy hint
+    uint32_t tenant = 0;              // reservations: policy hint
+    ChunkKey parent;                  // reservations: policy hint
+    std::vector<uint32_t> token_ids;  // reservations: for the observer
   };
 
   struct AcquireRun {

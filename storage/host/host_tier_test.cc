@@ -8,6 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/host/test_util.h"
@@ -820,14 +821,16 @@ TEST_F(HostTierTest, ReserveRefusesATenantBeyondTheTenantTable) {
   EXPECT_TRUE(after.ok()) << after.status();
 }
 
-// Records observer calls as strings: "stored <id> <parent id or -> <tokens>", "removed <id>
-// <cause>", "cleared".
+// Records observer calls as strings: "stored <id> <parent id or -> <tokens>[ <token ids>]",
+// "removed <id> <cause>", "cleared".
 class RecordingObserver : public ChunkObserver {
  public:
   explicit RecordingObserver(const KvLayout& layout) : layout_(layout) {}
-  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens) override {
-    events.push_back(
-        fmt::format("stored {} {} {}", Id(key), parent.empty() ? "-" : Id(parent), num_tokens));
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                std::span<const uint32_t> token_ids) override {
+    events.push_back(fmt::format("stored {} {} {}{}{}", Id(key), parent.empty() ? "-" : Id(parent),
+                                 num_tokens, token_ids.empty() ? "" : " ",
+                                 fmt::join(token_ids, ",")));
   }
   void OnRemoved(const ChunkKey& key, RemovalCause cause) override {
     events.push_back(fmt::format("removed {} {}", Id(key), static_cast<int>(cause)));
@@ -853,7 +856,10 @@ TEST_F(HostTierTest, ObserverSeesStoresAndRemovalsInIndexOrder) {
   auto tier = MakeTier(options);
   ASSERT_NO_FATAL_FAILURE(Store(*tier, 0));
   {
-    auto r = tier->Reserve(layout_, Key(1), {.num_tokens = 8, .parent = Key(0)});
+    // The token ids given at Reserve reach the observer at Commit.
+    const std::vector<uint32_t> tokens = {9, 8, 7, 6, 5, 4, 3, 2};
+    auto r =
+        tier->Reserve(layout_, Key(1), {.num_tokens = 8, .parent = Key(0), .token_ids = tokens});
     ASSERT_TRUE(r.ok());
     ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
   }
@@ -871,9 +877,9 @@ TEST_F(HostTierTest, ObserverSeesStoresAndRemovalsInIndexOrder) {
   EXPECT_EQ(stats.hit_bytes, kFull)
       << "the corrupt chunk's load is a miss; CorruptOneByte's is a hit";
   EXPECT_EQ(observer.events,
-            (std::vector<std::string>{"stored 0 - 16", "stored 1 0 8", "stored 2 - 16",
-                                      "removed 0 0", "stored 3 - 16", "removed 1 1", "removed 2 2",
-                                      "stored 4 - 16", "cleared"}));
+            (std::vector<std::string>{"stored 0 - 16", "stored 1 0 8 9,8,7,6,5,4,3,2",
+                                      "stored 2 - 16", "removed 0 0", "stored 3 - 16",
+                                      "removed 1 1", "removed 2 2", "stored 4 - 16", "cleared"}));
   ExpectConsistent(*tier);
 }
 

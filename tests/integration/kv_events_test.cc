@@ -7,12 +7,14 @@
 #include <fstream>
 #include <numeric>
 #include <regex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/key_hasher.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
@@ -69,11 +71,27 @@ TEST(KvEvents, ZmqPublisherSpeaksVllmsFormat) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // PUB/SUB: let the join settle
 
   RawEngineClient engine((*daemon)->engine_socket());
-  ASSERT_TRUE(engine.Handshake(EventsLayout()).ok());
+  absl::StatusOr<v1::EngineResponse> handshake = engine.Handshake(EventsLayout());
+  ASSERT_TRUE(handshake.ok()) << handshake.status();
+  // With a publisher, the daemon asks for each stored chunk's tokens.
+  EXPECT_TRUE(handshake->handshake().kv_event_token_ids());
   std::vector<uint32_t> tokens(2 * 64);
-  std::iota(tokens.begin(), tokens.end(), 0);
+  std::iota(tokens.begin(), tokens.end(), 1000);
   const std::vector<ChunkKey> keys = KeyHasher::Create(EventsLayout(), {})->PrefixKeys(tokens, {});
-  ASSERT_TRUE(engine.Store(keys, 64, 1).ok());
+  {
+    // Token ids that do not match the chunk's token count fail the item (nothing is stored).
+    v1::EngineRequest bad;
+    v1::StoreItem* item = bad.mutable_prepare_store()->add_items();
+    *item->mutable_key() = ToProto(keys[0]);
+    item->set_num_tokens(64);
+    item->mutable_token_ids()->Add(tokens.begin(), tokens.begin() + 3);
+    absl::StatusOr<v1::EngineResponse> refused = engine.Call(bad);
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    ASSERT_EQ(refused->prepare_store().chunks_size(), 1);
+    EXPECT_EQ(refused->prepare_store().chunks(0).status().code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
+  }
+  ASSERT_TRUE(engine.Store(keys, 64, 1, true, "", tokens).ok());
   {
     grpc::ClientContext ctx;
     v1::ClearRequest one;
@@ -146,11 +164,23 @@ TEST(KvEvents, ZmqPublisherSpeaksVllmsFormat) {
     ASSERT_GE(json.size(), 2u);
     events += (events.empty() ? "" : ",") + json.substr(1, json.size() - 2);
   }
-  EXPECT_EQ(events, fmt::format("[\"BlockStored\",[{0}],null,[],64,null,\"CPU\"],"
-                                "[\"BlockStored\",[{1}],null,[],64,null,\"CPU\"],"
+  // BlockStored carries the chunk's tokens and its parent's id (announced just before).
+  const std::span<const uint32_t> all(tokens);
+  EXPECT_EQ(events, fmt::format("[\"BlockStored\",[{0}],null,[{2}],64,null,\"CPU\"],"
+                                "[\"BlockStored\",[{1}],{0},[{3}],64,null,\"CPU\"],"
                                 "[\"BlockRemoved\",[{0}],\"CPU\"],"
                                 "[\"AllBlocksCleared\"]",
-                                keys[0].EventId(), keys[1].EventId()));
+                                keys[0].EventId(), keys[1].EventId(), fmt::join(all.first(64), ","),
+                                fmt::join(all.subspan(64), ",")));
+}
+
+TEST(KvEvents, WithoutAPublisherConnectorsSendNoTokens) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  RawEngineClient engine((*daemon)->engine_socket());
+  absl::StatusOr<v1::EngineResponse> handshake = engine.Handshake(EventsLayout());
+  ASSERT_TRUE(handshake.ok()) << handshake.status();
+  EXPECT_FALSE(handshake->handshake().kv_event_token_ids());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,13 @@ class RawEngineClient {
                                                std::string engine_id = "raw-test-engine");
 
   // Reserves `keys` (full chunks of `num_tokens`), fills chunk i with byte `fill + i`, and
-  // commits unless `commit` is false. Returns the handles reserved, or the first error.
+  // commits unless `commit` is false. Returns the handles reserved, or the first error. With
+  // `chain_tokens` (the tokens of the whole chain), item i also carries its parent keys[i - 1]
+  // and its tokens [i * num_tokens, (i + 1) * num_tokens) as token_ids.
   absl::StatusOr<std::vector<uint64_t>> Store(const std::vector<ChunkKey>& keys,
                                               uint32_t num_tokens, uint8_t fill, bool commit = true,
-                                              std::string_view tenant = "");
+                                              std::string_view tenant = "",
+                                              std::span<const uint32_t> chain_tokens = {});
 
  private:
   ScopedFd fd_;

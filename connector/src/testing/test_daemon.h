@@ -27,6 +27,10 @@ struct TestDaemonOptions {
   uint32_t verify_every_n_loads = 1;
   // Tier clock (lease deadlines); null: the system clock. Not owned.
   Clock* clock = nullptr;
+  // Told about the tier's index changes; nullable; not owned.
+  storage::ChunkObserver* observer = nullptr;
+  // The daemon asks for stored chunks' token ids (it publishes KV events).
+  bool kv_event_token_ids = false;
 };
 
 class TestDaemon {
@@ -64,13 +68,16 @@ class TestDaemon {
       options.default_lease = options_.default_lease;
       options.verify_every_n_loads = options_.verify_every_n_loads;
       if (options_.clock != nullptr) options.clock = options_.clock;
+      options.observer = options_.observer;
       auto tier = storage::HostTier::Create(options);
       if (!tier.ok()) return tier.status();
       server_.reset();
       tier_ = std::move(*tier);
     }
-    auto server = daemon::EngineSessionServer::Create(
-        {.socket_path = socket_path_, .host_tier = tier_.get()});
+    auto server =
+        daemon::EngineSessionServer::Create({.socket_path = socket_path_,
+                                             .host_tier = tier_.get(),
+                                             .kv_event_token_ids = options_.kv_event_token_ids});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     server_->Start();
