@@ -1,6 +1,13 @@
 #include "daemon/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 #include <exception>
+#include <thread>
 
 #include "fmt/format.h"
 
@@ -118,6 +125,48 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
   return families;
 }
 
+namespace {
+
+// The address to connect to for reaching a socket listening on `listen_address` ("host:port",
+// "[v6]:port" or "port") at `port`: the host, or loopback for a wildcard; empty when it does not
+// resolve.
+std::vector<std::byte> WakeAddress(const std::string& listen_address, int port) {
+  const size_t colon = listen_address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : listen_address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return {};
+  const auto* bytes = reinterpret_cast<const std::byte*>(found->ai_addr);
+  std::vector<std::byte> address(bytes, bytes + found->ai_addrlen);
+  ::freeaddrinfo(found);
+  return address;
+}
+
+}  // namespace
+
+MetricsExposer::~MetricsExposer() {
+  if (wake_address_.empty()) return;  // exposer_ stops slowly, but stops
+  const auto* address = reinterpret_cast<const sockaddr*>(wake_address_.data());
+  std::jthread waker([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      const int fd = ::socket(address->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        (void)::connect(fd, address, static_cast<socklen_t>(wake_address_.size()));
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  exposer_.reset();
+}
+
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Create(
     const std::string& listen_address,
     const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
@@ -128,7 +177,8 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Create(
     if (ports.empty()) {
       return absl::UnavailableError(fmt::format("metrics: cannot listen on '{}'", listen_address));
     }
-    return std::unique_ptr<MetricsExposer>(new MetricsExposer(std::move(exposer), ports[0]));
+    return std::unique_ptr<MetricsExposer>(
+        new MetricsExposer(std::move(exposer), ports[0], WakeAddress(listen_address, ports[0])));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         fmt::format("metrics: cannot listen on '{}': {}", listen_address, e.what()));

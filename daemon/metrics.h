@@ -59,14 +59,23 @@ class MetricsExposer {
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Create(
       const std::string& listen_address,
       const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables);
+  // Stops serving within milliseconds. civetweb 1.15 (Debian's, under prometheus-cpp) notices
+  // mg_stop only when its listener's poll returns, which without traffic takes up to its 2 s
+  // poll quantum (fixed upstream in civetweb 1.16 by a wake-up socket); so while the exposer
+  // stops, a helper thread connects to the listening port every few milliseconds to end that
+  // poll at once.
+  ~MetricsExposer();
   int port() const { return port_; }
 
  private:
-  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-      : exposer_(std::move(exposer)), port_(port) {}
+  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port,
+                 std::vector<std::byte> wake_address)
+      : exposer_(std::move(exposer)), port_(port), wake_address_(std::move(wake_address)) {}
 
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_;
+  // A sockaddr that reaches the listening socket (loopback for a wildcard address).
+  std::vector<std::byte> wake_address_;
 };
 
 }  // namespace strata::daemon
