@@ -97,6 +97,8 @@ absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
 
 ControlService::ControlService(ControlServiceOptions options)
     : options_(std::move(options)), started_(SystemClock::Get()->Now()) {
+  SetMessageAllocatorFor_Lookup(&lookup_allocator_);
+  SetMessageAllocatorFor_ListChunks(&list_allocator_);
   if (options_.registry == nullptr) return;
   lookup_latency_ = &prometheus::BuildHistogram()
                          .Name("strata_lookup_duration_seconds")
@@ -157,7 +159,7 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
     response.add_chunk_tiers(tier);
     if (request.with_keys()) {
       v1::ChunkHit* hit = response.add_hits();
-      *hit->mutable_key() = ToProto(chunks->keys[i]);
+      ToProto(chunks->keys[i], hit->mutable_key());
       hit->set_tier(tier);
     }
     if (chunks->by_tokens) matched_tokens += chunks->chunk_tokens[i];
@@ -477,7 +479,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   response.mutable_chunks()->Reserve(static_cast<int>(page.chunks.size()));
   for (const storage::ChunkInfo& info : page.chunks) {
     v1::ChunkEntry* entry = response.add_chunks();
-    *entry->mutable_key() = ToProto(info.key);
+    ToProto(info.key, entry->mutable_key());
     entry->set_tier(v1::TIER_HOST);
     entry->set_size_bytes(info.size_bytes);
     entry->set_num_tokens(info.num_tokens);

@@ -13,6 +13,8 @@
 #include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
+#include "google/protobuf/arena.h"
+#include "grpcpp/support/message_allocator.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
@@ -109,6 +111,38 @@ class ControlService final : public v1::StrataControl::CallbackService {
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 
+  // Puts the request and response of each call on one protobuf arena, freed at once when the
+  // call ends: a 1000-entry ListChunks page is ~3000 messages and strings, which cost more
+  // through malloc and free than everything else the call does. The arena starts in a block
+  // allocated with it and grows by blocks of up to 64 KiB.
+  template <typename Request, typename Response>
+  class ArenaAllocator final : public grpc::MessageAllocator<Request, Response> {
+   public:
+    grpc::MessageHolder<Request, Response>* AllocateMessages() override { return new Holder(); }
+
+   private:
+    class Holder final : public grpc::MessageHolder<Request, Response> {
+     public:
+      Holder() : arena_(Options(first_block_)) {
+        this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
+        this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
+      }
+      void Release() override { delete this; }
+
+     private:
+      static google::protobuf::ArenaOptions Options(char* first_block) {
+        google::protobuf::ArenaOptions options;
+        options.initial_block = first_block;
+        options.initial_block_size = sizeof(first_block_);
+        options.max_block_size = 64 << 10;
+        return options;
+      }
+
+      alignas(8) char first_block_[8192];
+      google::protobuf::Arena arena_;  // after first_block_: destroyed before it
+    };
+  };
+
   const ControlServiceOptions options_;
   const MonoTime started_;
   std::atomic<bool> draining_{false};
@@ -116,6 +150,8 @@ class ControlService final : public v1::StrataControl::CallbackService {
   std::atomic<uint64_t> hit_tokens_{0};
   std::atomic<uint64_t> miss_tokens_{0};
   prometheus::Histogram* lookup_latency_ = nullptr;  // null without a registry
+  ArenaAllocator<v1::LookupRequest, v1::LookupResponse> lookup_allocator_;
+  ArenaAllocator<v1::ListChunksRequest, v1::ListChunksResponse> list_allocator_;
 };
 
 }  // namespace strata::daemon

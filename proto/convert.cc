@@ -143,13 +143,17 @@ absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto) {
 
 v1::ChunkKey ToProto(const ChunkKey& key) {
   v1::ChunkKey proto;
-  proto.set_algorithm(ToProto(key.algorithm()));
-  proto.set_namespace_(key.key_namespace() == KeyNamespace::kPrefix
-                           ? v1::KEY_NAMESPACE_PREFIX
-                           : v1::KEY_NAMESPACE_POSITION_INDEPENDENT);
-  proto.set_layout_fingerprint(key.layout_fingerprint());
-  proto.set_digest(key.digest().data(), key.digest().size());
+  ToProto(key, &proto);
   return proto;
+}
+
+void ToProto(const ChunkKey& key, v1::ChunkKey* out) {
+  out->set_algorithm(ToProto(key.algorithm()));
+  out->set_namespace_(key.key_namespace() == KeyNamespace::kPrefix
+                          ? v1::KEY_NAMESPACE_PREFIX
+                          : v1::KEY_NAMESPACE_POSITION_INDEPENDENT);
+  out->set_layout_fingerprint(key.layout_fingerprint());
+  out->set_digest(key.digest().data(), key.digest().size());
 }
 
 absl::Status FromProto(const v1::Status& proto) {

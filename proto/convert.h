@@ -19,6 +19,8 @@ v1::KvLayout ToProto(const KvLayout& layout);
 // kInvalidArgument for an unknown algorithm or namespace, or a digest of the wrong size.
 absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto);
 v1::ChunkKey ToProto(const ChunkKey& key);
+// The same, written into `out` in place (no temporary message: `out` may live on an arena).
+void ToProto(const ChunkKey& key, v1::ChunkKey* out);
 
 absl::StatusOr<HashAlgorithm> FromProto(v1::HashAlgorithm proto);
 v1::HashAlgorithm ToProto(HashAlgorithm algorithm);

@@ -735,6 +735,10 @@ size_t HostTier::Lookup(std::span<const ChunkKey> chain) const {
     if (bucket_start[s] == bucket_start[s + 1]) continue;
     const Shard& shard = shards_[s];
     absl::ReaderMutexLock lock(&shard.mu);
+    // Every probe's first cache miss at once, before the first probe waits for its own.
+    for (uint32_t j = bucket_start[s]; j < bucket_start[s + 1]; ++j) {
+      shard.records.prefetch(chain[by_shard[j]]);
+    }
     for (uint32_t j = bucket_start[s]; j < bucket_start[s + 1]; ++j) {
       auto it = shard.records.find(chain[by_shard[j]]);
       hit[by_shard[j]] = it != shard.records.end() && (*it)->state == ChunkState::kCommitted;
