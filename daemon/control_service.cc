@@ -476,7 +476,42 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   if (request.has_tenant()) options.tenant = request.tenant();
   const storage::ChunkPage page = options_.host_tier->ListChunks(options);
   const MonoTime now = options_.host_tier->options().clock->Now();
-  response.mutable_chunks()->Reserve(static_cast<int>(page.chunks.size()));
+  auto soft_pin_remaining_ms = [now](const storage::ChunkInfo& info) -> uint64_t {
+    if (info.soft_pin_deadline <= now) return 0;
+    return static_cast<uint64_t>(
+        std::chrono::ceil<std::chrono::milliseconds>(info.soft_pin_deadline - now).count());
+  };
+  const int size = static_cast<int>(page.chunks.size());
+  if (request.columnar()) {
+    v1::ChunkColumns& columns = *response.mutable_columns();
+    columns.mutable_algorithms()->Reserve(size);
+    columns.mutable_namespaces()->Reserve(size);
+    columns.mutable_layout_fingerprints()->Reserve(size);
+    columns.mutable_tiers()->Reserve(size);
+    columns.mutable_size_bytes()->Reserve(size);
+    columns.mutable_num_tokens()->Reserve(size);
+    columns.mutable_hard_pinned()->Reserve(size);
+    columns.mutable_soft_pin_remaining_ms()->Reserve(size);
+    columns.mutable_leases()->Reserve(size);
+    std::string& digests = *columns.mutable_digests();
+    digests.reserve(page.chunks.size() * ChunkKey::kMaxDigestBytes);
+    for (const storage::ChunkInfo& info : page.chunks) {
+      columns.add_algorithms(ToProto(info.key.algorithm()));
+      columns.add_namespaces(ToProto(info.key.key_namespace()));
+      columns.add_layout_fingerprints(info.key.layout_fingerprint());
+      digests.append(reinterpret_cast<const char*>(info.key.digest().data()),
+                     info.key.digest().size());
+      columns.add_tiers(v1::TIER_HOST);
+      columns.add_size_bytes(info.size_bytes);
+      columns.add_num_tokens(info.num_tokens);
+      columns.add_hard_pinned(info.hard_pinned);
+      columns.add_soft_pin_remaining_ms(soft_pin_remaining_ms(info));
+      columns.add_leases(info.leases);
+    }
+    response.set_next_page_token(PageToken(page.next_cursor));
+    return absl::OkStatus();
+  }
+  response.mutable_chunks()->Reserve(size);
   for (const storage::ChunkInfo& info : page.chunks) {
     v1::ChunkEntry* entry = response.add_chunks();
     ToProto(info.key, entry->mutable_key());
@@ -484,10 +519,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
     entry->set_size_bytes(info.size_bytes);
     entry->set_num_tokens(info.num_tokens);
     entry->set_hard_pinned(info.hard_pinned);
-    if (info.soft_pin_deadline > now) {
-      entry->set_soft_pin_remaining_ms(static_cast<uint64_t>(
-          std::chrono::ceil<std::chrono::milliseconds>(info.soft_pin_deadline - now).count()));
-    }
+    entry->set_soft_pin_remaining_ms(soft_pin_remaining_ms(info));
     entry->set_leases(info.leases);
   }
   response.set_next_page_token(PageToken(page.next_cursor));

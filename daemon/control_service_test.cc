@@ -586,6 +586,64 @@ TEST_F(ControlServiceTest, ListChunksPagesAndFilters) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_F(ControlServiceTest, ColumnarListChunksMatchesTheEntries) {
+  // Two hash algorithms (16- and 32-byte digests) in one page, pins and a lease.
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(16 * 3, 1));
+  const KeyHasher sha =
+      *KeyHasher::Create(TestLayout(), {.algorithm = HashAlgorithm::kSha256Cbor, .seed = "0"});
+  const ChunkKey sha_key = sha.PrefixKeys(Tokens(16, 7), {})[0];
+  StoreChunk(sha_key, 16);
+  ASSERT_TRUE(tier_->Pin(keys[0], {}).ok());
+  ASSERT_TRUE(
+      tier_->Pin(keys[1], {.kind = storage::PinKind::kSoft, .ttl = std::chrono::milliseconds(900)})
+          .ok());
+  auto lease = tier_->Acquire(keys[2]);
+  ASSERT_TRUE(lease.ok() && lease->has_value());
+
+  v1::ListChunksRequest request;
+  request.set_page_size(3);
+  v1::ListChunksResponse rows;
+  ASSERT_TRUE(Call(&Stub::ListChunks, request, rows).ok());
+  request.set_columnar(true);
+  v1::ListChunksResponse columnar;
+  ASSERT_TRUE(Call(&Stub::ListChunks, request, columnar).ok());
+  EXPECT_EQ(columnar.chunks_size(), 0);
+  EXPECT_EQ(columnar.next_page_token(), rows.next_page_token());
+  request.set_page_token(columnar.next_page_token());
+  v1::ListChunksResponse rest;
+  ASSERT_TRUE(Call(&Stub::ListChunks, request, rest).ok());
+  EXPECT_TRUE(rest.next_page_token().empty());
+  ASSERT_EQ(rest.columns().algorithms_size(), 1);
+  EXPECT_EQ(rest.columns().algorithms(0), v1::HASH_ALGORITHM_SHA256_CBOR);
+  EXPECT_EQ(rest.columns().digests(),
+            std::string(reinterpret_cast<const char*>(sha_key.digest().data()), 32));
+
+  const v1::ChunkColumns& c = columnar.columns();
+  ASSERT_EQ(rows.chunks_size(), 3);
+  for (const int size : {c.algorithms_size(), c.namespaces_size(), c.layout_fingerprints_size(),
+                         c.tiers_size(), c.size_bytes_size(), c.num_tokens_size(),
+                         c.hard_pinned_size(), c.soft_pin_remaining_ms_size(), c.leases_size()}) {
+    EXPECT_EQ(size, 3);
+  }
+  ASSERT_EQ(c.digests().size(), 3u * 16);
+  for (int i = 0; i < 3; ++i) {
+    const v1::ChunkEntry& row = rows.chunks(i);
+    EXPECT_EQ(c.algorithms(i), row.key().algorithm());
+    EXPECT_EQ(c.namespaces(i), row.key().namespace_());
+    EXPECT_EQ(c.layout_fingerprints(i), row.key().layout_fingerprint());
+    EXPECT_EQ(c.digests().substr(16 * i, 16), row.key().digest());
+    EXPECT_EQ(c.tiers(i), row.tier());
+    EXPECT_EQ(c.size_bytes(i), row.size_bytes());
+    EXPECT_EQ(c.num_tokens(i), row.num_tokens());
+    EXPECT_EQ(c.hard_pinned(i), row.hard_pinned());
+    EXPECT_EQ(c.soft_pin_remaining_ms(i), row.soft_pin_remaining_ms());
+    EXPECT_EQ(c.leases(i), row.leases());
+  }
+  EXPECT_TRUE(c.hard_pinned(0));
+  EXPECT_EQ(c.soft_pin_remaining_ms(1), 900u);
+  EXPECT_EQ(c.leases(2), 1u);
+}
+
 TEST_F(ControlServiceTest, DrainStopsAdmittingAndReports) {
   StoreChain(Tokens(32, 1));
   v1::DrainResponse drained;

@@ -141,6 +141,11 @@ absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto) {
                              {reinterpret_cast<const uint8_t*>(digest.data()), digest.size()});
 }
 
+v1::KeyNamespace ToProto(KeyNamespace key_namespace) {
+  return key_namespace == KeyNamespace::kPrefix ? v1::KEY_NAMESPACE_PREFIX
+                                                : v1::KEY_NAMESPACE_POSITION_INDEPENDENT;
+}
+
 v1::ChunkKey ToProto(const ChunkKey& key) {
   v1::ChunkKey proto;
   ToProto(key, &proto);
@@ -149,9 +154,7 @@ v1::ChunkKey ToProto(const ChunkKey& key) {
 
 void ToProto(const ChunkKey& key, v1::ChunkKey* out) {
   out->set_algorithm(ToProto(key.algorithm()));
-  out->set_namespace_(key.key_namespace() == KeyNamespace::kPrefix
-                          ? v1::KEY_NAMESPACE_PREFIX
-                          : v1::KEY_NAMESPACE_POSITION_INDEPENDENT);
+  out->set_namespace_(ToProto(key.key_namespace()));
   out->set_layout_fingerprint(key.layout_fingerprint());
   out->set_digest(key.digest().data(), key.digest().size());
 }

@@ -24,6 +24,7 @@ void ToProto(const ChunkKey& key, v1::ChunkKey* out);
 
 absl::StatusOr<HashAlgorithm> FromProto(v1::HashAlgorithm proto);
 v1::HashAlgorithm ToProto(HashAlgorithm algorithm);
+v1::KeyNamespace ToProto(KeyNamespace key_namespace);
 
 absl::Status FromProto(const v1::Status& proto);
 v1::Status ToProto(const absl::Status& status);

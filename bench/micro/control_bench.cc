@@ -1,7 +1,8 @@
 // Control API micro-benchmarks (Release), through real gRPC over loopback TCP in one process,
 // with 1M one-page chunks indexed in the host tier:
 //   BM_Stats             one Stats RPC.
-//   BM_ListChunksPage    one 1000-entry ListChunks page (walking the whole listing page by page).
+//   BM_ListChunksPage    one 1000-entry ListChunks page (walking the whole listing page by page),
+//                        as ChunkEntry messages (/0) and as columns (/1).
 //   BM_TierListChunks1000  the host tier's share of it (no gRPC, no protobuf).
 //   BM_Health            a trivial unary RPC: the baseline for BM_Lookup.
 //   BM_LookupChain128    Lookup by keys of a 128-chunk chain, all hits.
@@ -79,21 +80,25 @@ void BM_Stats(benchmark::State& state) {
 }
 BENCHMARK(BM_Stats)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Arg 1: the columnar form (ListChunksRequest.columnar); 0: ChunkEntry messages.
 void BM_ListChunksPage(benchmark::State& state) {
   Fixture& f = Shared();
   v1::ListChunksRequest request;
   request.set_page_size(1000);
+  request.set_columnar(state.range(0) == 1);
   for (auto _ : state) {
     grpc::ClientContext context;
     // Parsed onto an arena, as a client listing many pages should (see control.proto).
     google::protobuf::Arena arena;
     auto* response = google::protobuf::Arena::CreateMessage<v1::ListChunksResponse>(&arena);
     STRATA_CHECK(f.stub->ListChunks(&context, request, response).ok());
-    STRATA_CHECK(response->chunks_size() == 1000 || response->next_page_token().empty());
+    const int listed =
+        request.columnar() ? response->columns().size_bytes_size() : response->chunks_size();
+    STRATA_CHECK(listed == 1000 || response->next_page_token().empty());
     request.set_page_token(response->next_page_token());
   }
 }
-BENCHMARK(BM_ListChunksPage)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ListChunksPage)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The host tier's share of a page: ListChunks without gRPC.
 void BM_TierListChunks1000(benchmark::State& state) {
