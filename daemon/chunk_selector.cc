@@ -11,6 +11,25 @@ absl::StatusOr<ResolvedChunks> ResolveChunks(
     const v1::KvLayout* layout, std::span<const uint32_t> tokens, const KeyExtras& extras,
     const google::protobuf::RepeatedPtrField<v1::ChunkKey>& keys,
     const KeyHasherOptions& key_options, const SelectionLimits& limits) {
+  if (static_cast<uint32_t>(keys.size()) > limits.max_keys) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} keys; the limit is {}", keys.size(), limits.max_keys));
+  }
+  std::vector<ChunkKey> decoded;
+  decoded.reserve(keys.size());
+  for (const v1::ChunkKey& proto : keys) {
+    absl::StatusOr<ChunkKey> key = FromProto(proto);
+    if (!key.ok()) return key.status();
+    decoded.push_back(*key);
+  }
+  return ResolveChunks(layout, tokens, extras, std::move(decoded), key_options, limits);
+}
+
+absl::StatusOr<ResolvedChunks> ResolveChunks(const v1::KvLayout* layout,
+                                             std::span<const uint32_t> tokens,
+                                             const KeyExtras& extras, std::vector<ChunkKey> keys,
+                                             const KeyHasherOptions& key_options,
+                                             const SelectionLimits& limits) {
   ResolvedChunks resolved;
   resolved.by_tokens = !tokens.empty();
   if (resolved.by_tokens == !keys.empty()) {
@@ -33,16 +52,11 @@ absl::StatusOr<ResolvedChunks> ResolveChunks(
     }
     return resolved;
   }
-  if (static_cast<uint32_t>(keys.size()) > limits.max_keys) {
+  if (keys.size() > limits.max_keys) {
     return absl::InvalidArgumentError(
         fmt::format("{} keys; the limit is {}", keys.size(), limits.max_keys));
   }
-  resolved.keys.reserve(keys.size());
-  for (const v1::ChunkKey& proto : keys) {
-    absl::StatusOr<ChunkKey> key = FromProto(proto);
-    if (!key.ok()) return key.status();
-    resolved.keys.push_back(*key);
-  }
+  resolved.keys = std::move(keys);
   return resolved;
 }
 

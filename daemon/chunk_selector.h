@@ -34,6 +34,13 @@ absl::StatusOr<ResolvedChunks> ResolveChunks(
     const google::protobuf::RepeatedPtrField<v1::ChunkKey>& keys,
     const KeyHasherOptions& key_options, const SelectionLimits& limits);
 
+// The same with the keys decoded already (Lookup decodes them from the wire).
+absl::StatusOr<ResolvedChunks> ResolveChunks(const v1::KvLayout* layout,
+                                             std::span<const uint32_t> tokens,
+                                             const KeyExtras& extras, std::vector<ChunkKey> keys,
+                                             const KeyHasherOptions& key_options,
+                                             const SelectionLimits& limits);
+
 // The same for a ChunkSelector.
 absl::StatusOr<ResolvedChunks> ResolveSelector(const v1::ChunkSelector& selector,
                                                const KeyHasherOptions& key_options,

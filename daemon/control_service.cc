@@ -9,6 +9,10 @@
 #include "daemon/metrics.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "openssl/crypto.h"
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
@@ -93,11 +97,56 @@ absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
       fmt::format("page token '{}' was not produced by this daemon", token));
 }
 
+// Parses a LookupRequest: `fields` gets every field but keys, which are decoded into `keys`
+// through one scratch message (no message or string per key). INVALID_ARGUMENT for bytes that
+// do not parse, a malformed key, or more keys than `limits` allow.
+absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionLimits& limits,
+                                v1::LookupRequest& fields, std::vector<ChunkKey>& keys) {
+  using google::protobuf::internal::WireFormatLite;
+  const absl::Status malformed = absl::InvalidArgumentError("malformed LookupRequest");
+  grpc::Slice flat;
+  if (!buffer.DumpToSingleSlice(&flat).ok()) return malformed;
+  google::protobuf::io::CodedInputStream in(flat.begin(), static_cast<int>(flat.size()));
+  constexpr uint32_t kKeysTag = WireFormatLite::MakeTag(v1::LookupRequest::kKeysFieldNumber,
+                                                        WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  std::string others;
+  {
+    google::protobuf::io::StringOutputStream others_stream(&others);
+    google::protobuf::io::CodedOutputStream others_out(&others_stream);
+    v1::ChunkKey scratch;
+    for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+      if (tag != kKeysTag) {
+        if (!WireFormatLite::SkipField(&in, tag, &others_out)) return malformed;
+        continue;
+      }
+      if (keys.size() == limits.max_keys) {
+        return absl::InvalidArgumentError(
+            fmt::format("more than {} keys; the limit is {}", limits.max_keys, limits.max_keys));
+      }
+      uint32_t length = 0;
+      const void* data = nullptr;
+      int available = 0;
+      if (!in.ReadVarint32(&length) || !in.GetDirectBufferPointer(&data, &available) ||
+          static_cast<uint32_t>(available) < length ||
+          !scratch.ParseFromArray(data, static_cast<int>(length)) ||
+          !in.Skip(static_cast<int>(length))) {
+        return malformed;
+      }
+      absl::StatusOr<ChunkKey> key = FromProto(scratch);
+      if (!key.ok()) return key.status();
+      keys.push_back(*key);
+    }
+  }
+  if (in.CurrentPosition() != static_cast<int>(flat.size()) || !fields.ParseFromString(others)) {
+    return malformed;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ControlService::ControlService(ControlServiceOptions options)
     : options_(std::move(options)), started_(SystemClock::Get()->Now()) {
-  SetMessageAllocatorFor_Lookup(&lookup_allocator_);
   SetMessageAllocatorFor_ListChunks(&list_allocator_);
   if (options_.registry == nullptr) return;
   lookup_latency_ = &prometheus::BuildHistogram()
@@ -130,11 +179,22 @@ absl::StatusOr<ResolvedChunks> ControlService::Resolve(const v1::ChunkSelector& 
 }
 
 grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* context,
-                                                 const v1::LookupRequest* request,
-                                                 v1::LookupResponse* response) {
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
   const auto started = std::chrono::steady_clock::now();
-  const absl::Status status = DoLookup(*request, *response);
+  absl::Status status;
+  v1::LookupRequest fields;
+  std::vector<ChunkKey> keys;
+  status = ParseLookupRequest(*request, options_.limits, fields, keys);
+  v1::LookupResponse answer;
+  if (status.ok()) status = DoLookup(fields, std::move(keys), answer);
+  if (status.ok()) {
+    bool own_buffer = false;
+    const grpc::Status serialized =
+        grpc::SerializationTraits<v1::LookupResponse>::Serialize(answer, response, &own_buffer);
+    if (!serialized.ok()) status = FromGrpcStatus(serialized);
+  }
   if (lookup_latency_ != nullptr) {
     lookup_latency_->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -142,17 +202,18 @@ grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* co
   return Finish(context, status);
 }
 
-absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
+absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vector<ChunkKey> keys,
                                       v1::LookupResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks =
       ResolveChunks(request.has_layout() ? &request.layout() : nullptr,
                     {request.tokens().data(), static_cast<size_t>(request.tokens_size())},
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
-                    request.keys(), options_.key_options, options_.limits);
+                    std::move(keys), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
   const std::vector<storage::PrefixTier> tiers =
       storage::LocatePrefix(*options_.host_tier, options_.disk_tier, chunks->keys);
   const size_t hits = tiers.size();
+  response.mutable_chunk_tiers()->Reserve(static_cast<int>(hits));
   uint64_t matched_tokens = 0;
   for (size_t i = 0; i < hits; ++i) {
     const v1::Tier tier = tiers[i] == storage::PrefixTier::kHost ? v1::TIER_HOST : v1::TIER_DISK;

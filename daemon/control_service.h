@@ -14,6 +14,7 @@
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
 #include "google/protobuf/arena.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/message_allocator.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -49,7 +50,11 @@ struct LookupCounters {
   uint64_t miss_tokens = 0;
 };
 
-class ControlService final : public v1::StrataControl::CallbackService {
+// Lookup is served raw (grpc::ByteBuffer in and out): its keys are decoded from the wire
+// straight into ChunkKeys through one scratch message, where the generated parser would make a
+// message and a digest string per key (most of a 128-key call's cost).
+class ControlService final
+    : public v1::StrataControl::WithRawCallbackMethod_Lookup<v1::StrataControl::CallbackService> {
  public:
   // ListChunks pages hold at most this many chunks.
   static constexpr uint32_t kMaxPageSize = 10000;
@@ -57,9 +62,10 @@ class ControlService final : public v1::StrataControl::CallbackService {
 
   explicit ControlService(ControlServiceOptions options);
 
+  // A LookupRequest in, a LookupResponse out (INVALID_ARGUMENT when the bytes do not parse).
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context, const v1::PinRequest* request,
                                 v1::PinResponse* response) override;
   grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* context,
@@ -98,7 +104,9 @@ class ControlService final : public v1::StrataControl::CallbackService {
   LookupCounters lookup_counters() const { return {lookups_, hit_tokens_, miss_tokens_}; }
 
  private:
-  absl::Status DoLookup(const v1::LookupRequest& request, v1::LookupResponse& response);
+  // `request` without its keys, which come decoded in `keys`.
+  absl::Status DoLookup(const v1::LookupRequest& request, std::vector<ChunkKey> keys,
+                        v1::LookupResponse& response);
   absl::Status DoPin(const v1::PinRequest& request, v1::PinResponse& response);
   absl::Status DoUnpin(const v1::UnpinRequest& request, v1::UnpinResponse& response);
   absl::Status DoMove(const v1::MoveRequest& request, v1::MoveResponse& response);
@@ -150,7 +158,6 @@ class ControlService final : public v1::StrataControl::CallbackService {
   std::atomic<uint64_t> hit_tokens_{0};
   std::atomic<uint64_t> miss_tokens_{0};
   prometheus::Histogram* lookup_latency_ = nullptr;  // null without a registry
-  ArenaAllocator<v1::LookupRequest, v1::LookupResponse> lookup_allocator_;
   ArenaAllocator<v1::ListChunksRequest, v1::ListChunksResponse> list_allocator_;
 };
 

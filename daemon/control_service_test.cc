@@ -1,6 +1,7 @@
 #include "daemon/control_service.h"
 
 #include <cstdio>
+#include <future>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -8,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -53,8 +55,9 @@ class ControlServiceTest : public ::testing::Test {
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
-    stub_ = v1::StrataControl::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                           grpc::InsecureChannelCredentials()));
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::StrataControl::NewStub(channel_);
     hasher_.emplace(*KeyHasher::Create(TestLayout(), {}));
   }
   void TearDown() override {
@@ -136,6 +139,7 @@ class ControlServiceTest : public ::testing::Test {
   std::unique_ptr<storage::HostTier> tier_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StrataControl::Stub> stub_;
   std::optional<KeyHasher> hasher_;
 };
@@ -216,6 +220,26 @@ TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {
   *key = ToProto(hasher_->PrefixKeys(std::vector<uint32_t>(16, 1), {})[0]);
   key->set_digest("abc");
   EXPECT_EQ(Lookup(short_digest, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // More keys than the daemon accepts (65536 by default).
+  v1::LookupRequest too_many_keys;
+  const v1::ChunkKey one = ToProto(hasher_->PrefixKeys(std::vector<uint32_t>(16, 1), {})[0]);
+  for (int i = 0; i < 65537; ++i) *too_many_keys.add_keys() = one;
+  EXPECT_EQ(Lookup(too_many_keys, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Bytes that are no LookupRequest: a truncated key, and a field with a bad wire type.
+  grpc::GenericStub generic(channel_);
+  const std::string whole = short_digest.SerializeAsString();
+  for (const std::string& bytes : {whole.substr(0, whole.size() - 2), std::string("\x0f\x01")}) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), reply;
+    grpc::ClientContext context;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&context, "/strata.v1.StrataControl/Lookup", {}, &request, &reply,
+                      [&done](grpc::Status status) { done.set_value(std::move(status)); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  }
 }
 
 TEST_F(ControlServiceTest, HealthAndStats) {
