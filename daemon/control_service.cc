@@ -97,9 +97,59 @@ absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
       fmt::format("page token '{}' was not produced by this daemon", token));
 }
 
-// Parses a LookupRequest: `fields` gets every field but keys, which are decoded into `keys`
-// through one scratch message (no message or string per key). INVALID_ARGUMENT for bytes that
-// do not parse, a malformed key, or more keys than `limits` allow.
+// Decodes one v1::ChunkKey message of `length` bytes at the stream's position, field by field
+// (no message, no string). INVALID_ARGUMENT for bytes that do not parse or a malformed key.
+absl::StatusOr<ChunkKey> ReadChunkKey(google::protobuf::io::CodedInputStream& in, uint32_t length) {
+  using google::protobuf::internal::WireFormatLite;
+  const absl::Status malformed = absl::InvalidArgumentError("malformed chunk key in LookupRequest");
+  const auto limit = in.PushLimit(static_cast<int>(length));
+  uint32_t algorithm = 0, key_namespace = 0;
+  uint64_t fingerprint = 0;
+  std::string_view digest;
+  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    const auto type = WireFormatLite::GetTagWireType(tag);
+    switch (WireFormatLite::GetTagFieldNumber(tag)) {
+      case v1::ChunkKey::kAlgorithmFieldNumber:
+        if (type != WireFormatLite::WIRETYPE_VARINT || !in.ReadVarint32(&algorithm)) {
+          return malformed;
+        }
+        continue;
+      case v1::ChunkKey::kNamespaceFieldNumber:
+        if (type != WireFormatLite::WIRETYPE_VARINT || !in.ReadVarint32(&key_namespace)) {
+          return malformed;
+        }
+        continue;
+      case v1::ChunkKey::kLayoutFingerprintFieldNumber:
+        if (type != WireFormatLite::WIRETYPE_FIXED64 || !in.ReadLittleEndian64(&fingerprint)) {
+          return malformed;
+        }
+        continue;
+      case v1::ChunkKey::kDigestFieldNumber: {
+        uint32_t size = 0;
+        const void* data = nullptr;
+        int available = 0;
+        if (type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&size) ||
+            !in.GetDirectBufferPointer(&data, &available) ||
+            static_cast<uint32_t>(available) < size || !in.Skip(static_cast<int>(size))) {
+          return malformed;
+        }
+        digest = {static_cast<const char*>(data), size};
+        continue;
+      }
+      default:
+        if (!WireFormatLite::SkipField(&in, tag)) return malformed;
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return malformed;
+  in.PopLimit(limit);
+  return ChunkKeyFromFields(static_cast<int>(algorithm), static_cast<int>(key_namespace),
+                            fingerprint, digest);
+}
+
+// Parses a LookupRequest: `fields` gets every field but keys, which ReadChunkKey decodes into
+// `keys` (a 128-key request would otherwise be 128 messages and digest strings to allocate).
+// INVALID_ARGUMENT for bytes that do not parse, a malformed key, or more keys than `limits`
+// allow.
 absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionLimits& limits,
                                 v1::LookupRequest& fields, std::vector<ChunkKey>& keys) {
   using google::protobuf::internal::WireFormatLite;
@@ -109,11 +159,12 @@ absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionL
   google::protobuf::io::CodedInputStream in(flat.begin(), static_cast<int>(flat.size()));
   constexpr uint32_t kKeysTag = WireFormatLite::MakeTag(v1::LookupRequest::kKeysFieldNumber,
                                                         WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  // A key takes at least 20 bytes on the wire (16-byte digest).
+  keys.reserve(std::min<size_t>(flat.size() / 20, limits.max_keys));
   std::string others;
   {
     google::protobuf::io::StringOutputStream others_stream(&others);
     google::protobuf::io::CodedOutputStream others_out(&others_stream);
-    v1::ChunkKey scratch;
     for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
       if (tag != kKeysTag) {
         if (!WireFormatLite::SkipField(&in, tag, &others_out)) return malformed;
@@ -124,15 +175,8 @@ absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionL
             fmt::format("more than {} keys; the limit is {}", limits.max_keys, limits.max_keys));
       }
       uint32_t length = 0;
-      const void* data = nullptr;
-      int available = 0;
-      if (!in.ReadVarint32(&length) || !in.GetDirectBufferPointer(&data, &available) ||
-          static_cast<uint32_t>(available) < length ||
-          !scratch.ParseFromArray(data, static_cast<int>(length)) ||
-          !in.Skip(static_cast<int>(length))) {
-        return malformed;
-      }
-      absl::StatusOr<ChunkKey> key = FromProto(scratch);
+      if (!in.ReadVarint32(&length)) return malformed;
+      absl::StatusOr<ChunkKey> key = ReadChunkKey(in, length);
       if (!key.ok()) return key.status();
       keys.push_back(*key);
     }

@@ -188,6 +188,19 @@ TEST_F(ControlServiceTest, LookupByKeys) {
   EXPECT_EQ(response.total_chunks(), 2u);
   EXPECT_EQ(response.chunk_tiers_size(), 1);
   EXPECT_EQ(response.hits_size(), 0) << "keys only when asked for";
+
+  // Fields this daemon does not know (a newer client's) are skipped, in a key and around it;
+  // the fields besides keys still count.
+  request.mutable_keys(0)
+      ->GetReflection()
+      ->MutableUnknownFields(request.mutable_keys(0))
+      ->AddVarint(15, 7);
+  request.GetReflection()->MutableUnknownFields(&request)->AddLengthDelimited(99, "later");
+  request.set_with_keys(true);
+  ASSERT_TRUE(Lookup(request, response).ok());
+  EXPECT_EQ(response.matched_chunks(), 1u);
+  ASSERT_EQ(response.hits_size(), 1);
+  EXPECT_EQ(*FromProto(response.hits(0).key()), keys[0]);
 }
 
 TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {

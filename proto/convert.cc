@@ -118,10 +118,16 @@ v1::HashAlgorithm ToProto(HashAlgorithm algorithm) {
 }
 
 absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto) {
-  absl::StatusOr<HashAlgorithm> algorithm = FromProto(proto.algorithm());
-  if (!algorithm.ok()) return algorithm.status();
+  return ChunkKeyFromFields(proto.algorithm(), proto.namespace_(), proto.layout_fingerprint(),
+                            proto.digest());
+}
+
+absl::StatusOr<ChunkKey> ChunkKeyFromFields(int algorithm, int key_namespace,
+                                            uint64_t layout_fingerprint, std::string_view digest) {
+  absl::StatusOr<HashAlgorithm> parsed = FromProto(static_cast<v1::HashAlgorithm>(algorithm));
+  if (!parsed.ok()) return parsed.status();
   KeyNamespace ns;
-  switch (proto.namespace_()) {
+  switch (key_namespace) {
     case v1::KEY_NAMESPACE_PREFIX:
       ns = KeyNamespace::kPrefix;
       break;
@@ -129,15 +135,14 @@ absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto) {
       ns = KeyNamespace::kPositionIndependent;
       break;
     default:
-      return BadEnum("key namespace", proto.namespace_());
+      return BadEnum("key namespace", key_namespace);
   }
-  const std::string& digest = proto.digest();
-  if (digest.size() != DigestSizeBytes(*algorithm)) {
+  if (digest.size() != DigestSizeBytes(*parsed)) {
     return absl::InvalidArgumentError(fmt::format("chunk key digest is {} bytes; {} needs {}",
-                                                  digest.size(), HashAlgorithmName(*algorithm),
-                                                  DigestSizeBytes(*algorithm)));
+                                                  digest.size(), HashAlgorithmName(*parsed),
+                                                  DigestSizeBytes(*parsed)));
   }
-  return ChunkKey::FromParts(*algorithm, ns, proto.layout_fingerprint(),
+  return ChunkKey::FromParts(*parsed, ns, layout_fingerprint,
                              {reinterpret_cast<const uint8_t*>(digest.data()), digest.size()});
 }
 

@@ -3,6 +3,9 @@
 // connector/src/, cli/, controller/). Thread-safe (pure functions).
 #pragma once
 
+#include <cstdint>
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
@@ -18,6 +21,9 @@ v1::KvLayout ToProto(const KvLayout& layout);
 
 // kInvalidArgument for an unknown algorithm or namespace, or a digest of the wrong size.
 absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto);
+// The same from v1::ChunkKey's field values (for callers that decode the wire themselves).
+absl::StatusOr<ChunkKey> ChunkKeyFromFields(int algorithm, int key_namespace,
+                                            uint64_t layout_fingerprint, std::string_view digest);
 v1::ChunkKey ToProto(const ChunkKey& key);
 // The same, written into `out` in place (no temporary message: `out` may live on an arena).
 void ToProto(const ChunkKey& key, v1::ChunkKey* out);
