@@ -10,6 +10,7 @@
 #include "core/fmt_absl.h"
 #include "core/frame_io.h"
 #include "core/key_hasher.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
@@ -21,6 +22,7 @@ namespace strata::daemon {
 namespace {
 
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 KvLayout TestLayout() {
   KvLayout layout;
@@ -94,14 +96,12 @@ TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
   // Another engine process would do the same: a second session sees the same chunks.
   RawEngineClient reader(server_->socket_path());
   ASSERT_TRUE(reader.Handshake(TestLayout()).ok());
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(5));
   absl::StatusOr<v1::EngineResponse> found = reader.Call(lookup);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->lookup().hit_chunks(), 3u);
 
-  v1::EngineRequest load;
-  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
   absl::StatusOr<v1::EngineResponse> leased = reader.Call(load);
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
@@ -173,16 +173,14 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
   EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
   EXPECT_EQ(demoter.demoted(), 2u);
 
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : keys) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(keys);
   absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->lookup().hit_chunks(), 6u) << "the prefix goes on from disk to the host tier";
 
   // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
   // so 2 comes back from disk too: three promotions, every byte as stored.
-  v1::EngineRequest load;
-  for (size_t i = 0; i < 3; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(3));
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
@@ -204,8 +202,7 @@ TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
   const std::vector<ChunkKey> keys = Keys(3);
   Store(client, {keys[0], keys[2]}, 1);  // keys[1] missing
-  v1::EngineRequest load;
-  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
@@ -214,14 +211,43 @@ TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
   EXPECT_EQ(tier_->Stats().active_leases, 1u);
 }
 
+// A corrupt chunk: the daemon's own check on lease drops it (kDataLoss), unless the connector
+// says it checks the bytes as it copies; then the lease carries the committed checksum, which
+// the corrupt bytes will not match on the connector's side.
+TEST_F(EngineSessionServerTest, LeasesSkipTheDaemonsCheckWhenTheConnectorVerifies) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(1);
+  Store(client, keys, 9);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
+  load.mutable_prepare_load()->set_connector_verifies(true);
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  const v1::LoadPlacement& placement = leased->prepare_load().chunks(0);
+  ASSERT_EQ(placement.status().code(), 0);
+  const uint64_t committed = placement.checksum();
+  client.arena()[placement.extents(0).offset()] ^= std::byte{1};
+
+  load.mutable_prepare_load()->set_connector_verifies(true);
+  leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_EQ(leased->prepare_load().chunks(0).checksum(), committed);
+  EXPECT_EQ(tier_->Stats().checksum_failures, 0u);
+
+  load.mutable_prepare_load()->set_connector_verifies(false);
+  leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), int(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(tier_->Stats().checksum_failures, 1u);
+}
+
 TEST_F(EngineSessionServerTest, ExpiredLeaseReleasesAsAborted) {
   RawEngineClient client(server_->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
   const std::vector<ChunkKey> keys = Keys(1);
   Store(client, keys, 7);
-  v1::EngineRequest load;
-  *load.mutable_prepare_load()->add_keys() = ToProto(keys[0]);
-  load.mutable_prepare_load()->set_lease_ms(100);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys, /*lease_ms=*/100);
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   clock_.Advance(milliseconds(101));
@@ -239,8 +265,7 @@ TEST_F(EngineSessionServerTest, ClosingASessionReleasesEverythingItHeld) {
     ASSERT_TRUE(client.Handshake(TestLayout()).ok());
     const std::vector<ChunkKey> committed = Keys(2);
     Store(client, committed, 3);
-    v1::EngineRequest load;
-    for (const ChunkKey& key : committed) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+    v1::EngineRequest load = test_support::PrepareLoadRequest(committed);
     ASSERT_TRUE(client.Call(load).ok());
     v1::EngineRequest store;  // left reserved, never committed
     for (const ChunkKey& key : Keys(2, 1000)) {
@@ -274,8 +299,7 @@ TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives
   const ChunkKey foreign =
       KeyHasher::Create(other, {})->PrefixKeys(std::vector<uint32_t>(16, 1), {})[0];
 
-  v1::EngineRequest lookup;
-  *lookup.mutable_lookup()->add_keys() = ToProto(foreign);
+  v1::EngineRequest lookup = test_support::LookupRequest({&foreign, 1});
   absl::StatusOr<v1::EngineResponse> r = client.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
@@ -299,17 +323,23 @@ TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
 
-  v1::EngineRequest digest;  // a digest of the wrong size
-  v1::ChunkKey* bad = digest.mutable_lookup()->add_keys();
-  *bad = ToProto(Keys(1)[0]);
-  bad->set_digest("short");
+  v1::EngineRequest digest = test_support::LookupRequest(Keys(2));  // a digest cut short
+  digest.mutable_lookup()->mutable_chain()->mutable_digests()->pop_back();
   r = client.Call(digest);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r->status().message(), HasSubstr("whole number"));
+
+  v1::EngineRequest algorithm = test_support::PrepareLoadRequest(Keys(1));  // unknown algorithm
+  algorithm.mutable_prepare_load()->mutable_chain()->set_algorithm(
+      static_cast<v1::HashAlgorithm>(99));
+  r = client.Call(algorithm);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r->prepare_load().chunks_size(), 0) << "nothing leased for a malformed chain";
 
   // Still serving this session.
-  v1::EngineRequest ok_lookup;
-  *ok_lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  v1::EngineRequest ok_lookup = test_support::LookupRequest(Keys(1));
   r = client.Call(ok_lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), 0);
@@ -369,8 +399,7 @@ TEST_F(EngineSessionServerTest, GarbageTruncatedAndOversizedFramesCloseOnlyThatS
     ASSERT_EQ(::write(truncated.fd(), partial, 6), 6);
   }  // closed mid-frame
 
-  v1::EngineRequest lookup;
-  *lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(1));
   absl::StatusOr<v1::EngineResponse> r = healthy.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), 0);
@@ -399,8 +428,7 @@ TEST_F(EngineSessionServerTest, PerSessionLimitsAreResourceExhaustedAndInvalidAr
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(tier_->Stats().reservations, 0u) << "nothing reserved for a refused batch";
 
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(5));
   r = client.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));

@@ -3,6 +3,9 @@
 // connector/src/, cli/, controller/). Thread-safe (pure functions).
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
@@ -20,8 +23,18 @@ v1::KvLayout ToProto(const KvLayout& layout);
 absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto);
 v1::ChunkKey ToProto(const ChunkKey& key);
 
+// The keys of a packed chain, in order (none for empty digests). kInvalidArgument for an unknown
+// algorithm or namespace, digests that are not a whole number of the algorithm's digest size, or
+// more than `max_keys` keys.
+absl::StatusOr<std::vector<ChunkKey>> FromProto(const v1::KeyChain& proto, size_t max_keys);
+// Packs `chain` into `proto` (cleared first). kInvalidArgument, leaving `proto` empty, when a key
+// is empty or differs from the first in algorithm, namespace or layout fingerprint.
+absl::Status ToProto(std::span<const ChunkKey> chain, v1::KeyChain& proto);
+
 absl::StatusOr<HashAlgorithm> FromProto(v1::HashAlgorithm proto);
 v1::HashAlgorithm ToProto(HashAlgorithm algorithm);
+absl::StatusOr<KeyNamespace> FromProto(v1::KeyNamespace proto);
+v1::KeyNamespace ToProto(KeyNamespace ns);
 
 absl::Status FromProto(const v1::Status& proto);
 v1::Status ToProto(const absl::Status& status);

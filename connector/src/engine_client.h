@@ -172,8 +172,11 @@ class EngineClient {
   absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
                                        std::chrono::milliseconds timeout);
   // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
+  // `verifies`: the caller checks each placement's checksum as it copies, so the daemon does
+  // not check first.
   absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> PrepareLoad(
-      std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout);
+      std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout,
+      bool verifies = false);
   // Reserves space for `items`; one placement per item, in order.
   absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
       std::span<const StoreItem> items, std::chrono::milliseconds timeout);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,7 @@ struct ChunkTransfer {
   bool planned = false;     // its copies were enqueued
   bool failed = false;
   uint64_t checksum = 0;
+  uint32_t digest = 0;  // loads digested as they copy: its index in Batch::digests
   std::shared_ptr<const ArenaMapping> arena;
   std::vector<ArenaExtent> extents;
   uint32_t chunk_tokens = 0;
@@ -61,7 +63,20 @@ struct Batch {
   std::vector<RequestTransfer> requests;
   std::vector<ChunkTransfer> chunks;
   bool copies_failed = false;
+  // Loads whose copies digest what they read: one digest per planned chunk, filled by the load
+  // stream (read once its copies have completed).
+  std::unique_ptr<storage::CopyDigests> digests;
 };
+
+// xxh3-64 of a chunk's payload read from the arena (when the copies could not digest it).
+uint64_t ArenaChecksum(const ChunkTransfer& chunk) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (const ArenaExtent& e : chunk.extents) {
+    XXH3_64bits_update(&state, chunk.arena->base() + e.offset, e.length);
+  }
+  return XXH3_64bits_digest(&state);
+}
 
 }  // namespace
 
@@ -92,7 +107,9 @@ struct WorkerConnector::Impl {
   std::optional<storage::ExternalStream> last_engine_stream;
   std::vector<int32_t> failed_blocks;
   WorkerStats stats;
-  std::vector<storage::CopyRun> runs;  // scratch
+  std::vector<storage::CopyRun> runs;        // scratch
+  std::vector<storage::CopyRun> chunk_runs;  // scratch
+  std::vector<uint32_t> digest_of;           // scratch
 
   const KvLayout& layout() const { return options.layout; }
   int64_t chunk_tokens() const { return options.layout.chunk_tokens; }
@@ -208,7 +225,8 @@ void WorkerConnector::Impl::PlanLoads(const std::vector<TransferSpec>& specs) {
     const std::vector<ChunkKey> chain =
         hasher.PrefixKeys(spec.tokens, {spec.tenant_salt, spec.lora_name}, PartialChunk::kInclude);
     const std::span<const ChunkKey> keys = std::span(chain).subspan(first, last - first + 1);
-    auto placed = client->PrepareLoad(keys, options.lease_ms, options.io_timeout);
+    auto placed =
+        client->PrepareLoad(keys, options.lease_ms, options.io_timeout, options.verify_checksums);
     if (!placed.ok()) {
       request.failed_from = spec.token_begin;
       stats.chunks_failed += keys.size();
@@ -263,17 +281,32 @@ void WorkerConnector::Impl::EnqueueLoads(const StepOptions& step) {
   const bool any = std::any_of(batch.chunks.begin(), batch.chunks.end(),
                                [](const ChunkTransfer& c) { return c.planned; });
   if (!any) return;
+  // Each chunk's runs are kept apart (never merged with a neighbour's) when they feed its digest.
+  const bool digested = options.verify_checksums && runtime->Capabilities().digested_copies;
+  if (digested) {
+    uint32_t next = 0;
+    for (ChunkTransfer& c : batch.chunks) {
+      if (c.planned) c.digest = next++;
+    }
+    batch.digests = std::make_unique<storage::CopyDigests>(next);
+  }
   absl::Status status;
   if (step.engine_stream.has_value()) status = load_stream->WaitForExternal(*step.engine_stream);
   for (uint32_t l = 0; l < layout().num_layers && status.ok(); ++l) {
     runs.clear();
+    digest_of.clear();
     for (const ChunkTransfer& c : batch.chunks) {
       if (!c.planned) continue;
+      chunk_runs.clear();
       internal::AppendLayerRuns(layout(), *cache, c.arena->base(),
                                 c.Copy(batch.requests[c.request].block_ids), l,
-                                CopyDirection::kArenaToEngine, runs);
+                                CopyDirection::kArenaToEngine, digested ? chunk_runs : runs,
+                                /*whole_payload=*/digested);
+      runs.insert(runs.end(), chunk_runs.begin(), chunk_runs.end());
+      digest_of.insert(digest_of.end(), chunk_runs.size(), c.digest);
     }
-    status = load_stream->Copy(runs);
+    status = digested ? load_stream->CopyDigested(runs, digest_of, *batch.digests)
+                      : load_stream->Copy(runs);
     if (status.ok()) status = load_stream->Record(*layer_events[l]);
   }
   if (!status.ok()) {
@@ -293,12 +326,16 @@ void WorkerConnector::Impl::FinishLoad() {
   for (ChunkTransfer& c : batch.chunks) {
     if (c.planned && batch.copies_failed) c.failed = true;
     if (c.planned && !c.failed && options.verify_checksums) {
-      XXH3_state_t state;
-      XXH3_64bits_reset(&state);
-      for (const ArenaExtent& e : c.extents) {
-        XXH3_64bits_update(&state, c.arena->base() + e.offset, e.length);
+      const uint64_t read =
+          batch.digests != nullptr ? batch.digests->Digest(c.digest) : ArenaChecksum(c);
+      if (read != c.checksum) {
+        c.failed = true;
+        ++stats.chunks_corrupt;
+        Log().warn(
+            "strata connector: a loaded chunk's bytes do not match its checksum ({:016x}, read "
+            "{:016x}); its blocks are recomputed",
+            c.checksum, read);
       }
-      if (XXH3_64bits_digest(&state) != c.checksum) c.failed = true;
     }
   }
   // Release every lease, one round trip per session; a lease that expired before its release

@@ -329,13 +329,14 @@ class HostTier {
   bool Contains(const ChunkKey& key) const;
 
   // Leases a committed chunk for `lease_duration` (default_lease when nullopt) on behalf of
-  // `owner`, verifying its checksum per verify_every_n_loads. nullopt on a miss. kDataLoss on a
-  // checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
+  // `owner`, verifying its checksum per verify_every_n_loads unless `reader_verifies` (the
+  // reader checks the lease's checksum() against the bytes it copies). nullopt on a miss. kDataLoss
+  // on a checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
   // once no other lease reads them. kInvalidArgument for an empty key or a non-positive
   // duration. kAborted when the lease expired while its checksum was being verified.
   absl::StatusOr<std::optional<ChunkLease>> Acquire(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
-      uint64_t owner = 0);
+      uint64_t owner = 0, bool reader_verifies = false);
   // Leases the longest leading run of `chain` that is committed and verifies, in one pass under
   // the tier lock (then verification without it). Stops at the first miss or checksum failure
   // (dropping that chunk, data_loss_chunks = 1), or at a lease that expired while it was being
@@ -441,8 +442,10 @@ class HostTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t PagesFor(uint64_t size_bytes) const;
   ArenaRangeList RangesFor(const Record& record) const;
+  // Leases the committed run of `chain`; verifies the checksums that verify_every_n_loads makes
+  // due, unless `verify_due` is false.
   AcquireRun AcquireChain(std::span<const ChunkKey> chain, std::chrono::nanoseconds duration,
-                          uint64_t owner);
+                          uint64_t owner, bool verify_due = true);
   absl::Status OnChecksumMismatch(ChunkLease& lease, uint64_t computed);
 
   // Called by the handles.

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include "strata/v1/engine.pb.h"
 
 namespace strata::test_support {
+
+// Requests over a packed chain of `keys` (which must share algorithm, namespace and layout).
+v1::EngineRequest LookupRequest(std::span<const ChunkKey> keys);
+v1::EngineRequest PrepareLoadRequest(std::span<const ChunkKey> keys, uint32_t lease_ms = 0);
 
 class RawEngineClient {
  public:
