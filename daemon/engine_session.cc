@@ -275,10 +275,19 @@ absl::StatusOr<storage::WriteReservation> EngineSession::TakeReservation(uint64_
 absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
                                    v1::HandlesResponse& response) {
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
-  for (uint64_t handle : request.handles()) {
-    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
-    *response.add_statuses() = ToProto(
-        reservation.ok() ? host_tier_->Commit(std::move(*reservation)) : reservation.status());
+  const bool with_checksums = request.checksums_size() > 0;
+  if (with_checksums && request.checksums_size() != request.handles_size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} checksums for {} handles; give none or one each", request.checksums_size(),
+                    request.handles_size()));
+  }
+  for (int i = 0; i < request.handles_size(); ++i) {
+    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(request.handles(i));
+    const std::optional<uint64_t> checksum =
+        with_checksums ? std::optional<uint64_t>(request.checksums(i)) : std::nullopt;
+    *response.add_statuses() =
+        ToProto(reservation.ok() ? host_tier_->Commit(std::move(*reservation), checksum)
+                                 : reservation.status());
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
 #include "storage/disk/test_util.h"
+#include "storage/host/payload_view.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/support/raw_engine_client.h"
 
@@ -240,6 +241,38 @@ TEST_F(EngineSessionServerTest, LeasesSkipTheDaemonsCheckWhenTheConnectorVerifie
   ASSERT_TRUE(leased.ok());
   EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), int(absl::StatusCode::kDataLoss));
   EXPECT_EQ(tier_->Stats().checksum_failures, 1u);
+}
+
+// A commit may carry the writer's checksums (one per handle, or none): they become the chunks'
+// checksums, so a wrong one fails the daemon's check on lease instead of passing.
+TEST_F(EngineSessionServerTest, CommitRecordsTheWritersChecksums) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(2);
+  absl::StatusOr<std::vector<uint64_t>> handles = client.Store(keys, 16, 0x21, /*commit=*/false);
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  ASSERT_EQ(handles->size(), 2u);
+  const uint64_t right =
+      storage::ChecksumBytes(std::vector<std::byte>(TestLayout().chunk_bytes(16), std::byte{0x21}));
+  v1::EngineRequest commit;
+  for (uint64_t handle : *handles) commit.mutable_commit()->add_handles(handle);
+  commit.mutable_commit()->add_checksums(right);
+  absl::StatusOr<v1::EngineResponse> r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument)) << "one for two";
+
+  commit.mutable_commit()->add_checksums(right);  // chunk 1 holds 0x22 bytes: not its checksum
+  r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status().code(), 0) << r->status().message();
+  EXPECT_EQ(r->handles().statuses(0).code(), 0);
+  EXPECT_EQ(r->handles().statuses(1).code(), 0);
+
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(test_support::PrepareLoadRequest(keys));
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_EQ(leased->prepare_load().chunks(0).checksum(), right);
+  EXPECT_EQ(leased->prepare_load().chunks(1).status().code(), int(absl::StatusCode::kDataLoss));
 }
 
 TEST_F(EngineSessionServerTest, ExpiredLeaseReleasesAsAborted) {

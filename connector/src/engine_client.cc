@@ -411,7 +411,8 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
 }
 
 absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
-    int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline) {
+    int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
+    std::span<const uint64_t> checksums) {
   if (generation == 0 || generation != generation_) {
     return absl::AbortedError(
         fmt::format("session {} is gone; its handles died with it", generation));
@@ -423,6 +424,7 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
                                                                   : request.mutable_release();
   body->mutable_handles()->Reserve(static_cast<int>(handles.size()));
   for (uint64_t handle : handles) body->add_handles(handle);
+  body->mutable_checksums()->Add(checksums.begin(), checksums.end());
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(request, v1::EngineResponse::kHandles, deadline));
   const auto& statuses = response.handles().statuses();
@@ -438,12 +440,12 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
   return out;
 }
 
-absl::StatusOr<std::vector<absl::Status>> EngineClient::Commit(uint64_t generation,
-                                                               std::span<const uint64_t> handles,
-                                                               milliseconds timeout) {
+absl::StatusOr<std::vector<absl::Status>> EngineClient::Commit(
+    uint64_t generation, std::span<const uint64_t> handles, milliseconds timeout,
+    std::span<const uint64_t> checksums) {
   const MonoTime deadline = DeadlineIn(timeout);
   absl::MutexLock lock(&mu_);
-  return HandlesCallLocked(v1::EngineRequest::kCommit, generation, handles, deadline);
+  return HandlesCallLocked(v1::EngineRequest::kCommit, generation, handles, deadline, checksums);
 }
 
 absl::StatusOr<std::vector<absl::Status>> EngineClient::Abort(uint64_t generation,

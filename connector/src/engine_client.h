@@ -181,9 +181,11 @@ class EngineClient {
   absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
       std::span<const StoreItem> items, std::chrono::milliseconds timeout);
   // One status per handle, in order. kAborted (nothing sent) when session `generation` is gone.
+  // `checksums`: empty, or the payload checksum of each handle's chunk as the caller wrote it.
   absl::StatusOr<std::vector<absl::Status>> Commit(uint64_t generation,
                                                    std::span<const uint64_t> handles,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   std::span<const uint64_t> checksums = {});
   absl::StatusOr<std::vector<absl::Status>> Abort(uint64_t generation,
                                                   std::span<const uint64_t> handles,
                                                   std::chrono::milliseconds timeout);
@@ -209,10 +211,10 @@ class EngineClient {
   absl::StatusOr<v1::EngineResponse> CallLocked(v1::EngineRequest& request, int expected_body,
                                                 MonoTime deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(int which, uint64_t generation,
-                                                              std::span<const uint64_t> handles,
-                                                              MonoTime deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `checksums`: sent with a commit (HandlesRequest.checksums); empty otherwise.
+  absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(
+      int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
+      std::span<const uint64_t> checksums = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSessionLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MonoTime DeadlineIn(std::chrono::milliseconds timeout) const;
 

@@ -1,6 +1,3 @@
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -14,6 +11,7 @@
 #include "connector/src/log.h"
 #include "connector/src/paged_kv.h"
 #include "core/status_macros.h"
+#include "core/xxh3_dispatch.h"
 #include "fmt/format.h"
 #include "strata/connector.h"
 
@@ -66,6 +64,10 @@ struct Batch {
   // Loads whose copies digest what they read: one digest per planned chunk, filled by the load
   // stream (read once its copies have completed).
   std::unique_ptr<storage::CopyDigests> digests;
+  // Saves: the layer the next enqueue must be for the digests to follow payload order; an
+  // engine that saves layers out of order gets its checksums computed by the daemon instead.
+  uint32_t next_layer = 0;
+  bool layers_in_order = true;
 };
 
 // xxh3-64 of a chunk's payload read from the arena (when the copies could not digest it).
@@ -126,6 +128,35 @@ struct WorkerConnector::Impl {
   }
   void FailSpec(const TransferSpec& spec) {
     FailPositions(spec.block_ids, spec.token_begin, spec.token_end);
+  }
+
+  // Gives each planned chunk of `batch` a digest for its copies to fill.
+  void AddDigests(Batch& batch) {
+    uint32_t next = 0;
+    for (ChunkTransfer& c : batch.chunks) {
+      if (c.planned) c.digest = next++;
+    }
+    batch.digests = std::make_unique<storage::CopyDigests>(next);
+  }
+  // Enqueues layer `layer` of the batch's planned chunks on `stream`. With digests each chunk's
+  // runs feed its digest, kept apart from (never merged with) a neighbour's, and a load's runs
+  // read its whole payload in order (AppendLayerRuns' whole_payload).
+  absl::Status EnqueueLayer(Batch& batch, uint32_t layer, CopyDirection direction,
+                            storage::DeviceStream& stream) {
+    const bool digested = batch.digests != nullptr;
+    runs.clear();
+    digest_of.clear();
+    for (const ChunkTransfer& c : batch.chunks) {
+      if (!c.planned) continue;
+      chunk_runs.clear();
+      internal::AppendLayerRuns(
+          layout(), *cache, c.arena->base(), c.Copy(batch.requests[c.request].block_ids), layer,
+          direction, digested ? chunk_runs : runs,
+          /*whole_payload=*/digested && direction == CopyDirection::kArenaToEngine);
+      runs.insert(runs.end(), chunk_runs.begin(), chunk_runs.end());
+      digest_of.insert(digest_of.end(), chunk_runs.size(), c.digest);
+    }
+    return digested ? stream.CopyDigested(runs, digest_of, *batch.digests) : stream.Copy(runs);
   }
 
   void PlanLoads(const std::vector<TransferSpec>& specs);
@@ -281,32 +312,11 @@ void WorkerConnector::Impl::EnqueueLoads(const StepOptions& step) {
   const bool any = std::any_of(batch.chunks.begin(), batch.chunks.end(),
                                [](const ChunkTransfer& c) { return c.planned; });
   if (!any) return;
-  // Each chunk's runs are kept apart (never merged with a neighbour's) when they feed its digest.
-  const bool digested = options.verify_checksums && runtime->Capabilities().digested_copies;
-  if (digested) {
-    uint32_t next = 0;
-    for (ChunkTransfer& c : batch.chunks) {
-      if (c.planned) c.digest = next++;
-    }
-    batch.digests = std::make_unique<storage::CopyDigests>(next);
-  }
+  if (options.verify_checksums && runtime->Capabilities().digested_copies) AddDigests(batch);
   absl::Status status;
   if (step.engine_stream.has_value()) status = load_stream->WaitForExternal(*step.engine_stream);
   for (uint32_t l = 0; l < layout().num_layers && status.ok(); ++l) {
-    runs.clear();
-    digest_of.clear();
-    for (const ChunkTransfer& c : batch.chunks) {
-      if (!c.planned) continue;
-      chunk_runs.clear();
-      internal::AppendLayerRuns(layout(), *cache, c.arena->base(),
-                                c.Copy(batch.requests[c.request].block_ids), l,
-                                CopyDirection::kArenaToEngine, digested ? chunk_runs : runs,
-                                /*whole_payload=*/digested);
-      runs.insert(runs.end(), chunk_runs.begin(), chunk_runs.end());
-      digest_of.insert(digest_of.end(), chunk_runs.size(), c.digest);
-    }
-    status = digested ? load_stream->CopyDigested(runs, digest_of, *batch.digests)
-                      : load_stream->Copy(runs);
+    status = EnqueueLayer(batch, l, CopyDirection::kArenaToEngine, *load_stream);
     if (status.ok()) status = load_stream->Record(*layer_events[l]);
   }
   if (!status.ok()) {
@@ -447,6 +457,9 @@ void WorkerConnector::Impl::PlanSaves(const std::vector<TransferSpec>& specs) {
   }
   if (!to_abort.empty()) (void)client->Abort(placed->generation, to_abort, options.io_timeout);
   if (!batch.chunks.empty()) {
+    // Saves digest what they write whenever the runtime can: the commit then carries the
+    // checksums, and the daemon does not read the payloads again.
+    if (runtime->Capabilities().digested_copies) AddDigests(batch);
     save = std::move(batch);
     layers_saved.assign(layout().num_layers, false);
   }
@@ -457,13 +470,9 @@ void WorkerConnector::Impl::EnqueueSaveLayer(uint32_t layer) {
   if (layers_saved[layer]) return;
   layers_saved[layer] = true;
   if (batch.copies_failed) return;
-  runs.clear();
-  for (const ChunkTransfer& c : batch.chunks) {
-    internal::AppendLayerRuns(layout(), *cache, c.arena->base(),
-                              c.Copy(batch.requests[c.request].block_ids), layer,
-                              CopyDirection::kEngineToArena, runs);
-  }
-  absl::Status status = save_stream->Copy(runs);
+  batch.layers_in_order = batch.layers_in_order && layer == batch.next_layer;
+  batch.next_layer = layer + 1;
+  absl::Status status = EnqueueLayer(batch, layer, CopyDirection::kEngineToArena, *save_stream);
   if (!status.ok()) {
     Log().warn("strata connector: enqueueing saves failed: {}", Message(status));
     batch.copies_failed = true;
@@ -491,7 +500,11 @@ void WorkerConnector::Impl::FinishSave() {
       stats.chunks_save_failed += handles.size();
       continue;
     }
-    auto committed = client->Commit(generation, handles, options.io_timeout);
+    std::vector<uint64_t> checksums;
+    if (batch.digests != nullptr && batch.layers_in_order) {
+      for (size_t i : indexes) checksums.push_back(batch.digests->Digest(batch.chunks[i].digest));
+    }
+    auto committed = client->Commit(generation, handles, options.io_timeout, checksums);
     for (size_t k = 0; k < indexes.size(); ++k) {
       if (committed.ok() && (*committed)[k].ok()) {
         const ChunkTransfer& c = batch.chunks[indexes[k]];

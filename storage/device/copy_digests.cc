@@ -1,9 +1,8 @@
 #include "storage/device/copy_digests.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t by value
-#include <xxhash.h>
-
 #include <vector>
+
+#include "core/xxh3_dispatch.h"
 
 namespace strata::storage {
 

@@ -542,7 +542,8 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
   return result;
 }
 
-absl::Status HostTier::Commit(WriteReservation&& reservation) {
+absl::Status HostTier::Commit(WriteReservation&& reservation,
+                              std::optional<uint64_t> writer_checksum) {
   if (!reservation.valid()) {
     return absl::InvalidArgumentError("host tier: commit of an empty reservation");
   }
@@ -553,7 +554,9 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
   }
   WriteReservation consumed = std::move(reservation);
   consumed.tier_ = nullptr;
-  const uint64_t checksum = ChecksumRanges(consumed.base_, consumed.ranges_);
+  const uint64_t checksum = writer_checksum.has_value()
+                                ? *writer_checksum
+                                : ChecksumRanges(consumed.base_, consumed.ranges_);
 
   absl::MutexLock lock(&mu_);
   --bound_handles_;

@@ -308,10 +308,13 @@ class HostTier {
   absl::StatusOr<ReserveResult> Reserve(const KvLayout& layout, const ChunkKey& key,
                                         const ReserveOptions& options);
 
-  // Checksums the payload (xxh3-64) and publishes the chunk: visible to lookups, tracked by the
-  // policy. The reservation is consumed whatever the outcome. kInvalidArgument for an empty
+  // Publishes the chunk: visible to lookups, tracked by the policy. Its checksum is
+  // `writer_checksum` when the writer digested the payload as it wrote it, else the tier's own
+  // xxh3-64 of the payload (a wrong writer checksum makes every verified load of the chunk fail,
+  // never pass). The reservation is consumed whatever the outcome. kInvalidArgument for an empty
   // reservation or one of another tier; kAborted when it was aborted by AbortOwner.
-  absl::Status Commit(WriteReservation&& reservation);
+  absl::Status Commit(WriteReservation&& reservation,
+                      std::optional<uint64_t> writer_checksum = std::nullopt);
   // Frees the reservation's pages; the key becomes reservable again. Empty: no-op.
   void Abort(WriteReservation&& reservation);
   // Aborts every open reservation of `owner` (a session that died: its writers must never
