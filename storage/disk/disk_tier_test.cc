@@ -267,17 +267,9 @@ TEST_P(DiskTierTest, ConcurrentPutsCommitInGroups) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   constexpr uint64_t kThreads = 4;
   constexpr uint64_t kPerThread = 25;
-  {
-    std::vector<std::jthread> writers;
-    for (uint64_t t = 0; t < kThreads; ++t) {
-      writers.emplace_back([&, t] {
-        for (uint64_t i = 0; i < kPerThread; ++i) {
-          const uint64_t id = t * 1000 + i;
-          EXPECT_TRUE(PutChunk(**tier, id, 4096 + id % 50000).ok()) << id;
-        }
-      });
-    }
-  }
+  testing::ForIdsOnThreads(kThreads, kPerThread, [&](uint64_t id) {
+    EXPECT_TRUE(PutChunk(**tier, id, 4096 + id % 50000).ok()) << id;
+  });
   for (uint64_t t = 0; t < kThreads; ++t) {
     for (uint64_t i = 0; i < kPerThread; ++i) {
       const uint64_t id = t * 1000 + i;
