@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "storage/disk/demoter.h"
+#include "storage/disk/mover.h"
 #include "storage/disk/test_util.h"
 #include "storage/host/payload_view.h"
 #include "strata/v1/engine.pb.h"
@@ -157,9 +157,12 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
   storage::testing::ScratchDir scratch(dir_.string());
   std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
       {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
-  storage::DiskDemoter demoter(disk.get());
+  // Synchronous demotion (the daemon's default): a chunk evicted by a promotion is on disk
+  // when the promotion returns, so the same PrepareLoad finds it there.
+  std::unique_ptr<storage::DiskMover> mover =
+      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = 0});
   std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
-      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = &demoter});
+      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
   std::unique_ptr<EngineSessionServer> server =
       *EngineSessionServer::Create({.socket_path = (dir_ / "disk.sock").string(),
                                     .host_tier = tier.get(),
@@ -172,7 +175,7 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
     ASSERT_TRUE(client.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
   }
   EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
-  EXPECT_EQ(demoter.demoted(), 2u);
+  EXPECT_EQ(mover->demoted(), 2u);
 
   v1::EngineRequest lookup = test_support::LookupRequest(keys);
   absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
