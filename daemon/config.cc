@@ -116,6 +116,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "directory") s = ReadString(value, name, c.disk.directory);
         if (key == "capacity_bytes") s = ReadBytes(value, name, c.disk.capacity_bytes);
         if (key == "segment_bytes") s = ReadBytes(value, name, c.disk.segment_bytes);
+        if (key == "demotion_queue_bytes") {
+          s = ReadBytes(value, name, c.disk.demotion_queue_bytes);
+        }
       } else if (section == "engine") {
         if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
         if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
@@ -289,9 +292,11 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"lease_ms", static_cast<int64_t>(c.host.lease_ms)},
                    {"verify_every_n_loads", static_cast<int64_t>(c.host.verify_every_n_loads)},
                    {"policy", c.host.policy}}},
-      {"disk", toml::table{{"directory", c.disk.directory},
-                           {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},
-                           {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)}}},
+      {"disk",
+       toml::table{{"directory", c.disk.directory},
+                   {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},
+                   {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)},
+                   {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

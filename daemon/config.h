@@ -6,7 +6,9 @@
 //             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
 //             "s3fifo", "prefix-lru")
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
-//   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes
+//   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
+//             demotion_queue_bytes (evicted chunks staged in memory for the background
+//             writer; 0 writes them on the evicting thread)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -54,6 +56,10 @@ struct DaemonConfig {
     // Most bytes the segment files may take; at least 3 segments.
     uint64_t capacity_bytes = 0;
     uint64_t segment_bytes = 256ull << 20;
+    // Memory for evicted chunks waiting for their disk write (storage/disk/mover.h). Off by
+    // default: a queued chunk is in neither tier until written, so a load that promotes other
+    // chunks can miss it (see mover.h); 0 demotes on the evicting thread.
+    uint64_t demotion_queue_bytes = 0;
   } disk;
   struct Engine {
     std::string socket_path;

@@ -39,6 +39,7 @@ team-a = "256MiB"
 [disk]
 directory = "/var/cache/strata"
 capacity_bytes = "100GiB"
+demotion_queue_bytes = "64MiB"
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -63,6 +64,7 @@ listen_address = "127.0.0.1:9464"
   EXPECT_EQ(config->disk.directory, "/var/cache/strata");
   EXPECT_EQ(config->disk.capacity_bytes, 100ull << 30);
   EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
+  EXPECT_EQ(config->disk.demotion_queue_bytes, 64ull << 20);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);

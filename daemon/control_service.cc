@@ -462,6 +462,7 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
     }
   }
   if (disk != nullptr) {
+    if (options_.disk_mover != nullptr) options_.disk_mover->Flush();
     absl::StatusOr<storage::DiskTier::RemovedChunks> from_disk = disk->RemoveIf(doomed);
     if (!from_disk.ok()) return from_disk.status();
     removed.chunks += from_disk->chunks;
@@ -644,6 +645,7 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
   response->set_flushed_chunks(0);
   if (options_.disk_tier != nullptr) {
     // Flush: every host chunk gets a disk copy, so a restart finds it.
+    if (options_.disk_mover != nullptr) options_.disk_mover->Flush();
     absl::StatusOr<uint64_t> flushed = FlushToDisk();
     if (!flushed.ok()) return Finish(context, flushed.status());
     response->set_flushed_chunks(*flushed);

@@ -19,6 +19,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -29,6 +30,10 @@ struct ControlServiceOptions {
   storage::HostTier* host_tier = nullptr;
   // Nullable (no disk tier); not owned; must outlive the service.
   storage::DiskTier* disk_tier = nullptr;
+  // The disk tier's background demotion writer, flushed before Clear and Drain touch the disk
+  // tier so that chunks evicted just before are cleared or kept with the rest. Nullable; not
+  // owned; must outlive the service.
+  storage::DiskMover* disk_mover = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;
   // The host tier's events, for WatchEvents. Not owned; must outlive the gRPC server.

@@ -60,7 +60,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                                  .segment_bytes = config.disk.segment_bytes});
     if (!disk.ok()) return Annotate(disk.status(), "disk tier");
     daemon->disk_tier_ = *std::move(disk);
-    daemon->demoter_ = std::make_unique<storage::DiskDemoter>(daemon->disk_tier_.get());
+    absl::StatusOr<std::unique_ptr<storage::DiskMover>> mover = storage::DiskMover::Create(
+        daemon->disk_tier_.get(), {.max_queued_bytes = config.disk.demotion_queue_bytes});
+    if (!mover.ok()) return Annotate(mover.status(), "disk mover");
+    daemon->mover_ = *std::move(mover);
     spdlog::info("disk tier: {} ({} chunks recovered)", config.disk.directory,
                  daemon->disk_tier_->stats().chunks);
   }
@@ -85,7 +88,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
   host.tenant_quotas = daemon->tenants_.quotas();
-  host.listener = daemon->demoter_.get();
+  host.listener = daemon->mover_.get();
   host.observer = daemon->event_log_.get();
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
@@ -123,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
                             .disk_tier = daemon->disk_tier_.get(),
+                            .disk_mover = daemon->mover_.get(),
                             .sessions = daemon->sessions_.get(),
                             .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
@@ -202,6 +206,8 @@ void Daemon::Stop() {
     control_server_->Wait();
   }
   if (sessions_) sessions_->Stop();
+  // Demotions queued so far reach the disk before the process goes; later ones run inline.
+  if (mover_) mover_->Stop();
   if (!config_.control.unix_socket_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(config_.control.unix_socket_path, ec);

@@ -19,8 +19,8 @@
 #include "daemon/metrics.h"
 #include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
-#include "storage/disk/demoter.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -51,9 +51,9 @@ class Daemon {
 
   const DaemonConfig config_;
   const TenantDirectory tenants_;
-  // The disk tier and its demoter outlive the host tier, which evicts into them.
+  // The disk tier and its mover outlive the host tier, which evicts into them.
   std::unique_ptr<storage::DiskTier> disk_tier_;
-  std::unique_ptr<storage::DiskDemoter> demoter_;
+  std::unique_ptr<storage::DiskMover> mover_;
   // Components register their histograms here; the exposer (when configured) serves it and
   // node_metrics_.
   const std::shared_ptr<prometheus::Registry> registry_;

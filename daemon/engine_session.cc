@@ -135,36 +135,42 @@ absl::StatusOr<ChunkKey> EngineSession::SessionKey(const v1::ChunkKey& proto) co
   return key;
 }
 
+absl::StatusOr<std::vector<ChunkKey>> EngineSession::SessionChain(const v1::KeyChain& proto) const {
+  absl::StatusOr<std::vector<ChunkKey>> keys = FromProto(proto, limits_.max_items_per_request);
+  if (keys.ok() && !keys->empty() && proto.layout_fingerprint() != fingerprint_) {
+    return absl::InvalidArgumentError(
+        fmt::format("key chain belongs to layout {:016x}, not this session's {:016x} ({})",
+                    proto.layout_fingerprint(), fingerprint_, layout_.DebugString()));
+  }
+  return keys;
+}
+
 absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
                                    v1::LookupChainResponse& response) {
-  if (absl::Status s = CheckBatch(request.keys_size()); !s.ok()) return s;
-  std::vector<ChunkKey> keys;
-  keys.reserve(request.keys_size());
-  for (const v1::ChunkKey& proto : request.keys()) {
-    absl::StatusOr<ChunkKey> key = SessionKey(proto);
-    if (!key.ok()) return key.status();
-    keys.push_back(*key);
-  }
+  absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
+  if (!keys.ok()) return keys.status();
   response.set_hit_chunks(
-      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, keys).size()));
+      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys).size()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAnyTier(
-    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease) {
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease, bool reader_verifies) {
   absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-      host_tier_->Acquire(key, lease, id_);
+      host_tier_->Acquire(key, lease, id_, reader_verifies);
   if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
   absl::StatusOr<storage::PromoteOutcome> promoted =
       storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key);
   if (!promoted.ok()) return promoted.status();
   if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
-  return host_tier_->Acquire(key, lease, id_);
+  return host_tier_->Acquire(key, lease, id_, reader_verifies);
 }
 
 absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
                                         v1::PrepareLoadResponse& response) {
-  if (absl::Status s = CheckBatch(request.keys_size(), /*adds_handles=*/true); !s.ok()) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
+  if (!keys.ok()) return keys.status();
+  if (absl::Status s = CheckBatch(static_cast<int>(keys->size()), /*adds_handles=*/true); !s.ok()) {
     return s;
   }
   std::optional<std::chrono::nanoseconds> lease;
@@ -174,31 +180,26 @@ absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
   // A load is a prefix: once a chunk fails, later chunks are not leased (the engine recomputes
   // from the first failure on).
   absl::Status failure;
-  for (const v1::ChunkKey& proto : request.keys()) {
+  for (const ChunkKey& key : *keys) {
     v1::LoadPlacement* placement = response.add_chunks();
     if (failure.ok()) {
-      absl::StatusOr<ChunkKey> key = SessionKey(proto);
-      if (!key.ok()) {
-        failure = key.status();
+      absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
+          AcquireFromAnyTier(key, lease, request.connector_verifies());
+      if (!acquired.ok()) {
+        failure = acquired.status();
+      } else if (!acquired->has_value()) {
+        failure = absl::AbortedError(
+            fmt::format("chunk {} is no longer cached; redo the lookup", key.ToString()));
       } else {
-        absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-            AcquireFromAnyTier(*key, lease);
-        if (!acquired.ok()) {
-          failure = acquired.status();
-        } else if (!acquired->has_value()) {
-          failure = absl::AbortedError(
-              fmt::format("chunk {} is no longer cached; redo the lookup", key->ToString()));
-        } else {
-          storage::ChunkLease& held = **acquired;
-          const uint64_t handle = NextHandle();
-          placement->set_handle(handle);
-          placement->set_size_bytes(held.size_bytes());
-          placement->set_checksum(held.checksum());
-          SetExtents(held.ranges(), placement->mutable_extents());
-          leases_.emplace(handle, std::move(held));
-          *placement->mutable_status() = ToProto(absl::OkStatus());
-          continue;
-        }
+        storage::ChunkLease& held = **acquired;
+        const uint64_t handle = NextHandle();
+        placement->set_handle(handle);
+        placement->set_size_bytes(held.size_bytes());
+        placement->set_checksum(held.checksum());
+        SetExtents(held.ranges(), placement->mutable_extents());
+        leases_.emplace(handle, std::move(held));
+        *placement->mutable_status() = ToProto(absl::OkStatus());
+        continue;
       }
       *placement->mutable_status() = ToProto(failure);
       continue;
@@ -285,10 +286,19 @@ absl::StatusOr<storage::WriteReservation> EngineSession::TakeReservation(uint64_
 absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
                                    v1::HandlesResponse& response) {
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
-  for (uint64_t handle : request.handles()) {
-    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
-    *response.add_statuses() = ToProto(
-        reservation.ok() ? host_tier_->Commit(std::move(*reservation)) : reservation.status());
+  const bool with_checksums = request.checksums_size() > 0;
+  if (with_checksums && request.checksums_size() != request.handles_size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} checksums for {} handles; give none or one each", request.checksums_size(),
+                    request.handles_size()));
+  }
+  for (int i = 0; i < request.handles_size(); ++i) {
+    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(request.handles(i));
+    const std::optional<uint64_t> checksum =
+        with_checksums ? std::optional<uint64_t>(request.checksums(i)) : std::nullopt;
+    *response.add_statuses() =
+        ToProto(reservation.ok() ? host_tier_->Commit(std::move(*reservation), checksum)
+                                 : reservation.status());
   }
   return absl::OkStatus();
 }

@@ -76,12 +76,15 @@ class EngineSession {
   absl::StatusOr<storage::WriteReservation> TakeReservation(uint64_t handle);
   // Parses a key and checks it belongs to this session's layout.
   absl::StatusOr<ChunkKey> SessionKey(const v1::ChunkKey& proto) const;
+  // The keys of a packed chain of this session's layout (at most max_items_per_request);
+  // kInvalidArgument otherwise.
+  absl::StatusOr<std::vector<ChunkKey>> SessionChain(const v1::KeyChain& proto) const;
   uint64_t NextHandle() { return next_handle_++; }
 
   // Leases chunk `key`, promoting it from the disk tier into the host tier first when it is
-  // only there. nullopt when neither tier has it.
+  // only there. nullopt when neither tier has it. `reader_verifies`: HostTier::Acquire's.
   absl::StatusOr<std::optional<storage::ChunkLease>> AcquireFromAnyTier(
-      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease);
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease, bool reader_verifies);
 
   const uint64_t id_;
   storage::HostTier* const host_tier_;

@@ -10,10 +10,12 @@
 #include "core/fmt_absl.h"
 #include "core/frame_io.h"
 #include "core/key_hasher.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "storage/disk/demoter.h"
+#include "storage/disk/mover.h"
 #include "storage/disk/test_util.h"
+#include "storage/host/payload_view.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/support/raw_engine_client.h"
 
@@ -21,6 +23,7 @@ namespace strata::daemon {
 namespace {
 
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 KvLayout TestLayout() {
   KvLayout layout;
@@ -94,14 +97,12 @@ TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
   // Another engine process would do the same: a second session sees the same chunks.
   RawEngineClient reader(server_->socket_path());
   ASSERT_TRUE(reader.Handshake(TestLayout()).ok());
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(5));
   absl::StatusOr<v1::EngineResponse> found = reader.Call(lookup);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->lookup().hit_chunks(), 3u);
 
-  v1::EngineRequest load;
-  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
   absl::StatusOr<v1::EngineResponse> leased = reader.Call(load);
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
@@ -156,9 +157,12 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
   storage::testing::ScratchDir scratch(dir_.string());
   std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
       {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
-  storage::DiskDemoter demoter(disk.get());
+  // Synchronous demotion (the daemon's default): a chunk evicted by a promotion is on disk
+  // when the promotion returns, so the same PrepareLoad finds it there.
+  std::unique_ptr<storage::DiskMover> mover =
+      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = 0});
   std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
-      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = &demoter});
+      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
   std::unique_ptr<EngineSessionServer> server =
       *EngineSessionServer::Create({.socket_path = (dir_ / "disk.sock").string(),
                                     .host_tier = tier.get(),
@@ -171,18 +175,16 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
     ASSERT_TRUE(client.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
   }
   EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
-  EXPECT_EQ(demoter.demoted(), 2u);
+  EXPECT_EQ(mover->demoted(), 2u);
 
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : keys) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(keys);
   absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->lookup().hit_chunks(), 6u) << "the prefix goes on from disk to the host tier";
 
   // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
   // so 2 comes back from disk too: three promotions, every byte as stored.
-  v1::EngineRequest load;
-  for (size_t i = 0; i < 3; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(3));
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prepare_load().chunks_size(), 3);
@@ -204,8 +206,7 @@ TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
   const std::vector<ChunkKey> keys = Keys(3);
   Store(client, {keys[0], keys[2]}, 1);  // keys[1] missing
-  v1::EngineRequest load;
-  for (const ChunkKey& key : keys) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
@@ -214,14 +215,75 @@ TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {
   EXPECT_EQ(tier_->Stats().active_leases, 1u);
 }
 
+// A corrupt chunk: the daemon's own check on lease drops it (kDataLoss), unless the connector
+// says it checks the bytes as it copies; then the lease carries the committed checksum, which
+// the corrupt bytes will not match on the connector's side.
+TEST_F(EngineSessionServerTest, LeasesSkipTheDaemonsCheckWhenTheConnectorVerifies) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(1);
+  Store(client, keys, 9);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
+  load.mutable_prepare_load()->set_connector_verifies(true);
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  const v1::LoadPlacement& placement = leased->prepare_load().chunks(0);
+  ASSERT_EQ(placement.status().code(), 0);
+  const uint64_t committed = placement.checksum();
+  client.arena()[placement.extents(0).offset()] ^= std::byte{1};
+
+  load.mutable_prepare_load()->set_connector_verifies(true);
+  leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_EQ(leased->prepare_load().chunks(0).checksum(), committed);
+  EXPECT_EQ(tier_->Stats().checksum_failures, 0u);
+
+  load.mutable_prepare_load()->set_connector_verifies(false);
+  leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), int(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(tier_->Stats().checksum_failures, 1u);
+}
+
+// A commit may carry the writer's checksums (one per handle, or none): they become the chunks'
+// checksums, so a wrong one fails the daemon's check on lease instead of passing.
+TEST_F(EngineSessionServerTest, CommitRecordsTheWritersChecksums) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(2);
+  absl::StatusOr<std::vector<uint64_t>> handles = client.Store(keys, 16, 0x21, /*commit=*/false);
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  ASSERT_EQ(handles->size(), 2u);
+  const uint64_t right =
+      storage::ChecksumBytes(std::vector<std::byte>(TestLayout().chunk_bytes(16), std::byte{0x21}));
+  v1::EngineRequest commit;
+  for (uint64_t handle : *handles) commit.mutable_commit()->add_handles(handle);
+  commit.mutable_commit()->add_checksums(right);
+  absl::StatusOr<v1::EngineResponse> r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument)) << "one for two";
+
+  commit.mutable_commit()->add_checksums(right);  // chunk 1 holds 0x22 bytes: not its checksum
+  r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status().code(), 0) << r->status().message();
+  EXPECT_EQ(r->handles().statuses(0).code(), 0);
+  EXPECT_EQ(r->handles().statuses(1).code(), 0);
+
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(test_support::PrepareLoadRequest(keys));
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_EQ(leased->prepare_load().chunks(0).checksum(), right);
+  EXPECT_EQ(leased->prepare_load().chunks(1).status().code(), int(absl::StatusCode::kDataLoss));
+}
+
 TEST_F(EngineSessionServerTest, ExpiredLeaseReleasesAsAborted) {
   RawEngineClient client(server_->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
   const std::vector<ChunkKey> keys = Keys(1);
   Store(client, keys, 7);
-  v1::EngineRequest load;
-  *load.mutable_prepare_load()->add_keys() = ToProto(keys[0]);
-  load.mutable_prepare_load()->set_lease_ms(100);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys, /*lease_ms=*/100);
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
   clock_.Advance(milliseconds(101));
@@ -239,8 +301,7 @@ TEST_F(EngineSessionServerTest, ClosingASessionReleasesEverythingItHeld) {
     ASSERT_TRUE(client.Handshake(TestLayout()).ok());
     const std::vector<ChunkKey> committed = Keys(2);
     Store(client, committed, 3);
-    v1::EngineRequest load;
-    for (const ChunkKey& key : committed) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+    v1::EngineRequest load = test_support::PrepareLoadRequest(committed);
     ASSERT_TRUE(client.Call(load).ok());
     v1::EngineRequest store;  // left reserved, never committed
     for (const ChunkKey& key : Keys(2, 1000)) {
@@ -274,8 +335,7 @@ TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives
   const ChunkKey foreign =
       KeyHasher::Create(other, {})->PrefixKeys(std::vector<uint32_t>(16, 1), {})[0];
 
-  v1::EngineRequest lookup;
-  *lookup.mutable_lookup()->add_keys() = ToProto(foreign);
+  v1::EngineRequest lookup = test_support::LookupRequest({&foreign, 1});
   absl::StatusOr<v1::EngineResponse> r = client.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
@@ -299,17 +359,23 @@ TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
 
-  v1::EngineRequest digest;  // a digest of the wrong size
-  v1::ChunkKey* bad = digest.mutable_lookup()->add_keys();
-  *bad = ToProto(Keys(1)[0]);
-  bad->set_digest("short");
+  v1::EngineRequest digest = test_support::LookupRequest(Keys(2));  // a digest cut short
+  digest.mutable_lookup()->mutable_chain()->mutable_digests()->pop_back();
   r = client.Call(digest);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r->status().message(), HasSubstr("whole number"));
+
+  v1::EngineRequest algorithm = test_support::PrepareLoadRequest(Keys(1));  // unknown algorithm
+  algorithm.mutable_prepare_load()->mutable_chain()->set_algorithm(
+      static_cast<v1::HashAlgorithm>(99));
+  r = client.Call(algorithm);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r->prepare_load().chunks_size(), 0) << "nothing leased for a malformed chain";
 
   // Still serving this session.
-  v1::EngineRequest ok_lookup;
-  *ok_lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  v1::EngineRequest ok_lookup = test_support::LookupRequest(Keys(1));
   r = client.Call(ok_lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), 0);
@@ -369,8 +435,7 @@ TEST_F(EngineSessionServerTest, GarbageTruncatedAndOversizedFramesCloseOnlyThatS
     ASSERT_EQ(::write(truncated.fd(), partial, 6), 6);
   }  // closed mid-frame
 
-  v1::EngineRequest lookup;
-  *lookup.mutable_lookup()->add_keys() = ToProto(Keys(1)[0]);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(1));
   absl::StatusOr<v1::EngineResponse> r = healthy.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), 0);
@@ -399,8 +464,7 @@ TEST_F(EngineSessionServerTest, PerSessionLimitsAreResourceExhaustedAndInvalidAr
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(tier_->Stats().reservations, 0u) << "nothing reserved for a refused batch";
 
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : Keys(5)) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(Keys(5));
   r = client.Call(lookup);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));

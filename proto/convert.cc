@@ -117,6 +117,22 @@ v1::HashAlgorithm ToProto(HashAlgorithm algorithm) {
                                                : v1::HASH_ALGORITHM_SHA256_CBOR;
 }
 
+absl::StatusOr<KeyNamespace> FromProto(v1::KeyNamespace proto) {
+  switch (proto) {
+    case v1::KEY_NAMESPACE_PREFIX:
+      return KeyNamespace::kPrefix;
+    case v1::KEY_NAMESPACE_POSITION_INDEPENDENT:
+      return KeyNamespace::kPositionIndependent;
+    default:
+      return BadEnum("key namespace", proto);
+  }
+}
+
+v1::KeyNamespace ToProto(KeyNamespace ns) {
+  return ns == KeyNamespace::kPrefix ? v1::KEY_NAMESPACE_PREFIX
+                                     : v1::KEY_NAMESPACE_POSITION_INDEPENDENT;
+}
+
 absl::StatusOr<ChunkKey> FromProto(const v1::ChunkKey& proto) {
   return ChunkKeyFromFields(proto.algorithm(), proto.namespace_(), proto.layout_fingerprint(),
                             proto.digest());
@@ -126,29 +142,15 @@ absl::StatusOr<ChunkKey> ChunkKeyFromFields(int algorithm, int key_namespace,
                                             uint64_t layout_fingerprint, std::string_view digest) {
   absl::StatusOr<HashAlgorithm> parsed = FromProto(static_cast<v1::HashAlgorithm>(algorithm));
   if (!parsed.ok()) return parsed.status();
-  KeyNamespace ns;
-  switch (key_namespace) {
-    case v1::KEY_NAMESPACE_PREFIX:
-      ns = KeyNamespace::kPrefix;
-      break;
-    case v1::KEY_NAMESPACE_POSITION_INDEPENDENT:
-      ns = KeyNamespace::kPositionIndependent;
-      break;
-    default:
-      return BadEnum("key namespace", key_namespace);
-  }
+  absl::StatusOr<KeyNamespace> ns = FromProto(static_cast<v1::KeyNamespace>(key_namespace));
+  if (!ns.ok()) return ns.status();
   if (digest.size() != DigestSizeBytes(*parsed)) {
     return absl::InvalidArgumentError(fmt::format("chunk key digest is {} bytes; {} needs {}",
                                                   digest.size(), HashAlgorithmName(*parsed),
                                                   DigestSizeBytes(*parsed)));
   }
-  return ChunkKey::FromParts(*parsed, ns, layout_fingerprint,
+  return ChunkKey::FromParts(*parsed, *ns, layout_fingerprint,
                              {reinterpret_cast<const uint8_t*>(digest.data()), digest.size()});
-}
-
-v1::KeyNamespace ToProto(KeyNamespace key_namespace) {
-  return key_namespace == KeyNamespace::kPrefix ? v1::KEY_NAMESPACE_PREFIX
-                                                : v1::KEY_NAMESPACE_POSITION_INDEPENDENT;
 }
 
 v1::ChunkKey ToProto(const ChunkKey& key) {
@@ -162,6 +164,57 @@ void ToProto(const ChunkKey& key, v1::ChunkKey* out) {
   out->set_namespace_(ToProto(key.key_namespace()));
   out->set_layout_fingerprint(key.layout_fingerprint());
   out->set_digest(key.digest().data(), key.digest().size());
+}
+
+absl::StatusOr<std::vector<ChunkKey>> FromProto(const v1::KeyChain& proto, size_t max_keys) {
+  const std::string& digests = proto.digests();
+  if (digests.empty()) return std::vector<ChunkKey>();
+  absl::StatusOr<HashAlgorithm> algorithm = FromProto(proto.algorithm());
+  if (!algorithm.ok()) return algorithm.status();
+  absl::StatusOr<KeyNamespace> ns = FromProto(proto.namespace_());
+  if (!ns.ok()) return ns.status();
+  const size_t digest_size = DigestSizeBytes(*algorithm);
+  if (digests.size() % digest_size != 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("key chain of {} digest bytes is not a whole number of {}-byte {} digests",
+                    digests.size(), digest_size, HashAlgorithmName(*algorithm)));
+  }
+  const size_t count = digests.size() / digest_size;
+  if (count > max_keys) {
+    return absl::InvalidArgumentError(
+        fmt::format("key chain of {} keys; the limit is {}", count, max_keys));
+  }
+  std::vector<ChunkKey> keys;
+  keys.reserve(count);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(digests.data());
+  for (size_t i = 0; i < count; ++i) {
+    keys.push_back(ChunkKey::FromParts(*algorithm, *ns, proto.layout_fingerprint(),
+                                       {bytes + i * digest_size, digest_size}));
+  }
+  return keys;
+}
+
+absl::Status ToProto(std::span<const ChunkKey> chain, v1::KeyChain& proto) {
+  proto.Clear();
+  if (chain.empty()) return absl::OkStatus();
+  const ChunkKey& first = chain.front();
+  proto.set_algorithm(ToProto(first.algorithm()));
+  proto.set_namespace_(ToProto(first.key_namespace()));
+  proto.set_layout_fingerprint(first.layout_fingerprint());
+  std::string* digests = proto.mutable_digests();
+  digests->reserve(chain.size() * first.digest().size());
+  for (const ChunkKey& key : chain) {
+    if (key.empty() || key.algorithm() != first.algorithm() ||
+        key.key_namespace() != first.key_namespace() ||
+        key.layout_fingerprint() != first.layout_fingerprint()) {
+      proto.Clear();
+      return absl::InvalidArgumentError(fmt::format(
+          "key {} cannot share a chain with {} (algorithm, namespace and layout must match)",
+          key.ToString(), first.ToString()));
+    }
+    digests->append(reinterpret_cast<const char*>(key.digest().data()), key.digest().size());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FromProto(const v1::Status& proto) {

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,9 +30,18 @@ v1::ChunkKey ToProto(const ChunkKey& key);
 // The same, written into `out` in place (no temporary message: `out` may live on an arena).
 void ToProto(const ChunkKey& key, v1::ChunkKey* out);
 
+// The keys of a packed chain, in order (none for empty digests). kInvalidArgument for an unknown
+// algorithm or namespace, digests that are not a whole number of the algorithm's digest size, or
+// more than `max_keys` keys.
+absl::StatusOr<std::vector<ChunkKey>> FromProto(const v1::KeyChain& proto, size_t max_keys);
+// Packs `chain` into `proto` (cleared first). kInvalidArgument, leaving `proto` empty, when a key
+// is empty or differs from the first in algorithm, namespace or layout fingerprint.
+absl::Status ToProto(std::span<const ChunkKey> chain, v1::KeyChain& proto);
+
 absl::StatusOr<HashAlgorithm> FromProto(v1::HashAlgorithm proto);
 v1::HashAlgorithm ToProto(HashAlgorithm algorithm);
-v1::KeyNamespace ToProto(KeyNamespace key_namespace);
+absl::StatusOr<KeyNamespace> FromProto(v1::KeyNamespace proto);
+v1::KeyNamespace ToProto(KeyNamespace ns);
 
 absl::Status FromProto(const v1::Status& proto);
 v1::Status ToProto(const absl::Status& status);

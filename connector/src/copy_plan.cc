@@ -7,11 +7,16 @@
 namespace strata::connector::internal {
 namespace {
 
+// Appends a run, merged into the last one when both sides continue it (a null dst, a run that
+// is only digested, continues only another such run).
 void AppendRun(const void* src, void* dst, uint64_t size, std::vector<storage::CopyRun>& runs) {
   if (!runs.empty()) {
     storage::CopyRun& last = runs.back();
-    if (static_cast<const std::byte*>(last.src) + last.size_bytes == src &&
-        static_cast<std::byte*>(last.dst) + last.size_bytes == dst) {
+    const bool dst_continues =
+        dst == nullptr
+            ? last.dst == nullptr
+            : last.dst != nullptr && static_cast<std::byte*>(last.dst) + last.size_bytes == dst;
+    if (static_cast<const std::byte*>(last.src) + last.size_bytes == src && dst_continues) {
       last.size_bytes += size;
       return;
     }
@@ -27,6 +32,7 @@ class PayloadWriter {
                 CopyDirection direction, std::vector<storage::CopyRun>& runs)
       : extents_(extents), arena_base_(arena_base), direction_(direction), runs_(runs) {}
 
+  // A null `engine` (loads only) emits runs that only read the payload: digested, not copied.
   void Copy(uint64_t offset, std::byte* engine, uint64_t size) {
     // Payload offsets of one layer are visited in increasing order: walk forward from the last
     // extent, and back to the start only if asked for an earlier offset.
@@ -49,7 +55,7 @@ class PayloadWriter {
         AppendRun(engine, arena, piece, runs_);
       }
       offset += piece;
-      engine += piece;
+      if (engine != nullptr) engine += piece;
       size -= piece;
     }
   }
@@ -115,7 +121,7 @@ absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache
 
 void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byte* arena_base,
                      const ChunkCopy& chunk, uint32_t layer, CopyDirection direction,
-                     std::vector<storage::CopyRun>& runs) {
+                     std::vector<storage::CopyRun>& runs, bool whole_payload) {
   const PagedKvGeometry& g = cache.geometry;
   const uint64_t row = g.row_bytes();
   const bool slots_contiguous = g.slots_contiguous();
@@ -124,6 +130,10 @@ void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byt
   for (uint32_t plane = 0; plane < g.num_planes; ++plane) {
     std::byte* const base = cache.planes[layer][plane];
     const uint64_t plane_offset = layout.plane_offset(layer, plane, chunk.chunk_tokens);
+    const uint32_t token_end = chunk.token_begin + chunk.num_tokens;
+    if (whole_payload && chunk.token_begin > 0) {
+      writer.Copy(plane_offset, nullptr, uint64_t{chunk.token_begin} * row);
+    }
     uint32_t t = 0;
     while (t < chunk.num_tokens) {
       const int64_t position = chunk.position_begin + t;
@@ -146,6 +156,10 @@ void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byt
         }
         ++t;
       }
+    }
+    if (whole_payload && token_end < chunk.chunk_tokens) {
+      writer.Copy(plane_offset + uint64_t{token_end} * row, nullptr,
+                  uint64_t{chunk.chunk_tokens - token_end} * row);
     }
   }
 }

@@ -51,9 +51,13 @@ absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache
 
 // Appends the runs that copy layer `layer` (every plane) of `chunk` in `direction` to `runs`,
 // merging with the last run when both sides continue it. `chunk` must have passed
-// ValidateChunkCopy against the same layout, cache and arena.
+// ValidateChunkCopy against the same layout, cache and arena. With `whole_payload` (loads
+// only) the runs cover the layer's whole payload in payload order: the parts outside the
+// chunk's token range come as runs with a null dst, to be digested but not copied, so the
+// runs of every layer in turn read the chunk's payload exactly once, in order (what its
+// checksum covers).
 void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byte* arena_base,
                      const ChunkCopy& chunk, uint32_t layer, CopyDirection direction,
-                     std::vector<storage::CopyRun>& runs);
+                     std::vector<storage::CopyRun>& runs, bool whole_payload = false);
 
 }  // namespace strata::connector::internal

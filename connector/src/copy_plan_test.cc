@@ -166,9 +166,11 @@ struct Arena {
   }
 };
 
-// Copies what the plan says, as a runtime would.
+// Copies what the plan says, as a runtime would (runs with a null dst are only read).
 void Execute(const std::vector<storage::CopyRun>& runs) {
-  for (const auto& run : runs) std::memcpy(run.dst, run.src, run.size_bytes);
+  for (const auto& run : runs) {
+    if (run.dst != nullptr) std::memcpy(run.dst, run.src, run.size_bytes);
+  }
 }
 
 struct Case {
@@ -257,6 +259,43 @@ TEST_P(CopyPlanTest, LoadAndSaveAreByteExact) {
       EXPECT_TRUE(engine.buffers[i] == expected_engine.buffers[i]) << "engine buffer " << i;
     }
     EXPECT_TRUE(arena.bytes == expected_arena.bytes) << "arena";
+  }
+}
+
+// With whole_payload a load's runs, layer after layer, read the chunk's payload exactly once
+// and in order (what a digest of their sources must equal), and still copy exactly the range.
+TEST_P(CopyPlanTest, WholePayloadLoadReadsThePayloadOnceInOrder) {
+  const Case& c = GetParam();
+  const KvLayout layout = MakeLayout(c.dtype, c.form, kLayers, kHeads, kDim, kLayoutChunk);
+  const std::vector<int32_t> block_ids = BlockIds(c.scattered_blocks);
+  EngineCache engine(layout, c.form, kBlocks, kBlockSize, 11);
+  EngineCache expected_engine(layout, c.form, kBlocks, kBlockSize, 11);
+  Arena arena(layout.chunk_bytes(c.chunk_tokens), c.pieces, 5);
+  auto cache = ParsePagedKvCache(layout, engine.layers);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const ChunkCopy copy{arena.extents, c.chunk_tokens,   c.token_begin,
+                       c.num_tokens,  c.position_begin, block_ids};
+  std::vector<storage::CopyRun> runs;
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    AppendLayerRuns(layout, *cache, arena.bytes.data(), copy, l, CopyDirection::kArenaToEngine,
+                    runs, /*whole_payload=*/true);
+  }
+  std::vector<std::byte> read, payload;
+  for (const storage::CopyRun& run : runs) {
+    const auto* src = static_cast<const std::byte*>(run.src);
+    read.insert(read.end(), src, src + run.size_bytes);
+  }
+  for (const ArenaExtent& e : arena.extents) {
+    payload.insert(payload.end(), arena.bytes.begin() + e.offset,
+                   arena.bytes.begin() + e.offset + e.length);
+  }
+  EXPECT_TRUE(read == payload) << "read " << read.size() << " of " << payload.size() << " bytes";
+
+  Execute(runs);
+  Arena unchanged(layout.chunk_bytes(c.chunk_tokens), c.pieces, 5);
+  ReferenceCopy(layout, expected_engine, unchanged, c, block_ids, CopyDirection::kArenaToEngine);
+  for (size_t i = 0; i < engine.buffers.size(); ++i) {
+    EXPECT_TRUE(engine.buffers[i] == expected_engine.buffers[i]) << "engine buffer " << i;
   }
 }
 

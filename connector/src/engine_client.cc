@@ -33,9 +33,7 @@ std::string StatusText(const absl::Status& status) {
 // Writes `key` into `out` in place (no temporary message: a lookup carries hundreds of keys).
 void FillKey(const ChunkKey& key, v1::ChunkKey* out) {
   out->set_algorithm(ToProto(key.algorithm()));
-  out->set_namespace_(key.key_namespace() == KeyNamespace::kPrefix
-                          ? v1::KEY_NAMESPACE_PREFIX
-                          : v1::KEY_NAMESPACE_POSITION_INDEPENDENT);
+  out->set_namespace_(ToProto(key.key_namespace()));
   out->set_layout_fingerprint(key.layout_fingerprint());
   out->set_digest(key.digest().data(), key.digest().size());
 }
@@ -321,9 +319,7 @@ absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> key
   const MonoTime deadline = DeadlineIn(timeout);
   google::protobuf::Arena arena;
   auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
-  auto* body = request->mutable_lookup();
-  body->mutable_keys()->Reserve(static_cast<int>(keys.size()));
-  for (const ChunkKey& key : keys) FillKey(key, body->add_keys());
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *request->mutable_lookup()->mutable_chain()));
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kLookup, deadline));
@@ -331,14 +327,14 @@ absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> key
 }
 
 absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareLoad(
-    std::span<const ChunkKey> keys, uint32_t lease_ms, milliseconds timeout) {
+    std::span<const ChunkKey> keys, uint32_t lease_ms, milliseconds timeout, bool verifies) {
   const MonoTime deadline = DeadlineIn(timeout);
   google::protobuf::Arena arena;
   auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
   auto* body = request->mutable_prepare_load();
   body->set_lease_ms(lease_ms);
-  body->mutable_keys()->Reserve(static_cast<int>(keys.size()));
-  for (const ChunkKey& key : keys) FillKey(key, body->add_keys());
+  body->set_connector_verifies(verifies);
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *body->mutable_chain()));
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kPrepareLoad, deadline));
@@ -426,7 +422,8 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
 }
 
 absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
-    int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline) {
+    int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
+    std::span<const uint64_t> checksums) {
   if (generation == 0 || generation != generation_) {
     return absl::AbortedError(
         fmt::format("session {} is gone; its handles died with it", generation));
@@ -438,6 +435,7 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
                                                                   : request.mutable_release();
   body->mutable_handles()->Reserve(static_cast<int>(handles.size()));
   for (uint64_t handle : handles) body->add_handles(handle);
+  body->mutable_checksums()->Add(checksums.begin(), checksums.end());
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(request, v1::EngineResponse::kHandles, deadline));
   const auto& statuses = response.handles().statuses();
@@ -453,12 +451,12 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
   return out;
 }
 
-absl::StatusOr<std::vector<absl::Status>> EngineClient::Commit(uint64_t generation,
-                                                               std::span<const uint64_t> handles,
-                                                               milliseconds timeout) {
+absl::StatusOr<std::vector<absl::Status>> EngineClient::Commit(
+    uint64_t generation, std::span<const uint64_t> handles, milliseconds timeout,
+    std::span<const uint64_t> checksums) {
   const MonoTime deadline = DeadlineIn(timeout);
   absl::MutexLock lock(&mu_);
-  return HandlesCallLocked(v1::EngineRequest::kCommit, generation, handles, deadline);
+  return HandlesCallLocked(v1::EngineRequest::kCommit, generation, handles, deadline, checksums);
 }
 
 absl::StatusOr<std::vector<absl::Status>> EngineClient::Abort(uint64_t generation,

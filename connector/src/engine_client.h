@@ -175,15 +175,20 @@ class EngineClient {
   absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
                                        std::chrono::milliseconds timeout);
   // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
+  // `verifies`: the caller checks each placement's checksum as it copies, so the daemon does
+  // not check first.
   absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> PrepareLoad(
-      std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout);
+      std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout,
+      bool verifies = false);
   // Reserves space for `items`; one placement per item, in order.
   absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
       std::span<const StoreItem> items, std::chrono::milliseconds timeout);
   // One status per handle, in order. kAborted (nothing sent) when session `generation` is gone.
+  // `checksums`: empty, or the payload checksum of each handle's chunk as the caller wrote it.
   absl::StatusOr<std::vector<absl::Status>> Commit(uint64_t generation,
                                                    std::span<const uint64_t> handles,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   std::span<const uint64_t> checksums = {});
   absl::StatusOr<std::vector<absl::Status>> Abort(uint64_t generation,
                                                   std::span<const uint64_t> handles,
                                                   std::chrono::milliseconds timeout);
@@ -209,10 +214,10 @@ class EngineClient {
   absl::StatusOr<v1::EngineResponse> CallLocked(v1::EngineRequest& request, int expected_body,
                                                 MonoTime deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(int which, uint64_t generation,
-                                                              std::span<const uint64_t> handles,
-                                                              MonoTime deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `checksums`: sent with a commit (HandlesRequest.checksums); empty otherwise.
+  absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(
+      int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
+      std::span<const uint64_t> checksums = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSessionLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MonoTime DeadlineIn(std::chrono::milliseconds timeout) const;
 

@@ -59,7 +59,7 @@ struct PyOptions {
   bool enable_load = true;
   bool enable_save = true;
   bool store_partial_chunks = false;
-  bool verify_checksums = false;
+  bool verify_checksums = true;
   std::string device_backend = "auto";
   int device_ordinal = 0;
 
@@ -372,6 +372,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["chunks_saved"] = st.chunks_saved;
         d["chunks_already_present"] = st.chunks_already_present;
         d["chunks_save_failed"] = st.chunks_save_failed;
+        d["chunks_corrupt"] = st.chunks_corrupt;
         d["bytes_saved"] = st.bytes_saved;
         d["connected"] = st.connected;
         return d;

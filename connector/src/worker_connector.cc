@@ -1,8 +1,6 @@
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +11,7 @@
 #include "connector/src/log.h"
 #include "connector/src/paged_kv.h"
 #include "core/status_macros.h"
+#include "core/xxh3_dispatch.h"
 #include "fmt/format.h"
 #include "strata/connector.h"
 
@@ -38,6 +37,7 @@ struct ChunkTransfer {
   bool planned = false;     // its copies were enqueued
   bool failed = false;
   uint64_t checksum = 0;
+  uint32_t digest = 0;  // loads digested as they copy: its index in Batch::digests
   std::shared_ptr<const ArenaMapping> arena;
   std::vector<ArenaExtent> extents;
   uint32_t chunk_tokens = 0;
@@ -61,7 +61,24 @@ struct Batch {
   std::vector<RequestTransfer> requests;
   std::vector<ChunkTransfer> chunks;
   bool copies_failed = false;
+  // Loads whose copies digest what they read: one digest per planned chunk, filled by the load
+  // stream (read once its copies have completed).
+  std::unique_ptr<storage::CopyDigests> digests;
+  // Saves: the layer the next enqueue must be for the digests to follow payload order; an
+  // engine that saves layers out of order gets its checksums computed by the daemon instead.
+  uint32_t next_layer = 0;
+  bool layers_in_order = true;
 };
+
+// xxh3-64 of a chunk's payload read from the arena (when the copies could not digest it).
+uint64_t ArenaChecksum(const ChunkTransfer& chunk) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (const ArenaExtent& e : chunk.extents) {
+    XXH3_64bits_update(&state, chunk.arena->base() + e.offset, e.length);
+  }
+  return XXH3_64bits_digest(&state);
+}
 
 }  // namespace
 
@@ -92,7 +109,9 @@ struct WorkerConnector::Impl {
   std::optional<storage::ExternalStream> last_engine_stream;
   std::vector<int32_t> failed_blocks;
   WorkerStats stats;
-  std::vector<storage::CopyRun> runs;  // scratch
+  std::vector<storage::CopyRun> runs;        // scratch
+  std::vector<storage::CopyRun> chunk_runs;  // scratch
+  std::vector<uint32_t> digest_of;           // scratch
 
   const KvLayout& layout() const { return options.layout; }
   int64_t chunk_tokens() const { return options.layout.chunk_tokens; }
@@ -109,6 +128,35 @@ struct WorkerConnector::Impl {
   }
   void FailSpec(const TransferSpec& spec) {
     FailPositions(spec.block_ids, spec.token_begin, spec.token_end);
+  }
+
+  // Gives each planned chunk of `batch` a digest for its copies to fill.
+  void AddDigests(Batch& batch) {
+    uint32_t next = 0;
+    for (ChunkTransfer& c : batch.chunks) {
+      if (c.planned) c.digest = next++;
+    }
+    batch.digests = std::make_unique<storage::CopyDigests>(next);
+  }
+  // Enqueues layer `layer` of the batch's planned chunks on `stream`. With digests each chunk's
+  // runs feed its digest, kept apart from (never merged with) a neighbour's, and a load's runs
+  // read its whole payload in order (AppendLayerRuns' whole_payload).
+  absl::Status EnqueueLayer(Batch& batch, uint32_t layer, CopyDirection direction,
+                            storage::DeviceStream& stream) {
+    const bool digested = batch.digests != nullptr;
+    runs.clear();
+    digest_of.clear();
+    for (const ChunkTransfer& c : batch.chunks) {
+      if (!c.planned) continue;
+      chunk_runs.clear();
+      internal::AppendLayerRuns(
+          layout(), *cache, c.arena->base(), c.Copy(batch.requests[c.request].block_ids), layer,
+          direction, digested ? chunk_runs : runs,
+          /*whole_payload=*/digested && direction == CopyDirection::kArenaToEngine);
+      runs.insert(runs.end(), chunk_runs.begin(), chunk_runs.end());
+      digest_of.insert(digest_of.end(), chunk_runs.size(), c.digest);
+    }
+    return digested ? stream.CopyDigested(runs, digest_of, *batch.digests) : stream.Copy(runs);
   }
 
   void PlanLoads(const std::vector<TransferSpec>& specs);
@@ -208,7 +256,8 @@ void WorkerConnector::Impl::PlanLoads(const std::vector<TransferSpec>& specs) {
     const std::vector<ChunkKey> chain =
         hasher.PrefixKeys(spec.tokens, {spec.tenant_salt, spec.lora_name}, PartialChunk::kInclude);
     const std::span<const ChunkKey> keys = std::span(chain).subspan(first, last - first + 1);
-    auto placed = client->PrepareLoad(keys, options.lease_ms, options.io_timeout);
+    auto placed =
+        client->PrepareLoad(keys, options.lease_ms, options.io_timeout, options.verify_checksums);
     if (!placed.ok()) {
       request.failed_from = spec.token_begin;
       stats.chunks_failed += keys.size();
@@ -263,17 +312,11 @@ void WorkerConnector::Impl::EnqueueLoads(const StepOptions& step) {
   const bool any = std::any_of(batch.chunks.begin(), batch.chunks.end(),
                                [](const ChunkTransfer& c) { return c.planned; });
   if (!any) return;
+  if (options.verify_checksums && runtime->Capabilities().digested_copies) AddDigests(batch);
   absl::Status status;
   if (step.engine_stream.has_value()) status = load_stream->WaitForExternal(*step.engine_stream);
   for (uint32_t l = 0; l < layout().num_layers && status.ok(); ++l) {
-    runs.clear();
-    for (const ChunkTransfer& c : batch.chunks) {
-      if (!c.planned) continue;
-      internal::AppendLayerRuns(layout(), *cache, c.arena->base(),
-                                c.Copy(batch.requests[c.request].block_ids), l,
-                                CopyDirection::kArenaToEngine, runs);
-    }
-    status = load_stream->Copy(runs);
+    status = EnqueueLayer(batch, l, CopyDirection::kArenaToEngine, *load_stream);
     if (status.ok()) status = load_stream->Record(*layer_events[l]);
   }
   if (!status.ok()) {
@@ -293,12 +336,16 @@ void WorkerConnector::Impl::FinishLoad() {
   for (ChunkTransfer& c : batch.chunks) {
     if (c.planned && batch.copies_failed) c.failed = true;
     if (c.planned && !c.failed && options.verify_checksums) {
-      XXH3_state_t state;
-      XXH3_64bits_reset(&state);
-      for (const ArenaExtent& e : c.extents) {
-        XXH3_64bits_update(&state, c.arena->base() + e.offset, e.length);
+      const uint64_t read =
+          batch.digests != nullptr ? batch.digests->Digest(c.digest) : ArenaChecksum(c);
+      if (read != c.checksum) {
+        c.failed = true;
+        ++stats.chunks_corrupt;
+        Log().warn(
+            "strata connector: a loaded chunk's bytes do not match its checksum ({:016x}, read "
+            "{:016x}); its blocks are recomputed",
+            c.checksum, read);
       }
-      if (XXH3_64bits_digest(&state) != c.checksum) c.failed = true;
     }
   }
   // Release every lease, one round trip per session; a lease that expired before its release
@@ -412,6 +459,9 @@ void WorkerConnector::Impl::PlanSaves(const std::vector<TransferSpec>& specs) {
   }
   if (!to_abort.empty()) (void)client->Abort(placed->generation, to_abort, options.io_timeout);
   if (!batch.chunks.empty()) {
+    // Saves digest what they write whenever the runtime can: the commit then carries the
+    // checksums, and the daemon does not read the payloads again.
+    if (runtime->Capabilities().digested_copies) AddDigests(batch);
     save = std::move(batch);
     layers_saved.assign(layout().num_layers, false);
   }
@@ -422,13 +472,9 @@ void WorkerConnector::Impl::EnqueueSaveLayer(uint32_t layer) {
   if (layers_saved[layer]) return;
   layers_saved[layer] = true;
   if (batch.copies_failed) return;
-  runs.clear();
-  for (const ChunkTransfer& c : batch.chunks) {
-    internal::AppendLayerRuns(layout(), *cache, c.arena->base(),
-                              c.Copy(batch.requests[c.request].block_ids), layer,
-                              CopyDirection::kEngineToArena, runs);
-  }
-  absl::Status status = save_stream->Copy(runs);
+  batch.layers_in_order = batch.layers_in_order && layer == batch.next_layer;
+  batch.next_layer = layer + 1;
+  absl::Status status = EnqueueLayer(batch, layer, CopyDirection::kEngineToArena, *save_stream);
   if (!status.ok()) {
     Log().warn("strata connector: enqueueing saves failed: {}", Message(status));
     batch.copies_failed = true;
@@ -456,7 +502,11 @@ void WorkerConnector::Impl::FinishSave() {
       stats.chunks_save_failed += handles.size();
       continue;
     }
-    auto committed = client->Commit(generation, handles, options.io_timeout);
+    std::vector<uint64_t> checksums;
+    if (batch.digests != nullptr && batch.layers_in_order) {
+      for (size_t i : indexes) checksums.push_back(batch.digests->Digest(batch.chunks[i].digest));
+    }
+    auto committed = client->Commit(generation, handles, options.io_timeout, checksums);
     for (size_t k = 0; k < indexes.size(); ++k) {
       if (committed.ok() && (*committed)[k].ok()) {
         const ChunkTransfer& c = batch.chunks[indexes[k]];

@@ -401,6 +401,7 @@ TEST_F(WorkerConnectorTest, ChecksumVerificationCatchesBytesChangedUnderTheCopy)
   EXPECT_EQ(run.matched, 47);
   EXPECT_THAT(run.failed_blocks, ElementsAreArray(BlocksOf(run.blocks, 0, 47)))
       << "chunk 0 failed, so every later chunk of the prefix is recomputed too";
+  EXPECT_EQ(b.worker().Stats().chunks_corrupt, 1u);
 }
 
 TEST_F(WorkerConnectorTest, FailedCopiesFailTheLoad) {
@@ -506,6 +507,39 @@ TEST_F(WorkerConnectorTest, SavesWithoutSaveKvLayerCallsHappenInWaitForSave) {
   Engine b(daemon_.socket_path(), {}, nullptr, Form::kSeparate, 16);
   const Engine::Run warm = b.RunPrompt("x", prompt);
   EXPECT_EQ(warm.matched, 31);
+  EXPECT_THAT(b.WrongPositions(prompt, warm.blocks, 0, 32), ::testing::IsEmpty());
+}
+
+// Saves digest what they write and commit with those checksums, which follow payload order only
+// when layers are saved in order; an engine that saves them out of order leaves the checksums to
+// the daemon. Either way the next engine's checked load is whole and exact.
+TEST_F(WorkerConnectorTest, LayersSavedOutOfOrderStillLoadVerified) {
+  const auto prompt = Prompt(32, 91);
+  Engine a(daemon_.socket_path());
+  ASSERT_EQ(a.scheduler()
+                .GetNumNewMatchedTokens({.request_id = "r", .prompt_tokens = prompt}, 0)
+                .num_tokens,
+            0);
+  std::vector<int32_t> blocks = {4, 2, 11, 7, 5, 6, 0, 8};
+  ASSERT_TRUE(a.scheduler().UpdateStateAfterAlloc("r", blocks, 0).ok());
+  const ConnectorMetadata meta =
+      a.scheduler().BuildConnectorMeta({.requests = {{.request_id = "r",
+                                                      .kind = ScheduledKind::kNew,
+                                                      .num_computed_tokens = 0,
+                                                      .num_scheduled_tokens = 32,
+                                                      .block_ids = blocks}}});
+  const auto hashes = PrefixHashes(prompt);
+  ASSERT_TRUE(a.worker().StartLoadKv(meta).ok());
+  for (uint32_t l = 0; l < kLayers; ++l) a.Compute(hashes, blocks, 0, 32, l);
+  for (uint32_t l = kLayers; l-- > 0;) ASSERT_TRUE(a.worker().SaveKvLayer(l).ok());
+  ASSERT_TRUE(a.worker().WaitForSave().ok());
+  EXPECT_EQ(a.worker().Stats().chunks_saved, 2u);
+
+  Engine b(daemon_.socket_path());
+  const Engine::Run warm = b.RunPrompt("x", prompt);
+  EXPECT_EQ(warm.matched, 31);
+  EXPECT_THAT(warm.failed_blocks, ::testing::IsEmpty());
+  EXPECT_EQ(b.worker().Stats().chunks_corrupt, 0u);
   EXPECT_THAT(b.WrongPositions(prompt, warm.blocks, 0, 32), ::testing::IsEmpty());
 }
 

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "storage/device/copy_digests.h"
 
 namespace strata::storage {
 
@@ -52,6 +53,8 @@ struct DeviceCapabilities {
   bool batched_copies = false;
   // RegisterHostMemory makes later copies from and to that range DMA (page-locked memory).
   bool host_registration = false;
+  // DeviceStream::CopyDigested works (the CPU copies, so it can digest what it reads).
+  bool digested_copies = false;
 };
 
 // One contiguous copy of `size_bytes` from `src` to `dst`. Each side may be host or device
@@ -81,6 +84,18 @@ class DeviceStream {
   // Enqueues the runs in order; returns once they are enqueued (the span is not kept).
   // kInvalidArgument for a run with a null pointer (nothing is enqueued then).
   virtual absl::Status Copy(std::span<const CopyRun> runs) = 0;
+  // Like Copy, and folds each run's source bytes, as they are copied, into the digest
+  // `digests[digest_of[i]]` (digest_of has one entry per run); a run whose dst is null is only
+  // folded, not copied. Runs are folded in the order given, so after this call's work completes
+  // a digest is the xxh3-64 of its runs' source bytes concatenated (when every earlier call
+  // that fed it has completed too). `digests` must outlive that work. kInvalidArgument for
+  // mismatched spans, a digest index out of range or a run with a null source;
+  // kUnimplemented when Capabilities().digested_copies is false.
+  virtual absl::Status CopyDigested(std::span<const CopyRun> runs,
+                                    std::span<const uint32_t> digest_of, CopyDigests& digests) {
+    (void)runs, (void)digest_of, (void)digests;
+    return absl::UnimplementedError("this device runtime cannot digest copies");
+  }
   // Records `event` at the current end of the stream.
   virtual absl::Status Record(DeviceEvent& event) = 0;
   // Work enqueued after this call starts only once `event` (as last recorded) has completed.

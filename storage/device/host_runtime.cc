@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "storage/device/streaming_copy.h"
 
 namespace strata::storage {
 namespace {
@@ -60,6 +62,8 @@ class HostEvent final : public DeviceEvent {
 
 struct CopyOp {
   std::vector<CopyRun> runs;
+  std::vector<uint32_t> digest_of;  // per run when digesting, else empty
+  CopyDigests* digests = nullptr;   // null: a plain copy
   uint64_t total_bytes = 0;
 };
 struct SignalOp {
@@ -74,20 +78,28 @@ using Op = std::variant<CopyOp, SignalOp, WaitOp>;
 
 // Batches at least this large are split into byte-balanced slices copied by the stream's
 // helper threads as well: one core's memcpy does not saturate DRAM bandwidth, so a layer of many
-// medium runs (one per engine block) moves faster on a few cores.
+// medium runs (one per engine block) moves faster on a few cores. They are also larger than a
+// core's share of the last-level cache, so their destination is written with non-temporal
+// stores (StreamingCopy) rather than read into the cache first.
 constexpr uint64_t kParallelBatchBytes = 8ull << 20;
 
-// Splits `runs` into `parts` lists of (possibly partial) runs of about equal bytes, in order.
-std::vector<std::vector<CopyRun>> Slice(const std::vector<CopyRun>& runs, uint64_t total,
-                                        size_t parts) {
-  std::vector<std::vector<CopyRun>> slices(parts);
+// One thread's share of a large batch: runs in order, with the digest each feeds (when the
+// batch digests).
+struct CopySlice {
+  std::vector<CopyRun> runs;
+  std::vector<uint32_t> digest_of;
+};
+
+// Splits `runs` into `parts` slices of (possibly partial) runs of about equal bytes, in order.
+std::vector<CopySlice> Slice(const std::vector<CopyRun>& runs, uint64_t total, size_t parts) {
+  std::vector<CopySlice> slices(parts);
   const uint64_t per_slice = (total + parts - 1) / parts;
   size_t slice = 0;
   uint64_t filled = 0;
   for (CopyRun run : runs) {
     while (run.size_bytes > 0) {
       const uint64_t take = std::min(run.size_bytes, per_slice - filled);
-      slices[slice].push_back({run.src, run.dst, take});
+      slices[slice].runs.push_back({run.src, run.dst, take});
       run.src = static_cast<const std::byte*>(run.src) + take;
       run.dst = static_cast<std::byte*>(run.dst) + take;
       run.size_bytes -= take;
@@ -101,10 +113,58 @@ std::vector<std::vector<CopyRun>> Slice(const std::vector<CopyRun>& runs, uint64
   return slices;
 }
 
-void CopyRuns(const std::vector<CopyRun>& runs) {
-  for (const CopyRun& run : runs) {
-    if (run.size_bytes > 0) std::memcpy(run.dst, run.src, run.size_bytes);
+// Splits a digesting batch into `parts` slices by whole digests (a digest must be fed by one
+// thread, in order), each digest to the slice with the fewest bytes so far.
+std::vector<CopySlice> SliceByDigest(const CopyOp& op, size_t parts) {
+  std::vector<uint64_t> digest_bytes(op.digests->size(), 0);
+  for (size_t i = 0; i < op.runs.size(); ++i)
+    digest_bytes[op.digest_of[i]] += op.runs[i].size_bytes;
+  std::vector<uint64_t> slice_bytes(parts, 0);
+  std::vector<size_t> slice_of(op.digests->size(), parts);  // parts: not assigned yet
+  std::vector<CopySlice> slices(parts);
+  for (size_t i = 0; i < op.runs.size(); ++i) {
+    const uint32_t digest = op.digest_of[i];
+    if (slice_of[digest] == parts) {
+      slice_of[digest] = static_cast<size_t>(
+          std::min_element(slice_bytes.begin(), slice_bytes.end()) - slice_bytes.begin());
+      slice_bytes[slice_of[digest]] += digest_bytes[digest];
+    }
+    slices[slice_of[digest]].runs.push_back(op.runs[i]);
+    slices[slice_of[digest]].digest_of.push_back(digest);
   }
+  return slices;
+}
+
+// Copies `run` (unless its dst is null) and folds its source bytes into `digest`, piece by
+// piece, so each piece is digested while the copy has it in the L1 cache.
+void CopyAndDigest(const CopyRun& run, CopyDigests& digests, uint32_t digest, bool streaming) {
+  constexpr uint64_t kPieceBytes = 8 << 10;
+  const auto* src = static_cast<const std::byte*>(run.src);
+  auto* dst = static_cast<std::byte*>(run.dst);
+  for (uint64_t done = 0; done < run.size_bytes; done += kPieceBytes) {
+    const uint64_t piece = std::min(kPieceBytes, run.size_bytes - done);
+    if (dst != nullptr && streaming) StreamingCopy(dst + done, src + done, piece);
+    if (dst != nullptr && !streaming) std::memcpy(dst + done, src + done, piece);
+    digests.Update(digest, src + done, piece);
+  }
+}
+
+// Copies `runs` in order, folding run i into digests[digest_of[i]] when `digests` is set; with
+// `streaming`, through non-temporal stores followed by a fence, so the bytes are in place before
+// the caller reports them done.
+void CopyRuns(std::span<const CopyRun> runs, std::span<const uint32_t> digest_of,
+              CopyDigests* digests, bool streaming) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const CopyRun& run = runs[i];
+    if (digests != nullptr) {
+      CopyAndDigest(run, *digests, digest_of[i], streaming);
+    } else if (streaming) {
+      StreamingCopy(run.dst, run.src, run.size_bytes);
+    } else if (run.size_bytes > 0) {
+      std::memcpy(run.dst, run.src, run.size_bytes);
+    }
+  }
+  if (streaming) StreamingCopyFence();
 }
 
 // Helper threads of one stream: Run copies slice 0 on the calling thread and the others on the
@@ -127,14 +187,15 @@ class CopyPool {
   }
   size_t helpers() const { return threads_.size(); }
 
-  void Run(const std::vector<std::vector<CopyRun>>& slices) {
+  void Run(const std::vector<CopySlice>& slices, CopyDigests* digests) {
     {
       absl::MutexLock lock(&mu_);
       job_ = &slices;
+      digests_ = digests;
       next_ = 1;
       pending_ = slices.size() - 1;
     }
-    CopyRuns(slices[0]);
+    CopyRuns(slices[0].runs, slices[0].digest_of, digests, /*streaming=*/true);
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](CopyPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS { return pool->pending_ == 0; }, this));
@@ -144,7 +205,8 @@ class CopyPool {
  private:
   void Work() {
     for (;;) {
-      const std::vector<CopyRun>* slice;
+      const CopySlice* slice;
+      CopyDigests* digests;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
@@ -154,15 +216,17 @@ class CopyPool {
             this));
         if (stopping_) return;
         slice = &(*job_)[next_++];
+        digests = digests_;
       }
-      CopyRuns(*slice);
+      CopyRuns(slice->runs, slice->digest_of, digests, /*streaming=*/true);
       absl::MutexLock lock(&mu_);
       --pending_;
     }
   }
 
   absl::Mutex mu_;
-  const std::vector<std::vector<CopyRun>>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  const std::vector<CopySlice>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  CopyDigests* digests_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -199,7 +263,33 @@ class HostStream final : public DeviceStream {
     if (runs.empty()) return absl::OkStatus();
     uint64_t total = 0;
     for (const CopyRun& run : runs) total += run.size_bytes;
-    Enqueue(CopyOp{std::vector<CopyRun>(runs.begin(), runs.end()), total});
+    Enqueue(CopyOp{.runs = std::vector<CopyRun>(runs.begin(), runs.end()), .total_bytes = total});
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyDigested(std::span<const CopyRun> runs, std::span<const uint32_t> digest_of,
+                            CopyDigests& digests) override {
+    if (digest_of.size() != runs.size()) {
+      return absl::InvalidArgumentError(fmt::format("host stream {}: {} digest indexes for {} runs",
+                                                    name_, digest_of.size(), runs.size()));
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].size_bytes > 0 && runs[i].src == nullptr) {
+        return absl::InvalidArgumentError(
+            fmt::format("host stream {}: copy run with a null source", name_));
+      }
+      if (digest_of[i] >= digests.size()) {
+        return absl::InvalidArgumentError(
+            fmt::format("host stream {}: digest {} of {}", name_, digest_of[i], digests.size()));
+      }
+      total += runs[i].size_bytes;
+    }
+    if (runs.empty()) return absl::OkStatus();
+    Enqueue(CopyOp{.runs = std::vector<CopyRun>(runs.begin(), runs.end()),
+                   .digest_of = std::vector<uint32_t>(digest_of.begin(), digest_of.end()),
+                   .digests = &digests,
+                   .total_bytes = total});
     return absl::OkStatus();
   }
 
@@ -269,20 +359,29 @@ class HostStream final : public DeviceStream {
 
   void Execute(CopyOp& op) {
     // With a copy hook (fault injection) runs go one by one, in order, on this thread.
-    if (!options_->copy_hook && pool_ != nullptr && op.total_bytes >= kParallelBatchBytes) {
-      pool_->Run(Slice(op.runs, op.total_bytes, pool_->helpers() + 1));
+    if (!options_->copy_hook && op.total_bytes >= kParallelBatchBytes) {
+      if (pool_ == nullptr) {
+        CopyRuns(op.runs, op.digest_of, op.digests, /*streaming=*/true);
+      } else if (op.digests != nullptr) {
+        pool_->Run(SliceByDigest(op, pool_->helpers() + 1), op.digests);
+      } else {
+        pool_->Run(Slice(op.runs, op.total_bytes, pool_->helpers() + 1), nullptr);
+      }
       return;
     }
-    for (const CopyRun& run : op.runs) {
+    for (size_t i = 0; i < op.runs.size(); ++i) {
       if (options_->copy_hook) {
-        absl::Status hooked = options_->copy_hook(run);
+        absl::Status hooked = options_->copy_hook(op.runs[i]);
         if (!hooked.ok()) {
           absl::MutexLock lock(&mu_);
           if (error_.ok()) error_ = std::move(hooked);
           break;
         }
       }
-      if (run.size_bytes > 0) std::memcpy(run.dst, run.src, run.size_bytes);
+      CopyRuns(std::span(op.runs).subspan(i, 1),
+               op.digests == nullptr ? std::span<const uint32_t>()
+                                     : std::span<const uint32_t>(op.digest_of).subspan(i, 1),
+               op.digests, /*streaming=*/false);
     }
   }
 
@@ -345,6 +444,7 @@ HostRuntime::HostRuntime(HostRuntimeOptions options) : options_(std::move(option
   capabilities_.device_memory = false;
   capabilities_.batched_copies = false;
   capabilities_.host_registration = false;
+  capabilities_.digested_copies = true;
 }
 
 HostRuntime::~HostRuntime() = default;

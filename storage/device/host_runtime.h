@@ -27,9 +27,9 @@ namespace strata::storage {
 size_t DefaultHostCopyThreads();
 
 struct HostRuntimeOptions {
-  // Threads that copy one large batch (8 MiB or more) together, the stream's own included;
-  // smaller batches, and every batch when copy_hook is set, are copied by the stream's thread
-  // alone, run by run in order.
+  // Threads that copy one large batch (8 MiB or more) together, the stream's own included, with
+  // non-temporal stores (streaming_copy.h); smaller batches, and every batch when copy_hook is
+  // set, are copied with memcpy by the stream's thread alone, run by run in order.
   size_t copy_threads = DefaultHostCopyThreads();
   // Called on the stream's thread before each run is copied; a non-OK status fails the copy
   // (the run and the rest of its Copy call are skipped, the stream goes into error). May sleep

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "gtest/gtest.h"
 
 namespace strata::storage {
@@ -237,6 +239,68 @@ TEST(HostRuntimeTest, LargeBatchesAreSplitAcrossCopyThreadsByteExact) {
     ASSERT_EQ(std::memcmp(dst.data() + targets[i], src.data() + order[i], size), 0) << i;
   }
   EXPECT_TRUE(stream->Synchronize().ok());
+}
+
+// Digested copies, small (the stream's thread alone) and large (split across copy threads by
+// digest): each digest equals xxh3-64 of its runs' source bytes in order, digest-only runs
+// (null dst) are folded but not copied, and a later call continues the same digests.
+TEST(HostRuntimeTest, DigestedCopiesFoldEachDigestsRunsInOrder) {
+  HostRuntime runtime({.copy_threads = 3});
+  ASSERT_TRUE(runtime.Capabilities().digested_copies);
+  auto stream = *runtime.CreateStream("digest");
+  for (const size_t run_bytes : {size_t{3001}, size_t{(1 << 20) + 17}}) {
+    constexpr size_t kDigests = 5, kRunsPerDigest = 6;
+    const size_t total = kDigests * kRunsPerDigest * run_bytes;
+    const auto src = Pattern(total, 3);
+    std::vector<uint8_t> dst(total, 0);
+    CopyDigests digests(kDigests);
+    // Two calls, each with three runs of every digest, interleaved across digests; run r of
+    // digest d reads src block d * kRunsPerDigest + r; every third run is digest-only.
+    for (size_t call = 0; call < 2; ++call) {
+      std::vector<CopyRun> runs;
+      std::vector<uint32_t> digest_of;
+      for (size_t r = call * 3; r < call * 3 + 3; ++r) {
+        for (uint32_t d = 0; d < kDigests; ++d) {
+          const size_t block = (d * kRunsPerDigest + r) * run_bytes;
+          runs.push_back(
+              {src.data() + block, r % 3 == 2 ? nullptr : dst.data() + block, run_bytes});
+          digest_of.push_back(d);
+        }
+      }
+      ASSERT_TRUE(stream->CopyDigested(runs, digest_of, digests).ok());
+    }
+    ASSERT_TRUE(stream->Synchronize().ok());
+    for (uint32_t d = 0; d < kDigests; ++d) {
+      const size_t first = d * kRunsPerDigest * run_bytes;
+      EXPECT_EQ(digests.Digest(d), XXH3_64bits(src.data() + first, kRunsPerDigest * run_bytes))
+          << "digest " << d << ", runs of " << run_bytes;
+      for (size_t r = 0; r < kRunsPerDigest; ++r) {
+        const size_t block = first + r * run_bytes;
+        const bool copied = r % 3 != 2;
+        EXPECT_EQ(std::memcmp(dst.data() + block, src.data() + block, run_bytes) == 0, copied)
+            << "digest " << d << " run " << r;
+      }
+    }
+  }
+}
+
+TEST(HostRuntimeTest, DigestedCopyRejectsMismatchedArguments) {
+  HostRuntime runtime;
+  auto stream = *runtime.CreateStream("digest-bad");
+  std::vector<uint8_t> src(64, 1), dst(64, 0);
+  const CopyRun run{src.data(), dst.data(), 64};
+  CopyDigests digests(1);
+  const std::vector<uint32_t> none, out_of_range = {1}, fine = {0};
+  EXPECT_EQ(stream->CopyDigested({&run, 1}, none, digests).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(stream->CopyDigested({&run, 1}, out_of_range, digests).code(),
+            absl::StatusCode::kInvalidArgument);
+  const CopyRun no_source{nullptr, dst.data(), 64};
+  EXPECT_EQ(stream->CopyDigested({&no_source, 1}, fine, digests).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(dst[0], 0) << "nothing was enqueued";
+  EXPECT_EQ(digests.Digest(0), XXH3_64bits(nullptr, 0));
 }
 
 TEST(HostRuntimeTest, RegistrationTracksRanges) {

@@ -9,22 +9,11 @@
 
 namespace strata::storage {
 
-namespace {
-
-// Puts a host payload (arena pages, read in place) on disk.
 absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
                         uint64_t checksum, uint32_t num_tokens) {
   absl::InlinedVector<std::span<const std::byte>, 4> parts;
   for (size_t i = 0; i < payload.ranges().size(); ++i) parts.push_back(payload.range_bytes(i));
   return disk.Put(key, key.layout_fingerprint(), parts, checksum, num_tokens);
-}
-
-}  // namespace
-
-void DiskDemoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                            uint32_t num_tokens) {
-  const absl::Status status = PutPayload(*disk_, key, payload, checksum, num_tokens);
-  (status.ok() ? demoted_ : failed_).fetch_add(1, std::memory_order_relaxed);
 }
 
 absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key) {

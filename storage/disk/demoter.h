@@ -1,11 +1,7 @@
 // Movement of chunks between the host tier (T1) and the disk tier (T2).
 //
-// DiskDemoter is the host tier's EvictionListener: every chunk the host tier evicts is written
-// to the disk tier (write-back) before its pages are freed. The write is synchronous, on the
-// thread whose HostTier::Reserve needed the space; arena pages are 4 KiB aligned, so the disk
-// write reads them in place (no copy). A failed write loses only the cached copy: it is counted
-// and the host tier's eviction proceeds. Thread-safe (DiskTier is); does not own the disk tier,
-// which must outlive it.
+// Demotion on eviction is DiskMover's (mover.h). PutPayload writes a host payload to the disk
+// tier; arena pages are 4 KiB aligned, so the disk write reads them in place (no copy).
 //
 // CopyToDisk writes a host chunk to the disk tier on request (Move, Drain).
 //
@@ -15,34 +11,20 @@
 // inside an EvictionListener callback (it reserves in the host tier).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "storage/disk/disk_tier.h"
-#include "storage/host/eviction_listener.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::storage {
 
-class DiskDemoter final : public EvictionListener {
- public:
-  explicit DiskDemoter(DiskTier* disk) : disk_(disk) {}
-
-  void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t num_tokens) override;
-
-  // Chunks written to the disk tier (or found there already), and writes that failed.
-  uint64_t demoted() const { return demoted_.load(std::memory_order_relaxed); }
-  uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
-
- private:
-  DiskTier* const disk_;
-  std::atomic<uint64_t> demoted_{0};
-  std::atomic<uint64_t> failed_{0};
-};
+// Puts `payload` (host arena pages, read during the call) on `disk` under `key`; DiskTier::Put's
+// results.
+absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
+                        uint64_t checksum, uint32_t num_tokens);
 
 enum class PromoteOutcome {
   kPromoted,       // the chunk is committed in the host tier now

@@ -84,8 +84,14 @@ absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const DiskIndexOption
 
 absl::Status DiskIndex::Put(const ChunkKey& key, const IndexEntry& entry,
                             const LogPosition& watermark) {
+  const std::pair<ChunkKey, IndexEntry> entries[] = {{key, entry}};
+  return PutBatch(entries, watermark);
+}
+
+absl::Status DiskIndex::PutBatch(std::span<const std::pair<ChunkKey, IndexEntry>> entries,
+                                 const LogPosition& watermark) {
   rocksdb::WriteBatch batch;
-  batch.Put(EntryKey(key), EncodeEntry(entry));
+  for (const auto& [key, entry] : entries) batch.Put(EntryKey(key), EncodeEntry(entry));
   batch.Put(rocksdb::Slice(kWatermarkKey.data(), kWatermarkKey.size()), EncodePosition(watermark));
   rocksdb::WriteOptions write_options;
   write_options.sync = sync_writes_;

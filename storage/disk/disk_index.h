@@ -14,7 +14,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -64,6 +66,9 @@ class DiskIndex {
 
   // Writes `entry` for `key` and the watermark, atomically.
   absl::Status Put(const ChunkKey& key, const IndexEntry& entry, const LogPosition& watermark);
+  // Writes every entry and the watermark in one atomic batch (one WAL append).
+  absl::Status PutBatch(std::span<const std::pair<ChunkKey, IndexEntry>> entries,
+                        const LogPosition& watermark);
   // Removes `key` (absent keys are fine).
   absl::Status Delete(const ChunkKey& key);
   // The stored watermark; {0, 0} (the start of the log) when none was written.

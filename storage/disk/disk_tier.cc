@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/check.h"
 #include "core/fmt_absl.h"
@@ -77,24 +78,64 @@ absl::Status DiskTier::Put(const ChunkKey& key, uint64_t layout_fingerprint,
 
 absl::Status DiskTier::Put(const ChunkKey& key, uint64_t layout_fingerprint, ConstParts payload,
                            uint64_t payload_checksum, uint32_t num_tokens) {
-  const uint64_t payload_bytes = PartsBytes(payload);
-  const uint64_t record_bytes = RecordBytes(payload_bytes);
+  const DiskPut put[] = {{.key = key,
+                          .layout_fingerprint = layout_fingerprint,
+                          .payload = payload,
+                          .payload_checksum = payload_checksum,
+                          .num_tokens = num_tokens}};
+  return PutBatch(put).front();
+}
+
+std::vector<absl::Status> DiskTier::PutBatch(std::span<const DiskPut> puts) {
+  std::vector<absl::Status> statuses(puts.size());
+  size_t next = 0;
+  while (next < puts.size()) {
+    // Reserve as many records as there is room for; store them; go on with the rest.
+    std::vector<PendingRecord> records;
+    for (; next < puts.size(); ++next) {
+      absl::StatusOr<std::optional<Reservation>> reservation = ReserveFor(puts[next]);
+      if (!reservation.ok()) {
+        if (reservation.status().code() == absl::StatusCode::kResourceExhausted &&
+            !records.empty()) {
+          break;  // storing the reserved ones may make room (or evict them): retry after
+        }
+        statuses[next] = reservation.status();
+        continue;
+      }
+      if (!reservation->has_value()) continue;  // stored or being stored already
+      const DiskPut& put = puts[next];
+      records.push_back({.put = next,
+                         .key = put.key,
+                         .reservation = std::move(**reservation),
+                         .entry = {.payload_bytes = PartsBytes(put.payload),
+                                   .payload_checksum = put.payload_checksum,
+                                   .layout_fingerprint = put.layout_fingerprint,
+                                   .num_tokens = put.num_tokens},
+                         .staged = !DirectCapable(put.payload)});
+    }
+    WriteAndCommit(puts, records);
+    for (const PendingRecord& record : records) statuses[record.put] = record.status;
+  }
+  return statuses;
+}
+
+absl::StatusOr<std::optional<DiskTier::Reservation>> DiskTier::ReserveFor(const DiskPut& put) {
+  const uint64_t record_bytes = RecordBytes(PartsBytes(put.payload));
   if (record_bytes > options_.segment_bytes) {
     return absl::InvalidArgumentError(
         fmt::format("disk tier: a {}-byte record exceeds the segment size {}", record_bytes,
                     options_.segment_bytes));
   }
-  Reservation reservation;
   for (;;) {
     std::optional<uint64_t> to_compact;
     {
       absl::MutexLock lock(&mu_);
-      if (chunks_.contains(key) || writing_.contains(key)) return absl::OkStatus();
+      if (chunks_.contains(put.key) || writing_.contains(put.key)) return std::nullopt;
       STRATA_ASSIGN_OR_RETURN(to_compact, MakeRoom(record_bytes));
       if (!to_compact.has_value()) {
-        STRATA_ASSIGN_OR_RETURN(reservation, Reserve(record_bytes));
-        writing_.insert(key);
-        break;
+        STRATA_ASSIGN_OR_RETURN(Reservation reservation, Reserve(record_bytes));
+        writing_.insert(put.key);
+        return reservation;
       }
     }
     // Dead records take the space: copy the live ones of the emptiest segment forward, or, when
@@ -105,45 +146,142 @@ absl::Status DiskTier::Put(const ChunkKey& key, uint64_t layout_fingerprint, Con
       STRATA_RETURN_IF_ERROR(EvictSegmentLocked(*to_compact));
     }
   }
-  AlignedBuffer header(kRecordHeaderBytes);
-  EncodeRecordHeader({.key = key,
-                      .layout_fingerprint = layout_fingerprint,
-                      .payload_bytes = payload_bytes,
-                      .payload_checksum = payload_checksum,
-                      .num_tokens = num_tokens},
-                     header.span());
-  absl::Status status;
+}
+
+void DiskTier::WriteAndCommit(std::span<const DiskPut> puts, std::span<PendingRecord> records) {
+  if (records.empty()) return;
+  std::vector<AlignedBuffer> headers;
+  std::vector<RecordWrite> writes;
+  headers.reserve(records.size());
+  writes.reserve(records.size());
+  for (PendingRecord& record : records) {
+    const DiskPut& put = puts[record.put];
+    record.entry.segment_id = record.reservation.position.segment_id;
+    record.entry.offset = record.reservation.position.offset;
+    const AlignedBuffer& header = headers.emplace_back(kRecordHeaderBytes);
+    EncodeRecordHeader({.key = record.key,
+                        .layout_fingerprint = put.layout_fingerprint,
+                        .payload_bytes = record.entry.payload_bytes,
+                        .payload_checksum = put.payload_checksum,
+                        .num_tokens = put.num_tokens},
+                       header.span());
+    writes.push_back({.fd = record.reservation.file->fd(),
+                      .offset = record.reservation.position.offset,
+                      .header_block = header.span(),
+                      .payload = put.payload});
+  }
   {
     absl::StatusOr<EngineLease> engine = LeaseEngine();
-    status = engine.status();
-    if (status.ok()) {
-      status = WriteRecord(**engine, reservation.file->fd(), reservation.position.offset,
-                           header.span(), payload, options_.max_io_bytes);
+    for (size_t i = 0; i < records.size(); ++i) records[i].status = engine.status();
+    if (engine.ok()) {
+      std::vector<absl::Status> written = WriteRecords(**engine, writes, options_.max_io_bytes);
+      for (size_t i = 0; i < records.size(); ++i) records[i].status = std::move(written[i]);
     }
-    if (status.ok()) status = (*engine)->Fdatasync(reservation.file->fd());
   }
-  absl::MutexLock lock(&mu_);
-  writing_.erase(key);
-  Release(reservation);
-  if (!status.ok()) {
-    ++stats_.io_errors;
-    if (status.code() != absl::StatusCode::kResourceExhausted) {
-      status = absl::UnavailableError(std::string(status.message()));
+  GroupCommit(records);
+}
+
+void DiskTier::GroupCommit(std::span<PendingRecord> records) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (PendingRecord& record : records) {
+      if (record.status.ok()) {
+        commit_queue_.push_back(&record);
+      } else {
+        // A failed write never reaches the index: its place is dead from now on.
+        writing_.erase(record.key);
+        Release(record.reservation);
+        ++stats_.io_errors;
+        record.done = true;
+      }
     }
-    return Annotate(
-        status, fmt::format("disk tier: put segment {} offset {}", reservation.position.segment_id,
-                            reservation.position.offset));
   }
-  STRATA_RETURN_IF_ERROR(Commit(key, {.segment_id = reservation.position.segment_id,
-                                      .offset = reservation.position.offset,
-                                      .payload_bytes = payload_bytes,
-                                      .payload_checksum = payload_checksum,
-                                      .layout_fingerprint = layout_fingerprint,
-                                      .num_tokens = num_tokens}));
-  ++stats_.writes;
-  stats_.written_bytes += payload_bytes;
-  if (!DirectCapable(payload)) ++stats_.staged_writes;
-  return absl::OkStatus();
+  struct Waiting {
+    const DiskTier* tier;
+    std::span<PendingRecord> records;
+  };
+  const Waiting waiting{this, records};
+  for (;;) {
+    std::vector<PendingRecord*> group;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](const Waiting* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            if (!w->tier->committing_) return true;
+            return std::all_of(w->records.begin(), w->records.end(),
+                               [](const PendingRecord& r) { return r.done; });
+          },
+          &waiting));
+      if (std::all_of(records.begin(), records.end(),
+                      [](const PendingRecord& r) { return r.done; })) {
+        break;
+      }
+      // No leader, and this caller's records are queued: lead the next group.
+      committing_ = true;
+      group.swap(commit_queue_);
+    }
+    // One fdatasync per segment of the group, in the order first named.
+    std::vector<absl::Status> sync_status(group.size());
+    {
+      absl::StatusOr<EngineLease> engine = LeaseEngine();
+      std::vector<std::pair<const SegmentFile*, absl::Status>> synced;
+      for (size_t i = 0; i < group.size(); ++i) {
+        const SegmentFile* file = group[i]->reservation.file.get();
+        auto it = std::find_if(synced.begin(), synced.end(),
+                               [&](const auto& done) { return done.first == file; });
+        if (it == synced.end()) {
+          synced.emplace_back(file,
+                              engine.ok() ? (*engine)->Fdatasync(file->fd()) : engine.status());
+          it = std::prev(synced.end());
+        }
+        sync_status[i] = it->second;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    CommitGroupLocked(group, sync_status);
+    committing_ = false;
+  }
+  for (PendingRecord& record : records) {
+    if (record.status.ok()) continue;
+    if (record.status.code() != absl::StatusCode::kResourceExhausted) {
+      record.status = absl::UnavailableError(std::string(record.status.message()));
+    }
+    record.status = Annotate(record.status, fmt::format("disk tier: put segment {} offset {}",
+                                                        record.reservation.position.segment_id,
+                                                        record.reservation.position.offset));
+  }
+}
+
+void DiskTier::CommitGroupLocked(std::span<PendingRecord* const> group,
+                                 std::span<const absl::Status> sync_status) {
+  // Every place of the group ends its reservation before the watermark is taken, so the
+  // watermark written with the entries lies past all of them.
+  std::vector<std::pair<ChunkKey, IndexEntry>> entries;
+  for (size_t i = 0; i < group.size(); ++i) {
+    PendingRecord& record = *group[i];
+    writing_.erase(record.key);
+    Release(record.reservation);
+    record.status = sync_status[i];
+    if (record.status.ok()) {
+      entries.emplace_back(record.key, record.entry);
+    } else {
+      ++stats_.io_errors;
+    }
+  }
+  const absl::Status indexed =
+      entries.empty() ? absl::OkStatus() : index_->PutBatch(entries, WatermarkLocked());
+  for (PendingRecord* record : group) {
+    if (record->status.ok()) {
+      record->status = indexed;
+      if (indexed.ok()) {
+        InsertLocked(record->key, record->entry);
+        ++stats_.writes;
+        stats_.written_bytes += record->entry.payload_bytes;
+        if (record->staged) ++stats_.staged_writes;
+      }
+    }
+    record->done = true;
+  }
 }
 
 std::optional<DiskChunkInfo> DiskTier::Lookup(const ChunkKey& key) const {
@@ -361,8 +499,7 @@ LogPosition DiskTier::WatermarkLocked() const {
   return {active_segment_, segments_.at(active_segment_).size_bytes};
 }
 
-absl::Status DiskTier::Commit(const ChunkKey& key, const IndexEntry& entry) {
-  STRATA_RETURN_IF_ERROR(index_->Put(key, entry, WatermarkLocked()));
+void DiskTier::InsertLocked(const ChunkKey& key, const IndexEntry& entry) {
   const ChunkId id = next_policy_id_++;
   chunks_[key] = Chunk{.entry = entry, .policy_id = id};
   by_policy_id_[id] = key;
@@ -372,7 +509,6 @@ absl::Status DiskTier::Commit(const ChunkKey& key, const IndexEntry& entry) {
   stats_.live_bytes += record_bytes;
   stats_.payload_bytes += entry.payload_bytes;
   ++stats_.chunks;
-  return absl::OkStatus();
 }
 
 absl::Status DiskTier::DropLocked(ChunkKey key, bool popped) {

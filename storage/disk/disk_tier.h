@@ -12,6 +12,14 @@
 // log position whose record is still between steps 1 and 4 (or the end of the log): every
 // record before it is accounted for by the index, live or dead.
 //
+// Group commit: steps 3 and 4 are shared. A record whose payload is written joins a commit
+// queue; one writer at a time (the leader, any Put / PutBatch caller with records queued) takes
+// the whole queue, fdatasyncs each segment it touches once (no lock held), then ends every
+// record's reservation and writes all their index entries with one watermark in one RocksDB
+// batch. Records written while a leader syncs wait for the next group, so concurrent writers
+// overlap their payload writes with each other's syncs. PutBatch writes all its records with one
+// queue of requests before they join the commit queue together.
+//
 // Start-up reconciliation (Open): index entries that name a missing segment or run past its end
 // are dropped. Records from the watermark onward that the index does not name are checked
 // (header checksum, then payload checksum): valid ones are re-indexed (their Put may have died
@@ -95,6 +103,15 @@ struct DiskTierOptions {
   bool sync_index_writes = false;
 };
 
+// One chunk for DiskTier::PutBatch; Put's arguments. The payload's memory is the caller's.
+struct DiskPut {
+  ChunkKey key;
+  uint64_t layout_fingerprint = 0;
+  ConstParts payload;
+  uint64_t payload_checksum = 0;
+  uint32_t num_tokens = 0;
+};
+
 // What Lookup reports about a chunk on disk.
 struct DiskChunkInfo {
   uint64_t payload_bytes = 0;
@@ -150,6 +167,13 @@ class DiskTier {
                    std::span<const std::byte> payload, uint64_t payload_checksum,
                    uint32_t num_tokens);
 
+  // Stores several chunks as Put does each, returning one status per chunk (same codes). Their
+  // records are reserved together (when the space for all of them cannot be made at once, the
+  // ones reserved are stored first and the rest retried), written with one queue of requests,
+  // and committed with one fdatasync per segment and one index batch. Staged (unaligned)
+  // payloads are all copied before the writes start: a caller bounds the batch's bytes.
+  std::vector<absl::Status> PutBatch(std::span<const DiskPut> puts);
+
   // The chunk's description, or nullopt when it is not on disk (a miss is not an error).
   std::optional<DiskChunkInfo> Lookup(const ChunkKey& key) const;
   bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
@@ -204,6 +228,17 @@ class DiskTier {
     LogPosition position;
     uint64_t record_bytes = 0;
   };
+  // A Put's record from reservation to commit. `status` is the write's result, then the
+  // commit's; `done` is set (under mu_) once the record is committed or failed.
+  struct PendingRecord {
+    size_t put = 0;  // index into PutBatch's span
+    ChunkKey key;
+    Reservation reservation;
+    IndexEntry entry;
+    bool staged = false;
+    absl::Status status;
+    bool done = false;
+  };
   // An engine lent from the pool to the calling thread; returned to the pool on destruction.
   class EngineLease {
    public:
@@ -250,8 +285,22 @@ class DiskTier {
   // chunk is inserted there, dead otherwise).
   void Release(const Reservation& reservation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LogPosition WatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the index entry, then inserts `key` at `entry`. The caller has Released its place.
-  absl::Status Commit(const ChunkKey& key, const IndexEntry& entry)
+  // Makes room for and reserves the record of `put`; nullopt when its key is already stored
+  // or being stored (nothing to do).
+  absl::StatusOr<std::optional<Reservation>> ReserveFor(const DiskPut& put);
+  // Writes the records (no lock held), then commits them through the commit queue; sets each
+  // one's status.
+  void WriteAndCommit(std::span<const DiskPut> puts, std::span<PendingRecord> records);
+  // Queues written records and returns once every one of them is done, leading groups (see
+  // the header comment) while no other writer does.
+  void GroupCommit(std::span<PendingRecord> records);
+  // Ends the reservations of a group whose segments were synced (`sync_status` per record),
+  // writes the index entries of the synced ones in one batch and inserts them; marks all done.
+  void CommitGroupLocked(std::span<PendingRecord* const> group,
+                         std::span<const absl::Status> sync_status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts `key` at `entry` in memory and policy; its index entry is written already.
+  void InsertLocked(const ChunkKey& key, const IndexEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a resident chunk from memory, policy (unless `popped`) and index. `key` is a copy:
   // callers may pass a reference into the maps it erases from.
@@ -282,6 +331,9 @@ class DiskTier {
   uint64_t active_segment_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<LogPosition> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Written records waiting for a group commit, and whether a leader is syncing a group.
+  std::vector<PendingRecord*> commit_queue_ ABSL_GUARDED_BY(mu_);
+  bool committing_ ABSL_GUARDED_BY(mu_) = false;
   DiskTierStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -25,6 +27,18 @@ inline ChunkKey KeyOf(uint64_t id) { return SyntheticKey(kTestFingerprint, id); 
 
 // Chunk `id`'s payload: `size` bytes derived from id.
 inline std::vector<std::byte> PayloadOf(uint64_t id, uint64_t size) { return Pattern(id, size); }
+
+// Runs `fn(id)` for ids t * 1000 + i (i < per_thread) on `threads` threads, thread t taking
+// its ids in order; returns when all are done.
+inline void ForIdsOnThreads(uint64_t threads, uint64_t per_thread,
+                            const std::function<void(uint64_t)>& fn) {
+  std::vector<std::jthread> workers;
+  for (uint64_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (uint64_t i = 0; i < per_thread; ++i) fn(t * 1000 + i);
+    });
+  }
+}
 
 inline absl::Status PutChunk(DiskTier& tier, uint64_t id, uint64_t size) {
   const std::vector<std::byte> payload = PayloadOf(id, size);

@@ -82,41 +82,68 @@ uint64_t PartsBytes(MutableParts parts) {
 absl::Status WriteRecord(IoEngine& engine, int fd, uint64_t offset,
                          std::span<const std::byte> header_block, ConstParts payload,
                          uint32_t max_io_bytes) {
-  const uint64_t payload_bytes = PartsBytes(payload);
+  const RecordWrite record[] = {
+      {.fd = fd, .offset = offset, .header_block = header_block, .payload = payload}};
+  return WriteRecords(engine, record, max_io_bytes).front();
+}
+
+std::vector<absl::Status> WriteRecords(IoEngine& engine, std::span<const RecordWrite> records,
+                                       uint32_t max_io_bytes) {
   std::vector<IoRequest> requests;
-  requests.push_back({.op = IoOp::kWrite,
-                      .fd = fd,
-                      .offset = offset,
-                      .data = const_cast<std::byte*>(header_block.data()),
-                      .size_bytes = static_cast<uint32_t>(kRecordHeaderBytes)});
-  const uint64_t payload_offset = offset + kRecordHeaderBytes;
-  AlignedBuffer bounce;  // the last partial block (direct) or the whole payload (staged)
-  if (DirectCapable(payload)) {
-    uint64_t at = 0;
-    for (const auto& part : payload) {
-      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at,
-                const_cast<std::byte*>(part.data()), AlignDown(part.size()), max_io_bytes);
-      at += AlignDown(part.size());
-    }
-    if (at < payload_bytes) {
-      const auto& last = payload.back();
-      bounce = AlignedBuffer(kIoAlignment);
-      std::memcpy(bounce.data(), last.data() + AlignDown(last.size()), payload_bytes - at);
-      AddPieces(requests, IoOp::kWrite, fd, payload_offset + at, bounce.data(), kIoAlignment,
+  std::vector<size_t> first_request;  // per record, then one past the last request
+  // The last partial block (direct) or the whole payload (staged) of each record.
+  std::vector<AlignedBuffer> bounces;
+  for (const RecordWrite& record : records) {
+    first_request.push_back(requests.size());
+    const uint64_t payload_bytes = PartsBytes(record.payload);
+    const int fd = record.fd;
+    requests.push_back({.op = IoOp::kWrite,
+                        .fd = fd,
+                        .offset = record.offset,
+                        .data = const_cast<std::byte*>(record.header_block.data()),
+                        .size_bytes = static_cast<uint32_t>(kRecordHeaderBytes)});
+    const uint64_t payload_offset = record.offset + kRecordHeaderBytes;
+    if (DirectCapable(record.payload)) {
+      uint64_t at = 0;
+      for (const auto& part : record.payload) {
+        AddPieces(requests, IoOp::kWrite, fd, payload_offset + at,
+                  const_cast<std::byte*>(part.data()), AlignDown(part.size()), max_io_bytes);
+        at += AlignDown(part.size());
+      }
+      if (at < payload_bytes) {
+        const auto& last = record.payload.back();
+        AlignedBuffer& bounce = bounces.emplace_back(kIoAlignment);
+        std::memcpy(bounce.data(), last.data() + AlignDown(last.size()), payload_bytes - at);
+        AddPieces(requests, IoOp::kWrite, fd, payload_offset + at, bounce.data(), kIoAlignment,
+                  max_io_bytes);
+      }
+    } else {
+      AlignedBuffer& bounce = bounces.emplace_back(payload_bytes);
+      uint64_t at = 0;
+      for (const auto& part : record.payload) {
+        std::memcpy(bounce.data() + at, part.data(), part.size());
+        at += part.size();
+      }
+      AddPieces(requests, IoOp::kWrite, fd, payload_offset, bounce.data(), bounce.size(),
                 max_io_bytes);
     }
-  } else {
-    bounce = AlignedBuffer(payload_bytes);
-    uint64_t at = 0;
-    for (const auto& part : payload) {
-      std::memcpy(bounce.data() + at, part.data(), part.size());
-      at += part.size();
-    }
-    AddPieces(requests, IoOp::kWrite, fd, payload_offset, bounce.data(), bounce.size(),
-              max_io_bytes);
   }
-  STRATA_ASSIGN_OR_RETURN(const std::vector<int64_t> results, RunToCompletion(engine, requests));
-  return FirstFailure(requests, results, IoOp::kWrite);
+  first_request.push_back(requests.size());
+  absl::StatusOr<std::vector<int64_t>> results = RunToCompletion(engine, requests);
+  std::vector<absl::Status> statuses;
+  statuses.reserve(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!results.ok()) {
+      statuses.push_back(results.status());
+      continue;
+    }
+    const size_t begin = first_request[i];
+    const size_t count = first_request[i + 1] - begin;
+    statuses.push_back(FirstFailure(std::span(requests).subspan(begin, count),
+                                    std::span<const int64_t>(*results).subspan(begin, count),
+                                    IoOp::kWrite));
+  }
+  return statuses;
 }
 
 absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,21 @@ uint64_t PartsBytes(MutableParts parts);
 absl::Status WriteRecord(IoEngine& engine, int fd, uint64_t offset,
                          std::span<const std::byte> header_block, ConstParts payload,
                          uint32_t max_io_bytes);
+
+// One record for WriteRecords: what WriteRecord takes.
+struct RecordWrite {
+  int fd = -1;
+  uint64_t offset = 0;
+  std::span<const std::byte> header_block;
+  ConstParts payload;
+};
+
+// Writes several records as WriteRecord does, with their requests kept queue_depth deep across
+// record boundaries (the device never idles between records). Returns one status per record,
+// with WriteRecord's codes; an engine failure fails every record. Staged payloads are copied
+// into staging buffers that all live until the call returns.
+std::vector<absl::Status> WriteRecords(IoEngine& engine, std::span<const RecordWrite> records,
+                                       uint32_t max_io_bytes);
 
 // Reads PartsBytes(payload) bytes of payload starting at `payload_offset` of `fd` into the parts
 // and returns their xxh3-64. Any errno or short read -> kDataLoss; the parts then hold

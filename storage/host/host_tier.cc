@@ -614,7 +614,8 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
   return result;
 }
 
-absl::Status HostTier::Commit(WriteReservation&& reservation) {
+absl::Status HostTier::Commit(WriteReservation&& reservation,
+                              std::optional<uint64_t> writer_checksum) {
   if (!reservation.valid()) {
     return absl::InvalidArgumentError("host tier: commit of an empty reservation");
   }
@@ -625,7 +626,9 @@ absl::Status HostTier::Commit(WriteReservation&& reservation) {
   }
   WriteReservation consumed = std::move(reservation);
   consumed.tier_ = nullptr;
-  const uint64_t checksum = ChecksumRanges(consumed.base_, consumed.ranges_);
+  const uint64_t checksum = writer_checksum.has_value()
+                                ? *writer_checksum
+                                : ChecksumRanges(consumed.base_, consumed.ranges_);
 
   absl::MutexLock lock(&mu_);
   --bound_handles_;
@@ -758,7 +761,8 @@ bool HostTier::Contains(const ChunkKey& key) const {
 }
 
 HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
-                                            std::chrono::nanoseconds duration, uint64_t owner) {
+                                            std::chrono::nanoseconds duration, uint64_t owner,
+                                            bool verify_due) {
   AcquireRun run;
   std::vector<bool> verify;
   const MonoTime now = clock_->Now();
@@ -781,7 +785,8 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
       record->lease_deadline = std::max(record->lease_deadline, deadline);
       policy_->OnAccess(IdOf(record));
       UpdateProtectionLocked(record, now);
-      verify.push_back(record->loads++ % options_.verify_every_n_loads == 0);
+      const bool due = record->loads++ % options_.verify_every_n_loads == 0;
+      verify.push_back(verify_due && due);
 
       ChunkLease lease;
       lease.tier_ = this;
@@ -846,13 +851,14 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
 }
 
 absl::StatusOr<std::optional<ChunkLease>> HostTier::Acquire(
-    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner) {
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
+    bool reader_verifies) {
   if (key.empty()) return absl::InvalidArgumentError("host tier: acquire: empty chunk key");
   const std::chrono::nanoseconds duration = lease_duration.value_or(options_.default_lease);
   if (duration.count() <= 0) {
     return absl::InvalidArgumentError("host tier: acquire: lease duration must be positive");
   }
-  AcquireRun run = AcquireChain({&key, 1}, duration, owner);
+  AcquireRun run = AcquireChain({&key, 1}, duration, owner, /*verify_due=*/!reader_verifies);
   if (!run.failure.ok()) return run.failure;
   if (run.leases.empty()) return std::optional<ChunkLease>();
   return std::optional<ChunkLease>(std::move(run.leases.front()));

@@ -320,10 +320,13 @@ class HostTier {
   absl::StatusOr<ReserveResult> Reserve(const KvLayout& layout, const ChunkKey& key,
                                         const ReserveOptions& options);
 
-  // Checksums the payload (xxh3-64) and publishes the chunk: visible to lookups, tracked by the
-  // policy. The reservation is consumed whatever the outcome. kInvalidArgument for an empty
+  // Publishes the chunk: visible to lookups, tracked by the policy. Its checksum is
+  // `writer_checksum` when the writer digested the payload as it wrote it, else the tier's own
+  // xxh3-64 of the payload (a wrong writer checksum makes every verified load of the chunk fail,
+  // never pass). The reservation is consumed whatever the outcome. kInvalidArgument for an empty
   // reservation or one of another tier; kAborted when it was aborted by AbortOwner.
-  absl::Status Commit(WriteReservation&& reservation);
+  absl::Status Commit(WriteReservation&& reservation,
+                      std::optional<uint64_t> writer_checksum = std::nullopt);
   // Frees the reservation's pages; the key becomes reservable again. Empty: no-op.
   void Abort(WriteReservation&& reservation);
   // Aborts every open reservation of `owner` (a session that died: its writers must never
@@ -341,13 +344,14 @@ class HostTier {
   bool Contains(const ChunkKey& key) const;
 
   // Leases a committed chunk for `lease_duration` (default_lease when nullopt) on behalf of
-  // `owner`, verifying its checksum per verify_every_n_loads. nullopt on a miss. kDataLoss on a
-  // checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
+  // `owner`, verifying its checksum per verify_every_n_loads unless `reader_verifies` (the
+  // reader checks the lease's checksum() against the bytes it copies). nullopt on a miss. kDataLoss
+  // on a checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
   // once no other lease reads them. kInvalidArgument for an empty key or a non-positive
   // duration. kAborted when the lease expired while its checksum was being verified.
   absl::StatusOr<std::optional<ChunkLease>> Acquire(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
-      uint64_t owner = 0);
+      uint64_t owner = 0, bool reader_verifies = false);
   // Leases the longest leading run of `chain` that is committed and verifies, in one pass under
   // the tier lock (then verification without it). Stops at the first miss or checksum failure
   // (dropping that chunk, data_loss_chunks = 1), or at a lease that expired while it was being
@@ -454,8 +458,10 @@ class HostTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t PagesFor(uint64_t size_bytes) const;
   ArenaRangeList RangesFor(const Record& record) const;
+  // Leases the committed run of `chain`; verifies the checksums that verify_every_n_loads makes
+  // due, unless `verify_due` is false.
   AcquireRun AcquireChain(std::span<const ChunkKey> chain, std::chrono::nanoseconds duration,
-                          uint64_t owner);
+                          uint64_t owner, bool verify_due = true);
   absl::Status OnChecksumMismatch(ChunkLease& lease, uint64_t computed);
 
   // Called by the handles.

@@ -65,8 +65,7 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
   ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
   ASSERT_TRUE(engine.Store(Keys(4, 0), 64, 1).ok());
   ASSERT_TRUE(engine.Store(Keys(2, 5000), 64, 2, /*commit=*/false).ok());
-  v1::EngineRequest load;
-  for (const ChunkKey& key : Keys(4, 0)) *load.mutable_prepare_load()->add_keys() = ToProto(key);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(Keys(4, 0));
   absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
   ASSERT_TRUE(leased.ok());
   ASSERT_EQ(leased->prepare_load().chunks(3).status().code(), 0);
@@ -104,8 +103,7 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RawEngineClient engine((*daemon)->engine_socket());
   ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
-  v1::EngineRequest lookup;
-  for (const ChunkKey& key : keys) *lookup.mutable_lookup()->add_keys() = ToProto(key);
+  v1::EngineRequest lookup = test_support::LookupRequest(keys);
   absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
   ASSERT_TRUE(found.ok());
   const uint32_t hits = found->lookup().hit_chunks();
@@ -113,8 +111,7 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
                       << (*daemon)->Log();
   EXPECT_LT(hits, 16u) << "the last chunks lived only in the host tier";
 
-  v1::EngineRequest load;
-  for (uint32_t i = 0; i < hits; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+  v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(hits));
   absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
   ASSERT_TRUE(leased.ok());
   for (uint32_t i = 0; i < hits; ++i) {

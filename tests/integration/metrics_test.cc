@@ -82,8 +82,7 @@ class MetricsTest : public ::testing::Test {
     const std::vector<ChunkKey> keys =
         KeyHasher::Create(MetricsLayout(), {})->PrefixKeys(tokens, {});
     ASSERT_TRUE(engine.Store(keys, 64, 1).ok());
-    v1::EngineRequest load;
-    for (size_t i = 0; i < 2; ++i) *load.mutable_prepare_load()->add_keys() = ToProto(keys[i]);
+    v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(2));
     absl::StatusOr<v1::EngineResponse> loaded = engine.Call(load);
     ASSERT_TRUE(loaded.ok() && loaded->status().code() == 0);
     grpc::ClientContext context;

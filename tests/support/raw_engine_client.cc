@@ -6,12 +6,26 @@
 
 #include <cstring>
 
+#include "core/check.h"
 #include "core/fmt_absl.h"
 #include "core/frame_io.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 
 namespace strata::test_support {
+
+v1::EngineRequest LookupRequest(std::span<const ChunkKey> keys) {
+  v1::EngineRequest request;
+  STRATA_CHECK(ToProto(keys, *request.mutable_lookup()->mutable_chain()).ok());
+  return request;
+}
+
+v1::EngineRequest PrepareLoadRequest(std::span<const ChunkKey> keys, uint32_t lease_ms) {
+  v1::EngineRequest request;
+  STRATA_CHECK(ToProto(keys, *request.mutable_prepare_load()->mutable_chain()).ok());
+  request.mutable_prepare_load()->set_lease_ms(lease_ms);
+  return request;
+}
 
 using std::chrono::milliseconds;
 

@@ -17,6 +17,10 @@
 
 namespace strata::test_support {
 
+// Requests over a packed chain of `keys` (which must share algorithm, namespace and layout).
+v1::EngineRequest LookupRequest(std::span<const ChunkKey> keys);
+v1::EngineRequest PrepareLoadRequest(std::span<const ChunkKey> keys, uint32_t lease_ms = 0);
+
 class RawEngineClient {
  public:
   // Connects to the engine socket at `path`; connected() says whether it worked.

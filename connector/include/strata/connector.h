@@ -71,9 +71,13 @@ struct ConnectorOptions {
   // Also store (and look up) the last, partial chunk of a prompt. Off by default: partial chunks
   // are rarely shared and cost a key and a store each.
   bool store_partial_chunks = false;
-  // Recompute the xxh3-64 of each loaded chunk's payload in the arena after copying it and fail
-  // the chunk on a mismatch. Off by default: the daemon verifies on lease.
-  bool verify_checksums = false;
+  // Who checks a loaded chunk's checksum (xxh3-64 of its payload, taken when it was stored); a
+  // chunk that fails becomes failed blocks, recomputed by the engine. true: this connector checks
+  // every chunk it loads, in the same pass over memory as the copy when the device runtime
+  // digests copies (the host runtime), else in a CPU pass over the arena once the copies are
+  // done (CUDA), and the daemon leases without checking first. false: the daemon checks on lease
+  // as its [host] verify_every_n_loads says (every load by default).
+  bool verify_checksums = true;
 
   // Worker only: how bytes move (storage/device/device_runtime_factory.h).
   storage::DeviceBackend device_backend = storage::DeviceBackend::kAuto;
@@ -275,6 +279,7 @@ struct WorkerStats {
   uint64_t chunks_saved = 0;  // committed
   uint64_t chunks_already_present = 0;
   uint64_t chunks_save_failed = 0;  // reserved but aborted or not committed
+  uint64_t chunks_corrupt = 0;      // loaded, but their bytes did not match their checksum
   uint64_t bytes_saved = 0;
   bool connected = false;
 };

@@ -1,0 +1,120 @@
+#include "storage/disk/mover.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "storage/disk/demoter.h"
+
+namespace strata::storage {
+
+absl::StatusOr<std::unique_ptr<DiskMover>> DiskMover::Create(DiskTier* disk,
+                                                             const DiskMoverOptions& options) {
+  if (disk == nullptr) return absl::InvalidArgumentError("disk mover: no disk tier");
+  if (options.max_batch_chunks == 0) {
+    return absl::InvalidArgumentError("disk mover: max_batch_chunks must be at least 1");
+  }
+  return std::unique_ptr<DiskMover>(new DiskMover(disk, options));
+}
+
+DiskMover::DiskMover(DiskTier* disk, const DiskMoverOptions& options)
+    : disk_(disk), options_(options), worker_([this] { Run(); }) {}
+
+DiskMover::~DiskMover() { Stop(); }
+
+void DiskMover::Count(const absl::Status& status) {
+  (status.ok() ? demoted_ : failed_).fetch_add(1, std::memory_order_relaxed);
+}
+
+void DiskMover::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+                          uint32_t num_tokens) {
+  const uint64_t payload_bytes = payload.size_bytes();
+  const uint64_t staged_bytes = AlignUp(payload_bytes);
+  bool queue = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_ && staged_bytes_ + staged_bytes <= options_.max_queued_bytes) {
+      staged_bytes_ += staged_bytes;
+      ++copying_;
+      queue = true;
+    }
+  }
+  if (!queue) {
+    written_inline_.fetch_add(1, std::memory_order_relaxed);
+    Count(PutPayload(*disk_, key, payload, checksum, num_tokens));
+    return;
+  }
+  Queued item{.key = key,
+              .bytes = AlignedBuffer(payload_bytes),
+              .payload_bytes = payload_bytes,
+              .checksum = checksum,
+              .num_tokens = num_tokens};
+  payload.CopyTo(item.bytes.span().first(payload_bytes));
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(item));
+  --copying_;
+  ++enqueued_;
+}
+
+void DiskMover::Flush() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = enqueued_;
+  struct Arg {
+    DiskMover* mover;
+    uint64_t target;
+  } arg{this, target};
+  mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->mover->finished_ >= a->target; },
+      &arg));
+}
+
+void DiskMover::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+void DiskMover::Run() {
+  pthread_setname_np(pthread_self(), "strata-mover");
+  for (;;) {
+    std::vector<Queued> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DiskMover* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return !m->queue_.empty() || (m->stopping_ && m->copying_ == 0);
+          },
+          this));
+      // Stopping: a copy in progress still lands in the queue, so leave only when none is.
+      if (queue_.empty()) return;
+      while (!queue_.empty() && batch.size() < options_.max_batch_chunks) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    std::vector<std::span<const std::byte>> parts;
+    parts.reserve(batch.size());
+    std::vector<DiskPut> puts;
+    uint64_t batch_staged_bytes = 0;
+    for (const Queued& item : batch) {
+      parts.push_back(item.bytes.span().first(item.payload_bytes));
+      batch_staged_bytes += item.bytes.size();
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      puts.push_back({.key = batch[i].key,
+                      .layout_fingerprint = batch[i].key.layout_fingerprint(),
+                      .payload = std::span(&parts[i], 1),
+                      .payload_checksum = batch[i].checksum,
+                      .num_tokens = batch[i].num_tokens});
+    }
+    for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
+    batch.clear();  // frees the staging buffers before they leave the budget
+    absl::MutexLock lock(&mu_);
+    staged_bytes_ -= batch_staged_bytes;
+    finished_ += puts.size();
+  }
+}
+
+}  // namespace strata::storage
