@@ -30,14 +30,6 @@ std::string StatusText(const absl::Status& status) {
   return std::string(status.message().data(), status.message().size());
 }
 
-// Writes `key` into `out` in place (no temporary message: a lookup carries hundreds of keys).
-void FillKey(const ChunkKey& key, v1::ChunkKey* out) {
-  out->set_algorithm(ToProto(key.algorithm()));
-  out->set_namespace_(ToProto(key.key_namespace()));
-  out->set_layout_fingerprint(key.layout_fingerprint());
-  out->set_digest(key.digest().data(), key.digest().size());
-}
-
 std::vector<ArenaExtent> ExtentsFromProto(
     const google::protobuf::RepeatedPtrField<v1::Extent>& extents) {
   std::vector<ArenaExtent> out;
@@ -367,9 +359,9 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
   body->mutable_items()->Reserve(static_cast<int>(items.size()));
   for (const StoreItem& item : items) {
     v1::StoreItem* out = body->add_items();
-    FillKey(item.key, out->mutable_key());
+    ToProto(item.key, out->mutable_key());
     out->set_num_tokens(item.num_tokens);
-    if (!item.parent.empty()) FillKey(item.parent, out->mutable_parent());
+    if (!item.parent.empty()) ToProto(item.parent, out->mutable_parent());
     if (!item.tenant.empty()) out->set_tenant(item.tenant);
   }
   absl::MutexLock lock(&mu_);
