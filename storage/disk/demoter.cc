@@ -51,7 +51,11 @@ absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
     host.Abort(std::move(reservation));
     return status;
   }
-  STRATA_RETURN_IF_ERROR(host.Commit(std::move(reservation)));
+  // Read checked the bytes against the record's checksum as they arrived, so the host tier
+  // takes it instead of digesting the chunk again. Keys name their content, so a record that
+  // replaced the looked-up one carries the same checksum; if it did not, verified host loads
+  // of the chunk would fail (kDataLoss), never serve it.
+  STRATA_RETURN_IF_ERROR(host.Commit(std::move(reservation), info->payload_checksum));
   return PromoteOutcome::kPromoted;
 }
 
