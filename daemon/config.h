@@ -8,7 +8,8 @@
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
 //             demotion_queue_bytes (evicted chunks staged in memory for the background
-//             writer; 0 writes them on the evicting thread)
+//             writer; 0 writes them on the evicting thread), prefetch_queue_chunks (chunks
+//             an engine's Prefetch may queue for background promotion; >= 1)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -60,6 +61,9 @@ struct DaemonConfig {
     // default: a queued chunk is in neither tier until written, so a load that promotes other
     // chunks can miss it (see mover.h); 0 demotes on the evicting thread.
     uint64_t demotion_queue_bytes = 0;
+    // Most chunks queued for background promotion by engines' Prefetch requests
+    // (storage/disk/promoter.h); a Prefetch past it is RESOURCE_EXHAUSTED.
+    uint32_t prefetch_queue_chunks = 1024;
   } disk;
   struct Engine {
     std::string socket_path;

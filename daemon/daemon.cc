@@ -93,12 +93,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
+  if (daemon->disk_tier_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter =
+        storage::DiskPromoter::Create(daemon->disk_tier_.get(), daemon->host_tier_.get(),
+                                      {.max_queued_chunks = config.disk.prefetch_queue_chunks});
+    if (!promoter.ok()) return Annotate(promoter.status(), "disk promoter");
+    daemon->promoter_ = *std::move(promoter);
+  }
 
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
   sessions.host_tier = daemon->host_tier_.get();
   sessions.tenants = &daemon->tenants_;
   sessions.disk_tier = daemon->disk_tier_.get();
+  sessions.promoter = daemon->promoter_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();
@@ -205,6 +213,9 @@ void Daemon::Stop() {
     control_server_->Wait();
   }
   if (sessions_) sessions_->Stop();
+  // Queued prefetches are dropped; a promotion in progress finishes (its evictions reach the
+  // mover, still running).
+  if (promoter_) promoter_->Stop();
   // Demotions queued so far reach the disk before the process goes; later ones run inline.
   if (mover_) mover_->Stop();
   if (!config_.control.unix_socket_path.empty()) {

@@ -25,6 +25,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
     : id_(id),
       host_tier_(resources.host_tier),
       disk_tier_(resources.disk_tier),
+      promoter_(resources.promoter),
       tenants_(resources.tenants),
       limits_(limits) {}
 
@@ -69,6 +70,9 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
       break;
     case v1::EngineRequest::kRelease:
       status = Release(request.release(), *response.mutable_handles());
+      break;
+    case v1::EngineRequest::kPrefetch:
+      status = Prefetch(request.prefetch(), *response.mutable_prefetch());
       break;
     default:
       status = absl::InvalidArgumentError("request has no body");
@@ -149,6 +153,20 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
   if (!keys.ok()) return keys.status();
   response.set_hit_chunks(
       static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys).size()));
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
+                                     v1::PrefetchResponse& response) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
+  if (!keys.ok()) return keys.status();
+  if (promoter_ == nullptr) {
+    response.set_queued_chunks(0);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint32_t> queued = promoter_->Enqueue(layout_, *keys);
+  if (!queued.ok()) return queued.status();
+  response.set_queued_chunks(*queued);
   return absl::OkStatus();
 }
 

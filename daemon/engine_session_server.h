@@ -31,6 +31,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -41,6 +42,9 @@ struct EngineSessionServerOptions {
   storage::HostTier* host_tier = nullptr;
   // Nullable (no disk tier); not owned; must outlive the server.
   storage::DiskTier* disk_tier = nullptr;
+  // Serves Prefetch requests; nullable (no disk tier: a prefetch queues nothing); not owned;
+  // must outlive the server.
+  storage::DiskPromoter* promoter = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
   uint32_t max_sessions = 256;
@@ -105,7 +109,8 @@ class EngineSessionServer {
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
   // Indexed by v1::EngineRequest::BodyCase; null without a registry.
-  std::array<prometheus::Histogram*, 9> request_latency_{};
+  // Indexed by EngineRequest::BodyCase.
+  std::array<prometheus::Histogram*, 10> request_latency_{};
 
   // Touched only by the session thread.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;
