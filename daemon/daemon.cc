@@ -94,9 +94,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
   if (daemon->disk_tier_ != nullptr) {
-    absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter =
-        storage::DiskPromoter::Create(daemon->disk_tier_.get(), daemon->host_tier_.get(),
-                                      {.max_queued_chunks = config.disk.prefetch_queue_chunks});
+    absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter = storage::DiskPromoter::Create(
+        daemon->disk_tier_.get(), daemon->host_tier_.get(),
+        {.max_queued_chunks = config.disk.prefetch_queue_chunks, .staged = daemon->mover_.get()});
     if (!promoter.ok()) return Annotate(promoter.status(), "disk promoter");
     daemon->promoter_ = *std::move(promoter);
   }
@@ -107,6 +107,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.tenants = &daemon->tenants_;
   sessions.disk_tier = daemon->disk_tier_.get();
   sessions.promoter = daemon->promoter_.get();
+  sessions.mover = daemon->mover_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();

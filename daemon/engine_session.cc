@@ -26,6 +26,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       host_tier_(resources.host_tier),
       disk_tier_(resources.disk_tier),
       promoter_(resources.promoter),
+      mover_(resources.mover),
       tenants_(resources.tenants),
       limits_(limits) {}
 
@@ -152,7 +153,7 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
   response.set_hit_chunks(
-      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys).size()));
+      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys, mover_).size()));
   return absl::OkStatus();
 }
 
@@ -176,7 +177,7 @@ absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAny
       host_tier_->Acquire(key, lease, id_, reader_verifies);
   if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
   absl::StatusOr<storage::PromoteOutcome> promoted =
-      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key);
+      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key, mover_);
   if (!promoted.ok()) return promoted.status();
   if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
   return host_tier_->Acquire(key, lease, id_, reader_verifies);

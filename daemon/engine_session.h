@@ -29,6 +29,9 @@ struct SessionResources {
   storage::DiskTier* disk_tier = nullptr;
   // Nullable (no disk tier): queues the chunks a Prefetch names for background promotion.
   storage::DiskPromoter* promoter = nullptr;
+  // Nullable: chunks it stages for their disk write count as disk hits and are promoted from
+  // its buffers.
+  const storage::DiskMover* mover = nullptr;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
 };
@@ -92,6 +95,7 @@ class EngineSession {
   storage::HostTier* const host_tier_;
   storage::DiskTier* const disk_tier_;
   storage::DiskPromoter* const promoter_;
+  const storage::DiskMover* const mover_;
   const TenantDirectory* const tenants_;
   const EngineSessionLimits limits_;
 

@@ -233,6 +233,7 @@ void EngineSessionServer::Accept() {
     const SessionResources resources{.host_tier = options_.host_tier,
                                      .disk_tier = options_.disk_tier,
                                      .promoter = options_.promoter,
+                                     .mover = options_.mover,
                                      .tenants = options_.tenants};
     sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), resources, limits));
     ++total_sessions_;

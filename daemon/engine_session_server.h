@@ -31,6 +31,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
@@ -45,6 +46,9 @@ struct EngineSessionServerOptions {
   // Serves Prefetch requests; nullable (no disk tier: a prefetch queues nothing); not owned;
   // must outlive the server.
   storage::DiskPromoter* promoter = nullptr;
+  // The disk tier's mover, whose staged chunks sessions find and promote; nullable; not owned;
+  // must outlive the server.
+  const storage::DiskMover* mover = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
   uint32_t max_sessions = 256;

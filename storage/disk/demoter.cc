@@ -24,15 +24,51 @@ absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& 
   return true;
 }
 
+namespace {
+
+absl::Status CheckSize(const ChunkKey& key, const KvLayout& layout, uint64_t payload_bytes,
+                       uint32_t num_tokens, std::string_view where) {
+  if (num_tokens == 0 || layout.chunk_bytes(num_tokens) != payload_bytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("promote {}: {} bytes {} for {} tokens of a layout of {} bytes each",
+                    key.ToString(), payload_bytes, where, num_tokens, layout.bytes_per_token()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PromoteOutcome> PromoteStaged(HostTier& host, const KvLayout& layout,
+                                             const ChunkKey& key, const StagedPayload& staged) {
+  STRATA_RETURN_IF_ERROR(
+      CheckSize(key, layout, staged.payload_bytes, staged.num_tokens, "staged for disk"));
+  STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
+                          host.Reserve(layout, key, {.num_tokens = staged.num_tokens}));
+  switch (reserved.outcome) {
+    case ReserveOutcome::kAlreadyPresent:
+      return PromoteOutcome::kAlreadyInHost;
+    case ReserveOutcome::kInProgress:
+      return PromoteOutcome::kInProgress;
+    case ReserveOutcome::kReserved:
+      break;
+  }
+  reserved.reservation.payload().CopyFrom(staged.payload());
+  STRATA_RETURN_IF_ERROR(host.Commit(std::move(reserved.reservation), staged.checksum));
+  return PromoteOutcome::kPromoted;
+}
+
+}  // namespace
+
 absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
-                                               const KvLayout& layout, const ChunkKey& key) {
+                                               const KvLayout& layout, const ChunkKey& key,
+                                               const DiskMover* staged) {
+  if (staged != nullptr) {
+    // Held alive by this pointer while it is copied, even if its write finishes meanwhile.
+    if (std::shared_ptr<const StagedPayload> payload = staged->FindStaged(key)) {
+      return PromoteStaged(host, layout, key, *payload);
+    }
+  }
   const std::optional<DiskChunkInfo> info = disk.Lookup(key);
   if (!info.has_value()) return PromoteOutcome::kNotOnDisk;
-  if (info->num_tokens == 0 || layout.chunk_bytes(info->num_tokens) != info->payload_bytes) {
-    return absl::InvalidArgumentError(fmt::format(
-        "promote {}: {} bytes on disk for {} tokens of a layout of {} bytes each", key.ToString(),
-        info->payload_bytes, info->num_tokens, layout.bytes_per_token()));
-  }
+  STRATA_RETURN_IF_ERROR(CheckSize(key, layout, info->payload_bytes, info->num_tokens, "on disk"));
   STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
                           host.Reserve(layout, key, {.num_tokens = info->num_tokens}));
   switch (reserved.outcome) {

@@ -8,6 +8,7 @@
 #include "storage/disk/disk_tier_test_util.h"
 #include "storage/disk/mover.h"
 #include "storage/disk/promoter.h"
+#include "storage/disk/tiered_prefix.h"
 
 namespace strata::storage {
 namespace {
@@ -190,6 +191,90 @@ TEST_P(DemoterTest, MoverCountsFailedWritesAndGoesOn) {
 
 TEST(DiskMoverTest, RejectsBadOptions) {
   EXPECT_EQ(DiskMover::Create(nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Holds every write request until `open` is notified (reads pass), so demotions stay staged.
+class WriteGateEngine final : public IoEngine {
+ public:
+  WriteGateEngine(std::unique_ptr<IoEngine> inner, std::shared_ptr<absl::Notification> open)
+      : inner_(std::move(inner)), open_(std::move(open)) {}
+  std::string_view name() const override { return inner_->name(); }
+  size_t queue_depth() const override { return inner_->queue_depth(); }
+  size_t in_flight() const override { return inner_->in_flight(); }
+  absl::Status Submit(std::span<const IoRequest> requests) override {
+    for (const IoRequest& request : requests) {
+      if (request.op == IoOp::kWrite) open_->WaitForNotification();
+    }
+    return inner_->Submit(requests);
+  }
+  absl::StatusOr<size_t> Wait(size_t min_completions, std::span<IoCompletion> out) override {
+    return inner_->Wait(min_completions, out);
+  }
+  absl::Status Fdatasync(int fd) override { return inner_->Fdatasync(fd); }
+
+ private:
+  std::unique_ptr<IoEngine> inner_;
+  std::shared_ptr<absl::Notification> open_;
+};
+
+TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging) {
+  auto writes_open = std::make_shared<absl::Notification>();
+  options_.make_engine = [kind = GetParam(),
+                          writes_open]() -> absl::StatusOr<std::unique_ptr<IoEngine>> {
+    auto engine = testing::EngineOfKind(kind);
+    if (!engine.ok()) return engine.status();
+    return std::unique_ptr<IoEngine>(
+        std::make_unique<WriteGateEngine>(std::move(engine).value(), writes_open));
+  };
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get(), {.max_queued_bytes = 1 << 20});
+  ASSERT_TRUE(host.Open().ok());
+  std::vector<ChunkKey> chain;
+  for (uint64_t id = 0; id < 6; ++id) {
+    ASSERT_TRUE(host.Store(id).ok()) << id;
+    chain.push_back(SyntheticKey(host.layout, id));
+  }
+  // Chunks 0 and 1 were evicted; their writes are held: staged, in neither tier's index.
+  for (uint64_t id : {0, 1}) {
+    EXPECT_FALSE(host.tier->Contains(chain[id])) << id;
+    EXPECT_FALSE((*disk)->Contains(chain[id])) << id;
+    EXPECT_TRUE(host.mover->IsStaged(chain[id])) << id;
+  }
+  EXPECT_TRUE(LocatePrefix(*host.tier, disk->get(), chain).empty()) << "without the mover";
+  const std::vector<PrefixTier> tiers =
+      LocatePrefix(*host.tier, disk->get(), chain, host.mover.get());
+  ASSERT_EQ(tiers.size(), 6u);
+  EXPECT_EQ(tiers[0], PrefixTier::kDisk);
+  EXPECT_EQ(tiers[1], PrefixTier::kDisk);
+  EXPECT_EQ(tiers[2], PrefixTier::kHost);
+
+  // Promoted from the staging buffer: byte-exact, no disk read. Its room evicts chunk 2, which
+  // is staged by the time the promotion returns.
+  auto outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[0], host.mover.get());
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, PromoteOutcome::kPromoted);
+  EXPECT_TRUE(host.HostHolds(0));
+  EXPECT_EQ((*disk)->stats().reads, 0u);
+  EXPECT_TRUE(host.mover->IsStaged(chain[2]));
+  outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[2], host.mover.get());
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(host.HostHolds(2));
+  // A layout whose chunk size differs from the staged payload's is refused.
+  KvLayout wider = host.layout;
+  wider.head_dim = 32;
+  EXPECT_EQ(PromoteFromDisk(**disk, *host.tier, wider, chain[1], host.mover.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The writes go through: the staged chunks land on disk and leave the staging index.
+  writes_open->Notify();
+  host.mover->Flush();
+  EXPECT_EQ(host.mover->failed(), 0u);
+  for (uint64_t id : {0, 1, 2}) {
+    EXPECT_FALSE(host.mover->IsStaged(chain[id])) << id;
+    EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+  }
+  EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }
 
 using PromoterTest = DiskTierTest;

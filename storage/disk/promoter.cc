@@ -39,7 +39,7 @@ absl::StatusOr<uint32_t> DiskPromoter::Enqueue(const KvLayout& layout,
     }
   }
   // In memory only: the tiers' indexes, no disk I/O.
-  const std::vector<PrefixTier> tiers = LocatePrefix(*host_, disk_, chain);
+  const std::vector<PrefixTier> tiers = LocatePrefix(*host_, disk_, chain, options_.staged);
   std::shared_ptr<const KvLayout> shared;
   uint32_t queued = 0;
   bool full = false;
@@ -116,7 +116,7 @@ void DiskPromoter::Run() {
       queue_.pop_front();
     }
     const absl::StatusOr<PromoteOutcome> outcome =
-        PromoteFromDisk(*disk_, *host_, *item.layout, item.key);
+        PromoteFromDisk(*disk_, *host_, *item.layout, item.key, options_.staged);
     if (!outcome.ok()) {
       failed_.fetch_add(1, std::memory_order_relaxed);
     } else if (*outcome == PromoteOutcome::kPromoted) {

@@ -32,6 +32,7 @@
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::storage {
@@ -39,6 +40,9 @@ namespace strata::storage {
 struct DiskPromoterOptions {
   // Most chunks queued or being promoted at once; at least 1.
   uint32_t max_queued_chunks = 1024;
+  // Chunks waiting for their disk write are found, and promoted, from its staging buffers;
+  // nullable; not owned; must outlive the promoter.
+  const DiskMover* staged = nullptr;
 };
 
 struct DiskPromoterStats {
