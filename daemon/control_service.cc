@@ -148,8 +148,8 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request,
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
                     request.keys(), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
-  const std::vector<storage::PrefixTier> tiers =
-      storage::LocatePrefix(*options_.host_tier, options_.disk_tier, chunks->keys);
+  const std::vector<storage::PrefixTier> tiers = storage::LocatePrefix(
+      *options_.host_tier, options_.disk_tier, chunks->keys, options_.disk_mover);
   const size_t hits = tiers.size();
   uint64_t matched_tokens = 0;
   for (size_t i = 0; i < hits; ++i) {
