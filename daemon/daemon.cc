@@ -153,7 +153,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
           [control] {
             const LookupCounters c = control->lookup_counters();
             return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
-          }});
+          },
+      .disk_tier = daemon->disk_tier_.get(),
+      .disk_mover = daemon->mover_.get(),
+      .disk_promoter = daemon->promoter_.get()});
   return daemon;
 }
 
