@@ -180,6 +180,10 @@ absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAny
       storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key, mover_);
   if (!promoted.ok()) return promoted.status();
   if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
+  // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
+  if (*promoted == storage::PromoteOutcome::kInProgress && promoter_ != nullptr) {
+    promoter_->AwaitInFlight(key);
+  }
   return host_tier_->Acquire(key, lease, id_, reader_verifies);
 }
 

@@ -1,5 +1,6 @@
 #include "storage/disk/demoter.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -386,7 +387,19 @@ TEST_P(PromoterTest, QueueIsBoundedAndDuplicatesAreSkipped) {
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
   EXPECT_EQ((*promoter)->Stats().pending, 2u);
 
+  // A waiter on chunk 1 (in flight) waits until its promotion ends; chunk 2 is only queued.
+  EXPECT_FALSE((*promoter)->AwaitInFlight(SyntheticKey(layout, 2)));
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    EXPECT_TRUE((*promoter)->AwaitInFlight(SyntheticKey(layout, 1)));
+    waited = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited.load()) << "returned while chunk 1 was in flight";
+
   gate.release.Notify();
+  waiter.join();
+  EXPECT_TRUE(waited.load());
   (*promoter)->Flush();
   const DiskPromoterStats stats = (*promoter)->Stats();
   EXPECT_EQ(stats.queued, 2u);

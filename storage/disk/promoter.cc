@@ -65,6 +65,19 @@ absl::StatusOr<uint32_t> DiskPromoter::Enqueue(const KvLayout& layout,
   return queued;
 }
 
+bool DiskPromoter::AwaitInFlight(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (in_flight_ != key) return false;
+  struct Arg {
+    DiskPromoter* promoter;
+    const ChunkKey* key;
+  } arg{this, &key};
+  mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->promoter->in_flight_ != *a->key; },
+      &arg));
+  return true;
+}
+
 void DiskPromoter::Flush() {
   absl::MutexLock lock(&mu_);
   struct Arg {
@@ -114,6 +127,7 @@ void DiskPromoter::Run() {
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      in_flight_ = item.key;
     }
     const absl::StatusOr<PromoteOutcome> outcome =
         PromoteFromDisk(*disk_, *host_, *item.layout, item.key, options_.staged);
@@ -125,6 +139,7 @@ void DiskPromoter::Run() {
       skipped_.fetch_add(1, std::memory_order_relaxed);
     }
     absl::MutexLock lock(&mu_);
+    in_flight_.reset();
     pending_.erase(item.key);
     ++finished_;
   }

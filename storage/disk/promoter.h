@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 
@@ -70,6 +71,11 @@ class DiskPromoter {
   // kFailedPrecondition after Stop.
   absl::StatusOr<uint32_t> Enqueue(const KvLayout& layout, std::span<const ChunkKey> chain);
 
+  // Waits while the promoter's thread is promoting `key` (a chunk only queued does not count);
+  // returns whether it waited. A load that finds the promoter's reservation on a chunk
+  // (PromoteOutcome::kInProgress) waits here, then leases the promoted chunk.
+  bool AwaitInFlight(const ChunkKey& key);
+
   // Returns once every chunk queued before the call is promoted, skipped or failed.
   void Flush();
   // Drops the queue, waits for the promotion in progress and joins the thread; Enqueue fails
@@ -98,6 +104,8 @@ class DiskPromoter {
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // chunks ever queued
   uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // of those, done or dropped (in queue order)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The chunk the thread is promoting now.
+  std::optional<ChunkKey> in_flight_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> promoted_{0};
   std::atomic<uint64_t> skipped_{0};
