@@ -119,6 +119,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "demotion_queue_bytes") {
           s = ReadBytes(value, name, c.disk.demotion_queue_bytes);
         }
+        if (key == "prefetch_queue_chunks") s = ReadUint(value, name, c.disk.prefetch_queue_chunks);
       } else if (section == "engine") {
         if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
         if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
@@ -254,6 +255,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                     "disk.capacity_bytes={} at least 3 segments",
                     c.disk.segment_bytes, c.disk.capacity_bytes));
   }
+  if (c.disk.prefetch_queue_chunks == 0) {
+    return Bad("config: disk.prefetch_queue_chunks must be at least 1");
+  }
   if (c.host.lease_ms == 0) return Bad("config: host.lease_ms must be positive");
   if (c.host.verify_every_n_loads == 0) {
     return Bad("config: host.verify_every_n_loads must be at least 1");
@@ -296,7 +300,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
        toml::table{{"directory", c.disk.directory},
                    {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},
                    {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)},
-                   {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)}}},
+                   {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)},
+                   {"prefetch_queue_chunks", static_cast<int64_t>(c.disk.prefetch_queue_chunks)}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

@@ -8,7 +8,9 @@
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
 //             demotion_queue_bytes (evicted chunks staged in memory for the background
-//             writer; 0 writes them on the evicting thread)
+//             writer, default 256MiB; 0 writes them on the evicting thread),
+//             prefetch_queue_chunks (chunks
+//             an engine's Prefetch may queue for background promotion; >= 1)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -56,10 +58,14 @@ struct DaemonConfig {
     // Most bytes the segment files may take; at least 3 segments.
     uint64_t capacity_bytes = 0;
     uint64_t segment_bytes = 256ull << 20;
-    // Memory for evicted chunks waiting for their disk write (storage/disk/mover.h). Off by
-    // default: a queued chunk is in neither tier until written, so a load that promotes other
-    // chunks can miss it (see mover.h); 0 demotes on the evicting thread.
-    uint64_t demotion_queue_bytes = 0;
+    // Memory for evicted chunks waiting for their disk write (storage/disk/mover.h): eviction
+    // costs a memcpy instead of a disk write on the engine's session thread. Staged chunks stay
+    // visible: lookups count them and loads promote them from memory. A crash loses the staged
+    // chunks (cached copies only). 0 demotes on the evicting thread.
+    uint64_t demotion_queue_bytes = 256ull << 20;
+    // Most chunks queued for background promotion by engines' Prefetch requests
+    // (storage/disk/promoter.h); a Prefetch past it is RESOURCE_EXHAUSTED.
+    uint32_t prefetch_queue_chunks = 1024;
   } disk;
   struct Engine {
     std::string socket_path;

@@ -254,8 +254,8 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vec
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
                     std::move(keys), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
-  const std::vector<storage::PrefixTier> tiers =
-      storage::LocatePrefix(*options_.host_tier, options_.disk_tier, chunks->keys);
+  const std::vector<storage::PrefixTier> tiers = storage::LocatePrefix(
+      *options_.host_tier, options_.disk_tier, chunks->keys, options_.disk_mover);
   const size_t hits = tiers.size();
   response.mutable_chunk_tiers()->Reserve(static_cast<int>(hits));
   uint64_t matched_tokens = 0;

@@ -93,6 +93,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
+  if (daemon->disk_tier_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter = storage::DiskPromoter::Create(
+        daemon->disk_tier_.get(), daemon->host_tier_.get(),
+        {.max_queued_chunks = config.disk.prefetch_queue_chunks, .staged = daemon->mover_.get()});
+    if (!promoter.ok()) return Annotate(promoter.status(), "disk promoter");
+    daemon->promoter_ = *std::move(promoter);
+  }
 
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
@@ -100,6 +107,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.tenants = &daemon->tenants_;
   sessions.kv_event_token_ids = daemon->kv_publisher_ != nullptr;
   sessions.disk_tier = daemon->disk_tier_.get();
+  sessions.promoter = daemon->promoter_.get();
+  sessions.mover = daemon->mover_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();
@@ -145,7 +154,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
           [control] {
             const LookupCounters c = control->lookup_counters();
             return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
-          }});
+          },
+      .disk_tier = daemon->disk_tier_.get(),
+      .disk_mover = daemon->mover_.get(),
+      .disk_promoter = daemon->promoter_.get()});
   return daemon;
 }
 
@@ -206,6 +218,9 @@ void Daemon::Stop() {
     control_server_->Wait();
   }
   if (sessions_) sessions_->Stop();
+  // Queued prefetches are dropped; a promotion in progress finishes (its evictions reach the
+  // mover, still running).
+  if (promoter_) promoter_->Stop();
   // Demotions queued so far reach the disk before the process goes; later ones run inline.
   if (mover_) mover_->Stop();
   if (!config_.control.unix_socket_path.empty()) {

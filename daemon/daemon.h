@@ -21,6 +21,7 @@
 #include "grpcpp/server.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -62,6 +63,8 @@ class Daemon {
   // Republishes event_log_ in vLLM's format when configured.
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
   std::unique_ptr<storage::HostTier> host_tier_;
+  // Promotes prefetched chunks from disk into the host tier; stopped before both go.
+  std::unique_ptr<storage::DiskPromoter> promoter_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
   std::unique_ptr<grpc::Server> control_server_;

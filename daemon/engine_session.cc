@@ -25,6 +25,8 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
     : id_(id),
       host_tier_(resources.host_tier),
       disk_tier_(resources.disk_tier),
+      promoter_(resources.promoter),
+      mover_(resources.mover),
       tenants_(resources.tenants),
       kv_event_token_ids_(resources.kv_event_token_ids),
       limits_(limits) {}
@@ -70,6 +72,9 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
       break;
     case v1::EngineRequest::kRelease:
       status = Release(request.release(), *response.mutable_handles());
+      break;
+    case v1::EngineRequest::kPrefetch:
+      status = Prefetch(request.prefetch(), *response.mutable_prefetch());
       break;
     default:
       status = absl::InvalidArgumentError("request has no body");
@@ -150,7 +155,21 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
   response.set_hit_chunks(
-      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys).size()));
+      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys, mover_).size()));
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
+                                     v1::PrefetchResponse& response) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
+  if (!keys.ok()) return keys.status();
+  if (promoter_ == nullptr) {
+    response.set_queued_chunks(0);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint32_t> queued = promoter_->Enqueue(layout_, *keys);
+  if (!queued.ok()) return queued.status();
+  response.set_queued_chunks(*queued);
   return absl::OkStatus();
 }
 
@@ -160,9 +179,13 @@ absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAny
       host_tier_->Acquire(key, lease, id_, reader_verifies);
   if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
   absl::StatusOr<storage::PromoteOutcome> promoted =
-      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key);
+      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key, mover_);
   if (!promoted.ok()) return promoted.status();
   if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
+  // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
+  if (*promoted == storage::PromoteOutcome::kInProgress && promoter_ != nullptr) {
+    promoter_->AwaitInFlight(key);
+  }
   return host_tier_->Acquire(key, lease, id_, reader_verifies);
 }
 

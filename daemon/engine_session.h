@@ -15,6 +15,7 @@
 #include "core/kv_layout.h"
 #include "daemon/tenant_directory.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 #include "strata/v1/engine.pb.h"
 
@@ -26,6 +27,11 @@ struct SessionResources {
   // Nullable (no disk tier): Lookup counts, and PrepareLoad promotes, the chunks that continue
   // the host tier's prefix on disk.
   storage::DiskTier* disk_tier = nullptr;
+  // Nullable (no disk tier): queues the chunks a Prefetch names for background promotion.
+  storage::DiskPromoter* promoter = nullptr;
+  // Nullable: chunks it stages for their disk write count as disk hits and are promoted from
+  // its buffers.
+  const storage::DiskMover* mover = nullptr;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
   // KV events carry token ids: the handshake asks the connector to send each stored chunk's
@@ -68,6 +74,8 @@ class EngineSession {
   absl::Status Commit(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Abort(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
+  // Queues the chain's disk-only chunks with the promoter and answers at once (no disk I/O).
+  absl::Status Prefetch(const v1::PrefetchRequest& request, v1::PrefetchResponse& response);
 
   // Checks a batch of `items` against the per-request limit and, when it adds handles, against
   // the session's handle limit.
@@ -89,6 +97,8 @@ class EngineSession {
   const uint64_t id_;
   storage::HostTier* const host_tier_;
   storage::DiskTier* const disk_tier_;
+  storage::DiskPromoter* const promoter_;
+  const storage::DiskMover* const mover_;
   const TenantDirectory* const tenants_;
   const bool kv_event_token_ids_;
   const EngineSessionLimits limits_;

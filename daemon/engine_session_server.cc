@@ -130,7 +130,7 @@ EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, Sco
       {v1::EngineRequest::kHandshake, "handshake"}, {v1::EngineRequest::kLookup, "lookup"},
       {v1::EngineRequest::kPrepareLoad, "load"},    {v1::EngineRequest::kPrepareStore, "store"},
       {v1::EngineRequest::kCommit, "commit"},       {v1::EngineRequest::kAbort, "abort"},
-      {v1::EngineRequest::kRelease, "release"}};
+      {v1::EngineRequest::kRelease, "release"},     {v1::EngineRequest::kPrefetch, "prefetch"}};
   for (const auto& [body, op] : kOps) {
     request_latency_[body] = &family.Add({{"op", op}}, LatencyBuckets());
   }
@@ -232,6 +232,8 @@ void EngineSessionServer::Accept() {
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
     const SessionResources resources{.host_tier = options_.host_tier,
                                      .disk_tier = options_.disk_tier,
+                                     .promoter = options_.promoter,
+                                     .mover = options_.mover,
                                      .tenants = options_.tenants,
                                      .kv_event_token_ids = options_.kv_event_token_ids};
     sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), resources, limits));

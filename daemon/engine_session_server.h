@@ -31,6 +31,8 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -41,6 +43,12 @@ struct EngineSessionServerOptions {
   storage::HostTier* host_tier = nullptr;
   // Nullable (no disk tier); not owned; must outlive the server.
   storage::DiskTier* disk_tier = nullptr;
+  // Serves Prefetch requests; nullable (no disk tier: a prefetch queues nothing); not owned;
+  // must outlive the server.
+  storage::DiskPromoter* promoter = nullptr;
+  // The disk tier's mover, whose staged chunks sessions find and promote; nullable; not owned;
+  // must outlive the server.
+  const storage::DiskMover* mover = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
   // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).
@@ -107,7 +115,8 @@ class EngineSessionServer {
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
   // Indexed by v1::EngineRequest::BodyCase; null without a registry.
-  std::array<prometheus::Histogram*, 9> request_latency_{};
+  // Indexed by EngineRequest::BodyCase.
+  std::array<prometheus::Histogram*, 10> request_latency_{};
 
   // Touched only by the session thread.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;

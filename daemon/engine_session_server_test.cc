@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "core/fmt_absl.h"
 #include "core/frame_io.h"
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
 #include "storage/disk/test_util.h"
 #include "storage/host/payload_view.h"
 #include "strata/v1/engine.pb.h"
@@ -152,30 +154,37 @@ TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   server->Stop();
 }
 
-TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
-  // A host tier of 4 one-page chunks that demotes what it evicts to a disk tier.
-  storage::testing::ScratchDir scratch(dir_.string());
+// A host tier of 4 one-page chunks that demotes what it evicts to a disk tier, through a mover
+// that stages up to `demotion_queue_bytes` (0: synchronous demotion).
+void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
+                                        uint64_t demotion_queue_bytes,
+                                        const std::vector<ChunkKey>& keys) {
+  ASSERT_EQ(keys.size(), 6u);
+  std::filesystem::create_directories(dir);
+  storage::testing::ScratchDir scratch(dir.string());
   std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
       {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
-  // Synchronous demotion (the daemon's default): a chunk evicted by a promotion is on disk
+  // A chunk evicted by a promotion is on disk (synchronous demotion) or staged in the mover
   // when the promotion returns, so the same PrepareLoad finds it there.
   std::unique_ptr<storage::DiskMover> mover =
-      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = 0});
+      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = demotion_queue_bytes});
   std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
       {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
   std::unique_ptr<EngineSessionServer> server =
-      *EngineSessionServer::Create({.socket_path = (dir_ / "disk.sock").string(),
+      *EngineSessionServer::Create({.socket_path = (dir / "disk.sock").string(),
                                     .host_tier = tier.get(),
-                                    .disk_tier = disk.get()});
+                                    .disk_tier = disk.get(),
+                                    .mover = mover.get()});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
-  const std::vector<ChunkKey> keys = Keys(6);
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_TRUE(client.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
   }
   EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
-  EXPECT_EQ(mover->demoted(), 2u);
+  if (demotion_queue_bytes == 0) {
+    EXPECT_EQ(mover->demoted(), 2u);
+  }
 
   v1::EngineRequest lookup = test_support::LookupRequest(keys);
   absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
@@ -183,7 +192,7 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
   EXPECT_EQ(found->lookup().hit_chunks(), 6u) << "the prefix goes on from disk to the host tier";
 
   // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
-  // so 2 comes back from disk too: three promotions, every byte as stored.
+  // so 2 comes back from disk (or from its staging buffer) too: every byte as stored.
   v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(3));
   absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
   ASSERT_TRUE(leased.ok());
@@ -197,8 +206,112 @@ TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
       }
     }
   }
-  EXPECT_EQ(disk->stats().reads, 3u);
+  if (demotion_queue_bytes == 0) {
+    EXPECT_EQ(disk->stats().reads, 3u);
+  } else {
+    EXPECT_LE(disk->stats().reads, 3u);  // staged chunks are copied from memory
+  }
   server->Stop();
+  mover->Flush();
+  EXPECT_EQ(mover->failed(), 0u);
+}
+
+TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
+  EvictedChunksAreFoundAndLoadedBack(dir_, 0, Keys(6));
+}
+
+// The mover's queue on: chunks waiting for their disk write are still found and loaded.
+TEST_F(EngineSessionServerTest, ChunksQueuedForDemotionAreFoundAndLoadedBack) {
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE(round);
+    EvictedChunksAreFoundAndLoadedBack(dir_ / std::to_string(round), 256ull << 20, Keys(6));
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoDisk) {
+  storage::testing::ScratchDir scratch(dir_.string());
+  std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
+      {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
+  std::unique_ptr<storage::DiskMover> mover =
+      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = 0});
+  std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
+      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
+  std::unique_ptr<storage::DiskPromoter> promoter =
+      *storage::DiskPromoter::Create(disk.get(), tier.get(), {});
+  std::unique_ptr<EngineSessionServer> server =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "prefetch.sock").string(),
+                                    .host_tier = tier.get(),
+                                    .disk_tier = disk.get(),
+                                    .promoter = promoter.get()});
+  server->Start();
+  RawEngineClient client(server->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(6);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(client.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
+  }
+  ASSERT_FALSE(tier->Contains(keys[0]));  // chunks 0 and 1 are on disk only
+  ASSERT_FALSE(tier->Contains(keys[1]));
+  ASSERT_TRUE(disk->Contains(keys[0]));
+  EXPECT_EQ(disk->stats().reads, 0u);
+
+  absl::StatusOr<v1::EngineResponse> prefetched =
+      client.Call(test_support::PrefetchRequest(std::span(keys).first(3)));
+  ASSERT_TRUE(prefetched.ok()) << prefetched.status();
+  ASSERT_EQ(prefetched->status().code(), 0) << prefetched->status().message();
+  EXPECT_EQ(prefetched->prefetch().queued_chunks(), 2u) << "chunk 2 is in the host tier";
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(tier->Contains(keys[0]) && tier->Contains(keys[1])) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_TRUE(tier->Contains(keys[0]) && tier->Contains(keys[1])) << "prefetch never landed";
+  promoter->Flush();
+  EXPECT_EQ(promoter->Stats().promoted, 2u);
+  const uint64_t reads = disk->stats().reads;
+  EXPECT_EQ(reads, 2u);
+
+  // The load finds both chunks in the host tier: no disk read, every byte as stored.
+  absl::StatusOr<v1::EngineResponse> leased =
+      client.Call(test_support::PrepareLoadRequest(std::span(keys).first(2)));
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->prepare_load().chunks_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(i);
+    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); ++b) {
+        ASSERT_EQ(static_cast<uint8_t>(client.arena()[extent.offset() + b]), 0x10 * (i + 1));
+      }
+    }
+  }
+  EXPECT_EQ(disk->stats().reads, reads);
+
+  // A chain of another layout is refused; the session goes on.
+  KvLayout other = TestLayout();
+  other.model_id = "other-model";
+  const std::vector<uint32_t> tokens(16, 7);
+  const std::vector<ChunkKey> foreign = KeyHasher::Create(other, {})->PrefixKeys(tokens, {});
+  absl::StatusOr<v1::EngineResponse> refused = client.Call(test_support::PrefetchRequest(foreign));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(refused->has_prefetch());
+  ASSERT_TRUE(client.Call(test_support::LookupRequest(keys)).ok());
+  server->Stop();
+  promoter->Stop();
+}
+
+TEST_F(EngineSessionServerTest, PrefetchWithoutADiskTierQueuesNothing) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(2);
+  absl::StatusOr<v1::EngineResponse> prefetched = client.Call(test_support::PrefetchRequest(keys));
+  ASSERT_TRUE(prefetched.ok());
+  EXPECT_EQ(prefetched->status().code(), 0);
+  ASSERT_TRUE(prefetched->has_prefetch());
+  EXPECT_EQ(prefetched->prefetch().queued_chunks(), 0u);
 }
 
 TEST_F(EngineSessionServerTest, LoadStopsAtTheFirstMissingChunk) {

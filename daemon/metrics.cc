@@ -34,6 +34,46 @@ MetricFamily HostFamily(const char* name, const char* help, MetricType type, uin
   return {name, help, type, {Value(type, static_cast<double>(value), {{"tier", "host"}})}};
 }
 
+// Adds a series to family `name`, creating the family when it is not there yet (a family name
+// appears once in an exposition).
+void AddSeries(std::vector<MetricFamily>& families, const char* name, const char* help,
+               MetricType type, uint64_t value, std::vector<ClientMetric::Label> labels) {
+  for (MetricFamily& family : families) {
+    if (family.name == name) {
+      family.metric.push_back(Value(type, static_cast<double>(value), std::move(labels)));
+      return;
+    }
+  }
+  families.push_back({name, help, type, {Value(type, static_cast<double>(value), labels)}});
+}
+
+void AddDiskFamilies(std::vector<MetricFamily>& families, const storage::DiskTierStats& s) {
+  const MetricType gauge = MetricType::Gauge;
+  const MetricType counter = MetricType::Counter;
+  const std::vector<ClientMetric::Label> disk = {{"tier", "disk"}};
+  AddSeries(families, "strata_tier_capacity_bytes", "Capacity of the tier.", gauge,
+            s.capacity_bytes, disk);
+  AddSeries(families, "strata_tier_used_bytes",
+            "Bytes the tier holds (whole pages for the host tier).", gauge, s.disk_bytes, disk);
+  AddSeries(families, "strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks, disk);
+  AddSeries(families, "strata_tier_evictions_total", "", counter, s.evictions,
+            {{"reason", "capacity"}, {"tier", "disk"}});
+  AddSeries(families, "strata_tier_evictions_total", "", counter, s.dropped_records,
+            {{"reason", "corrupt"}, {"tier", "disk"}});
+  AddSeries(families, "strata_checksum_failures_total",
+            "Chunks whose payload checksum failed on a load.", counter, s.checksum_failures, disk);
+  AddSeries(families, "strata_io_errors_total", "", counter, s.io_errors, disk);
+  AddSeries(families, "strata_disk_reads_total",
+            "Chunks read from the disk tier (promotions into the host tier).", counter, s.reads,
+            {});
+  AddSeries(families, "strata_disk_read_bytes_total", "Payload bytes read from the disk tier.",
+            counter, s.read_bytes, {});
+  AddSeries(families, "strata_disk_writes_total", "Chunks written to the disk tier.", counter,
+            s.writes, {});
+  AddSeries(families, "strata_disk_written_bytes_total", "Payload bytes written to the disk tier.",
+            counter, s.written_bytes, {});
+}
+
 }  // namespace
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -121,6 +161,30 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
                         "Tokens of Lookup calls not cached.",
                         MetricType::Counter,
                         {Value(MetricType::Counter, static_cast<double>(miss_tokens), {})}});
+  }
+  if (sources_.disk_tier != nullptr) AddDiskFamilies(families, sources_.disk_tier->stats());
+  if (sources_.disk_mover != nullptr) {
+    const MetricType counter = MetricType::Counter;
+    families.push_back(
+        {"strata_demotions_total",
+         "Chunks the host tier evicted to the disk tier, by result (failed: the copy was lost).",
+         counter,
+         {Value(counter, static_cast<double>(sources_.disk_mover->demoted()),
+                {{"result", "written"}}),
+          Value(counter, static_cast<double>(sources_.disk_mover->failed()),
+                {{"result", "failed"}})}});
+  }
+  if (sources_.disk_promoter != nullptr) {
+    const storage::DiskPromoterStats p = sources_.disk_promoter->Stats();
+    const MetricType counter = MetricType::Counter;
+    families.push_back(
+        {"strata_prefetch_chunks_total",
+         "Chunks engines' Prefetch requests queued for promotion, by outcome (skipped: in the "
+         "host tier already, gone from disk, or another writer's).",
+         counter,
+         {Value(counter, static_cast<double>(p.promoted), {{"outcome", "promoted"}}),
+          Value(counter, static_cast<double>(p.skipped), {{"outcome", "skipped"}}),
+          Value(counter, static_cast<double>(p.failed), {{"outcome", "failed"}})}});
   }
   return families;
 }

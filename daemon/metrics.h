@@ -25,6 +25,9 @@
 #include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -39,6 +42,11 @@ struct NodeSources {
   std::function<std::pair<uint64_t, uint64_t>()> sessions;
   // Control Lookup calls and the tokens they found and missed.
   std::function<std::array<uint64_t, 3>()> lookups;
+  // The disk tier ({tier="disk"} series beside the host tier's, disk reads and writes), its
+  // mover (demotions) and its promoter (prefetched chunks).
+  const storage::DiskTier* disk_tier = nullptr;
+  const storage::DiskMover* disk_mover = nullptr;
+  const storage::DiskPromoter* disk_promoter = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

@@ -9,10 +9,17 @@
 //   2. sequential load of those chunks through DiskTier::Read into an aligned buffer (checksum
 //      verified), and fio reading them back the same way;
 //   3. index recovery: --recovery_chunks small chunks (8 KiB records) are stored, the tier is
-//      closed, and DiskTier::Open is timed until it serves again.
+//      closed, and DiskTier::Open is timed until it serves again;
+//   4. promotion latency: a --promotion_tokens prefix of Llama-3.1-8B geometry (32 layers, 8 KV
+//      heads, head_dim 128, bf16, 256-token chunks of 32 MiB) is stored on disk, then brought
+//      into a host tier (2 MiB pages, prefaulted arena) chunk by chunk with PromoteFromDisk on
+//      one thread, as the daemon's session thread does; fio reads as many bytes with the tier's
+//      request size, O_DIRECT, io_uring, at the tier's depth, on the same device, each round.
+//      The host tier is emptied between rounds. --total_mib=0 / --recovery_chunks=0 /
+//      --promotion_tokens=0 skip phases 1-2 / 3 / 4.
 //
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
-//                        [--request_kib=N] [--engine=KIND] [--batch=N]
+//                        [--request_kib=N] [--engine=KIND] [--batch=N] [--promotion_tokens=N]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
 #include <algorithm>
 #include <chrono>
@@ -27,8 +34,10 @@
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
 #include "storage/disk/aligned_buffer.h"
+#include "storage/disk/demoter.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/record_format.h"
+#include "storage/host/host_tier.h"
 #include "storage/host/payload_view.h"
 #include "storage/host/test_util.h"
 
@@ -50,6 +59,8 @@ struct Flags {
   uint32_t request_kib = 2048;
   // Chunks per PutBatch in the store phase.
   uint64_t batch = 4;
+  // Tokens of the promoted prefix (a multiple of 256); 32K tokens are 4 GiB.
+  uint64_t promotion_tokens = 32768;
 };
 
 uint32_t g_io_bytes = 2u << 20;
@@ -91,6 +102,119 @@ std::unique_ptr<DiskTier> OpenTier(const std::string& dir, uint64_t capacity_byt
   return std::move(tier).value();
 }
 
+// Llama-3.1-8B: 128 KiB per token, 32 MiB per 256-token chunk.
+KvLayout LlamaLayout() {
+  KvLayout layout;
+  layout.model_id = "llama-3.1-8b";
+  layout.num_layers = 32;
+  layout.num_kv_heads = 8;
+  layout.head_dim = 128;
+  layout.dtype = KvDtype::kBfloat16;
+  layout.chunk_tokens = 256;
+  return layout;
+}
+
+struct PromotionRound {
+  double promote_s = 0;  // all chunks, one after another
+  double chunk_p50_s = 0, chunk_max_s = 0;
+  double fio_read = 0;  // bytes/s
+};
+
+// Phase 4; returns its JSON member.
+std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
+  const KvLayout layout = LlamaLayout();
+  const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
+  if (flags.promotion_tokens % layout.chunk_tokens != 0) {
+    Die(fmt::format("--promotion_tokens={} is not a multiple of {}", flags.promotion_tokens,
+                    layout.chunk_tokens));
+  }
+  const uint64_t chunks = flags.promotion_tokens / layout.chunk_tokens;
+  const uint64_t total_bytes = chunks * chunk_bytes;
+  const std::string tier_dir = flags.dir + "/promotion";
+  const std::string fio_file = flags.dir + "/promotion_fio.dat";
+  auto disk = OpenTier(tier_dir, total_bytes + (1ull << 30), kind);
+  const std::string engine_name = disk->engine_name();
+
+  // Store the prefix: distinct chunks (a stamped pattern), four per PutBatch.
+  AlignedBuffer source(chunk_bytes);
+  std::memcpy(source.data(), testing::Pattern(2, chunk_bytes).data(), chunk_bytes);
+  std::vector<ChunkKey> keys;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    keys.push_back(testing::SyntheticKey(layout, i));
+    std::memcpy(source.data(), &i, sizeof(i));
+    const std::span<const std::byte> part = source.span();
+    const DiskPut put{.key = keys.back(),
+                      .layout_fingerprint = layout.Fingerprint(),
+                      .payload = std::span(&part, 1),
+                      .payload_checksum = ChecksumBytes(source.span()),
+                      .num_tokens = layout.chunk_tokens};
+    for (const absl::Status& status : disk->PutBatch(std::span(&put, 1))) {
+      if (!status.ok()) Die(fmt::format("promotion put: {}", status));
+    }
+  }
+
+  auto host = HostTier::Create({.capacity_bytes = total_bytes,
+                                .page_bytes = 2u << 20,
+                                .prefault = true,
+                                .arena_name = "strata-disk-tier-bench"});
+  if (!host.ok()) Die(fmt::format("host tier: {}", host.status()));
+
+  std::vector<PromotionRound> rounds(flags.rounds);
+  for (PromotionRound& round : rounds) {
+    (*host)->RemoveAll();
+    std::vector<double> per_chunk;
+    const auto start = Clock::now();
+    for (const ChunkKey& key : keys) {
+      const auto chunk_start = Clock::now();
+      absl::StatusOr<PromoteOutcome> outcome = PromoteFromDisk(*disk, **host, layout, key);
+      if (!outcome.ok()) Die(fmt::format("promote: {}", outcome.status()));
+      if (*outcome != PromoteOutcome::kPromoted) Die("promote: chunk not promoted");
+      per_chunk.push_back(Seconds(Clock::now() - chunk_start));
+    }
+    round.promote_s = Seconds(Clock::now() - start);
+    std::sort(per_chunk.begin(), per_chunk.end());
+    round.chunk_p50_s = per_chunk[per_chunk.size() / 2];
+    round.chunk_max_s = per_chunk.back();
+    round.fio_read = RunFio(fio_file, "read", total_bytes);
+  }
+  // The promoted chunks are whole: each lease verifies the chunk's checksum, and its stamp.
+  for (uint64_t i = 0; i < chunks; ++i) {
+    auto lease = (*host)->Acquire(keys[i]);
+    if (!lease.ok() || !lease->has_value()) Die(fmt::format("promoted chunk {} unreadable", i));
+    uint64_t stamp = 0;
+    std::memcpy(&stamp, (*lease)->payload().range_bytes(0).data(), sizeof(stamp));
+    if (stamp != i) Die(fmt::format("promoted chunk {} holds chunk {}", i, stamp));
+  }
+  host->reset();
+  disk.reset();
+  std::filesystem::remove(fio_file);
+  std::filesystem::remove_all(tier_dir);
+
+  // promote_s * fio_read is the time ratio times total_bytes.
+  std::sort(rounds.begin(), rounds.end(), [](const PromotionRound& a, const PromotionRound& b) {
+    return a.promote_s * a.fio_read < b.promote_s * b.fio_read;
+  });
+  std::string per_round;
+  for (const PromotionRound& round : rounds) {
+    const double fio_s = static_cast<double>(total_bytes) / round.fio_read;
+    per_round += fmt::format(
+        "{}{{\"promote_ms\": {:.1f}, \"fio_read_ms\": {:.1f}, \"ratio\": {:.3f}, "
+        "\"promote_GBps\": {:.3f}, \"fio_read_GBps\": {:.3f}, \"chunk_p50_ms\": {:.2f}, "
+        "\"chunk_max_ms\": {:.2f}}}",
+        per_round.empty() ? "" : ",\n      ", round.promote_s * 1e3, fio_s * 1e3,
+        round.promote_s / fio_s, static_cast<double>(total_bytes) / round.promote_s / 1e9,
+        round.fio_read / 1e9, round.chunk_p50_s * 1e3, round.chunk_max_s * 1e3);
+  }
+  const PromotionRound& median = rounds[rounds.size() / 2];
+  return fmt::format(
+      "{{\"engine\": \"{}\", \"tokens\": {}, \"chunks\": {}, \"bytes\": {}, "
+      "\"median_promote_ms\": {:.1f}, \"median_fio_read_ms\": {:.1f}, "
+      "\"median_time_ratio\": {:.3f},\n    \"rounds_by_ratio\": [\n      {}]}}",
+      engine_name, flags.promotion_tokens, chunks, total_bytes, median.promote_s * 1e3,
+      static_cast<double>(total_bytes) / median.fio_read * 1e3,
+      median.promote_s * median.fio_read / static_cast<double>(total_bytes), per_round);
+}
+
 int Main(const Flags& flags) {
   const auto kind = ParseIoEngineKind(flags.engine);
   if (!kind.ok()) Die(fmt::format("{}", kind.status()));
@@ -119,7 +243,7 @@ int Main(const Flags& flags) {
   struct Round {
     double fio_write = 0, tier_write = 0, tier_read = 0, fio_read = 0;
   };
-  std::vector<Round> rounds(flags.rounds);
+  std::vector<Round> rounds(chunks > 0 ? flags.rounds : 0);
   std::string engine_name;
   for (Round& round : rounds) {
     const std::string fio_file = flags.dir + "/fio.dat";
@@ -167,6 +291,7 @@ int Main(const Flags& flags) {
   auto median = [&](auto field) {
     std::vector<double> values;
     for (const Round& round : rounds) values.push_back(field(round));
+    if (values.empty()) return 0.0;
     std::sort(values.begin(), values.end());
     return values[values.size() / 2];
   };
@@ -215,6 +340,8 @@ int Main(const Flags& flags) {
     tier.reset();
     std::filesystem::remove_all(recovery_dir);
   }
+  const std::string promotion =
+      flags.promotion_tokens > 0 ? RunPromotion(flags, *kind) : std::string("null");
 
   fmt::print(
       "{{\n"
@@ -223,12 +350,13 @@ int Main(const Flags& flags) {
       "\"store_batch\": {},\n"
       "  \"median_store_ratio\": {:.3f}, \"median_load_ratio\": {:.3f},\n"
       "  \"rounds\": [\n    {}],\n"
-      "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}}\n"
+      "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}},\n"
+      "  \"promotion\": {}\n"
       "}}\n",
       engine_name, kChunkBytes, chunks, g_io_bytes, flags.batch,
       median([](const Round& r) { return r.tier_write / r.fio_write; }),
       median([](const Round& r) { return r.tier_read / r.fio_read; }), per_round, recovered_chunks,
-      populate_s, open_s);
+      populate_s, open_s, promotion);
   return 0;
 }
 
@@ -254,12 +382,15 @@ int main(int argc, char** argv) {
       flags.rounds = std::max(1, std::stoi(value));
     } else if (name == "--batch") {
       flags.batch = std::max<uint64_t>(1, std::stoull(value));
+    } else if (name == "--promotion_tokens") {
+      flags.promotion_tokens = std::stoull(value);
     } else if (name == "--engine") {
       flags.engine = value;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
-                   "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N]\n",
+                   "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
+                   "[--promotion_tokens=N]\n",
                    argv[0]);
       return 2;
     }

@@ -318,6 +318,19 @@ absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> key
   return std::min<uint32_t>(response.lookup().hit_chunks(), static_cast<uint32_t>(keys.size()));
 }
 
+absl::StatusOr<uint32_t> EngineClient::Prefetch(std::span<const ChunkKey> keys,
+                                                milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  google::protobuf::Arena arena;
+  auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *request->mutable_prefetch()->mutable_chain()));
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(*request, v1::EngineResponse::kPrefetch, deadline));
+  return std::min<uint32_t>(response.prefetch().queued_chunks(),
+                            static_cast<uint32_t>(keys.size()));
+}
+
 absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareLoad(
     std::span<const ChunkKey> keys, uint32_t lease_ms, milliseconds timeout, bool verifies) {
   const MonoTime deadline = DeadlineIn(timeout);

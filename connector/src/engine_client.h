@@ -174,6 +174,11 @@ class EngineClient {
   // How many leading keys of `keys` the daemon has.
   absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
                                        std::chrono::milliseconds timeout);
+  // Asks the daemon to promote the disk-resident chunks of `keys`' cached prefix into its host
+  // tier in the background; returns how many chunks it queued (it answers before any disk I/O).
+  // The daemon's errors (kResourceExhausted: its prefetch queue is full) and the call's.
+  absl::StatusOr<uint32_t> Prefetch(std::span<const ChunkKey> keys,
+                                    std::chrono::milliseconds timeout);
   // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
   // `verifies`: the caller checks each placement's checksum as it copies, so the daemon does
   // not check first.

@@ -152,6 +152,24 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   return {matched, false};
 }
 
+uint32_t SchedulerConnector::Prefetch(const RequestInfo& request) {
+  Impl& s = *impl_;
+  if (!s.options.enable_load) return 0;
+  const KeyExtras extras{request.tenant_salt, request.lora_name};
+  const std::vector<ChunkKey> keys =
+      s.hasher.PrefixKeys(request.prompt_tokens, extras, s.partial());
+  if (keys.empty()) return 0;
+  absl::StatusOr<uint32_t> queued = s.client->Prefetch(keys, s.options.lookup_budget);
+  absl::MutexLock lock(&s.mu);
+  ++s.stats.prefetches;
+  if (!queued.ok()) {
+    ++s.stats.prefetch_failures;
+    return 0;
+  }
+  s.stats.prefetch_chunks += *queued;
+  return *queued;
+}
+
 absl::Status SchedulerConnector::UpdateStateAfterAlloc(std::string_view request_id,
                                                        std::span<const int32_t> block_ids,
                                                        int64_t num_external_tokens) {

@@ -324,6 +324,80 @@ TEST_F(SchedulerConnectorTest, DisabledLoadsNeverLookUp) {
   EXPECT_EQ(scheduler->Stats().lookups, 0u);
 }
 
+// Prefetch through the real session server over a disk tier: the daemon promotes the prompt's
+// disk-only chunks in the background, so the lookup and load that follow read no disk.
+TEST(SchedulerConnectorDiskTest, PrefetchBringsDiskChunksIntoTheHostTierInTheBackground) {
+  // LRU: the prompt's chunks, stored first, are the ones evicted to disk, and promoting them
+  // evicts the other prompt's.
+  TestDaemon daemon({.capacity_bytes = 4 * 4096,
+                     .policy = "lru",
+                     .disk_capacity_bytes = 4ull << 20,
+                     .disk_segment_bytes = 1ull << 20});
+  ASSERT_TRUE(daemon.Start().ok());
+  auto scheduler = *SchedulerConnector::Create(Options(daemon.socket_path()));
+  const auto prompt = Prompt(3 * kChunk + 5);
+  Populate(*daemon.tier(), prompt, 3);
+  Populate(*daemon.tier(), Prompt(4 * kChunk, 50000), 4);  // pushes the prompt's chunks to disk
+  const std::vector<ChunkKey> keys =
+      KeyHasher::Create(TestLayout(), {})->PrefixKeys(prompt, {}, PartialChunk::kExclude);
+  ASSERT_EQ(keys.size(), 3u);
+  for (const ChunkKey& key : keys) {
+    ASSERT_FALSE(daemon.tier()->Contains(key));
+    ASSERT_TRUE(daemon.disk()->Contains(key));
+  }
+  const uint64_t reads = daemon.disk()->stats().reads;
+
+  EXPECT_EQ(scheduler->Prefetch({.request_id = "q", .prompt_tokens = prompt}), 3u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto all_in_host = [&] {
+    for (const ChunkKey& key : keys) {
+      if (!daemon.tier()->Contains(key)) return false;
+    }
+    return true;
+  };
+  while (!all_in_host() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_TRUE(all_in_host()) << "the prefetch never landed";
+  daemon.promoter()->Flush();
+  EXPECT_EQ(daemon.promoter()->Stats().promoted, 3u);
+  EXPECT_EQ(daemon.disk()->stats().reads, reads + 3);
+
+  // In the host tier now: a second prefetch queues nothing; the lookup hits without the disk.
+  EXPECT_EQ(scheduler->Prefetch({.request_id = "q", .prompt_tokens = prompt}), 0u);
+  EXPECT_EQ(
+      scheduler->GetNumNewMatchedTokens({.request_id = "q", .prompt_tokens = prompt}, 0).num_tokens,
+      3 * kChunk);
+  EXPECT_EQ(daemon.disk()->stats().reads, reads + 3);
+  const SchedulerStats stats = scheduler->Stats();
+  EXPECT_EQ(stats.prefetches, 2u);
+  EXPECT_EQ(stats.prefetch_failures, 0u);
+  EXPECT_EQ(stats.prefetch_chunks, 3u);
+}
+
+TEST(SchedulerConnectorDiskTest, PrefetchIsAHintThatNeverFails) {
+  TestDaemon daemon;  // no disk tier, not started yet
+  ManualClock clock;
+  ConnectorOptions options = Options(daemon.socket_path());
+  options.clock = &clock;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(64);
+  EXPECT_EQ(scheduler->Prefetch({.request_id = "a", .prompt_tokens = prompt}), 0u);
+  EXPECT_EQ(scheduler->Stats().prefetch_failures, 1u);
+  ASSERT_TRUE(daemon.Start().ok());
+  clock.Advance(milliseconds(1000));
+  EXPECT_EQ(scheduler->Prefetch({.request_id = "a", .prompt_tokens = prompt}), 0u);
+  EXPECT_EQ(scheduler->Stats().prefetches, 2u);
+  EXPECT_EQ(scheduler->Stats().prefetch_failures, 1u) << "answered: no disk tier, nothing queued";
+  // Shorter than a chunk, or loads disabled: no round trip.
+  EXPECT_EQ(scheduler->Prefetch({.request_id = "b", .prompt_tokens = Prompt(kChunk - 1)}), 0u);
+  EXPECT_EQ(scheduler->Stats().prefetches, 2u);
+  options.enable_load = false;
+  auto disabled = *SchedulerConnector::Create(options);
+  EXPECT_EQ(disabled->Prefetch({.request_id = "a", .prompt_tokens = prompt}), 0u);
+  EXPECT_EQ(disabled->Stats().prefetches, 0u);
+}
+
 TEST(SchedulerConnectorNoDaemonTest, LookupsReportZeroAtOnceWhileTheDaemonIsAway) {
   TestDaemon daemon;  // not started
   ManualClock clock;

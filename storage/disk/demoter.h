@@ -17,6 +17,7 @@
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::storage {
@@ -42,7 +43,10 @@ absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& 
 // record's size does not match layout.chunk_bytes(num_tokens); the host tier's Reserve errors
 // (kResourceExhausted, ...); the disk tier's Read errors (kDataLoss: the disk copy was dropped;
 // kAborted: it left the disk tier meanwhile). On any error the host reservation is aborted.
+// A chunk `staged` (nullable) holds for its disk write is promoted from its staging buffer
+// instead (a memcpy, no disk read), with the checksum the host tier gave it.
 absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
-                                               const KvLayout& layout, const ChunkKey& key);
+                                               const KvLayout& layout, const ChunkKey& key,
+                                               const DiskMover* staged = nullptr);
 
 }  // namespace strata::storage

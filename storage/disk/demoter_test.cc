@@ -1,11 +1,15 @@
 #include "storage/disk/demoter.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "storage/disk/disk_tier_test_util.h"
 #include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
+#include "storage/disk/tiered_prefix.h"
 
 namespace strata::storage {
 namespace {
@@ -189,6 +193,249 @@ TEST_P(DemoterTest, MoverCountsFailedWritesAndGoesOn) {
 TEST(DiskMoverTest, RejectsBadOptions) {
   EXPECT_EQ(DiskMover::Create(nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
+
+// Holds every write request until `open` is notified (reads pass), so demotions stay staged.
+class WriteGateEngine final : public IoEngine {
+ public:
+  WriteGateEngine(std::unique_ptr<IoEngine> inner, std::shared_ptr<absl::Notification> open)
+      : inner_(std::move(inner)), open_(std::move(open)) {}
+  std::string_view name() const override { return inner_->name(); }
+  size_t queue_depth() const override { return inner_->queue_depth(); }
+  size_t in_flight() const override { return inner_->in_flight(); }
+  absl::Status Submit(std::span<const IoRequest> requests) override {
+    for (const IoRequest& request : requests) {
+      if (request.op == IoOp::kWrite) open_->WaitForNotification();
+    }
+    return inner_->Submit(requests);
+  }
+  absl::StatusOr<size_t> Wait(size_t min_completions, std::span<IoCompletion> out) override {
+    return inner_->Wait(min_completions, out);
+  }
+  absl::Status Fdatasync(int fd) override { return inner_->Fdatasync(fd); }
+
+ private:
+  std::unique_ptr<IoEngine> inner_;
+  std::shared_ptr<absl::Notification> open_;
+};
+
+TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging) {
+  auto writes_open = std::make_shared<absl::Notification>();
+  options_.make_engine = [kind = GetParam(),
+                          writes_open]() -> absl::StatusOr<std::unique_ptr<IoEngine>> {
+    auto engine = testing::EngineOfKind(kind);
+    if (!engine.ok()) return engine.status();
+    return std::unique_ptr<IoEngine>(
+        std::make_unique<WriteGateEngine>(std::move(engine).value(), writes_open));
+  };
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get(), {.max_queued_bytes = 1 << 20});
+  ASSERT_TRUE(host.Open().ok());
+  std::vector<ChunkKey> chain;
+  for (uint64_t id = 0; id < 6; ++id) {
+    ASSERT_TRUE(host.Store(id).ok()) << id;
+    chain.push_back(SyntheticKey(host.layout, id));
+  }
+  // Chunks 0 and 1 were evicted; their writes are held: staged, in neither tier's index.
+  for (uint64_t id : {0, 1}) {
+    EXPECT_FALSE(host.tier->Contains(chain[id])) << id;
+    EXPECT_FALSE((*disk)->Contains(chain[id])) << id;
+    EXPECT_TRUE(host.mover->IsStaged(chain[id])) << id;
+  }
+  EXPECT_TRUE(LocatePrefix(*host.tier, disk->get(), chain).empty()) << "without the mover";
+  const std::vector<PrefixTier> tiers =
+      LocatePrefix(*host.tier, disk->get(), chain, host.mover.get());
+  ASSERT_EQ(tiers.size(), 6u);
+  EXPECT_EQ(tiers[0], PrefixTier::kDisk);
+  EXPECT_EQ(tiers[1], PrefixTier::kDisk);
+  EXPECT_EQ(tiers[2], PrefixTier::kHost);
+
+  // Promoted from the staging buffer: byte-exact, no disk read. Its room evicts chunk 2, which
+  // is staged by the time the promotion returns.
+  auto outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[0], host.mover.get());
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, PromoteOutcome::kPromoted);
+  EXPECT_TRUE(host.HostHolds(0));
+  EXPECT_EQ((*disk)->stats().reads, 0u);
+  EXPECT_TRUE(host.mover->IsStaged(chain[2]));
+  outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[2], host.mover.get());
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(host.HostHolds(2));
+  // A layout whose chunk size differs from the staged payload's is refused.
+  KvLayout wider = host.layout;
+  wider.head_dim = 32;
+  EXPECT_EQ(PromoteFromDisk(**disk, *host.tier, wider, chain[1], host.mover.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The writes go through: the staged chunks land on disk and leave the staging index.
+  writes_open->Notify();
+  host.mover->Flush();
+  EXPECT_EQ(host.mover->failed(), 0u);
+  for (uint64_t id : {0, 1, 2}) {
+    EXPECT_FALSE(host.mover->IsStaged(chain[id])) << id;
+    EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+  }
+  EXPECT_TRUE(host.tier->CheckConsistency().ok());
+}
+
+using PromoterTest = DiskTierTest;
+
+TEST_P(PromoterTest, PrefetchPromotesDiskOnlyChunksInTheBackground) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get());
+  ASSERT_TRUE(host.Open().ok());
+  // Chunks 0-5 go to disk; 6-9 stay in the host tier.
+  for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
+  auto promoter = DiskPromoter::Create(disk->get(), host.tier.get(), {});
+  ASSERT_TRUE(promoter.ok()) << promoter.status();
+
+  // Host-resident chunks are not queued, and the run stops at a chunk in neither tier.
+  std::vector<ChunkKey> chain;
+  for (uint64_t id : {8, 0, 1, 9, 2, 777, 3}) chain.push_back(SyntheticKey(host.layout, id));
+  const uint64_t reads_before = (*disk)->stats().reads;
+  auto queued = (*promoter)->Enqueue(host.layout, chain);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_EQ(*queued, 3u);
+  (*promoter)->Flush();
+  const DiskPromoterStats stats = (*promoter)->Stats();
+  EXPECT_EQ(stats.queued, 3u);
+  EXPECT_EQ(stats.promoted, 3u);
+  EXPECT_EQ(stats.failed, 0u);
+  EXPECT_EQ(stats.pending, 0u);
+  EXPECT_EQ((*disk)->stats().reads, reads_before + 3);
+  for (uint64_t id : {0, 1, 2}) EXPECT_TRUE(host.HostHolds(id)) << id;
+  EXPECT_FALSE(host.tier->Contains(SyntheticKey(host.layout, 3)));
+
+  // Now in the host tier: a second prefetch queues nothing and reads nothing.
+  const ChunkKey promoted[] = {SyntheticKey(host.layout, 0), SyntheticKey(host.layout, 1),
+                               SyntheticKey(host.layout, 2)};
+  EXPECT_EQ((*promoter)->Enqueue(host.layout, promoted).value(), 0u);
+  (*promoter)->Flush();
+  EXPECT_EQ((*disk)->stats().reads, reads_before + 3);
+  EXPECT_TRUE(host.tier->CheckConsistency().ok());
+}
+
+TEST_P(PromoterTest, BadInputsAndStopAreClearErrors) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get());
+  ASSERT_TRUE(host.Open().ok());
+  EXPECT_EQ(DiskPromoter::Create(nullptr, host.tier.get(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DiskPromoter::Create(disk->get(), host.tier.get(), {.max_queued_chunks = 0}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  auto promoter = DiskPromoter::Create(disk->get(), host.tier.get(), {});
+  ASSERT_TRUE(promoter.ok());
+  const ChunkKey other_layout[] = {SyntheticKey(SmallLayout("other-model"), 1)};
+  EXPECT_EQ((*promoter)->Enqueue(host.layout, other_layout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*promoter)->Enqueue(KvLayout{}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  (*promoter)->Stop();
+  const ChunkKey mine[] = {SyntheticKey(host.layout, 1)};
+  EXPECT_EQ((*promoter)->Enqueue(host.layout, mine).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// An eviction listener that holds the first eviction until released.
+class GateListener final : public EvictionListener {
+ public:
+  void OnEvicted(const ChunkKey&, const PayloadView&, uint64_t, uint32_t) override {
+    if (entered.HasBeenNotified()) return;
+    entered.Notify();
+    release.WaitForNotification();
+  }
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+TEST_P(PromoterTest, QueueIsBoundedAndDuplicatesAreSkipped) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  const KvLayout layout = SmallLayout();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    const std::vector<std::byte> payload = Pattern(id, kChunkBytes);
+    ASSERT_TRUE((*disk)
+                    ->Put(SyntheticKey(layout, id), layout.Fingerprint(), payload,
+                          ChecksumBytes(payload), 16)
+                    .ok());
+  }
+  // A host tier of one chunk, full: promoting chunk 1 evicts chunk 0 into the gate.
+  GateListener gate;
+  auto host = HostTier::Create({.capacity_bytes = kChunkBytes,
+                                .page_bytes = 4096,
+                                .arena_name = "strata-promoter-test",
+                                .listener = &gate});
+  ASSERT_TRUE(host.ok());
+  auto reserved = (*host)->Reserve(layout, SyntheticKey(layout, 0), {.num_tokens = 16});
+  ASSERT_TRUE(reserved.ok());
+  reserved->reservation.payload().CopyFrom(Pattern(0, kChunkBytes));
+  ASSERT_TRUE((*host)->Commit(std::move(reserved->reservation)).ok());
+
+  auto promoter = DiskPromoter::Create(disk->get(), host->get(), {.max_queued_chunks = 2});
+  ASSERT_TRUE(promoter.ok());
+  const ChunkKey one[] = {SyntheticKey(layout, 1)};
+  EXPECT_EQ((*promoter)->Enqueue(layout, one).value(), 1u);
+  gate.entered.WaitForNotification();                        // chunk 1's promotion is under way
+  EXPECT_EQ((*promoter)->Enqueue(layout, one).value(), 0u);  // pending already
+  const ChunkKey two_three[] = {SyntheticKey(layout, 2), SyntheticKey(layout, 3)};
+  EXPECT_EQ((*promoter)->Enqueue(layout, two_three).value(), 1u);  // room for one
+  const ChunkKey three[] = {SyntheticKey(layout, 3)};
+  const auto full = (*promoter)->Enqueue(layout, three);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_EQ((*promoter)->Stats().pending, 2u);
+
+  // A waiter on chunk 1 (in flight) waits until its promotion ends; chunk 2 is only queued.
+  EXPECT_FALSE((*promoter)->AwaitInFlight(SyntheticKey(layout, 2)));
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    EXPECT_TRUE((*promoter)->AwaitInFlight(SyntheticKey(layout, 1)));
+    waited = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited.load()) << "returned while chunk 1 was in flight";
+
+  gate.release.Notify();
+  waiter.join();
+  EXPECT_TRUE(waited.load());
+  (*promoter)->Flush();
+  const DiskPromoterStats stats = (*promoter)->Stats();
+  EXPECT_EQ(stats.queued, 2u);
+  EXPECT_EQ(stats.promoted, 2u);
+  EXPECT_EQ(stats.pending, 0u);
+  // The tier holds one chunk: the last promoted, chunk 2, byte-exact.
+  auto lease = (*host)->Acquire(SyntheticKey(layout, 2));
+  ASSERT_TRUE(lease.ok() && lease->has_value());
+  std::vector<std::byte> bytes(kChunkBytes);
+  (*lease)->payload().CopyTo(bytes);
+  EXPECT_EQ(bytes, Pattern(2, kChunkBytes));
+}
+
+TEST_P(PromoterTest, FailedReadIsCountedAndNothingIsServed) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get());
+  ASSERT_TRUE(host.Open().ok());
+  for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
+  ASSERT_TRUE((*disk)->Contains(SyntheticKey(host.layout, 0)));
+  auto promoter = DiskPromoter::Create(disk->get(), host.tier.get(), {});
+  ASSERT_TRUE(promoter.ok());
+  plan_->FlipNextReads(1);
+  const ChunkKey zero[] = {SyntheticKey(host.layout, 0)};
+  EXPECT_EQ((*promoter)->Enqueue(host.layout, zero).value(), 1u);
+  (*promoter)->Flush();
+  EXPECT_EQ((*promoter)->Stats().failed, 1u);
+  EXPECT_EQ((*promoter)->Stats().promoted, 0u);
+  EXPECT_FALSE(host.tier->Contains(SyntheticKey(host.layout, 0)));
+  EXPECT_FALSE((*disk)->Contains(SyntheticKey(host.layout, 0)));
+  EXPECT_EQ(host.tier->Stats().reservations, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, PromoterTest,
+                         ::testing::Values(IoEngineKind::kIoUring, IoEngineKind::kSync),
+                         testing::EngineParamName);
 
 INSTANTIATE_TEST_SUITE_P(Engines, DemoterTest,
                          ::testing::Values(IoEngineKind::kIoUring, IoEngineKind::kSync),

@@ -44,16 +44,28 @@ void DiskMover::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint6
     Count(PutPayload(*disk_, key, payload, checksum, num_tokens));
     return;
   }
-  Queued item{.key = key,
-              .bytes = AlignedBuffer(payload_bytes),
-              .payload_bytes = payload_bytes,
-              .checksum = checksum,
-              .num_tokens = num_tokens};
-  payload.CopyTo(item.bytes.span().first(payload_bytes));
+  auto staged = std::make_shared<StagedPayload>();
+  staged->bytes = AlignedBuffer(payload_bytes);
+  staged->payload_bytes = payload_bytes;
+  staged->checksum = checksum;
+  staged->num_tokens = num_tokens;
+  payload.CopyTo(staged->bytes.span().first(payload_bytes));
   absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(item));
+  staged_.insert_or_assign(key, staged);
+  queue_.push_back({.key = key, .staged = std::move(staged)});
   --copying_;
   ++enqueued_;
+}
+
+std::shared_ptr<const StagedPayload> DiskMover::FindStaged(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = staged_.find(key);
+  return it == staged_.end() ? nullptr : it->second;
+}
+
+bool DiskMover::IsStaged(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return staged_.contains(key);
 }
 
 void DiskMover::Flush() {
@@ -99,19 +111,26 @@ void DiskMover::Run() {
     std::vector<DiskPut> puts;
     uint64_t batch_staged_bytes = 0;
     for (const Queued& item : batch) {
-      parts.push_back(item.bytes.span().first(item.payload_bytes));
-      batch_staged_bytes += item.bytes.size();
+      parts.push_back(item.staged->payload());
+      batch_staged_bytes += item.staged->bytes.size();
     }
     for (size_t i = 0; i < batch.size(); ++i) {
       puts.push_back({.key = batch[i].key,
                       .layout_fingerprint = batch[i].key.layout_fingerprint(),
                       .payload = std::span(&parts[i], 1),
-                      .payload_checksum = batch[i].checksum,
-                      .num_tokens = batch[i].num_tokens});
+                      .payload_checksum = batch[i].staged->checksum,
+                      .num_tokens = batch[i].staged->num_tokens});
     }
     for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
-    batch.clear();  // frees the staging buffers before they leave the budget
     absl::MutexLock lock(&mu_);
+    // Written (the disk tier shows them now) or failed: no longer staged, unless evicted again
+    // meanwhile. A reader holding a buffer keeps it alive past the budget; the budget bounds
+    // what the mover holds.
+    for (const Queued& item : batch) {
+      auto it = staged_.find(item.key);
+      if (it != staged_.end() && it->second == item.staged) staged_.erase(it);
+    }
+    batch.clear();
     staged_bytes_ -= batch_staged_bytes;
     finished_ += puts.size();
   }

@@ -10,13 +10,15 @@
 // arena pages (backpressure; nothing is dropped). max_queued_bytes = 0 makes every demotion
 // synchronous.
 //
-// Visibility: between OnEvicted and the end of its write a chunk is in neither tier, so a lookup
-// misses it (the engine recomputes; never wrong KV: keys name their content). A PrepareLoad that
-// promotes chunks and thereby evicts a later chunk of the same prefix then misses that chunk
-// (TODO(gap): serve promotions of queued chunks from their staging buffers); the daemon keeps
-// demotion synchronous unless [disk] demotion_queue_bytes is set. Flush() waits for every
-// demotion queued so far; callers that need the disk tier to hold them (Drain, Clear) call it
-// first.
+// Visibility: a chunk is staged from the end of its copy in OnEvicted until its write finished
+// and the disk tier shows it (or the write failed): FindStaged hands out its staging buffer, so
+// LocatePrefix counts it and PromoteFromDisk promotes it from memory (tiered_prefix.h,
+// demoter.h). A chunk a promotion evicts on the session thread is staged by the time the
+// promotion returns, so a PrepareLoad that evicts a later chunk of its own prefix still finds
+// it. Only while another thread's OnEvicted copies the payload is a chunk in neither tier (a
+// lookup then misses it: the engine recomputes; never wrong KV, keys name their content).
+// Flush() waits for every demotion queued so far; callers that need the disk tier to hold them
+// (Drain, Clear) call it first.
 //
 // Lifetime: Stop() (also run by the destructor) stops queueing, writes everything queued and
 // joins the thread; evictions after it are written synchronously, so no demotion is lost. The
@@ -32,10 +34,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
@@ -45,8 +49,19 @@
 
 namespace strata::storage {
 
+// An evicted chunk's payload held for its disk write; immutable once staged.
+struct StagedPayload {
+  AlignedBuffer bytes;  // the payload, padded to 4 KiB
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;  // the host tier's xxh3-64 of the payload
+  uint32_t num_tokens = 0;
+
+  std::span<const std::byte> payload() const { return bytes.span().first(payload_bytes); }
+};
+
 struct DiskMoverOptions {
   // Most bytes of evicted payloads held in staging buffers (see above); 0: write synchronously.
+  // Staged buffers a reader still holds (FindStaged) may outlive their place in the budget.
   uint64_t max_queued_bytes = 256ull << 20;
   // Most chunks per DiskTier::PutBatch; at least 1.
   uint32_t max_batch_chunks = 4;
@@ -64,6 +79,11 @@ class DiskMover final : public EvictionListener {
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
                  uint32_t num_tokens) override;
 
+  // The staged payload of `key` when it waits for (or is in) its disk write, else nullptr. The
+  // buffer stays valid and unchanged while the caller holds it.
+  std::shared_ptr<const StagedPayload> FindStaged(const ChunkKey& key) const;
+  bool IsStaged(const ChunkKey& key) const;
+
   // Returns once every demotion queued before the call is written (or has failed).
   void Flush();
   // Writes everything queued and joins the thread; later evictions are written synchronously.
@@ -79,10 +99,7 @@ class DiskMover final : public EvictionListener {
  private:
   struct Queued {
     ChunkKey key;
-    AlignedBuffer bytes;  // the payload, padded to 4 KiB
-    uint64_t payload_bytes = 0;
-    uint64_t checksum = 0;
-    uint32_t num_tokens = 0;
+    std::shared_ptr<const StagedPayload> staged;
   };
 
   DiskMover(DiskTier* disk, const DiskMoverOptions& options);
@@ -92,8 +109,10 @@ class DiskMover final : public EvictionListener {
   DiskTier* const disk_;
   const DiskMoverOptions options_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // The chunks of queue_ and of the batch being written, by key (the latest eviction of a key).
+  absl::flat_hash_map<ChunkKey, std::shared_ptr<const StagedPayload>> staged_ ABSL_GUARDED_BY(mu_);
   // Staging bytes of chunks being copied, queued or being written.
   uint64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Evictions between their budget check and their place in the queue.

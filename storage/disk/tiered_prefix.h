@@ -8,6 +8,7 @@
 
 #include "core/chunk_key.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::storage {
@@ -15,8 +16,11 @@ namespace strata::storage {
 enum class PrefixTier { kHost, kDisk };
 
 // The tier of each leading chunk of `chain`, stopping at the first chunk in neither. `disk` is
-// nullable (no disk tier: the host tier's prefix alone).
+// nullable (no disk tier: the host tier's prefix alone). A chunk `staged` holds for its disk
+// write counts as kDisk (PromoteFromDisk serves it from the staging buffer); `staged` is
+// nullable.
 std::vector<PrefixTier> LocatePrefix(const HostTier& host, const DiskTier* disk,
-                                     std::span<const ChunkKey> chain);
+                                     std::span<const ChunkKey> chain,
+                                     const DiskMover* staged = nullptr);
 
 }  // namespace strata::storage

@@ -85,7 +85,10 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   const test_support::DaemonProcessOptions options{
       .host_capacity = "1MiB",
       .extra_toml = fmt::format(
-          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n",
+          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n"
+          // Synchronous demotion: every evicted chunk is on disk before the kill (a staged one
+          // would die with the process).
+          "demotion_queue_bytes = 0\n",
           disk_dir.string())};
   const std::vector<ChunkKey> keys = Keys(16, 0);
   {

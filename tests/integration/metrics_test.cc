@@ -11,8 +11,10 @@
 #include <numeric>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "core/key_hasher.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -115,6 +117,61 @@ TEST_F(MetricsTest, ExposesTheStrataSeries) {
   EXPECT_THAT(text_, HasSubstr("strata_lookup_duration_seconds_count 1\n"));
   EXPECT_THAT(text_, HasSubstr("# TYPE strata_checksum_failures_total counter\n"));
   EXPECT_THAT(text_, HasSubstr("# TYPE strata_io_errors_total counter\n"));
+}
+
+// A daemon over a disk tier: demotions, prefetched promotions and the disk tier's own series.
+TEST(DiskMetricsTest, ExposesTheDiskTierSeries) {
+  const std::filesystem::path disk_dir = std::filesystem::path(::testing::TempDir()) /
+                                         ("strata-metrics-disk-" + std::to_string(getpid()));
+  std::filesystem::remove_all(disk_dir);
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(
+      {.host_capacity = "256KiB",  // four 64 KiB chunks
+       .extra_args = {"--metrics-listen", "127.0.0.1:0"},
+       .extra_toml = fmt::format(
+           "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n",
+           disk_dir.string())});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  std::smatch match;
+  const std::string log = (*daemon)->Log();
+  ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(metrics on 127\.0\.0\.1:(\d+))"))) << log;
+  const int port = std::stoi(match[1].str());
+
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(MetricsLayout()).ok());
+  std::vector<uint32_t> tokens(6 * 64);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  const std::vector<ChunkKey> keys = KeyHasher::Create(MetricsLayout(), {})->PrefixKeys(tokens, {});
+  for (const ChunkKey& key : keys) ASSERT_TRUE(engine.Store({key}, 64, 1).ok());
+  // Two chunks went to disk; the prefetch brings them back, evicting two more.
+  absl::StatusOr<v1::EngineResponse> prefetched =
+      engine.Call(test_support::PrefetchRequest(std::span(keys).first(2)));
+  ASSERT_TRUE(prefetched.ok() && prefetched->status().code() == 0);
+  EXPECT_EQ(prefetched->prefetch().queued_chunks(), 2u);
+
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    text = Scrape(port);
+    if (text.find("strata_prefetch_chunks_total{outcome=\"promoted\"} 2\n") != std::string::npos &&
+        text.find("strata_demotions_total{result=\"written\"} 4\n") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_THAT(text, HasSubstr("strata_prefetch_chunks_total{outcome=\"promoted\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("strata_demotions_total{result=\"written\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("strata_demotions_total{result=\"failed\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("strata_tier_capacity_bytes{tier=\"disk\"} 16777216\n"));
+  EXPECT_THAT(text, HasSubstr("strata_tier_capacity_bytes{tier=\"host\"} 262144\n"));
+  // The promoted chunks came from disk, or from the mover's staging buffers (no read) when their
+  // writes had not finished yet.
+  EXPECT_THAT(text, HasSubstr("\nstrata_disk_reads_total "));
+  EXPECT_THAT(text, HasSubstr("\nstrata_disk_writes_total "));
+  EXPECT_THAT(text, HasSubstr("strata_io_errors_total{tier=\"disk\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("strata_checksum_failures_total{tier=\"disk\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("strata_tier_chunks{tier=\"disk\"} "));
+  EXPECT_EQ((*daemon)->Stop().code, 0);
+  std::filesystem::remove_all(disk_dir);
 }
 
 TEST_F(MetricsTest, PassesPromtoolCheckMetrics) {

@@ -27,6 +27,12 @@ v1::EngineRequest PrepareLoadRequest(std::span<const ChunkKey> keys, uint32_t le
   return request;
 }
 
+v1::EngineRequest PrefetchRequest(std::span<const ChunkKey> keys) {
+  v1::EngineRequest request;
+  STRATA_CHECK(ToProto(keys, *request.mutable_prefetch()->mutable_chain()).ok());
+  return request;
+}
+
 using std::chrono::milliseconds;
 
 RawEngineClient::RawEngineClient(const std::string& path) {

@@ -20,6 +20,7 @@ namespace strata::test_support {
 // Requests over a packed chain of `keys` (which must share algorithm, namespace and layout).
 v1::EngineRequest LookupRequest(std::span<const ChunkKey> keys);
 v1::EngineRequest PrepareLoadRequest(std::span<const ChunkKey> keys, uint32_t lease_ms = 0);
+v1::EngineRequest PrefetchRequest(std::span<const ChunkKey> keys);
 
 class RawEngineClient {
  public:

@@ -180,6 +180,9 @@ struct SchedulerStats {
   uint64_t lookups = 0;            // lookup round trips sent
   uint64_t lookup_failures = 0;    // lookups that reported 0 hits for want of an answer
   uint64_t lookup_hit_tokens = 0;  // sum of MatchResult::num_tokens
+  uint64_t prefetches = 0;         // Prefetch round trips sent
+  uint64_t prefetch_failures = 0;  // of those, unanswered or refused (queue full, ...)
+  uint64_t prefetch_chunks = 0;    // chunks the daemon queued for promotion
   uint64_t loads_planned = 0;
   uint64_t saves_planned = 0;
   bool connected = false;
@@ -207,6 +210,16 @@ class SchedulerConnector {
   // it does not answer within the budget. May be called several times for a request; the last
   // call counts. Records the request (its tokens, extras and hits) for the calls below.
   MatchResult GetNumNewMatchedTokens(const RequestInfo& request, int64_t num_computed_tokens);
+
+  // A request was queued (it waits for KV blocks or its turn): asks the daemon to bring the
+  // chunks of its prompt that it holds only on disk into its host tier in the background, so
+  // that the later GetNumNewMatchedTokens / load find them in memory instead of reading the
+  // disk then. One round trip bounded by lookup_budget; the daemon answers before any disk
+  // I/O. Returns how many chunks the daemon queued: 0 when loads are disabled, the prompt is
+  // shorter than a chunk, nothing needed promotion, the daemon has no disk tier, its queue is
+  // full, or it is unreachable (errors are counted in SchedulerStats, never raised: a prefetch
+  // is a hint). Does not record the request.
+  uint32_t Prefetch(const RequestInfo& request);
 
   // The engine allocated `block_ids` (all of the request's blocks from position 0) and will load
   // `num_external_tokens` (0: load nothing) tokens from position num_computed_tokens of the last

@@ -1,7 +1,8 @@
 // TestDaemon runs the daemon's real engine-session server (daemon/EngineSessionServer) over a
-// small host tier in this process, on a fresh socket under a temp directory, for connector tests.
-// It can be stopped and started again on the same socket path (the daemon going away and
-// coming back). Not thread-safe: one test thread drives it; the server runs its own thread.
+// small host tier (optionally over a disk tier) in this process, on a fresh socket under a temp
+// directory, for connector tests. It can be stopped and started again on the same socket path (the
+// daemon going away and coming back). Not thread-safe: one test thread drives it; the server runs
+// its own thread.
 #pragma once
 
 #include <unistd.h>
@@ -15,6 +16,9 @@
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "daemon/engine_session_server.h"
+#include "storage/disk/disk_tier.h"
+#include "storage/disk/mover.h"
+#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::connector::testing {
@@ -31,6 +35,12 @@ struct TestDaemonOptions {
   storage::ChunkObserver* observer = nullptr;
   // The daemon asks for stored chunks' token ids (it publishes KV events).
   bool kv_event_token_ids = false;
+  // Eviction policy (HostTierOptions::policy); empty: the tier's default.
+  std::string policy;
+  // A disk tier of this many bytes under dir()/disk (0: none): the host tier demotes what it
+  // evicts to it (synchronously), loads promote from it, and Prefetch requests are served.
+  uint64_t disk_capacity_bytes = 0;
+  uint64_t disk_segment_bytes = 1ull << 20;
 };
 
 class TestDaemon {
@@ -59,9 +69,25 @@ class TestDaemon {
     }
   }
 
-  // Starts the server; a new host tier unless `keep_tier` and one exists.
+  // Starts the server; new tiers unless `keep_tier` and they exist (a new disk tier reopens
+  // dir()/disk and recovers what it held).
   absl::Status Start(bool keep_tier = false) {
     if (!keep_tier || tier_ == nullptr) {
+      server_.reset();
+      promoter_.reset();
+      tier_.reset();
+      mover_.reset();
+      disk_.reset();
+      if (options_.disk_capacity_bytes > 0) {
+        auto disk = storage::DiskTier::Open({.directory = (dir_ / "disk").string(),
+                                             .capacity_bytes = options_.disk_capacity_bytes,
+                                             .segment_bytes = options_.disk_segment_bytes});
+        if (!disk.ok()) return disk.status();
+        disk_ = std::move(*disk);
+        auto mover = storage::DiskMover::Create(disk_.get(), {.max_queued_bytes = 0});
+        if (!mover.ok()) return mover.status();
+        mover_ = std::move(*mover);
+      }
       storage::HostTierOptions options;
       options.capacity_bytes = options_.capacity_bytes;
       options.page_bytes = options_.page_bytes;
@@ -69,14 +95,22 @@ class TestDaemon {
       options.verify_every_n_loads = options_.verify_every_n_loads;
       if (options_.clock != nullptr) options.clock = options_.clock;
       options.observer = options_.observer;
+      options.listener = mover_.get();
+      if (!options_.policy.empty()) options.policy = options_.policy;
       auto tier = storage::HostTier::Create(options);
       if (!tier.ok()) return tier.status();
-      server_.reset();
       tier_ = std::move(*tier);
+      if (disk_ != nullptr) {
+        auto promoter = storage::DiskPromoter::Create(disk_.get(), tier_.get(), {});
+        if (!promoter.ok()) return promoter.status();
+        promoter_ = std::move(*promoter);
+      }
     }
     auto server =
         daemon::EngineSessionServer::Create({.socket_path = socket_path_,
                                              .host_tier = tier_.get(),
+                                             .disk_tier = disk_.get(),
+                                             .promoter = promoter_.get(),
                                              .kv_event_token_ids = options_.kv_event_token_ids});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
@@ -95,6 +129,8 @@ class TestDaemon {
   const std::string& socket_path() const { return socket_path_; }
   const std::filesystem::path& dir() const { return dir_; }
   storage::HostTier* tier() const { return tier_.get(); }
+  storage::DiskTier* disk() const { return disk_.get(); }
+  storage::DiskPromoter* promoter() const { return promoter_.get(); }
   daemon::EngineSessionServer* server() const { return server_.get(); }
 
  private:
@@ -102,7 +138,11 @@ class TestDaemon {
   std::filesystem::path dir_;
   bool owns_dir_ = false;
   std::string socket_path_;
+  // In dependency order: each outlives the ones after it.
+  std::unique_ptr<storage::DiskTier> disk_;
+  std::unique_ptr<storage::DiskMover> mover_;
   std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<storage::DiskPromoter> promoter_;
   std::unique_ptr<daemon::EngineSessionServer> server_;
 };
 
