@@ -1,8 +1,10 @@
 #include "core/frame_io.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -104,8 +106,11 @@ absl::Status SendFrame(int socket_fd, std::string_view payload, milliseconds tim
   return absl::OkStatus();
 }
 
-absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout) {
-  const MonoTime deadline = SystemClock::Get()->Now() + timeout;
+absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout,
+                                        std::chrono::microseconds spin) {
+  const MonoTime start = SystemClock::Get()->Now();
+  const MonoTime deadline = start + timeout;
+  const MonoTime spin_until = start + std::min<std::chrono::nanoseconds>(spin, timeout);
   ReceivedFrame frame;
   char header[4];
   size_t got = 0;
@@ -127,6 +132,10 @@ absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (SystemClock::Get()->Now() < spin_until) {
+          ::sched_yield();
+          continue;
+        }
         absl::Status waited = WaitFor(socket_fd, POLLIN, deadline, "receive frame");
         if (!waited.ok()) return waited;
         continue;

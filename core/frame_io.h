@@ -29,10 +29,14 @@ struct ReceivedFrame {
   ScopedFd passed_fd;  // valid when the sender attached a descriptor
 };
 
-// Reads exactly one frame, waiting at most `timeout` in total. kDeadlineExceeded when it does
-// not arrive in time, kUnavailable when the peer closed, kInvalidArgument for a zero or
-// oversized length (the stream is then unusable: close it).
-absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, std::chrono::milliseconds timeout);
+// Reads exactly one frame, waiting at most `timeout` in total. For the first `spin` of the wait
+// it polls the socket without sleeping (yielding the core to anything else runnable): a reply
+// expected within microseconds then does not pay for waking an idle core, which on a virtual
+// machine can cost tens of microseconds. kDeadlineExceeded when it does not arrive in time,
+// kUnavailable when the peer closed, kInvalidArgument for a zero or oversized length (the
+// stream is then unusable: close it).
+absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, std::chrono::milliseconds timeout,
+                                        std::chrono::microseconds spin = {});
 
 // FrameReader reassembles frames from a non-blocking socket for an event loop: call
 // ReadAvailable when the socket is readable, then take frames with Next until it returns

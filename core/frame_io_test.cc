@@ -69,6 +69,42 @@ TEST(FrameIo, RejectsBadSizesAndTimesOut) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Spinning only changes how the wait is spent: a frame that arrives during the spin, one that
+// arrives after it (the wait falls back to sleeping), a spin longer than the timeout (the timeout
+// still bounds the call) and a peer that closes mid-spin all come out as without it.
+TEST(FrameIo, SpinningReceiveKeepsTheSameOutcomes) {
+  using std::chrono::microseconds;
+  SocketPair pair;
+  std::thread early([&] { EXPECT_TRUE(SendFrame(pair.a.get(), "early", milliseconds(100)).ok()); });
+  absl::StatusOr<ReceivedFrame> got =
+      RecvFrame(pair.b.get(), milliseconds(1000), milliseconds(500));
+  early.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->payload, "early");
+
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    EXPECT_TRUE(SendFrame(pair.a.get(), "late", milliseconds(100)).ok());
+  });
+  got = RecvFrame(pair.b.get(), milliseconds(1000), microseconds(200));
+  late.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->payload, "late");
+
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(RecvFrame(pair.b.get(), milliseconds(20), milliseconds(5000)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+
+  std::thread closer([&] {
+    std::this_thread::sleep_for(milliseconds(5));
+    pair.a.Reset();
+  });
+  EXPECT_EQ(RecvFrame(pair.b.get(), milliseconds(1000), milliseconds(500)).status().code(),
+            absl::StatusCode::kUnavailable);
+  closer.join();
+}
+
 TEST(FrameIo, ClosedPeerIsUnavailable) {
   SocketPair pair;
   pair.a.Reset();

@@ -280,7 +280,8 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
     DropSessionLocked(sent);
     return absl::UnavailableError(StatusText(sent));
   }
-  absl::StatusOr<ReceivedFrame> frame = RecvFrame(socket_.get(), Remaining(deadline));
+  absl::StatusOr<ReceivedFrame> frame =
+      RecvFrame(socket_.get(), Remaining(deadline), options_.reply_spin);
   if (!frame.ok()) {
     if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) ++stats_.timeouts;
     DropSessionLocked(frame.status());

@@ -148,6 +148,9 @@ struct EngineClientOptions {
   ArenaHooks hooks;
   // Time source of the backoff; not owned; must outlive the client.
   const Clock* clock = SystemClock::Get();
+  // How long a call polls for its reply before sleeping (RecvFrame's spin): a lookup's reply
+  // takes tens of microseconds, and waking a halted core costs about as much again.
+  std::chrono::microseconds reply_spin{150};
 };
 
 struct EngineClientStats {
