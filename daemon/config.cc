@@ -120,6 +120,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
           s = ReadBytes(value, name, c.disk.demotion_queue_bytes);
         }
         if (key == "prefetch_queue_chunks") s = ReadUint(value, name, c.disk.prefetch_queue_chunks);
+        if (key == "write_through") s = ReadBool(value, name, c.disk.write_through);
       } else if (section == "engine") {
         if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
         if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
@@ -255,6 +256,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                     "disk.capacity_bytes={} at least 3 segments",
                     c.disk.segment_bytes, c.disk.capacity_bytes));
   }
+  if (c.disk.write_through && c.disk.directory.empty()) {
+    return Bad("config: disk.write_through needs a disk tier (disk.directory)");
+  }
   if (c.disk.prefetch_queue_chunks == 0) {
     return Bad("config: disk.prefetch_queue_chunks must be at least 1");
   }
@@ -301,7 +305,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},
                    {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)},
                    {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)},
-                   {"prefetch_queue_chunks", static_cast<int64_t>(c.disk.prefetch_queue_chunks)}}},
+                   {"prefetch_queue_chunks", static_cast<int64_t>(c.disk.prefetch_queue_chunks)},
+                   {"write_through", c.disk.write_through}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

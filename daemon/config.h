@@ -66,6 +66,11 @@ struct DaemonConfig {
     // Most chunks queued for background promotion by engines' Prefetch requests
     // (storage/disk/promoter.h); a Prefetch past it is RESOURCE_EXHAUSTED.
     uint32_t prefetch_queue_chunks = 1024;
+    // Writes every chunk committed in the host tier to disk as well, in the background
+    // (storage/disk/write_through.h): chunks survive a restart and their eviction writes
+    // nothing. Costs disk bandwidth for chunks that might never be evicted. Off: write-back on
+    // eviction only.
+    bool write_through = false;
   } disk;
   struct Engine {
     std::string socket_path;

@@ -40,6 +40,7 @@ team-a = "256MiB"
 directory = "/var/cache/strata"
 capacity_bytes = "100GiB"
 demotion_queue_bytes = "64MiB"
+write_through = true
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -65,6 +66,7 @@ listen_address = "127.0.0.1:9464"
   EXPECT_EQ(config->disk.capacity_bytes, 100ull << 30);
   EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
   EXPECT_EQ(config->disk.demotion_queue_bytes, 64ull << 20);
+  EXPECT_TRUE(config->disk.write_through);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
@@ -123,6 +125,10 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c.disk.capacity_bytes = 3 * c.disk.segment_bytes;
   EXPECT_TRUE(ValidateConfig(c).ok());
+  c.disk.write_through = true;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.disk.directory.clear();  // write-through without a disk tier
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ParseByteSize, UnitsAndErrors) {

@@ -531,7 +531,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
     v1::TierStats* on_disk = response->add_tiers();
     on_disk->set_tier(v1::TIER_DISK);
     on_disk->set_capacity_bytes(disk.capacity_bytes);
-    on_disk->set_used_bytes(disk.disk_bytes);
+    on_disk->set_used_bytes(disk.used_bytes());
     on_disk->set_payload_bytes(disk.payload_bytes);
     on_disk->set_chunks(disk.chunks);
     on_disk->set_hits(disk.reads);

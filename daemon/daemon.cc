@@ -64,8 +64,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
         daemon->disk_tier_.get(), {.max_queued_bytes = config.disk.demotion_queue_bytes});
     if (!mover.ok()) return Annotate(mover.status(), "disk mover");
     daemon->mover_ = *std::move(mover);
-    spdlog::info("disk tier: {} ({} chunks recovered)", config.disk.directory,
-                 daemon->disk_tier_->stats().chunks);
+    if (config.disk.write_through) {
+      absl::StatusOr<std::unique_ptr<storage::DiskWriteThrough>> write_through =
+          storage::DiskWriteThrough::Create(daemon->disk_tier_.get(), {});
+      if (!write_through.ok()) return Annotate(write_through.status(), "disk write-through");
+      daemon->write_through_ = *std::move(write_through);
+    }
+    spdlog::info("disk tier: {} ({} chunks recovered{})", config.disk.directory,
+                 daemon->disk_tier_->stats().chunks,
+                 config.disk.write_through ? ", write-through" : "");
   }
 
   daemon->event_log_ = std::make_unique<EventLog>(config.control.event_ring_capacity);
@@ -90,9 +97,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.tenant_quotas = daemon->tenants_.quotas();
   host.listener = daemon->mover_.get();
   host.observer = daemon->event_log_.get();
+  if (daemon->write_through_ != nullptr) {
+    daemon->observers_ =
+        std::make_unique<storage::ChunkObserverFanout>(std::vector<storage::ChunkObserver*>{
+            daemon->event_log_.get(), daemon->write_through_.get()});
+    host.observer = daemon->observers_.get();
+  }
   absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
   if (!tier.ok()) return Annotate(tier.status(), "host tier");
   daemon->host_tier_ = std::move(*tier);
+  if (daemon->write_through_ != nullptr) daemon->write_through_->Start(daemon->host_tier_.get());
   if (daemon->disk_tier_ != nullptr) {
     absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter = storage::DiskPromoter::Create(
         daemon->disk_tier_.get(), daemon->host_tier_.get(),
@@ -157,7 +171,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
           },
       .disk_tier = daemon->disk_tier_.get(),
       .disk_mover = daemon->mover_.get(),
-      .disk_promoter = daemon->promoter_.get()});
+      .disk_promoter = daemon->promoter_.get(),
+      .disk_write_through = daemon->write_through_.get()});
   return daemon;
 }
 
@@ -221,6 +236,9 @@ void Daemon::Stop() {
   // Queued prefetches are dropped; a promotion in progress finishes (its evictions reach the
   // mover, still running).
   if (promoter_) promoter_->Stop();
+  // Queued write-throughs are dropped (the chunks stay in the host tier, whose contents go with
+  // the process); the batch in flight finishes.
+  if (write_through_) write_through_->Stop();
   // Demotions queued so far reach the disk before the process goes; later ones run inline.
   if (mover_) mover_->Stop();
   if (!config_.control.unix_socket_path.empty()) {

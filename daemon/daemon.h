@@ -22,6 +22,7 @@
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/mover.h"
 #include "storage/disk/promoter.h"
+#include "storage/disk/write_through.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -55,11 +56,16 @@ class Daemon {
   // The disk tier and its mover outlive the host tier, which evicts into them.
   std::unique_ptr<storage::DiskTier> disk_tier_;
   std::unique_ptr<storage::DiskMover> mover_;
+  // Writes host commits to disk as well when [disk] write_through; stopped before the host tier
+  // goes.
+  std::unique_ptr<storage::DiskWriteThrough> write_through_;
   // Components register their histograms here; the exposer (when configured) serves it and
   // node_metrics_.
   const std::shared_ptr<prometheus::Registry> registry_;
   // Observes the host tier and feeds WatchEvents streams: outlives both.
   std::unique_ptr<EventLog> event_log_;
+  // The host tier's observer when it has more than the event log (write-through).
+  std::unique_ptr<storage::ChunkObserverFanout> observers_;
   // Republishes event_log_ in vLLM's format when configured.
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
   std::unique_ptr<storage::HostTier> host_tier_;

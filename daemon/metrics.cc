@@ -54,7 +54,7 @@ void AddDiskFamilies(std::vector<MetricFamily>& families, const storage::DiskTie
   AddSeries(families, "strata_tier_capacity_bytes", "Capacity of the tier.", gauge,
             s.capacity_bytes, disk);
   AddSeries(families, "strata_tier_used_bytes",
-            "Bytes the tier holds (whole pages for the host tier).", gauge, s.disk_bytes, disk);
+            "Bytes the tier holds (whole pages for the host tier).", gauge, s.used_bytes(), disk);
   AddSeries(families, "strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks, disk);
   AddSeries(families, "strata_tier_evictions_total", "", counter, s.evictions,
             {{"reason", "capacity"}, {"tier", "disk"}});
@@ -185,6 +185,21 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
          {Value(counter, static_cast<double>(p.promoted), {{"outcome", "promoted"}}),
           Value(counter, static_cast<double>(p.skipped), {{"outcome", "skipped"}}),
           Value(counter, static_cast<double>(p.failed), {{"outcome", "failed"}})}});
+  }
+  if (sources_.disk_write_through != nullptr) {
+    const storage::DiskWriteThroughStats w = sources_.disk_write_through->Stats();
+    const MetricType counter = MetricType::Counter;
+    families.push_back(
+        {"strata_write_through_chunks_total",
+         "Chunks committed in the host tier and written through to disk, by outcome (skipped: on "
+         "disk already or gone from the host tier; dropped: the queue was full; cancelled: removed "
+         "during the write).",
+         counter,
+         {Value(counter, static_cast<double>(w.written), {{"outcome", "written"}}),
+          Value(counter, static_cast<double>(w.skipped), {{"outcome", "skipped"}}),
+          Value(counter, static_cast<double>(w.dropped), {{"outcome", "dropped"}}),
+          Value(counter, static_cast<double>(w.failed), {{"outcome", "failed"}}),
+          Value(counter, static_cast<double>(w.cancelled), {{"outcome", "cancelled"}})}});
   }
   return families;
 }

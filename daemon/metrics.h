@@ -28,6 +28,7 @@
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/mover.h"
 #include "storage/disk/promoter.h"
+#include "storage/disk/write_through.h"
 #include "storage/host/host_tier.h"
 
 namespace strata::daemon {
@@ -43,10 +44,11 @@ struct NodeSources {
   // Control Lookup calls and the tokens they found and missed.
   std::function<std::array<uint64_t, 3>()> lookups;
   // The disk tier ({tier="disk"} series beside the host tier's, disk reads and writes), its
-  // mover (demotions) and its promoter (prefetched chunks).
+  // mover (demotions), its promoter (prefetched chunks) and its write-through.
   const storage::DiskTier* disk_tier = nullptr;
   const storage::DiskMover* disk_mover = nullptr;
   const storage::DiskPromoter* disk_promoter = nullptr;
+  const storage::DiskWriteThrough* disk_write_through = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

@@ -327,10 +327,10 @@ TEST_F(SchedulerConnectorTest, DisabledLoadsNeverLookUp) {
 // Prefetch through the real session server over a disk tier: the daemon promotes the prompt's
 // disk-only chunks in the background, so the lookup and load that follow read no disk.
 TEST(SchedulerConnectorDiskTest, PrefetchBringsDiskChunksIntoTheHostTierInTheBackground) {
-  // LRU: the prompt's chunks, stored first, are the ones evicted to disk, and promoting them
-  // evicts the other prompt's.
+  // The default (adaptive) policy: the prompt's chunks, stored first, leave probation first for
+  // disk. Promoting them evicts the other prompt's, never one promoted before (the promoter
+  // soft-pins them, and ghost hits alone would let main give up the first promoted chunk).
   TestDaemon daemon({.capacity_bytes = 4 * 4096,
-                     .policy = "lru",
                      .disk_capacity_bytes = 4ull << 20,
                      .disk_segment_bytes = 1ull << 20});
   ASSERT_TRUE(daemon.Start().ok());

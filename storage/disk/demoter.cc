@@ -10,15 +10,19 @@
 
 namespace strata::storage {
 
-absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
-                        uint64_t checksum, uint32_t num_tokens) {
+absl::InlinedVector<std::span<const std::byte>, 4> PayloadParts(const PayloadView& payload) {
   absl::InlinedVector<std::span<const std::byte>, 4> parts;
   for (size_t i = 0; i < payload.ranges().size(); ++i) parts.push_back(payload.range_bytes(i));
-  return disk.Put(key, key.layout_fingerprint(), parts, checksum, num_tokens);
+  return parts;
+}
+
+absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
+                        uint64_t checksum, uint32_t num_tokens) {
+  return disk.Put(key, key.layout_fingerprint(), PayloadParts(payload), checksum, num_tokens);
 }
 
 absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key) {
-  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.Acquire(key));
+  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.AcquireForCopy(key));
   if (!lease.has_value()) return false;
   STRATA_RETURN_IF_ERROR(
       PutPayload(disk, key, lease->payload(), lease->checksum(), lease->num_tokens()));
@@ -40,7 +44,7 @@ absl::StatusOr<PromoteOutcome> ReserveFillCommit(
                     key.ToString(), payload_bytes, where, num_tokens, layout.bytes_per_token()));
   }
   STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
-                          host.Reserve(layout, key, {.num_tokens = num_tokens}));
+                          host.Reserve(layout, key, {.num_tokens = num_tokens, .reused = true}));
   switch (reserved.outcome) {
     case ReserveOutcome::kAlreadyPresent:
       return PromoteOutcome::kAlreadyInHost;

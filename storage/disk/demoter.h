@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
@@ -21,6 +22,9 @@
 #include "storage/host/host_tier.h"
 
 namespace strata::storage {
+
+// The payload's byte ranges (host arena pages), as the disk tier's parts.
+absl::InlinedVector<std::span<const std::byte>, 4> PayloadParts(const PayloadView& payload);
 
 // Puts `payload` (host arena pages, read during the call) on `disk` under `key`; DiskTier::Put's
 // results.
@@ -34,9 +38,10 @@ enum class PromoteOutcome {
   kInProgress,     // another writer holds a host reservation for the key
 };
 
-// Writes the host tier's copy of `key` to `disk` under a read lease; the host copy stays. false
-// when the host tier does not hold `key`. The host tier's Acquire errors (kDataLoss: its copy
-// failed its checksum and was dropped) and the disk tier's Put errors.
+// Writes the host tier's copy of `key` to `disk` under a copy lease (HostTier::AcquireForCopy:
+// not counted as a load); the host copy stays. false when the host tier does not hold `key`. The
+// record carries the checksum the host tier committed, so a host copy corrupted in memory is
+// caught by the disk tier's Read (kDataLoss), never served. The disk tier's Put errors.
 absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key);
 
 // Promotes `key` (a key of `layout`) from `disk` into `host`. kInvalidArgument when the disk

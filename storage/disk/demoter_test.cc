@@ -194,41 +194,10 @@ TEST(DiskMoverTest, RejectsBadOptions) {
   EXPECT_EQ(DiskMover::Create(nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Holds every write request until `open` is notified (reads pass), so demotions stay staged.
-class WriteGateEngine final : public IoEngine {
- public:
-  WriteGateEngine(std::unique_ptr<IoEngine> inner, std::shared_ptr<absl::Notification> open)
-      : inner_(std::move(inner)), open_(std::move(open)) {}
-  std::string_view name() const override { return inner_->name(); }
-  size_t queue_depth() const override { return inner_->queue_depth(); }
-  size_t in_flight() const override { return inner_->in_flight(); }
-  absl::Status Submit(std::span<const IoRequest> requests) override {
-    for (const IoRequest& request : requests) {
-      if (request.op == IoOp::kWrite) open_->WaitForNotification();
-    }
-    return inner_->Submit(requests);
-  }
-  absl::StatusOr<size_t> Wait(size_t min_completions, std::span<IoCompletion> out) override {
-    return inner_->Wait(min_completions, out);
-  }
-  absl::Status Fdatasync(int fd) override { return inner_->Fdatasync(fd); }
-
- private:
-  std::unique_ptr<IoEngine> inner_;
-  std::shared_ptr<absl::Notification> open_;
-};
-
 TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging) {
-  auto writes_open = std::make_shared<absl::Notification>();
-  options_.make_engine = [kind = GetParam(),
-                          writes_open]() -> absl::StatusOr<std::unique_ptr<IoEngine>> {
-    auto engine = testing::EngineOfKind(kind);
-    if (!engine.ok()) return engine.status();
-    return std::unique_ptr<IoEngine>(
-        std::make_unique<WriteGateEngine>(std::move(engine).value(), writes_open));
-  };
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
+  plan_->HoldSyncs();
   DemoterFixture host(disk->get(), {.max_queued_bytes = 1 << 20});
   ASSERT_TRUE(host.Open().ok());
   std::vector<ChunkKey> chain;
@@ -236,7 +205,8 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
     ASSERT_TRUE(host.Store(id).ok()) << id;
     chain.push_back(SyntheticKey(host.layout, id));
   }
-  // Chunks 0 and 1 were evicted; their writes are held: staged, in neither tier's index.
+  // Chunks 0 and 1 were evicted; their writes are held before their sync: staged, in neither
+  // tier's index.
   for (uint64_t id : {0, 1}) {
     EXPECT_FALSE(host.tier->Contains(chain[id])) << id;
     EXPECT_FALSE((*disk)->Contains(chain[id])) << id;
@@ -268,7 +238,7 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
             absl::StatusCode::kInvalidArgument);
 
   // The writes go through: the staged chunks land on disk and leave the staging index.
-  writes_open->Notify();
+  plan_->ReleaseSyncs();
   host.mover->Flush();
   EXPECT_EQ(host.mover->failed(), 0u);
   for (uint64_t id : {0, 1, 2}) {
@@ -303,6 +273,9 @@ TEST_P(PromoterTest, PrefetchPromotesDiskOnlyChunksInTheBackground) {
   EXPECT_EQ(stats.promoted, 3u);
   EXPECT_EQ(stats.failed, 0u);
   EXPECT_EQ(stats.pending, 0u);
+  // Soft pins within half the tier (two of its four chunks): 0 and 1, not 2.
+  EXPECT_EQ(stats.pinned, 2u);
+  EXPECT_EQ(host.tier->Stats().soft_pinned_bytes, 2 * kChunkBytes);
   EXPECT_EQ((*disk)->stats().reads, reads_before + 3);
   for (uint64_t id : {0, 1, 2}) EXPECT_TRUE(host.HostHolds(id)) << id;
   EXPECT_FALSE(host.tier->Contains(SyntheticKey(host.layout, 3)));

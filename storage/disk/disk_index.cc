@@ -4,7 +4,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 
 #include "fmt/format.h"
@@ -63,8 +66,8 @@ std::string EncodePosition(const LogPosition& position) {
 
 }  // namespace
 
-DiskIndex::DiskIndex(std::unique_ptr<rocksdb::DB> db, bool sync_writes)
-    : db_(std::move(db)), sync_writes_(sync_writes) {}
+DiskIndex::DiskIndex(std::unique_ptr<rocksdb::DB> db, std::string path, bool sync_writes)
+    : db_(std::move(db)), path_(std::move(path)), sync_writes_(sync_writes) {}
 
 DiskIndex::~DiskIndex() = default;
 
@@ -75,11 +78,16 @@ absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const DiskIndexOption
   rocks_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   rocks_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocks_options.keep_log_file_num = 2;
+  // The index's files count against the tier's capacity (FileBytes), so keep them to what they
+  // hold: no preallocated WAL blocks, and a memtable (hence a WAL) of at most 8 MiB (~50k
+  // entries) before it is flushed to a table.
+  rocks_options.allow_fallocate = false;
+  rocks_options.write_buffer_size = 8u << 20;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status status = rocksdb::DB::Open(rocks_options, options.path, &raw);
   if (!status.ok()) return FromRocks(status, fmt::format("open {}", options.path));
   return std::unique_ptr<DiskIndex>(
-      new DiskIndex(std::unique_ptr<rocksdb::DB>(raw), options.sync_writes));
+      new DiskIndex(std::unique_ptr<rocksdb::DB>(raw), options.path, options.sync_writes));
 }
 
 absl::Status DiskIndex::Put(const ChunkKey& key, const IndexEntry& entry,
@@ -153,5 +161,17 @@ absl::StatusOr<DiskIndex::ScanCounts> DiskIndex::ForEach(
 }
 
 absl::Status DiskIndex::Sync() { return FromRocks(db_->SyncWAL(), "sync"); }
+
+uint64_t DiskIndex::FileBytes() const {
+  uint64_t total = 0;
+  std::error_code error;
+  for (const auto& dirent : std::filesystem::directory_iterator(path_, error)) {
+    struct stat st {};
+    if (::stat(dirent.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
 
 }  // namespace strata::storage

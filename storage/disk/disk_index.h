@@ -87,10 +87,16 @@ class DiskIndex {
   // Makes every write so far durable (fsyncs the WAL).
   absl::Status Sync();
 
+  // Disk blocks the database's files take now (WAL, tables, manifest, logs): what the disk
+  // tier counts against its capacity. Lists the directory (a few dozen files); files RocksDB
+  // deletes while it runs are skipped.
+  uint64_t FileBytes() const;
+
  private:
-  DiskIndex(std::unique_ptr<rocksdb::DB> db, bool sync_writes);
+  DiskIndex(std::unique_ptr<rocksdb::DB> db, std::string path, bool sync_writes);
 
   std::unique_ptr<rocksdb::DB> db_;
+  const std::string path_;
   bool sync_writes_;
 };
 

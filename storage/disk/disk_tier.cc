@@ -237,7 +237,10 @@ void DiskTier::GroupCommit(std::span<PendingRecord> records) {
         sync_status[i] = it->second;
       }
     }
+    // The index's files count against the capacity: measured once per group, off the lock.
+    const uint64_t index_bytes = index_->FileBytes();
     absl::MutexLock lock(&mu_);
+    stats_.index_bytes = index_bytes;
     CommitGroupLocked(group, sync_status);
     committing_ = false;
   }
@@ -397,8 +400,14 @@ absl::StatusOr<DiskTier::Reservation> DiskTier::Reserve(uint64_t record_bytes) {
 
 absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes) {
   // Two segments of the capacity are kept: one for the active segment's preallocation, one for
-  // compaction, so that it has room to copy.
-  const uint64_t limit = options_.capacity_bytes - 2 * options_.segment_bytes;
+  // compaction, so that it has room to copy. The index's files take their share too.
+  const uint64_t kept = 2 * options_.segment_bytes + stats_.index_bytes;
+  if (kept >= options_.capacity_bytes) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "disk tier: full: the index takes {} bytes of a capacity of {} (two segments kept)",
+        stats_.index_bytes, options_.capacity_bytes));
+  }
+  const uint64_t limit = options_.capacity_bytes - kept;
   // Live data first: the policy's victims.
   while (stats_.live_bytes + pending_bytes_ + record_bytes > limit) {
     const std::optional<ChunkId> victim = policy_->PopVictim();

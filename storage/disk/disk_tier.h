@@ -32,18 +32,20 @@
 // record (step 3), RocksDB's WAL per write when `sync_index_writes`, DiskIndex::Sync at the end
 // of Open and before a compacted segment's file is unlinked.
 //
-// Space: the segment files never take more than `capacity_bytes` of disk blocks (RocksDB's own
-// files are not counted). The active segment is preallocated whole, so appends allocate nothing;
-// a sealed one gives back its blocks past its last record. Records of Puts keep within
-// capacity_bytes - 2 * segment_bytes, which leaves room for the active segment's preallocation
-// and for compaction, which copies only while records and preallocation stay within
-// capacity_bytes. A Put that
-// needs space evicts chunks chosen by the
-// EvictionPolicy, deletes segments with no live record and, when dead records still take the
-// space, compacts the sealed segment with the fewest live bytes (copies its live records forward
-// and deletes it), or evicts its chunks when that cannot be done. Compact() does the same to
-// every mostly-dead segment. Reads go on throughout: a reader holds a reference to its segment's
-// file, which stays readable until the last reference is gone.
+// Space: the segment files and the index's files together keep within `capacity_bytes` of disk
+// blocks, give or take the index's growth since it was last measured. Its share is measured
+// (DiskIndex::FileBytes) at Open and by every group commit's leader; between two measurements it
+// grows by the entries written since (~100 bytes each), or by one table of at most RocksDB's
+// 8 MiB memtable while a flush replaces a WAL. The active segment is preallocated whole, so
+// appends allocate nothing; a sealed one gives back its blocks past its last record. Records of
+// Puts keep within capacity_bytes - 2 * segment_bytes - the index's share, which leaves room for
+// the active segment's preallocation and for compaction, which copies only while records,
+// preallocation and index stay within capacity_bytes. A Put that needs space evicts chunks
+// chosen by the EvictionPolicy, deletes segments with no live record and, when dead records
+// still take the space, compacts the sealed segment with the fewest live bytes (copies its live
+// records forward and deletes it), or evicts its chunks when that cannot be done. Compact() does
+// the same to every mostly-dead segment. Reads go on throughout: a reader holds a reference to its
+// segment's file, which stays readable until the last reference is gone.
 //
 // Failures: an I/O error, short read or checksum mismatch on Read makes that chunk kDataLoss;
 // it is counted and dropped (the engine recomputes). A Put that finds no space (capacity, or
@@ -124,6 +126,7 @@ struct DiskTierStats {
   uint64_t capacity_bytes = 0;
   uint64_t disk_bytes = 0;     // blocks of the segment files: records, dead or alive, and the
                                // active segment's preallocation
+  uint64_t index_bytes = 0;    // blocks of the index's files, as last measured (see Space)
   uint64_t live_bytes = 0;     // records (header + padded payload) of resident chunks
   uint64_t payload_bytes = 0;  // payloads of resident chunks
   uint64_t chunks = 0;
@@ -142,6 +145,9 @@ struct DiskTierStats {
   uint64_t compacted_segments = 0;
   uint64_t recovered_records = 0;  // re-indexed at Open
   uint64_t dropped_records = 0;    // index entries dropped at Open, or torn / corrupt on read
+
+  // What the tier takes of its capacity: segment files and index.
+  uint64_t used_bytes() const { return disk_bytes + index_bytes; }
 };
 
 class DiskTier {

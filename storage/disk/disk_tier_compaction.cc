@@ -83,7 +83,9 @@ absl::StatusOr<bool> DiskTier::MoveRecords(uint64_t segment_id, const SegmentFil
         continue;
       }
       // Compaction may use the whole capacity (Puts leave it a segment's worth).
-      if (BlocksAfterLocked(record_bytes) > options_.capacity_bytes) return false;
+      if (BlocksAfterLocked(record_bytes) + stats_.index_bytes > options_.capacity_bytes) {
+        return false;
+      }
       STRATA_ASSIGN_OR_RETURN(reservation, Reserve(record_bytes));
     }
     const std::span<const std::byte> payload[] = {

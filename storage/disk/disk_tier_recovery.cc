@@ -109,7 +109,9 @@ absl::Status DiskTier::Recover() {
     if (id != active_segment_ && segment.live_bytes == 0) RetireLocked(id);
   }
   STRATA_RETURN_IF_ERROR(index_->SetWatermark({active_segment_, 0}));
-  return index_->Sync();
+  STRATA_RETURN_IF_ERROR(index_->Sync());
+  stats_.index_bytes = index_->FileBytes();
+  return absl::OkStatus();
 }
 
 absl::Status DiskTier::ReconcileSegment(Segment& segment, uint64_t from_offset, IoEngine& engine) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "storage/disk/disk_tier_test_util.h"
+#include "storage/disk/record_format.h"
 
 namespace strata::storage {
 namespace {
@@ -140,6 +141,22 @@ TEST_P(DiskTierTest, WriteFailuresRejectThePutAndReadsGoOn) {
   EXPECT_TRUE(ReadChunk(**tier, 2, 50000).ok());
 }
 
+TEST_P(DiskTierTest, IndexFilesTakeTheirShareOfTheCapacity) {
+  options_.capacity_bytes = 3 * options_.segment_bytes;  // one segment's worth for records
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const uint64_t index_bytes = (*tier)->stats().index_bytes;
+  ASSERT_GT(index_bytes, 0u);
+  ASSERT_LT(index_bytes, options_.segment_bytes / 2);
+  // A record of a whole segment would fit the segment, but not beside the index.
+  EXPECT_EQ(PutChunk(**tier, 1, options_.segment_bytes - kRecordHeaderBytes).code(),
+            absl::StatusCode::kResourceExhausted);
+  // One that leaves the index its share fits.
+  const uint64_t room = AlignDown(options_.segment_bytes - index_bytes) - kRecordHeaderBytes;
+  EXPECT_TRUE(PutChunk(**tier, 2, room).ok());
+  EXPECT_LE(DirectoryFileBytes(), options_.capacity_bytes);
+}
+
 TEST_P(DiskTierTest, CapacityIsNeverExceededAndEvictsLeastRecentlyUsed) {
   options_.capacity_bytes = 4 << 20;
   auto tier = OpenTier();
@@ -149,8 +166,11 @@ TEST_P(DiskTierTest, CapacityIsNeverExceededAndEvictsLeastRecentlyUsed) {
     ASSERT_TRUE(PutChunk(**tier, id, kSize).ok()) << id;
     // Chunk 0 stays hot, so LRU keeps it.
     ASSERT_TRUE(ReadChunk(**tier, 0, kSize).ok()) << id;
-    ASSERT_LE(SegmentFileBytes(), options_.capacity_bytes) << id;
-    ASSERT_LE((*tier)->stats().disk_bytes, options_.capacity_bytes) << id;
+    // The index's files count too.
+    ASSERT_LE(DirectoryFileBytes(), options_.capacity_bytes) << id;
+    const DiskTierStats stats = (*tier)->stats();
+    ASSERT_GT(stats.index_bytes, 0u);
+    ASSERT_LE(stats.disk_bytes + stats.index_bytes, options_.capacity_bytes) << id;
   }
   const DiskTierStats stats = (*tier)->stats();
   EXPECT_GT(stats.evictions, 80u);

@@ -94,11 +94,22 @@ class DiskTierTest : public ::testing::TestWithParam<IoEngineKind> {
   // Disk blocks the segment files take (preallocated ones included).
   uint64_t SegmentFileBytes() const {
     uint64_t total = 0;
-    for (const auto& file : SegmentFiles()) {
-      struct stat st {};
-      if (::stat(file.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+    for (const auto& file : SegmentFiles()) total += BlockBytes(file);
+    return total;
+  }
+
+  // Disk blocks every file of the tier's directory takes: segments and index.
+  uint64_t DirectoryFileBytes() const {
+    uint64_t total = 0;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(options_.directory)) {
+      if (entry.is_regular_file()) total += BlockBytes(entry.path());
     }
     return total;
+  }
+
+  static uint64_t BlockBytes(const std::filesystem::path& file) {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
   }
 
   ScratchDir scratch_;

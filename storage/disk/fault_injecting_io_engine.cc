@@ -41,8 +41,35 @@ FaultPlan::Fault FaultPlan::Take(IoOp op) {
   return armed.fault;
 }
 
+void FaultPlan::HoldSyncs() {
+  absl::MutexLock lock(&mu_);
+  hold_syncs_ = true;
+}
+
+void FaultPlan::ReleaseSyncs() {
+  absl::MutexLock lock(&mu_);
+  hold_syncs_ = false;
+}
+
+void FaultPlan::AwaitHeldSyncs(int count) {
+  absl::MutexLock lock(&mu_);
+  struct Arg {
+    FaultPlan* plan;
+    int count;
+  } arg{this, count};
+  mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->plan->held_syncs_ >= a->count; },
+      &arg));
+}
+
 int FaultPlan::TakeSync() {
   absl::MutexLock lock(&mu_);
+  if (hold_syncs_) {
+    ++held_syncs_;
+    mu_.Await(absl::Condition(
+        +[](FaultPlan* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !p->hold_syncs_; }, this));
+    --held_syncs_;
+  }
   if (syncs_.remaining <= 0) return 0;
   --syncs_.remaining;
   ++injected_;

@@ -35,10 +35,16 @@ class FaultPlan {
   void FailNextSyncs(int count, int error_number);
   // Forgets every armed fault.
   void Clear();
+  // Until ReleaseSyncs, every Fdatasync waits before it syncs (a test holds a write in flight).
+  void HoldSyncs();
+  void ReleaseSyncs();
+  // Blocks until `count` Fdatasync calls are waiting on a hold.
+  void AwaitHeldSyncs(int count);
 
   // Consumes and returns the fault for the next request of `op` (kNone when none is armed).
   Fault Take(IoOp op);
-  // Consumes and returns the errno of the next failing sync, or 0.
+  // Waits while syncs are held, then consumes and returns the errno of the next failing sync,
+  // or 0.
   int TakeSync();
   // Faults injected so far.
   int64_t injected() const;
@@ -52,6 +58,8 @@ class FaultPlan {
   Armed reads_ ABSL_GUARDED_BY(mu_);
   Armed writes_ ABSL_GUARDED_BY(mu_);
   Armed syncs_ ABSL_GUARDED_BY(mu_);
+  bool hold_syncs_ ABSL_GUARDED_BY(mu_) = false;
+  int held_syncs_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

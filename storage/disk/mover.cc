@@ -28,6 +28,12 @@ void DiskMover::Count(const absl::Status& status) {
 
 void DiskMover::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
                           uint32_t num_tokens) {
+  // Written through, or promoted from disk and evicted again: keys name their content, so the
+  // disk copy is this chunk and nothing needs writing.
+  if (disk_->Contains(key)) {
+    Count(absl::OkStatus());
+    return;
+  }
   const uint64_t payload_bytes = payload.size_bytes();
   const uint64_t staged_bytes = AlignUp(payload_bytes);
   bool queue = false;

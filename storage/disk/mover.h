@@ -10,6 +10,9 @@
 // arena pages (backpressure; nothing is dropped). max_queued_bytes = 0 makes every demotion
 // synchronous.
 //
+// A chunk the disk tier holds already (written through, or promoted from it) is counted as
+// demoted and not copied.
+//
 // Visibility: a chunk is staged from the end of its copy in OnEvicted until its write finished
 // and the disk tier shows it (or the write failed): FindStaged hands out its staging buffer, so
 // LocatePrefix counts it and PromoteFromDisk promotes it from memory (tiered_prefix.h,

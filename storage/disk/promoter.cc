@@ -111,7 +111,19 @@ DiskPromoterStats DiskPromoter::Stats() const {
   stats.promoted = promoted_.load(std::memory_order_relaxed);
   stats.skipped = skipped_.load(std::memory_order_relaxed);
   stats.failed = failed_.load(std::memory_order_relaxed);
+  stats.pinned = pinned_.load(std::memory_order_relaxed);
   return stats;
+}
+
+void DiskPromoter::PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes) {
+  if (options_.pin_ttl.count() <= 0) return;
+  const HostTierStats stats = host_->Stats();
+  const double budget = options_.max_pinned_fraction * static_cast<double>(stats.capacity_bytes);
+  if (static_cast<double>(stats.soft_pinned_bytes + max_chunk_bytes) > budget) return;
+  // Gone again already (removed, or evicted before the pin): nothing to protect.
+  if (host_->Pin(key, {.kind = PinKind::kSoft, .ttl = options_.pin_ttl}).ok()) {
+    pinned_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void DiskPromoter::Run() {
@@ -135,6 +147,7 @@ void DiskPromoter::Run() {
       failed_.fetch_add(1, std::memory_order_relaxed);
     } else if (*outcome == PromoteOutcome::kPromoted) {
       promoted_.fetch_add(1, std::memory_order_relaxed);
+      PinPromoted(item.key, item.layout->chunk_bytes(item.layout->chunk_tokens));
     } else {
       skipped_.fetch_add(1, std::memory_order_relaxed);
     }

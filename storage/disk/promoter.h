@@ -6,7 +6,10 @@
 //
 // Enqueue never touches the disk: it locates the prefix in memory (LocatePrefix) and queues the
 // chunks that only the disk tier holds. The thread "strata-promoter" promotes them in queue order
-// with PromoteFromDisk (io_uring reads into the reserved arena pages). A prefetch is a hint:
+// with PromoteFromDisk (io_uring reads into the reserved arena pages) and soft-pins each for
+// pin_ttl while the tier's soft pins stay within max_pinned_fraction of it: the eviction policy
+// cannot tell a prefetched chunk from any other recent one, and promoting the next chunk of a
+// prefix into a full tier could otherwise evict the one before it. A prefetch is a hint:
 // chunks that meanwhile reached the host tier, left the disk tier, or are being written by
 // another writer are skipped; a failed promotion is counted and loses nothing (the disk tier
 // drops a corrupt record, PromoteFromDisk aborts its reservation); Stop drops what is queued.
@@ -19,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -44,6 +48,12 @@ struct DiskPromoterOptions {
   // Chunks waiting for their disk write are found, and promoted, from its staging buffers;
   // nullable; not owned; must outlive the promoter.
   const DiskMover* staged = nullptr;
+  // A promoted chunk is soft-pinned for this long, so that promoting the rest of a prefix (or
+  // other traffic) does not evict it before the queued request loads it; 0 pins nothing.
+  std::chrono::nanoseconds pin_ttl = std::chrono::seconds(10);
+  // Pins stop while the host tier's soft-pinned bytes would exceed this fraction of its
+  // capacity: prefetches never pin the engines' saves out of the tier.
+  double max_pinned_fraction = 0.5;
 };
 
 struct DiskPromoterStats {
@@ -51,6 +61,7 @@ struct DiskPromoterStats {
   uint64_t promoted = 0;  // committed in the host tier by the promoter
   uint64_t skipped = 0;   // already in the host tier, gone from disk, or another writer's
   uint64_t failed = 0;    // a promotion error (host tier full, disk read failed, ...)
+  uint64_t pinned = 0;    // of the promoted, soft-pinned for pin_ttl
   uint64_t pending = 0;   // queued or being promoted now
 };
 
@@ -92,6 +103,8 @@ class DiskPromoter {
 
   DiskPromoter(DiskTier* disk, HostTier* host, const DiskPromoterOptions& options);
   void Run();
+  // Soft-pins a chunk just promoted (of at most `max_chunk_bytes`), within the pin budget.
+  void PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes);
 
   DiskTier* const disk_;
   HostTier* const host_;
@@ -110,6 +123,7 @@ class DiskPromoter {
   std::atomic<uint64_t> promoted_{0};
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> pinned_{0};
 
   // Last: joined (by Stop) before the members it uses go.
   std::jthread worker_;

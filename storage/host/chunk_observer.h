@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "core/chunk_key.h"
 
@@ -31,6 +33,28 @@ class ChunkObserver {
   virtual void OnRemoved(const ChunkKey& key, RemovalCause cause) = 0;
   // Every chunk left the index at once (RemoveAll); no OnRemoved calls are made for them.
   virtual void OnCleared() = 0;
+};
+
+// Forwards every call to each of its observers, in the order given (not owned; each must
+// outlive the fan-out's use).
+class ChunkObserverFanout final : public ChunkObserver {
+ public:
+  explicit ChunkObserverFanout(std::vector<ChunkObserver*> observers)
+      : observers_(std::move(observers)) {}
+
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                std::span<const uint32_t> token_ids) override {
+    for (ChunkObserver* o : observers_) o->OnStored(key, parent, num_tokens, token_ids);
+  }
+  void OnRemoved(const ChunkKey& key, RemovalCause cause) override {
+    for (ChunkObserver* o : observers_) o->OnRemoved(key, cause);
+  }
+  void OnCleared() override {
+    for (ChunkObserver* o : observers_) o->OnCleared();
+  }
+
+ private:
+  const std::vector<ChunkObserver*> observers_;
 };
 
 }  // namespace strata::storage

@@ -594,6 +594,7 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
                           .owner = options.owner,
                           .is_lease = false,
                           .partial = options.partial,
+                          .reused = options.reused,
                           .tenant = options.tenant,
                           .parent = options.parent,
                           .token_ids = {options.token_ids.begin(), options.token_ids.end()}});
@@ -668,6 +669,7 @@ absl::Status HostTier::Commit(WriteReservation&& reservation,
                      .size_bytes = record->size_bytes,
                      .parent = parent,
                      .partial = handle.partial,
+                     .reused = handle.reused,
                      .tenant = handle.tenant});
   if (observer_ != nullptr) {
     observer_->OnStored(record->key, handle.parent, record->num_tokens, handle.token_ids);
@@ -762,7 +764,8 @@ bool HostTier::Contains(const ChunkKey& key) const {
 
 HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
                                             std::chrono::nanoseconds duration, uint64_t owner,
-                                            bool verify_due) {
+                                            LeaseUse use) {
+  const bool is_load = use != LeaseUse::kTierCopy;
   AcquireRun run;
   std::vector<bool> verify;
   const MonoTime now = clock_->Now();
@@ -772,21 +775,23 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
     for (const ChunkKey& key : chain) {
       Record* record = FindLocked(key);
       if (record == nullptr || record->state != ChunkState::kCommitted) {
-        ++misses_;
+        if (is_load) ++misses_;
         break;
       }
-      ++hits_;
-      hit_bytes_ += record->size_bytes;
+      if (is_load) {
+        ++hits_;
+        hit_bytes_ += record->size_bytes;
+        policy_->OnAccess(IdOf(record));
+      }
       const uint64_t handle = next_handle_++;
       handles_.emplace(handle, Handle{.record = record, .owner = owner, .is_lease = true});
       ++bound_handles_;
       ++active_leases_;
       ++record->leases;
       record->lease_deadline = std::max(record->lease_deadline, deadline);
-      policy_->OnAccess(IdOf(record));
       UpdateProtectionLocked(record, now);
-      const bool due = record->loads++ % options_.verify_every_n_loads == 0;
-      verify.push_back(verify_due && due);
+      const bool due = is_load && record->loads++ % options_.verify_every_n_loads == 0;
+      verify.push_back(use == LeaseUse::kLoad && due);
 
       ChunkLease lease;
       lease.tier_ = this;
@@ -853,12 +858,24 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
 absl::StatusOr<std::optional<ChunkLease>> HostTier::Acquire(
     const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
     bool reader_verifies) {
+  return AcquireOne(key, lease_duration, owner,
+                    reader_verifies ? LeaseUse::kLoadUnverified : LeaseUse::kLoad);
+}
+
+absl::StatusOr<std::optional<ChunkLease>> HostTier::AcquireForCopy(
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration) {
+  return AcquireOne(key, lease_duration, /*owner=*/0, LeaseUse::kTierCopy);
+}
+
+absl::StatusOr<std::optional<ChunkLease>> HostTier::AcquireOne(
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
+    LeaseUse use) {
   if (key.empty()) return absl::InvalidArgumentError("host tier: acquire: empty chunk key");
   const std::chrono::nanoseconds duration = lease_duration.value_or(options_.default_lease);
   if (duration.count() <= 0) {
     return absl::InvalidArgumentError("host tier: acquire: lease duration must be positive");
   }
-  AcquireRun run = AcquireChain({&key, 1}, duration, owner, /*verify_due=*/!reader_verifies);
+  AcquireRun run = AcquireChain({&key, 1}, duration, owner, use);
   if (!run.failure.ok()) return run.failure;
   if (run.leases.empty()) return std::optional<ChunkLease>();
   return std::optional<ChunkLease>(std::move(run.leases.front()));

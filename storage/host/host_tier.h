@@ -103,6 +103,9 @@ struct ReserveOptions {
   ChunkKey parent;
   // The last, partial chunk of a prompt (a hint for the eviction policy).
   bool partial = false;
+  // A promotion from a lower tier that a reader asked for (PolicyChunkInfo::reused; a hint for
+  // the eviction policy).
+  bool reused = false;
   // The tenant that stores the chunk, for HostTierOptions::tenant_quotas (0 when untracked).
   uint32_t tenant = 0;
   // The tenant's name (an engine request's tenant salt, "" for none), recorded with the chunk
@@ -352,6 +355,13 @@ class HostTier {
   absl::StatusOr<std::optional<ChunkLease>> Acquire(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
       uint64_t owner = 0, bool reader_verifies = false);
+  // Leases a committed chunk for a copy the daemon makes of it (to the disk tier: write-through,
+  // Move, Drain), which is not a load: no hit or miss is counted, the eviction policy and the
+  // verify_every_n_loads counter are untouched and no checksum is verified (the copy carries
+  // lease.checksum(), which its reader checks). nullopt on a miss. kInvalidArgument for an empty
+  // key or a non-positive duration.
+  absl::StatusOr<std::optional<ChunkLease>> AcquireForCopy(
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt);
   // Leases the longest leading run of `chain` that is committed and verifies, in one pass under
   // the tier lock (then verification without it). Stops at the first miss or checksum failure
   // (dropping that chunk, data_loss_chunks = 1), or at a lease that expired while it was being
@@ -423,6 +433,7 @@ class HostTier {
     uint64_t owner = 0;
     bool is_lease = false;
     bool partial = false;             // reservations: policy hint
+    bool reused = false;              // reservations: policy hint
     uint32_t tenant = 0;              // reservations: policy hint
     ChunkKey parent;                  // reservations: policy hint
     std::vector<uint32_t> token_ids;  // reservations: for the observer
@@ -458,10 +469,19 @@ class HostTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t PagesFor(uint64_t size_bytes) const;
   ArenaRangeList RangesFor(const Record& record) const;
-  // Leases the committed run of `chain`; verifies the checksums that verify_every_n_loads makes
-  // due, unless `verify_due` is false.
+  // How AcquireChain treats the leases it hands out.
+  enum class LeaseUse {
+    kLoad,            // an engine's load: counted, touches the policy, verified when due
+    kLoadUnverified,  // the same, but the reader verifies what it copies
+    kTierCopy,        // the daemon's own copy (AcquireForCopy): none of that
+  };
+  // Leases the committed run of `chain` for `use`.
   AcquireRun AcquireChain(std::span<const ChunkKey> chain, std::chrono::nanoseconds duration,
-                          uint64_t owner, bool verify_due = true);
+                          uint64_t owner, LeaseUse use = LeaseUse::kLoad);
+  // Acquire and AcquireForCopy: checks the arguments, then leases `key` for `use`.
+  absl::StatusOr<std::optional<ChunkLease>> AcquireOne(
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
+      LeaseUse use);
   absl::Status OnChecksumMismatch(ChunkLease& lease, uint64_t computed);
 
   // Called by the handles.

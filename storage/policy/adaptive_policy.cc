@@ -26,6 +26,8 @@ void AdaptivePolicy::OnInsert(const PolicyChunkInfo& info) {
   } else if (ghost_main_.Take(info.key_hash)) {
     probation_target_ = probation_target_ > step ? probation_target_ - step : 0;
     queue = kMain;
+  } else if (info.reused) {
+    queue = kMain;
   }
   chunks_.Insert(info, queue);
 }

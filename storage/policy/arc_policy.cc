@@ -24,6 +24,8 @@ void ArcPolicy::OnInsert(const PolicyChunkInfo& info) {
     const uint64_t delta = std::max<uint64_t>(b1 / std::max<uint64_t>(b2, 1), 1) * info.size_bytes;
     target_t1_ = target_t1_ > delta ? target_t1_ - delta : 0;
     queue = kFrequent;
+  } else if (info.reused) {
+    queue = kFrequent;
   }
   chunks_.Insert(info, queue);
   // |T1| + |B1| <= c and |T1| + |T2| + |B1| + |B2| <= 2c.

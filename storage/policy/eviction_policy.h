@@ -34,6 +34,9 @@ struct PolicyChunkInfo {
   // The last, partial chunk of a prompt: rarely read again, because its key changes as soon as
   // the conversation grows.
   bool partial = false;
+  // Brought back from a lower tier because a reader asked for it (a promotion): a second
+  // reference, so policies that admit chunks on probation place it as if it had been read.
+  bool reused = false;
   uint32_t tenant = 0;
 };
 

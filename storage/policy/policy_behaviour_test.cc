@@ -102,6 +102,41 @@ TEST(AdaptivePolicy, ProbationWithinItsTargetIsKeptOverMain) {
   EXPECT_EQ(policy.PopVictim(), 4u);
 }
 
+// A promoted chunk (reused) was asked for again: it skips probation, so promoting more chunks
+// into a full tier evicts new, unread chunks before the ones just promoted.
+PolicyChunkInfo Reused(ChunkId id) {
+  PolicyChunkInfo info = Chunk(id);
+  info.reused = true;
+  return info;
+}
+
+TEST(AdaptivePolicy, ReusedChunksSkipProbation) {
+  AdaptivePolicy policy(10 * kChunk, {.initial_probation_fraction = 0.0});
+  policy.OnInsert(Reused(1));
+  policy.OnInsert(Chunk(2));
+  policy.OnInsert(Reused(3));
+  EXPECT_EQ(policy.PopVictim(), 2u);  // probation, above its target of 0
+  EXPECT_EQ(policy.PopVictim(), 1u);  // then main, oldest first
+  EXPECT_EQ(policy.PopVictim(), 3u);
+}
+
+TEST(S3FifoPolicy, ReusedChunksSkipTheSmallQueue) {
+  S3FifoPolicy s3(10 * kChunk);
+  s3.OnInsert(Reused(1));
+  s3.OnInsert(Chunk(2));
+  EXPECT_EQ(s3.PopVictim(), 2u);
+  EXPECT_EQ(s3.PopVictim(), 1u);
+}
+
+TEST(ArcPolicy, ReusedChunksEnterTheFrequentList) {
+  ArcPolicy arc(4 * kChunk);
+  arc.OnInsert(Reused(1));
+  for (ChunkId id = 2; id <= 3; ++id) arc.OnInsert(Chunk(id));
+  EXPECT_EQ(arc.PopVictim(), 2u);  // T1 above its target of 0
+  EXPECT_EQ(arc.PopVictim(), 3u);
+  EXPECT_EQ(arc.PopVictim(), 1u);
+}
+
 TEST(PrefixLruPolicy, EvictsChainsTailFirst) {
   PrefixLruPolicy policy;
   policy.OnInsert(Chunk(1));

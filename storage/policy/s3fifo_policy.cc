@@ -9,7 +9,8 @@ S3FifoPolicy::S3FifoPolicy(uint64_t capacity_bytes)
 
 void S3FifoPolicy::OnInsert(const PolicyChunkInfo& info) {
   if (chunks_.Find(info.id) != nullptr) return;
-  chunks_.Insert(info, ghost_.Take(info.key_hash) ? kMain : kSmall);
+  const bool remembered = ghost_.Take(info.key_hash);
+  chunks_.Insert(info, remembered || info.reused ? kMain : kSmall);
 }
 
 void S3FifoPolicy::OnAccess(ChunkId id) {

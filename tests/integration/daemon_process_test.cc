@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <numeric>
 #include <thread>
@@ -39,6 +40,33 @@ std::vector<ChunkKey> Keys(size_t num_chunks, uint32_t first_token) {
   std::vector<uint32_t> tokens(num_chunks * 64);
   std::iota(tokens.begin(), tokens.end(), first_token);
   return KeyHasher::Create(SmallLayout(), {})->PrefixKeys(tokens, {});
+}
+
+// Leases the first `count` chunks of `keys` and checks every 4 KiB of them holds
+// `byte_of(i)` for chunk i.
+void ExpectLoadsByteExact(RawEngineClient& engine, std::span<const ChunkKey> keys,
+                          const std::function<uint8_t(uint32_t)>& byte_of) {
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
+  absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
+  ASSERT_TRUE(leased.ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(static_cast<int>(i));
+    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); b += 4096) {
+        ASSERT_EQ(static_cast<uint8_t>(engine.arena()[extent.offset() + b]), byte_of(i))
+            << "chunk " << i;
+      }
+    }
+  }
+}
+
+// A disk directory for one test that outlives the daemon processes using it.
+std::filesystem::path FreshDiskDir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    fmt::format("strata-itest-{}-{}", name, getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
 }
 
 TEST(DaemonProcess, ServesAndStopsCleanlyOnSigterm) {
@@ -79,9 +107,7 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
 
 TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory.
-  const std::filesystem::path disk_dir = std::filesystem::path(::testing::TempDir()) /
-                                         ("strata-itest-disk-" + std::to_string(getpid()));
-  std::filesystem::remove_all(disk_dir);
+  const std::filesystem::path disk_dir = FreshDiskDir("disk");
   const test_support::DaemonProcessOptions options{
       .host_capacity = "1MiB",
       .extra_toml = fmt::format(
@@ -114,19 +140,50 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
                       << (*daemon)->Log();
   EXPECT_LT(hits, 16u) << "the last chunks lived only in the host tier";
 
-  v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(hits));
-  absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
-  ASSERT_TRUE(leased.ok());
-  for (uint32_t i = 0; i < hits; ++i) {
-    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(static_cast<int>(i));
-    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
-    for (const v1::Extent& extent : chunk.extents()) {
-      for (uint64_t b = 0; b < extent.length(); b += 4096) {
-        ASSERT_EQ(static_cast<uint8_t>(engine.arena()[extent.offset() + b]), 10 * (i / 4) + i % 4)
-            << "chunk " << i;
+  ExpectLoadsByteExact(engine, std::span(keys).first(hits),
+                       [](uint32_t i) { return static_cast<uint8_t>(10 * (i / 4) + i % 4); });
+  EXPECT_EQ((*daemon)->Stop().code, 0);
+  std::filesystem::remove_all(disk_dir);
+}
+
+TEST(DaemonProcess, WrittenThroughChunksSurviveACrashWithoutEverBeingEvicted) {
+  const std::filesystem::path disk_dir = FreshDiskDir("write-through");
+  const test_support::DaemonProcessOptions options{
+      .host_capacity = "4MiB",  // 32 chunks: nothing is evicted
+      .extra_toml = fmt::format(
+          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n"
+          "write_through = true\n",
+          disk_dir.string())};
+  const std::vector<ChunkKey> keys = Keys(8, 0);
+  {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    RawEngineClient engine((*daemon)->engine_socket());
+    ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+    ASSERT_TRUE(engine.Store(keys, 64, 7).ok());  // chunk i holds byte 7 + i
+    // The writes run in the background: wait until the disk tier shows all eight.
+    uint64_t on_disk = 0;
+    for (int attempt = 0; attempt < 200 && on_disk < keys.size(); ++attempt) {
+      grpc::ClientContext context;
+      v1::StatsResponse stats;
+      ASSERT_TRUE((*daemon)->control().Stats(&context, v1::StatsRequest(), &stats).ok());
+      for (const v1::TierStats& tier : stats.tiers()) {
+        if (tier.tier() == v1::TIER_DISK) on_disk = tier.chunks();
       }
+      if (on_disk < keys.size()) std::this_thread::sleep_for(milliseconds(25));
     }
+    ASSERT_EQ(on_disk, keys.size()) << (*daemon)->Log();
+    (*daemon)->Kill();
   }
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+  v1::EngineRequest lookup = test_support::LookupRequest(keys);
+  absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->lookup().hit_chunks(), keys.size()) << (*daemon)->Log();
+  ExpectLoadsByteExact(engine, keys, [](uint32_t i) { return static_cast<uint8_t>(7 + i); });
   EXPECT_EQ((*daemon)->Stop().code, 0);
   std::filesystem::remove_all(disk_dir);
 }
