@@ -12,6 +12,7 @@
 #include <numeric>
 #include <vector>
 
+#include "bench/engine/sim_engine.h"
 #include "benchmark/benchmark.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/testing/test_daemon.h"
@@ -24,16 +25,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-KvLayout LlamaLayout() {
-  KvLayout layout;
-  layout.model_id = "llama-3-8b";
-  layout.num_layers = 32;
-  layout.num_kv_heads = 8;
-  layout.head_dim = 128;
-  layout.dtype = KvDtype::kBfloat16;
-  layout.chunk_tokens = 256;
-  return layout;
-}
+// Llama-3-8B's KV geometry in chunks of 256 tokens (32 MiB).
+KvLayout LlamaLayout() { return *bench::SimLayout("llama8b", 256); }
 
 void Percentiles(benchmark::State& state, std::vector<double>& micros) {
   std::sort(micros.begin(), micros.end());
