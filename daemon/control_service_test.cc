@@ -17,20 +17,12 @@
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
 #include "storage/disk/test_util.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::daemon {
 namespace {
 
-KvLayout TestLayout() {
-  KvLayout layout;
-  layout.model_id = "test-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 16;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 16;
-  return layout;
-}
+KvLayout TestLayout() { return test_support::SmallLayout(); }
 
 class ControlServiceTest : public ::testing::Test {
  protected:
