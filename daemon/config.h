@@ -124,9 +124,6 @@ absl::Status ValidateConfig(const DaemonConfig& config);
 // The config as a TOML document that ApplyToml reads back to the same config.
 std::string ConfigToToml(const DaemonConfig& config);
 
-// "8GiB", "512MiB", "4096", "1.5GiB"... -> bytes. kInvalidArgument otherwise.
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
-
 // Parses stratad's command line: --config FILE, --print-config, and flags that override single
 // keys (--host-capacity, --engine-socket, --listen, --control-socket, --log-level, ...).
 // Returns the final validated config, or nullopt when the command line asked only for help or

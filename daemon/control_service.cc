@@ -344,28 +344,40 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
     return s;
   storage::HostTier& host = *options_.host_tier;
   storage::DiskTier* disk = options_.disk_tier;
+  storage::DiskMover* mover = options_.disk_mover;
   const bool to_disk = request.target() == v1::TIER_DISK;
   for (const ChunkKey& key : chunks->keys) {
     const bool in_host = host.Contains(key);
     const bool on_disk = disk != nullptr && disk->Contains(key);
-    if (to_disk ? on_disk && !in_host : in_host && !on_disk) {
+    // Evicted and waiting for the mover's write: on its way to disk, in neither tier's index.
+    const bool staged = mover != nullptr && mover->IsStaged(key);
+    if (to_disk ? on_disk && !in_host : in_host && !on_disk && !staged) {
       response.set_already_in_target(response.already_in_target() + 1);
       continue;
     }
-    if (!in_host && !on_disk) {
+    if (!in_host && !on_disk && !staged) {
       response.set_missing_chunks(response.missing_chunks() + 1);
       continue;
     }
     if (to_disk) {
-      // Written to disk first, then dropped from the host tier: never in neither.
-      absl::StatusOr<bool> copied = storage::CopyToDisk(host, *disk, key);
-      if (!copied.ok()) return copied.status();
-      if (!*copied) {  // evicted or removed meanwhile
-        response.set_missing_chunks(response.missing_chunks() + 1);
-        continue;
-      }
-      if (absl::StatusOr<storage::RemoveResult> removed = host.Remove(key); !removed.ok()) {
-        return removed.status();
+      if (in_host) {
+        // Written to disk first, then dropped from the host tier: never in neither.
+        absl::StatusOr<bool> copied = storage::CopyToDisk(host, *disk, key);
+        if (!copied.ok()) return copied.status();
+        if (!*copied) {  // evicted or removed meanwhile
+          response.set_missing_chunks(response.missing_chunks() + 1);
+          continue;
+        }
+        if (absl::StatusOr<storage::RemoveResult> removed = host.Remove(key); !removed.ok()) {
+          return removed.status();
+        }
+      } else {
+        // Only staged: its write is forced, so the chunk is on disk once Move returns.
+        mover->Flush();
+        if (!disk->Contains(key)) {  // the write failed (counted by the mover)
+          response.set_missing_chunks(response.missing_chunks() + 1);
+          continue;
+        }
       }
     } else {
       if (!in_host) {
@@ -376,7 +388,7 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
         absl::StatusOr<KvLayout> layout = FromProto(request.selector().layout());
         if (!layout.ok()) return layout.status();
         absl::StatusOr<storage::PromoteOutcome> promoted =
-            storage::PromoteFromDisk(*disk, host, *layout, key);
+            storage::PromoteFromDisk(*disk, host, *layout, key, mover);
         if (!promoted.ok()) return promoted.status();
         // Gone meanwhile, or another writer is storing it: the disk copy stays.
         if (*promoted == storage::PromoteOutcome::kNotOnDisk ||
@@ -385,6 +397,8 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
           continue;
         }
       }
+      // A staged copy would land on disk after the removal: let it land first.
+      if (staged) mover->Flush();
       if (absl::StatusOr<bool> removed = disk->Remove(key); !removed.ok()) {
         return removed.status();
       }

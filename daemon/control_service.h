@@ -31,8 +31,10 @@ struct ControlServiceOptions {
   // Nullable (no disk tier); not owned; must outlive the service.
   storage::DiskTier* disk_tier = nullptr;
   // The disk tier's background demotion writer, flushed before Clear and Drain touch the disk
-  // tier so that chunks evicted just before are cleared or kept with the rest. Nullable; not
-  // owned; must outlive the service.
+  // tier so that chunks evicted just before are cleared or kept with the rest. Move serves the
+  // chunks it holds for their writes (staged): one moved to disk has its write forced, so it is
+  // on disk when Move answers; one moved to the host tier is promoted from its staging buffer,
+  // and its disk copy removed once written. Nullable; not owned; must outlive the service.
   storage::DiskMover* disk_mover = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;

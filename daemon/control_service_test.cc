@@ -17,20 +17,12 @@
 #include "proto/convert.h"
 #include "storage/disk/demoter.h"
 #include "storage/disk/test_util.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::daemon {
 namespace {
 
-KvLayout TestLayout() {
-  KvLayout layout;
-  layout.model_id = "test-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 16;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 16;
-  return layout;
-}
+KvLayout TestLayout() { return test_support::SmallLayout(); }
 
 class ControlServiceTest : public ::testing::Test {
  protected:
@@ -41,11 +33,16 @@ class ControlServiceTest : public ::testing::Test {
     options.hard_pin_quota_bytes = 2 * 4096;
     options.clock = &clock_;
     options.observer = &events_;
-    tier_ = *storage::HostTier::Create(options);
     disk_ = MakeDiskTier();
+    if (disk_ != nullptr) {
+      mover_ = *storage::DiskMover::Create(disk_.get(), {});
+      options.listener = mover_.get();
+    }
+    tier_ = *storage::HostTier::Create(options);
     service_ =
         std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier_.get(),
                                                                .disk_tier = disk_.get(),
+                                                               .disk_mover = mover_.get(),
                                                                .events = &events_,
                                                                .key_options = {},
                                                                .limits = {.max_tokens = 1000}});
@@ -66,10 +63,12 @@ class ControlServiceTest : public ::testing::Test {
     server_.reset();
     service_.reset();
     tier_.reset();
+    mover_.reset();
     disk_.reset();
   }
 
-  // The disk tier the service gets: none here.
+  // The disk tier the service gets (with a DiskMover as the host tier's eviction listener): none
+  // here.
   virtual std::unique_ptr<storage::DiskTier> MakeDiskTier() { return nullptr; }
 
   void StoreChunk(const ChunkKey& key, uint32_t num_tokens,
@@ -136,6 +135,7 @@ class ControlServiceTest : public ::testing::Test {
   ManualClock clock_;
   EventLog events_{16};  // a small ring, so tests can outrun it
   std::unique_ptr<storage::DiskTier> disk_;
+  std::unique_ptr<storage::DiskMover> mover_;
   std::unique_ptr<storage::HostTier> tier_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -909,6 +909,16 @@ class ControlServiceDiskTest : public ControlServiceTest {
         {.directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
   }
   storage::testing::ScratchDir scratch_;
+
+  // Evicts `key` as the host tier does: the mover copies it into staging, then it leaves the
+  // host tier. With the mover held, it stays staged (in neither tier's index) until a Flush.
+  void Evict(const ChunkKey& key) {
+    absl::StatusOr<std::optional<storage::ChunkLease>> lease = tier_->Acquire(key);
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    mover_->OnEvicted(key, (*lease)->payload(), (*lease)->checksum(), (*lease)->num_tokens());
+    lease->reset();
+    ASSERT_TRUE(tier_->Remove(key).ok());
+  }
 };
 
 TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
@@ -983,6 +993,49 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(cleared.removed_chunks(), 6u);  // three in each tier
   ASSERT_TRUE(Lookup(lookup, found).ok());
   EXPECT_EQ(found.matched_chunks(), 0u);
+}
+
+// A chunk evicted and still waiting for its disk write is on its way to disk, not missing.
+TEST_F(ControlServiceDiskTest, MoveServesChunksStagedForTheirDiskWrite) {
+  const std::vector<uint32_t> tokens = Tokens(48, 7);
+  const std::vector<ChunkKey> keys = StoreChain(tokens);
+  ASSERT_EQ(keys.size(), 3u);
+  mover_->SetHeld(true);
+  Evict(keys[0]);
+  ASSERT_TRUE(mover_->IsStaged(keys[0]));
+  ASSERT_FALSE(tier_->Contains(keys[0]));
+  ASSERT_FALSE(disk_->Contains(keys[0]));
+
+  // To disk: the write is forced, so the chunk is on disk when Move answers.
+  v1::MoveRequest move;
+  *move.mutable_selector() = KeySelector(std::span(keys).first(1));
+  move.set_target(v1::TIER_DISK);
+  v1::MoveResponse moved;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 1u);
+  EXPECT_EQ(moved.missing_chunks(), 0u);
+  EXPECT_TRUE(disk_->Contains(keys[0]));
+  EXPECT_FALSE(mover_->IsStaged(keys[0]));
+  EXPECT_FALSE(tier_->Contains(keys[0]));
+
+  // To the host tier: promoted from staging (no disk read), and its disk copy, once written,
+  // removed. keys[0] comes back from disk; keys[2] is in the host tier already.
+  Evict(keys[1]);  // the mover is still held
+  ASSERT_TRUE(mover_->IsStaged(keys[1]));
+  ASSERT_FALSE(disk_->Contains(keys[1]));
+  const uint64_t disk_reads = disk_->stats().reads;
+  *move.mutable_selector() = TokenSelector(tokens);
+  move.set_target(v1::TIER_HOST);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 2u);
+  EXPECT_EQ(moved.already_in_target(), 1u);
+  EXPECT_EQ(moved.missing_chunks(), 0u);
+  EXPECT_EQ(disk_->stats().reads, disk_reads + 1) << "keys[1] came from staging";
+  for (const ChunkKey& key : keys) {
+    EXPECT_TRUE(tier_->Contains(key));
+    EXPECT_FALSE(disk_->Contains(key));
+    EXPECT_FALSE(mover_->IsStaged(key));
+  }
 }
 
 TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {

@@ -20,6 +20,7 @@
 #include "storage/host/payload_view.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::daemon {
 namespace {
@@ -27,16 +28,7 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
-KvLayout TestLayout() {
-  KvLayout layout;
-  layout.model_id = "test-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 16;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 16;  // 2 KiB per full chunk
-  return layout;
-}
+KvLayout TestLayout() { return test_support::SmallLayout(); }
 
 using test_support::RawEngineClient;
 

@@ -10,8 +10,8 @@
 #include "bench/trace/belady.h"
 #include "bench/trace/synthetic_traces.h"
 #include "bench/trace/trace_replay.h"
+#include "core/byte_size.h"
 #include "core/fmt_absl.h"
-#include "daemon/config.h"
 #include "fmt/format.h"
 
 namespace strata::bench {
@@ -47,7 +47,7 @@ absl::StatusOr<Capacity> ParseCapacity(const std::string& text, uint64_t unique_
     capacity.fraction = percent / 100;
     capacity.blocks = static_cast<uint64_t>(capacity.fraction * unique_blocks);
   } else {
-    absl::StatusOr<uint64_t> bytes = daemon::ParseByteSize(text);
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
     if (!bytes.ok()) return bytes.status();
     capacity.blocks = *bytes / kBlockBytes;
     capacity.fraction = static_cast<double>(capacity.blocks) / unique_blocks;

@@ -210,6 +210,24 @@ strata_status strata_scheduler_get_num_new_matched_tokens(
   });
 }
 
+strata_status strata_scheduler_prefetch(strata_scheduler* scheduler, const char* request_id,
+                                        const uint32_t* prompt_tokens, size_t num_prompt_tokens,
+                                        const char* tenant_salt, const char* lora_name,
+                                        uint32_t* out_num_chunks) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(scheduler != nullptr, "scheduler is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    STRATA_C_REQUIRE(prompt_tokens != nullptr || num_prompt_tokens == 0, "prompt_tokens is NULL");
+    STRATA_C_REQUIRE(out_num_chunks != nullptr, "out_num_chunks is NULL");
+    *out_num_chunks =
+        scheduler->impl->Prefetch({.request_id = request_id,
+                                   .prompt_tokens = {prompt_tokens, num_prompt_tokens},
+                                   .tenant_salt = OrEmpty(tenant_salt),
+                                   .lora_name = OrEmpty(lora_name)});
+    return STRATA_OK;
+  });
+}
+
 strata_status strata_scheduler_update_state_after_alloc(strata_scheduler* scheduler,
                                                         const char* request_id,
                                                         const int32_t* block_ids,

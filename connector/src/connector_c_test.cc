@@ -163,54 +163,79 @@ TEST(ConnectorCTest, MetadataSerializationAndBuffers) {
   EXPECT_EQ(meta, nullptr);
 }
 
-// A whole store-then-load through the C ABI only.
-TEST(ConnectorCTest, StoreThenLoadThroughTheCAbi) {
-  TestDaemon daemon;
-  ASSERT_TRUE(daemon.Start().ok());
-  const strata_connector_options options = Options(daemon.socket_path());
-  const int64_t plane = kBlocks * kBlock * kHeads * kDim;
-  const int64_t shape[] = {2, kBlocks, kBlock, kHeads, kDim};
-  const int64_t strides[] = {plane, kBlock * kHeads * kDim, kHeads * kDim, kDim, 1};
-  std::vector<uint32_t> prompt(32);
-  std::iota(prompt.begin(), prompt.end(), 500);
-  std::vector<int32_t> blocks(8);
-  std::iota(blocks.begin(), blocks.end(), 3);
-
-  struct Side {
-    strata_scheduler* scheduler = nullptr;
-    strata_worker* worker = nullptr;
-    std::vector<std::vector<uint16_t>> kv;
-  };
-  auto open = [&](Side& side, uint16_t fill) {
-    ASSERT_EQ(strata_scheduler_create(&options, &side.scheduler), STRATA_OK) << strata_last_error();
-    ASSERT_EQ(strata_worker_create(&options, &side.worker), STRATA_OK) << strata_last_error();
+// One engine's scheduler and worker over paged KV of kLayers layers, driven through the C ABI
+// only; every block of its KV starts as `fill`.
+class CEngine {
+ public:
+  CEngine(const strata_connector_options& options, uint16_t fill) {
+    EXPECT_EQ(strata_scheduler_create(&options, &scheduler_), STRATA_OK) << strata_last_error();
+    EXPECT_EQ(strata_worker_create(&options, &worker_), STRATA_OK) << strata_last_error();
     std::vector<strata_layer_kv> layers(kLayers);
     for (uint32_t l = 0; l < kLayers; ++l) {
-      side.kv.emplace_back(2 * plane, fill);
-      layers[l].kv = {side.kv.back().data(), 5, shape, strides};
+      kv_.emplace_back(2 * kPlane, fill);
+      layers[l].kv = {kv_.back().data(), 5, kShape, kStrides};
       layers[l].v = nullptr;
     }
-    ASSERT_EQ(strata_worker_register_kv_caches(side.worker, layers.data(), kLayers), STRATA_OK)
+    EXPECT_EQ(strata_worker_register_kv_caches(worker_, layers.data(), kLayers), STRATA_OK)
         << strata_last_error();
-  };
-  auto step = [&](Side& side, const char* id, int64_t* matched) {
-    ASSERT_EQ(strata_scheduler_get_num_new_matched_tokens(side.scheduler, id, prompt.data(),
-                                                          prompt.size(), 0, nullptr, nullptr,
-                                                          matched, nullptr),
-              STRATA_OK);
-    ASSERT_EQ(strata_scheduler_update_state_after_alloc(side.scheduler, id, blocks.data(),
+  }
+  ~CEngine() {
+    strata_worker_destroy(worker_);
+    strata_scheduler_destroy(scheduler_);
+  }
+
+  // One whole-prompt step of request `id` into `blocks`: lookup, load of what it offers, save.
+  // Returns the matched tokens (-1 after a failed assertion).
+  int64_t Step(const char* id, const std::vector<uint32_t>& prompt,
+               const std::vector<int32_t>& blocks) {
+    int64_t matched = -1;
+    StepInto(id, prompt, blocks, &matched);
+    return matched;
+  }
+
+  // Whether positions [0, num_tokens) of `blocks` hold `value` in every layer and plane.
+  bool Holds(const std::vector<int32_t>& blocks, int64_t num_tokens, uint16_t value) const {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      for (int64_t p = 0; p < num_tokens; ++p) {
+        for (int64_t plane_index = 0; plane_index < 2; ++plane_index) {
+          const int64_t base =
+              plane_index * kPlane + (blocks[p / kBlock] * kBlock + p % kBlock) * kHeads * kDim;
+          for (int64_t e = 0; e < kHeads * kDim; ++e) {
+            if (kv_[l][base + e] != value) return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  strata_scheduler* scheduler() const { return scheduler_; }
+  strata_worker* worker() const { return worker_; }
+
+ private:
+  static constexpr int64_t kPlane = kBlocks * kBlock * kHeads * kDim;
+  static constexpr int64_t kShape[] = {2, kBlocks, kBlock, kHeads, kDim};
+  static constexpr int64_t kStrides[] = {kPlane, kBlock* kHeads* kDim, kHeads* kDim, kDim, 1};
+
+  void StepInto(const char* id, const std::vector<uint32_t>& prompt,
+                const std::vector<int32_t>& blocks, int64_t* matched) {
+    const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+    ASSERT_EQ(
+        strata_scheduler_get_num_new_matched_tokens(scheduler_, id, prompt.data(), prompt.size(), 0,
+                                                    nullptr, nullptr, matched, nullptr),
+        STRATA_OK);
+    ASSERT_EQ(strata_scheduler_update_state_after_alloc(scheduler_, id, blocks.data(),
                                                         blocks.size(), *matched),
               STRATA_OK);
     strata_scheduled_request request{};
     request.request_id = id;
     request.kind = STRATA_SCHEDULED_NEW;
     request.num_computed_tokens = *matched;
-    request.num_scheduled_tokens = 32 - *matched;
+    request.num_scheduled_tokens = prompt_len - *matched;
     request.block_ids = blocks.data();
     request.num_block_ids = blocks.size();
     strata_metadata* meta = nullptr;
-    ASSERT_EQ(strata_scheduler_build_meta(side.scheduler, &request, 1, nullptr, 0, &meta),
-              STRATA_OK);
+    ASSERT_EQ(strata_scheduler_build_meta(scheduler_, &request, 1, nullptr, 0, &meta), STRATA_OK);
     // Through bytes, as between processes.
     size_t size = 0;
     ASSERT_EQ(strata_metadata_serialize(meta, nullptr, 0, &size), STRATA_OUT_OF_RANGE);
@@ -218,71 +243,157 @@ TEST(ConnectorCTest, StoreThenLoadThroughTheCAbi) {
     ASSERT_EQ(strata_metadata_serialize(meta, bytes.data(), bytes.size(), &size), STRATA_OK);
     strata_metadata_destroy(meta);
     ASSERT_EQ(strata_metadata_deserialize(bytes.data(), bytes.size(), &meta), STRATA_OK);
-    ASSERT_EQ(strata_worker_start_load_kv(side.worker, meta, 0, 0), STRATA_OK)
-        << strata_last_error();
+    ASSERT_EQ(strata_worker_start_load_kv(worker_, meta, 0, 0), STRATA_OK) << strata_last_error();
     for (uint32_t l = 0; l < kLayers; ++l) {
-      ASSERT_EQ(strata_worker_wait_for_layer_load(side.worker, l), STRATA_OK);
-      ASSERT_EQ(strata_worker_save_kv_layer(side.worker, l, 0, 0), STRATA_OK);
+      ASSERT_EQ(strata_worker_wait_for_layer_load(worker_, l), STRATA_OK);
+      ASSERT_EQ(strata_worker_save_kv_layer(worker_, l, 0, 0), STRATA_OK);
     }
-    ASSERT_EQ(strata_worker_wait_for_save(side.worker), STRATA_OK);
+    ASSERT_EQ(strata_worker_wait_for_save(worker_), STRATA_OK);
     strata_metadata_destroy(meta);
-  };
-
-  Side a;
-  open(a, 0x1234);
-  int64_t matched = -1;
-  step(a, "a", &matched);
-  EXPECT_EQ(matched, 0);
-
-  Side b;
-  open(b, 0);
-  step(b, "b", &matched);
-  EXPECT_EQ(matched, 31);
-  // Positions 0..30 of every layer and plane came from A.
-  for (uint32_t l = 0; l < kLayers; ++l) {
-    for (int64_t p = 0; p < 31; ++p) {
-      for (int64_t plane_index = 0; plane_index < 2; ++plane_index) {
-        const int64_t base =
-            plane_index * plane + (blocks[p / kBlock] * kBlock + p % kBlock) * kHeads * kDim;
-        for (int64_t e = 0; e < kHeads * kDim; ++e) {
-          ASSERT_EQ(b.kv[l][base + e], 0x1234) << "layer " << l << " position " << p;
-        }
-      }
-    }
   }
+
+  strata_scheduler* scheduler_ = nullptr;
+  strata_worker* worker_ = nullptr;
+  std::vector<std::vector<uint16_t>> kv_;
+};
+
+std::vector<uint32_t> Prompt(size_t len, uint32_t first) {
+  std::vector<uint32_t> tokens(len);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// A whole store-then-load through the C ABI only.
+TEST(ConnectorCTest, StoreThenLoadThroughTheCAbi) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  const strata_connector_options options = Options(daemon.socket_path());
+  const std::vector<uint32_t> prompt = Prompt(32, 500);
+  std::vector<int32_t> blocks(8);
+  std::iota(blocks.begin(), blocks.end(), 3);
+
+  CEngine a(options, 0x1234);
+  EXPECT_EQ(a.Step("a", prompt, blocks), 0);
+
+  CEngine b(options, 0);
+  EXPECT_EQ(b.Step("b", prompt, blocks), 31);
+  // Positions 0..30 of every layer and plane came from A.
+  EXPECT_TRUE(b.Holds(blocks, 31, 0x1234));
   size_t count = 99;
-  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, nullptr, 0, &count), STRATA_OK);
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker(), nullptr, 0, &count),
+            STRATA_OK);
   EXPECT_EQ(count, 0u);
 
   // A load that fails: the metadata claims chunks nobody stored.
   strata_metadata* meta = nullptr;
   const int32_t more_blocks[] = {20, 21, 22, 23};
-  ASSERT_EQ(strata_scheduler_update_state_after_alloc(b.scheduler, "nobody", more_blocks, 4, 16),
+  ASSERT_EQ(strata_scheduler_update_state_after_alloc(b.scheduler(), "nobody", more_blocks, 4, 16),
             STRATA_FAILED_PRECONDITION);
-  ASSERT_EQ(strata_scheduler_build_meta(b.scheduler, nullptr, 0, nullptr, 0, &meta), STRATA_OK);
-  ASSERT_EQ(strata_worker_start_load_kv(b.worker, meta, 0, 0), STRATA_OK);
-  ASSERT_EQ(strata_worker_wait_for_save(b.worker), STRATA_OK);
+  ASSERT_EQ(strata_scheduler_build_meta(b.scheduler(), nullptr, 0, nullptr, 0, &meta), STRATA_OK);
+  ASSERT_EQ(strata_worker_start_load_kv(b.worker(), meta, 0, 0), STRATA_OK);
+  ASSERT_EQ(strata_worker_wait_for_save(b.worker()), STRATA_OK);
   strata_metadata_destroy(meta);
   int32_t two[2];
-  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, two, 2, &count),
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker(), two, 2, &count),
             STRATA_OUT_OF_RANGE);
   EXPECT_EQ(count, 4u);
   int32_t four[4];
-  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, four, 4, &count), STRATA_OK);
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker(), four, 4, &count), STRATA_OK);
   EXPECT_EQ(count, 4u);
   EXPECT_EQ(std::vector<int32_t>(four, four + 4), std::vector<int32_t>({20, 21, 22, 23}));
-  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker, four, 4, &count), STRATA_OK);
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker(), four, 4, &count), STRATA_OK);
   EXPECT_EQ(count, 0u);
 
   // A bad tensor description.
+  const int64_t strides[] = {1, 1, 1, 1, 1};
   strata_layer_kv bad{};
   bad.kv = {nullptr, 5, nullptr, strides};
-  EXPECT_EQ(strata_worker_register_kv_caches(b.worker, &bad, 1), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_worker_register_kv_caches(b.worker(), &bad, 1), STRATA_INVALID_ARGUMENT);
+}
 
-  for (Side* side : {&a, &b}) {
-    strata_worker_destroy(side->worker);
-    strata_scheduler_destroy(side->scheduler);
-  }
+// A queued request's chunks that went to disk: the prefetch reports them queued, the daemon
+// promotes them into its host tier, and the request's load then reads them from there.
+TEST(ConnectorCTest, PrefetchPromotesDiskChunksThatTheLoadThenReads) {
+  // Room for two chunks in the host tier (LRU): storing a second prompt of two chunks pushes the
+  // first prompt's chunks to disk, and promoting them back pushes the second's.
+  TestDaemon daemon({.capacity_bytes = 2 * 4096,
+                     .policy = "lru",
+                     .disk_capacity_bytes = 4ull << 20,
+                     .disk_segment_bytes = 1ull << 20});
+  ASSERT_TRUE(daemon.Start().ok());
+  const strata_connector_options options = Options(daemon.socket_path());
+  const std::vector<uint32_t> prompt = Prompt(32, 500);
+  const std::vector<uint32_t> other = Prompt(32, 9000);
+  std::vector<int32_t> blocks(8);
+  std::iota(blocks.begin(), blocks.end(), 3);
+
+  CEngine a(options, 0x1234);
+  EXPECT_EQ(a.Step("a", prompt, blocks), 0);
+  EXPECT_EQ(a.Step("a2", other, blocks), 0);
+  ASSERT_EQ(daemon.disk()->stats().chunks, 2u) << "the first prompt's chunks went to disk";
+
+  CEngine b(options, 0);
+  uint32_t queued = 99;
+  ASSERT_EQ(strata_scheduler_prefetch(b.scheduler(), "b", prompt.data(), prompt.size(), nullptr,
+                                      nullptr, &queued),
+            STRATA_OK)
+      << strata_last_error();
+  EXPECT_EQ(queued, 2u);
+  daemon.promoter()->Flush();
+  EXPECT_EQ(daemon.promoter()->Stats().promoted, 2u);
+  const uint64_t disk_reads = daemon.disk()->stats().reads;
+
+  // In the host tier now: nothing left to queue, and the load reads no disk.
+  ASSERT_EQ(
+      strata_scheduler_prefetch(b.scheduler(), "b", prompt.data(), prompt.size(), "", "", &queued),
+      STRATA_OK);
+  EXPECT_EQ(queued, 0u);
+  EXPECT_EQ(b.Step("b", prompt, blocks), 31);
+  EXPECT_TRUE(b.Holds(blocks, 31, 0x1234));
+  EXPECT_EQ(daemon.disk()->stats().reads, disk_reads);
+}
+
+TEST(ConnectorCTest, PrefetchArgumentsAndUnknownRequests) {
+  const std::vector<uint32_t> prompt = Prompt(32, 500);
+  uint32_t queued = 99;
+  EXPECT_EQ(strata_scheduler_prefetch(nullptr, "r", prompt.data(), prompt.size(), nullptr, nullptr,
+                                      &queued),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("scheduler"));
+
+  TestDaemon daemon;  // no disk tier
+  ASSERT_TRUE(daemon.Start().ok());
+  const strata_connector_options options = Options(daemon.socket_path());
+  strata_scheduler* scheduler = nullptr;
+  ASSERT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_OK);
+  EXPECT_EQ(strata_scheduler_prefetch(scheduler, nullptr, prompt.data(), prompt.size(), nullptr,
+                                      nullptr, &queued),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("request_id"));
+  EXPECT_EQ(strata_scheduler_prefetch(scheduler, "r", nullptr, 5, nullptr, nullptr, &queued),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("prompt_tokens"));
+  EXPECT_EQ(strata_scheduler_prefetch(scheduler, "r", prompt.data(), prompt.size(), nullptr,
+                                      nullptr, nullptr),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("out_num_chunks"));
+  EXPECT_EQ(queued, 99u) << "a refused call leaves the output alone";
+
+  // A request the scheduler never saw, a daemon without a disk tier, an empty prompt: a hint
+  // nobody can take is OK with nothing queued, and it does not make the request known.
+  EXPECT_EQ(strata_scheduler_prefetch(scheduler, "never-seen", prompt.data(), prompt.size(),
+                                      nullptr, nullptr, &queued),
+            STRATA_OK)
+      << strata_last_error();
+  EXPECT_EQ(queued, 0u);
+  queued = 99;
+  EXPECT_EQ(strata_scheduler_prefetch(scheduler, "empty", nullptr, 0, nullptr, nullptr, &queued),
+            STRATA_OK);
+  EXPECT_EQ(queued, 0u);
+  const int32_t blocks[] = {1, 2};
+  EXPECT_EQ(strata_scheduler_update_state_after_alloc(scheduler, "never-seen", blocks, 2, 8),
+            STRATA_FAILED_PRECONDITION);
+  strata_scheduler_destroy(scheduler);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "strata/v1/engine.pb.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::connector::internal {
 namespace {
@@ -26,16 +27,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::TestDaemon;
 
-KvLayout TestLayout() {
-  KvLayout layout;
-  layout.model_id = "client-test";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 16;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 16;  // 2 KiB per chunk
-  return layout;
-}
+KvLayout TestLayout() { return test_support::SmallLayout({.model_id = "client-test"}); }
 
 std::vector<ChunkKey> Keys(size_t num_chunks, uint32_t first_token = 0) {
   std::vector<uint32_t> tokens(num_chunks * 16);

@@ -253,6 +253,16 @@ PYBIND11_MODULE(strata_connector, m) {
           py::arg("request_id"), py::arg("prompt_tokens"), py::arg("num_computed_tokens"),
           py::arg("tenant_salt") = "", py::arg("lora_name") = "")
       .def(
+          "prefetch",
+          [](SchedulerConnector& s, const std::string& request_id,
+             const std::vector<uint32_t>& prompt_tokens, const std::string& tenant_salt,
+             const std::string& lora_name) {
+            py::gil_scoped_release release;
+            return s.Prefetch({request_id, prompt_tokens, tenant_salt, lora_name});
+          },
+          py::arg("request_id"), py::arg("prompt_tokens"), py::arg("tenant_salt") = "",
+          py::arg("lora_name") = "")
+      .def(
           "update_state_after_alloc",
           [](SchedulerConnector& s, const std::string& request_id,
              const std::vector<int32_t>& block_ids, int64_t num_external_tokens) {
@@ -281,6 +291,9 @@ PYBIND11_MODULE(strata_connector, m) {
         d["lookups"] = st.lookups;
         d["lookup_failures"] = st.lookup_failures;
         d["lookup_hit_tokens"] = st.lookup_hit_tokens;
+        d["prefetches"] = st.prefetches;
+        d["prefetch_failures"] = st.prefetch_failures;
+        d["prefetch_chunks"] = st.prefetch_chunks;
         d["loads_planned"] = st.loads_planned;
         d["saves_planned"] = st.saves_planned;
         d["connected"] = st.connected;

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "strata/connector.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::connector {
 namespace {
@@ -22,14 +23,10 @@ constexpr uint32_t kChunk = 16;
 constexpr uint32_t kBlock = 4;
 
 KvLayout TestLayout() {
-  KvLayout layout;
-  layout.model_id = "sched-test";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 8;
-  layout.dtype = KvDtype::kBfloat16;
-  layout.chunk_tokens = kChunk;
-  return layout;
+  return test_support::SmallLayout({.model_id = "sched-test",
+                                    .head_dim = 8,
+                                    .dtype = KvDtype::kBfloat16,
+                                    .chunk_tokens = kChunk});
 }
 
 ConnectorOptions Options(const std::string& socket_path) {

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "storage/disk/demoter.h"
@@ -77,6 +78,7 @@ bool DiskMover::IsStaged(const ChunkKey& key) const {
 void DiskMover::Flush() {
   absl::MutexLock lock(&mu_);
   const uint64_t target = enqueued_;
+  flush_target_ = std::max(flush_target_, target);
   struct Arg {
     DiskMover* mover;
     uint64_t target;
@@ -84,6 +86,11 @@ void DiskMover::Flush() {
   mu_.Await(absl::Condition(
       +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->mover->finished_ >= a->target; },
       &arg));
+}
+
+void DiskMover::SetHeld(bool held) {
+  absl::MutexLock lock(&mu_);
+  held_ = held;
 }
 
 void DiskMover::Stop() {
@@ -102,7 +109,8 @@ void DiskMover::Run() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](DiskMover* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return !m->queue_.empty() || (m->stopping_ && m->copying_ == 0);
+            const bool write = !m->held_ || m->stopping_ || m->flush_target_ > m->finished_;
+            return (!m->queue_.empty() && write) || (m->stopping_ && m->copying_ == 0);
           },
           this));
       // Stopping: a copy in progress still lands in the queue, so leave only when none is.

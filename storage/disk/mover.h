@@ -87,8 +87,12 @@ class DiskMover final : public EvictionListener {
   std::shared_ptr<const StagedPayload> FindStaged(const ChunkKey& key) const;
   bool IsStaged(const ChunkKey& key) const;
 
-  // Returns once every demotion queued before the call is written (or has failed).
+  // Returns once every demotion queued before the call is written (or has failed), held or not.
   void Flush();
+  // For tests that need chunks to stay staged: while held, the mover's thread writes queued
+  // chunks only when a Flush or Stop asks for them; evictions still stage and queue (within
+  // max_queued_bytes). Releasing the hold lets the queue drain in the background again.
+  void SetHeld(bool held);
   // Writes everything queued and joins the thread; later evictions are written synchronously.
   // Idempotent.
   void Stop();
@@ -122,6 +126,9 @@ class DiskMover final : public EvictionListener {
   uint32_t copying_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // chunks ever queued
   uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or failed (in queue order)
+  // The most enqueued_ any Flush waits for: held chunks up to it are written anyway.
+  uint64_t flush_target_ ABSL_GUARDED_BY(mu_) = 0;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> demoted_{0};

@@ -11,6 +11,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/test_layout.h"
 
 namespace strata {
 namespace {
@@ -20,15 +21,9 @@ using test_support::RawEngineClient;
 using test_support::Subprocess;
 using ::testing::HasSubstr;
 
+// 64 KiB per chunk.
 KvLayout CliLayout() {
-  KvLayout layout;
-  layout.model_id = "cli-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 64;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;  // 64 KiB per chunk
-  return layout;
+  return test_support::SmallLayout({.model_id = "cli-model", .head_dim = 64, .chunk_tokens = 64});
 }
 
 // The same layout as `strata` flags.

@@ -17,6 +17,7 @@
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
 
 namespace strata {
 namespace {
@@ -25,15 +26,10 @@ using std::chrono::milliseconds;
 using test_support::DaemonProcess;
 using test_support::RawEngineClient;
 
+// 128 KiB per chunk: two 64 KiB pages.
 KvLayout SmallLayout() {
-  KvLayout layout;
-  layout.model_id = "itest-model";
-  layout.num_layers = 4;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 64;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;  // 128 KiB per chunk: two 64 KiB pages
-  return layout;
+  return test_support::SmallLayout(
+      {.model_id = "itest-model", .num_layers = 4, .head_dim = 64, .chunk_tokens = 64});
 }
 
 std::vector<ChunkKey> Keys(size_t num_chunks, uint32_t first_token) {

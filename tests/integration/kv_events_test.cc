@@ -19,6 +19,7 @@
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
 
 namespace strata {
 namespace {
@@ -27,14 +28,8 @@ using test_support::DaemonProcess;
 using test_support::RawEngineClient;
 
 KvLayout EventsLayout() {
-  KvLayout layout;
-  layout.model_id = "events-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 64;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;
-  return layout;
+  return test_support::SmallLayout(
+      {.model_id = "events-model", .head_dim = 64, .chunk_tokens = 64});
 }
 
 // Decodes every payload file given on the command line; prints one line per batch: the

@@ -20,6 +20,7 @@
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
 
 namespace strata {
 namespace {
@@ -30,15 +31,10 @@ using ::testing::HasSubstr;
 
 constexpr char kPromtool[] = "/usr/bin/promtool";
 
+// 64 KiB per chunk.
 KvLayout MetricsLayout() {
-  KvLayout layout;
-  layout.model_id = "metrics-model";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 64;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;  // 64 KiB per chunk
-  return layout;
+  return test_support::SmallLayout(
+      {.model_id = "metrics-model", .head_dim = 64, .chunk_tokens = 64});
 }
 
 // GET /metrics on 127.0.0.1:port; the body, or "" on failure.
@@ -198,7 +194,8 @@ TEST_F(MetricsTest, TheGrafanaDashboardUsesExportedNames) {
   int names = 0;
   for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), name);
        it != std::sregex_iterator(); ++it) {
-    EXPECT_THAT(text_, HasSubstr("\n" + it->str())) << it->str() << " is not exported";
+    EXPECT_THAT(text_, HasSubstr(fmt::format("\n{}", it->str())))
+        << it->str() << " is not exported";
     ++names;
   }
   EXPECT_GT(names, 15);

@@ -122,6 +122,17 @@ strata_status strata_scheduler_get_num_new_matched_tokens(
     size_t num_prompt_tokens, int64_t num_computed_tokens, const char* tenant_salt,
     const char* lora_name, int64_t* out_num_tokens, int32_t* out_load_async);
 
+/* SchedulerConnector::Prefetch: a queued request's prompt chunks that the daemon holds only on
+ * disk are promoted into its host tier in the background. tenant_salt and lora_name may be NULL.
+ * *out_num_chunks is how many chunks the daemon queued (0 when nothing needed promotion or the
+ * daemon could not take the hint). A prefetch is a hint: STRATA_OK whatever the daemon answers
+ * (its failures are counted in the scheduler's stats); the request need not be known to the
+ * scheduler and is not recorded. */
+strata_status strata_scheduler_prefetch(strata_scheduler* scheduler, const char* request_id,
+                                        const uint32_t* prompt_tokens, size_t num_prompt_tokens,
+                                        const char* tenant_salt, const char* lora_name,
+                                        uint32_t* out_num_chunks);
+
 strata_status strata_scheduler_update_state_after_alloc(strata_scheduler* scheduler,
                                                         const char* request_id,
                                                         const int32_t* block_ids,

@@ -18,6 +18,20 @@ The connector never takes the engine down: every call into the binding is guarde
 logged once per kind and the engine carries on (lookups report 0 hits, failed loads come back
 from get_block_ids_with_load_errors and are recomputed).
 
+Prefetch of queued requests: the daemon can bring a request's chunks back from its disk tier
+while the request waits, so that its later lookup and load find them in memory. vLLM's
+KVConnectorBase_V1 has no hook for a request entering the waiting queue (its scheduler-side
+methods are get_num_new_matched_tokens, which vLLM expects to be free of side effects,
+update_state_after_alloc, build_connector_meta, update_connector_output, request_finished and
+take_events), so the adapter does not prefetch by itself. An engine integration that wants it
+calls ``connector.prefetch(request)`` from the scheduler thread when it queues a request, e.g.
+from a Scheduler subclass's ``add_request`` after the base class has queued it::
+
+    class StrataScheduler(Scheduler):
+        def add_request(self, request):
+            super().add_request(request)
+            self.connector.prefetch(request)
+
 Threading: vLLM calls the scheduler-side methods from its scheduler thread and the worker-side
 methods from each worker's model-runner thread; one instance serves one role.
 """
@@ -296,6 +310,22 @@ class StrataConnector:
             self._warn_once("get_num_new_matched_tokens", error)
             return 0, False
         return int(tokens), bool(load_async)
+
+    def prefetch(self, request: Any) -> int:
+        """Asks the daemon to promote the chunks of a queued request's prompt that it holds only
+        on disk (see the module docstring for when to call it). One round trip bounded by
+        lookup_budget_ms; does not record the request. Returns how many chunks the daemon
+        queued: 0 on the worker role, when nothing needed promotion, or when the daemon could
+        not take the hint (a prefetch never raises)."""
+        if self._scheduler is None:
+            return 0
+        salt, lora = _request_extras(request)
+        try:
+            return int(self._scheduler.prefetch(str(request.request_id),
+                                                list(request.prompt_token_ids), salt, lora))
+        except Exception as error:
+            self._warn_once("prefetch", error)
+            return 0
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:

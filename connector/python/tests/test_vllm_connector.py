@@ -198,17 +198,18 @@ class FakeEngine:
 class DaemonProcess:
     """connector_test_daemon in a child process."""
 
-    def __init__(self):
+    def __init__(self, capacity_bytes=64 << 20, disk_bytes=0, policy=None):
         binary = os.environ.get("STRATA_TEST_DAEMON")
         if not binary:
             raise unittest.SkipTest("STRATA_TEST_DAEMON is not set (run through ctest)")
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="strata-py-")
         self.socket_path = os.path.join(self.dir, "engine.sock")
+        self.args = [str(capacity_bytes), "4096", str(disk_bytes)] + ([policy] if policy else [])
         self.proc = None
 
     def start(self):
-        self.proc = subprocess.Popen([self.binary, self.socket_path, str(64 << 20), "4096"],
+        self.proc = subprocess.Popen([self.binary, self.socket_path] + self.args,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline()
         if line.strip() != b"ready":
@@ -316,6 +317,48 @@ class VllmConnectorTest(unittest.TestCase):
         self.assertEqual(consumer.wrong_positions(prompt, blocks, 0, 64), [])
         consumer.run("c2", list(range(1000, 1064)))
         self.assertEqual(consumer.worker.get_kv_connector_stats()["chunks_saved"], 0)
+
+
+class PrefetchTest(unittest.TestCase):
+    """A daemon whose host tier holds four chunks, over a disk tier."""
+
+    def setUp(self):
+        self.daemon = DaemonProcess(capacity_bytes=4 * 4096, disk_bytes=4 << 20, policy="lru")
+        self.daemon.start()
+        self.addCleanup(self.daemon.close)
+
+    def test_prefetch_of_a_queued_request_then_its_load(self):
+        config = fake_vllm_config(self.daemon.socket_path)
+        prompt = list(range(100, 164))  # 4 chunks
+        a = FakeEngine(config)
+        a.run("a", prompt)
+        a.run("a2", list(range(5000, 5064)))  # pushes the prompt's chunks to disk
+
+        b = FakeEngine(config, seed=7)
+        queued = SimpleNamespace(request_id="b", prompt_token_ids=list(prompt), cache_salt=None,
+                                 lora_request=None)
+        self.assertEqual(b.scheduler.prefetch(queued), 4)
+        matched, blocks, errors = b.run("b", prompt)
+        self.assertEqual((matched, errors), (63, set()))
+        self.assertEqual(b.wrong_positions(prompt, blocks, 0, 64), [])
+        stats = b.scheduler.get_kv_connector_stats()
+        self.assertEqual((stats["prefetches"], stats["prefetch_failures"],
+                          stats["prefetch_chunks"]), (1, 0, 4))
+        self.assertEqual(b.worker.prefetch(queued), 0, "the worker role does not prefetch")
+
+    def test_prefetch_is_a_hint_that_never_raises(self):
+        directory = tempfile.TemporaryDirectory(prefix="strata-py-")
+        self.addCleanup(directory.cleanup)
+        absent = FakeEngine(fake_vllm_config(os.path.join(directory.name, "absent.sock"),
+                                             lookup_budget_ms=20))
+        queued = SimpleNamespace(request_id="q", prompt_token_ids=list(range(64)),
+                                 cache_salt="salt", lora_request=None)
+        self.assertEqual(absent.scheduler.prefetch(queued), 0)
+        self.assertEqual(absent.scheduler.get_kv_connector_stats()["prefetch_failures"], 1)
+        # Nothing on disk for it: answered, nothing queued.
+        engine = FakeEngine(fake_vllm_config(self.daemon.socket_path))
+        self.assertEqual(engine.scheduler.prefetch(queued), 0)
+        self.assertEqual(engine.scheduler.get_kv_connector_stats()["prefetch_failures"], 0)
 
 
 class NoDaemonTest(unittest.TestCase):

@@ -1,6 +1,7 @@
 // connector_test_daemon: runs TestDaemon (the daemon's real engine-session server over a small
-// host tier) on a socket path, for tests in other processes (the Python adapter's tests).
-//   connector_test_daemon SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES]]
+// host tier, and over a disk tier of DISK_BYTES when that is given and not 0) on a socket path,
+// for tests in other processes (the Python adapter's tests).
+//   connector_test_daemon SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY]]]]
 // Prints "ready" on stdout once it listens; exits cleanly on SIGTERM, SIGINT or end of stdin.
 #include <poll.h>
 #include <signal.h>
@@ -20,12 +21,16 @@ void OnSignal(int) { stop_requested = 1; }
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES]]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY]]]]\n",
+                 argv[0]);
     return 2;
   }
   strata::connector::testing::TestDaemonOptions options;
   if (argc > 2) options.capacity_bytes = std::strtoull(argv[2], nullptr, 10);
   if (argc > 3) options.page_bytes = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10));
+  if (argc > 4) options.disk_capacity_bytes = std::strtoull(argv[4], nullptr, 10);
+  if (argc > 5) options.policy = argv[5];
   strata::connector::testing::TestDaemon daemon(options, argv[1]);
   if (absl::Status started = daemon.Start(); !started.ok()) {
     std::fprintf(stderr, "connector_test_daemon: %s\n", std::string(started.message()).c_str());
