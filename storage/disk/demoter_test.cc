@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "storage/disk/disk_tier_test_util.h"
+#include "storage/disk/host_over_disk_test_util.h"
 #include "storage/disk/mover.h"
 #include "storage/disk/promoter.h"
 #include "storage/disk/tiered_prefix.h"
@@ -21,43 +22,8 @@ using testing::SyntheticKey;
 
 using DemoterTest = DiskTierTest;
 
-constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
-
-// A host tier of four chunks whose evictions go to a DiskMover (synchronous by default).
-class DemoterFixture {
- public:
-  explicit DemoterFixture(DiskTier* disk, DiskMoverOptions options = {.max_queued_bytes = 0})
-      : mover(DiskMover::Create(disk, options).value()) {}
-
-  absl::Status Open() {
-    auto host = HostTier::Create({.capacity_bytes = 4 * kChunkBytes,
-                                  .page_bytes = 4096,
-                                  .arena_name = "strata-demoter-test",
-                                  .listener = mover.get()});
-    if (!host.ok()) return host.status();
-    tier = std::move(host).value();
-    return absl::OkStatus();
-  }
-
-  absl::Status Store(uint64_t id) {
-    auto reserved = tier->Reserve(layout, SyntheticKey(layout, id), {.num_tokens = 16});
-    if (!reserved.ok()) return reserved.status();
-    reserved->reservation.payload().CopyFrom(Pattern(id, kChunkBytes));
-    return tier->Commit(std::move(reserved->reservation));
-  }
-
-  bool HostHolds(uint64_t id) {
-    auto lease = tier->Acquire(SyntheticKey(layout, id));
-    if (!lease.ok() || !lease->has_value()) return false;
-    std::vector<std::byte> bytes(kChunkBytes);
-    (*lease)->payload().CopyTo(bytes);
-    return bytes == Pattern(id, kChunkBytes);
-  }
-
-  KvLayout layout = SmallLayout();
-  std::unique_ptr<DiskMover> mover;
-  std::unique_ptr<HostTier> tier;
-};
+using DemoterFixture = testing::HostOverDisk;
+constexpr uint64_t kChunkBytes = DemoterFixture::kChunkBytes;
 
 TEST_P(DemoterTest, EvictedHostChunksLandOnDiskAndPromoteBack) {
   auto disk = OpenTier();
@@ -109,13 +75,6 @@ TEST_P(DemoterTest, CorruptDiskCopyIsDataLossAndLeavesNoHostReservation) {
   EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }
 
-// True when the disk tier holds chunk `id` of `layout` byte-exact.
-bool DiskHolds(DiskTier& disk, const KvLayout& layout, uint64_t id) {
-  AlignedBuffer bytes(kChunkBytes);
-  return disk.Read(SyntheticKey(layout, id), bytes.span()).ok() &&
-         std::memcmp(bytes.data(), Pattern(id, kChunkBytes).data(), kChunkBytes) == 0;
-}
-
 TEST_P(DemoterTest, MoverWritesEvictionsInTheBackground) {
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
@@ -126,7 +85,7 @@ TEST_P(DemoterTest, MoverWritesEvictionsInTheBackground) {
   EXPECT_EQ(host.mover->demoted(), 6u);
   EXPECT_EQ(host.mover->failed(), 0u);
   EXPECT_EQ(host.mover->written_inline(), 0u);  // all went through the queue
-  for (uint64_t id = 0; id < 6; ++id) EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+  for (uint64_t id = 0; id < 6; ++id) EXPECT_TRUE(host.DiskHolds(id)) << id;
   for (uint64_t id = 6; id < 10; ++id) EXPECT_TRUE(host.HostHolds(id)) << id;
   // Staging buffers are aligned: the disk writes read them in place.
   EXPECT_EQ((*disk)->stats().staged_writes, 0u);
@@ -149,7 +108,7 @@ TEST_P(DemoterTest, MoverUnderConcurrentReservesLosesNoChunk) {
       if (host.HostHolds(id)) {
         ++in_host;
       } else {
-        EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+        EXPECT_TRUE(host.DiskHolds(id)) << id;
       }
     }
   }
@@ -167,11 +126,11 @@ TEST_P(DemoterTest, MoverStopWritesEverythingQueuedAndLaterEvictionsInline) {
   for (uint64_t id = 0; id < 30; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
   host.mover->Stop();  // no Flush: Stop itself writes what is queued
   EXPECT_EQ(host.mover->demoted(), 26u);
-  for (uint64_t id = 0; id < 26; ++id) EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+  for (uint64_t id = 0; id < 26; ++id) EXPECT_TRUE(host.DiskHolds(id)) << id;
   ASSERT_TRUE(host.Store(30).ok());
   EXPECT_EQ(host.mover->written_inline(), 1u);
-  EXPECT_TRUE(DiskHolds(**disk, host.layout, 26));  // on disk when Store returned
-  host.mover->Stop();                               // idempotent
+  EXPECT_TRUE(host.DiskHolds(26));  // on disk when Store returned
+  host.mover->Stop();               // idempotent
 }
 
 TEST_P(DemoterTest, MoverCountsFailedWritesAndGoesOn) {
@@ -187,7 +146,7 @@ TEST_P(DemoterTest, MoverCountsFailedWritesAndGoesOn) {
   ASSERT_TRUE(host.Store(5).ok());
   host.mover->Flush();
   EXPECT_EQ(host.mover->demoted(), 1u);
-  EXPECT_TRUE(DiskHolds(**disk, host.layout, 1));
+  EXPECT_TRUE(host.DiskHolds(1));
 }
 
 TEST(DiskMoverTest, RejectsBadOptions) {
@@ -243,7 +202,7 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
   EXPECT_EQ(host.mover->failed(), 0u);
   for (uint64_t id : {0, 1, 2}) {
     EXPECT_FALSE(host.mover->IsStaged(chain[id])) << id;
-    EXPECT_TRUE(DiskHolds(**disk, host.layout, id)) << id;
+    EXPECT_TRUE(host.DiskHolds(id)) << id;
   }
   EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }

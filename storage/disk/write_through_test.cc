@@ -1,69 +1,43 @@
 #include "storage/disk/write_through.h"
 
-#include <cstring>
-#include <thread>
-
 #include "core/clock.h"
-#include "storage/disk/disk_tier_test_util.h"
-#include "storage/disk/mover.h"
+#include "storage/disk/host_over_disk_test_util.h"
 
 namespace strata::storage {
 namespace {
 
 using testing::DiskTierTest;
-using testing::Pattern;
-using testing::SmallLayout;
-using testing::SyntheticKey;
 
-using WriteThroughTest = DiskTierTest;
-
-constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
-
-// A host tier of four chunks whose commits are written through to `disk`, and whose evictions
-// go to a synchronous DiskMover.
-class WriteThroughFixture {
+// HostOverDisk whose commits are written through to the disk tier; a ManualClock drives leases.
+class WriteThroughFixture : public testing::HostOverDisk {
  public:
-  WriteThroughFixture(DiskTier* disk, DiskWriteThroughOptions options = {})
-      : disk_(disk),
-        mover(DiskMover::Create(disk, {.max_queued_bytes = 0}).value()),
-        write_through(DiskWriteThrough::Create(disk, options).value()) {}
-  ~WriteThroughFixture() { write_through->Stop(); }
+  explicit WriteThroughFixture(DiskTier* disk, DiskWriteThroughOptions options = {})
+      : HostOverDisk(disk), write_through(DiskWriteThrough::Create(disk, options).value()) {}
+  // The write-through's thread and the host tier go before the clock and observer they use.
+  ~WriteThroughFixture() {
+    write_through->Stop();
+    tier.reset();
+  }
 
   absl::Status Open() {
-    auto host = HostTier::Create({.capacity_bytes = 4 * kChunkBytes,
-                                  .page_bytes = 4096,
-                                  .arena_name = "strata-write-through-test",
-                                  .clock = &clock,
-                                  .listener = mover.get(),
-                                  .observer = write_through.get()});
-    if (!host.ok()) return host.status();
-    tier = std::move(host).value();
+    if (absl::Status s = HostOverDisk::Open(write_through.get(), &clock); !s.ok()) return s;
     write_through->Start(tier.get());
     return absl::OkStatus();
   }
 
-  ChunkKey Key(uint64_t id) const { return SyntheticKey(layout, id); }
-
-  absl::Status Store(uint64_t id) {
-    auto reserved = tier->Reserve(layout, Key(id), {.num_tokens = 16});
-    if (!reserved.ok()) return reserved.status();
-    reserved->reservation.payload().CopyFrom(Pattern(id, kChunkBytes));
-    return tier->Commit(std::move(reserved->reservation));
-  }
-
-  // True when the disk tier holds chunk `id` byte-exact.
-  bool DiskHolds(uint64_t id) const {
-    AlignedBuffer bytes(kChunkBytes);
-    return disk_->Read(Key(id), bytes.span()).ok() &&
-           std::memcmp(bytes.data(), Pattern(id, kChunkBytes).data(), kChunkBytes) == 0;
-  }
-
-  DiskTier* disk_;
-  KvLayout layout = SmallLayout();
   ManualClock clock;
-  std::unique_ptr<DiskMover> mover;
   std::unique_ptr<DiskWriteThrough> write_through;
-  std::unique_ptr<HostTier> tier;
+};
+
+class WriteThroughTest : public DiskTierTest {
+ protected:
+  // Opens `host` and stores chunk 0 with syncs held: its write is in flight on return.
+  void OpenWithChunk0InFlight(WriteThroughFixture& host) {
+    ASSERT_TRUE(host.Open().ok());
+    plan_->HoldSyncs();
+    ASSERT_TRUE(host.Store(0).ok());
+    plan_->AwaitHeldSyncs(1);  // chunk 0's payload is written, its sync held
+  }
 };
 
 TEST_P(WriteThroughTest, CommitsReachTheDiskWithoutCountingAsLoads) {
@@ -111,10 +85,7 @@ TEST_P(WriteThroughTest, RemovalDuringTheWriteIsUndoneAndAFullQueueDrops) {
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
   WriteThroughFixture host(disk->get(), {.max_queued_chunks = 1, .max_batch_chunks = 1});
-  ASSERT_TRUE(host.Open().ok());
-  plan_->HoldSyncs();
-  ASSERT_TRUE(host.Store(0).ok());
-  plan_->AwaitHeldSyncs(1);         // chunk 0's payload is written, its sync held
+  ASSERT_NO_FATAL_FAILURE(OpenWithChunk0InFlight(host));
   ASSERT_TRUE(host.Store(1).ok());  // queued
   ASSERT_TRUE(host.Store(2).ok());  // the queue is full: dropped
   ASSERT_TRUE(host.tier->Remove(host.Key(0)).ok());
@@ -135,10 +106,7 @@ TEST_P(WriteThroughTest, ClearCancelsTheWriteInFlightAndDropsTheQueue) {
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
   WriteThroughFixture host(disk->get(), {.max_batch_chunks = 1});
-  ASSERT_TRUE(host.Open().ok());
-  plan_->HoldSyncs();
-  ASSERT_TRUE(host.Store(0).ok());
-  plan_->AwaitHeldSyncs(1);
+  ASSERT_NO_FATAL_FAILURE(OpenWithChunk0InFlight(host));
   ASSERT_TRUE(host.Store(1).ok());
   host.tier->RemoveAll();
   plan_->ReleaseSyncs();
@@ -154,10 +122,7 @@ TEST_P(WriteThroughTest, WriteThatOutlivesItsLeaseIsUndone) {
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
   WriteThroughFixture host(disk->get(), {.lease = std::chrono::seconds(1)});
-  ASSERT_TRUE(host.Open().ok());
-  plan_->HoldSyncs();
-  ASSERT_TRUE(host.Store(0).ok());
-  plan_->AwaitHeldSyncs(1);
+  ASSERT_NO_FATAL_FAILURE(OpenWithChunk0InFlight(host));
   // The lease runs out while the record waits for its sync: the pages may have been reused.
   host.clock.Advance(std::chrono::seconds(2));
   plan_->ReleaseSyncs();
@@ -172,10 +137,7 @@ TEST_P(WriteThroughTest, ChunksGoneBeforeTheirTurnAreSkippedAndStopDropsTheQueue
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();
   WriteThroughFixture host(disk->get(), {.max_batch_chunks = 1});
-  ASSERT_TRUE(host.Open().ok());
-  plan_->HoldSyncs();
-  ASSERT_TRUE(host.Store(0).ok());
-  plan_->AwaitHeldSyncs(1);
+  ASSERT_NO_FATAL_FAILURE(OpenWithChunk0InFlight(host));
   ASSERT_TRUE(host.Store(1).ok());
   ASSERT_TRUE(host.Store(2).ok());
   ASSERT_TRUE(host.tier->Remove(host.Key(1)).ok());  // queued, not in flight: skipped later

@@ -65,6 +65,24 @@ std::filesystem::path FreshDiskDir(const std::string& name) {
   return dir;
 }
 
+// A daemon with a host tier of `host_capacity` over a 16 MiB disk tier in `disk_dir`, with the
+// [disk] lines `disk_toml` added.
+test_support::DaemonProcessOptions DiskDaemonOptions(const std::filesystem::path& disk_dir,
+                                                     std::string host_capacity,
+                                                     std::string_view disk_toml) {
+  return {
+      .host_capacity = std::move(host_capacity),
+      .extra_toml = fmt::format(
+          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n{}",
+          disk_dir.string(), disk_toml)};
+}
+
+// The chunks of `keys` a Lookup finds.
+uint32_t LookupHits(RawEngineClient& engine, const std::vector<ChunkKey>& keys) {
+  absl::StatusOr<v1::EngineResponse> found = engine.Call(test_support::LookupRequest(keys));
+  return found.ok() ? found->lookup().hit_chunks() : 0;
+}
+
 TEST(DaemonProcess, ServesAndStopsCleanlyOnSigterm) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
@@ -104,14 +122,10 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
 TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory.
   const std::filesystem::path disk_dir = FreshDiskDir("disk");
-  const test_support::DaemonProcessOptions options{
-      .host_capacity = "1MiB",
-      .extra_toml = fmt::format(
-          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n"
-          // Synchronous demotion: every evicted chunk is on disk before the kill (a staged one
-          // would die with the process).
-          "demotion_queue_bytes = 0\n",
-          disk_dir.string())};
+  // Synchronous demotion: every evicted chunk is on disk before the kill (a staged one would die
+  // with the process).
+  const test_support::DaemonProcessOptions options =
+      DiskDaemonOptions(disk_dir, "1MiB", "demotion_queue_bytes = 0\n");
   const std::vector<ChunkKey> keys = Keys(16, 0);
   {
     absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
@@ -128,10 +142,7 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RawEngineClient engine((*daemon)->engine_socket());
   ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
-  v1::EngineRequest lookup = test_support::LookupRequest(keys);
-  absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
-  ASSERT_TRUE(found.ok());
-  const uint32_t hits = found->lookup().hit_chunks();
+  const uint32_t hits = LookupHits(engine, keys);
   EXPECT_GE(hits, 4u) << "the first batch was evicted to disk before the crash\n"
                       << (*daemon)->Log();
   EXPECT_LT(hits, 16u) << "the last chunks lived only in the host tier";
@@ -144,12 +155,9 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
 
 TEST(DaemonProcess, WrittenThroughChunksSurviveACrashWithoutEverBeingEvicted) {
   const std::filesystem::path disk_dir = FreshDiskDir("write-through");
-  const test_support::DaemonProcessOptions options{
-      .host_capacity = "4MiB",  // 32 chunks: nothing is evicted
-      .extra_toml = fmt::format(
-          "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n"
-          "write_through = true\n",
-          disk_dir.string())};
+  // A host tier of 32 chunks: nothing is evicted.
+  const test_support::DaemonProcessOptions options =
+      DiskDaemonOptions(disk_dir, "4MiB", "write_through = true\n");
   const std::vector<ChunkKey> keys = Keys(8, 0);
   {
     absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
@@ -175,10 +183,7 @@ TEST(DaemonProcess, WrittenThroughChunksSurviveACrashWithoutEverBeingEvicted) {
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RawEngineClient engine((*daemon)->engine_socket());
   ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
-  v1::EngineRequest lookup = test_support::LookupRequest(keys);
-  absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
-  ASSERT_TRUE(found.ok());
-  ASSERT_EQ(found->lookup().hit_chunks(), keys.size()) << (*daemon)->Log();
+  ASSERT_EQ(LookupHits(engine, keys), keys.size()) << (*daemon)->Log();
   ExpectLoadsByteExact(engine, keys, [](uint32_t i) { return static_cast<uint8_t>(7 + i); });
   EXPECT_EQ((*daemon)->Stop().code, 0);
   std::filesystem::remove_all(disk_dir);
