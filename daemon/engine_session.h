@@ -93,6 +93,12 @@ class EngineSession {
   // only there. nullopt when neither tier has it. `reader_verifies`: HostTier::Acquire's.
   absl::StatusOr<std::optional<storage::ChunkLease>> AcquireFromAnyTier(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease, bool reader_verifies);
+  // Promotes the run of `keys` from `first` on that the host tier lacks (at most
+  // kPromotionRunChunks) from the disk tier in one batch of reads, so that the loop leasing them
+  // finds them in the host tier. Returns the index after the run; a chunk whose promotion failed
+  // gets its error in `failures` (sized like `keys`), for the load to report.
+  size_t PromoteRunAhead(std::span<const ChunkKey> keys, size_t first,
+                         std::vector<absl::Status>& failures);
 
   const uint64_t id_;
   storage::HostTier* const host_tier_;

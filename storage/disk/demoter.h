@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -53,5 +55,14 @@ absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& 
 absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
                                                const KvLayout& layout, const ChunkKey& key,
                                                const DiskMover* staged = nullptr);
+
+// Promotes every chunk of `keys` as PromoteFromDisk does each, returning one result per key in
+// order. The chunks are reserved in the host tier first and then read with one queue of disk
+// requests (DiskTier::ReadBatch), so the device does not idle between chunks; a caller bounds
+// the run, since its reservations are held together.
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunFromDisk(DiskTier& disk, HostTier& host,
+                                                               const KvLayout& layout,
+                                                               std::span<const ChunkKey> keys,
+                                                               const DiskMover* staged = nullptr);
 
 }  // namespace strata::storage

@@ -59,6 +59,37 @@ TEST_P(DemoterTest, EvictedHostChunksLandOnDiskAndPromoteBack) {
   EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }
 
+TEST_P(DemoterTest, RunPromotionReadsTheChunksTogetherAndFailsOnlyTheBadOnes) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get());
+  ASSERT_TRUE(host.Open().ok());
+  for (uint64_t id = 0; id < 8; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;  // 0-3 on disk
+  ASSERT_EQ(PromoteFromDisk(**disk, *host.tier, host.layout, host.Key(3)).value(),
+            PromoteOutcome::kPromoted);
+  const uint64_t reads = (*disk)->stats().reads;
+
+  // 0's first read request delivers a flipped byte; 3 is in both tiers; 99 is nowhere.
+  const std::vector<ChunkKey> run = {host.Key(3), host.Key(0), host.Key(1), host.Key(99),
+                                     host.Key(2)};
+  plan_->FlipNextReads(1);
+  const std::vector<absl::StatusOr<PromoteOutcome>> outcomes =
+      PromoteRunFromDisk(**disk, *host.tier, host.layout, run);
+  ASSERT_EQ(outcomes.size(), run.size());
+  EXPECT_EQ(outcomes[0].value(), PromoteOutcome::kAlreadyInHost);
+  EXPECT_EQ(outcomes[1].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(outcomes[2].value(), PromoteOutcome::kPromoted);
+  EXPECT_EQ(outcomes[3].value(), PromoteOutcome::kNotOnDisk);
+  EXPECT_EQ(outcomes[4].value(), PromoteOutcome::kPromoted);
+  EXPECT_TRUE(host.HostHolds(1));
+  EXPECT_TRUE(host.HostHolds(2));
+  EXPECT_FALSE(host.tier->Contains(host.Key(0)));
+  EXPECT_FALSE((*disk)->Contains(host.Key(0))) << "the corrupt record is dropped";
+  EXPECT_EQ((*disk)->stats().reads, reads + 2);
+  EXPECT_EQ(host.tier->Stats().reservations, 0u) << "the failed chunk's reservation is aborted";
+  EXPECT_TRUE(host.tier->CheckConsistency().ok());
+}
+
 TEST_P(DemoterTest, CorruptDiskCopyIsDataLossAndLeavesNoHostReservation) {
   auto disk = OpenTier();
   ASSERT_TRUE(disk.ok()) << disk.status();

@@ -304,51 +304,91 @@ absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> destinatio
 }
 
 absl::Status DiskTier::Read(const ChunkKey& key, MutableParts destination) {
-  IndexEntry entry;
-  std::shared_ptr<SegmentFile> file;
+  return ReadBatch({&key, 1}, {&destination, 1}).front();
+}
+
+std::vector<absl::Status> DiskTier::ReadBatch(std::span<const ChunkKey> keys,
+                                              std::span<const MutableParts> destinations) {
+  std::vector<absl::Status> statuses(keys.size());
+  if (destinations.size() != keys.size()) {
+    statuses.assign(keys.size(), absl::InvalidArgumentError(
+                                     fmt::format("disk tier: {} destinations for {} chunks",
+                                                 destinations.size(), keys.size())));
+    return statuses;
+  }
+  // The chunks found, where their records lie, and the reads of their payloads.
+  std::vector<size_t> found;
+  std::vector<IndexEntry> entries;
+  std::vector<std::shared_ptr<SegmentFile>> files;
   {
     absl::MutexLock lock(&mu_);
-    auto it = chunks_.find(key);
-    if (it == chunks_.end()) {
-      return absl::AbortedError(fmt::format("disk tier: {} is not on disk", key.ToString()));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = chunks_.find(keys[i]);
+      if (it == chunks_.end()) {
+        statuses[i] =
+            absl::AbortedError(fmt::format("disk tier: {} is not on disk", keys[i].ToString()));
+        continue;
+      }
+      found.push_back(i);
+      entries.push_back(it->second.entry);
+      files.push_back(segments_.at(it->second.entry.segment_id).file);
+      policy_->OnAccess(it->second.policy_id);
     }
-    entry = it->second.entry;
-    file = segments_.at(entry.segment_id).file;
-    policy_->OnAccess(it->second.policy_id);
   }
-  if (PartsBytes(destination) != entry.payload_bytes) {
-    return absl::InvalidArgumentError(
-        fmt::format("disk tier: destination of {} bytes for a {}-byte chunk",
-                    PartsBytes(destination), entry.payload_bytes));
+  std::vector<size_t> reading;  // indexes into found
+  std::vector<PayloadRead> reads;
+  for (size_t f = 0; f < found.size(); ++f) {
+    const MutableParts destination = destinations[found[f]];
+    if (PartsBytes(destination) != entries[f].payload_bytes) {
+      statuses[found[f]] = absl::InvalidArgumentError(
+          fmt::format("disk tier: destination of {} bytes for a {}-byte chunk",
+                      PartsBytes(destination), entries[f].payload_bytes));
+      continue;
+    }
+    reading.push_back(f);
+    reads.push_back({.fd = files[f]->fd(),
+                     .payload_offset = entries[f].offset + kRecordHeaderBytes,
+                     .payload = destination});
   }
-  absl::StatusOr<uint64_t> checksum = [&]() -> absl::StatusOr<uint64_t> {
-    STRATA_ASSIGN_OR_RETURN(EngineLease engine, LeaseEngine());
-    return ReadPayload(*engine, file->fd(), entry.offset + kRecordHeaderBytes, destination,
-                       options_.max_io_bytes);
-  }();
-  absl::MutexLock lock(&mu_);
-  if (checksum.ok() && *checksum == entry.payload_checksum) {
-    ++stats_.reads;
-    stats_.read_bytes += entry.payload_bytes;
-    if (!DirectCapable(destination)) ++stats_.staged_reads;
-    return absl::OkStatus();
-  }
-  const std::string problem =
-      checksum.ok() ? "checksum mismatch" : std::string(checksum.status().message());
-  if (checksum.ok()) {
-    ++stats_.checksum_failures;
+  if (reads.empty()) return statuses;
+  std::vector<absl::StatusOr<uint64_t>> checksums;
+  if (absl::StatusOr<EngineLease> engine = LeaseEngine(); engine.ok()) {
+    checksums = ReadPayloads(**engine, reads, options_.max_io_bytes);
   } else {
-    ++stats_.io_errors;
+    checksums.assign(reads.size(), engine.status());
   }
-  auto it = chunks_.find(key);
-  if (it != chunks_.end() && it->second.entry == entry) {
-    ++stats_.dropped_records;
-    // The chunk is gone from memory either way; an index error leaves a dead entry that the
-    // next read after a restart drops again.
-    DropLocked(key, /*popped=*/false).IgnoreError();
+
+  absl::MutexLock lock(&mu_);
+  for (size_t r = 0; r < reading.size(); ++r) {
+    const size_t f = reading[r];
+    const ChunkKey& key = keys[found[f]];
+    const IndexEntry& entry = entries[f];
+    const absl::StatusOr<uint64_t>& checksum = checksums[r];
+    if (checksum.ok() && *checksum == entry.payload_checksum) {
+      ++stats_.reads;
+      stats_.read_bytes += entry.payload_bytes;
+      if (!DirectCapable(reads[r].payload)) ++stats_.staged_reads;
+      continue;
+    }
+    const std::string problem =
+        checksum.ok() ? "checksum mismatch" : std::string(checksum.status().message());
+    if (checksum.ok()) {
+      ++stats_.checksum_failures;
+    } else {
+      ++stats_.io_errors;
+    }
+    auto it = chunks_.find(key);
+    if (it != chunks_.end() && it->second.entry == entry) {
+      ++stats_.dropped_records;
+      // The chunk is gone from memory either way; an index error leaves a dead entry that the
+      // next read after a restart drops again.
+      DropLocked(key, /*popped=*/false).IgnoreError();
+    }
+    statuses[found[f]] =
+        absl::DataLossError(fmt::format("disk tier: read {} segment {} offset {}: {}",
+                                        key.ToString(), entry.segment_id, entry.offset, problem));
   }
-  return absl::DataLossError(fmt::format("disk tier: read {} segment {} offset {}: {}",
-                                         key.ToString(), entry.segment_id, entry.offset, problem));
+  return statuses;
 }
 
 absl::StatusOr<bool> DiskTier::Remove(const ChunkKey& key) {

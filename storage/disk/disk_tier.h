@@ -192,6 +192,11 @@ class DiskTier {
   // mismatch, after which the chunk is dropped. On failure the parts hold unspecified bytes.
   absl::Status Read(const ChunkKey& key, MutableParts destination);
   absl::Status Read(const ChunkKey& key, std::span<std::byte> destination);
+  // Reads several chunks as Read does each (destinations[i] for keys[i]), returning one status
+  // per chunk with Read's codes. Their requests are queued together, so the device does not
+  // idle between chunks. kInvalidArgument for every chunk when the spans' sizes differ.
+  std::vector<absl::Status> ReadBatch(std::span<const ChunkKey> keys,
+                                      std::span<const MutableParts> destinations);
 
   // Drops the chunk; false when it was not on disk. A Put of the same key in flight is not
   // affected. Errors only from the index.

@@ -1,5 +1,6 @@
 #include "storage/disk/disk_tier.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -110,6 +111,47 @@ TEST_P(DiskTierTest, ReadFailuresAreDataLossAndDropTheChunk) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_FALSE((*tier)->Contains(KeyOf(2)));
   EXPECT_TRUE(ReadChunk(**tier, 3, 200000).ok());
+}
+
+TEST_P(DiskTierTest, ReadBatchReadsEachChunkAsReadDoesAndFailsOnlyTheBadOnes) {
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  constexpr uint64_t kSize = 200000;  // a partial last block: direct reads bounce it
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(PutChunk(**tier, id, kSize).ok());
+
+  // Chunk 0 into aligned memory (read in place), 1 and 3 into unaligned memory (staged), 9 is
+  // not on disk, and 2's destination has the wrong size.
+  const std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(9), KeyOf(2), KeyOf(3)};
+  AlignedBuffer aligned(kSize);
+  std::vector<std::byte> unaligned1(kSize + 1), unaligned3(kSize + 1), unused(kSize),
+      wrong(kSize - 1);
+  const std::span<std::byte> parts[][1] = {{aligned.span().first(kSize)},
+                                           {std::span(unaligned1).subspan(1)},
+                                           {unused},
+                                           {wrong},
+                                           {std::span(unaligned3).subspan(1)}};
+  const std::vector<MutableParts> destinations = {parts[0], parts[1], parts[2], parts[3], parts[4]};
+  // Chunk 0's first request delivers a flipped byte: only chunk 0 fails.
+  plan_->FlipNextReads(1);
+  std::vector<absl::Status> statuses = (*tier)->ReadBatch(keys, destinations);
+  ASSERT_EQ(statuses.size(), keys.size());
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_EQ(statuses[2].code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(statuses[3].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(statuses[4].ok()) << statuses[4];
+  EXPECT_TRUE(std::ranges::equal(std::span(unaligned1).subspan(1), PayloadOf(1, kSize)));
+  EXPECT_TRUE(std::ranges::equal(std::span(unaligned3).subspan(1), PayloadOf(3, kSize)));
+  EXPECT_FALSE((*tier)->Contains(KeyOf(0))) << "dropped";
+  EXPECT_TRUE((*tier)->Contains(KeyOf(2))) << "a bad destination is the caller's error";
+  EXPECT_EQ((*tier)->stats().reads, 2u);
+  EXPECT_EQ((*tier)->stats().staged_reads, 2u);
+
+  // Sizes that do not pair up are refused for every chunk.
+  statuses = (*tier)->ReadBatch(keys, std::span(destinations).first(2));
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST_P(DiskTierTest, WriteFailuresRejectThePutAndReadsGoOn) {

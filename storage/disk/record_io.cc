@@ -148,55 +148,96 @@ std::vector<absl::Status> WriteRecords(IoEngine& engine, std::span<const RecordW
 
 absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,
                                      MutableParts payload, uint32_t max_io_bytes) {
-  const uint64_t payload_bytes = PartsBytes(payload);
+  const PayloadRead read[] = {{.fd = fd, .payload_offset = payload_offset, .payload = payload}};
+  return std::move(ReadPayloads(engine, read, max_io_bytes).front());
+}
+
+std::vector<absl::StatusOr<uint64_t>> ReadPayloads(IoEngine& engine,
+                                                   std::span<const PayloadRead> reads,
+                                                   uint32_t max_io_bytes) {
+  // Per payload: where its requests start, its bounce buffer (the last partial block when
+  // direct, else the whole payload), and its running checksum.
+  struct Progress {
+    size_t first_request = 0;
+    uint64_t payload_bytes = 0;
+    bool direct = false;
+    uint64_t direct_bytes = 0;
+    AlignedBuffer bounce;
+    ChecksumStream checksum;
+    bool intact = true;
+  };
   std::vector<IoRequest> requests;
-  AlignedBuffer bounce;
-  const bool direct = DirectCapable(payload);
-  uint64_t direct_bytes = 0;
-  if (direct) {
-    for (const auto& part : payload) {
-      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, part.data(),
-                AlignDown(part.size()), max_io_bytes);
-      direct_bytes += AlignDown(part.size());
+  std::vector<size_t> owner;  // request -> payload
+  std::vector<Progress> progress(reads.size());
+  for (size_t r = 0; r < reads.size(); ++r) {
+    const PayloadRead& read = reads[r];
+    Progress& p = progress[r];
+    p.first_request = requests.size();
+    p.payload_bytes = PartsBytes(read.payload);
+    p.direct = DirectCapable(read.payload);
+    if (p.direct) {
+      for (const auto& part : read.payload) {
+        AddPieces(requests, IoOp::kRead, read.fd, read.payload_offset + p.direct_bytes, part.data(),
+                  AlignDown(part.size()), max_io_bytes);
+        p.direct_bytes += AlignDown(part.size());
+      }
+      if (p.direct_bytes < p.payload_bytes) {
+        p.bounce = AlignedBuffer(kIoAlignment);
+        AddPieces(requests, IoOp::kRead, read.fd, read.payload_offset + p.direct_bytes,
+                  p.bounce.data(), kIoAlignment, max_io_bytes);
+      }
+    } else {
+      p.bounce = AlignedBuffer(p.payload_bytes);
+      AddPieces(requests, IoOp::kRead, read.fd, read.payload_offset, p.bounce.data(),
+                p.bounce.size(), max_io_bytes);
     }
-    if (direct_bytes < payload_bytes) {
-      bounce = AlignedBuffer(kIoAlignment);
-      AddPieces(requests, IoOp::kRead, fd, payload_offset + direct_bytes, bounce.data(),
-                kIoAlignment, max_io_bytes);
-    }
-  } else {
-    bounce = AlignedBuffer(payload_bytes);
-    AddPieces(requests, IoOp::kRead, fd, payload_offset, bounce.data(), bounce.size(),
-              max_io_bytes);
+    owner.resize(requests.size(), r);
   }
-  // Checksum each finished prefix of the payload while later requests are still in flight.
-  ChecksumStream checksum;
-  bool intact = true;
-  STRATA_ASSIGN_OR_RETURN(
-      const std::vector<int64_t> results,
+  // Checksum each finished prefix of a payload while later requests are still in flight.
+  absl::StatusOr<std::vector<int64_t>> results =
       RunToCompletion(engine, requests, [&](size_t i, int64_t result) {
         const IoRequest& request = requests[i];
-        intact = intact && result == request.size_bytes;
-        if (!intact) return;
-        const uint64_t at = request.offset - payload_offset;
-        checksum.Update({request.data, static_cast<size_t>(std::min<uint64_t>(
-                                           request.size_bytes, payload_bytes - at))});
-      }));
-  STRATA_RETURN_IF_ERROR(FirstFailure(requests, results, IoOp::kRead));
-  if (direct) {
-    if (direct_bytes < payload_bytes) {
-      const auto& last = payload.back();
-      std::memcpy(last.data() + AlignDown(last.size()), bounce.data(),
-                  payload_bytes - direct_bytes);
+        Progress& p = progress[owner[i]];
+        p.intact = p.intact && result == request.size_bytes;
+        if (!p.intact) return;
+        const uint64_t at = request.offset - reads[owner[i]].payload_offset;
+        p.checksum.Update({request.data, static_cast<size_t>(std::min<uint64_t>(
+                                             request.size_bytes, p.payload_bytes - at))});
+      });
+  std::vector<absl::StatusOr<uint64_t>> digests;
+  digests.reserve(reads.size());
+  for (size_t r = 0; r < reads.size(); ++r) {
+    if (!results.ok()) {
+      digests.push_back(results.status());
+      continue;
     }
-  } else {
-    uint64_t at = 0;
-    for (const auto& part : payload) {
-      std::memcpy(part.data(), bounce.data() + at, part.size());
-      at += part.size();
+    Progress& p = progress[r];
+    const size_t end = r + 1 < reads.size() ? progress[r + 1].first_request : requests.size();
+    const size_t count = end - p.first_request;
+    if (absl::Status failure = FirstFailure(
+            std::span(requests).subspan(p.first_request, count),
+            std::span<const int64_t>(*results).subspan(p.first_request, count), IoOp::kRead);
+        !failure.ok()) {
+      digests.push_back(failure);
+      continue;
     }
+    const MutableParts payload = reads[r].payload;
+    if (p.direct) {
+      if (p.direct_bytes < p.payload_bytes) {
+        const auto& last = payload.back();
+        std::memcpy(last.data() + AlignDown(last.size()), p.bounce.data(),
+                    p.payload_bytes - p.direct_bytes);
+      }
+    } else {
+      uint64_t at = 0;
+      for (const auto& part : payload) {
+        std::memcpy(part.data(), p.bounce.data() + at, part.size());
+        at += part.size();
+      }
+    }
+    digests.push_back(p.checksum.Digest());
   }
-  return checksum.Digest();
+  return digests;
 }
 
 }  // namespace strata::storage

@@ -58,4 +58,19 @@ std::vector<absl::Status> WriteRecords(IoEngine& engine, std::span<const RecordW
 absl::StatusOr<uint64_t> ReadPayload(IoEngine& engine, int fd, uint64_t payload_offset,
                                      MutableParts payload, uint32_t max_io_bytes);
 
+// One payload for ReadPayloads: what ReadPayload takes.
+struct PayloadRead {
+  int fd = -1;
+  uint64_t payload_offset = 0;
+  MutableParts payload;
+};
+
+// Reads several payloads as ReadPayload does, with their requests kept queue_depth deep across
+// payload boundaries (the device never idles between payloads), each checksummed as its bytes
+// arrive. Returns one result per payload, with ReadPayload's codes; an engine failure fails
+// every payload.
+std::vector<absl::StatusOr<uint64_t>> ReadPayloads(IoEngine& engine,
+                                                   std::span<const PayloadRead> reads,
+                                                   uint32_t max_io_bytes);
+
 }  // namespace strata::storage
