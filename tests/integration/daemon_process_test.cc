@@ -102,10 +102,13 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
 }
 
 TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
-  // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory.
+  // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory. The
+  // arena is prefaulted, so registered with the disk tier's engines: demotions write from it
+  // and promotions read into it through registered buffers.
   const std::filesystem::path disk_dir = FreshDiskDir("disk");
   const test_support::DaemonProcessOptions options{
       .host_capacity = "1MiB",
+      .prefault = true,
       .extra_toml = fmt::format(
           "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n"
           // Synchronous demotion: every evicted chunk is on disk before the kill (a staged one
