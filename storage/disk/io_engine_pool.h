@@ -1,7 +1,8 @@
 // IoEnginePool lends IoEngines to threads, one thread per engine at a time (io_engine.h), making
 // one when none is idle; engines go back to the pool when their lease ends. It also keeps the
 // memory registration (IoEngine::RegisterMemory) of all its engines the same: each engine is
-// registered with the pool's current regions before it is lent.
+// registered with the pool's current regions before it is lent (an engine made by Acquire
+// pays the registration, which pins the regions' pages, in that Acquire).
 //
 // Thread-safe. The pool owns its engines; a Lease must end before the pool is destroyed.
 #pragma once
