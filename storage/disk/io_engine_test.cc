@@ -211,6 +211,12 @@ size_t RegisteredBufferCount(const IoEngine& engine) {
   return uring == nullptr ? 0 : uring->registered().iovecs().size();
 }
 
+// Requests the engine submitted with a fixed buffer: 0 for the sync engine.
+uint64_t FixedRequests(const IoEngine& engine) {
+  const auto* uring = dynamic_cast<const UringIoEngine*>(&engine);
+  return uring == nullptr ? 0 : uring->fixed_requests();
+}
+
 TEST_P(IoEngineTest, TransfersInsideAndAcrossTheEndOfARegisteredRegion) {
   constexpr uint32_t kRequestBytes = 64 << 10;
   AlignedBuffer source(1 << 20);
@@ -223,6 +229,8 @@ TEST_P(IoEngineTest, TransfersInsideAndAcrossTheEndOfARegisteredRegion) {
   ASSERT_TRUE(engine_->RegisterMemory(regions).ok());
   EXPECT_EQ(RegisteredBufferCount(*engine_), GetParam() == IoEngineKind::kIoUring ? 2u : 0u);
   RoundTrip(*engine_, fd_.get(), source.span(), target.span(), kRequestBytes);
+  // 8 writes and 8 reads lie wholly inside; the 9th of each straddles the end.
+  EXPECT_EQ(FixedRequests(*engine_), GetParam() == IoEngineKind::kIoUring ? 16u : 0u);
 }
 
 TEST_P(IoEngineTest, ReRegistrationReplacesTheRegions) {
@@ -237,12 +245,18 @@ TEST_P(IoEngineTest, ReRegistrationReplacesTheRegions) {
   RoundTrip(*engine_, fd_.get(), first.span(), target.span(), kRequestBytes);
   // `first` is no longer registered: its requests take the plain path.
   const std::span<std::byte> second_regions[] = {second.span(), target.span()};
+  const uint64_t requests = 2 * first.size() / kRequestBytes;  // per round trip
+  const uint64_t fixed = GetParam() == IoEngineKind::kIoUring ? requests : 0;
+  EXPECT_EQ(FixedRequests(*engine_), fixed);
   ASSERT_TRUE(engine_->RegisterMemory(second_regions).ok());
   RoundTrip(*engine_, fd_.get(), second.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed);
   RoundTrip(*engine_, fd_.get(), first.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed + fixed / 2);  // the reads into `target`
   ASSERT_TRUE(engine_->RegisterMemory({}).ok());
   EXPECT_EQ(RegisteredBufferCount(*engine_), 0u);
   RoundTrip(*engine_, fd_.get(), second.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed + fixed / 2);
 }
 
 TEST_P(IoEngineTest, TransfersThroughManyRegisteredRegions) {

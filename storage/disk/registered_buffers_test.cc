@@ -128,8 +128,10 @@ TEST_F(UringRegistrationTest, SplitsRegionsAtTheEnginesMaximumAndServesRequestsA
   const std::span<std::byte> regions[] = {source.span(), target.span()};
   ASSERT_TRUE((*engine)->RegisterMemory(regions).ok());
   EXPECT_EQ((*engine)->registered().iovecs().size(), 12u);
-  // 48 KiB requests: some lie inside one 64 KiB buffer, others straddle two.
+  // 48 KiB requests at 0, 48, 96, ... KiB: of every four, the first and last lie inside one
+  // 64 KiB buffer, the middle two straddle two.
   RoundTrip(**engine, source.span(), target.span(), 48 << 10);
+  EXPECT_EQ((*engine)->fixed_requests(), 2u * 4);
   EXPECT_EQ(UringIoEngine::Create(32, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -194,6 +196,7 @@ TEST_F(UringRegistrationTest, ARegistrationTheKernelRefusesLeavesTheEngineWorkin
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_TRUE((*engine)->registered().empty());
   RoundTrip(**engine, source.span(), target.span(), 256 << 10);
+  EXPECT_EQ((*engine)->fixed_requests(), 0u);
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ absl::Status UringIoEngine::Submit(std::span<const IoRequest> requests) {
     }
     const std::optional<uint16_t> buffer =
         registered_.empty() ? std::nullopt : registered_.Find(request.data, request.size_bytes);
+    if (buffer.has_value()) ++fixed_requests_;
     if (request.op == IoOp::kRead) {
       if (buffer.has_value()) {
         io_uring_prep_read_fixed(sqe, request.fd, request.data, request.size_bytes, request.offset,

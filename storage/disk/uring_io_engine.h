@@ -47,6 +47,8 @@ class UringIoEngine final : public IoEngine {
 
   // The fixed buffers registered now (empty when none are, or the kernel refused them).
   const RegisteredBuffers& registered() const { return registered_; }
+  // Requests submitted as READ_FIXED / WRITE_FIXED so far.
+  uint64_t fixed_requests() const { return fixed_requests_; }
 
  private:
   UringIoEngine(uint32_t queue_depth, uint64_t max_buffer_bytes)
@@ -57,6 +59,7 @@ class UringIoEngine final : public IoEngine {
   size_t in_flight_ = 0;
   io_uring ring_{};
   RegisteredBuffers registered_;
+  uint64_t fixed_requests_ = 0;
 };
 
 }  // namespace strata::storage
