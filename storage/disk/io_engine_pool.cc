@@ -57,6 +57,7 @@ absl::Status IoEnginePool::RegisterMemory(std::span<const std::span<std::byte>> 
   uint64_t current = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (regions.empty() && regions_.empty()) return absl::OkStatus();  // nothing to undo
     regions_.assign(regions.begin(), regions.end());
     current = ++registration_;
     idle.swap(idle_);

@@ -55,11 +55,11 @@ class IoEnginePool {
   absl::StatusOr<Lease> Acquire();
 
   // Makes `regions` the registration of every engine, in place of earlier regions (none:
-  // unregisters). Idle engines are registered now, and one is made if the pool has none; lent
-  // engines are registered when next lent. The caller keeps the regions mapped until it
-  // registers others or destroys the pool. Returns the first error of the engines registered
-  // now (the kernel refused: see IoEngine::RegisterMemory) or of making one; the pool works
-  // either way, its engines then transfer without registered buffers.
+  // unregisters; a no-op when none are registered). Idle engines are registered now, and one is
+  // made if the pool has none; lent engines are registered when next lent. The caller keeps the
+  // regions mapped until it registers others or destroys the pool. Returns the first error of
+  // the engines registered now (the kernel refused: see IoEngine::RegisterMemory) or of making
+  // one; the pool works either way, its engines then transfer without registered buffers.
   absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions);
 
  private:

@@ -131,12 +131,20 @@ TEST_F(IoEnginePoolTest, ARefusedRegistrationIsReportedAndLeavesEnginesServing) 
   EXPECT_EQ(registrations_->calls.load(), calls + 1);
 }
 
+TEST_F(IoEnginePoolTest, UnregisteringWhatWasNeverRegisteredTouchesNoEngine) {
+  ASSERT_TRUE(pool_.RegisterMemory({}).ok());
+  EXPECT_EQ(registrations_->engines_made.load(), 0);
+  EXPECT_EQ(registrations_->calls.load(), 0);
+}
+
 TEST_F(IoEnginePoolTest, AFailureToMakeAnEngineIsReturned) {
   IoEnginePool failing([]() -> absl::StatusOr<std::unique_ptr<IoEngine>> {
     return absl::UnavailableError("io_uring_queue_init: Operation not permitted");
   });
   EXPECT_EQ(failing.Acquire().status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(failing.RegisterMemory({}).code(), absl::StatusCode::kUnavailable);
+  std::vector<std::byte> memory(4096);
+  const std::span<std::byte> regions[] = {memory};
+  EXPECT_EQ(failing.RegisterMemory(regions).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
