@@ -45,7 +45,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
 // Registers the host arena with the disk tier's io engines, so promotions and demotions skip
 // pinning its pages per request. Only a prefaulted arena: registering pins (so allocates) every
 // page, which would commit a lazily allocated arena whole. Every engine of the disk tier's pool
-// pins the arena once, when it is made or at this call (50-100 ms per GiB of 4 KiB pages on the
+// pins the arena once, when it is made or at this call (30-100 ms per GiB of 4 KiB pages on the
 // dev VM; far less with huge pages). A refusal is logged; the disk tier works without
 // registered buffers.
 void RegisterArenaWithDisk(storage::HostTier& host, storage::DiskTier& disk, bool prefaulted) {

@@ -5,7 +5,7 @@
 // Registered buffers: RegisterMemory registers the regions as the ring's fixed buffers (split
 // into buffers of at most max_buffer_bytes); a request wholly inside one of them is submitted as
 // IORING_OP_READ_FIXED / WRITE_FIXED, any other as a plain read / write. Registering pins the
-// regions' pages once per ring (50-100 ms per GiB of 4 KiB pages on the dev VM) instead of
+// regions' pages once per ring (30-100 ms per GiB of 4 KiB pages on the dev VM) instead of
 // once per request: 2 MiB O_DIRECT reads took 50-60 instead of 185-195 us of CPU each.
 // TODO(perf): share one registration among a pool's rings (IORING_REGISTER_CLONE_BUFFERS,
 // Linux 6.12+; Debian's liburing 2.3 has no wrapper for it).
