@@ -17,10 +17,18 @@
 //      request size, O_DIRECT, io_uring, at the tier's depth, on the same device, each round.
 //      The host tier is emptied between rounds. --total_mib=0 / --recovery_chunks=0 /
 //      --promotion_tokens=0 skip phases 1-2 / 3 / 4.
+// --register_buffers (default true; =false turns it off) registers the memory the tier reads
+// into and writes from (phases 1-2: the source and target buffers; phase 4: the source buffer,
+// then the host arena) with the tier's io engines (DiskTier::RegisterMemory). Each timed loop
+// also reports the process's CPU time (user + system, getrusage; fio runs in a child and is not
+// counted) per GB moved.
 //
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
 //                        [--request_kib=N] [--engine=KIND] [--batch=N] [--promotion_tokens=N]
+//                        [--register_buffers=true|false]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,11 +69,33 @@ struct Flags {
   uint64_t batch = 4;
   // Tokens of the promoted prefix (a multiple of 256); 32K tokens are 4 GiB.
   uint64_t promotion_tokens = 32768;
+  // Register the transfer buffers with the tier's io engines.
+  bool register_buffers = true;
 };
 
 uint32_t g_io_bytes = 2u << 20;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// CPU time (user + system) of this process's threads so far.
+double CpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Registers `regions` with the tier's engines when --register_buffers; returns the seconds it
+// took. A refusal is reported and the run goes on unregistered.
+double Register(const Flags& flags, DiskTier& tier, std::span<const std::span<std::byte>> regions) {
+  if (!flags.register_buffers) return 0;
+  const auto start = Clock::now();
+  if (absl::Status status = tier.RegisterMemory(regions); !status.ok()) {
+    std::fprintf(stderr, "disk_tier_bench: buffers not registered: %s\n",
+                 status.ToString().c_str());
+  }
+  return Seconds(Clock::now() - start);
+}
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "disk_tier_bench: %s\n", message.c_str());
@@ -118,6 +148,7 @@ struct PromotionRound {
   double promote_s = 0;  // all chunks, one after another
   double chunk_p50_s = 0, chunk_max_s = 0;
   double fio_read = 0;  // bytes/s
+  double cpu_s = 0;     // of the promotions
 };
 
 // Phase 4; returns its JSON member.
@@ -135,8 +166,10 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
   auto disk = OpenTier(tier_dir, total_bytes + (1ull << 30), kind);
   const std::string engine_name = disk->engine_name();
 
-  // Store the prefix: distinct chunks (a stamped pattern), four per PutBatch.
+  // Store the prefix: distinct chunks (a stamped pattern), one per PutBatch.
   AlignedBuffer source(chunk_bytes);
+  const std::span<std::byte> source_region[] = {source.span()};
+  Register(flags, *disk, source_region);
   std::memcpy(source.data(), testing::Pattern(2, chunk_bytes).data(), chunk_bytes);
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -158,11 +191,14 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
                                 .prefault = true,
                                 .arena_name = "strata-disk-tier-bench"});
   if (!host.ok()) Die(fmt::format("host tier: {}", host.status()));
+  const std::span<std::byte> arena[] = {{(*host)->arena_base(), (*host)->arena_size_bytes()}};
+  const double register_s = Register(flags, *disk, arena);
 
   std::vector<PromotionRound> rounds(flags.rounds);
   for (PromotionRound& round : rounds) {
     (*host)->RemoveAll();
     std::vector<double> per_chunk;
+    const double cpu_start = CpuSeconds();
     const auto start = Clock::now();
     for (const ChunkKey& key : keys) {
       const auto chunk_start = Clock::now();
@@ -172,6 +208,7 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
       per_chunk.push_back(Seconds(Clock::now() - chunk_start));
     }
     round.promote_s = Seconds(Clock::now() - start);
+    round.cpu_s = CpuSeconds() - cpu_start;
     std::sort(per_chunk.begin(), per_chunk.end());
     round.chunk_p50_s = per_chunk[per_chunk.size() / 2];
     round.chunk_max_s = per_chunk.back();
@@ -185,6 +222,8 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
     std::memcpy(&stamp, (*lease)->payload().range_bytes(0).data(), sizeof(stamp));
     if (stamp != i) Die(fmt::format("promoted chunk {} holds chunk {}", i, stamp));
   }
+  // The arena goes first: no engine may keep it registered.
+  Register(flags, *disk, {});
   host->reset();
   disk.reset();
   std::filesystem::remove(fio_file);
@@ -200,18 +239,20 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
     per_round += fmt::format(
         "{}{{\"promote_ms\": {:.1f}, \"fio_read_ms\": {:.1f}, \"ratio\": {:.3f}, "
         "\"promote_GBps\": {:.3f}, \"fio_read_GBps\": {:.3f}, \"chunk_p50_ms\": {:.2f}, "
-        "\"chunk_max_ms\": {:.2f}}}",
+        "\"chunk_max_ms\": {:.2f}, \"cpu_s_per_GB\": {:.3f}}}",
         per_round.empty() ? "" : ",\n      ", round.promote_s * 1e3, fio_s * 1e3,
         round.promote_s / fio_s, static_cast<double>(total_bytes) / round.promote_s / 1e9,
-        round.fio_read / 1e9, round.chunk_p50_s * 1e3, round.chunk_max_s * 1e3);
+        round.fio_read / 1e9, round.chunk_p50_s * 1e3, round.chunk_max_s * 1e3,
+        round.cpu_s / (static_cast<double>(total_bytes) / 1e9));
   }
   const PromotionRound& median = rounds[rounds.size() / 2];
   return fmt::format(
-      "{{\"engine\": \"{}\", \"tokens\": {}, \"chunks\": {}, \"bytes\": {}, "
+      "{{\"engine\": \"{}\", \"registered\": {}, \"register_ms\": {:.1f}, \"tokens\": {}, "
+      "\"chunks\": {}, \"bytes\": {}, "
       "\"median_promote_ms\": {:.1f}, \"median_fio_read_ms\": {:.1f}, "
       "\"median_time_ratio\": {:.3f},\n    \"rounds_by_ratio\": [\n      {}]}}",
-      engine_name, flags.promotion_tokens, chunks, total_bytes, median.promote_s * 1e3,
-      static_cast<double>(total_bytes) / median.fio_read * 1e3,
+      engine_name, flags.register_buffers, register_s * 1e3, flags.promotion_tokens, chunks,
+      total_bytes, median.promote_s * 1e3, static_cast<double>(total_bytes) / median.fio_read * 1e3,
       median.promote_s * median.fio_read / static_cast<double>(total_bytes), per_round);
 }
 
@@ -242,7 +283,11 @@ int Main(const Flags& flags) {
   // each ratio compares runs seconds apart, and the median round is reported.
   struct Round {
     double fio_write = 0, tier_write = 0, tier_read = 0, fio_read = 0;
+    double store_cpu_s = 0, load_cpu_s = 0;
   };
+  AlignedBuffer target(kChunkBytes);
+  std::vector<std::span<std::byte>> regions = {target.span()};
+  for (AlignedBuffer& buffer : sources) regions.push_back(buffer.span());
   std::vector<Round> rounds(chunks > 0 ? flags.rounds : 0);
   std::string engine_name;
   for (Round& round : rounds) {
@@ -252,6 +297,8 @@ int Main(const Flags& flags) {
     {
       auto tier = OpenTier(tier_dir, total_bytes + (1ull << 30), *kind);
       engine_name = tier->engine_name();
+      Register(flags, *tier, regions);
+      const double store_cpu_start = CpuSeconds();
       const auto start = Clock::now();
       for (uint64_t first = 0; first < chunks; first += flags.batch) {
         const uint64_t n = std::min(flags.batch, chunks - first);
@@ -274,8 +321,9 @@ int Main(const Flags& flags) {
         }
       }
       round.tier_write = static_cast<double>(total_bytes) / Seconds(Clock::now() - start);
+      round.store_cpu_s = CpuSeconds() - store_cpu_start;
 
-      AlignedBuffer target(kChunkBytes);
+      const double load_cpu_start = CpuSeconds();
       const auto read_start = Clock::now();
       for (uint64_t i = 0; i < chunks; ++i) {
         const absl::Status status =
@@ -283,6 +331,7 @@ int Main(const Flags& flags) {
         if (!status.ok()) Die(fmt::format("read: {}", status));
       }
       round.tier_read = static_cast<double>(total_bytes) / Seconds(Clock::now() - read_start);
+      round.load_cpu_s = CpuSeconds() - load_cpu_start;
     }
     round.fio_read = RunFio(fio_file, "read", total_bytes);
     std::filesystem::remove(fio_file);
@@ -299,10 +348,13 @@ int Main(const Flags& flags) {
   for (const Round& round : rounds) {
     per_round += fmt::format(
         "{}{{\"store_ratio\": {:.3f}, \"load_ratio\": {:.3f}, \"tier_store_GBps\": {:.3f}, "
-        "\"fio_write_GBps\": {:.3f}, \"tier_load_GBps\": {:.3f}, \"fio_read_GBps\": {:.3f}}}",
+        "\"fio_write_GBps\": {:.3f}, \"tier_load_GBps\": {:.3f}, \"fio_read_GBps\": {:.3f}, "
+        "\"store_cpu_s_per_GB\": {:.3f}, \"load_cpu_s_per_GB\": {:.3f}}}",
         per_round.empty() ? "" : ",\n    ", round.tier_write / round.fio_write,
         round.tier_read / round.fio_read, round.tier_write / 1e9, round.fio_write / 1e9,
-        round.tier_read / 1e9, round.fio_read / 1e9);
+        round.tier_read / 1e9, round.fio_read / 1e9,
+        round.store_cpu_s / (static_cast<double>(total_bytes) / 1e9),
+        round.load_cpu_s / (static_cast<double>(total_bytes) / 1e9));
   }
 
   // Index recovery with many small chunks, stored by two threads.
@@ -345,18 +397,21 @@ int Main(const Flags& flags) {
 
   fmt::print(
       "{{\n"
-      "  \"engine\": \"{}\",\n"
+      "  \"engine\": \"{}\", \"registered\": {},\n"
       "  \"chunk_bytes\": {}, \"chunks_per_round\": {}, \"request_bytes\": {}, "
       "\"store_batch\": {},\n"
-      "  \"median_store_ratio\": {:.3f}, \"median_load_ratio\": {:.3f},\n"
+      "  \"median_store_ratio\": {:.3f}, \"median_load_ratio\": {:.3f}, "
+      "\"median_store_cpu_s_per_GB\": {:.3f}, \"median_load_cpu_s_per_GB\": {:.3f},\n"
       "  \"rounds\": [\n    {}],\n"
       "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}},\n"
       "  \"promotion\": {}\n"
       "}}\n",
-      engine_name, kChunkBytes, chunks, g_io_bytes, flags.batch,
+      engine_name, flags.register_buffers, kChunkBytes, chunks, g_io_bytes, flags.batch,
       median([](const Round& r) { return r.tier_write / r.fio_write; }),
-      median([](const Round& r) { return r.tier_read / r.fio_read; }), per_round, recovered_chunks,
-      populate_s, open_s, promotion);
+      median([](const Round& r) { return r.tier_read / r.fio_read; }),
+      median([&](const Round& r) { return r.store_cpu_s / (total_bytes / 1e9); }),
+      median([&](const Round& r) { return r.load_cpu_s / (total_bytes / 1e9); }), per_round,
+      recovered_chunks, populate_s, open_s, promotion);
   return 0;
 }
 
@@ -386,11 +441,13 @@ int main(int argc, char** argv) {
       flags.promotion_tokens = std::stoull(value);
     } else if (name == "--engine") {
       flags.engine = value;
+    } else if (name == "--register_buffers") {
+      flags.register_buffers = value.empty() || value == "true" || value == "1";
     } else {
       std::fprintf(stderr,
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
                    "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
-                   "[--promotion_tokens=N]\n",
+                   "[--promotion_tokens=N] [--register_buffers=true|false]\n",
                    argv[0]);
       return 2;
     }

@@ -16,13 +16,11 @@
 
 namespace strata::storage {
 
-DiskTier::EngineLease::~EngineLease() {
-  if (engine_ == nullptr) return;
-  absl::MutexLock lock(&tier_->pool_mu_);
-  tier_->idle_engines_.push_back(std::move(engine_));
-}
-
-DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
+DiskTier::DiskTier(const DiskTierOptions& options)
+    : options_(options),
+      engines_(options.make_engine
+                   ? options.make_engine
+                   : IoEnginePool::MakeEngine([io = options.io] { return MakeIoEngine(io); })) {
   stats_.capacity_bytes = options.capacity_bytes;
 }
 
@@ -50,18 +48,13 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
 }
 
 absl::StatusOr<DiskTier::EngineLease> DiskTier::LeaseEngine() const {
-  {
-    absl::MutexLock lock(&pool_mu_);
-    if (!idle_engines_.empty()) {
-      std::unique_ptr<IoEngine> engine = std::move(idle_engines_.back());
-      idle_engines_.pop_back();
-      return EngineLease(this, std::move(engine));
-    }
-  }
-  absl::StatusOr<std::unique_ptr<IoEngine>> engine =
-      options_.make_engine ? options_.make_engine() : MakeIoEngine(options_.io);
+  absl::StatusOr<EngineLease> engine = engines_.Acquire();
   if (!engine.ok()) return Annotate(engine.status(), "disk tier: io engine");
-  return EngineLease(this, std::move(engine).value());
+  return engine;
+}
+
+absl::Status DiskTier::RegisterMemory(std::span<const std::span<std::byte>> regions) {
+  return Annotate(engines_.RegisterMemory(regions), "disk tier: register memory");
 }
 
 std::string DiskTier::engine_name() const {

@@ -54,8 +54,8 @@
 // Thread-safety: every method is thread-safe. One mutex (mu_) guards the in-memory index,
 // segments, policy and counters; payload I/O and fdatasync never run under it. RocksDB writes
 // (unsynced WAL appends by default) do run under it, so the durable index order equals the
-// in-memory one. IoEngines come from a pool (pool_mu_, never held with mu_): each engine serves
-// one thread at a time, as io_engine.h requires.
+// in-memory one. IoEngines come from an IoEnginePool (its lock is never held with mu_): each
+// engine serves one thread at a time, as io_engine.h requires.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +79,7 @@
 #include "core/chunk_key.h"
 #include "storage/disk/disk_index.h"
 #include "storage/disk/io_engine.h"
+#include "storage/disk/io_engine_pool.h"
 #include "storage/disk/record_io.h"
 #include "storage/disk/segment_file.h"
 #include "storage/policy/eviction_policy.h"
@@ -217,6 +218,14 @@ class DiskTier {
   // do not fit in the free capacity are skipped.
   absl::StatusOr<int> Compact(double min_dead_fraction = 0.5);
 
+  // Registers `regions` (disjoint) with every io engine of the tier, those lent out now and those
+  // made later included, in place of earlier regions; none unregisters (IoEnginePool::
+  // RegisterMemory). Reads into and writes from registered memory then skip pinning its pages
+  // per request. The caller keeps the regions mapped until it registers others (unregisters)
+  // or destroys the tier. An error says why the kernel refused (ENOMEM over RLIMIT_MEMLOCK, ...):
+  // the tier works either way, without registered buffers; the caller logs it.
+  absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions);
+
   DiskTierStats stats() const;
   // The engine kind the pool's engines report ("io_uring" or "sync").
   std::string engine_name() const;
@@ -250,21 +259,7 @@ class DiskTier {
     absl::Status status;
     bool done = false;
   };
-  // An engine lent from the pool to the calling thread; returned to the pool on destruction.
-  class EngineLease {
-   public:
-    EngineLease(const DiskTier* tier, std::unique_ptr<IoEngine> engine)
-        : tier_(tier), engine_(std::move(engine)) {}
-    EngineLease(EngineLease&& other) noexcept = default;
-    EngineLease& operator=(EngineLease&&) = delete;
-    ~EngineLease();
-    IoEngine& operator*() const { return *engine_; }
-    IoEngine* operator->() const { return engine_.get(); }
-
-   private:
-    const DiskTier* tier_;
-    std::unique_ptr<IoEngine> engine_;
-  };
+  using EngineLease = IoEnginePool::Lease;
 
   explicit DiskTier(const DiskTierOptions& options);
 
@@ -327,8 +322,7 @@ class DiskTier {
 
   const DiskTierOptions options_;
 
-  mutable absl::Mutex pool_mu_;
-  mutable std::vector<std::unique_ptr<IoEngine>> idle_engines_ ABSL_GUARDED_BY(pool_mu_);
+  mutable IoEnginePool engines_;
 
   std::unique_ptr<DiskIndex> index_;
 

@@ -347,6 +347,40 @@ TEST_P(DiskTierTest, ConcurrentPutsCommitInGroups) {
   EXPECT_EQ((*tier)->stats().recovered_records, 0u);
 }
 
+TEST_P(DiskTierTest, StoresAndReadsThroughRegisteredMemoryFromManyThreads) {
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  // An arena of 4 threads x (source, target) of 64 KiB, registered but for its last 4 KiB: the
+  // last thread's reads end with a request across the registration's end (unregistered path).
+  constexpr uint64_t kThreads = 4;
+  constexpr uint64_t kBytes = 64 << 10;
+  AlignedBuffer arena(2 * kThreads * kBytes);
+  const std::span<std::byte> regions[] = {arena.span().first(arena.size() - 4096)};
+  ASSERT_TRUE((*tier)->RegisterMemory(regions).ok());
+  std::vector<std::jthread> threads;
+  for (uint64_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::byte* source = arena.data() + 2 * t * kBytes;
+      std::byte* target = source + kBytes;
+      for (uint64_t round = 0; round < 8; ++round) {
+        const uint64_t id = 100 * t + round;
+        const std::vector<std::byte> payload = PayloadOf(id, kBytes);
+        std::memcpy(source, payload.data(), kBytes);
+        const std::span<const std::byte> part[] = {{source, kBytes}};
+        ASSERT_TRUE(
+            (*tier)->Put(KeyOf(id), kTestFingerprint, part, ChecksumBytes(payload), 1).ok());
+        ASSERT_TRUE((*tier)->Read(KeyOf(id), std::span(target, kBytes)).ok()) << id;
+        ASSERT_EQ(std::memcmp(target, payload.data(), kBytes), 0) << id;
+      }
+    });
+  }
+  threads.clear();
+  // Unregistered again: the same memory still serves.
+  ASSERT_TRUE((*tier)->RegisterMemory({}).ok());
+  EXPECT_TRUE(ReadChunk(**tier, 0, kBytes).ok());
+  EXPECT_EQ((*tier)->stats().staged_reads + (*tier)->stats().staged_writes, 0u);
+}
+
 TEST_P(DiskTierTest, RejectsBadOptions) {
   options_.capacity_bytes = options_.segment_bytes;
   EXPECT_EQ(OpenTier().status().code(), absl::StatusCode::kInvalidArgument);

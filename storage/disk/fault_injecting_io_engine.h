@@ -74,6 +74,9 @@ class FaultInjectingIoEngine final : public IoEngine {
   absl::Status Submit(std::span<const IoRequest> requests) override;
   absl::StatusOr<size_t> Wait(size_t min_completions, std::span<IoCompletion> out) override;
   absl::Status Fdatasync(int fd) override;
+  absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions) override {
+    return inner_->RegisterMemory(regions);
+  }
 
  private:
   std::unique_ptr<IoEngine> inner_;

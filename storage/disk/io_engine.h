@@ -12,6 +12,9 @@
 // this; the kernel answers EINVAL.
 //
 // Buffers: a request's buffer must stay valid and untouched until its completion is returned.
+// Memory a caller uses for many requests (the host tier's arena) may be registered with the
+// engine (RegisterMemory): the io_uring engine then transfers into it without pinning its pages
+// per request. Registration is an optimization: every request is served with or without it.
 #pragma once
 
 #include <cstddef>
@@ -71,6 +74,16 @@ class IoEngine {
 
   // fdatasync(fd), blocking. The status of a failed sync carries the errno's code.
   virtual absl::Status Fdatasync(int fd) = 0;
+
+  // Registers `regions` (disjoint; empty ones are ignored) for the requests that follow, in place
+  // of any earlier registration; no regions unregisters. The engine must have nothing in flight
+  // (kFailedPrecondition otherwise). The caller keeps every registered region mapped until it
+  // registers other regions or destroys the engine: requests into a registered region use the
+  // pages pinned at registration. On an error (the kernel refused: ENOMEM over RLIMIT_MEMLOCK,
+  // EOPNOTSUPP for some file-backed memory; kInvalidArgument for overlapping regions) the engine
+  // has no region registered and keeps serving every request. Engines without registration
+  // accept and ignore the regions.
+  virtual absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions) = 0;
 };
 
 // fdatasync(fd), retried on EINTR; what both engines' Fdatasync do (a blocking call either way).

@@ -12,6 +12,7 @@
 #include "storage/disk/aligned_buffer.h"
 #include "storage/disk/fault_injecting_io_engine.h"
 #include "storage/disk/test_util.h"
+#include "storage/disk/uring_io_engine.h"
 
 namespace strata::storage {
 namespace {
@@ -175,6 +176,119 @@ TEST_P(IoEngineTest, FaultInjectionErrorsShortTransfersAndFlippedBytes) {
   EXPECT_EQ(faulty.Fdatasync(fd_.get()).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(faulty.Fdatasync(fd_.get()).ok());
   EXPECT_EQ(plan->injected(), 5);
+}
+
+// Writes `source` at offset 0 in requests of `request_bytes` and reads it back into `target`,
+// both through `engine`; every request must transfer all its bytes.
+void RoundTrip(IoEngine& engine, int fd, std::span<std::byte> source, std::span<std::byte> target,
+               uint32_t request_bytes) {
+  ASSERT_EQ(source.size() % request_bytes, 0u);
+  std::vector<IoRequest> writes;
+  for (uint64_t at = 0; at < source.size(); at += request_bytes) {
+    writes.push_back({.op = IoOp::kWrite,
+                      .fd = fd,
+                      .offset = at,
+                      .data = source.data() + at,
+                      .size_bytes = request_bytes});
+  }
+  std::vector<IoRequest> reads = writes;
+  for (IoRequest& read : reads) {
+    read.op = IoOp::kRead;
+    read.data = target.data() + read.offset;
+  }
+  auto written = RunToCompletion(engine, writes);
+  ASSERT_TRUE(written.ok()) << written.status();
+  for (int64_t result : *written) ASSERT_EQ(result, request_bytes);
+  auto read = RunToCompletion(engine, reads);
+  ASSERT_TRUE(read.ok()) << read.status();
+  for (int64_t result : *read) ASSERT_EQ(result, request_bytes);
+  ASSERT_EQ(std::memcmp(source.data(), target.data(), source.size()), 0);
+}
+
+// Fixed buffers the engine holds now: 0 for the sync engine.
+size_t RegisteredBufferCount(const IoEngine& engine) {
+  const auto* uring = dynamic_cast<const UringIoEngine*>(&engine);
+  return uring == nullptr ? 0 : uring->registered().iovecs().size();
+}
+
+// Requests the engine submitted with a fixed buffer: 0 for the sync engine.
+uint64_t FixedRequests(const IoEngine& engine) {
+  const auto* uring = dynamic_cast<const UringIoEngine*>(&engine);
+  return uring == nullptr ? 0 : uring->fixed_requests();
+}
+
+TEST_P(IoEngineTest, TransfersInsideAndAcrossTheEndOfARegisteredRegion) {
+  constexpr uint32_t kRequestBytes = 64 << 10;
+  AlignedBuffer source(1 << 20);
+  AlignedBuffer target(source.size());
+  Fill(source, 11);
+  // The first half of each buffer is registered: requests in it are fixed, the one across its
+  // end and those past it are not.
+  const std::span<std::byte> regions[] = {source.span().first(source.size() / 2 + 4096),
+                                          target.span().first(target.size() / 2 + 4096)};
+  ASSERT_TRUE(engine_->RegisterMemory(regions).ok());
+  EXPECT_EQ(RegisteredBufferCount(*engine_), GetParam() == IoEngineKind::kIoUring ? 2u : 0u);
+  RoundTrip(*engine_, fd_.get(), source.span(), target.span(), kRequestBytes);
+  // 8 writes and 8 reads lie wholly inside; the 9th of each straddles the end.
+  EXPECT_EQ(FixedRequests(*engine_), GetParam() == IoEngineKind::kIoUring ? 16u : 0u);
+}
+
+TEST_P(IoEngineTest, ReRegistrationReplacesTheRegions) {
+  constexpr uint32_t kRequestBytes = 32 << 10;
+  AlignedBuffer first(256 << 10);
+  AlignedBuffer second(first.size());
+  AlignedBuffer target(first.size());
+  Fill(first, 21);
+  Fill(second, 22);
+  const std::span<std::byte> first_regions[] = {first.span(), target.span()};
+  ASSERT_TRUE(engine_->RegisterMemory(first_regions).ok());
+  RoundTrip(*engine_, fd_.get(), first.span(), target.span(), kRequestBytes);
+  // `first` is no longer registered: its requests take the plain path.
+  const std::span<std::byte> second_regions[] = {second.span(), target.span()};
+  const uint64_t requests = 2 * first.size() / kRequestBytes;  // per round trip
+  const uint64_t fixed = GetParam() == IoEngineKind::kIoUring ? requests : 0;
+  EXPECT_EQ(FixedRequests(*engine_), fixed);
+  ASSERT_TRUE(engine_->RegisterMemory(second_regions).ok());
+  RoundTrip(*engine_, fd_.get(), second.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed);
+  RoundTrip(*engine_, fd_.get(), first.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed + fixed / 2);  // the reads into `target`
+  ASSERT_TRUE(engine_->RegisterMemory({}).ok());
+  EXPECT_EQ(RegisteredBufferCount(*engine_), 0u);
+  RoundTrip(*engine_, fd_.get(), second.span(), target.span(), kRequestBytes);
+  EXPECT_EQ(FixedRequests(*engine_), 2 * fixed + fixed / 2);
+}
+
+TEST_P(IoEngineTest, TransfersThroughManyRegisteredRegions) {
+  constexpr int kRegions = 64;
+  constexpr uint32_t kRegionBytes = 16 << 10;
+  std::vector<AlignedBuffer> sources;
+  std::vector<AlignedBuffer> targets;
+  std::vector<std::span<std::byte>> regions;
+  for (int i = 0; i < kRegions; ++i) {
+    Fill(sources.emplace_back(kRegionBytes), static_cast<uint8_t>(i));
+    targets.emplace_back(kRegionBytes);
+  }
+  for (int i = 0; i < kRegions; ++i) {
+    regions.push_back(sources[i].span());
+    regions.push_back(targets[i].span());
+  }
+  ASSERT_TRUE(engine_->RegisterMemory(regions).ok());
+  EXPECT_EQ(RegisteredBufferCount(*engine_),
+            GetParam() == IoEngineKind::kIoUring ? 2u * kRegions : 0u);
+  for (int i = 0; i < kRegions; ++i) {
+    RoundTrip(*engine_, fd_.get(), sources[i].span(), targets[i].span(), kRegionBytes / 2);
+  }
+}
+
+TEST_P(IoEngineTest, FaultInjectingEngineForwardsRegistration) {
+  FaultInjectingIoEngine faulty(std::move(engine_), std::make_shared<FaultPlan>());
+  AlignedBuffer source(128 << 10);
+  AlignedBuffer target(source.size());
+  Fill(source, 5);
+  const std::span<std::byte> regions[] = {source.span(), target.span()};
+  ASSERT_TRUE(faulty.RegisterMemory(regions).ok());
+  RoundTrip(faulty, fd_.get(), source.span(), target.span(), 16 << 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest,

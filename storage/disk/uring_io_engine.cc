@@ -1,14 +1,21 @@
 #include "storage/disk/uring_io_engine.h"
 
 #include <cerrno>
+#include <optional>
 
+#include "core/status_macros.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
 
 namespace strata::storage {
 
-absl::StatusOr<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(uint32_t queue_depth) {
-  std::unique_ptr<UringIoEngine> engine(new UringIoEngine(queue_depth));
+absl::StatusOr<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(uint32_t queue_depth,
+                                                                     uint64_t max_buffer_bytes) {
+  if (max_buffer_bytes == 0 || max_buffer_bytes > kMaxRegisteredBufferBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("io_uring: max_buffer_bytes {} outside (0, 1 GiB]", max_buffer_bytes));
+  }
+  std::unique_ptr<UringIoEngine> engine(new UringIoEngine(queue_depth, max_buffer_bytes));
   io_uring_params params{};
   // Completions are reaped only in Wait, so task work may run lazily there.
   params.flags = IORING_SETUP_COOP_TASKRUN;
@@ -49,8 +56,19 @@ absl::Status UringIoEngine::Submit(std::span<const IoRequest> requests) {
     if (sqe == nullptr) {
       return absl::InternalError("io_uring: submission queue full below its queue depth");
     }
+    const std::optional<uint16_t> buffer =
+        registered_.empty() ? std::nullopt : registered_.Find(request.data, request.size_bytes);
+    if (buffer.has_value()) ++fixed_requests_;
     if (request.op == IoOp::kRead) {
-      io_uring_prep_read(sqe, request.fd, request.data, request.size_bytes, request.offset);
+      if (buffer.has_value()) {
+        io_uring_prep_read_fixed(sqe, request.fd, request.data, request.size_bytes, request.offset,
+                                 *buffer);
+      } else {
+        io_uring_prep_read(sqe, request.fd, request.data, request.size_bytes, request.offset);
+      }
+    } else if (buffer.has_value()) {
+      io_uring_prep_write_fixed(sqe, request.fd, request.data, request.size_bytes, request.offset,
+                                *buffer);
     } else {
       io_uring_prep_write(sqe, request.fd, request.data, request.size_bytes, request.offset);
     }
@@ -91,5 +109,28 @@ absl::StatusOr<size_t> UringIoEngine::Wait(size_t min_completions, std::span<IoC
 }
 
 absl::Status UringIoEngine::Fdatasync(int fd) { return FdatasyncFd(fd); }
+
+absl::Status UringIoEngine::RegisterMemory(std::span<const std::span<std::byte>> regions) {
+  if (in_flight_ > 0) {
+    return absl::FailedPreconditionError(
+        fmt::format("io_uring: cannot register memory with {} requests in flight", in_flight_));
+  }
+  if (!registered_.empty()) {
+    registered_ = RegisteredBuffers();
+    const int rc = io_uring_unregister_buffers(&ring_);
+    if (rc < 0) return ErrnoToStatus(-rc, "io_uring_unregister_buffers");
+  }
+  STRATA_ASSIGN_OR_RETURN(RegisteredBuffers buffers,
+                          RegisteredBuffers::Build(regions, max_buffer_bytes_));
+  if (buffers.empty()) return absl::OkStatus();
+  const int rc = io_uring_register_buffers(&ring_, buffers.iovecs().data(),
+                                           static_cast<unsigned>(buffers.iovecs().size()));
+  if (rc < 0) {
+    return ErrnoToStatus(
+        -rc, fmt::format("io_uring_register_buffers ({} buffers)", buffers.iovecs().size()));
+  }
+  registered_ = std::move(buffers);
+  return absl::OkStatus();
+}
 
 }  // namespace strata::storage

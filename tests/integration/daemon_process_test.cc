@@ -120,12 +120,15 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
 }
 
 TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
-  // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory.
+  // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory. The
+  // arena is prefaulted, so registered with the disk tier's engines: demotions write from it
+  // and promotions read into it through registered buffers.
   const std::filesystem::path disk_dir = FreshDiskDir("disk");
   // Synchronous demotion: every evicted chunk is on disk before the kill (a staged one would die
   // with the process).
-  const test_support::DaemonProcessOptions options =
+  test_support::DaemonProcessOptions options =
       DiskDaemonOptions(disk_dir, "1MiB", "demotion_queue_bytes = 0\n");
+  options.prefault = true;
   const std::vector<ChunkKey> keys = Keys(16, 0);
   {
     absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);

@@ -20,6 +20,8 @@ struct DaemonProcessOptions {
   std::string host_capacity = "64MiB";
   std::string page_bytes = "64KiB";
   uint32_t lease_ms = 30'000;
+  // host.prefault (a prefaulted arena is registered with the disk tier's io engines).
+  bool prefault = false;
   // Empty: engine.sock in the daemon's private directory.
   std::string engine_socket;
   std::vector<std::string> extra_args;
