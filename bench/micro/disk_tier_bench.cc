@@ -12,7 +12,8 @@
 //      closed, and DiskTier::Open is timed until it serves again;
 //   4. promotion latency: a --promotion_tokens prefix of Llama-3.1-8B geometry (32 layers, 8 KV
 //      heads, head_dim 128, bf16, 256-token chunks of 32 MiB) is stored on disk, then brought
-//      into a host tier (2 MiB pages, prefaulted arena) chunk by chunk with PromoteFromDisk on
+//      into a host tier (2 MiB pages, prefaulted arena) in runs of --promotion_run chunks
+//      (default 8, as a load does; 1: chunk by chunk) with PromoteRunFromDisk on
 //      one thread, as the daemon's session thread does; fio reads as many bytes with the tier's
 //      request size, O_DIRECT, io_uring, at the tier's depth, on the same device, each round.
 //      The host tier is emptied between rounds. --total_mib=0 / --recovery_chunks=0 /
@@ -25,7 +26,7 @@
 //
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
 //                        [--request_kib=N] [--engine=KIND] [--batch=N] [--promotion_tokens=N]
-//                        [--register_buffers=true|false]
+//                        [--promotion_run=N] [--register_buffers=true|false]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
 #include <sys/resource.h>
 
@@ -39,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/engine/sim_engine.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
 #include "storage/disk/aligned_buffer.h"
@@ -71,6 +73,9 @@ struct Flags {
   uint64_t promotion_tokens = 32768;
   // Register the transfer buffers with the tier's io engines.
   bool register_buffers = true;
+  // Chunks promoted per PromoteRunFromDisk call (8: what a load's PrepareLoad does; 1: chunk
+  // by chunk).
+  uint64_t promotion_run = 8;
 };
 
 uint32_t g_io_bytes = 2u << 20;
@@ -133,16 +138,7 @@ std::unique_ptr<DiskTier> OpenTier(const std::string& dir, uint64_t capacity_byt
 }
 
 // Llama-3.1-8B: 128 KiB per token, 32 MiB per 256-token chunk.
-KvLayout LlamaLayout() {
-  KvLayout layout;
-  layout.model_id = "llama-3.1-8b";
-  layout.num_layers = 32;
-  layout.num_kv_heads = 8;
-  layout.head_dim = 128;
-  layout.dtype = KvDtype::kBfloat16;
-  layout.chunk_tokens = 256;
-  return layout;
-}
+KvLayout LlamaLayout() { return *bench::SimLayout("llama8b", 256); }
 
 struct PromotionRound {
   double promote_s = 0;  // all chunks, one after another
@@ -200,12 +196,18 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
     std::vector<double> per_chunk;
     const double cpu_start = CpuSeconds();
     const auto start = Clock::now();
-    for (const ChunkKey& key : keys) {
-      const auto chunk_start = Clock::now();
-      absl::StatusOr<PromoteOutcome> outcome = PromoteFromDisk(*disk, **host, layout, key);
-      if (!outcome.ok()) Die(fmt::format("promote: {}", outcome.status()));
-      if (*outcome != PromoteOutcome::kPromoted) Die("promote: chunk not promoted");
-      per_chunk.push_back(Seconds(Clock::now() - chunk_start));
+    for (size_t first = 0; first < keys.size(); first += flags.promotion_run) {
+      const std::span<const ChunkKey> run =
+          std::span(keys).subspan(first, std::min<size_t>(flags.promotion_run, keys.size() - first));
+      const auto run_start = Clock::now();
+      for (const absl::StatusOr<PromoteOutcome>& outcome :
+           PromoteRunFromDisk(*disk, **host, layout, run)) {
+        if (!outcome.ok()) Die(fmt::format("promote: {}", outcome.status()));
+        if (*outcome != PromoteOutcome::kPromoted) Die("promote: chunk not promoted");
+      }
+      // Per chunk: the run's time shared by its chunks.
+      per_chunk.insert(per_chunk.end(), run.size(),
+                       Seconds(Clock::now() - run_start) / static_cast<double>(run.size()));
     }
     round.promote_s = Seconds(Clock::now() - start);
     round.cpu_s = CpuSeconds() - cpu_start;
@@ -248,11 +250,11 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
   const PromotionRound& median = rounds[rounds.size() / 2];
   return fmt::format(
       "{{\"engine\": \"{}\", \"registered\": {}, \"register_ms\": {:.1f}, \"tokens\": {}, "
-      "\"chunks\": {}, \"bytes\": {}, "
+      "\"chunks\": {}, \"run_chunks\": {}, \"bytes\": {}, "
       "\"median_promote_ms\": {:.1f}, \"median_fio_read_ms\": {:.1f}, "
       "\"median_time_ratio\": {:.3f},\n    \"rounds_by_ratio\": [\n      {}]}}",
       engine_name, flags.register_buffers, register_s * 1e3, flags.promotion_tokens, chunks,
-      total_bytes, median.promote_s * 1e3, static_cast<double>(total_bytes) / median.fio_read * 1e3,
+      flags.promotion_run, total_bytes, median.promote_s * 1e3, static_cast<double>(total_bytes) / median.fio_read * 1e3,
       median.promote_s * median.fio_read / static_cast<double>(total_bytes), per_round);
 }
 
@@ -441,13 +443,15 @@ int main(int argc, char** argv) {
       flags.promotion_tokens = std::stoull(value);
     } else if (name == "--engine") {
       flags.engine = value;
+    } else if (name == "--promotion_run") {
+      flags.promotion_run = std::max<uint64_t>(1, std::stoull(value));
     } else if (name == "--register_buffers") {
       flags.register_buffers = value.empty() || value == "true" || value == "1";
     } else {
       std::fprintf(stderr,
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
                    "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
-                   "[--promotion_tokens=N] [--register_buffers=true|false]\n",
+                   "[--promotion_tokens=N] [--promotion_run=N] [--register_buffers=true|false]\n",
                    argv[0]);
       return 2;
     }
