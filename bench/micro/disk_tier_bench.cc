@@ -197,8 +197,8 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
     const double cpu_start = CpuSeconds();
     const auto start = Clock::now();
     for (size_t first = 0; first < keys.size(); first += flags.promotion_run) {
-      const std::span<const ChunkKey> run =
-          std::span(keys).subspan(first, std::min<size_t>(flags.promotion_run, keys.size() - first));
+      const std::span<const ChunkKey> run = std::span(keys).subspan(
+          first, std::min<size_t>(flags.promotion_run, keys.size() - first));
       const auto run_start = Clock::now();
       for (const absl::StatusOr<PromoteOutcome>& outcome :
            PromoteRunFromDisk(*disk, **host, layout, run)) {
@@ -254,7 +254,8 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
       "\"median_promote_ms\": {:.1f}, \"median_fio_read_ms\": {:.1f}, "
       "\"median_time_ratio\": {:.3f},\n    \"rounds_by_ratio\": [\n      {}]}}",
       engine_name, flags.register_buffers, register_s * 1e3, flags.promotion_tokens, chunks,
-      flags.promotion_run, total_bytes, median.promote_s * 1e3, static_cast<double>(total_bytes) / median.fio_read * 1e3,
+      flags.promotion_run, total_bytes, median.promote_s * 1e3,
+      static_cast<double>(total_bytes) / median.fio_read * 1e3,
       median.promote_s * median.fio_read / static_cast<double>(total_bytes), per_round);
 }
 

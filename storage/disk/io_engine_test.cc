@@ -18,6 +18,7 @@ namespace strata::storage {
 namespace {
 
 using testing::EngineOfKind;
+using testing::RoundTrip;
 using testing::ScratchDir;
 
 class IoEngineTest : public ::testing::TestWithParam<IoEngineKind> {
@@ -176,33 +177,6 @@ TEST_P(IoEngineTest, FaultInjectionErrorsShortTransfersAndFlippedBytes) {
   EXPECT_EQ(faulty.Fdatasync(fd_.get()).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(faulty.Fdatasync(fd_.get()).ok());
   EXPECT_EQ(plan->injected(), 5);
-}
-
-// Writes `source` at offset 0 in requests of `request_bytes` and reads it back into `target`,
-// both through `engine`; every request must transfer all its bytes.
-void RoundTrip(IoEngine& engine, int fd, std::span<std::byte> source, std::span<std::byte> target,
-               uint32_t request_bytes) {
-  ASSERT_EQ(source.size() % request_bytes, 0u);
-  std::vector<IoRequest> writes;
-  for (uint64_t at = 0; at < source.size(); at += request_bytes) {
-    writes.push_back({.op = IoOp::kWrite,
-                      .fd = fd,
-                      .offset = at,
-                      .data = source.data() + at,
-                      .size_bytes = request_bytes});
-  }
-  std::vector<IoRequest> reads = writes;
-  for (IoRequest& read : reads) {
-    read.op = IoOp::kRead;
-    read.data = target.data() + read.offset;
-  }
-  auto written = RunToCompletion(engine, writes);
-  ASSERT_TRUE(written.ok()) << written.status();
-  for (int64_t result : *written) ASSERT_EQ(result, request_bytes);
-  auto read = RunToCompletion(engine, reads);
-  ASSERT_TRUE(read.ok()) << read.status();
-  for (int64_t result : *read) ASSERT_EQ(result, request_bytes);
-  ASSERT_EQ(std::memcmp(source.data(), target.data(), source.size()), 0);
 }
 
 // Fixed buffers the engine holds now: 0 for the sync engine.

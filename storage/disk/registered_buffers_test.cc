@@ -82,33 +82,6 @@ class UringRegistrationTest : public ::testing::Test {
     ASSERT_TRUE(fd_.valid()) << std::strerror(errno);
   }
 
-  // Writes `source` at offset 0 in requests of `request_bytes`, reads it back into `target`
-  // and compares.
-  void RoundTrip(IoEngine& engine, std::span<std::byte> source, std::span<std::byte> target,
-                 uint32_t request_bytes) {
-    ASSERT_EQ(source.size() % request_bytes, 0u);
-    std::vector<IoRequest> writes;
-    for (uint64_t at = 0; at < source.size(); at += request_bytes) {
-      writes.push_back({.op = IoOp::kWrite,
-                        .fd = fd_.get(),
-                        .offset = at,
-                        .data = source.data() + at,
-                        .size_bytes = request_bytes});
-    }
-    std::vector<IoRequest> reads = writes;
-    for (IoRequest& read : reads) {
-      read.op = IoOp::kRead;
-      read.data = target.data() + read.offset;
-    }
-    auto written = RunToCompletion(engine, writes);
-    ASSERT_TRUE(written.ok()) << written.status();
-    for (int64_t result : *written) ASSERT_EQ(result, request_bytes);
-    auto read = RunToCompletion(engine, reads);
-    ASSERT_TRUE(read.ok()) << read.status();
-    for (int64_t result : *read) ASSERT_EQ(result, request_bytes);
-    ASSERT_EQ(std::memcmp(source.data(), target.data(), source.size()), 0);
-  }
-
   static void Fill(AlignedBuffer& buffer, uint8_t seed) {
     for (uint64_t i = 0; i < buffer.size(); ++i) {
       buffer.data()[i] = static_cast<std::byte>((i * 37 + seed) & 0xff);
@@ -130,7 +103,7 @@ TEST_F(UringRegistrationTest, SplitsRegionsAtTheEnginesMaximumAndServesRequestsA
   EXPECT_EQ((*engine)->registered().iovecs().size(), 12u);
   // 48 KiB requests at 0, 48, 96, ... KiB: of every four, the first and last lie inside one
   // 64 KiB buffer, the middle two straddle two.
-  RoundTrip(**engine, source.span(), target.span(), 48 << 10);
+  testing::RoundTrip(**engine, fd_.get(), source.span(), target.span(), 48 << 10);
   EXPECT_EQ((*engine)->fixed_requests(), 2u * 4);
   EXPECT_EQ(UringIoEngine::Create(32, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -153,7 +126,7 @@ TEST_F(UringRegistrationTest, RefusesToRegisterWithRequestsInFlightOrOverlapping
   EXPECT_EQ((*engine)->RegisterMemory(overlapping).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*engine)->registered().empty());
   AlignedBuffer target(buffer.size());
-  RoundTrip(**engine, buffer.span(), target.span(), 16 << 10);
+  testing::RoundTrip(**engine, fd_.get(), buffer.span(), target.span(), 16 << 10);
 }
 
 // Sets CAP_IPC_LOCK in or out of this thread's effective capabilities; false when capset fails.
@@ -195,7 +168,7 @@ TEST_F(UringRegistrationTest, ARegistrationTheKernelRefusesLeavesTheEngineWorkin
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_TRUE((*engine)->registered().empty());
-  RoundTrip(**engine, source.span(), target.span(), 256 << 10);
+  testing::RoundTrip(**engine, fd_.get(), source.span(), target.span(), 256 << 10);
   EXPECT_EQ((*engine)->fixed_requests(), 0u);
 }
 
