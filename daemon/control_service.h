@@ -1,5 +1,7 @@
 // ControlService implements strata.v1.StrataControl (node scope) with gRPC's callback API.
-// Handlers validate, answer from in-memory state and finish inline: nothing here blocks on I/O.
+// Handlers validate and finish inline. All but three answer from in-memory state: Move and
+// Drain, which copy chunks between the host and disk tiers, and Clear with a disk tier (it
+// flushes the mover first), wait for disk I/O on gRPC's thread.
 // The status codes each RPC answers are documented in proto/strata/v1/control.proto.
 // Thread-safe: gRPC calls handlers from its own threads concurrently.
 #pragma once
