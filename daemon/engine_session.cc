@@ -178,12 +178,23 @@ absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
 }
 
 absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAnyTier(
-    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease, bool reader_verifies) {
+    std::span<const ChunkKey> keys, size_t i, PromotedRun& run,
+    std::optional<std::chrono::nanoseconds> lease, bool reader_verifies) {
+  const ChunkKey& key = keys[i];
   absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
       host_tier_->Acquire(key, lease, id_, reader_verifies);
   if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
-  absl::StatusOr<storage::PromoteOutcome> promoted =
-      storage::PromoteFromDisk(*disk_tier_, *host_tier_, layout_, key, mover_);
+  if (i >= run.end()) {
+    // keys[i] is missing; the run goes on while the host tier lacks the chunks after it.
+    size_t end = i + 1;
+    while (end < keys.size() && end - i < kPromotionRunChunks && !host_tier_->Contains(keys[end])) {
+      ++end;
+    }
+    run.first = i;
+    run.outcomes = storage::PromoteRunFromDisk(*disk_tier_, *host_tier_, layout_,
+                                               keys.subspan(i, end - i), mover_);
+  }
+  const absl::StatusOr<storage::PromoteOutcome>& promoted = run.outcomes[i - run.first];
   if (!promoted.ok()) return promoted.status();
   if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
   // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
@@ -191,19 +202,6 @@ absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAny
     promoter_->AwaitInFlight(key);
   }
   return host_tier_->Acquire(key, lease, id_, reader_verifies);
-}
-
-size_t EngineSession::PromoteRunAhead(std::span<const ChunkKey> keys, size_t first,
-                                      std::vector<absl::Status>& failures) {
-  size_t end = first;
-  while (end < keys.size() && end - first < kPromotionRunChunks &&
-         !host_tier_->Contains(keys[end])) {
-    ++end;
-  }
-  const std::vector<absl::StatusOr<storage::PromoteOutcome>> outcomes = storage::PromoteRunFromDisk(
-      *disk_tier_, *host_tier_, layout_, keys.subspan(first, end - first), mover_);
-  for (size_t i = 0; i < outcomes.size(); ++i) failures[first + i] = outcomes[i].status();
-  return end;
 }
 
 absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
@@ -220,19 +218,13 @@ absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
   // A load is a prefix: once a chunk fails, later chunks are not leased (the engine recomputes
   // from the first failure on).
   absl::Status failure;
-  size_t promoted_until = 0;  // keys before it were offered to a batched promotion
-  std::vector<absl::Status> promotion_failures(keys->size());
+  PromotedRun run;
   for (size_t i = 0; i < keys->size(); ++i) {
     const ChunkKey& key = (*keys)[i];
     v1::LoadPlacement* placement = response.add_chunks();
     if (failure.ok()) {
-      if (disk_tier_ != nullptr && i >= promoted_until && !host_tier_->Contains(key)) {
-        promoted_until = PromoteRunAhead(*keys, i, promotion_failures);
-      }
       absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-          promotion_failures[i].ok()
-              ? AcquireFromAnyTier(key, lease, request.connector_verifies())
-              : absl::StatusOr<std::optional<storage::ChunkLease>>(promotion_failures[i]);
+          AcquireFromAnyTier(*keys, i, run, lease, request.connector_verifies());
       if (!acquired.ok()) {
         failure = acquired.status();
       } else if (!acquired->has_value()) {

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
 #include "daemon/tenant_directory.h"
+#include "storage/disk/demoter.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
@@ -89,16 +90,21 @@ class EngineSession {
   absl::StatusOr<std::vector<ChunkKey>> SessionChain(const v1::KeyChain& proto) const;
   uint64_t NextHandle() { return next_handle_++; }
 
-  // Leases chunk `key`, promoting it from the disk tier into the host tier first when it is
-  // only there. nullopt when neither tier has it. `reader_verifies`: HostTier::Acquire's.
+  // The chunks of a load that one batched promotion covered: keys [first, first + size) and
+  // what PromoteRunFromDisk did with each.
+  struct PromotedRun {
+    size_t first = 0;
+    std::vector<absl::StatusOr<storage::PromoteOutcome>> outcomes;
+    size_t end() const { return first + outcomes.size(); }
+  };
+  // Leases keys[i] of a load (led through in order), promoting it from the disk tier into the
+  // host tier first when it is only there. The first such miss past `run` promotes it together
+  // with the chunks after it that the host tier lacks (at most kPromotionRunChunks) in one
+  // batch of reads, recorded in `run` for the chunks that follow. nullopt when neither tier has
+  // it. `reader_verifies`: HostTier::Acquire's.
   absl::StatusOr<std::optional<storage::ChunkLease>> AcquireFromAnyTier(
-      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease, bool reader_verifies);
-  // Promotes the run of `keys` from `first` on that the host tier lacks (at most
-  // kPromotionRunChunks) from the disk tier in one batch of reads, so that the loop leasing them
-  // finds them in the host tier. Returns the index after the run; a chunk whose promotion failed
-  // gets its error in `failures` (sized like `keys`), for the load to report.
-  size_t PromoteRunAhead(std::span<const ChunkKey> keys, size_t first,
-                         std::vector<absl::Status>& failures);
+      std::span<const ChunkKey> keys, size_t i, PromotedRun& run,
+      std::optional<std::chrono::nanoseconds> lease, bool reader_verifies);
 
   const uint64_t id_;
   storage::HostTier* const host_tier_;

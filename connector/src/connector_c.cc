@@ -64,6 +64,16 @@ strata_status Guard(F&& body) {
 
 std::string_view OrEmpty(const char* s) { return s == nullptr ? std::string_view() : s; }
 
+// A scheduler call's request; the caller has checked request_id and prompt_tokens.
+strata::connector::RequestInfo ToRequest(const char* request_id, const uint32_t* prompt_tokens,
+                                         size_t num_prompt_tokens, const char* tenant_salt,
+                                         const char* lora_name) {
+  return {.request_id = request_id,
+          .prompt_tokens = {prompt_tokens, num_prompt_tokens},
+          .tenant_salt = OrEmpty(tenant_salt),
+          .lora_name = OrEmpty(lora_name)};
+}
+
 absl::StatusOr<ConnectorOptions> ToOptions(const strata_connector_options* in) {
   if (in == nullptr) return absl::InvalidArgumentError("options is NULL");
   if (in->struct_size != sizeof(strata_connector_options)) {
@@ -199,10 +209,7 @@ strata_status strata_scheduler_get_num_new_matched_tokens(
     STRATA_C_REQUIRE(prompt_tokens != nullptr || num_prompt_tokens == 0, "prompt_tokens is NULL");
     STRATA_C_REQUIRE(out_num_tokens != nullptr, "out_num_tokens is NULL");
     const strata::connector::MatchResult result = scheduler->impl->GetNumNewMatchedTokens(
-        {.request_id = request_id,
-         .prompt_tokens = {prompt_tokens, num_prompt_tokens},
-         .tenant_salt = OrEmpty(tenant_salt),
-         .lora_name = OrEmpty(lora_name)},
+        ToRequest(request_id, prompt_tokens, num_prompt_tokens, tenant_salt, lora_name),
         num_computed_tokens);
     *out_num_tokens = result.num_tokens;
     if (out_load_async != nullptr) *out_load_async = result.load_async ? 1 : 0;
@@ -219,11 +226,8 @@ strata_status strata_scheduler_prefetch(strata_scheduler* scheduler, const char*
     STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
     STRATA_C_REQUIRE(prompt_tokens != nullptr || num_prompt_tokens == 0, "prompt_tokens is NULL");
     STRATA_C_REQUIRE(out_num_chunks != nullptr, "out_num_chunks is NULL");
-    *out_num_chunks =
-        scheduler->impl->Prefetch({.request_id = request_id,
-                                   .prompt_tokens = {prompt_tokens, num_prompt_tokens},
-                                   .tenant_salt = OrEmpty(tenant_salt),
-                                   .lora_name = OrEmpty(lora_name)});
+    *out_num_chunks = scheduler->impl->Prefetch(
+        ToRequest(request_id, prompt_tokens, num_prompt_tokens, tenant_salt, lora_name));
     return STRATA_OK;
   });
 }
