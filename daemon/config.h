@@ -58,16 +58,16 @@ struct DaemonConfig {
     // Most bytes the segment files may take; at least 3 segments.
     uint64_t capacity_bytes = 0;
     uint64_t segment_bytes = 256ull << 20;
-    // Memory for evicted chunks waiting for their disk write (storage/disk/mover.h): eviction
+    // Memory for evicted chunks waiting for their disk write (storage/tiered/demoter.h): eviction
     // costs a memcpy instead of a disk write on the engine's session thread. Staged chunks stay
     // visible: lookups count them and loads promote them from memory. A crash loses the staged
     // chunks (cached copies only). 0 demotes on the evicting thread.
     uint64_t demotion_queue_bytes = 256ull << 20;
     // Most chunks queued for background promotion by engines' Prefetch requests
-    // (storage/disk/promoter.h); a Prefetch past it is RESOURCE_EXHAUSTED.
+    // (storage/tiered/promoter.h); a Prefetch past it is RESOURCE_EXHAUSTED.
     uint32_t prefetch_queue_chunks = 1024;
     // Writes every chunk committed in the host tier to disk as well, in the background
-    // (storage/disk/write_through.h): chunks survive a restart and their eviction writes
+    // (storage/tiered/write_through.h): chunks survive a restart and their eviction writes
     // nothing. Costs disk bandwidth for chunks that might never be evicted. Off: write-back on
     // eviction only.
     bool write_through = false;

@@ -15,8 +15,6 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "openssl/crypto.h"
 #include "proto/convert.h"
-#include "storage/disk/demoter.h"
-#include "storage/disk/tiered_prefix.h"
 
 namespace strata::daemon {
 namespace {
@@ -33,6 +31,28 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsRespo
   explicit RefusedStream(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
+
+v1::Tier ToProto(storage::Tier tier) {
+  switch (tier) {
+    case storage::Tier::kHost:
+      return v1::TIER_HOST;
+    case storage::Tier::kDisk:
+      return v1::TIER_DISK;
+  }
+  return v1::TIER_UNSPECIFIED;
+}
+
+// The store's tier of a tier CheckTier accepted; nullopt for TIER_UNSPECIFIED.
+std::optional<storage::Tier> StoreTier(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_HOST:
+      return storage::Tier::kHost;
+    case v1::TIER_DISK:
+      return storage::Tier::kDisk;
+    default:
+      return std::nullopt;
+  }
+}
 
 enum class Unspecified { kHost, kEvery, kInvalid };
 
@@ -254,13 +274,12 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vec
                     {.tenant_salt = request.tenant_salt(), .lora_name = request.lora_name()},
                     std::move(keys), options_.key_options, options_.limits);
   if (!chunks.ok()) return chunks.status();
-  const std::vector<storage::PrefixTier> tiers = storage::LocatePrefix(
-      *options_.host_tier, options_.disk_tier, chunks->keys, options_.disk_mover);
+  const std::vector<storage::Tier> tiers = options_.store->LocatePrefix(chunks->keys);
   const size_t hits = tiers.size();
   response.mutable_chunk_tiers()->Reserve(static_cast<int>(hits));
   uint64_t matched_tokens = 0;
   for (size_t i = 0; i < hits; ++i) {
-    const v1::Tier tier = tiers[i] == storage::PrefixTier::kHost ? v1::TIER_HOST : v1::TIER_DISK;
+    const v1::Tier tier = ToProto(tiers[i]);
     response.add_chunk_tiers(tier);
     if (request.with_keys()) {
       v1::ChunkHit* hit = response.add_hits();
@@ -295,9 +314,8 @@ absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinRespons
   if (*kind == storage::PinKind::kSoft && request.ttl_ms() == 0) {
     return absl::InvalidArgumentError("a soft pin needs ttl_ms > 0");
   }
-  if (absl::Status s = CheckPinTier(request.tier(), options_.disk_tier != nullptr); !s.ok())
-    return s;
-  absl::StatusOr<storage::PinResult> pinned = options_.host_tier->PinChunks(
+  if (absl::Status s = CheckPinTier(request.tier(), has_disk()); !s.ok()) return s;
+  absl::StatusOr<storage::PinResult> pinned = options_.store->host().PinChunks(
       chunks->keys, {.kind = *kind, .ttl = std::chrono::milliseconds(request.ttl_ms())});
   if (!pinned.ok()) return pinned.status();
   response.set_pinned_chunks(pinned->chunks);
@@ -318,10 +336,9 @@ absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinR
   if (!chunks.ok()) return chunks.status();
   absl::StatusOr<storage::PinKind> kind = PinKindFromProto(request.kind());
   if (!kind.ok()) return kind.status();
-  if (absl::Status s = CheckPinTier(request.tier(), options_.disk_tier != nullptr); !s.ok())
-    return s;
+  if (absl::Status s = CheckPinTier(request.tier(), has_disk()); !s.ok()) return s;
   absl::StatusOr<storage::PinResult> unpinned =
-      options_.host_tier->UnpinChunks(chunks->keys, *kind);
+      options_.store->host().UnpinChunks(chunks->keys, *kind);
   if (!unpinned.ok()) return unpinned.status();
   response.set_unpinned_chunks(unpinned->chunks);
   response.set_missing_chunks(unpinned->missing);
@@ -332,79 +349,28 @@ grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* cont
                                                const v1::MoveRequest* request,
                                                v1::MoveResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, DoMove(*request, *response));
+  return FinishFromStore(context,
+                         [this, request, response] { return DoMove(*request, *response); });
 }
 
 absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
   if (!chunks.ok()) return chunks.status();
-  if (absl::Status s =
-          CheckTier(request.target(), Unspecified::kInvalid, options_.disk_tier != nullptr);
-      !s.ok())
+  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, has_disk()); !s.ok()) {
     return s;
-  storage::HostTier& host = *options_.host_tier;
-  storage::DiskTier* disk = options_.disk_tier;
-  storage::DiskMover* mover = options_.disk_mover;
-  const bool to_disk = request.target() == v1::TIER_DISK;
-  for (const ChunkKey& key : chunks->keys) {
-    const bool in_host = host.Contains(key);
-    const bool on_disk = disk != nullptr && disk->Contains(key);
-    // Evicted and waiting for the mover's write: on its way to disk, in neither tier's index.
-    const bool staged = mover != nullptr && mover->IsStaged(key);
-    if (to_disk ? on_disk && !in_host : in_host && !on_disk && !staged) {
-      response.set_already_in_target(response.already_in_target() + 1);
-      continue;
-    }
-    if (!in_host && !on_disk && !staged) {
-      response.set_missing_chunks(response.missing_chunks() + 1);
-      continue;
-    }
-    if (to_disk) {
-      if (in_host) {
-        // Written to disk first, then dropped from the host tier: never in neither.
-        absl::StatusOr<bool> copied = storage::CopyToDisk(host, *disk, key);
-        if (!copied.ok()) return copied.status();
-        if (!*copied) {  // evicted or removed meanwhile
-          response.set_missing_chunks(response.missing_chunks() + 1);
-          continue;
-        }
-        if (absl::StatusOr<storage::RemoveResult> removed = host.Remove(key); !removed.ok()) {
-          return removed.status();
-        }
-      } else {
-        // Only staged: its write is forced, so the chunk is on disk once Move returns.
-        mover->Flush();
-        if (!disk->Contains(key)) {  // the write failed (counted by the mover)
-          response.set_missing_chunks(response.missing_chunks() + 1);
-          continue;
-        }
-      }
-    } else {
-      if (!in_host) {
-        if (!request.selector().has_layout()) {
-          return absl::InvalidArgumentError(
-              "moving chunks from disk to the host tier needs the selector's layout");
-        }
-        absl::StatusOr<KvLayout> layout = FromProto(request.selector().layout());
-        if (!layout.ok()) return layout.status();
-        absl::StatusOr<storage::PromoteOutcome> promoted =
-            storage::PromoteFromDisk(*disk, host, *layout, key, mover);
-        if (!promoted.ok()) return promoted.status();
-        // Gone meanwhile, or another writer is storing it: the disk copy stays.
-        if (*promoted == storage::PromoteOutcome::kNotOnDisk ||
-            *promoted == storage::PromoteOutcome::kInProgress) {
-          response.set_missing_chunks(response.missing_chunks() + 1);
-          continue;
-        }
-      }
-      // A staged copy would land on disk after the removal: let it land first.
-      if (staged) mover->Flush();
-      if (absl::StatusOr<bool> removed = disk->Remove(key); !removed.ok()) {
-        return removed.status();
-      }
-    }
-    response.set_moved_chunks(response.moved_chunks() + 1);
   }
+  std::optional<KvLayout> layout;
+  if (request.selector().has_layout()) {
+    absl::StatusOr<KvLayout> parsed = FromProto(request.selector().layout());
+    if (!parsed.ok()) return parsed.status();
+    layout = *parsed;
+  }
+  absl::StatusOr<storage::MoveResult> moved = options_.store->Move(
+      chunks->keys, *StoreTier(request.target()), layout.has_value() ? &*layout : nullptr);
+  if (!moved.ok()) return moved.status();
+  response.set_moved_chunks(moved->moved_chunks);
+  response.set_already_in_target(moved->already_in_target);
+  response.set_missing_chunks(moved->missing_chunks);
   return absl::OkStatus();
 }
 
@@ -412,7 +378,8 @@ grpc::ServerUnaryReactor* ControlService::Clear(grpc::CallbackServerContext* con
                                                 const v1::ClearRequest* request,
                                                 v1::ClearResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, DoClear(*request, *response));
+  return FinishFromStore(context,
+                         [this, request, response] { return DoClear(*request, *response); });
 }
 
 absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearResponse& response) {
@@ -425,65 +392,37 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
         "Clear needs exactly one of: a selector (tokens with a layout, or keys), a layout, a "
         "tenant, all");
   }
-  if (absl::Status s =
-          CheckTier(request.tier(), Unspecified::kEvery, options_.disk_tier != nullptr);
-      !s.ok()) {
+  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, has_disk()); !s.ok()) {
     return s;
   }
   if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
     return absl::FailedPreconditionError(
         "the disk tier does not record tenants: clear a tenant from the host tier or every tier");
   }
-  const bool host_too = request.tier() != v1::TIER_DISK;
-  storage::DiskTier* disk = request.tier() == v1::TIER_HOST ? nullptr : options_.disk_tier;
-  // Which chunks go: the selector's keys, a layout's, or every chunk.
-  std::optional<absl::flat_hash_set<ChunkKey>> selected;
-  uint64_t fingerprint = 0;
+  // Which chunks go: the selector's keys, a tenant's, a layout's, or every chunk.
+  storage::ClearSelection selection;
   if (by_selector) {
     absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
     if (!chunks.ok()) return chunks.status();
-    selected.emplace(chunks->keys.begin(), chunks->keys.end());
+    selection.keys.emplace(chunks->keys.begin(), chunks->keys.end());
   } else if (request.has_tenant()) {
-    selected.emplace();
+    selection.keys.emplace();
     storage::ListChunksOptions page_options{.limit = kMaxPageSize, .tenant = request.tenant()};
     do {
-      const storage::ChunkPage page = options_.host_tier->ListChunks(page_options);
-      for (const storage::ChunkInfo& info : page.chunks) selected->insert(info.key);
+      const storage::ChunkPage page = options_.store->host().ListChunks(page_options);
+      for (const storage::ChunkInfo& info : page.chunks) selection.keys->insert(info.key);
       page_options.cursor = page.next_cursor;
     } while (page_options.cursor != 0);
   } else if (request.has_layout()) {
     absl::StatusOr<KvLayout> layout = FromProto(request.layout());
     if (!layout.ok()) return layout.status();
-    fingerprint = layout->Fingerprint();
+    selection.layout_fingerprint = layout->Fingerprint();
   }
-  auto doomed = [&](const ChunkKey& key) {
-    if (selected.has_value()) return selected->contains(key);
-    return fingerprint == 0 || key.layout_fingerprint() == fingerprint;
-  };
-  storage::RemoveResult removed;
-  if (host_too) {
-    if (selected.has_value()) {
-      for (const ChunkKey& key : *selected) {
-        absl::StatusOr<storage::RemoveResult> one = options_.host_tier->Remove(key);
-        if (!one.ok()) return one.status();
-        removed.chunks += one->chunks;
-        removed.bytes += one->bytes;
-      }
-    } else if (fingerprint != 0) {
-      removed = options_.host_tier->RemoveIf(doomed);
-    } else {
-      removed = options_.host_tier->RemoveAll();
-    }
-  }
-  if (disk != nullptr) {
-    if (options_.disk_mover != nullptr) options_.disk_mover->Flush();
-    absl::StatusOr<storage::DiskTier::RemovedChunks> from_disk = disk->RemoveIf(doomed);
-    if (!from_disk.ok()) return from_disk.status();
-    removed.chunks += from_disk->chunks;
-    removed.bytes += from_disk->payload_bytes;
-  }
-  response.set_removed_chunks(removed.chunks);
-  response.set_removed_bytes(removed.bytes);
+  absl::StatusOr<storage::RemoveResult> removed =
+      options_.store->Clear(selection, StoreTier(request.tier()));
+  if (!removed.ok()) return removed.status();
+  response.set_removed_chunks(removed->chunks);
+  response.set_removed_bytes(removed->bytes);
   return absl::OkStatus();
 }
 
@@ -522,7 +461,8 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  const storage::HostTierStats host = options_.host_tier->Stats();
+  const storage::TieredStoreStats stats = options_.store->Stats();
+  const storage::HostTierStats& host = stats.host;
   v1::TierStats* tier = response->add_tiers();
   tier->set_tier(v1::TIER_HOST);
   tier->set_capacity_bytes(host.capacity_bytes);
@@ -540,18 +480,17 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   tier->set_hit_tokens(hit_tokens_);
   tier->set_miss_tokens(miss_tokens_);
   tier->set_io_errors(0);
-  if (options_.disk_tier != nullptr) {
-    const storage::DiskTierStats disk = options_.disk_tier->stats();
-    v1::TierStats* on_disk = response->add_tiers();
-    on_disk->set_tier(v1::TIER_DISK);
-    on_disk->set_capacity_bytes(disk.capacity_bytes);
-    on_disk->set_used_bytes(disk.used_bytes());
-    on_disk->set_payload_bytes(disk.payload_bytes);
-    on_disk->set_chunks(disk.chunks);
-    on_disk->set_hits(disk.reads);
-    on_disk->set_evictions(disk.evictions);
-    on_disk->set_checksum_failures(disk.checksum_failures);
-    on_disk->set_io_errors(disk.io_errors);
+  for (const storage::LowerTierStats& lower : stats.lower) {
+    v1::TierStats* below = response->add_tiers();
+    below->set_tier(ToProto(lower.tier));
+    below->set_capacity_bytes(lower.capacity_bytes);
+    below->set_used_bytes(lower.used_bytes);
+    below->set_payload_bytes(lower.payload_bytes);
+    below->set_chunks(lower.chunks);
+    below->set_hits(lower.reads);
+    below->set_evictions(lower.evictions);
+    below->set_checksum_failures(lower.checksum_failures);
+    below->set_io_errors(lower.io_errors);
   }
   if (options_.sessions != nullptr) {
     response->set_sessions(options_.sessions->Stats().active_sessions);
@@ -577,9 +516,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   }
   absl::StatusOr<uint64_t> cursor = ParsePageToken(request.page_token());
   if (!cursor.ok()) return cursor.status();
-  if (absl::Status s =
-          CheckTier(request.tier(), Unspecified::kEvery, options_.disk_tier != nullptr);
-      !s.ok()) {
+  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, has_disk()); !s.ok()) {
     return s;
   }
   if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
@@ -594,8 +531,8 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
       .limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size()};
   if (request.layout_fingerprint() != 0) options.layout_fingerprint = request.layout_fingerprint();
   if (request.has_tenant()) options.tenant = request.tenant();
-  const storage::ChunkPage page = options_.host_tier->ListChunks(options);
-  const MonoTime now = options_.host_tier->options().clock->Now();
+  const storage::ChunkPage page = options_.store->host().ListChunks(options);
+  const MonoTime now = options_.store->host().options().clock->Now();
   auto soft_pin_remaining_ms = [now](const storage::ChunkInfo& info) -> uint64_t {
     if (info.soft_pin_deadline <= now) return 0;
     return static_cast<uint64_t>(
@@ -650,38 +587,34 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
                                                 const v1::DrainRequest*,
                                                 v1::DrainResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  options_.host_tier->StopAdmitting();
+  options_.store->host().StopAdmitting();
   SetDraining();
-  const storage::HostTierStats host = options_.host_tier->Stats();
+  const storage::HostTierStats host = options_.store->host().Stats();
   response->set_resident_chunks(host.chunks);
   response->set_resident_bytes(host.payload_bytes);
   response->set_open_reservations(host.reservations);
   response->set_flushed_chunks(0);
-  if (options_.disk_tier != nullptr) {
-    // Flush: every host chunk gets a disk copy, so a restart finds it.
-    if (options_.disk_mover != nullptr) options_.disk_mover->Flush();
-    absl::StatusOr<uint64_t> flushed = FlushToDisk();
-    if (!flushed.ok()) return Finish(context, flushed.status());
+  // Flush: every host chunk gets a copy below, so a restart finds it.
+  return FinishFromStore(context, [this, response]() -> absl::Status {
+    absl::StatusOr<uint64_t> flushed = options_.store->FlushToLowerTiers();
+    if (!flushed.ok()) return flushed.status();
     response->set_flushed_chunks(*flushed);
-  }
-  return Finish(context, absl::OkStatus());
+    return absl::OkStatus();
+  });
 }
 
-absl::StatusOr<uint64_t> ControlService::FlushToDisk() {
-  uint64_t flushed = 0;
-  storage::ListChunksOptions page_options{.limit = kMaxPageSize};
-  while (true) {
-    const storage::ChunkPage page = options_.host_tier->ListChunks(page_options);
-    for (const storage::ChunkInfo& info : page.chunks) {
-      if (options_.disk_tier->Contains(info.key)) continue;
-      absl::StatusOr<bool> copied =
-          storage::CopyToDisk(*options_.host_tier, *options_.disk_tier, info.key);
-      if (!copied.ok()) return copied.status();
-      if (*copied) ++flushed;
-    }
-    if (page.next_cursor == 0) return flushed;
-    page_options.cursor = page.next_cursor;
+grpc::ServerUnaryReactor* ControlService::FinishFromStore(
+    grpc::CallbackServerContext* context, absl::AnyInvocable<absl::Status() &&> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!has_disk()) {  // nothing below the host tier: in memory, answered inline
+    reactor->Finish(ToGrpcStatus(std::move(work)()));
+    return reactor;
   }
+  const bool accepted = options_.store->Submit([reactor, work = std::move(work)]() mutable {
+    reactor->Finish(ToGrpcStatus(std::move(work)()));
+  });
+  if (!accepted) reactor->Finish(ToGrpcStatus(absl::UnavailableError("the daemon is stopping")));
+  return reactor;
 }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* ControlService::WatchEvents(

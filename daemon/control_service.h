@@ -1,7 +1,7 @@
 // ControlService implements strata.v1.StrataControl (node scope) with gRPC's callback API.
-// Handlers validate and finish inline. All but three answer from in-memory state: Move and
-// Drain, which copy chunks between the host and disk tiers, and Clear with a disk tier (it
-// flushes the mover first), wait for disk I/O on gRPC's thread.
+// Handlers answer from in-memory state and finish inline, except Move, Clear and Drain when the
+// store has a tier below the host tier: they may wait for disk I/O, so they run on the store's
+// thread (TieredStore::Submit) and finish from there; no gRPC thread waits for them.
 // The status codes each RPC answers are documented in proto/strata/v1/control.proto.
 // Thread-safe: gRPC calls handlers from its own threads concurrently.
 #pragma once
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "core/key_hasher.h"
@@ -20,24 +21,15 @@
 #include "grpcpp/support/message_allocator.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/mover.h"
-#include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 #include "strata/v1/control.grpc.pb.h"
 
 namespace strata::daemon {
 
 struct ControlServiceOptions {
-  // Not owned; must outlive the service.
-  storage::HostTier* host_tier = nullptr;
-  // Nullable (no disk tier); not owned; must outlive the service.
-  storage::DiskTier* disk_tier = nullptr;
-  // The disk tier's background demotion writer, flushed before Clear and Drain touch the disk
-  // tier so that chunks evicted just before are cleared or kept with the rest. Move serves the
-  // chunks it holds for their writes (staged): one moved to disk has its write forced, so it is
-  // on disk when Move answers; one moved to the host tier is promoted from its staging buffer,
-  // and its disk copy removed once written. Nullable; not owned; must outlive the service.
-  storage::DiskMover* disk_mover = nullptr;
+  // Not owned; must outlive the service; its thread finishes the Move, Clear and Drain calls it
+  // accepted, so the gRPC server's Wait returns only once they ran (stop the server first).
+  storage::TieredStore* store = nullptr;
   // Nullable; not owned; must outlive the service.
   const EngineSessionServer* sessions = nullptr;
   // The host tier's events, for WatchEvents. Not owned; must outlive the gRPC server.
@@ -122,9 +114,11 @@ class ControlService final
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
-  // Writes every host chunk that has no disk copy to the disk tier (which must exist); returns
-  // how many were written. Runs on the calling thread, page by page of the host index.
-  absl::StatusOr<uint64_t> FlushToDisk();
+  // Finishes the call with what `work` returns: run on the store's thread when a tier below the
+  // host tier may make it wait for I/O, inline otherwise.
+  grpc::ServerUnaryReactor* FinishFromStore(grpc::CallbackServerContext* context,
+                                            absl::AnyInvocable<absl::Status() &&> work);
+  bool has_disk() const { return options_.store->has(storage::Tier::kDisk); }
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 

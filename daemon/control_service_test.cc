@@ -1,5 +1,6 @@
 #include "daemon/control_service.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <numeric>
@@ -15,8 +16,8 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "storage/disk/demoter.h"
-#include "storage/disk/test_util.h"
+#include "storage/io/testing/io_test_util.h"
+#include "storage/tiered/tiered_store.h"
 #include "tests/support/test_layout.h"
 
 namespace strata::daemon {
@@ -33,16 +34,10 @@ class ControlServiceTest : public ::testing::Test {
     options.hard_pin_quota_bytes = 2 * 4096;
     options.clock = &clock_;
     options.observer = &events_;
-    disk_ = MakeDiskTier();
-    if (disk_ != nullptr) {
-      mover_ = *storage::DiskMover::Create(disk_.get(), {});
-      options.listener = mover_.get();
-    }
-    tier_ = *storage::HostTier::Create(options);
+    store_ = *storage::TieredStore::Create({.host = options, .disk = DiskOptions()});
+    tier_ = &store_->host();
     service_ =
-        std::make_unique<ControlService>(ControlServiceOptions{.host_tier = tier_.get(),
-                                                               .disk_tier = disk_.get(),
-                                                               .disk_mover = mover_.get(),
+        std::make_unique<ControlService>(ControlServiceOptions{.store = store_.get(),
                                                                .events = &events_,
                                                                .key_options = {},
                                                                .limits = {.max_tokens = 1000}});
@@ -62,14 +57,11 @@ class ControlServiceTest : public ::testing::Test {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
     service_.reset();
-    tier_.reset();
-    mover_.reset();
-    disk_.reset();
+    store_.reset();
   }
 
-  // The disk tier the service gets (with a DiskMover as the host tier's eviction listener): none
-  // here.
-  virtual std::unique_ptr<storage::DiskTier> MakeDiskTier() { return nullptr; }
+  // The disk tier under the service's host tier: none here.
+  virtual std::optional<storage::TieredDiskOptions> DiskOptions() { return std::nullopt; }
 
   void StoreChunk(const ChunkKey& key, uint32_t num_tokens,
                   std::optional<std::string_view> tenant = std::nullopt) {
@@ -134,9 +126,8 @@ class ControlServiceTest : public ::testing::Test {
 
   ManualClock clock_;
   EventLog events_{16};  // a small ring, so tests can outrun it
-  std::unique_ptr<storage::DiskTier> disk_;
-  std::unique_ptr<storage::DiskMover> mover_;
-  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<storage::TieredStore> store_;
+  storage::HostTier* tier_ = nullptr;  // the store's
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -841,9 +832,9 @@ class ControlServiceAuthTest : public ::testing::Test {
     storage::HostTierOptions options;
     options.capacity_bytes = 16 * 4096;
     options.page_bytes = 4096;
-    tier_ = *storage::HostTier::Create(options);
+    store_ = *storage::TieredStore::Create({.host = options});
     ControlServiceOptions service_options;
-    service_options.host_tier = tier_.get();
+    service_options.store = store_.get();
     service_options.events = &events_;
     service_options.bearer_token = "s3cret";
     service_ = std::make_unique<ControlService>(std::move(service_options));
@@ -874,7 +865,7 @@ class ControlServiceAuthTest : public ::testing::Test {
   }
 
   EventLog events_{16};
-  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string socket_path_;
@@ -904,21 +895,16 @@ TEST_F(ControlServiceAuthTest, TcpCallersNeedTheBearerToken) {
 
 class ControlServiceDiskTest : public ControlServiceTest {
  protected:
-  std::unique_ptr<storage::DiskTier> MakeDiskTier() override {
-    return *storage::DiskTier::Open(
-        {.directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
+  std::optional<storage::TieredDiskOptions> DiskOptions() override {
+    return storage::TieredDiskOptions{
+        .directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10};
   }
-  storage::testing::ScratchDir scratch_;
+  bool OnDisk(const ChunkKey& key) const {
+    const std::vector<storage::Tier> tiers = store_->TiersOf(key);
+    return std::find(tiers.begin(), tiers.end(), storage::Tier::kDisk) != tiers.end();
+  }
 
-  // Evicts `key` as the host tier does: the mover copies it into staging, then it leaves the
-  // host tier. With the mover held, it stays staged (in neither tier's index) until a Flush.
-  void Evict(const ChunkKey& key) {
-    absl::StatusOr<std::optional<storage::ChunkLease>> lease = tier_->Acquire(key);
-    ASSERT_TRUE(lease.ok() && lease->has_value());
-    mover_->OnEvicted(key, (*lease)->payload(), (*lease)->checksum(), (*lease)->num_tokens());
-    lease->reset();
-    ASSERT_TRUE(tier_->Remove(key).ok());
-  }
+  storage::testing::ScratchDir scratch_;
 };
 
 TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
@@ -935,7 +921,7 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
   EXPECT_EQ(moved.moved_chunks(), 1u);
   EXPECT_FALSE(tier_->Contains(keys[1]));
-  EXPECT_TRUE(disk_->Contains(keys[1]));
+  EXPECT_TRUE(OnDisk(keys[1]));
   ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
   EXPECT_EQ(moved.already_in_target(), 1u);
 
@@ -964,7 +950,7 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(moved.moved_chunks(), 1u);
   EXPECT_EQ(moved.already_in_target(), 2u);
   EXPECT_TRUE(tier_->Contains(keys[1]));
-  EXPECT_FALSE(disk_->Contains(keys[1]));
+  EXPECT_FALSE(OnDisk(keys[1]));
 
   // Pins are host-only; ListChunks does not list the disk tier yet.
   v1::PinRequest pin;
@@ -985,7 +971,7 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   v1::DrainResponse drained;
   ASSERT_TRUE(Call(&v1::StrataControl::Stub::Drain, v1::DrainRequest(), drained).ok());
   EXPECT_EQ(drained.flushed_chunks(), 3u);
-  for (const ChunkKey& key : keys) EXPECT_TRUE(disk_->Contains(key));
+  for (const ChunkKey& key : keys) EXPECT_TRUE(OnDisk(key));
   v1::ClearRequest clear;
   clear.set_all(true);
   v1::ClearResponse cleared;
@@ -995,55 +981,10 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(found.matched_chunks(), 0u);
 }
 
-// A chunk evicted and still waiting for its disk write is on its way to disk, not missing.
-TEST_F(ControlServiceDiskTest, MoveServesChunksStagedForTheirDiskWrite) {
-  const std::vector<uint32_t> tokens = Tokens(48, 7);
-  const std::vector<ChunkKey> keys = StoreChain(tokens);
-  ASSERT_EQ(keys.size(), 3u);
-  mover_->SetHeld(true);
-  Evict(keys[0]);
-  ASSERT_TRUE(mover_->IsStaged(keys[0]));
-  ASSERT_FALSE(tier_->Contains(keys[0]));
-  ASSERT_FALSE(disk_->Contains(keys[0]));
-
-  // To disk: the write is forced, so the chunk is on disk when Move answers.
-  v1::MoveRequest move;
-  *move.mutable_selector() = KeySelector(std::span(keys).first(1));
-  move.set_target(v1::TIER_DISK);
-  v1::MoveResponse moved;
-  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
-  EXPECT_EQ(moved.moved_chunks(), 1u);
-  EXPECT_EQ(moved.missing_chunks(), 0u);
-  EXPECT_TRUE(disk_->Contains(keys[0]));
-  EXPECT_FALSE(mover_->IsStaged(keys[0]));
-  EXPECT_FALSE(tier_->Contains(keys[0]));
-
-  // To the host tier: promoted from staging (no disk read), and its disk copy, once written,
-  // removed. keys[0] comes back from disk; keys[2] is in the host tier already.
-  Evict(keys[1]);  // the mover is still held
-  ASSERT_TRUE(mover_->IsStaged(keys[1]));
-  ASSERT_FALSE(disk_->Contains(keys[1]));
-  const uint64_t disk_reads = disk_->stats().reads;
-  *move.mutable_selector() = TokenSelector(tokens);
-  move.set_target(v1::TIER_HOST);
-  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
-  EXPECT_EQ(moved.moved_chunks(), 2u);
-  EXPECT_EQ(moved.already_in_target(), 1u);
-  EXPECT_EQ(moved.missing_chunks(), 0u);
-  EXPECT_EQ(disk_->stats().reads, disk_reads + 1) << "keys[1] came from staging";
-  for (const ChunkKey& key : keys) {
-    EXPECT_TRUE(tier_->Contains(key));
-    EXPECT_FALSE(disk_->Contains(key));
-    EXPECT_FALSE(mover_->IsStaged(key));
-  }
-}
-
 TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {
   const std::vector<ChunkKey> alice = StoreChain(Tokens(32, 1), "alice");
   const std::vector<ChunkKey> bob = StoreChain(Tokens(16, 1), "bob");
-  for (const ChunkKey& key : {alice[0], alice[1], bob[0]}) {
-    ASSERT_TRUE(*storage::CopyToDisk(*tier_, *disk_, key));
-  }
+  ASSERT_EQ(*store_->FlushToLowerTiers(), 3u);  // every chunk gets a disk copy
   // The disk tier does not know tenants.
   v1::ClearRequest clear;
   clear.set_tenant("alice");
@@ -1063,10 +1004,10 @@ TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {
   EXPECT_EQ(response.removed_chunks(), 4u);  // two in each tier
   for (const ChunkKey& key : alice) {
     EXPECT_FALSE(tier_->Contains(key));
-    EXPECT_FALSE(disk_->Contains(key));
+    EXPECT_FALSE(OnDisk(key));
   }
   EXPECT_TRUE(tier_->Contains(bob[0]));
-  EXPECT_TRUE(disk_->Contains(bob[0]));
+  EXPECT_TRUE(OnDisk(bob[0]));
 }
 
 }  // namespace

@@ -42,27 +42,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-// Registers the host arena with the disk tier's io engines, so promotions and demotions skip
-// pinning its pages per request. Only a prefaulted arena: registering pins (so allocates) every
-// page, which would commit a lazily allocated arena whole. Every engine of the disk tier's pool
-// pins the arena once, when it is made or at this call (30-100 ms per GiB of 4 KiB pages on the
-// dev VM; far less with huge pages). A refusal is logged; the disk tier works without
-// registered buffers.
-void RegisterArenaWithDisk(storage::HostTier& host, storage::DiskTier& disk, bool prefaulted) {
-  if (!prefaulted) {
-    spdlog::info("disk tier: host arena not registered with the io engines (host.prefault off)");
-    return;
-  }
-  const std::span<std::byte> arena[] = {{host.arena_base(), host.arena_size_bytes()}};
-  if (absl::Status status = disk.RegisterMemory(arena); !status.ok()) {
-    spdlog::warn("disk tier: host arena not registered, transfers pin its pages per request: {}",
-                 status);
-    return;
-  }
-  spdlog::info("disk tier: host arena ({} MiB) registered with the io engines",
-               host.arena_size_bytes() >> 20);
-}
-
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config)
@@ -76,28 +55,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   std::unique_ptr<Daemon> daemon(new Daemon(config));
 
-  if (!config.disk.directory.empty()) {
-    absl::StatusOr<std::unique_ptr<storage::DiskTier>> disk =
-        storage::DiskTier::Open({.directory = config.disk.directory,
-                                 .capacity_bytes = config.disk.capacity_bytes,
-                                 .segment_bytes = config.disk.segment_bytes});
-    if (!disk.ok()) return Annotate(disk.status(), "disk tier");
-    daemon->disk_tier_ = *std::move(disk);
-    absl::StatusOr<std::unique_ptr<storage::DiskMover>> mover = storage::DiskMover::Create(
-        daemon->disk_tier_.get(), {.max_queued_bytes = config.disk.demotion_queue_bytes});
-    if (!mover.ok()) return Annotate(mover.status(), "disk mover");
-    daemon->mover_ = *std::move(mover);
-    if (config.disk.write_through) {
-      absl::StatusOr<std::unique_ptr<storage::DiskWriteThrough>> write_through =
-          storage::DiskWriteThrough::Create(daemon->disk_tier_.get(), {});
-      if (!write_through.ok()) return Annotate(write_through.status(), "disk write-through");
-      daemon->write_through_ = *std::move(write_through);
-    }
-    spdlog::info("disk tier: {} ({} chunks recovered{})", config.disk.directory,
-                 daemon->disk_tier_->stats().chunks,
-                 config.disk.write_through ? ", write-through" : "");
-  }
-
   daemon->event_log_ = std::make_unique<EventLog>(config.control.event_ring_capacity);
   if (!config.events.zmq_endpoint.empty()) {
     absl::StatusOr<std::unique_ptr<VllmEventPublisher>> publisher = VllmEventPublisher::Create(
@@ -107,7 +64,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
     spdlog::info("kv events on {} (topic '{}')", daemon->kv_publisher_->endpoint(),
                  config.events.zmq_topic);
   }
-  storage::HostTierOptions host;
+  storage::TieredStoreOptions store;
+  storage::HostTierOptions& host = store.host;
   host.capacity_bytes = config.host.capacity_bytes;
   host.page_bytes = config.host.page_bytes;
   host.use_hugepages = config.host.use_hugepages;
@@ -118,35 +76,36 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
   host.tenant_quotas = daemon->tenants_.quotas();
-  host.listener = daemon->mover_.get();
   host.observer = daemon->event_log_.get();
-  if (daemon->write_through_ != nullptr) {
-    daemon->observers_ =
-        std::make_unique<storage::ChunkObserverFanout>(std::vector<storage::ChunkObserver*>{
-            daemon->event_log_.get(), daemon->write_through_.get()});
-    host.observer = daemon->observers_.get();
+  if (!config.disk.directory.empty()) {
+    store.disk = storage::TieredDiskOptions{
+        .directory = config.disk.directory,
+        .capacity_bytes = config.disk.capacity_bytes,
+        .segment_bytes = config.disk.segment_bytes,
+        .demotion_queue_bytes = config.disk.demotion_queue_bytes,
+        .write_through = config.disk.write_through,
+        .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,
+        // Registering pins (so allocates) every page: only a prefaulted arena.
+        .register_arena = config.host.prefault};
+    if (!config.host.prefault) {
+      spdlog::info("disk tier: host arena not registered with the io engines (host.prefault off)");
+    }
   }
-  absl::StatusOr<std::unique_ptr<storage::HostTier>> tier = storage::HostTier::Create(host);
-  if (!tier.ok()) return Annotate(tier.status(), "host tier");
-  daemon->host_tier_ = std::move(*tier);
-  if (daemon->write_through_ != nullptr) daemon->write_through_->Start(daemon->host_tier_.get());
-  if (daemon->disk_tier_ != nullptr) {
-    RegisterArenaWithDisk(*daemon->host_tier_, *daemon->disk_tier_, config.host.prefault);
-    absl::StatusOr<std::unique_ptr<storage::DiskPromoter>> promoter = storage::DiskPromoter::Create(
-        daemon->disk_tier_.get(), daemon->host_tier_.get(),
-        {.max_queued_chunks = config.disk.prefetch_queue_chunks, .staged = daemon->mover_.get()});
-    if (!promoter.ok()) return Annotate(promoter.status(), "disk promoter");
-    daemon->promoter_ = *std::move(promoter);
+  absl::StatusOr<std::unique_ptr<storage::TieredStore>> tiers =
+      storage::TieredStore::Create(std::move(store));
+  if (!tiers.ok()) return tiers.status();
+  daemon->store_ = *std::move(tiers);
+  if (!config.disk.directory.empty()) {
+    spdlog::info("disk tier: {} ({} chunks recovered{})", config.disk.directory,
+                 daemon->store_->Stats().lower.front().chunks,
+                 config.disk.write_through ? ", write-through" : "");
   }
 
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
-  sessions.host_tier = daemon->host_tier_.get();
+  sessions.store = daemon->store_.get();
   sessions.tenants = &daemon->tenants_;
   sessions.kv_event_token_ids = daemon->kv_publisher_ != nullptr;
-  sessions.disk_tier = daemon->disk_tier_.get();
-  sessions.promoter = daemon->promoter_.get();
-  sessions.mover = daemon->mover_.get();
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();
@@ -171,9 +130,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
     }
   }
   daemon->control_service_ = std::make_unique<ControlService>(
-      ControlServiceOptions{.host_tier = daemon->host_tier_.get(),
-                            .disk_tier = daemon->disk_tier_.get(),
-                            .disk_mover = daemon->mover_.get(),
+      ControlServiceOptions{.store = daemon->store_.get(),
                             .sessions = daemon->sessions_.get(),
                             .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
@@ -182,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
   const ControlService* control = daemon->control_service_.get();
   daemon->node_metrics_ = std::make_shared<NodeCollector>(NodeSources{
-      .host_tier = daemon->host_tier_.get(),
+      .store = daemon->store_.get(),
       .sessions =
           [sessions_ptr] {
             const EngineSessionStats stats = sessions_ptr->Stats();
@@ -193,10 +150,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
             const LookupCounters c = control->lookup_counters();
             return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
           },
-      .disk_tier = daemon->disk_tier_.get(),
-      .disk_mover = daemon->mover_.get(),
-      .disk_promoter = daemon->promoter_.get(),
-      .disk_write_through = daemon->write_through_.get()});
+  });
   return daemon;
 }
 
@@ -240,7 +194,7 @@ absl::Status Daemon::Start() {
                config_.control.listen_address.empty() ? std::string("-")
                                                       : fmt::format("127.0.0.1:{}", control_port_),
                unix_path.empty() ? "" : " and unix:", unix_path,
-               host_tier_->arena_size_bytes() >> 20);
+               store_->host().arena_size_bytes() >> 20);
   return absl::OkStatus();
 }
 
@@ -257,27 +211,15 @@ void Daemon::Stop() {
     control_server_->Wait();
   }
   if (sessions_) sessions_->Stop();
-  // Queued prefetches are dropped; a promotion in progress finishes (its evictions reach the
-  // mover, still running).
-  if (promoter_) promoter_->Stop();
-  // Queued write-throughs are dropped (the chunks stay in the host tier, whose contents go with
-  // the process); the batch in flight finishes.
-  if (write_through_) write_through_->Stop();
-  // Demotions queued so far reach the disk before the process goes; later ones run inline.
-  if (mover_) mover_->Stop();
-  // The arena is unmapped before the disk tier goes (members' order): unregister it, so no later
-  // request into memory mapped at its addresses would use its pinned pages.
-  if (disk_tier_) {
-    if (absl::Status status = disk_tier_->RegisterMemory({}); !status.ok()) {
-      spdlog::warn("disk tier: unregistering the host arena: {}", status);
-    }
-  }
+  // Loads in flight finish (their sessions are gone: their leases are released), queued
+  // demotions reach the disk; the store stays until the members go.
+  if (store_) store_->Stop();
   if (!config_.control.unix_socket_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(config_.control.unix_socket_path, ec);
   }
-  if (host_tier_) {
-    const storage::HostTierStats stats = host_tier_->Stats();
+  if (store_) {
+    const storage::HostTierStats stats = store_->host().Stats();
     spdlog::info("stratad stopped: {} chunks ({} MiB) in the host tier were dropped", stats.chunks,
                  stats.payload_bytes >> 20);
   }

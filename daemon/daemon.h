@@ -1,9 +1,10 @@
 // Daemon owns stratad's subsystems and starts and stops them in order:
-//   start: event log -> host tier -> engine session server -> gRPC control server (TCP and Unix
-//          socket) -> metrics endpoint
+//   start: event log -> tiered store (lower tiers recovered, host tier) -> engine session server
+//          -> gRPC control server (TCP and Unix socket) -> metrics endpoint
 //   stop:  mark draining -> gRPC shutdown (in-flight calls finish, bounded by the drain timeout)
 //          -> session server stop (every session's leases released, reservations aborted)
-//          -> host tier destroyed (arena unmapped)
+//          -> store stop (loads in flight finish, queued demotions written) -> store destroyed
+//          (arena unmapped)
 // Members are declared in dependency order, so destruction runs in reverse.
 // Thread-safety: Create, Start and Stop are called from one thread (stratad's main thread).
 #pragma once
@@ -19,11 +20,8 @@
 #include "daemon/metrics.h"
 #include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/mover.h"
-#include "storage/disk/promoter.h"
-#include "storage/disk/write_through.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
 
@@ -41,7 +39,7 @@ class Daemon {
   // Drains and stops (see above); idempotent.
   void Stop();
 
-  storage::HostTier& host_tier() { return *host_tier_; }
+  storage::HostTier& host_tier() { return store_->host(); }
   // The TCP port gRPC bound (useful with listen_address "127.0.0.1:0"), 0 when TCP is off.
   int control_port() const { return control_port_; }
   // The port of the metrics endpoint, 0 when it is off.
@@ -53,24 +51,15 @@ class Daemon {
 
   const DaemonConfig config_;
   const TenantDirectory tenants_;
-  // The disk tier and its mover outlive the host tier, which evicts into them.
-  std::unique_ptr<storage::DiskTier> disk_tier_;
-  std::unique_ptr<storage::DiskMover> mover_;
-  // Writes host commits to disk as well when [disk] write_through; stopped before the host tier
-  // goes.
-  std::unique_ptr<storage::DiskWriteThrough> write_through_;
   // Components register their histograms here; the exposer (when configured) serves it and
   // node_metrics_.
   const std::shared_ptr<prometheus::Registry> registry_;
   // Observes the host tier and feeds WatchEvents streams: outlives both.
   std::unique_ptr<EventLog> event_log_;
-  // The host tier's observer when it has more than the event log (write-through).
-  std::unique_ptr<storage::ChunkObserverFanout> observers_;
   // Republishes event_log_ in vLLM's format when configured.
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
-  std::unique_ptr<storage::HostTier> host_tier_;
-  // Promotes prefetched chunks from disk into the host tier; stopped before both go.
-  std::unique_ptr<storage::DiskPromoter> promoter_;
+  // The tiers; the event log observes its host tier.
+  std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
   std::unique_ptr<grpc::Server> control_server_;

@@ -2,17 +2,11 @@
 
 #include "fmt/format.h"
 #include "proto/convert.h"
-#include "storage/disk/demoter.h"
-#include "storage/disk/tiered_prefix.h"
 
 namespace strata::daemon {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Most chunks one batched promotion reserves and reads together: 8 chunks of 256 tokens of a
-// Llama-3-8B layout are 256 MiB, enough to keep the disk's queue full between chunks.
-constexpr size_t kPromotionRunChunks = 8;
 
 void SetExtents(std::span<const storage::ArenaRange> ranges,
                 google::protobuf::RepeatedPtrField<v1::Extent>* extents) {
@@ -27,10 +21,9 @@ void SetExtents(std::span<const storage::ArenaRange> ranges,
 
 EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSessionLimits limits)
     : id_(id),
-      host_tier_(resources.host_tier),
-      disk_tier_(resources.disk_tier),
-      promoter_(resources.promoter),
-      mover_(resources.mover),
+      store_(resources.store),
+      host_tier_(&resources.store->host()),
+      completions_(std::move(resources.completions)),
       tenants_(resources.tenants),
       kv_event_token_ids_(resources.kv_event_token_ids),
       limits_(limits) {}
@@ -62,9 +55,16 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kLookup:
       status = Lookup(request.lookup(), *response.mutable_lookup());
       break;
-    case v1::EngineRequest::kPrepareLoad:
-      status = PrepareLoad(request.prepare_load(), *response.mutable_prepare_load());
+    case v1::EngineRequest::kPrepareLoad: {
+      absl::StatusOr<bool> answered = PrepareLoad(request.request_id(), request.prepare_load(),
+                                                  *response.mutable_prepare_load());
+      if (answered.ok() && !*answered) {
+        reply.deferred = true;
+        return reply;
+      }
+      status = answered.status();
       break;
+    }
     case v1::EngineRequest::kPrepareStore:
       status = PrepareStore(request.prepare_store(), *response.mutable_prepare_store());
       break;
@@ -105,8 +105,8 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   if (!layout.ok()) return fail(layout.status());
   handshaken_ = true;
   engine_id_ = request.engine_id();
-  layout_ = *layout;
-  fingerprint_ = layout_.Fingerprint();
+  layout_ = std::make_shared<const KvLayout>(*layout);
+  fingerprint_ = layout_->Fingerprint();
 
   v1::HandshakeResponse* out = reply.response.mutable_handshake();
   out->set_session_id(id_);
@@ -139,7 +139,7 @@ absl::StatusOr<ChunkKey> EngineSession::SessionKey(const v1::ChunkKey& proto) co
   if (key->layout_fingerprint() != fingerprint_) {
     return absl::InvalidArgumentError(fmt::format(
         "key {} belongs to layout {:016x}, not this session's {:016x} ({})", key->ToString(),
-        key->layout_fingerprint(), fingerprint_, layout_.DebugString()));
+        key->layout_fingerprint(), fingerprint_, layout_->DebugString()));
   }
   return key;
 }
@@ -149,7 +149,7 @@ absl::StatusOr<std::vector<ChunkKey>> EngineSession::SessionChain(const v1::KeyC
   if (keys.ok() && !keys->empty() && proto.layout_fingerprint() != fingerprint_) {
     return absl::InvalidArgumentError(
         fmt::format("key chain belongs to layout {:016x}, not this session's {:016x} ({})",
-                    proto.layout_fingerprint(), fingerprint_, layout_.DebugString()));
+                    proto.layout_fingerprint(), fingerprint_, layout_->DebugString()));
   }
   return keys;
 }
@@ -158,8 +158,7 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
                                    v1::LookupChainResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
-  response.set_hit_chunks(
-      static_cast<uint32_t>(storage::LocatePrefix(*host_tier_, disk_tier_, *keys, mover_).size()));
+  response.set_hit_chunks(static_cast<uint32_t>(store_->LocatePrefix(*keys).size()));
   return absl::OkStatus();
 }
 
@@ -167,87 +166,78 @@ absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
                                      v1::PrefetchResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
-  if (promoter_ == nullptr) {
-    response.set_queued_chunks(0);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<uint32_t> queued = promoter_->Enqueue(layout_, *keys);
+  absl::StatusOr<uint32_t> queued = store_->Prefetch(*layout_, *keys);
   if (!queued.ok()) return queued.status();
   response.set_queued_chunks(*queued);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<storage::ChunkLease>> EngineSession::AcquireFromAnyTier(
-    std::span<const ChunkKey> keys, size_t i, PromotedRun& run,
-    std::optional<std::chrono::nanoseconds> lease, bool reader_verifies) {
-  const ChunkKey& key = keys[i];
-  absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-      host_tier_->Acquire(key, lease, id_, reader_verifies);
-  if (disk_tier_ == nullptr || !acquired.ok() || acquired->has_value()) return acquired;
-  if (i >= run.end()) {
-    // keys[i] is missing; the run goes on while the host tier lacks the chunks after it.
-    size_t end = i + 1;
-    while (end < keys.size() && end - i < kPromotionRunChunks && !host_tier_->Contains(keys[end])) {
-      ++end;
-    }
-    run.first = i;
-    run.outcomes = storage::PromoteRunFromDisk(*disk_tier_, *host_tier_, layout_,
-                                               keys.subspan(i, end - i), mover_);
-  }
-  const absl::StatusOr<storage::PromoteOutcome>& promoted = run.outcomes[i - run.first];
-  if (!promoted.ok()) return promoted.status();
-  if (*promoted == storage::PromoteOutcome::kNotOnDisk) return acquired;
-  // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
-  if (*promoted == storage::PromoteOutcome::kInProgress && promoter_ != nullptr) {
-    promoter_->AwaitInFlight(key);
-  }
-  return host_tier_->Acquire(key, lease, id_, reader_verifies);
-}
-
-absl::Status EngineSession::PrepareLoad(const v1::PrepareLoadRequest& request,
-                                        v1::PrepareLoadResponse& response) {
+absl::StatusOr<bool> EngineSession::PrepareLoad(uint64_t request_id,
+                                                const v1::PrepareLoadRequest& request,
+                                                v1::PrepareLoadResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
   if (absl::Status s = CheckBatch(static_cast<int>(keys->size()), /*adds_handles=*/true); !s.ok()) {
     return s;
   }
-  std::optional<std::chrono::nanoseconds> lease;
+  storage::LoadOptions options{.owner = id_, .reader_verifies = request.connector_verifies()};
   if (request.lease_ms() != 0) {
-    lease = std::min<std::chrono::nanoseconds>(milliseconds(request.lease_ms()), limits_.max_lease);
+    options.lease =
+        std::min<std::chrono::nanoseconds>(milliseconds(request.lease_ms()), limits_.max_lease);
+  }
+  const size_t num_keys = keys->size();
+  std::optional<storage::LoadLeases> leased = store_->AcquireForLoad(
+      layout_, *std::move(keys), options,
+      [completions = completions_, session_id = id_, request_id](storage::LoadLeases leased) {
+        completions->Post(
+            {.session_id = session_id, .request_id = request_id, .leased = std::move(leased)});
+      });
+  if (!leased.has_value()) {
+    pending_load_ = PendingLoad{.request_id = request_id, .num_keys = num_keys};
+    return false;
+  }
+  PlaceLoad(*std::move(leased), num_keys, response);
+  return true;
+}
+
+EngineSession::Reply EngineSession::CompleteLoad(uint64_t request_id, storage::LoadLeases leased) {
+  Reply reply;
+  reply.response.set_request_id(request_id);
+  if (!pending_load_.has_value() || pending_load_->request_id != request_id) {
+    // Not this session's deferred load: a bug, never the engine's doing.
+    *reply.response.mutable_status() = ToProto(absl::InternalError(
+        fmt::format("no load of request {} is waiting for its leases", request_id)));
+    reply.close_after = true;
+    return reply;
+  }
+  const size_t num_keys = pending_load_->num_keys;
+  pending_load_.reset();
+  PlaceLoad(std::move(leased), num_keys, *reply.response.mutable_prepare_load());
+  *reply.response.mutable_status() = ToProto(absl::OkStatus());
+  return reply;
+}
+
+void EngineSession::PlaceLoad(storage::LoadLeases leased, size_t num_keys,
+                              v1::PrepareLoadResponse& response) {
+  response.mutable_chunks()->Reserve(static_cast<int>(num_keys));
+  for (storage::ChunkLease& held : leased.leases) {
+    v1::LoadPlacement* placement = response.add_chunks();
+    const uint64_t handle = NextHandle();
+    placement->set_handle(handle);
+    placement->set_size_bytes(held.size_bytes());
+    placement->set_checksum(held.checksum());
+    SetExtents(held.ranges(), placement->mutable_extents());
+    *placement->mutable_status() = ToProto(absl::OkStatus());
+    leases_.emplace(handle, std::move(held));
   }
   // A load is a prefix: once a chunk fails, later chunks are not leased (the engine recomputes
   // from the first failure on).
-  absl::Status failure;
-  PromotedRun run;
-  for (size_t i = 0; i < keys->size(); ++i) {
-    const ChunkKey& key = (*keys)[i];
-    v1::LoadPlacement* placement = response.add_chunks();
-    if (failure.ok()) {
-      absl::StatusOr<std::optional<storage::ChunkLease>> acquired =
-          AcquireFromAnyTier(*keys, i, run, lease, request.connector_verifies());
-      if (!acquired.ok()) {
-        failure = acquired.status();
-      } else if (!acquired->has_value()) {
-        failure = absl::AbortedError(
-            fmt::format("chunk {} is no longer cached; redo the lookup", key.ToString()));
-      } else {
-        storage::ChunkLease& held = **acquired;
-        const uint64_t handle = NextHandle();
-        placement->set_handle(handle);
-        placement->set_size_bytes(held.size_bytes());
-        placement->set_checksum(held.checksum());
-        SetExtents(held.ranges(), placement->mutable_extents());
-        leases_.emplace(handle, std::move(held));
-        *placement->mutable_status() = ToProto(absl::OkStatus());
-        continue;
-      }
-      *placement->mutable_status() = ToProto(failure);
-      continue;
-    }
-    *placement->mutable_status() =
-        ToProto(absl::AbortedError("not leased: an earlier chunk of the prefix failed"));
+  for (size_t i = leased.leases.size(); i < num_keys; ++i) {
+    *response.add_chunks()->mutable_status() =
+        ToProto(i == leased.leases.size()
+                    ? leased.failure
+                    : absl::AbortedError("not leased: an earlier chunk of the prefix failed"));
   }
-  return absl::OkStatus();
 }
 
 absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
@@ -264,7 +254,7 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
     }
     storage::ReserveOptions options;
     options.num_tokens = item.num_tokens();
-    options.partial = item.num_tokens() < layout_.chunk_tokens;
+    options.partial = item.num_tokens() < layout_->chunk_tokens;
     options.owner = id_;
     options.tenant = tenants_ == nullptr ? 0 : tenants_->IdOf(item.tenant());
     options.tenant_name = item.tenant();
@@ -284,7 +274,7 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
       }
       options.token_ids = {item.token_ids().data(), static_cast<size_t>(item.token_ids_size())};
     }
-    absl::StatusOr<storage::ReserveResult> reserved = host_tier_->Reserve(layout_, *key, options);
+    absl::StatusOr<storage::ReserveResult> reserved = host_tier_->Reserve(*layout_, *key, options);
     if (!reserved.ok()) {
       *placement->mutable_status() = ToProto(reserved.status());
       continue;

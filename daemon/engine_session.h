@@ -1,7 +1,13 @@
 // EngineSession is the daemon's side of one engine session: the handshake state, the layout
 // the session speaks, and the reservations and leases it holds, keyed by handle ids it issued.
-// It turns one EngineRequest into one EngineResponse against the host tier; the socket
+// It turns one EngineRequest into one EngineResponse against the tiered store; the socket
 // plumbing lives in EngineSessionServer.
+//
+// A PrepareLoad whose chunks must come up from a lower tier is answered in two steps: Handle
+// returns a deferred reply (nothing to send yet) and the store goes on with the load on its own
+// thread; its result arrives through `completions` and CompleteLoad turns it into the response.
+// While a load is deferred the session takes no other request (the server stops reading it), so
+// responses stay in request order.
 //
 // Not thread-safe: the session server's thread owns it. Destroying it aborts every open
 // reservation and releases every lease it holds.
@@ -11,28 +17,24 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+#include <optional>
+
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
+#include "daemon/load_completions.h"
 #include "daemon/tenant_directory.h"
-#include "storage/disk/demoter.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 
 namespace strata::daemon {
 
 // What every session uses, owned elsewhere and outliving the sessions.
 struct SessionResources {
-  storage::HostTier* host_tier = nullptr;  // required
-  // Nullable (no disk tier): Lookup counts, and PrepareLoad promotes, the chunks that continue
-  // the host tier's prefix on disk.
-  storage::DiskTier* disk_tier = nullptr;
-  // Nullable (no disk tier): queues the chunks a Prefetch names for background promotion.
-  storage::DiskPromoter* promoter = nullptr;
-  // Nullable: chunks it stages for their disk write count as disk hits and are promoted from
-  // its buffers.
-  const storage::DiskMover* mover = nullptr;
+  storage::TieredStore* store = nullptr;  // required
+  // Where the store posts the loads it completes (required).
+  std::shared_ptr<LoadCompletions> completions;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
   // KV events carry token ids: the handshake asks the connector to send each stored chunk's
@@ -52,6 +54,8 @@ class EngineSession {
     v1::EngineResponse response;
     bool attach_arena_fd = false;  // the handshake succeeded: pass the arena fd with it
     bool close_after = false;      // the session must end once the reply is sent
+    // Nothing to send yet: a load went on in the store; CompleteLoad answers it.
+    bool deferred = false;
   };
 
   EngineSession(uint64_t id, SessionResources resources, EngineSessionLimits limits);
@@ -59,23 +63,30 @@ class EngineSession {
   // Answers one request. Before a successful handshake only a handshake is accepted; a failed
   // handshake or a request out of order ends the session (close_after).
   Reply Handle(const v1::EngineRequest& request);
+  // Answers the deferred PrepareLoad `request_id` with what the store leased for it.
+  Reply CompleteLoad(uint64_t request_id, storage::LoadLeases leased);
 
   uint64_t id() const { return id_; }
   bool handshaken() const { return handshaken_; }
   const std::string& engine_id() const { return engine_id_; }
   size_t open_handles() const { return reservations_.size() + leases_.size(); }
+  // A PrepareLoad waits for the store: take no other request until CompleteLoad.
+  bool load_deferred() const { return pending_load_.has_value(); }
 
  private:
   Reply Handshake(const v1::HandshakeRequest& request);
   absl::Status Lookup(const v1::LookupChainRequest& request, v1::LookupChainResponse& response);
-  absl::Status PrepareLoad(const v1::PrepareLoadRequest& request,
-                           v1::PrepareLoadResponse& response);
+  // Leases the chain's chunks; false when the load was deferred (no response yet).
+  absl::StatusOr<bool> PrepareLoad(uint64_t request_id, const v1::PrepareLoadRequest& request,
+                                   v1::PrepareLoadResponse& response);
+  // One placement per key of a load of `num_keys` chunks: the leases, then the failure.
+  void PlaceLoad(storage::LoadLeases leased, size_t num_keys, v1::PrepareLoadResponse& response);
   absl::Status PrepareStore(const v1::PrepareStoreRequest& request,
                             v1::PrepareStoreResponse& response);
   absl::Status Commit(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Abort(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
-  // Queues the chain's disk-only chunks with the promoter and answers at once (no disk I/O).
+  // Queues the chain's lower-tier chunks for promotion and answers at once (no disk I/O).
   absl::Status Prefetch(const v1::PrefetchRequest& request, v1::PrefetchResponse& response);
 
   // Checks a batch of `items` against the per-request limit and, when it adds handles, against
@@ -90,35 +101,25 @@ class EngineSession {
   absl::StatusOr<std::vector<ChunkKey>> SessionChain(const v1::KeyChain& proto) const;
   uint64_t NextHandle() { return next_handle_++; }
 
-  // The chunks of a load that one batched promotion covered: keys [first, first + size) and
-  // what PromoteRunFromDisk did with each.
-  struct PromotedRun {
-    size_t first = 0;
-    std::vector<absl::StatusOr<storage::PromoteOutcome>> outcomes;
-    size_t end() const { return first + outcomes.size(); }
-  };
-  // Leases keys[i] of a load (led through in order), promoting it from the disk tier into the
-  // host tier first when it is only there. The first such miss past `run` promotes it together
-  // with the chunks after it that the host tier lacks (at most kPromotionRunChunks) in one
-  // batch of reads, recorded in `run` for the chunks that follow. nullopt when neither tier has
-  // it. `reader_verifies`: HostTier::Acquire's.
-  absl::StatusOr<std::optional<storage::ChunkLease>> AcquireFromAnyTier(
-      std::span<const ChunkKey> keys, size_t i, PromotedRun& run,
-      std::optional<std::chrono::nanoseconds> lease, bool reader_verifies);
-
   const uint64_t id_;
+  storage::TieredStore* const store_;
   storage::HostTier* const host_tier_;
-  storage::DiskTier* const disk_tier_;
-  storage::DiskPromoter* const promoter_;
-  const storage::DiskMover* const mover_;
+  const std::shared_ptr<LoadCompletions> completions_;
   const TenantDirectory* const tenants_;
   const bool kv_event_token_ids_;
   const EngineSessionLimits limits_;
 
   bool handshaken_ = false;
   std::string engine_id_;
-  KvLayout layout_;
+  std::shared_ptr<const KvLayout> layout_;
   uint64_t fingerprint_ = 0;
+
+  // The PrepareLoad the store is completing: its request id and key count.
+  struct PendingLoad {
+    uint64_t request_id = 0;
+    size_t num_keys = 0;
+  };
+  std::optional<PendingLoad> pending_load_;
 
   uint64_t next_handle_ = 1;
   absl::flat_hash_map<uint64_t, storage::WriteReservation> reservations_;

@@ -26,6 +26,7 @@ namespace {
 
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = ~uint64_t{0};
+constexpr uint64_t kCompletionTag = ~uint64_t{0} - 1;
 
 absl::StatusOr<sockaddr_un> SocketAddress(const std::string& path) {
   sockaddr_un addr{};
@@ -60,16 +61,18 @@ void SendOrLog(int fd, const v1::EngineResponse& response, std::chrono::millisec
 
 struct EngineSessionServer::Session {
   Session(uint64_t id, ScopedFd fd, SessionResources resources, EngineSessionLimits limits)
-      : fd(std::move(fd)), state(id, resources, limits) {}
+      : fd(std::move(fd)), state(id, std::move(resources), limits) {}
   ScopedFd fd;
   FrameReader reader;
   EngineSession state;
+  // When the deferred load's request arrived (its latency is observed at its answer).
+  std::chrono::steady_clock::time_point deferred_since;
 };
 
 absl::StatusOr<std::unique_ptr<EngineSessionServer>> EngineSessionServer::Create(
     EngineSessionServerOptions options) {
-  if (options.host_tier == nullptr) {
-    return absl::InvalidArgumentError("engine session server needs a host tier");
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError("engine session server needs a tiered store");
   }
   absl::StatusOr<sockaddr_un> addr = SocketAddress(options.socket_path);
   if (!addr.ok()) return addr.status();
@@ -103,22 +106,29 @@ absl::StatusOr<std::unique_ptr<EngineSessionServer>> EngineSessionServer::Create
   if (!epoll_fd.valid()) return ErrnoToStatus(errno, "engine socket: epoll_create1");
   ScopedFd wake_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd.valid()) return ErrnoToStatus(errno, "engine socket: eventfd");
+  absl::StatusOr<std::shared_ptr<LoadCompletions>> completions = LoadCompletions::Create();
+  if (!completions.ok()) return completions.status();
   epoll_event listen_event{.events = EPOLLIN, .data = {.u64 = kListenTag}};
   epoll_event wake_event{.events = EPOLLIN, .data = {.u64 = kWakeTag}};
+  epoll_event completion_event{.events = EPOLLIN, .data = {.u64 = kCompletionTag}};
   if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, listen_fd.get(), &listen_event) != 0 ||
-      ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &wake_event) != 0) {
+      ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &wake_event) != 0 ||
+      ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, (*completions)->fd(), &completion_event) != 0) {
     return ErrnoToStatus(errno, "engine socket: epoll_ctl");
   }
-  return std::unique_ptr<EngineSessionServer>(new EngineSessionServer(
-      std::move(options), std::move(listen_fd), std::move(epoll_fd), std::move(wake_fd)));
+  return std::unique_ptr<EngineSessionServer>(
+      new EngineSessionServer(std::move(options), std::move(listen_fd), std::move(epoll_fd),
+                              std::move(wake_fd), *std::move(completions)));
 }
 
 EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, ScopedFd listen_fd,
-                                         ScopedFd epoll_fd, ScopedFd wake_fd)
+                                         ScopedFd epoll_fd, ScopedFd wake_fd,
+                                         std::shared_ptr<LoadCompletions> completions)
     : options_(std::move(options)),
       listen_fd_(std::move(listen_fd)),
       epoll_fd_(std::move(epoll_fd)),
-      wake_fd_(std::move(wake_fd)) {
+      wake_fd_(std::move(wake_fd)),
+      completions_(std::move(completions)) {
   if (options_.registry == nullptr) return;
   auto& family = prometheus::BuildHistogram()
                      .Name("strata_engine_request_duration_seconds")
@@ -153,6 +163,8 @@ void EngineSessionServer::Stop() {
     [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
     thread_.join();
   }
+  // Loads the store completes from now on release their leases at once.
+  completions_->Close();
   sessions_.clear();  // aborts reservations and releases leases of every session
   active_sessions_ = 0;
   std::error_code ec;
@@ -183,9 +195,20 @@ void EngineSessionServer::Run(std::stop_token stop) {
         Accept();
         continue;
       }
+      if (tag == kCompletionTag) {
+        ServeCompletions();
+        continue;
+      }
       auto it = sessions_.find(tag);
       if (it == sessions_.end()) continue;
-      if (!ServeReadable(*it->second)) CloseSession(tag);
+      Session& session = *it->second;
+      if (session.state.load_deferred()) {
+        // Not read until its load completes; only a hang-up ends it early (its load's leases are
+        // released when the completion finds it gone).
+        if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) CloseSession(tag);
+        continue;
+      }
+      if (!ServeReadable(session)) CloseSession(tag);
     }
   }
 }
@@ -230,13 +253,12 @@ void EngineSessionServer::Accept() {
                                .max_items_per_request = options_.max_items_per_request,
                                .max_handles = options_.max_handles_per_session};
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
-    const SessionResources resources{.host_tier = options_.host_tier,
-                                     .disk_tier = options_.disk_tier,
-                                     .promoter = options_.promoter,
-                                     .mover = options_.mover,
-                                     .tenants = options_.tenants,
-                                     .kv_event_token_ids = options_.kv_event_token_ids};
-    sessions_.emplace(id, std::make_unique<Session>(id, std::move(fd), resources, limits));
+    SessionResources resources{.store = options_.store,
+                               .completions = completions_,
+                               .tenants = options_.tenants,
+                               .kv_event_token_ids = options_.kv_event_token_ids};
+    sessions_.emplace(id,
+                      std::make_unique<Session>(id, std::move(fd), std::move(resources), limits));
     ++total_sessions_;
     active_sessions_ = sessions_.size();
   }
@@ -245,7 +267,20 @@ void EngineSessionServer::Accept() {
 bool EngineSessionServer::ServeReadable(Session& session) {
   const absl::Status read = session.reader.ReadAvailable(session.fd.get());
   bool ok = true;
-  for (;;) {
+  if (!ServeFrames(session, ok)) return false;
+  if (!read.ok()) {
+    if (session.reader.buffered_bytes() > 0 && !session.state.load_deferred()) {
+      ++protocol_errors_;
+      spdlog::warn("engine session {} ({}): closed with a truncated frame ({} bytes)",
+                   session.state.id(), session.state.engine_id(), session.reader.buffered_bytes());
+    }
+    return false;
+  }
+  return true;
+}
+
+bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
+  while (!session.state.load_deferred()) {
     absl::StatusOr<std::optional<std::string>> frame = session.reader.Next();
     if (!frame.ok() || !frame->has_value()) {
       if (!frame.ok()) {
@@ -257,7 +292,7 @@ bool EngineSessionServer::ServeReadable(Session& session) {
         SendOrLog(session.fd.get(), error, options_.send_timeout, -1, ok);
         return false;
       }
-      break;
+      return true;
     }
     v1::EngineRequest request;
     if (!request.ParseFromString(**frame)) {
@@ -273,23 +308,51 @@ bool EngineSessionServer::ServeReadable(Session& session) {
     ++requests_;
     const auto started = std::chrono::steady_clock::now();
     EngineSession::Reply reply = session.state.Handle(request);
+    if (reply.deferred) {
+      session.deferred_since = started;
+      WatchReadable(session, false);
+      return true;
+    }
     if (prometheus::Histogram* latency = request_latency_[request.body_case()]) {
       latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     SendOrLog(session.fd.get(), reply.response, options_.send_timeout,
-              reply.attach_arena_fd ? options_.host_tier->arena_fd() : -1, ok);
+              reply.attach_arena_fd ? options_.store->host().arena_fd() : -1, ok);
     if (!ok || reply.close_after) return false;
   }
-  if (!read.ok()) {
-    if (session.reader.buffered_bytes() > 0) {
-      ++protocol_errors_;
-      spdlog::warn("engine session {} ({}): closed with a truncated frame ({} bytes)",
-                   session.state.id(), session.state.engine_id(), session.reader.buffered_bytes());
-    }
-    return false;
-  }
   return true;
+}
+
+void EngineSessionServer::ServeCompletions() {
+  for (LoadCompletion& completion : completions_->Take()) {
+    auto it = sessions_.find(completion.session_id);
+    if (it == sessions_.end()) continue;  // gone: the leases go with `completion`
+    Session& session = *it->second;
+    EngineSession::Reply reply =
+        session.state.CompleteLoad(completion.request_id, std::move(completion.leased));
+    if (prometheus::Histogram* latency = request_latency_[v1::EngineRequest::kPrepareLoad]) {
+      latency->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - session.deferred_since)
+              .count());
+    }
+    bool ok = true;
+    SendOrLog(session.fd.get(), reply.response, options_.send_timeout, -1, ok);
+    // Requests the engine sent meanwhile wait in the reader's buffer or the socket.
+    if (!ok || reply.close_after || !ServeFrames(session, ok)) {
+      CloseSession(completion.session_id);
+      continue;
+    }
+    if (!session.state.load_deferred()) WatchReadable(session, true);
+  }
+}
+
+void EngineSessionServer::WatchReadable(Session& session, bool readable) {
+  epoll_event event{.events = EPOLLRDHUP | (readable ? EPOLLIN : 0u),
+                    .data = {.u64 = session.state.id()}};
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, session.fd.get(), &event) != 0) {
+    spdlog::warn("engine session {}: epoll_ctl: {}", session.state.id(), std::strerror(errno));
+  }
 }
 
 void EngineSessionServer::CloseSession(uint64_t session_id) {

@@ -1,11 +1,14 @@
 // EngineSessionServer serves the engine protocol (proto/strata/v1/engine.proto) on a Unix
 // socket: it authenticates peers with SO_PEERCRED, hands each session the host arena's fd
 // (SCM_RIGHTS) at handshake, and answers Lookup / PrepareLoad / PrepareStore / Commit / Abort /
-// Release frames against the host tier with per-chunk statuses.
+// Release / Prefetch frames against the tiered store with per-chunk statuses.
 //
 // Threading: one owned thread (named "strata-sessions") runs an epoll loop over the listening
-// socket and every session; requests are answered inline (they touch only in-memory state).
-// Start, Stop and Stats are thread-safe.
+// socket and every session. Requests are answered inline from in-memory state, except a load
+// whose chunks must come up from a lower tier: the store goes on with it on its own thread, the
+// session stops being read until the store's completion arrives (through LoadCompletions, whose
+// eventfd the loop watches), and the loop answers it then. So no engine's disk read ever holds up
+// another engine's requests. Start, Stop and Stats are thread-safe.
 //
 // Ownership: each session owns the WriteReservations and ChunkLeases it was handed, keyed by
 // per-session handle ids. When a session ends (clean close, crash of the engine, protocol
@@ -27,28 +30,19 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
+#include "daemon/load_completions.h"
 #include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/mover.h"
-#include "storage/disk/promoter.h"
-#include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
 
 struct EngineSessionServerOptions {
   std::string socket_path;
-  // Not owned; must outlive the server.
-  storage::HostTier* host_tier = nullptr;
-  // Nullable (no disk tier); not owned; must outlive the server.
-  storage::DiskTier* disk_tier = nullptr;
-  // Serves Prefetch requests; nullable (no disk tier: a prefetch queues nothing); not owned;
-  // must outlive the server.
-  storage::DiskPromoter* promoter = nullptr;
-  // The disk tier's mover, whose staged chunks sessions find and promote; nullable; not owned;
-  // must outlive the server.
-  const storage::DiskMover* mover = nullptr;
+  // Not owned; must outlive the server, and stop (running the loads it accepted) after the
+  // server's Stop.
+  storage::TieredStore* store = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
   // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).
@@ -102,20 +96,27 @@ class EngineSessionServer {
   struct Session;
 
   EngineSessionServer(EngineSessionServerOptions options, ScopedFd listen_fd, ScopedFd epoll_fd,
-                      ScopedFd wake_fd);
+                      ScopedFd wake_fd, std::shared_ptr<LoadCompletions> completions);
 
   void Run(std::stop_token stop);
   void Accept();
   // Reads and answers what `session` sent; false when the session must end.
   bool ServeReadable(Session& session);
+  // Answers the frames `session` has buffered, until one is deferred; false when the session
+  // must end.
+  bool ServeFrames(Session& session, bool& ok);
+  // Answers the loads the store completed and resumes their sessions.
+  void ServeCompletions();
+  // Whether the loop reads `session`'s socket (not while its load is deferred).
+  void WatchReadable(Session& session, bool readable);
   void CloseSession(uint64_t session_id);
 
   const EngineSessionServerOptions options_;
   const ScopedFd listen_fd_;
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
+  const std::shared_ptr<LoadCompletions> completions_;
   // Indexed by v1::EngineRequest::BodyCase; null without a registry.
-  // Indexed by EngineRequest::BodyCase.
   std::array<prometheus::Histogram*, 10> request_latency_{};
 
   // Touched only by the session thread.

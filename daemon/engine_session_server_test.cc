@@ -14,10 +14,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "storage/disk/mover.h"
-#include "storage/disk/promoter.h"
-#include "storage/disk/test_util.h"
 #include "storage/host/payload_view.h"
+#include "storage/io/testing/io_test_util.h"
+#include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/test_layout.h"
@@ -44,16 +43,17 @@ class EngineSessionServerTest : public ::testing::Test {
     options.page_bytes = 4096;
     options.hard_pin_quota_bytes = 16 * 4096;
     options.clock = &clock_;
-    tier_ = *storage::HostTier::Create(options);
+    store_ = *storage::TieredStore::Create({.host = options});
+    tier_ = &store_->host();
     server_ = *EngineSessionServer::Create(
-        {.socket_path = (dir_ / "engine.sock").string(), .host_tier = tier_.get()});
+        {.socket_path = (dir_ / "engine.sock").string(), .store = store_.get()});
     server_->Start();
     hasher_.emplace(*KeyHasher::Create(TestLayout(), {}));
   }
   void TearDown() override {
     server_->Stop();
     server_.reset();
-    tier_.reset();
+    store_.reset();
     std::filesystem::remove_all(dir_);
   }
 
@@ -72,7 +72,8 @@ class EngineSessionServerTest : public ::testing::Test {
 
   ManualClock clock_;
   std::filesystem::path dir_;
-  std::unique_ptr<storage::HostTier> tier_;
+  std::unique_ptr<storage::TieredStore> store_;
+  storage::HostTier* tier_ = nullptr;  // the store's
   std::unique_ptr<EngineSessionServer> server_;
   std::optional<KeyHasher> hasher_;
 };
@@ -122,15 +123,14 @@ TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
 TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   // A tier of 8 one-page chunks where tenant "a" may keep 2 once it is full.
   const TenantDirectory tenants({{"a", 2 * 4096}});
-  std::unique_ptr<storage::HostTier> tier =
-      *storage::HostTier::Create({.capacity_bytes = 8 * 4096,
-                                  .page_bytes = 4096,
-                                  .policy = "lru",
-                                  .tenant_quotas = tenants.quotas()});
-  std::unique_ptr<EngineSessionServer> server =
-      *EngineSessionServer::Create({.socket_path = (dir_ / "quota.sock").string(),
-                                    .host_tier = tier.get(),
-                                    .tenants = &tenants});
+  std::unique_ptr<storage::TieredStore> store =
+      *storage::TieredStore::Create({.host = {.capacity_bytes = 8 * 4096,
+                                              .page_bytes = 4096,
+                                              .policy = "lru",
+                                              .tenant_quotas = tenants.quotas()}});
+  storage::HostTier* tier = &store->host();
+  std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
+      {.socket_path = (dir_ / "quota.sock").string(), .store = store.get(), .tenants = &tenants});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
@@ -146,27 +146,34 @@ TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   server->Stop();
 }
 
-// A host tier of 4 one-page chunks that demotes what it evicts to a disk tier, through a mover
+// A host tier of 4 one-page chunks that demotes what it evicts to a disk tier, through a demoter
 // that stages up to `demotion_queue_bytes` (0: synchronous demotion).
+std::unique_ptr<storage::TieredStore> HostOverDisk(const std::string& directory,
+                                                   uint64_t demotion_queue_bytes) {
+  return *storage::TieredStore::Create(
+      {.host = {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru"},
+       .disk = storage::TieredDiskOptions{.directory = directory,
+                                          .capacity_bytes = 1 << 20,
+                                          .segment_bytes = 64 << 10,
+                                          .demotion_queue_bytes = demotion_queue_bytes}});
+}
+
+storage::LowerTierStats DiskStats(const storage::TieredStore& store) {
+  return store.Stats().lower.at(0);
+}
+
 void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
                                         uint64_t demotion_queue_bytes,
                                         const std::vector<ChunkKey>& keys) {
   ASSERT_EQ(keys.size(), 6u);
   std::filesystem::create_directories(dir);
   storage::testing::ScratchDir scratch(dir.string());
-  std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
-      {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
-  // A chunk evicted by a promotion is on disk (synchronous demotion) or staged in the mover
+  // A chunk evicted by a promotion is on disk (synchronous demotion) or staged in the demoter
   // when the promotion returns, so the same PrepareLoad finds it there.
-  std::unique_ptr<storage::DiskMover> mover =
-      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = demotion_queue_bytes});
-  std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
-      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
-  std::unique_ptr<EngineSessionServer> server =
-      *EngineSessionServer::Create({.socket_path = (dir / "disk.sock").string(),
-                                    .host_tier = tier.get(),
-                                    .disk_tier = disk.get(),
-                                    .mover = mover.get()});
+  std::unique_ptr<storage::TieredStore> store = HostOverDisk(scratch.path(), demotion_queue_bytes);
+  storage::HostTier* tier = &store->host();
+  std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
+      {.socket_path = (dir / "disk.sock").string(), .store = store.get()});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
@@ -175,7 +182,7 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
   }
   EXPECT_FALSE(tier->Contains(keys[0]));  // evicted to disk
   if (demotion_queue_bytes == 0) {
-    EXPECT_EQ(mover->demoted(), 2u);
+    EXPECT_EQ(store->Stats().movement.demoted, 2u);
   }
 
   v1::EngineRequest lookup = test_support::LookupRequest(keys);
@@ -199,13 +206,14 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
     }
   }
   if (demotion_queue_bytes == 0) {
-    EXPECT_EQ(disk->stats().reads, 3u);
+    EXPECT_EQ(DiskStats(*store).reads, 3u);
   } else {
-    EXPECT_LE(disk->stats().reads, 3u);  // staged chunks are copied from memory
+    EXPECT_LE(DiskStats(*store).reads, 3u);  // staged chunks are copied from memory
   }
+  EXPECT_EQ(store->Stats().movement.async_loads, 1u) << "the load went on in the store";
   server->Stop();
-  mover->Flush();
-  EXPECT_EQ(mover->failed(), 0u);
+  store->Flush();
+  EXPECT_EQ(store->Stats().movement.demotion_failures, 0u);
 }
 
 TEST_F(EngineSessionServerTest, ChunksEvictedToDiskAreFoundAndLoadedBack) {
@@ -223,19 +231,10 @@ TEST_F(EngineSessionServerTest, ChunksQueuedForDemotionAreFoundAndLoadedBack) {
 
 TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoDisk) {
   storage::testing::ScratchDir scratch(dir_.string());
-  std::unique_ptr<storage::DiskTier> disk = *storage::DiskTier::Open(
-      {.directory = scratch.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10});
-  std::unique_ptr<storage::DiskMover> mover =
-      *storage::DiskMover::Create(disk.get(), {.max_queued_bytes = 0});
-  std::unique_ptr<storage::HostTier> tier = *storage::HostTier::Create(
-      {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru", .listener = mover.get()});
-  std::unique_ptr<storage::DiskPromoter> promoter =
-      *storage::DiskPromoter::Create(disk.get(), tier.get(), {});
-  std::unique_ptr<EngineSessionServer> server =
-      *EngineSessionServer::Create({.socket_path = (dir_ / "prefetch.sock").string(),
-                                    .host_tier = tier.get(),
-                                    .disk_tier = disk.get(),
-                                    .promoter = promoter.get()});
+  std::unique_ptr<storage::TieredStore> store = HostOverDisk(scratch.path(), 0);
+  storage::HostTier* tier = &store->host();
+  std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
+      {.socket_path = (dir_ / "prefetch.sock").string(), .store = store.get()});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
@@ -245,8 +244,9 @@ TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoD
   }
   ASSERT_FALSE(tier->Contains(keys[0]));  // chunks 0 and 1 are on disk only
   ASSERT_FALSE(tier->Contains(keys[1]));
-  ASSERT_TRUE(disk->Contains(keys[0]));
-  EXPECT_EQ(disk->stats().reads, 0u);
+  ASSERT_EQ(store->LocatePrefix(std::span(keys).first(1)),
+            std::vector<storage::Tier>{storage::Tier::kDisk});
+  EXPECT_EQ(DiskStats(*store).reads, 0u);
 
   absl::StatusOr<v1::EngineResponse> prefetched =
       client.Call(test_support::PrefetchRequest(std::span(keys).first(3)));
@@ -260,9 +260,9 @@ TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoD
     std::this_thread::sleep_for(milliseconds(2));
   }
   ASSERT_TRUE(tier->Contains(keys[0]) && tier->Contains(keys[1])) << "prefetch never landed";
-  promoter->Flush();
-  EXPECT_EQ(promoter->Stats().promoted, 2u);
-  const uint64_t reads = disk->stats().reads;
+  store->Flush();
+  EXPECT_EQ(store->Stats().movement.prefetch_promoted, 2u);
+  const uint64_t reads = DiskStats(*store).reads;
   EXPECT_EQ(reads, 2u);
 
   // The load finds both chunks in the host tier: no disk read, every byte as stored.
@@ -279,7 +279,8 @@ TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoD
       }
     }
   }
-  EXPECT_EQ(disk->stats().reads, reads);
+  EXPECT_EQ(DiskStats(*store).reads, reads);
+  EXPECT_EQ(store->Stats().movement.async_loads, 0u) << "host hits answer at once";
 
   // A chain of another layout is refused; the session goes on.
   KvLayout other = TestLayout();
@@ -292,7 +293,81 @@ TEST_F(EngineSessionServerTest, PrefetchPromotesInTheBackgroundSoTheLoadReadsNoD
   EXPECT_FALSE(refused->has_prefetch());
   ASSERT_TRUE(client.Call(test_support::LookupRequest(keys)).ok());
   server->Stop();
-  promoter->Stop();
+}
+
+// A load of disk chunks goes on in the store; the session's next request, sent meanwhile, is
+// answered after it (responses stay in request order), and another session is served as usual.
+TEST_F(EngineSessionServerTest, ADeferredLoadKeepsItsSessionsOrderAndFreesItsLeasesOnClose) {
+  storage::testing::ScratchDir scratch(dir_.string());
+  std::unique_ptr<storage::TieredStore> store = HostOverDisk(scratch.path(), 0);
+  std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
+      {.socket_path = (dir_ / "deferred.sock").string(), .store = store.get()});
+  server->Start();
+  RawEngineClient a(server->socket_path());
+  RawEngineClient b(server->socket_path());
+  ASSERT_TRUE(a.Handshake(TestLayout()).ok());
+  ASSERT_TRUE(b.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(6);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(a.Store({keys[i]}, 16, static_cast<uint8_t>(0x10 * (i + 1))).ok());
+  }
+  ASSERT_FALSE(store->host().Contains(keys[0]));  // 0 and 1 are on disk only
+
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE(round);
+    absl::StatusOr<uint64_t> load =
+        a.Send(test_support::PrepareLoadRequest(std::span(keys).first(2)));
+    absl::StatusOr<uint64_t> lookup = a.Send(test_support::LookupRequest(keys));
+    ASSERT_TRUE(load.ok() && lookup.ok());
+    absl::StatusOr<v1::EngineResponse> found = b.Call(test_support::LookupRequest(keys));
+    ASSERT_TRUE(found.ok());
+    EXPECT_EQ(found->status().code(), 0);
+    // 0 and 1 are on disk throughout; 2 and 3, evicted by their promotion and written on the
+    // evicting thread (synchronous demotion), are in neither index for the write's duration.
+    EXPECT_GE(found->lookup().hit_chunks(), 2u);
+
+    absl::StatusOr<v1::EngineResponse> leased = a.Receive();
+    ASSERT_TRUE(leased.ok()) << leased.status();
+    EXPECT_EQ(leased->request_id(), *load);
+    ASSERT_EQ(leased->prepare_load().chunks_size(), 2);
+    v1::EngineRequest release;
+    for (int i = 0; i < 2; ++i) {
+      const v1::LoadPlacement& chunk = leased->prepare_load().chunks(i);
+      ASSERT_EQ(chunk.status().code(), 0) << chunk.status().message();
+      for (const v1::Extent& extent : chunk.extents()) {
+        for (uint64_t byte = 0; byte < extent.length(); ++byte) {
+          ASSERT_EQ(static_cast<uint8_t>(a.arena()[extent.offset() + byte]), 0x10 * (i + 1));
+        }
+      }
+      release.mutable_release()->add_handles(chunk.handle());
+    }
+    absl::StatusOr<v1::EngineResponse> after = a.Receive();
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->request_id(), *lookup);
+    EXPECT_TRUE(after->has_lookup());
+    ASSERT_TRUE(a.Call(release).ok());
+    // Back to disk only, for the next round.
+    absl::StatusOr<storage::MoveResult> moved =
+        store->Move(std::span(keys).first(2), storage::Tier::kDisk, nullptr);
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    ASSERT_FALSE(store->host().Contains(keys[0]));
+  }
+  EXPECT_EQ(store->Stats().movement.async_loads, 10u);
+
+  // A session that ends while its load is deferred: its leases go with it.
+  {
+    RawEngineClient gone(server->socket_path());
+    ASSERT_TRUE(gone.Handshake(TestLayout()).ok());
+    ASSERT_TRUE(gone.Send(test_support::PrepareLoadRequest(std::span(keys).first(2))).ok());
+  }
+  store->Flush();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store->host().Stats().active_leases != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  EXPECT_EQ(store->host().Stats().active_leases, 0u);
+  ASSERT_TRUE(b.Call(test_support::LookupRequest(keys)).ok()) << "the server goes on";
+  server->Stop();
 }
 
 TEST_F(EngineSessionServerTest, PrefetchWithoutADiskTierQueuesNothing) {
@@ -552,7 +627,7 @@ TEST_F(EngineSessionServerTest, GarbageTruncatedAndOversizedFramesCloseOnlyThatS
 TEST_F(EngineSessionServerTest, PerSessionLimitsAreResourceExhaustedAndInvalidArgument) {
   std::unique_ptr<EngineSessionServer> limited =
       *EngineSessionServer::Create({.socket_path = (dir_ / "limited.sock").string(),
-                                    .host_tier = tier_.get(),
+                                    .store = store_.get(),
                                     .max_items_per_request = 4,
                                     .max_handles_per_session = 2});
   limited->Start();
@@ -577,8 +652,8 @@ TEST_F(EngineSessionServerTest, PerSessionLimitsAreResourceExhaustedAndInvalidAr
 }
 
 TEST_F(EngineSessionServerTest, RefusesASecondServerOnTheSamePath) {
-  absl::StatusOr<std::unique_ptr<EngineSessionServer>> second = EngineSessionServer::Create(
-      {.socket_path = server_->socket_path(), .host_tier = tier_.get()});
+  absl::StatusOr<std::unique_ptr<EngineSessionServer>> second =
+      EngineSessionServer::Create({.socket_path = server_->socket_path(), .store = store_.get()});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "fmt/format.h"
@@ -36,8 +38,9 @@ MetricFamily HostFamily(const char* name, const char* help, MetricType type, uin
 
 // Adds a series to family `name`, creating the family when it is not there yet (a family name
 // appears once in an exposition).
-void AddSeries(std::vector<MetricFamily>& families, const char* name, const char* help,
-               MetricType type, uint64_t value, std::vector<ClientMetric::Label> labels) {
+void AddSeries(std::vector<MetricFamily>& families, const std::string& name,
+               const std::string& help, MetricType type, uint64_t value,
+               std::vector<ClientMetric::Label> labels) {
   for (MetricFamily& family : families) {
     if (family.name == name) {
       family.metric.push_back(Value(type, static_cast<double>(value), std::move(labels)));
@@ -47,31 +50,75 @@ void AddSeries(std::vector<MetricFamily>& families, const char* name, const char
   families.push_back({name, help, type, {Value(type, static_cast<double>(value), labels)}});
 }
 
-void AddDiskFamilies(std::vector<MetricFamily>& families, const storage::DiskTierStats& s) {
+// The {tier="disk"} (or other lower tier) series beside the host tier's, and the tier's own
+// read and write counters (strata_disk_reads_total, ...).
+void AddLowerTierFamilies(std::vector<MetricFamily>& families, const storage::LowerTierStats& s) {
   const MetricType gauge = MetricType::Gauge;
   const MetricType counter = MetricType::Counter;
-  const std::vector<ClientMetric::Label> disk = {{"tier", "disk"}};
+  const std::string name(storage::TierName(s.tier));
+  const std::vector<ClientMetric::Label> tier = {{"tier", name}};
   AddSeries(families, "strata_tier_capacity_bytes", "Capacity of the tier.", gauge,
-            s.capacity_bytes, disk);
+            s.capacity_bytes, tier);
   AddSeries(families, "strata_tier_used_bytes",
-            "Bytes the tier holds (whole pages for the host tier).", gauge, s.used_bytes(), disk);
-  AddSeries(families, "strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks, disk);
+            "Bytes the tier holds (whole pages for the host tier).", gauge, s.used_bytes, tier);
+  AddSeries(families, "strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks, tier);
   AddSeries(families, "strata_tier_evictions_total", "", counter, s.evictions,
-            {{"reason", "capacity"}, {"tier", "disk"}});
-  AddSeries(families, "strata_tier_evictions_total", "", counter, s.dropped_records,
-            {{"reason", "corrupt"}, {"tier", "disk"}});
+            {{"reason", "capacity"}, {"tier", name}});
+  AddSeries(families, "strata_tier_evictions_total", "", counter, s.corrupt_evictions,
+            {{"reason", "corrupt"}, {"tier", name}});
   AddSeries(families, "strata_checksum_failures_total",
-            "Chunks whose payload checksum failed on a load.", counter, s.checksum_failures, disk);
-  AddSeries(families, "strata_io_errors_total", "", counter, s.io_errors, disk);
-  AddSeries(families, "strata_disk_reads_total",
-            "Chunks read from the disk tier (promotions into the host tier).", counter, s.reads,
+            "Chunks whose payload checksum failed on a load.", counter, s.checksum_failures, tier);
+  AddSeries(families, "strata_io_errors_total", "", counter, s.io_errors, tier);
+  AddSeries(families, fmt::format("strata_{}_reads_total", name),
+            fmt::format("Chunks read from the {} tier (promotions into the host tier).", name),
+            counter, s.reads, {});
+  AddSeries(families, fmt::format("strata_{}_read_bytes_total", name),
+            fmt::format("Payload bytes read from the {} tier.", name), counter, s.read_bytes, {});
+  AddSeries(families, fmt::format("strata_{}_writes_total", name),
+            fmt::format("Chunks written to the {} tier.", name), counter, s.writes, {});
+  AddSeries(families, fmt::format("strata_{}_written_bytes_total", name),
+            fmt::format("Payload bytes written to the {} tier.", name), counter, s.written_bytes,
             {});
-  AddSeries(families, "strata_disk_read_bytes_total", "Payload bytes read from the disk tier.",
-            counter, s.read_bytes, {});
-  AddSeries(families, "strata_disk_writes_total", "Chunks written to the disk tier.", counter,
-            s.writes, {});
-  AddSeries(families, "strata_disk_written_bytes_total", "Payload bytes written to the disk tier.",
-            counter, s.written_bytes, {});
+}
+
+void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::MovementStats& m) {
+  const MetricType counter = MetricType::Counter;
+  families.push_back(
+      {"strata_demotions_total",
+       "Chunks the host tier evicted to the tier below, by result (failed: the copy was lost).",
+       counter,
+       {Value(counter, static_cast<double>(m.demoted), {{"result", "written"}}),
+        Value(counter, static_cast<double>(m.demotion_failures), {{"result", "failed"}})}});
+  families.push_back(
+      {"strata_prefetch_chunks_total",
+       "Chunks engines' Prefetch requests queued for promotion, by outcome (skipped: in the "
+       "host tier already, gone from below, or another writer's).",
+       counter,
+       {Value(counter, static_cast<double>(m.prefetch_promoted), {{"outcome", "promoted"}}),
+        Value(counter, static_cast<double>(m.prefetch_skipped), {{"outcome", "skipped"}}),
+        Value(counter, static_cast<double>(m.prefetch_failed), {{"outcome", "failed"}})}});
+  families.push_back({"strata_async_loads_total",
+                      "Engine loads that went on in the background past a host-tier miss (their "
+                      "chunks came up from a lower tier).",
+                      counter,
+                      {Value(counter, static_cast<double>(m.async_loads), {})}});
+  families.push_back({"strata_load_promoted_chunks_total",
+                      "Chunks promoted from a lower tier for engines' loads.",
+                      counter,
+                      {Value(counter, static_cast<double>(m.load_promoted), {})}});
+  if (!m.write_through) return;
+  families.push_back(
+      {"strata_write_through_chunks_total",
+       "Chunks committed in the host tier and written through to disk, by outcome (skipped: on "
+       "disk already or gone from the host tier; dropped: the queue was full; cancelled: removed "
+       "during the write).",
+       counter,
+       {Value(counter, static_cast<double>(m.write_through_written), {{"outcome", "written"}}),
+        Value(counter, static_cast<double>(m.write_through_skipped), {{"outcome", "skipped"}}),
+        Value(counter, static_cast<double>(m.write_through_dropped), {{"outcome", "dropped"}}),
+        Value(counter, static_cast<double>(m.write_through_failed), {{"outcome", "failed"}}),
+        Value(counter, static_cast<double>(m.write_through_cancelled),
+              {{"outcome", "cancelled"}})}});
 }
 
 }  // namespace
@@ -82,8 +129,10 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 std::vector<MetricFamily> NodeCollector::Collect() const {
   std::vector<MetricFamily> families;
-  if (sources_.host_tier != nullptr) {
-    const storage::HostTierStats s = sources_.host_tier->Stats();
+  std::optional<storage::TieredStoreStats> store;
+  if (sources_.store != nullptr) store = sources_.store->Stats();
+  if (store.has_value()) {
+    const storage::HostTierStats& s = store->host;
     const MetricType gauge = MetricType::Gauge;
     const MetricType counter = MetricType::Counter;
     families.push_back(
@@ -162,44 +211,9 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
                         MetricType::Counter,
                         {Value(MetricType::Counter, static_cast<double>(miss_tokens), {})}});
   }
-  if (sources_.disk_tier != nullptr) AddDiskFamilies(families, sources_.disk_tier->stats());
-  if (sources_.disk_mover != nullptr) {
-    const MetricType counter = MetricType::Counter;
-    families.push_back(
-        {"strata_demotions_total",
-         "Chunks the host tier evicted to the disk tier, by result (failed: the copy was lost).",
-         counter,
-         {Value(counter, static_cast<double>(sources_.disk_mover->demoted()),
-                {{"result", "written"}}),
-          Value(counter, static_cast<double>(sources_.disk_mover->failed()),
-                {{"result", "failed"}})}});
-  }
-  if (sources_.disk_promoter != nullptr) {
-    const storage::DiskPromoterStats p = sources_.disk_promoter->Stats();
-    const MetricType counter = MetricType::Counter;
-    families.push_back(
-        {"strata_prefetch_chunks_total",
-         "Chunks engines' Prefetch requests queued for promotion, by outcome (skipped: in the "
-         "host tier already, gone from disk, or another writer's).",
-         counter,
-         {Value(counter, static_cast<double>(p.promoted), {{"outcome", "promoted"}}),
-          Value(counter, static_cast<double>(p.skipped), {{"outcome", "skipped"}}),
-          Value(counter, static_cast<double>(p.failed), {{"outcome", "failed"}})}});
-  }
-  if (sources_.disk_write_through != nullptr) {
-    const storage::DiskWriteThroughStats w = sources_.disk_write_through->Stats();
-    const MetricType counter = MetricType::Counter;
-    families.push_back(
-        {"strata_write_through_chunks_total",
-         "Chunks committed in the host tier and written through to disk, by outcome (skipped: on "
-         "disk already or gone from the host tier; dropped: the queue was full; cancelled: removed "
-         "during the write).",
-         counter,
-         {Value(counter, static_cast<double>(w.written), {{"outcome", "written"}}),
-          Value(counter, static_cast<double>(w.skipped), {{"outcome", "skipped"}}),
-          Value(counter, static_cast<double>(w.dropped), {{"outcome", "dropped"}}),
-          Value(counter, static_cast<double>(w.failed), {{"outcome", "failed"}}),
-          Value(counter, static_cast<double>(w.cancelled), {{"outcome", "cancelled"}})}});
+  if (store.has_value() && !store->lower.empty()) {
+    for (const storage::LowerTierStats& lower : store->lower) AddLowerTierFamilies(families, lower);
+    AddMovementFamilies(families, store->movement);
   }
   return families;
 }

@@ -25,11 +25,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/mover.h"
-#include "storage/disk/promoter.h"
-#include "storage/disk/write_through.h"
-#include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
 
@@ -38,17 +34,13 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets();
 
 // What NodeCollector reads at each scrape. Every field is nullable / optional.
 struct NodeSources {
-  const storage::HostTier* host_tier = nullptr;
+  // Every tier's series ({tier="host"}, {tier="disk"}, ...) and the movement between tiers
+  // (demotions, prefetches, loads promoted, write-through).
+  const storage::TieredStore* store = nullptr;
   // Active and total engine sessions.
   std::function<std::pair<uint64_t, uint64_t>()> sessions;
   // Control Lookup calls and the tokens they found and missed.
   std::function<std::array<uint64_t, 3>()> lookups;
-  // The disk tier ({tier="disk"} series beside the host tier's, disk reads and writes), its
-  // mover (demotions), its promoter (prefetched chunks) and its write-through.
-  const storage::DiskTier* disk_tier = nullptr;
-  const storage::DiskMover* disk_mover = nullptr;
-  const storage::DiskPromoter* disk_promoter = nullptr;
-  const storage::DiskWriteThrough* disk_write_through = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

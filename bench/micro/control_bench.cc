@@ -25,6 +25,7 @@
 #include "grpcpp/server_builder.h"
 #include "proto/convert.h"
 #include "storage/host/test_util.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
 namespace {
@@ -39,14 +40,15 @@ struct Fixture {
     storage::HostTierOptions options;
     options.page_bytes = 256;
     options.capacity_bytes = kChunks * 256;
-    tier = *storage::HostTier::Create(options);
+    store = *storage::TieredStore::Create({.host = options});
+    tier = &store->host();
     for (uint64_t id = 0; id < kChunks; ++id) {
       auto r = tier->Reserve(layout, storage::testing::SyntheticKey(layout, id), {.num_tokens = 1});
       STRATA_CHECK(r.ok() && r->outcome == storage::ReserveOutcome::kReserved);
       STRATA_CHECK(tier->Commit(std::move(r->reservation)).ok());
     }
     service = std::make_unique<ControlService>(
-        ControlServiceOptions{.host_tier = tier.get(), .events = &events});
+        ControlServiceOptions{.store = store.get(), .events = &events});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -58,7 +60,8 @@ struct Fixture {
 
   KvLayout layout;
   EventLog events{1024};
-  std::unique_ptr<storage::HostTier> tier;
+  std::unique_ptr<storage::TieredStore> store;
+  storage::HostTier* tier = nullptr;  // the store's
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1::StrataControl::Stub> stub;

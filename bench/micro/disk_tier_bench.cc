@@ -43,13 +43,13 @@
 #include "bench/engine/sim_engine.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
-#include "storage/disk/aligned_buffer.h"
-#include "storage/disk/demoter.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/record_format.h"
 #include "storage/host/host_tier.h"
 #include "storage/host/payload_view.h"
 #include "storage/host/test_util.h"
+#include "storage/io/aligned_buffer.h"
+#include "storage/tiered/chunk_transfer.h"
 
 namespace strata::storage {
 namespace {

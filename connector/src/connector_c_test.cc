@@ -330,7 +330,8 @@ TEST(ConnectorCTest, PrefetchPromotesDiskChunksThatTheLoadThenReads) {
   CEngine a(options, 0x1234);
   EXPECT_EQ(a.Step("a", prompt, blocks), 0);
   EXPECT_EQ(a.Step("a2", other, blocks), 0);
-  ASSERT_EQ(daemon.disk()->stats().chunks, 2u) << "the first prompt's chunks went to disk";
+  ASSERT_EQ(daemon.store()->Stats().lower.at(0).chunks, 2u)
+      << "the first prompt's chunks went to disk";
 
   CEngine b(options, 0);
   uint32_t queued = 99;
@@ -339,9 +340,9 @@ TEST(ConnectorCTest, PrefetchPromotesDiskChunksThatTheLoadThenReads) {
             STRATA_OK)
       << strata_last_error();
   EXPECT_EQ(queued, 2u);
-  daemon.promoter()->Flush();
-  EXPECT_EQ(daemon.promoter()->Stats().promoted, 2u);
-  const uint64_t disk_reads = daemon.disk()->stats().reads;
+  daemon.store()->Flush();
+  EXPECT_EQ(daemon.store()->Stats().movement.prefetch_promoted, 2u);
+  const uint64_t disk_reads = daemon.store()->Stats().lower.at(0).reads;
 
   // In the host tier now: nothing left to queue, and the load reads no disk.
   ASSERT_EQ(
@@ -350,7 +351,7 @@ TEST(ConnectorCTest, PrefetchPromotesDiskChunksThatTheLoadThenReads) {
   EXPECT_EQ(queued, 0u);
   EXPECT_EQ(b.Step("b", prompt, blocks), 31);
   EXPECT_TRUE(b.Holds(blocks, 31, 0x1234));
-  EXPECT_EQ(daemon.disk()->stats().reads, disk_reads);
+  EXPECT_EQ(daemon.store()->Stats().lower.at(0).reads, disk_reads);
 }
 
 TEST(ConnectorCTest, PrefetchArgumentsAndUnknownRequests) {

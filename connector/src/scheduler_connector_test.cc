@@ -340,9 +340,9 @@ TEST(SchedulerConnectorDiskTest, PrefetchBringsDiskChunksIntoTheHostTierInTheBac
   ASSERT_EQ(keys.size(), 3u);
   for (const ChunkKey& key : keys) {
     ASSERT_FALSE(daemon.tier()->Contains(key));
-    ASSERT_TRUE(daemon.disk()->Contains(key));
+    ASSERT_TRUE((daemon.store()->LocatePrefix({&key, 1}) == std::vector{storage::Tier::kDisk}));
   }
-  const uint64_t reads = daemon.disk()->stats().reads;
+  const uint64_t reads = daemon.store()->Stats().lower.at(0).reads;
 
   EXPECT_EQ(scheduler->Prefetch({.request_id = "q", .prompt_tokens = prompt}), 3u);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -356,16 +356,16 @@ TEST(SchedulerConnectorDiskTest, PrefetchBringsDiskChunksIntoTheHostTierInTheBac
     std::this_thread::sleep_for(milliseconds(2));
   }
   ASSERT_TRUE(all_in_host()) << "the prefetch never landed";
-  daemon.promoter()->Flush();
-  EXPECT_EQ(daemon.promoter()->Stats().promoted, 3u);
-  EXPECT_EQ(daemon.disk()->stats().reads, reads + 3);
+  daemon.store()->Flush();
+  EXPECT_EQ(daemon.store()->Stats().movement.prefetch_promoted, 3u);
+  EXPECT_EQ(daemon.store()->Stats().lower.at(0).reads, reads + 3);
 
   // In the host tier now: a second prefetch queues nothing; the lookup hits without the disk.
   EXPECT_EQ(scheduler->Prefetch({.request_id = "q", .prompt_tokens = prompt}), 0u);
   EXPECT_EQ(
       scheduler->GetNumNewMatchedTokens({.request_id = "q", .prompt_tokens = prompt}, 0).num_tokens,
       3 * kChunk);
-  EXPECT_EQ(daemon.disk()->stats().reads, reads + 3);
+  EXPECT_EQ(daemon.store()->Stats().lower.at(0).reads, reads + 3);
   const SchedulerStats stats = scheduler->Stats();
   EXPECT_EQ(stats.prefetches, 2u);
   EXPECT_EQ(stats.prefetch_failures, 0u);

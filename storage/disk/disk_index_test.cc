@@ -3,8 +3,8 @@
 #include <map>
 
 #include "gtest/gtest.h"
-#include "storage/disk/test_util.h"
 #include "storage/host/test_util.h"
+#include "storage/io/testing/io_test_util.h"
 
 namespace strata::storage {
 namespace {

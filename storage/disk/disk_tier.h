@@ -78,10 +78,10 @@
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
 #include "storage/disk/disk_index.h"
-#include "storage/disk/io_engine.h"
-#include "storage/disk/io_engine_pool.h"
 #include "storage/disk/record_io.h"
 #include "storage/disk/segment_file.h"
+#include "storage/io/io_engine.h"
+#include "storage/io/io_engine_pool.h"
 #include "storage/policy/eviction_policy.h"
 
 namespace strata::storage {

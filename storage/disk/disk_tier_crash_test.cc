@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/disk/disk_tier_test_util.h"
+#include "storage/disk/testing/disk_tier_test_util.h"
 
 namespace strata::storage {
 namespace {

@@ -11,9 +11,9 @@
 #include "core/status_macros.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
-#include "storage/disk/aligned_buffer.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/record_format.h"
+#include "storage/io/aligned_buffer.h"
 
 namespace strata::storage {
 

@@ -7,8 +7,8 @@
 
 #include "core/scoped_fd.h"
 #include "storage/disk/disk_index.h"
-#include "storage/disk/disk_tier_test_util.h"
 #include "storage/disk/record_format.h"
+#include "storage/disk/testing/disk_tier_test_util.h"
 
 namespace strata::storage {
 namespace {

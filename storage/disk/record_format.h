@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
-#include "storage/disk/aligned_buffer.h"
+#include "storage/io/aligned_buffer.h"
 
 namespace strata::storage {
 

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "storage/disk/io_engine.h"
+#include "storage/io/io_engine.h"
 
 namespace strata::storage {
 

@@ -48,11 +48,16 @@ RawEngineClient::~RawEngineClient() {
 }
 
 absl::StatusOr<v1::EngineResponse> RawEngineClient::Call(v1::EngineRequest request) {
+  if (absl::StatusOr<uint64_t> sent = Send(std::move(request)); !sent.ok()) return sent.status();
+  return Receive();
+}
+
+absl::StatusOr<uint64_t> RawEngineClient::Send(v1::EngineRequest request) {
   request.set_request_id(++next_id_);
   std::string bytes;
   request.SerializeToString(&bytes);
   if (absl::Status s = SendFrame(fd_.get(), bytes, milliseconds(2000)); !s.ok()) return s;
-  return Receive();
+  return request.request_id();
 }
 
 absl::StatusOr<v1::EngineResponse> RawEngineClient::Receive() {

@@ -37,6 +37,9 @@ class RawEngineClient {
 
   // Sends `request` (with a fresh request_id) and waits for its response.
   absl::StatusOr<v1::EngineResponse> Call(v1::EngineRequest request);
+  // Sends `request` with a fresh request_id, which it returns, without waiting for a response
+  // (pipelining: Receive the responses in order).
+  absl::StatusOr<uint64_t> Send(v1::EngineRequest request);
   // Waits for the next response frame (kUnavailable once the daemon closed the session).
   absl::StatusOr<v1::EngineResponse> Receive();
   absl::StatusOr<v1::EngineResponse> Handshake(const KvLayout& layout,

@@ -16,10 +16,8 @@
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "daemon/engine_session_server.h"
-#include "storage/disk/disk_tier.h"
-#include "storage/disk/mover.h"
-#include "storage/disk/promoter.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::connector::testing {
 
@@ -38,7 +36,8 @@ struct TestDaemonOptions {
   // Eviction policy (HostTierOptions::policy); empty: the tier's default.
   std::string policy;
   // A disk tier of this many bytes under dir()/disk (0: none): the host tier demotes what it
-  // evicts to it (synchronously), loads promote from it, and Prefetch requests are served.
+  // evicts to it (synchronously), loads promote from it (asynchronously: the store's thread),
+  // and Prefetch requests are served.
   uint64_t disk_capacity_bytes = 0;
   uint64_t disk_segment_bytes = 1ull << 20;
 };
@@ -72,45 +71,30 @@ class TestDaemon {
   // Starts the server; new tiers unless `keep_tier` and they exist (a new disk tier reopens
   // dir()/disk and recovers what it held).
   absl::Status Start(bool keep_tier = false) {
-    if (!keep_tier || tier_ == nullptr) {
+    if (!keep_tier || store_ == nullptr) {
       server_.reset();
-      promoter_.reset();
-      tier_.reset();
-      mover_.reset();
-      disk_.reset();
+      store_.reset();
+      storage::TieredStoreOptions options;
+      options.host.capacity_bytes = options_.capacity_bytes;
+      options.host.page_bytes = options_.page_bytes;
+      options.host.default_lease = options_.default_lease;
+      options.host.verify_every_n_loads = options_.verify_every_n_loads;
+      if (options_.clock != nullptr) options.host.clock = options_.clock;
+      options.host.observer = options_.observer;
+      if (!options_.policy.empty()) options.host.policy = options_.policy;
       if (options_.disk_capacity_bytes > 0) {
-        auto disk = storage::DiskTier::Open({.directory = (dir_ / "disk").string(),
-                                             .capacity_bytes = options_.disk_capacity_bytes,
-                                             .segment_bytes = options_.disk_segment_bytes});
-        if (!disk.ok()) return disk.status();
-        disk_ = std::move(*disk);
-        auto mover = storage::DiskMover::Create(disk_.get(), {.max_queued_bytes = 0});
-        if (!mover.ok()) return mover.status();
-        mover_ = std::move(*mover);
+        options.disk = storage::TieredDiskOptions{.directory = (dir_ / "disk").string(),
+                                                  .capacity_bytes = options_.disk_capacity_bytes,
+                                                  .segment_bytes = options_.disk_segment_bytes,
+                                                  .demotion_queue_bytes = 0};
       }
-      storage::HostTierOptions options;
-      options.capacity_bytes = options_.capacity_bytes;
-      options.page_bytes = options_.page_bytes;
-      options.default_lease = options_.default_lease;
-      options.verify_every_n_loads = options_.verify_every_n_loads;
-      if (options_.clock != nullptr) options.clock = options_.clock;
-      options.observer = options_.observer;
-      options.listener = mover_.get();
-      if (!options_.policy.empty()) options.policy = options_.policy;
-      auto tier = storage::HostTier::Create(options);
-      if (!tier.ok()) return tier.status();
-      tier_ = std::move(*tier);
-      if (disk_ != nullptr) {
-        auto promoter = storage::DiskPromoter::Create(disk_.get(), tier_.get(), {});
-        if (!promoter.ok()) return promoter.status();
-        promoter_ = std::move(*promoter);
-      }
+      auto store = storage::TieredStore::Create(std::move(options));
+      if (!store.ok()) return store.status();
+      store_ = std::move(*store);
     }
     auto server =
         daemon::EngineSessionServer::Create({.socket_path = socket_path_,
-                                             .host_tier = tier_.get(),
-                                             .disk_tier = disk_.get(),
-                                             .promoter = promoter_.get(),
+                                             .store = store_.get(),
                                              .kv_event_token_ids = options_.kv_event_token_ids});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
@@ -128,9 +112,8 @@ class TestDaemon {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::filesystem::path& dir() const { return dir_; }
-  storage::HostTier* tier() const { return tier_.get(); }
-  storage::DiskTier* disk() const { return disk_.get(); }
-  storage::DiskPromoter* promoter() const { return promoter_.get(); }
+  storage::HostTier* tier() const { return &store_->host(); }
+  storage::TieredStore* store() const { return store_.get(); }
   daemon::EngineSessionServer* server() const { return server_.get(); }
 
  private:
@@ -138,11 +121,8 @@ class TestDaemon {
   std::filesystem::path dir_;
   bool owns_dir_ = false;
   std::string socket_path_;
-  // In dependency order: each outlives the ones after it.
-  std::unique_ptr<storage::DiskTier> disk_;
-  std::unique_ptr<storage::DiskMover> mover_;
-  std::unique_ptr<storage::HostTier> tier_;
-  std::unique_ptr<storage::DiskPromoter> promoter_;
+  // The store outlives the server, which posts loads to it.
+  std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<daemon::EngineSessionServer> server_;
 };
 

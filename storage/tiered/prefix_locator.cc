@@ -1,0 +1,21 @@
+#include "storage/tiered/prefix_locator.h"
+
+namespace strata::storage {
+
+std::vector<Tier> LocatePrefix(const HostTier& host, const DiskTier* disk,
+                               std::span<const ChunkKey> chain, const Demoter* staged) {
+  std::vector<Tier> tiers(host.Lookup(chain), Tier::kHost);
+  while (disk != nullptr && tiers.size() < chain.size()) {
+    const ChunkKey& key = chain[tiers.size()];
+    if (host.Contains(key)) {
+      tiers.push_back(Tier::kHost);
+    } else if (disk->Contains(key) || (staged != nullptr && staged->IsStaged(key))) {
+      tiers.push_back(Tier::kDisk);
+    } else {
+      break;
+    }
+  }
+  return tiers;
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,161 @@
+#include "storage/tiered/promoter.h"
+
+#include <pthread.h>
+
+#include <utility>
+#include <vector>
+
+#include "fmt/format.h"
+#include "storage/tiered/chunk_transfer.h"
+#include "storage/tiered/prefix_locator.h"
+
+namespace strata::storage {
+
+absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(DiskTier* disk, HostTier* host,
+                                                           const PromoterOptions& options) {
+  if (disk == nullptr || host == nullptr) {
+    return absl::InvalidArgumentError("disk promoter: needs a disk tier and a host tier");
+  }
+  if (options.max_queued_chunks == 0) {
+    return absl::InvalidArgumentError("disk promoter: max_queued_chunks must be at least 1");
+  }
+  return std::unique_ptr<Promoter>(new Promoter(disk, host, options));
+}
+
+Promoter::Promoter(DiskTier* disk, HostTier* host, const PromoterOptions& options)
+    : disk_(disk), host_(host), options_(options), worker_([this] { Run(); }) {}
+
+Promoter::~Promoter() { Stop(); }
+
+absl::StatusOr<uint32_t> Promoter::Enqueue(const KvLayout& layout,
+                                           std::span<const ChunkKey> chain) {
+  if (absl::Status status = layout.Validate(); !status.ok()) return status;
+  const uint64_t fingerprint = layout.Fingerprint();
+  for (const ChunkKey& key : chain) {
+    if (key.layout_fingerprint() != fingerprint) {
+      return absl::InvalidArgumentError(
+          fmt::format("prefetch: key {} belongs to layout {:016x}, not {:016x}", key.ToString(),
+                      key.layout_fingerprint(), fingerprint));
+    }
+  }
+  // In memory only: the tiers' indexes, no disk I/O.
+  const std::vector<Tier> tiers = LocatePrefix(*host_, disk_, chain, options_.staged);
+  std::shared_ptr<const KvLayout> shared;
+  uint32_t queued = 0;
+  bool full = false;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::FailedPreconditionError("prefetch: the promoter is stopped");
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i] != Tier::kDisk || pending_.contains(chain[i])) continue;
+    if (pending_.size() >= options_.max_queued_chunks) {
+      full = true;
+      break;
+    }
+    if (shared == nullptr) shared = std::make_shared<const KvLayout>(layout);
+    pending_.insert(chain[i]);
+    queue_.push_back({.key = chain[i], .layout = shared});
+    ++enqueued_;
+    ++queued;
+  }
+  if (full && queued == 0) {
+    return absl::ResourceExhaustedError(
+        fmt::format("prefetch: {} chunks are queued already; the limit is {}", pending_.size(),
+                    options_.max_queued_chunks));
+  }
+  return queued;
+}
+
+bool Promoter::AwaitInFlight(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (in_flight_ != key) return false;
+  struct Arg {
+    Promoter* promoter;
+    const ChunkKey* key;
+  } arg{this, &key};
+  mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->promoter->in_flight_ != *a->key; },
+      &arg));
+  return true;
+}
+
+void Promoter::Flush() {
+  absl::MutexLock lock(&mu_);
+  struct Arg {
+    Promoter* promoter;
+    uint64_t target;
+  } arg{this, enqueued_};
+  mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->promoter->finished_ >= a->target; },
+      &arg));
+}
+
+void Promoter::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    // Dropped: a prefetch is a hint.
+    for (const Queued& item : queue_) pending_.erase(item.key);
+    finished_ += queue_.size();
+    queue_.clear();
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+PromoterStats Promoter::Stats() const {
+  PromoterStats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats.queued = enqueued_;
+    stats.pending = pending_.size();
+  }
+  stats.promoted = promoted_.load(std::memory_order_relaxed);
+  stats.skipped = skipped_.load(std::memory_order_relaxed);
+  stats.failed = failed_.load(std::memory_order_relaxed);
+  stats.pinned = pinned_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void Promoter::PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes) {
+  if (options_.pin_ttl.count() <= 0) return;
+  const HostTierStats stats = host_->Stats();
+  const double budget = options_.max_pinned_fraction * static_cast<double>(stats.capacity_bytes);
+  if (static_cast<double>(stats.soft_pinned_bytes + max_chunk_bytes) > budget) return;
+  // Gone again already (removed, or evicted before the pin): nothing to protect.
+  if (host_->Pin(key, {.kind = PinKind::kSoft, .ttl = options_.pin_ttl}).ok()) {
+    pinned_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Promoter::Run() {
+  pthread_setname_np(pthread_self(), "strata-promoter");
+  for (;;) {
+    Queued item;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Promoter* p)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !p->queue_.empty() || p->stopping_; },
+          this));
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      in_flight_ = item.key;
+    }
+    const absl::StatusOr<PromoteOutcome> outcome =
+        PromoteFromDisk(*disk_, *host_, *item.layout, item.key, options_.staged);
+    if (!outcome.ok()) {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+    } else if (*outcome == PromoteOutcome::kPromoted) {
+      promoted_.fetch_add(1, std::memory_order_relaxed);
+      PinPromoted(item.key, item.layout->chunk_bytes(item.layout->chunk_tokens));
+    } else {
+      skipped_.fetch_add(1, std::memory_order_relaxed);
+    }
+    absl::MutexLock lock(&mu_);
+    in_flight_.reset();
+    pending_.erase(item.key);
+    ++finished_;
+  }
+}
+
+}  // namespace strata::storage

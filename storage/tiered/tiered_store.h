@@ -1,0 +1,216 @@
+// TieredStore composes the tiers a daemon has (DESIGN.md section 4, "Composition"): the host tier
+// (T1, the shared arena engines read and write) and, when configured, the disk tier (T2) below
+// it, with what moves chunks between them: the demoter (host evictions written down), the
+// promoter (prefetches read up), write-through, and the store's own threads for loads and for
+// operators' moves. The daemon's adapters (engine sessions, control service, metrics) hold one
+// store and know nothing of the tiers below the host tier.
+//
+// What it offers:
+//   - LocatePrefix: the tier of each leading chunk of a chain, from the tiers' in-memory indexes.
+//   - AcquireForLoad: leases a chain's chunks for a load. Host hits are leased on the caller's
+//     thread at once. When the first chunk the host tier lacks is in a lower tier, the rest of
+//     the load (promotion into the host tier, then leasing) runs on the thread "strata-loads" and
+//     completes through a callback: the caller's thread (the session thread, which serves every
+//     engine) never waits for disk I/O.
+//   - Prefetch: queues a chain's lower-tier chunks for background promotion.
+//   - Move, Clear, FlushToLowerTiers: operators' moves, run synchronously by the caller; Submit
+//     runs them on the thread "strata-tiered" for callers that must not block (gRPC handlers).
+//   - Stats: per tier, and of the movement between tiers.
+//
+// Threading: every method is thread-safe. Callbacks (AcquireForLoad's `done`, Submit's tasks) run
+// on the store's threads, never on the caller's, and must not call Stop.
+//
+// Lifecycle and ownership: Create opens the lower tiers (recovering what they held) and creates
+// the host tier, with the demoter as its eviction listener and `observer` (plus write-through) as
+// its observer. Stop() (also run by the destructor): runs the loads and tasks already accepted
+// (their callbacks run), drops queued prefetches and write-throughs, writes queued demotions,
+// and unregisters the arena from the disk tier's io engines; AcquireForLoad past a lower-tier
+// miss, Submit and Prefetch fail from then on. Leases handed out stay valid after Stop but must
+// be released before the store is destroyed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "core/chunk_key.h"
+#include "core/kv_layout.h"
+#include "storage/host/host_tier.h"
+#include "storage/tiered/tier.h"
+
+namespace strata::storage {
+
+class DiskTier;
+class Demoter;
+class Promoter;
+class TaskThread;
+class WriteThrough;
+
+// The disk tier below the host tier and how chunks move to and from it.
+struct TieredDiskOptions {
+  // Holds the segment files and the index; created when missing.
+  std::string directory;
+  uint64_t capacity_bytes = 0;
+  uint64_t segment_bytes = 256ull << 20;
+  // Bytes of evicted payloads staged for their background write; 0 writes on the evicting
+  // thread (Demoter).
+  uint64_t demotion_queue_bytes = 256ull << 20;
+  // Write every committed chunk to disk as well, in the background (WriteThrough).
+  bool write_through = false;
+  // Most chunks queued for prefetch promotion (Promoter).
+  uint32_t prefetch_queue_chunks = 1024;
+  // Register the host arena with the disk tier's io engines (fixed buffers). Only for a
+  // prefaulted arena: registering pins, and so allocates, every page.
+  bool register_arena = false;
+};
+
+struct TieredStoreOptions {
+  // The host tier. `listener` must be null (the store sets its demoter); `observer` is kept and
+  // gets the host tier's events beside write-through.
+  HostTierOptions host;
+  // No disk tier when empty.
+  std::optional<TieredDiskOptions> disk;
+};
+
+// Most chunks one batched promotion reserves and reads together: 8 chunks of 256 tokens of a
+// Llama-3-8B layout are 256 MiB, enough to keep the disk's queue full between chunks.
+inline constexpr size_t kPromotionRunChunks = 8;
+
+struct LoadOptions {
+  // Lease duration; the host tier's default when empty.
+  std::optional<std::chrono::nanoseconds> lease;
+  // The session the leases and promotions belong to (HostTier owner).
+  uint64_t owner = 0;
+  // The reader checks each chunk's checksum as it copies (HostTier::Acquire).
+  bool reader_verifies = false;
+};
+
+// What a load leased: leases[i] for keys[i] of the leading chunks, then `failure` for the first
+// chunk that could not be leased (OK when all were); chunks after it are not leased (a load is
+// a prefix: the engine recomputes from the first failure on).
+struct LoadLeases {
+  std::vector<ChunkLease> leases;
+  absl::Status failure;
+  // Chunks of `leases` promoted from a lower tier for this load.
+  uint32_t promoted_chunks = 0;
+};
+
+struct MoveResult {
+  uint64_t moved_chunks = 0;
+  uint64_t already_in_target = 0;
+  uint64_t missing_chunks = 0;
+};
+
+// Which chunks Clear removes: the keys given, or every chunk of a layout, or every chunk.
+struct ClearSelection {
+  std::optional<absl::flat_hash_set<ChunkKey>> keys;  // when set, these alone
+  uint64_t layout_fingerprint = 0;                    // otherwise: 0 = every chunk
+};
+
+struct TieredStoreStats {
+  HostTierStats host;
+  std::vector<LowerTierStats> lower;  // one per tier below the host tier, top down
+  MovementStats movement;
+};
+
+class TieredStore {
+ public:
+  // Opens the disk tier (if any) and creates the host tier and the movers. The tier's errors,
+  // annotated with its name.
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
+  ~TieredStore();
+  TieredStore(const TieredStore&) = delete;
+  TieredStore& operator=(const TieredStore&) = delete;
+
+  // The host tier: engines reserve, commit and lease there directly; pins and listings are its.
+  HostTier& host() { return *host_; }
+  const HostTier& host() const { return *host_; }
+  // The tiers this store has, top down (kHost first).
+  std::vector<Tier> tiers() const;
+  bool has(Tier tier) const;
+
+  // The tier of each leading chunk of `chain`, stopping at the first chunk in no tier. In memory
+  // only; not a snapshot (chunks may move meanwhile, so a later load may still miss).
+  std::vector<Tier> LocatePrefix(std::span<const ChunkKey> chain) const;
+
+  // Every tier that holds `key` now, top down (a chunk staged for its demotion counts as in the
+  // tier it is written to). In memory only.
+  std::vector<Tier> TiersOf(const ChunkKey& key) const;
+
+  using LoadDone = absl::AnyInvocable<void(LoadLeases) &&>;
+  // Leases `keys` (a chain of `layout`) in order for a load, stopping at the first failure (see
+  // LoadLeases). Returns the result at once when the host tier holds every chunk, or when the
+  // first chunk it lacks is in no tier (failure kAborted: redo the lookup), and then never calls
+  // `done`. Otherwise returns nullopt: the leases taken so far and the rest of the load go to the
+  // thread "strata-loads", which promotes the lower-tier chunks (kPromotionRunChunks at a time,
+  // one queue of reads each) and leases them, and calls `done` there with the whole result.
+  // After Stop that second step fails with kUnavailable (through the returned result).
+  std::optional<LoadLeases> AcquireForLoad(std::shared_ptr<const KvLayout> layout,
+                                           std::vector<ChunkKey> keys, const LoadOptions& options,
+                                           LoadDone done);
+
+  // Queues the lower-tier chunks of `chain`'s cached prefix for background promotion and returns
+  // how many it queued (0 without lower tiers). Never touches the disk. Promoter::Enqueue's
+  // errors.
+  absl::StatusOr<uint32_t> Prefetch(const KvLayout& layout, std::span<const ChunkKey> chain);
+
+  // Moves `keys` into `target`, removing them from the other tier (a chunk is never in neither
+  // meanwhile). Moving up needs the keys' layout (`layout`, else kInvalidArgument). Blocks on
+  // disk I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
+  absl::StatusOr<MoveResult> Move(std::span<const ChunkKey> keys, Tier target,
+                                  const KvLayout* layout);
+  // Removes the selected chunks from `tier` (every tier when empty); demotions queued before the
+  // call are written first, so a chunk evicted just before is cleared with the rest. Blocks on
+  // disk I/O.
+  absl::StatusOr<RemoveResult> Clear(const ClearSelection& selection, std::optional<Tier> tier);
+  // Gives every host chunk a copy in the tier below (queued demotions first), so a restart finds
+  // it; returns how many chunks it wrote. 0 without lower tiers. Blocks on disk I/O.
+  absl::StatusOr<uint64_t> FlushToLowerTiers();
+  // Runs `task` on the thread "strata-tiered"; false after Stop (the task is destroyed unrun).
+  // Without lower tiers nothing blocks: callers may as well run inline.
+  bool Submit(absl::AnyInvocable<void() &&> task);
+
+  // Returns once everything queued before the call has run: loads, operators' tasks,
+  // prefetches, write-throughs and demotions.
+  void Flush();
+
+  TieredStoreStats Stats() const;
+
+  // For tests that need evicted chunks to stay staged for their demotion (Demoter::SetHeld).
+  void HoldDemotionsForTesting(bool held);
+
+  // See the lifecycle above. Idempotent.
+  void Stop();
+
+ private:
+  TieredStore() = default;
+
+  // The disk tier holds `key`, or it is staged for its write there.
+  bool InDisk(const ChunkKey& key) const;
+  // The load's slow part, on the loads thread: goes on from keys[leased.leases.size()].
+  void ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
+                    const LoadOptions& options, LoadLeases& leased);
+
+  // Declared in dependency order: destroyed bottom up.
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<Demoter> demoter_;
+  std::unique_ptr<WriteThrough> write_through_;
+  std::unique_ptr<ChunkObserverFanout> observers_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<Promoter> promoter_;
+  std::unique_ptr<TaskThread> loads_;
+  std::unique_ptr<TaskThread> maintenance_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> async_loads_{0};
+  std::atomic<uint64_t> load_promoted_{0};
+};
+
+}  // namespace strata::storage

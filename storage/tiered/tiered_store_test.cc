@@ -1,0 +1,278 @@
+#include "storage/tiered/tiered_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/host/test_util.h"
+#include "storage/io/testing/io_test_util.h"
+#include "storage/tiered/task_thread.h"
+
+namespace strata::storage {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
+
+// A gate a task waits at until the test opens it.
+class Gate {
+ public:
+  void Open() { opened_.set_value(); }
+  void Wait() { future_.wait(); }
+
+ private:
+  std::promise<void> opened_;
+  std::shared_future<void> future_ = opened_.get_future().share();
+};
+
+TEST(TaskThreadTest, UrgentTasksOvertakeNormalOnesAndFlushWaitsForBoth) {
+  TaskThread thread("strata-test");
+  Gate gate;
+  std::vector<int> order;
+  ASSERT_TRUE(thread.Submit([&] { gate.Wait(); }));
+  ASSERT_TRUE(thread.Submit([&] { order.push_back(1); }));
+  ASSERT_TRUE(thread.Submit([&] { order.push_back(2); }, /*urgent=*/true));
+  ASSERT_TRUE(thread.Submit([&] { order.push_back(3); }, /*urgent=*/true));
+  EXPECT_EQ(thread.pending(), 4u);
+  gate.Open();
+  thread.Flush();
+  EXPECT_THAT(order, ElementsAre(2, 3, 1));
+  EXPECT_EQ(thread.pending(), 0u);
+}
+
+TEST(TaskThreadTest, FlushWaitsForAnOvertakenTask) {
+  TaskThread thread("strata-test");
+  Gate first, slow;
+  std::atomic<bool> normal_ran{false};
+  ASSERT_TRUE(thread.Submit([&] { first.Wait(); }));
+  ASSERT_TRUE(thread.Submit([&] { normal_ran = true; }));
+  std::future<void> flushed = std::async(std::launch::async, [&] { thread.Flush(); });
+  // An urgent task submitted after the Flush runs first; the Flush must still wait for the
+  // normal task it was given.
+  ASSERT_TRUE(thread.Submit([&] { slow.Wait(); }, /*urgent=*/true));
+  first.Open();
+  EXPECT_EQ(flushed.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  EXPECT_FALSE(normal_ran);
+  slow.Open();
+  flushed.get();
+  EXPECT_TRUE(normal_ran);
+}
+
+TEST(TaskThreadTest, StopRunsWhatIsQueuedAndRefusesTheRest) {
+  TaskThread thread("strata-test");
+  Gate gate;
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(thread.Submit([&] { gate.Wait(); }));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(thread.Submit([&] { ++ran; }));
+  std::thread stopper([&] { thread.Stop(); });
+  gate.Open();
+  stopper.join();
+  EXPECT_EQ(ran, 5);
+  // Refused: the task is destroyed unrun, with what it held.
+  auto held = std::make_shared<int>(0);
+  EXPECT_FALSE(thread.Submit([held] { ++*held; }));
+  EXPECT_EQ(held.use_count(), 1);
+  EXPECT_EQ(*held, 0);
+  thread.Stop();  // idempotent
+}
+
+// A store whose host tier holds four one-page chunks, over a disk tier (when `with_disk`).
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  void Open(bool with_disk, uint64_t demotion_queue_bytes = 0) {
+    TieredStoreOptions options;
+    options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096, .policy = "lru"};
+    if (with_disk) {
+      options.disk = TieredDiskOptions{.directory = scratch_.path(),
+                                       .capacity_bytes = 1 << 20,
+                                       .segment_bytes = 64 << 10,
+                                       .demotion_queue_bytes = demotion_queue_bytes};
+    }
+    absl::StatusOr<std::unique_ptr<TieredStore>> store = TieredStore::Create(std::move(options));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  ChunkKey Key(uint64_t id) const { return testing::SyntheticKey(layout_, id); }
+  std::vector<ChunkKey> Keys(uint64_t first, uint64_t count) const {
+    std::vector<ChunkKey> keys;
+    for (uint64_t id = first; id < first + count; ++id) keys.push_back(Key(id));
+    return keys;
+  }
+
+  void Store(uint64_t id) {
+    absl::StatusOr<ReserveResult> reserved =
+        store_->host().Reserve(layout_, Key(id), {.num_tokens = 16});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    ASSERT_EQ(reserved->outcome, ReserveOutcome::kReserved);
+    reserved->reservation.payload().CopyFrom(testing::Pattern(id, kChunkBytes));
+    ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
+  }
+
+  static bool Holds(const ChunkLease& lease, uint64_t id) {
+    std::vector<std::byte> bytes(kChunkBytes);
+    lease.payload().CopyTo(bytes);
+    return bytes == testing::Pattern(id, kChunkBytes);
+  }
+
+  // Runs AcquireForLoad and waits for its result, whichever way it comes; `deferred` tells which.
+  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred) {
+    std::promise<LoadLeases> done;
+    std::future<LoadLeases> result = done.get_future();
+    const std::thread::id caller = std::this_thread::get_id();
+    std::optional<LoadLeases> now = store_->AcquireForLoad(
+        std::make_shared<const KvLayout>(layout_), keys, {.owner = 7},
+        [&done, caller](LoadLeases leased) {
+          EXPECT_NE(std::this_thread::get_id(), caller) << "completions run on the store's thread";
+          done.set_value(std::move(leased));
+        });
+    deferred = !now.has_value();
+    if (now.has_value()) return *std::move(now);
+    EXPECT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return result.get();
+  }
+
+  const KvLayout layout_ = testing::SmallLayout();
+  testing::ScratchDir scratch_;
+  std::unique_ptr<TieredStore> store_;
+};
+
+TEST_F(TieredStoreTest, HostHitsAreLeasedAtOnceAndAMissStopsTheLoad) {
+  Open(/*with_disk=*/false);
+  EXPECT_THAT(store_->tiers(), ElementsAre(Tier::kHost));
+  Store(0);
+  Store(1);
+  bool deferred = true;
+  LoadLeases leased = Load(Keys(0, 2), deferred);
+  EXPECT_FALSE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 2u);
+  EXPECT_TRUE(Holds(leased.leases[0], 0));
+  EXPECT_TRUE(Holds(leased.leases[1], 1));
+  EXPECT_EQ(leased.leases[0].owner(), 7u);
+
+  // Chunk 2 is in no tier: the load is the prefix before it, failed at it.
+  leased = Load({Key(0), Key(2), Key(1)}, deferred);
+  EXPECT_FALSE(deferred);
+  EXPECT_EQ(leased.leases.size(), 1u);
+  EXPECT_EQ(leased.failure.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store_->Stats().movement.async_loads, 0u);
+
+  EXPECT_THAT(store_->LocatePrefix(Keys(0, 3)), ElementsAre(Tier::kHost, Tier::kHost));
+  EXPECT_EQ(*store_->Prefetch(layout_, Keys(0, 3)), 0u);
+  EXPECT_EQ(store_->Move(Keys(0, 1), Tier::kDisk, &layout_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*store_->FlushToLowerTiers(), 0u);
+}
+
+TEST_F(TieredStoreTest, LowerTierHitsArePromotedAndLeasedOnTheStoresThread) {
+  Open(/*with_disk=*/true);
+  for (uint64_t id = 0; id < 7; ++id) Store(id);  // 0, 1 and 2 are evicted to disk (LRU)
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
+  EXPECT_THAT(store_->TiersOf(Key(6)), ElementsAre(Tier::kHost));
+  EXPECT_THAT(store_->LocatePrefix(Keys(0, 5)),
+              ElementsAre(Tier::kDisk, Tier::kDisk, Tier::kDisk, Tier::kHost, Tier::kHost));
+
+  // Chunks 5, 6 are host hits, 0, 1 come up from disk (evicting 3 and 4); the load goes on
+  // asynchronously.
+  bool deferred = false;
+  LoadLeases leased = Load({Key(5), Key(0), Key(1), Key(6)}, deferred);
+  EXPECT_TRUE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 4u);
+  EXPECT_TRUE(Holds(leased.leases[0], 5));
+  EXPECT_TRUE(Holds(leased.leases[1], 0));
+  EXPECT_TRUE(Holds(leased.leases[2], 1));
+  EXPECT_TRUE(Holds(leased.leases[3], 6));
+  EXPECT_EQ(leased.promoted_chunks, 2u);
+  const TieredStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.movement.async_loads, 1u);
+  EXPECT_EQ(stats.movement.load_promoted, 2u);
+  ASSERT_EQ(stats.lower.size(), 1u);
+  EXPECT_EQ(stats.lower[0].tier, Tier::kDisk);
+  EXPECT_EQ(stats.lower[0].reads, 2u);
+  leased.leases.clear();
+
+  // A chunk in neither tier past a lower-tier hit fails the load there, after the hit.
+  leased = Load({Key(2), Key(99)}, deferred);
+  EXPECT_TRUE(deferred);
+  EXPECT_EQ(leased.leases.size(), 1u);
+  EXPECT_EQ(leased.failure.code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(TieredStoreTest, AfterStopALowerTierLoadIsUnavailableAndLeasesNothing) {
+  Open(/*with_disk=*/true);
+  for (uint64_t id = 0; id < 5; ++id) Store(id);  // 0 is on disk
+  store_->Stop();
+  bool called = false;
+  std::optional<LoadLeases> leased =
+      store_->AcquireForLoad(std::make_shared<const KvLayout>(layout_), {Key(4), Key(0)}, {},
+                             [&called](LoadLeases) { called = true; });
+  ASSERT_TRUE(leased.has_value());
+  EXPECT_EQ(leased->failure.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(leased->leases.empty());
+  EXPECT_FALSE(called);
+  EXPECT_EQ(store_->host().Stats().active_leases, 0u);
+  EXPECT_FALSE(store_->Submit([] {}));
+}
+
+// A chunk evicted and still waiting for its disk write is on its way to disk, not missing.
+TEST_F(TieredStoreTest, MoveServesChunksStagedForTheirDiskWrite) {
+  Open(/*with_disk=*/true, /*demotion_queue_bytes=*/1 << 20);
+  store_->HoldDemotionsForTesting(true);
+  for (uint64_t id = 0; id < 5; ++id) Store(id);  // 0 is staged
+  ASSERT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
+  ASSERT_EQ(store_->Stats().lower[0].chunks, 0u) << "not written yet";
+
+  // To disk: the write is forced, so the chunk is on disk when Move answers.
+  absl::StatusOr<MoveResult> moved = store_->Move(Keys(0, 1), Tier::kDisk, nullptr);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 1u);
+  EXPECT_EQ(moved->missing_chunks, 0u);
+  EXPECT_EQ(store_->Stats().lower[0].chunks, 1u);
+
+  // To the host tier: chunk 1 (staged by the next store) is promoted from staging (no disk
+  // read), and its disk copy, once written, removed; chunk 0 comes back from disk.
+  Store(5);  // evicts 1 into staging
+  ASSERT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kDisk));
+  const uint64_t disk_reads = store_->Stats().lower[0].reads;
+  EXPECT_EQ(store_->Move(Keys(0, 2), Tier::kHost, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "moving up needs the layout";
+  moved = store_->Move(Keys(0, 2), Tier::kHost, &layout_);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 2u);
+  EXPECT_EQ(moved->missing_chunks, 0u);
+  EXPECT_EQ(store_->Stats().lower[0].reads, disk_reads + 1) << "chunk 1 came from staging";
+  store_->HoldDemotionsForTesting(false);
+  store_->Flush();
+  // Promoting 0 and 1 evicted two others, staged then written; 0 and 1 are host-only.
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kHost));
+  EXPECT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kHost));
+}
+
+TEST_F(TieredStoreTest, ClearAndFlushSpanTheTiers) {
+  Open(/*with_disk=*/true);
+  for (uint64_t id = 0; id < 6; ++id) Store(id);  // 0, 1 on disk; 2..5 in the host tier
+  EXPECT_EQ(*store_->FlushToLowerTiers(), 4u);
+  EXPECT_EQ(store_->Stats().lower[0].chunks, 6u);
+  EXPECT_EQ(*store_->FlushToLowerTiers(), 0u) << "every host chunk has a disk copy";
+
+  absl::StatusOr<RemoveResult> removed =
+      store_->Clear({.keys = absl::flat_hash_set<ChunkKey>{Key(0), Key(2)}}, Tier::kDisk);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->chunks, 2u);
+  EXPECT_THAT(store_->TiersOf(Key(2)), ElementsAre(Tier::kHost));
+  removed = store_->Clear({}, std::nullopt);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->chunks, 4u + 4u);
+  EXPECT_TRUE(store_->LocatePrefix(Keys(0, 6)).empty());
+}
+
+}  // namespace
+}  // namespace strata::storage
