@@ -447,8 +447,12 @@ class HostTier {
   HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> arena,
            std::unique_ptr<EvictionPolicy> policy);
 
-  static size_t ShardIndex(const ChunkKey& key);
-  Shard& ShardFor(const ChunkKey& key) const;
+  // Inline, in internal/host_tier_inline.h: functions in several files inline them.
+  static inline size_t ShardIndex(const ChunkKey& key);
+  inline Shard& ShardFor(const ChunkKey& key) const;
+  inline uint32_t PagesFor(uint64_t size_bytes) const;
+  inline void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Record* FindLocked(const ChunkKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<ExtentList> AllocateLocked(uint32_t num_pages, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -462,12 +466,10 @@ class HostTier {
   void DropLocked(Record* record, MonoTime now, RemovalCause cause, bool notify)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreePagesLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(uint64_t handle_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLeaseLocked(Record* record, MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ExhaustedMessageLocked(uint64_t size_bytes, uint32_t num_pages, MonoTime now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint32_t PagesFor(uint64_t size_bytes) const;
   ArenaRangeList RangesFor(const Record& record) const;
   // How AcquireChain treats the leases it hands out.
   enum class LeaseUse {
