@@ -14,6 +14,7 @@
 #include "cli/format.h"
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
+#include "core/status_util.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 
@@ -22,23 +23,24 @@ namespace {
 
 struct LayoutFlags {
   std::string model = "model";
-  std::string kind = "mha";
+  std::string kind = KvKindName(KvLayout().kind);
   uint32_t layers = 32;
   uint32_t kv_heads = 8;
   uint32_t head_dim = 128;
-  std::string dtype = "bf16";
+  std::string dtype = DtypeName(KvLayout().dtype);
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
-  std::string positional = "rope";
+  std::string positional = PositionalFormatName(KvLayout().positional);
   uint32_t chunk_tokens = KvLayout::kDefaultChunkTokens;
 
   void Register(CLI::App* app) {
     app->add_option("--model", model, "model id")->capture_default_str();
-    app->add_option("--kind", kind, "mha|mla")->capture_default_str();
+    app->add_option("--kind", kind, "mha|mla (or an alias, e.g. gqa)")->capture_default_str();
     app->add_option("--layers", layers, "layers")->capture_default_str();
     app->add_option("--kv-heads", kv_heads, "KV heads of this TP rank")->capture_default_str();
     app->add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
-    app->add_option("--dtype", dtype, "fp16|bf16|fp32|fp8_e4m3|int8")->capture_default_str();
+    app->add_option("--dtype", dtype, "fp16|bf16|fp32|fp8_e4m3|int8 (or an alias, e.g. bfloat16)")
+        ->capture_default_str();
     app->add_option("--tp-rank", tp_rank, "TP rank")->capture_default_str();
     app->add_option("--tp-size", tp_size, "TP world size")->capture_default_str();
     app->add_option("--positional", positional, "rope|nope")->capture_default_str();
@@ -48,33 +50,16 @@ struct LayoutFlags {
   absl::StatusOr<KvLayout> Build() const {
     KvLayout layout;
     layout.model_id = model;
-    if (kind == "mha") {
-      layout.kind = KvKind::kMha;
-    } else if (kind == "mla") {
-      layout.kind = KvKind::kMlaLatent;
-    } else {
-      return absl::InvalidArgumentError(fmt::format("--kind '{}' is not mha or mla", kind));
-    }
-    static constexpr std::pair<std::string_view, KvDtype> kDtypes[] = {
-        {"fp16", KvDtype::kFloat16},
-        {"bf16", KvDtype::kBfloat16},
-        {"fp32", KvDtype::kFloat32},
-        {"fp8_e4m3", KvDtype::kFp8E4m3},
-        {"int8", KvDtype::kInt8}};
-    bool known = false;
-    for (const auto& [name, value] : kDtypes) {
-      if (dtype == name) {
-        layout.dtype = value;
-        known = true;
-      }
-    }
-    if (!known) return absl::InvalidArgumentError(fmt::format("--dtype '{}' is unknown", dtype));
-    if (positional != "rope" && positional != "nope") {
-      return absl::InvalidArgumentError(
-          fmt::format("--positional '{}' is not rope or nope", positional));
-    }
-    layout.positional =
-        positional == "rope" ? PositionalFormat::kRopeApplied : PositionalFormat::kNope;
+    // One parser for these names everywhere (core/kv_layout.h), aliases included.
+    absl::StatusOr<KvKind> parsed_kind = ParseKvKind(kind);
+    if (!parsed_kind.ok()) return Annotate(parsed_kind.status(), "--kind");
+    layout.kind = *parsed_kind;
+    absl::StatusOr<KvDtype> parsed_dtype = ParseKvDtype(dtype);
+    if (!parsed_dtype.ok()) return Annotate(parsed_dtype.status(), "--dtype");
+    layout.dtype = *parsed_dtype;
+    absl::StatusOr<PositionalFormat> parsed_positional = ParsePositionalFormat(positional);
+    if (!parsed_positional.ok()) return Annotate(parsed_positional.status(), "--positional");
+    layout.positional = *parsed_positional;
     layout.num_layers = layers;
     layout.num_kv_heads = kv_heads;
     layout.head_dim = head_dim;

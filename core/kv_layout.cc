@@ -3,6 +3,7 @@
 #define XXH_INLINE_ALL  // inlined XXH3: no call overhead on the hashing hot paths
 #include <xxhash.h>
 
+#include "absl/strings/ascii.h"
 #include "fmt/format.h"
 
 namespace strata {
@@ -17,6 +18,100 @@ constexpr size_t kMaxModelIdBytes = 512;
 
 void AppendU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <class E>
+struct NamedValue {
+  const char* name;  // lower case
+  E value;
+};
+
+// The one table of names per enum. A value's names are adjacent, its canonical name first.
+constexpr NamedValue<KvKind> kKindNames[] = {
+    {"mha", KvKind::kMha},
+    {"gqa", KvKind::kMha},
+    {"mqa", KvKind::kMha},
+    {"mla", KvKind::kMlaLatent},
+    {"mla_latent", KvKind::kMlaLatent},
+};
+constexpr NamedValue<KvDtype> kDtypeNames[] = {
+    {"fp16", KvDtype::kFloat16},
+    {"float16", KvDtype::kFloat16},
+    {"half", KvDtype::kFloat16},
+    {"torch.float16", KvDtype::kFloat16},
+    {"torch.half", KvDtype::kFloat16},
+    {"bf16", KvDtype::kBfloat16},
+    {"bfloat16", KvDtype::kBfloat16},
+    {"torch.bfloat16", KvDtype::kBfloat16},
+    {"fp32", KvDtype::kFloat32},
+    {"float32", KvDtype::kFloat32},
+    {"float", KvDtype::kFloat32},
+    {"torch.float32", KvDtype::kFloat32},
+    {"torch.float", KvDtype::kFloat32},
+    {"fp8_e4m3", KvDtype::kFp8E4m3},
+    {"fp8", KvDtype::kFp8E4m3},
+    {"float8_e4m3fn", KvDtype::kFp8E4m3},
+    {"torch.float8_e4m3fn", KvDtype::kFp8E4m3},
+    {"int8", KvDtype::kInt8},
+    {"torch.int8", KvDtype::kInt8},
+};
+constexpr NamedValue<PositionalFormat> kPositionalNames[] = {
+    {"rope", PositionalFormat::kRopeApplied},
+    {"rope_applied", PositionalFormat::kRopeApplied},
+    {"nope", PositionalFormat::kNope},
+};
+
+template <class E, size_t N>
+const char* NameOf(const NamedValue<E> (&names)[N], E value) {
+  for (const NamedValue<E>& entry : names) {
+    if (entry.value == value) return entry.name;
+  }
+  return "unknown";
+}
+
+// "fp16 (float16, half), bf16 (bfloat16), int8": each canonical name with its aliases.
+template <class E, size_t N>
+std::string AcceptedNames(const NamedValue<E> (&names)[N]) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) {
+    const bool canonical = i == 0 || names[i - 1].value != names[i].value;
+    const bool last_of_value = i + 1 == N || names[i + 1].value != names[i].value;
+    if (canonical) {
+      if (i > 0) out += ", ";
+      out += names[i].name;
+      if (!last_of_value) out += " (";
+    } else {
+      out += names[i].name;
+      out += last_of_value ? ")" : ", ";
+    }
+  }
+  return out;
+}
+
+template <class E, size_t N>
+absl::StatusOr<E> ParseName(const NamedValue<E> (&names)[N], std::string_view what,
+                            std::string_view name) {
+  std::string lower(name);
+  absl::AsciiStrToLower(&lower);
+  for (const NamedValue<E>& entry : names) {
+    if (lower == entry.name) return entry.value;
+  }
+  return absl::InvalidArgumentError(fmt::format(
+      "unknown {} '{}' (accepted, case-insensitively: {})", what, name, AcceptedNames(names)));
+}
+
+template <class E, size_t N>
+absl::StatusOr<E> FromValue(const NamedValue<E> (&names)[N], std::string_view what,
+                            uint32_t value) {
+  std::string accepted;
+  for (size_t i = 0; i < N; ++i) {
+    if (i > 0 && names[i - 1].value == names[i].value) continue;
+    if (static_cast<uint32_t>(names[i].value) == value) return names[i].value;
+    if (!accepted.empty()) accepted += ", ";
+    accepted += fmt::format("{} = {}", static_cast<uint32_t>(names[i].value), names[i].name);
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown {} value {} (accepted: {})", what, value, accepted));
 }
 
 }  // namespace
@@ -35,20 +130,30 @@ uint32_t DtypeSizeBytes(KvDtype dtype) {
   return 0;
 }
 
-const char* DtypeName(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::kFloat16:
-      return "fp16";
-    case KvDtype::kBfloat16:
-      return "bf16";
-    case KvDtype::kFloat32:
-      return "fp32";
-    case KvDtype::kFp8E4m3:
-      return "fp8_e4m3";
-    case KvDtype::kInt8:
-      return "int8";
-  }
-  return "unknown";
+const char* KvKindName(KvKind kind) { return NameOf(kKindNames, kind); }
+const char* DtypeName(KvDtype dtype) { return NameOf(kDtypeNames, dtype); }
+const char* PositionalFormatName(PositionalFormat positional) {
+  return NameOf(kPositionalNames, positional);
+}
+
+absl::StatusOr<KvKind> ParseKvKind(std::string_view name) {
+  return ParseName(kKindNames, "kind", name);
+}
+absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name) {
+  return ParseName(kDtypeNames, "dtype", name);
+}
+absl::StatusOr<PositionalFormat> ParsePositionalFormat(std::string_view name) {
+  return ParseName(kPositionalNames, "positional format", name);
+}
+
+absl::StatusOr<KvKind> KvKindFromValue(uint32_t value) {
+  return FromValue(kKindNames, "kind", value);
+}
+absl::StatusOr<KvDtype> KvDtypeFromValue(uint32_t value) {
+  return FromValue(kDtypeNames, "dtype", value);
+}
+absl::StatusOr<PositionalFormat> PositionalFormatFromValue(uint32_t value) {
+  return FromValue(kPositionalNames, "positional format", value);
 }
 
 absl::Status KvLayout::Validate() const {
@@ -97,9 +202,8 @@ uint64_t KvLayout::Fingerprint() const {
 std::string KvLayout::DebugString() const {
   return fmt::format(
       "model={} kind={} layers={} kv_heads={} head_dim={} dtype={} tp={}/{} pos={} chunk={}",
-      model_id, kind == KvKind::kMha ? "mha" : "mla", num_layers, num_kv_heads, head_dim,
-      DtypeName(dtype), tp_rank, tp_world_size,
-      positional == PositionalFormat::kRopeApplied ? "rope" : "nope", chunk_tokens);
+      model_id, KvKindName(kind), num_layers, num_kv_heads, head_dim, DtypeName(dtype), tp_rank,
+      tp_world_size, PositionalFormatName(positional), chunk_tokens);
 }
 
 }  // namespace strata

@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace strata {
 
@@ -35,7 +37,34 @@ enum class PositionalFormat : uint8_t {
 
 // Size of one element of `dtype` in bytes.
 uint32_t DtypeSizeBytes(KvDtype dtype);
+
+// The one mapping between these enums and their names, for every front end that takes names
+// (the CLI's flags, the Python binding). Canonical names, which the Name functions return:
+//   KvKind            mha | mla
+//   KvDtype           fp16 | bf16 | fp32 | fp8_e4m3 | int8
+//   PositionalFormat  rope | nope
+// The Parse functions match case-insensitively and also take these aliases:
+//   mha       gqa, mqa (the same two-plane layout)
+//   mla       mla_latent
+//   fp16      float16, half, torch.float16, torch.half
+//   bf16      bfloat16, torch.bfloat16
+//   fp32      float32, float, torch.float32, torch.float
+//   fp8_e4m3  fp8 (vLLM's cache_dtype), float8_e4m3fn, torch.float8_e4m3fn
+//   int8      torch.int8
+//   rope      rope_applied
+// An unknown name is kInvalidArgument naming every accepted value.
+const char* KvKindName(KvKind kind);
 const char* DtypeName(KvDtype dtype);
+const char* PositionalFormatName(PositionalFormat positional);
+absl::StatusOr<KvKind> ParseKvKind(std::string_view name);
+absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name);
+absl::StatusOr<PositionalFormat> ParsePositionalFormat(std::string_view name);
+
+// The enums from their numeric values (the C ABI's strata_kv_kind, strata_dtype and
+// strata_positional are these values); kInvalidArgument for a value that names no enumerator.
+absl::StatusOr<KvKind> KvKindFromValue(uint32_t value);
+absl::StatusOr<KvDtype> KvDtypeFromValue(uint32_t value);
+absl::StatusOr<PositionalFormat> PositionalFormatFromValue(uint32_t value);
 
 struct KvLayout {
   // Bumped whenever the fingerprint's inputs or the chunk byte layout change.

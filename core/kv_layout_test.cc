@@ -1,5 +1,6 @@
 #include "core/kv_layout.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace strata {
@@ -87,6 +88,88 @@ TEST(KvLayout, ValidateRejectsBadFields) {
   l = Llama8B();
   l.chunk_tokens = 1u << 20;
   expect_bad(l, "chunk above 4 GiB");
+}
+
+TEST(KvLayoutNames, CanonicalNamesRoundTrip) {
+  for (KvKind kind : {KvKind::kMha, KvKind::kMlaLatent}) {
+    EXPECT_EQ(*ParseKvKind(KvKindName(kind)), kind);
+    EXPECT_EQ(*KvKindFromValue(static_cast<uint32_t>(kind)), kind);
+  }
+  for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32, KvDtype::kFp8E4m3,
+                        KvDtype::kInt8}) {
+    EXPECT_EQ(*ParseKvDtype(DtypeName(dtype)), dtype);
+    EXPECT_EQ(*KvDtypeFromValue(static_cast<uint32_t>(dtype)), dtype);
+  }
+  for (PositionalFormat positional : {PositionalFormat::kRopeApplied, PositionalFormat::kNope}) {
+    EXPECT_EQ(*ParsePositionalFormat(PositionalFormatName(positional)), positional);
+    EXPECT_EQ(*PositionalFormatFromValue(static_cast<uint32_t>(positional)), positional);
+  }
+  EXPECT_STREQ(KvKindName(KvKind::kMlaLatent), "mla");
+  EXPECT_STREQ(DtypeName(KvDtype::kBfloat16), "bf16");
+  EXPECT_STREQ(DtypeName(KvDtype::kFp8E4m3), "fp8_e4m3");
+  EXPECT_STREQ(PositionalFormatName(PositionalFormat::kRopeApplied), "rope");
+  EXPECT_STREQ(DtypeName(static_cast<KvDtype>(99)), "unknown");
+}
+
+TEST(KvLayoutNames, AliasesAreCaseInsensitive) {
+  for (const char* name : {"bf16", "BF16", "bfloat16", "torch.bfloat16", "Torch.BFloat16"}) {
+    EXPECT_EQ(*ParseKvDtype(name), KvDtype::kBfloat16) << name;
+  }
+  for (const char* name : {"fp16", "float16", "half", "torch.float16", "torch.half"}) {
+    EXPECT_EQ(*ParseKvDtype(name), KvDtype::kFloat16) << name;
+  }
+  for (const char* name : {"fp32", "float32", "float", "torch.float32", "torch.float"}) {
+    EXPECT_EQ(*ParseKvDtype(name), KvDtype::kFloat32) << name;
+  }
+  for (const char* name : {"fp8_e4m3", "fp8", "float8_e4m3fn", "torch.float8_e4m3fn"}) {
+    EXPECT_EQ(*ParseKvDtype(name), KvDtype::kFp8E4m3) << name;
+  }
+  EXPECT_EQ(*ParseKvDtype("torch.int8"), KvDtype::kInt8);
+  for (const char* name : {"mha", "MHA", "gqa", "mqa"}) {
+    EXPECT_EQ(*ParseKvKind(name), KvKind::kMha) << name;
+  }
+  for (const char* name : {"mla", "mla_latent", "MLA"}) {
+    EXPECT_EQ(*ParseKvKind(name), KvKind::kMlaLatent) << name;
+  }
+  EXPECT_EQ(*ParsePositionalFormat("rope_applied"), PositionalFormat::kRopeApplied);
+  EXPECT_EQ(*ParsePositionalFormat("NoPE"), PositionalFormat::kNope);
+}
+
+TEST(KvLayoutNames, UnknownNamesListWhatIsAccepted) {
+  using ::testing::HasSubstr;
+  const absl::Status dtype = ParseKvDtype("float64").status();
+  EXPECT_EQ(dtype.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dtype.message(), HasSubstr("unknown dtype 'float64'"));
+  EXPECT_THAT(dtype.message(), HasSubstr("bf16 (bfloat16, torch.bfloat16), fp32 ("));
+  EXPECT_THAT(dtype.message(), HasSubstr("int8 (torch.int8)"));
+  // fp8 formats other than e4m3 are not silently taken for it.
+  EXPECT_EQ(ParseKvDtype("fp8_e5m2").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvDtype("").status().code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status kind = ParseKvKind("gqa2").status();
+  EXPECT_EQ(kind.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(kind.message(), HasSubstr("mha (gqa, mqa), mla (mla_latent)"));
+  const absl::Status positional = ParsePositionalFormat("alibi").status();
+  EXPECT_EQ(positional.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(positional.message(), HasSubstr("rope (rope_applied), nope"));
+}
+
+TEST(KvLayoutNames, UnknownValuesAreRejected) {
+  EXPECT_EQ(KvKindFromValue(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvKindFromValue(3).status().code(), absl::StatusCode::kInvalidArgument);
+  // Not truncated to the enum's uint8_t: 257 is not 1.
+  EXPECT_EQ(KvDtypeFromValue(257).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(KvDtypeFromValue(6).status().message()),
+              ::testing::HasSubstr("1 = fp16, 2 = bf16, 3 = fp32, 4 = fp8_e4m3, 5 = int8"));
+  EXPECT_EQ(PositionalFormatFromValue(0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvLayout, DebugStringUsesCanonicalNames) {
+  KvLayout layout = Llama8B();
+  layout.kind = KvKind::kMlaLatent;
+  layout.positional = PositionalFormat::kNope;
+  EXPECT_EQ(layout.DebugString(),
+            "model=meta-llama/Llama-3.1-8B kind=mla layers=32 kv_heads=8 head_dim=128 dtype=bf16 "
+            "tp=0/1 pos=nope chunk=256");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// strata_demo: a tour of the host tier with an embedded configuration, until the daemon exists.
+// strata_demo: a tour of the host tier's API alone, in one process with an embedded configuration
+// and no daemon, engine or disk (`make run` starts stratad itself; see README.md).
 // Hashes a few synthetic prompts into chunk keys, stores their KV chunks in a host tier (a memfd
 // shared arena), looks them up, loads them back byte-exact, pins one, forces eviction and prints
 // the tier's statistics. Exits 0 when every check holds, 1 otherwise.
@@ -19,7 +20,9 @@ using storage::HostTier;
 using storage::ReserveOutcome;
 
 // The embedded configuration: a 256 MiB arena of 2 MiB pages, and a small Llama-like model
-// whose 256-token chunk is exactly one page.
+// whose 256-token chunk is exactly one page. The tier evicts by LRU, so that the flood of filler
+// chunks below evicts every unpinned chunk; stratad's default policy, "adaptive"
+// (storage/policy/adaptive_policy.h), would keep the chunks read before a flood written once.
 constexpr uint64_t kArenaBytes = uint64_t{256} << 20;
 constexpr uint32_t kPageBytes = 2u << 20;
 
@@ -53,7 +56,8 @@ std::vector<std::byte> ExpectedPayload(const ChunkKey& key, uint64_t size_bytes)
   return bytes;
 }
 
-// Counts what the tier evicts (the disk tier will copy the bytes here instead).
+// Counts what the tier evicts. In stratad with a disk tier the listener is the DiskMover
+// (storage/disk/mover.h), which copies the bytes here and demotes them to disk.
 class CountingListener : public storage::EvictionListener {
  public:
   void OnEvicted(const ChunkKey&, const storage::PayloadView& payload, uint64_t checksum,
@@ -143,6 +147,7 @@ int Demo::Run() {
                         .hard_pin_quota_bytes = kArenaBytes / 4,
                         .default_lease = std::chrono::seconds(5),
                         .verify_every_n_loads = 1,
+                        .policy = "lru",
                         .listener = &listener_});
   if (!created.ok()) {
     std::printf("cannot create the host tier: %s\n", created.status().ToString().c_str());

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/chunk_key.h"
+#include "core/kv_layout.h"
+#include "core/status_util.h"
 #include "fmt/format.h"
 #include "strata/connector.h"
 
@@ -28,6 +30,18 @@ struct strata_metadata {
 namespace {
 
 using strata::connector::ConnectorOptions;
+
+// The C enums are the core enums' values (connector_c.h says so): a cast converts them.
+static_assert(STRATA_KV_MHA == static_cast<int>(strata::KvKind::kMha));
+static_assert(STRATA_KV_MLA_LATENT == static_cast<int>(strata::KvKind::kMlaLatent));
+static_assert(STRATA_DTYPE_FLOAT16 == static_cast<int>(strata::KvDtype::kFloat16));
+static_assert(STRATA_DTYPE_BFLOAT16 == static_cast<int>(strata::KvDtype::kBfloat16));
+static_assert(STRATA_DTYPE_FLOAT32 == static_cast<int>(strata::KvDtype::kFloat32));
+static_assert(STRATA_DTYPE_FP8_E4M3 == static_cast<int>(strata::KvDtype::kFp8E4m3));
+static_assert(STRATA_DTYPE_INT8 == static_cast<int>(strata::KvDtype::kInt8));
+static_assert(STRATA_POSITIONAL_ROPE_APPLIED ==
+              static_cast<int>(strata::PositionalFormat::kRopeApplied));
+static_assert(STRATA_POSITIONAL_NOPE == static_cast<int>(strata::PositionalFormat::kNope));
 
 thread_local std::string last_error;
 
@@ -87,18 +101,17 @@ absl::StatusOr<ConnectorOptions> ToOptions(const strata_connector_options* in) {
   if (in->engine_id != nullptr) out.engine_id = in->engine_id;
   strata::KvLayout& layout = out.layout;
   layout.model_id = OrEmpty(in->model_id);
-  if (in->kv_kind != 1 && in->kv_kind != 2) {
-    return absl::InvalidArgumentError(fmt::format("unknown kv_kind {}", in->kv_kind));
-  }
-  layout.kind = static_cast<strata::KvKind>(in->kv_kind);
-  if (in->dtype < 1 || in->dtype > 5) {
-    return absl::InvalidArgumentError(fmt::format("unknown dtype {}", in->dtype));
-  }
-  layout.dtype = static_cast<strata::KvDtype>(in->dtype);
-  if (in->positional != 1 && in->positional != 2) {
-    return absl::InvalidArgumentError(fmt::format("unknown positional {}", in->positional));
-  }
-  layout.positional = static_cast<strata::PositionalFormat>(in->positional);
+  // The C enums are the core enums' values (the static_asserts above); core checks them.
+  absl::StatusOr<strata::KvKind> kind = strata::KvKindFromValue(in->kv_kind);
+  if (!kind.ok()) return strata::Annotate(kind.status(), "options.kv_kind");
+  layout.kind = *kind;
+  absl::StatusOr<strata::KvDtype> dtype = strata::KvDtypeFromValue(in->dtype);
+  if (!dtype.ok()) return strata::Annotate(dtype.status(), "options.dtype");
+  layout.dtype = *dtype;
+  absl::StatusOr<strata::PositionalFormat> positional =
+      strata::PositionalFormatFromValue(in->positional);
+  if (!positional.ok()) return strata::Annotate(positional.status(), "options.positional");
+  layout.positional = *positional;
   layout.num_layers = in->num_layers;
   layout.num_kv_heads = in->num_kv_heads;
   layout.head_dim = in->head_dim;

@@ -76,6 +76,10 @@ TEST(ConnectorCTest, CreateReportsBadOptions) {
   EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
   EXPECT_THAT(strata_last_error(), HasSubstr("dtype"));
   options = Options(path);
+  options.kv_kind = 257;  // not truncated to the C++ enum's uint8_t (1, MHA)
+  EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
+  EXPECT_THAT(strata_last_error(), HasSubstr("options.kv_kind: unknown kind value 257"));
+  options = Options(path);
   options.hash_algorithm = "md5";
   EXPECT_EQ(strata_scheduler_create(&options, &scheduler), STRATA_INVALID_ARGUMENT);
   options = Options(path);

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "strata/connector.h"
 
 namespace py = pybind11;
@@ -34,19 +35,20 @@ T Take(absl::StatusOr<T> value) {
   return std::move(*value);
 }
 
-// Python-facing options: the layout flattened, durations in milliseconds, enums as names.
+// Python-facing options: the layout flattened, durations in milliseconds, enums as names (the
+// layout's are parsed by core/kv_layout.h, so torch's dtype names such as "torch.bfloat16" work).
 struct PyOptions {
   std::string socket_path;
   std::string engine_id = "engine";
   std::string model_id;
-  std::string kv_kind = "mha";
+  std::string kv_kind = KvKindName(KvLayout().kind);
   uint32_t num_layers = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
-  std::string dtype = "bfloat16";
+  std::string dtype = DtypeName(KvLayout().dtype);
   uint32_t tp_rank = 0;
   uint32_t tp_world_size = 1;
-  std::string positional = "rope";
+  std::string positional = PositionalFormatName(KvLayout().positional);
   uint32_t chunk_tokens = KvLayout::kDefaultChunkTokens;
   std::string hash_algorithm = "xxh3_128";
   std::string hash_seed = "0";
@@ -68,33 +70,9 @@ struct PyOptions {
     o.socket_path = socket_path;
     o.engine_id = engine_id;
     o.layout.model_id = model_id;
-    if (kv_kind == "mha") {
-      o.layout.kind = KvKind::kMha;
-    } else if (kv_kind == "mla") {
-      o.layout.kind = KvKind::kMlaLatent;
-    } else {
-      throw py::value_error("kv_kind must be 'mha' or 'mla', not '" + kv_kind + "'");
-    }
-    if (dtype == "float16" || dtype == "fp16" || dtype == "half") {
-      o.layout.dtype = KvDtype::kFloat16;
-    } else if (dtype == "bfloat16" || dtype == "bf16") {
-      o.layout.dtype = KvDtype::kBfloat16;
-    } else if (dtype == "float32" || dtype == "fp32" || dtype == "float") {
-      o.layout.dtype = KvDtype::kFloat32;
-    } else if (dtype == "fp8_e4m3" || dtype == "float8_e4m3fn") {
-      o.layout.dtype = KvDtype::kFp8E4m3;
-    } else if (dtype == "int8") {
-      o.layout.dtype = KvDtype::kInt8;
-    } else {
-      throw py::value_error("unknown dtype '" + dtype + "'");
-    }
-    if (positional == "rope") {
-      o.layout.positional = PositionalFormat::kRopeApplied;
-    } else if (positional == "nope") {
-      o.layout.positional = PositionalFormat::kNope;
-    } else {
-      throw py::value_error("positional must be 'rope' or 'nope', not '" + positional + "'");
-    }
+    o.layout.kind = Take(ParseKvKind(kv_kind));
+    o.layout.dtype = Take(ParseKvDtype(dtype));
+    o.layout.positional = Take(ParsePositionalFormat(positional));
     o.layout.num_layers = num_layers;
     o.layout.num_kv_heads = num_kv_heads;
     o.layout.head_dim = head_dim;
@@ -155,6 +133,13 @@ PYBIND11_MODULE(strata_connector, m) {
   strata_error = PyErr_NewException("strata_connector.StrataError", PyExc_RuntimeError, nullptr);
   m.attr("StrataError") = py::handle(strata_error);
   m.attr("PROTOCOL_VERSION") = 1;
+
+  m.def(
+      "canonical_dtype",
+      [](const std::string& name) { return std::string(DtypeName(Take(ParseKvDtype(name)))); },
+      py::arg("name"),
+      "The canonical name of a KV dtype name or alias (\"torch.bfloat16\" -> \"bf16\"); "
+      "ValueError naming the accepted names when unknown.");
 
   py::class_<PyOptions>(m, "ConnectorOptions")
       .def(py::init<>())

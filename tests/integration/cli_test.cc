@@ -178,6 +178,16 @@ TEST_F(CliTest, DrainStatsAndErrors) {
   EXPECT_THAT(bad_token.err, HasSubstr("was not produced by this daemon"));
   CliResult compress_less = Cli({"move", "--key", keys_[0].ToString()});
   EXPECT_EQ(compress_less.code, 2) << "--to is required";
+  // Layout names go through core's one parser: an alias gives the same keys as the canonical
+  // name, an unknown name is a usage error that lists the accepted ones.
+  CliResult canonical = Cli({"hash", "--tokens", TokenList(64), "--dtype", "bf16"});
+  EXPECT_EQ(canonical.code, 0) << canonical.err;
+  CliResult alias = Cli({"hash", "--tokens", TokenList(64), "--dtype", "torch.BFloat16"});
+  EXPECT_EQ(alias.code, 0) << alias.err;
+  EXPECT_EQ(alias.out, canonical.out);
+  CliResult bad_dtype = Cli({"hash", "--tokens", "1", "--dtype", "float64"});
+  EXPECT_EQ(bad_dtype.code, 2);
+  EXPECT_THAT(bad_dtype.err, HasSubstr("--dtype: unknown dtype 'float64' (accepted"));
 
   std::vector<std::string> unreachable = {STRATA_CLI_PATH, "--addr", "unix:///nonexistent.sock",
                                           "--timeout-ms",  "500",    "status"};

@@ -50,6 +50,11 @@ typedef enum strata_status {
 /* The calling thread's message for its last failed call ("" when none). */
 const char* strata_last_error(void);
 
+/* The layout enums below are the values of the C++ enums strata::KvKind, strata::KvDtype and
+ * strata::PositionalFormat (core/kv_layout.h): *_create checks them there and rejects a value
+ * that names no enumerator with STRATA_INVALID_ARGUMENT. This ABI takes no names for them; the
+ * CLI and the Python binding parse "bf16", "bfloat16", ... with strata::ParseKvDtype and its
+ * siblings. */
 typedef enum strata_kv_kind { STRATA_KV_MHA = 1, STRATA_KV_MLA_LATENT = 2 } strata_kv_kind;
 
 typedef enum strata_dtype {

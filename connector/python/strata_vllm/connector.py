@@ -50,23 +50,6 @@ logger = logging.getLogger("strata_vllm")
 SCHEDULER = 0
 WORKER = 1
 
-_DTYPE_NAMES = {
-    "torch.float16": "float16",
-    "torch.half": "float16",
-    "torch.bfloat16": "bfloat16",
-    "torch.float32": "float32",
-    "torch.float": "float32",
-    "torch.float8_e4m3fn": "fp8_e4m3",
-    "torch.int8": "int8",
-    "float16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32",
-    "fp8": "fp8_e4m3",
-    "fp8_e4m3": "fp8_e4m3",
-    "int8": "int8",
-}
-
 
 def _role_value(role: Any) -> int:
     """KVConnectorRole, its name or its value -> SCHEDULER / WORKER."""
@@ -83,10 +66,9 @@ def _role_value(role: Any) -> int:
 
 
 def _dtype_name(dtype: Any) -> str:
-    name = str(dtype)
-    if name not in _DTYPE_NAMES:
-        raise ValueError(f"unsupported KV dtype {name}")
-    return _DTYPE_NAMES[name]
+    """A torch dtype, its name or a vLLM cache_dtype -> the canonical name ("bf16", ...); the
+    names are parsed in C++ (core/kv_layout.h), like every other front end's."""
+    return _sc.canonical_dtype(str(dtype))
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:

@@ -384,7 +384,7 @@ class AdapterShapeTest(unittest.TestCase):
         self.assertEqual((worker.num_layers, worker.num_kv_heads, worker.head_dim),
                          (LAYERS, HEADS, DIM))
         self.assertEqual((worker.tp_rank, worker.tp_world_size), (2, 4))
-        self.assertEqual(worker.dtype, "bfloat16")
+        self.assertEqual(worker.dtype, "bf16")
         self.assertEqual(worker.block_size, BLOCK)
         self.assertEqual(worker.chunk_tokens, CHUNK)
         self.assertEqual(worker.hash_algorithm, "sha256_cbor")
@@ -398,6 +398,14 @@ class AdapterShapeTest(unittest.TestCase):
             strata_vllm.options_from_vllm_config(bad, strata_vllm.WORKER)
         with self.assertRaises(ValueError):
             StrataConnector(fake_vllm_config("/tmp/x.sock"), "driver", None)
+
+    def test_dtype_names_come_from_core(self):
+        for name in ("bf16", "bfloat16", "torch.bfloat16", "BF16"):
+            self.assertEqual(strata_connector.canonical_dtype(name), "bf16")
+        self.assertEqual(strata_connector.canonical_dtype("torch.half"), "fp16")
+        self.assertEqual(strata_connector.canonical_dtype("fp8"), "fp8_e4m3")
+        with self.assertRaisesRegex(ValueError, "unknown dtype 'float64'.*bf16 \\(bfloat16"):
+            strata_connector.canonical_dtype("float64")
 
     def test_metadata_pickles(self):
         meta = StrataConnectorMetadata()
@@ -434,6 +442,9 @@ class AdapterShapeTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             options.validate()
         options.dtype = "float16"
+        options.validate()
+        options.dtype, options.kv_kind = "torch.BFloat16", "gqa"
+        options.positional = "rope_applied"
         options.validate()
         scheduler = strata_connector.SchedulerConnector(options)
         with self.assertRaises(strata_connector.StrataError):
