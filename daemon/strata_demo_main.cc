@@ -56,8 +56,8 @@ std::vector<std::byte> ExpectedPayload(const ChunkKey& key, uint64_t size_bytes)
   return bytes;
 }
 
-// Counts what the tier evicts. In stratad with a disk tier the listener is the DiskMover
-// (storage/disk/mover.h), which copies the bytes here and demotes them to disk.
+// Counts what the tier evicts. In stratad with a disk tier the listener is the tiered store's
+// Demoter (storage/tiered/demoter.h), which copies the bytes here and demotes them to disk.
 class CountingListener : public storage::EvictionListener {
  public:
   void OnEvicted(const ChunkKey&, const storage::PayloadView& payload, uint64_t checksum,
