@@ -13,7 +13,7 @@
 //   4. promotion latency: a --promotion_tokens prefix of Llama-3.1-8B geometry (32 layers, 8 KV
 //      heads, head_dim 128, bf16, 256-token chunks of 32 MiB) is stored on disk, then brought
 //      into a host tier (2 MiB pages, prefaulted arena) in runs of --promotion_run chunks
-//      (default 8, as a load does; 1: chunk by chunk) with PromoteRunFromDisk on
+//      (default 8, as a load does; 1: chunk by chunk) with PromoteRun on
 //      one thread, as the daemon's session thread does; fio reads as many bytes with the tier's
 //      request size, O_DIRECT, io_uring, at the tier's depth, on the same device, each round.
 //      The host tier is emptied between rounds. --total_mib=0 / --recovery_chunks=0 /
@@ -50,6 +50,7 @@
 #include "storage/host/test_util.h"
 #include "storage/io/aligned_buffer.h"
 #include "storage/tiered/chunk_transfer.h"
+#include "storage/tiered/disk_lower_tier.h"
 
 namespace strata::storage {
 namespace {
@@ -73,7 +74,7 @@ struct Flags {
   uint64_t promotion_tokens = 32768;
   // Register the transfer buffers with the tier's io engines.
   bool register_buffers = true;
-  // Chunks promoted per PromoteRunFromDisk call (8: what a load's PrepareLoad does; 1: chunk
+  // Chunks promoted per PromoteRun call (8: what a load's PrepareLoad does; 1: chunk
   // by chunk).
   uint64_t promotion_run = 8;
 };
@@ -190,6 +191,7 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
   const std::span<std::byte> arena[] = {{(*host)->arena_base(), (*host)->arena_size_bytes()}};
   const double register_s = Register(flags, *disk, arena);
 
+  DiskLowerTier below(disk.get());  // the disk tier as the tiered store's promotions see it
   std::vector<PromotionRound> rounds(flags.rounds);
   for (PromotionRound& round : rounds) {
     (*host)->RemoveAll();
@@ -200,8 +202,7 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
       const std::span<const ChunkKey> run = std::span(keys).subspan(
           first, std::min<size_t>(flags.promotion_run, keys.size() - first));
       const auto run_start = Clock::now();
-      for (const absl::StatusOr<PromoteOutcome>& outcome :
-           PromoteRunFromDisk(*disk, **host, layout, run)) {
+      for (const absl::StatusOr<PromoteOutcome>& outcome : PromoteRun(below, **host, layout, run)) {
         if (!outcome.ok()) Die(fmt::format("promote: {}", outcome.status()));
         if (*outcome != PromoteOutcome::kPromoted) Die("promote: chunk not promoted");
       }

@@ -16,16 +16,18 @@ absl::InlinedVector<std::span<const std::byte>, 4> PayloadParts(const PayloadVie
   return parts;
 }
 
-absl::Status PutPayload(DiskTier& disk, const ChunkKey& key, const PayloadView& payload,
+absl::Status PutPayload(LowerTier& below, const ChunkKey& key, const PayloadView& payload,
                         uint64_t checksum, uint32_t num_tokens) {
-  return disk.Put(key, key.layout_fingerprint(), PayloadParts(payload), checksum, num_tokens);
+  const absl::InlinedVector<std::span<const std::byte>, 4> parts = PayloadParts(payload);
+  return below.PutOne(
+      {.key = key, .payload = parts, .payload_checksum = checksum, .num_tokens = num_tokens});
 }
 
-absl::StatusOr<bool> CopyToDisk(HostTier& host, DiskTier& disk, const ChunkKey& key) {
+absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key) {
   STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.AcquireForCopy(key));
   if (!lease.has_value()) return false;
   STRATA_RETURN_IF_ERROR(
-      PutPayload(disk, key, lease->payload(), lease->checksum(), lease->num_tokens()));
+      PutPayload(below, key, lease->payload(), lease->checksum(), lease->num_tokens()));
   return true;
 }
 
@@ -60,7 +62,7 @@ absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout& layout
   return PromotionSlot{.reservation = std::move(reserved.reservation)};
 }
 
-// Promotes a chunk the mover holds for its disk write from its staging buffer (a memcpy, no
+// Promotes a chunk the demoter holds for its disk write from its staging buffer (a memcpy, no
 // disk read), with the checksum the host tier gave it when it was first committed.
 absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout& layout,
                                                   const ChunkKey& key,
@@ -75,17 +77,17 @@ absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout
 
 }  // namespace
 
-absl::StatusOr<PromoteOutcome> PromoteFromDisk(DiskTier& disk, HostTier& host,
-                                               const KvLayout& layout, const ChunkKey& key,
-                                               const Demoter* staged) {
-  return PromoteRunFromDisk(disk, host, layout, {&key, 1}, staged).front();
+absl::StatusOr<PromoteOutcome> PromoteChunk(LowerTier& below, HostTier& host,
+                                            const KvLayout& layout, const ChunkKey& key,
+                                            const Demoter* staged) {
+  return PromoteRun(below, host, layout, {&key, 1}, staged).front();
 }
 
-std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunFromDisk(DiskTier& disk, HostTier& host,
-                                                               const KvLayout& layout,
-                                                               std::span<const ChunkKey> keys,
-                                                               const Demoter* staged) {
-  std::vector<absl::StatusOr<PromoteOutcome>> results(keys.size(), PromoteOutcome::kNotOnDisk);
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRun(LowerTier& below, HostTier& host,
+                                                       const KvLayout& layout,
+                                                       std::span<const ChunkKey> keys,
+                                                       const Demoter* staged) {
+  std::vector<absl::StatusOr<PromoteOutcome>> results(keys.size(), PromoteOutcome::kNotBelow);
   // The chunks reserved for a disk read, with their reservations and record checksums.
   std::vector<size_t> reading;
   std::vector<ChunkKey> reading_keys;
@@ -100,7 +102,7 @@ std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunFromDisk(DiskTier& disk, H
         continue;
       }
     }
-    const std::optional<DiskChunkInfo> info = disk.Lookup(key);
+    const std::optional<LowerTier::ChunkInfo> info = below.Lookup(key);
     if (!info.has_value()) continue;
     absl::StatusOr<PromotionSlot> slot =
         ReserveSlot(host, layout, key, info->payload_bytes, info->num_tokens, "on disk");
@@ -121,14 +123,14 @@ std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunFromDisk(DiskTier& disk, H
   // the same checksum; if it did not, verified host loads of the chunk would fail (kDataLoss),
   // never serve it.
   std::vector<absl::InlinedVector<std::span<std::byte>, 4>> pages(reading.size());
-  std::vector<MutableParts> destinations;
+  std::vector<LowerTier::MutableParts> destinations;
   destinations.reserve(reading.size());
   for (size_t r = 0; r < reading.size(); ++r) {
     const MutablePayloadView view = reservations[r].payload();
     for (size_t i = 0; i < view.ranges().size(); ++i) pages[r].push_back(view.range_bytes(i));
     destinations.push_back(pages[r]);
   }
-  const std::vector<absl::Status> read = disk.ReadBatch(reading_keys, destinations);
+  const std::vector<absl::Status> read = below.ReadBatch(reading_keys, destinations);
   for (size_t r = 0; r < reading.size(); ++r) {
     if (!read[r].ok()) {
       host.Abort(std::move(reservations[r]));

@@ -9,7 +9,7 @@
 
 namespace strata::storage {
 
-absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(DiskTier* disk,
+absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(LowerTier* disk,
                                                          const DemoterOptions& options) {
   if (disk == nullptr) return absl::InvalidArgumentError("disk mover: no disk tier");
   if (options.max_batch_chunks == 0) {
@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(DiskTier* disk,
   return std::unique_ptr<Demoter>(new Demoter(disk, options));
 }
 
-Demoter::Demoter(DiskTier* disk, const DemoterOptions& options)
+Demoter::Demoter(LowerTier* disk, const DemoterOptions& options)
     : disk_(disk), options_(options), worker_([this] { Run(); }) {}
 
 Demoter::~Demoter() { Stop(); }
@@ -122,7 +122,7 @@ void Demoter::Run() {
     }
     std::vector<std::span<const std::byte>> parts;
     parts.reserve(batch.size());
-    std::vector<DiskPut> puts;
+    std::vector<LowerTier::Put> puts;
     uint64_t batch_staged_bytes = 0;
     for (const Queued& item : batch) {
       parts.push_back(item.staged->payload());
@@ -130,7 +130,6 @@ void Demoter::Run() {
     }
     for (size_t i = 0; i < batch.size(); ++i) {
       puts.push_back({.key = batch[i].key,
-                      .layout_fingerprint = batch[i].key.layout_fingerprint(),
                       .payload = std::span(&parts[i], 1),
                       .payload_checksum = batch[i].staged->checksum,
                       .num_tokens = batch[i].staged->num_tokens});

@@ -3,7 +3,7 @@
 //
 // The host tier frees an evicted chunk's pages as soon as OnEvicted returns, so OnEvicted copies
 // the payload into a 4 KiB-aligned staging buffer (a memcpy, ~10x faster than the disk write)
-// and queues it; the demoter's thread writes queued chunks with DiskTier::PutBatch (up to
+// and queues it; the demoter's thread writes queued chunks with LowerTier::PutBatch (up to
 // max_batch_chunks per call, one fdatasync and one index batch each) and frees their buffers.
 // The staging buffers, queued or being written, never take more than max_queued_bytes: an
 // eviction that would exceed it is written on the evicting thread instead, straight from the
@@ -15,7 +15,7 @@
 //
 // Visibility: a chunk is staged from the end of its copy in OnEvicted until its write finished
 // and the disk tier shows it (or the write failed): FindStaged hands out its staging buffer, so
-// LocatePrefix counts it and PromoteFromDisk promotes it from memory (prefix_locator.h,
+// LocatePrefix counts it and PromoteChunk promotes it from memory (prefix_locator.h,
 // chunk_transfer.h). A chunk a promotion evicts on the loads thread is staged by the time the
 // promotion returns, so a PrepareLoad that evicts a later chunk of its own prefix still finds
 // it. Only while another thread's OnEvicted copies the payload is a chunk in neither tier (a
@@ -46,9 +46,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
-#include "storage/disk/disk_tier.h"
 #include "storage/host/eviction_listener.h"
 #include "storage/io/aligned_buffer.h"
+#include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
 
@@ -66,14 +66,14 @@ struct DemoterOptions {
   // Most bytes of evicted payloads held in staging buffers (see above); 0: write synchronously.
   // Staged buffers a reader still holds (FindStaged) may outlive their place in the budget.
   uint64_t max_queued_bytes = 256ull << 20;
-  // Most chunks per DiskTier::PutBatch; at least 1.
+  // Most chunks per LowerTier::PutBatch; at least 1.
   uint32_t max_batch_chunks = 4;
 };
 
 class Demoter final : public EvictionListener {
  public:
   // Starts the demoter's thread. kInvalidArgument for a null disk tier or max_batch_chunks 0.
-  static absl::StatusOr<std::unique_ptr<Demoter>> Create(DiskTier* disk,
+  static absl::StatusOr<std::unique_ptr<Demoter>> Create(LowerTier* disk,
                                                          const DemoterOptions& options);
   ~Demoter() override;
   Demoter(const Demoter&) = delete;
@@ -109,11 +109,11 @@ class Demoter final : public EvictionListener {
     std::shared_ptr<const StagedPayload> staged;
   };
 
-  Demoter(DiskTier* disk, const DemoterOptions& options);
+  Demoter(LowerTier* disk, const DemoterOptions& options);
   void Run();
   void Count(const absl::Status& status);
 
-  DiskTier* const disk_;
+  LowerTier* const disk_;
   const DemoterOptions options_;
 
   mutable absl::Mutex mu_;

@@ -43,7 +43,7 @@ TEST_P(DemoterTest, EvictedHostChunksLandOnDiskAndPromoteBack) {
   }
 
   // Promotion reads the disk record into the arena pages; making room demotes another chunk.
-  auto outcome = PromoteFromDisk(**disk, *host.tier, host.layout, SyntheticKey(host.layout, 2));
+  auto outcome = PromoteChunk(host.below, *host.tier, host.layout, SyntheticKey(host.layout, 2));
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(*outcome, PromoteOutcome::kPromoted);
   EXPECT_TRUE(host.HostHolds(2));
@@ -51,11 +51,11 @@ TEST_P(DemoterTest, EvictedHostChunksLandOnDiskAndPromoteBack) {
   // Arena pages are 4 KiB aligned: demotion and promotion moved the bytes in place.
   EXPECT_EQ((*disk)->stats().staged_writes, 0u);
   EXPECT_EQ((*disk)->stats().staged_reads, 0u);
-  EXPECT_EQ(PromoteFromDisk(**disk, *host.tier, host.layout, SyntheticKey(host.layout, 2)).value(),
+  EXPECT_EQ(PromoteChunk(host.below, *host.tier, host.layout, SyntheticKey(host.layout, 2)).value(),
             PromoteOutcome::kAlreadyInHost);
   EXPECT_EQ(
-      PromoteFromDisk(**disk, *host.tier, host.layout, SyntheticKey(host.layout, 999)).value(),
-      PromoteOutcome::kNotOnDisk);
+      PromoteChunk(host.below, *host.tier, host.layout, SyntheticKey(host.layout, 999)).value(),
+      PromoteOutcome::kNotBelow);
   EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }
 
@@ -65,7 +65,7 @@ TEST_P(DemoterTest, RunPromotionReadsTheChunksTogetherAndFailsOnlyTheBadOnes) {
   DemoterFixture host(disk->get());
   ASSERT_TRUE(host.Open().ok());
   for (uint64_t id = 0; id < 8; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;  // 0-3 on disk
-  ASSERT_EQ(PromoteFromDisk(**disk, *host.tier, host.layout, host.Key(3)).value(),
+  ASSERT_EQ(PromoteChunk(host.below, *host.tier, host.layout, host.Key(3)).value(),
             PromoteOutcome::kPromoted);
   const uint64_t reads = (*disk)->stats().reads;
 
@@ -74,12 +74,12 @@ TEST_P(DemoterTest, RunPromotionReadsTheChunksTogetherAndFailsOnlyTheBadOnes) {
                                      host.Key(2)};
   plan_->FlipNextReads(1);
   const std::vector<absl::StatusOr<PromoteOutcome>> outcomes =
-      PromoteRunFromDisk(**disk, *host.tier, host.layout, run);
+      PromoteRun(host.below, *host.tier, host.layout, run);
   ASSERT_EQ(outcomes.size(), run.size());
   EXPECT_EQ(outcomes[0].value(), PromoteOutcome::kAlreadyInHost);
   EXPECT_EQ(outcomes[1].status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(outcomes[2].value(), PromoteOutcome::kPromoted);
-  EXPECT_EQ(outcomes[3].value(), PromoteOutcome::kNotOnDisk);
+  EXPECT_EQ(outcomes[3].value(), PromoteOutcome::kNotBelow);
   EXPECT_EQ(outcomes[4].value(), PromoteOutcome::kPromoted);
   EXPECT_TRUE(host.HostHolds(1));
   EXPECT_TRUE(host.HostHolds(2));
@@ -98,7 +98,7 @@ TEST_P(DemoterTest, CorruptDiskCopyIsDataLossAndLeavesNoHostReservation) {
   for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
   ASSERT_TRUE((*disk)->Contains(SyntheticKey(host.layout, 0)));
   plan_->FlipNextReads(1);
-  auto outcome = PromoteFromDisk(**disk, *host.tier, host.layout, SyntheticKey(host.layout, 0));
+  auto outcome = PromoteChunk(host.below, *host.tier, host.layout, SyntheticKey(host.layout, 0));
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_FALSE((*disk)->Contains(SyntheticKey(host.layout, 0)));
   EXPECT_FALSE(host.tier->Contains(SyntheticKey(host.layout, 0)));
@@ -202,8 +202,8 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
     EXPECT_FALSE((*disk)->Contains(chain[id])) << id;
     EXPECT_TRUE(host.mover->IsStaged(chain[id])) << id;
   }
-  EXPECT_TRUE(LocatePrefix(*host.tier, disk->get(), chain).empty()) << "without the mover";
-  const std::vector<Tier> tiers = LocatePrefix(*host.tier, disk->get(), chain, host.mover.get());
+  EXPECT_TRUE(LocatePrefix(*host.tier, &host.below, chain).empty()) << "without the mover";
+  const std::vector<Tier> tiers = LocatePrefix(*host.tier, &host.below, chain, host.mover.get());
   ASSERT_EQ(tiers.size(), 6u);
   EXPECT_EQ(tiers[0], Tier::kDisk);
   EXPECT_EQ(tiers[1], Tier::kDisk);
@@ -211,19 +211,19 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
 
   // Promoted from the staging buffer: byte-exact, no disk read. Its room evicts chunk 2, which
   // is staged by the time the promotion returns.
-  auto outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[0], host.mover.get());
+  auto outcome = PromoteChunk(host.below, *host.tier, host.layout, chain[0], host.mover.get());
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(*outcome, PromoteOutcome::kPromoted);
   EXPECT_TRUE(host.HostHolds(0));
   EXPECT_EQ((*disk)->stats().reads, 0u);
   EXPECT_TRUE(host.mover->IsStaged(chain[2]));
-  outcome = PromoteFromDisk(**disk, *host.tier, host.layout, chain[2], host.mover.get());
+  outcome = PromoteChunk(host.below, *host.tier, host.layout, chain[2], host.mover.get());
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_TRUE(host.HostHolds(2));
   // A layout whose chunk size differs from the staged payload's is refused.
   KvLayout wider = host.layout;
   wider.head_dim = 32;
-  EXPECT_EQ(PromoteFromDisk(**disk, *host.tier, wider, chain[1], host.mover.get()).status().code(),
+  EXPECT_EQ(PromoteChunk(host.below, *host.tier, wider, chain[1], host.mover.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   // The writes go through: the staged chunks land on disk and leave the staging index.
@@ -246,7 +246,7 @@ TEST_P(PromoterTest, PrefetchPromotesDiskOnlyChunksInTheBackground) {
   ASSERT_TRUE(host.Open().ok());
   // Chunks 0-5 go to disk; 6-9 stay in the host tier.
   for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
-  auto promoter = Promoter::Create(disk->get(), host.tier.get(), {});
+  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok()) << promoter.status();
 
   // Host-resident chunks are not queued, and the run stops at a chunk in neither tier.
@@ -286,9 +286,9 @@ TEST_P(PromoterTest, BadInputsAndStopAreClearErrors) {
   EXPECT_EQ(Promoter::Create(nullptr, host.tier.get(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      Promoter::Create(disk->get(), host.tier.get(), {.max_queued_chunks = 0}).status().code(),
+      Promoter::Create(&host.below, host.tier.get(), {.max_queued_chunks = 0}).status().code(),
       absl::StatusCode::kInvalidArgument);
-  auto promoter = Promoter::Create(disk->get(), host.tier.get(), {});
+  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok());
   const ChunkKey other_layout[] = {SyntheticKey(SmallLayout("other-model"), 1)};
   EXPECT_EQ((*promoter)->Enqueue(host.layout, other_layout).status().code(),
@@ -336,7 +336,8 @@ TEST_P(PromoterTest, QueueIsBoundedAndDuplicatesAreSkipped) {
   reserved->reservation.payload().CopyFrom(Pattern(0, kChunkBytes));
   ASSERT_TRUE((*host)->Commit(std::move(reserved->reservation)).ok());
 
-  auto promoter = Promoter::Create(disk->get(), host->get(), {.max_queued_chunks = 2});
+  DiskLowerTier below(disk->get());
+  auto promoter = Promoter::Create(&below, host->get(), {.max_queued_chunks = 2});
   ASSERT_TRUE(promoter.ok());
   const ChunkKey one[] = {SyntheticKey(layout, 1)};
   EXPECT_EQ((*promoter)->Enqueue(layout, one).value(), 1u);
@@ -382,7 +383,7 @@ TEST_P(PromoterTest, FailedReadIsCountedAndNothingIsServed) {
   ASSERT_TRUE(host.Open().ok());
   for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
   ASSERT_TRUE((*disk)->Contains(SyntheticKey(host.layout, 0)));
-  auto promoter = Promoter::Create(disk->get(), host.tier.get(), {});
+  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok());
   plan_->FlipNextReads(1);
   const ChunkKey zero[] = {SyntheticKey(host.layout, 0)};

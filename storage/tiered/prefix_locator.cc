@@ -2,7 +2,7 @@
 
 namespace strata::storage {
 
-std::vector<Tier> LocatePrefix(const HostTier& host, const DiskTier* disk,
+std::vector<Tier> LocatePrefix(const HostTier& host, const LowerTier* disk,
                                std::span<const ChunkKey> chain, const Demoter* staged) {
   std::vector<Tier> tiers(host.Lookup(chain), Tier::kHost);
   while (disk != nullptr && tiers.size() < chain.size()) {

@@ -7,18 +7,18 @@
 #include <vector>
 
 #include "core/chunk_key.h"
-#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/demoter.h"
+#include "storage/tiered/lower_tier.h"
 #include "storage/tiered/tier.h"
 
 namespace strata::storage {
 
 // The tier of each leading chunk of `chain`, stopping at the first chunk in neither. `disk` is
 // nullable (no disk tier: the host tier's prefix alone). A chunk `staged` holds for its disk
-// write counts as Tier::kDisk (PromoteFromDisk serves it from the staging buffer); `staged` is
+// write counts as Tier::kDisk (PromoteChunk serves it from the staging buffer); `staged` is
 // nullable.
-std::vector<Tier> LocatePrefix(const HostTier& host, const DiskTier* disk,
+std::vector<Tier> LocatePrefix(const HostTier& host, const LowerTier* disk,
                                std::span<const ChunkKey> chain, const Demoter* staged = nullptr);
 
 }  // namespace strata::storage

@@ -11,7 +11,7 @@
 
 namespace strata::storage {
 
-absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(DiskTier* disk, HostTier* host,
+absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(LowerTier* disk, HostTier* host,
                                                            const PromoterOptions& options) {
   if (disk == nullptr || host == nullptr) {
     return absl::InvalidArgumentError("disk promoter: needs a disk tier and a host tier");
@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(DiskTier* disk, HostT
   return std::unique_ptr<Promoter>(new Promoter(disk, host, options));
 }
 
-Promoter::Promoter(DiskTier* disk, HostTier* host, const PromoterOptions& options)
+Promoter::Promoter(LowerTier* disk, HostTier* host, const PromoterOptions& options)
     : disk_(disk), host_(host), options_(options), worker_([this] { Run(); }) {}
 
 Promoter::~Promoter() { Stop(); }
@@ -142,7 +142,7 @@ void Promoter::Run() {
       in_flight_ = item.key;
     }
     const absl::StatusOr<PromoteOutcome> outcome =
-        PromoteFromDisk(*disk_, *host_, *item.layout, item.key, options_.staged);
+        PromoteChunk(*disk_, *host_, *item.layout, item.key, options_.staged);
     if (!outcome.ok()) {
       failed_.fetch_add(1, std::memory_order_relaxed);
     } else if (*outcome == PromoteOutcome::kPromoted) {

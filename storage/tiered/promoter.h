@@ -6,13 +6,13 @@
 //
 // Enqueue never touches the disk: it locates the prefix in memory (LocatePrefix) and queues the
 // chunks that only the disk tier holds. The thread "strata-promoter" promotes them in queue order
-// with PromoteFromDisk (io_uring reads into the reserved arena pages) and soft-pins each for
+// with PromoteChunk (io_uring reads into the reserved arena pages) and soft-pins each for
 // pin_ttl while the tier's soft pins stay within max_pinned_fraction of it: the eviction policy
 // cannot tell a prefetched chunk from any other recent one, and promoting the next chunk of a
 // prefix into a full tier could otherwise evict the one before it. A prefetch is a hint:
 // chunks that meanwhile reached the host tier, left the disk tier, or are being written by
 // another writer are skipped; a failed promotion is counted and loses nothing (the disk tier
-// drops a corrupt record, PromoteFromDisk aborts its reservation); Stop drops what is queued.
+// drops a corrupt record, PromoteChunk aborts its reservation); Stop drops what is queued.
 //
 // Lifetime: Stop() (also run by the destructor) drops the queue and joins the thread. The disk
 // and host tiers must outlive the promoter, or it must be stopped before either goes; the host
@@ -36,9 +36,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
-#include "storage/disk/disk_tier.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/demoter.h"
+#include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
 
@@ -68,7 +68,7 @@ struct PromoterStats {
 class Promoter {
  public:
   // Starts the promoter's thread. kInvalidArgument for a null tier or max_queued_chunks 0.
-  static absl::StatusOr<std::unique_ptr<Promoter>> Create(DiskTier* disk, HostTier* host,
+  static absl::StatusOr<std::unique_ptr<Promoter>> Create(LowerTier* disk, HostTier* host,
                                                           const PromoterOptions& options);
   ~Promoter();
   Promoter(const Promoter&) = delete;
@@ -101,12 +101,12 @@ class Promoter {
     std::shared_ptr<const KvLayout> layout;
   };
 
-  Promoter(DiskTier* disk, HostTier* host, const PromoterOptions& options);
+  Promoter(LowerTier* disk, HostTier* host, const PromoterOptions& options);
   void Run();
   // Soft-pins a chunk just promoted (of at most `max_chunk_bytes`), within the pin budget.
   void PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes);
 
-  DiskTier* const disk_;
+  LowerTier* const disk_;
   HostTier* const host_;
   const PromoterOptions options_;
 

@@ -9,6 +9,7 @@
 #include "storage/disk/disk_tier.h"
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/demoter.h"
+#include "storage/tiered/disk_lower_tier.h"
 #include "storage/tiered/prefix_locator.h"
 #include "storage/tiered/promoter.h"
 #include "storage/tiered/task_thread.h"
@@ -26,7 +27,7 @@ absl::Status NoLongerCached(const ChunkKey& key) {
 // pinning its pages per request. Every engine of the disk tier's pool pins the arena once, when
 // it is made or at this call (30-100 ms per GiB of 4 KiB pages on the dev VM; far less with huge
 // pages). A refusal is logged; the disk tier works without registered buffers.
-void RegisterArena(HostTier& host, DiskTier& disk) {
+void RegisterArena(HostTier& host, LowerTier& disk) {
   const std::span<std::byte> arena[] = {{host.arena_base(), host.arena_size_bytes()}};
   if (absl::Status status = disk.RegisterMemory(arena); !status.ok()) {
     spdlog::warn("disk tier: host arena not registered, transfers pin its pages per request: {}",
@@ -54,15 +55,16 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
                         .capacity_bytes = disk.capacity_bytes,
                         .segment_bytes = disk.segment_bytes});
     if (!tier.ok()) return Annotate(tier.status(), "disk tier");
-    store->disk_ = *std::move(tier);
+    store->disk_tier_ = *std::move(tier);
+    store->below_ = std::make_unique<DiskLowerTier>(store->disk_tier_.get());
     absl::StatusOr<std::unique_ptr<Demoter>> demoter =
-        Demoter::Create(store->disk_.get(), {.max_queued_bytes = disk.demotion_queue_bytes});
+        Demoter::Create(store->below_.get(), {.max_queued_bytes = disk.demotion_queue_bytes});
     if (!demoter.ok()) return Annotate(demoter.status(), "demoter");
     store->demoter_ = *std::move(demoter);
     options.host.listener = store->demoter_.get();
     if (disk.write_through) {
       absl::StatusOr<std::unique_ptr<WriteThrough>> write_through =
-          WriteThrough::Create(store->disk_.get(), {});
+          WriteThrough::Create(store->below_.get(), {});
       if (!write_through.ok()) return Annotate(write_through.status(), "write-through");
       store->write_through_ = *std::move(write_through);
       observers.push_back(store->write_through_.get());
@@ -78,10 +80,10 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   if (!host.ok()) return Annotate(host.status(), "host tier");
   store->host_ = *std::move(host);
   if (store->write_through_ != nullptr) store->write_through_->Start(store->host_.get());
-  if (store->disk_ != nullptr) {
-    if (options.disk->register_arena) RegisterArena(*store->host_, *store->disk_);
+  if (store->below_ != nullptr) {
+    if (options.disk->register_arena) RegisterArena(*store->host_, *store->below_);
     absl::StatusOr<std::unique_ptr<Promoter>> promoter =
-        Promoter::Create(store->disk_.get(), store->host_.get(),
+        Promoter::Create(store->below_.get(), store->host_.get(),
                          {.max_queued_chunks = options.disk->prefetch_queue_chunks,
                           .staged = store->demoter_.get()});
     if (!promoter.ok()) return Annotate(promoter.status(), "promoter");
@@ -110,8 +112,8 @@ void TieredStore::Stop() {
   if (demoter_ != nullptr) demoter_->Stop();
   // The arena is unmapped before the disk tier goes (members' order): unregister it, so no
   // later request into memory mapped at its addresses would use its pinned pages.
-  if (disk_ != nullptr) {
-    if (absl::Status status = disk_->RegisterMemory({}); !status.ok()) {
+  if (below_ != nullptr) {
+    if (absl::Status status = below_->RegisterMemory({}); !status.ok()) {
       spdlog::warn("disk tier: unregistering the host arena: {}", status);
     }
   }
@@ -119,14 +121,14 @@ void TieredStore::Stop() {
 
 std::vector<Tier> TieredStore::tiers() const {
   std::vector<Tier> tiers = {Tier::kHost};
-  if (disk_ != nullptr) tiers.push_back(Tier::kDisk);
+  if (below_ != nullptr) tiers.push_back(Tier::kDisk);
   return tiers;
 }
 
-bool TieredStore::has(Tier tier) const { return tier == Tier::kHost || disk_ != nullptr; }
+bool TieredStore::has(Tier tier) const { return tier == Tier::kHost || below_ != nullptr; }
 
 std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) const {
-  return storage::LocatePrefix(*host_, disk_.get(), chain, demoter_.get());
+  return storage::LocatePrefix(*host_, below_.get(), chain, demoter_.get());
 }
 
 std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
@@ -137,7 +139,7 @@ std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
 }
 
 bool TieredStore::InDisk(const ChunkKey& key) const {
-  return disk_ != nullptr && (disk_->Contains(key) || demoter_->IsStaged(key));
+  return below_ != nullptr && (below_->Contains(key) || demoter_->IsStaged(key));
 }
 
 std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLayout> layout,
@@ -189,7 +191,7 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
   for (size_t i = leased.leases.size(); i < keys.size(); ++i) {
     const ChunkKey& key = keys[i];
     absl::StatusOr<std::optional<ChunkLease>> acquired = acquire(key);
-    if (acquired.ok() && !acquired->has_value() && disk_ != nullptr) {
+    if (acquired.ok() && !acquired->has_value() && below_ != nullptr) {
       if (i >= run_first + run.size()) {
         // keys[i] is missing; the run goes on while the host tier lacks the chunks after it.
         size_t end = i + 1;
@@ -197,14 +199,14 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
           ++end;
         }
         run_first = i;
-        run = PromoteRunFromDisk(*disk_, *host_, layout, keys.subspan(i, end - i), demoter_.get());
+        run = PromoteRun(*below_, *host_, layout, keys.subspan(i, end - i), demoter_.get());
       }
       const absl::StatusOr<PromoteOutcome>& promoted = run[i - run_first];
       if (!promoted.ok()) {
         leased.failure = promoted.status();
         return;
       }
-      if (*promoted != PromoteOutcome::kNotOnDisk) {
+      if (*promoted != PromoteOutcome::kNotBelow) {
         // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
         if (*promoted == PromoteOutcome::kInProgress) promoter_->AwaitInFlight(key);
         acquired = acquire(key);
@@ -243,7 +245,7 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
   const bool to_disk = target == Tier::kDisk;
   for (const ChunkKey& key : keys) {
     const bool in_host = host_->Contains(key);
-    const bool on_disk = disk_ != nullptr && disk_->Contains(key);
+    const bool on_disk = below_ != nullptr && below_->Contains(key);
     // Evicted and waiting for the demoter's write: on its way to disk, in neither tier's index.
     const bool staged = demoter_ != nullptr && demoter_->IsStaged(key);
     if (to_disk ? on_disk && !in_host : in_host && !on_disk && !staged) {
@@ -257,7 +259,7 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
     if (to_disk) {
       if (in_host) {
         // Written to disk first, then dropped from the host tier: never in neither.
-        absl::StatusOr<bool> copied = CopyToDisk(*host_, *disk_, key);
+        absl::StatusOr<bool> copied = CopyDown(*host_, *below_, key);
         if (!copied.ok()) return copied.status();
         if (!*copied) {  // evicted or removed meanwhile
           ++result.missing_chunks;
@@ -269,7 +271,7 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
       } else {
         // Only staged: its write is forced, so the chunk is on disk once Move returns.
         demoter_->Flush();
-        if (!disk_->Contains(key)) {  // the write failed (counted by the demoter)
+        if (!below_->Contains(key)) {  // the write failed (counted by the demoter)
           ++result.missing_chunks;
           continue;
         }
@@ -281,17 +283,17 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
               "moving chunks from disk to the host tier needs the selector's layout");
         }
         absl::StatusOr<PromoteOutcome> promoted =
-            PromoteFromDisk(*disk_, *host_, *layout, key, demoter_.get());
+            PromoteChunk(*below_, *host_, *layout, key, demoter_.get());
         if (!promoted.ok()) return promoted.status();
         // Gone meanwhile, or another writer is storing it: the disk copy stays.
-        if (*promoted == PromoteOutcome::kNotOnDisk || *promoted == PromoteOutcome::kInProgress) {
+        if (*promoted == PromoteOutcome::kNotBelow || *promoted == PromoteOutcome::kInProgress) {
           ++result.missing_chunks;
           continue;
         }
       }
       // A staged copy would land on disk after the removal: let it land first.
       if (staged) demoter_->Flush();
-      if (absl::StatusOr<bool> removed = disk_->Remove(key); !removed.ok()) {
+      if (absl::StatusOr<bool> removed = below_->Remove(key); !removed.ok()) {
         return removed.status();
       }
     }
@@ -325,26 +327,26 @@ absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,
       removed = host_->RemoveAll();
     }
   }
-  if (disk_ != nullptr && (!tier.has_value() || *tier == Tier::kDisk)) {
+  if (below_ != nullptr && (!tier.has_value() || *tier == Tier::kDisk)) {
     demoter_->Flush();
-    absl::StatusOr<DiskTier::RemovedChunks> from_disk = disk_->RemoveIf(doomed);
+    absl::StatusOr<RemoveResult> from_disk = below_->RemoveIf(doomed);
     if (!from_disk.ok()) return from_disk.status();
     removed.chunks += from_disk->chunks;
-    removed.bytes += from_disk->payload_bytes;
+    removed.bytes += from_disk->bytes;
   }
   return removed;
 }
 
 absl::StatusOr<uint64_t> TieredStore::FlushToLowerTiers() {
-  if (disk_ == nullptr) return 0;
+  if (below_ == nullptr) return 0;
   demoter_->Flush();
   uint64_t flushed = 0;
   ListChunksOptions page_options{.limit = 10000};
   while (true) {
     const ChunkPage page = host_->ListChunks(page_options);
     for (const ChunkInfo& info : page.chunks) {
-      if (disk_->Contains(info.key)) continue;
-      absl::StatusOr<bool> copied = CopyToDisk(*host_, *disk_, info.key);
+      if (below_->Contains(info.key)) continue;
+      absl::StatusOr<bool> copied = CopyDown(*host_, *below_, info.key);
       if (!copied.ok()) return copied.status();
       if (*copied) ++flushed;
     }
@@ -372,22 +374,7 @@ void TieredStore::HoldDemotionsForTesting(bool held) {
 TieredStoreStats TieredStore::Stats() const {
   TieredStoreStats stats;
   stats.host = host_->Stats();
-  if (disk_ != nullptr) {
-    const DiskTierStats disk = disk_->stats();
-    stats.lower.push_back({.tier = Tier::kDisk,
-                           .capacity_bytes = disk.capacity_bytes,
-                           .used_bytes = disk.used_bytes(),
-                           .payload_bytes = disk.payload_bytes,
-                           .chunks = disk.chunks,
-                           .reads = disk.reads,
-                           .read_bytes = disk.read_bytes,
-                           .writes = disk.writes,
-                           .written_bytes = disk.written_bytes,
-                           .evictions = disk.evictions,
-                           .corrupt_evictions = disk.dropped_records,
-                           .checksum_failures = disk.checksum_failures,
-                           .io_errors = disk.io_errors});
-  }
+  if (below_ != nullptr) stats.lower.push_back(below_->Stats());
   MovementStats& movement = stats.movement;
   if (demoter_ != nullptr) {
     movement.demoted = demoter_->demoted();

@@ -50,6 +50,7 @@ namespace strata::storage {
 
 class DiskTier;
 class Demoter;
+class LowerTier;
 class Promoter;
 class TaskThread;
 class WriteThrough;
@@ -200,7 +201,10 @@ class TieredStore {
                     const LoadOptions& options, LoadLeases& leased);
 
   // Declared in dependency order: destroyed bottom up.
-  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<DiskTier> disk_tier_;
+  // The tier below the host tier (the disk tier, registered through DiskLowerTier); null when
+  // the store has none. Every mover speaks to it through LowerTier alone.
+  std::unique_ptr<LowerTier> below_;
   std::unique_ptr<Demoter> demoter_;
   std::unique_ptr<WriteThrough> write_through_;
   std::unique_ptr<ChunkObserverFanout> observers_;

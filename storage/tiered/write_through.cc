@@ -13,7 +13,7 @@
 namespace strata::storage {
 
 absl::StatusOr<std::unique_ptr<WriteThrough>> WriteThrough::Create(
-    DiskTier* disk, const WriteThroughOptions& options) {
+    LowerTier* disk, const WriteThroughOptions& options) {
   if (disk == nullptr) return absl::InvalidArgumentError("write-through: no disk tier");
   if (options.max_queued_chunks == 0 || options.max_batch_chunks == 0 ||
       options.lease.count() <= 0) {
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<WriteThrough>> WriteThrough::Create(
   return std::unique_ptr<WriteThrough>(new WriteThrough(disk, options));
 }
 
-WriteThrough::WriteThrough(DiskTier* disk, const WriteThroughOptions& options)
+WriteThrough::WriteThrough(LowerTier* disk, const WriteThroughOptions& options)
     : disk_(disk), options_(options) {}
 
 WriteThrough::~WriteThrough() { Stop(); }
@@ -141,12 +141,11 @@ void WriteThrough::WriteBatch(std::span<const ChunkKey> keys) {
   if (leases.empty()) return;
 
   std::vector<absl::InlinedVector<std::span<const std::byte>, 4>> parts(leases.size());
-  std::vector<DiskPut> puts;
+  std::vector<LowerTier::Put> puts;
   puts.reserve(leases.size());
   for (size_t i = 0; i < leases.size(); ++i) {
     parts[i] = PayloadParts(leases[i].payload());
     puts.push_back({.key = leases[i].key(),
-                    .layout_fingerprint = leases[i].key().layout_fingerprint(),
                     .payload = parts[i],
                     .payload_checksum = leases[i].checksum(),
                     .num_tokens = leases[i].num_tokens()});

@@ -6,7 +6,7 @@
 // OnStored, a ChunkObserver call made under the host tier's lock, only queues the key. The thread
 // "strata-wthrough" takes up to max_batch_chunks keys at a time, leases each chunk from the host
 // tier as a copy (HostTier::AcquireForCopy: not a load, so hit counters and the eviction policy
-// are untouched), writes the batch with DiskTier::PutBatch straight from the arena pages (no
+// are untouched), writes the batch with LowerTier::PutBatch straight from the arena pages (no
 // copy) and releases the leases. A lease keeps its chunk from being evicted, so a batch holds at
 // most max_batch_chunks chunks in memory beyond what the policy chose.
 //
@@ -37,16 +37,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
-#include "storage/disk/disk_tier.h"
 #include "storage/host/chunk_observer.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
 
 struct WriteThroughOptions {
   // Most keys waiting for their write; a commit past it is dropped (counted). At least 1.
   uint32_t max_queued_chunks = 1024;
-  // Most chunks per DiskTier::PutBatch (one fdatasync and one index batch); at least 1.
+  // Most chunks per LowerTier::PutBatch (one fdatasync and one index batch); at least 1.
   uint32_t max_batch_chunks = 4;
   // How long a chunk stays leased for its write; a write that outlasts it is undone (see above).
   std::chrono::nanoseconds lease = std::chrono::seconds(30);
@@ -65,7 +65,7 @@ struct WriteThroughStats {
 class WriteThrough final : public ChunkObserver {
  public:
   // kInvalidArgument for a null disk tier or a zero option.
-  static absl::StatusOr<std::unique_ptr<WriteThrough>> Create(DiskTier* disk,
+  static absl::StatusOr<std::unique_ptr<WriteThrough>> Create(LowerTier* disk,
                                                               const WriteThroughOptions& options);
   ~WriteThrough() override;
   WriteThrough(const WriteThrough&) = delete;
@@ -87,12 +87,12 @@ class WriteThrough final : public ChunkObserver {
   WriteThroughStats Stats() const;
 
  private:
-  WriteThrough(DiskTier* disk, const WriteThroughOptions& options);
+  WriteThrough(LowerTier* disk, const WriteThroughOptions& options);
   void Run();
   // Leases, writes and releases one batch; undoes the writes of keys cancelled meanwhile.
   void WriteBatch(std::span<const ChunkKey> keys);
 
-  DiskTier* const disk_;
+  LowerTier* const disk_;
   const WriteThroughOptions options_;
   HostTier* host_ = nullptr;  // set once by Start, before the thread runs
 

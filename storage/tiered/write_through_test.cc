@@ -12,7 +12,7 @@ using testing::DiskTierTest;
 class WriteThroughFixture : public testing::HostOverDisk {
  public:
   explicit WriteThroughFixture(DiskTier* disk, WriteThroughOptions options = {})
-      : HostOverDisk(disk), write_through(WriteThrough::Create(disk, options).value()) {}
+      : HostOverDisk(disk), write_through(WriteThrough::Create(&below, options).value()) {}
   // The write-through's thread and the host tier go before the clock and observer they use.
   ~WriteThroughFixture() {
     write_through->Stop();

@@ -11,6 +11,7 @@
 #include "storage/host/chunk_observer.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/demoter.h"
+#include "storage/tiered/disk_lower_tier.h"
 
 namespace strata::storage::testing {
 
@@ -21,7 +22,7 @@ class HostOverDisk {
   static constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
 
   explicit HostOverDisk(DiskTier* disk, DemoterOptions options = {.max_queued_bytes = 0})
-      : disk(disk), mover(Demoter::Create(disk, options).value()) {}
+      : disk(disk), below(disk), mover(Demoter::Create(&below, options).value()) {}
 
   // Creates the host tier, telling `observer` (nullable) about its index and reading `clock`.
   absl::Status Open(ChunkObserver* observer = nullptr, Clock* clock = SystemClock::Get()) {
@@ -62,6 +63,7 @@ class HostOverDisk {
   }
 
   DiskTier* const disk;
+  DiskLowerTier below;  // the disk tier as the store's movers see it
   KvLayout layout = SmallLayout();
   std::unique_ptr<Demoter> mover;
   std::unique_ptr<HostTier> tier;

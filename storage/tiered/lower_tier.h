@@ -1,0 +1,91 @@
+// LowerTier is what a tier below the host tier implements to join a TieredStore (DESIGN.md
+// section 4, "Composition"): the disk tier through DiskLowerTier (disk_lower_tier.h), the
+// remote tier next. The store's movers speak to it alone: the Demoter writes the host tier's
+// evictions to it, promotions read its chunks straight into host reservations, write-through
+// copies commits to it, and operators' moves and clears reach it through the store. Adding a tier
+// means implementing this interface and registering the tier with the store; nothing above
+// storage/tiered/ changes.
+//
+// Contract every implementation keeps:
+//   - Thread-safety: every method is thread-safe; the store calls them from its own threads,
+//     the evicting threads (Demoter) and the session thread (Lookup only).
+//   - Lookup answers from memory, never waiting for I/O: the session thread calls it on every
+//     engine Lookup. Everything else may block on I/O.
+//   - Never wrong bytes: ReadBatch checks each chunk's payload against its checksum as it reads
+//     and fails the chunk (kDataLoss, the record dropped) when they differ.
+//   - PutBatch keeps a chunk invisible to Lookup until its bytes are durable in the tier; a
+//     failed put leaves nothing visible. Chunks are content-addressed: a put of a key the tier
+//     holds already stores the same bytes.
+//   - Memory passed to PutBatch and ReadBatch is the caller's, only for the call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/chunk_key.h"
+#include "storage/host/host_tier.h"
+#include "storage/tiered/tier.h"
+
+namespace strata::storage {
+
+class LowerTier {
+ public:
+  // A payload in pieces (host arena pages), in order.
+  using ConstParts = std::span<const std::span<const std::byte>>;
+  using MutableParts = std::span<const std::span<std::byte>>;
+
+  // What the tier knows of a chunk it holds.
+  struct ChunkInfo {
+    uint64_t payload_bytes = 0;
+    uint64_t payload_checksum = 0;  // xxh3-64 of the payload
+    uint32_t num_tokens = 0;
+  };
+
+  // One chunk to store: its key (whose layout fingerprint it is filed under), its payload, the
+  // payload's checksum as the host tier recorded it, its token count.
+  struct Put {
+    ChunkKey key;
+    ConstParts payload;
+    uint64_t payload_checksum = 0;
+    uint32_t num_tokens = 0;
+  };
+
+  virtual ~LowerTier() = default;
+
+  // Which tier this is (its name in stats, metrics and the control API).
+  virtual Tier tier() const = 0;
+
+  // The chunk when the tier holds it; in memory only.
+  virtual std::optional<ChunkInfo> Lookup(const ChunkKey& key) const = 0;
+  bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+
+  // Stores each chunk; one status per put, in order (kResourceExhausted: no room).
+  virtual std::vector<absl::Status> PutBatch(std::span<const Put> puts) = 0;
+  absl::Status PutOne(const Put& put) { return PutBatch({&put, 1}).front(); }
+
+  // Reads each chunk's payload into its destination (exactly its payload_bytes, in pieces); one
+  // status per key, in order: kAborted when the tier no longer holds it, kInvalidArgument for a
+  // destination of another size, kDataLoss for bytes that fail their checksum.
+  virtual std::vector<absl::Status> ReadBatch(std::span<const ChunkKey> keys,
+                                              std::span<const MutableParts> destinations) = 0;
+
+  // Removes the chunk; whether the tier held it.
+  virtual absl::StatusOr<bool> Remove(const ChunkKey& key) = 0;
+  // Removes every chunk whose key satisfies `predicate`; the chunks and payload bytes removed.
+  virtual absl::StatusOr<RemoveResult> RemoveIf(
+      absl::FunctionRef<bool(const ChunkKey&)> predicate) = 0;
+
+  // Registers memory that transfers will use (the host arena), so the tier can skip pinning it
+  // per request; an empty span unregisters. A refusal leaves the tier working unregistered.
+  virtual absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions) = 0;
+
+  virtual LowerTierStats Stats() const = 0;
+};
+
+}  // namespace strata::storage
