@@ -25,6 +25,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/engine/sim_engine.h"
+#include "bench/support/model_layouts.h"
 #include "bench/trace/trace_command.h"
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"

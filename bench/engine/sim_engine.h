@@ -29,10 +29,6 @@ using Prompt = std::vector<PromptSegment>;
 absl::StatusOr<Prompt> ParsePrompt(std::string_view spec);
 std::vector<uint32_t> PromptTokens(const Prompt& prompt);
 
-// "small": 4 layers, 2 KV heads, head_dim 64, fp16 (2 KiB per token);
-// "llama8b": 32 layers, 8 KV heads, head_dim 128 (128 KiB per token, bf16-sized).
-absl::StatusOr<KvLayout> SimLayout(std::string_view geometry, uint32_t chunk_tokens);
-
 struct SimEngineOptions {
   std::string socket_path;
   std::string engine_id = "sim-engine";

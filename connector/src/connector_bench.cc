@@ -12,7 +12,7 @@
 #include <numeric>
 #include <vector>
 
-#include "bench/engine/sim_engine.h"
+#include "bench/support/model_layouts.h"
 #include "benchmark/benchmark.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/testing/test_daemon.h"
@@ -24,9 +24,6 @@ namespace strata::connector {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Llama-3-8B's KV geometry in chunks of 256 tokens (32 MiB).
-KvLayout LlamaLayout() { return *bench::SimLayout("llama8b", 256); }
 
 void Percentiles(benchmark::State& state, std::vector<double>& micros) {
   std::sort(micros.begin(), micros.end());
@@ -45,7 +42,7 @@ void Populate(storage::HostTier& tier, const KvLayout& layout, const std::vector
 }
 
 void BM_LookupRoundTrip(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   testing::TestDaemon daemon({.capacity_bytes = 8ull << 30, .page_bytes = 2 << 20});
   if (!daemon.Start().ok()) return state.SkipWithError("daemon");
   std::vector<uint32_t> prompt(32 * 1024);
@@ -72,7 +69,7 @@ void BM_LookupRoundTrip(benchmark::State& state) {
 BENCHMARK(BM_LookupRoundTrip)->Arg(128)->Arg(1)->Iterations(2000)->UseRealTime();
 
 void BM_GetNumNewMatched(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   testing::TestDaemon daemon({.capacity_bytes = 8ull << 30, .page_bytes = 2 << 20});
   if (!daemon.Start().ok()) return state.SkipWithError("daemon");
   std::vector<uint32_t> prompt(32 * 1024);
@@ -103,7 +100,7 @@ constexpr int64_t kLoadChunks = 16;
 // (CudaRuntime; skipped without a GPU); range(2) below. The first iteration (page faults, arena
 // registration) is a warm-up outside the timing.
 void BM_LoadPath(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const int64_t block_size = state.range(0);
   const bool cuda = state.range(1) == 1;
   const int64_t tokens = kLoadChunks * layout.chunk_tokens;
@@ -188,7 +185,7 @@ BENCHMARK(BM_LoadPath)
 void BM_CudaBulkCopy(benchmark::State& state) {
   auto runtime = storage::CreateDeviceRuntime({.backend = storage::DeviceBackend::kCuda});
   if (!runtime.ok()) return state.SkipWithError("no CUDA device");
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
   std::vector<char> host(bytes, 1);
   if (!(*runtime)->RegisterHostMemory(host.data(), bytes).ok()) {
@@ -208,7 +205,7 @@ BENCHMARK(BM_CudaBulkCopy)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Baseline: one memcpy of the same bytes, buffer to buffer, one core.
 void BM_Memcpy(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   for (auto _ : state) {
