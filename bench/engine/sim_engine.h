@@ -29,10 +29,6 @@ using Prompt = std::vector<PromptSegment>;
 absl::StatusOr<Prompt> ParsePrompt(std::string_view spec);
 std::vector<uint32_t> PromptTokens(const Prompt& prompt);
 
-// "small": 4 layers, 2 KV heads, head_dim 64, fp16 (2 KiB per token);
-// "llama8b": 32 layers, 8 KV heads, head_dim 128 (128 KiB per token, bf16-sized).
-absl::StatusOr<KvLayout> SimLayout(std::string_view geometry, uint32_t chunk_tokens);
-
 struct SimEngineOptions {
   std::string socket_path;
   std::string engine_id = "sim-engine";
@@ -43,7 +39,8 @@ struct SimEngineOptions {
   // Simulated compute per layer, so tests can act mid-load.
   uint32_t layer_delay_us = 0;
   // Fill the prompt's KV before the step (outside the timed windows) instead of per layer
-  // during it: the step then times the connector's work alone (benchmarks).
+  // during it: the step then times the connector's work alone (benchmarks), and saves every
+  // layer after the last layer's load, so the store is timed apart from the loads.
   bool precompute = false;
   uint32_t lookup_budget_ms = 20;
   uint32_t io_timeout_ms = 5000;
@@ -59,8 +56,11 @@ struct RequestResult {
   uint64_t wrong_values = 0;
   uint64_t lookup_us = 0;  // GetNumNewMatchedTokens (key hashing + one socket round trip)
   uint64_t load_us = 0;    // StartLoadKv .. WaitForLayerLoad(last layer)
-  uint64_t save_us = 0;    // first SaveKvLayer .. WaitForSave
-  uint64_t step_us = 0;    // the whole step after the lookup
+  // Time inside SaveKvLayer and WaitForSave: the store path's copies and its commit (its
+  // PrepareStore is in StartLoadKv, in load_us), never the engine's compute. With precompute
+  // the save copies all run inside it; otherwise they may overlap the compute of later layers.
+  uint64_t save_us = 0;
+  uint64_t step_us = 0;  // the whole step after the lookup
   uint64_t bytes_loaded = 0;
   uint64_t bytes_saved = 0;
   std::string load_status;

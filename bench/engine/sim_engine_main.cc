@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/engine/sim_engine.h"
+#include "bench/support/model_layouts.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
 #include "spdlog/sinks/stdout_color_sinks.h"

@@ -40,7 +40,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/engine/sim_engine.h"
+#include "bench/support/model_layouts.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
 #include "storage/disk/disk_tier.h"
@@ -138,9 +138,6 @@ std::unique_ptr<DiskTier> OpenTier(const std::string& dir, uint64_t capacity_byt
   return std::move(tier).value();
 }
 
-// Llama-3.1-8B: 128 KiB per token, 32 MiB per 256-token chunk.
-KvLayout LlamaLayout() { return *bench::SimLayout("llama8b", 256); }
-
 struct PromotionRound {
   double promote_s = 0;  // all chunks, one after another
   double chunk_p50_s = 0, chunk_max_s = 0;
@@ -150,7 +147,7 @@ struct PromotionRound {
 
 // Phase 4; returns its JSON member.
 std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
   if (flags.promotion_tokens % layout.chunk_tokens != 0) {
     Die(fmt::format("--promotion_tokens={} is not a multiple of {}", flags.promotion_tokens,

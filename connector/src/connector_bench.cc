@@ -6,16 +6,24 @@
 //   BM_LoadPath          the worker's load path end to end (PrepareLoad, per-layer copies into
 //                        paged KV, per-layer waits, Release) for 16 chunks of a Llama-3-8B-like
 //                        layout, in bytes per second, next to BM_Memcpy of the same bytes.
+//   BM_StorePath         the worker's store path alone (PrepareStore, per-layer copies out of
+//                        paged KV, Commit) for the same 16 chunks into a warm and into a cold
+//                        arena, in bytes per second and as a ratio to a memcpy of the same bytes
+//                        timed in the same rounds (x_memcpy), with the page faults it takes.
+#include <fcntl.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
-#include "bench/engine/sim_engine.h"
+#include "bench/support/model_layouts.h"
 #include "benchmark/benchmark.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/testing/test_daemon.h"
+#include "core/status_macros.h"
 #include "storage/device/device_runtime_factory.h"
 #include "storage/device/host_runtime.h"
 #include "strata/connector.h"
@@ -24,9 +32,6 @@ namespace strata::connector {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Llama-3-8B's KV geometry in chunks of 256 tokens (32 MiB).
-KvLayout LlamaLayout() { return *bench::SimLayout("llama8b", 256); }
 
 void Percentiles(benchmark::State& state, std::vector<double>& micros) {
   std::sort(micros.begin(), micros.end());
@@ -45,7 +50,7 @@ void Populate(storage::HostTier& tier, const KvLayout& layout, const std::vector
 }
 
 void BM_LookupRoundTrip(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   testing::TestDaemon daemon({.capacity_bytes = 8ull << 30, .page_bytes = 2 << 20});
   if (!daemon.Start().ok()) return state.SkipWithError("daemon");
   std::vector<uint32_t> prompt(32 * 1024);
@@ -72,7 +77,7 @@ void BM_LookupRoundTrip(benchmark::State& state) {
 BENCHMARK(BM_LookupRoundTrip)->Arg(128)->Arg(1)->Iterations(2000)->UseRealTime();
 
 void BM_GetNumNewMatched(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   testing::TestDaemon daemon({.capacity_bytes = 8ull << 30, .page_bytes = 2 << 20});
   if (!daemon.Start().ok()) return state.SkipWithError("daemon");
   std::vector<uint32_t> prompt(32 * 1024);
@@ -99,11 +104,50 @@ BENCHMARK(BM_GetNumNewMatched)->Iterations(1000)->UseRealTime();
 
 constexpr int64_t kLoadChunks = 16;
 
+// An engine's paged KV for `tokens` tokens in blocks of `block_size`: one allocation per layer
+// in vLLM's FlashAttention layout [2][num_blocks][block_size][kv_heads][head_dim] from `memory`
+// (touched when in host memory), and a request's blocks in reverse order (not contiguous: one
+// run per block and plane).
+struct EngineKv {
+  std::vector<std::unique_ptr<storage::DeviceAllocation>> memory;
+  std::vector<LayerKvCache> layers;
+  std::vector<int32_t> block_ids;
+};
+
+EngineKv AllocateEngineKv(storage::DeviceRuntime& memory, const KvLayout& layout, int64_t tokens,
+                          int64_t block_size, bool host) {
+  EngineKv kv;
+  const int64_t num_blocks = tokens / block_size + 1;
+  const int64_t row = layout.num_kv_heads * layout.head_dim;
+  const int64_t plane = num_blocks * block_size * row;
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    kv.memory.push_back(*memory.Allocate(2 * plane * 2, storage::MemoryKind::kDevice));
+    if (host) std::memset(kv.memory.back()->data(), 1, 2 * plane * 2);
+    kv.layers.push_back({.kv = {kv.memory.back()->data(),
+                                {2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim},
+                                {plane, block_size * row, row, layout.head_dim, 1}}});
+  }
+  kv.block_ids.resize(num_blocks);
+  std::iota(kv.block_ids.begin(), kv.block_ids.end(), 0);
+  std::reverse(kv.block_ids.begin(), kv.block_ids.end());
+  return kv;
+}
+
+ConnectorOptions WorkerOptions(const testing::TestDaemon& daemon, const KvLayout& layout,
+                               int64_t block_size) {
+  ConnectorOptions options;
+  options.socket_path = daemon.socket_path();
+  options.layout = layout;
+  options.block_size = static_cast<uint32_t>(block_size);
+  options.io_timeout = milliseconds(5000);
+  return options;
+}
+
 // range(0): engine block size; range(1): 0 = host engine (HostRuntime), 1 = KV in GPU memory
 // (CudaRuntime; skipped without a GPU); range(2) below. The first iteration (page faults, arena
 // registration) is a warm-up outside the timing.
 void BM_LoadPath(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const int64_t block_size = state.range(0);
   const bool cuda = state.range(1) == 1;
   const int64_t tokens = kLoadChunks * layout.chunk_tokens;
@@ -128,35 +172,17 @@ void BM_LoadPath(benchmark::State& state) {
   const std::vector<ChunkKey> keys = KeyHasher::Create(layout, {})->PrefixKeys(prompt, {});
   Populate(*daemon.tier(), layout, keys);
 
-  ConnectorOptions options;
-  options.socket_path = daemon.socket_path();
-  options.layout = layout;
-  options.block_size = static_cast<uint32_t>(block_size);
-  options.io_timeout = milliseconds(5000);
-  auto worker = *WorkerConnector::Create(options, std::move(runtime));
-  const int64_t num_blocks = tokens / block_size + 1;
-  const int64_t row = layout.num_kv_heads * layout.head_dim;
-  const int64_t plane = num_blocks * block_size * row;
-  std::vector<std::unique_ptr<storage::DeviceAllocation>> kv;
-  std::vector<LayerKvCache> layers;
-  for (uint32_t l = 0; l < layout.num_layers; ++l) {
-    kv.push_back(*(*memory)->Allocate(2 * plane * 2, storage::MemoryKind::kDevice));
-    if (!cuda) std::memset(kv.back()->data(), 1, 2 * plane * 2);
-    layers.push_back({.kv = {kv.back()->data(),
-                             {2, num_blocks, block_size, layout.num_kv_heads, layout.head_dim},
-                             {plane, block_size * row, row, layout.head_dim, 1}}});
-  }
-  if (!worker->RegisterKvCaches(layers).ok()) return state.SkipWithError("register");
-  std::vector<int32_t> blocks(num_blocks);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::reverse(blocks.begin(), blocks.end());  // not contiguous: one run per block and plane
+  const EngineKv kv = AllocateEngineKv(**memory, layout, tokens, block_size, !cuda);
+  auto worker =
+      *WorkerConnector::Create(WorkerOptions(daemon, layout, block_size), std::move(runtime));
+  if (!worker->RegisterKvCaches(kv.layers).ok()) return state.SkipWithError("register");
   ConnectorMetadata meta{.block_size = static_cast<uint32_t>(block_size),
                          .chunk_tokens = layout.chunk_tokens};
   meta.loads.push_back({.request_id = "r",
                         .tokens = std::vector<uint32_t>(prompt.begin(), prompt.begin() + tokens),
                         .token_begin = 0,
                         .token_end = tokens,
-                        .block_ids = blocks});
+                        .block_ids = kv.block_ids});
   const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
   const auto load = [&] {
     if (!worker->StartLoadKv(meta).ok()) return false;
@@ -184,11 +210,123 @@ BENCHMARK(BM_LoadPath)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+uint64_t MinorFaults() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_minflt);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The worker's store path alone, for 16 chunks of the Llama-3-8B layout from a host engine:
+// StartLoadKv with the step's saves (one PrepareStore), SaveKvLayer for every layer (the copies
+// engine -> arena, digesting as they go), WaitForSave (the last copies, one Commit); the chunks
+// are then committed in the daemon's tier. Each iteration also times one memcpy of the same
+// bytes between two warm buffers (one core), outside the store's time, for the x_memcpy ratio.
+// range(0): engine block size. range(1): 1 = warm arena: a warm-up round stores the chunks,
+// and the tier is emptied (RemoveAll, untimed) after every round, so each round reuses pages
+// this process has touched; 0 = cold arena: every round gets a fresh daemon, session and arena
+// (untimed), so each page is allocated, zeroed and mapped by the copy that first writes it;
+// 2 = as 0, with the arena allocated up front (fallocate, as the daemon's host.prefault does):
+// the copies only map its pages into the session's mapping.
+// Counters: minor_faults per round (the whole process: the daemon runs in it),
+// memcpy_bytes_per_second, x_memcpy (store bytes/s over memcpy bytes/s).
+void BM_StorePath(benchmark::State& state) {
+  const KvLayout layout = bench::Llama8bLayout();
+  const int64_t block_size = state.range(0);
+  const bool warm = state.range(1) == 1;
+  const bool prefault = state.range(1) == 2;
+  const int64_t tokens = kLoadChunks * layout.chunk_tokens;
+  const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
+  storage::HostRuntime memory;
+  const EngineKv kv = AllocateEngineKv(memory, layout, tokens, block_size, /*host=*/true);
+  std::vector<uint32_t> prompt(tokens);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  ConnectorMetadata meta{.block_size = static_cast<uint32_t>(block_size),
+                         .chunk_tokens = layout.chunk_tokens};
+  meta.saves.push_back(
+      {.request_id = "r", .tokens = prompt, .token_end = tokens, .block_ids = kv.block_ids});
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+
+  std::unique_ptr<testing::TestDaemon> daemon;
+  std::unique_ptr<WorkerConnector> worker;
+  const auto open = [&]() -> absl::Status {
+    worker.reset();
+    daemon = std::make_unique<testing::TestDaemon>(
+        testing::TestDaemonOptions{.capacity_bytes = 1ull << 30, .page_bytes = 2 << 20});
+    STRATA_RETURN_IF_ERROR(daemon->Start());
+    if (prefault && ::fallocate(daemon->tier()->arena_fd(), 0, 0,
+                                static_cast<off_t>(daemon->tier()->arena_size_bytes())) != 0) {
+      return absl::InternalError("fallocate");
+    }
+    STRATA_ASSIGN_OR_RETURN(worker,
+                            WorkerConnector::Create(WorkerOptions(*daemon, layout, block_size),
+                                                    std::make_unique<storage::HostRuntime>()));
+    STRATA_RETURN_IF_ERROR(worker->RegisterKvCaches(kv.layers));
+    if (!worker->Stats().connected) return absl::UnavailableError("not connected");
+    return absl::OkStatus();
+  };
+  const auto store = [&] {
+    const uint64_t saved = worker->Stats().chunks_saved;
+    if (!worker->StartLoadKv(meta).ok()) return false;
+    for (uint32_t l = 0; l < layout.num_layers; ++l) (void)worker->SaveKvLayer(l);
+    (void)worker->WaitForSave();
+    return worker->Stats().chunks_saved == saved + kLoadChunks;
+  };
+  if (warm) {
+    if (!open().ok()) return state.SkipWithError("daemon");
+    if (!store()) return state.SkipWithError("warm-up store failed");
+    daemon->tier()->RemoveAll();
+  }
+  double memcpy_seconds = 0, store_seconds = 0;
+  uint64_t faults = 0;
+  for (auto _ : state) {
+    if (!warm && !open().ok()) return state.SkipWithError("daemon");
+    const uint64_t faults_before = MinorFaults();
+    const auto start = std::chrono::steady_clock::now();
+    if (!store()) return state.SkipWithError("store failed");
+    const double seconds = SecondsSince(start);
+    faults += MinorFaults() - faults_before;
+    store_seconds += seconds;
+    state.SetIterationTime(seconds);
+    daemon->tier()->RemoveAll();
+    const auto copy_start = std::chrono::steady_clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    memcpy_seconds += SecondsSince(copy_start);
+  }
+  worker.reset();
+  daemon.reset();
+  const double rounds = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  state.counters["minor_faults"] = faults / rounds;
+  state.counters["memcpy_bytes_per_second"] = benchmark::Counter(
+      bytes * rounds / memcpy_seconds, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+  state.counters["x_memcpy"] = memcpy_seconds / store_seconds;
+}
+BENCHMARK(BM_StorePath)
+    ->Args({16, 1})
+    ->Args({256, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// Cold rounds cost a daemon each: a fixed few.
+BENCHMARK(BM_StorePath)
+    ->Args({16, 0})
+    ->Args({256, 0})
+    ->Args({16, 2})
+    ->Args({256, 2})
+    ->Iterations(4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // GPU baseline: the same bytes in one copy from registered host memory to device memory.
 void BM_CudaBulkCopy(benchmark::State& state) {
   auto runtime = storage::CreateDeviceRuntime({.backend = storage::DeviceBackend::kCuda});
   if (!runtime.ok()) return state.SkipWithError("no CUDA device");
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
   std::vector<char> host(bytes, 1);
   if (!(*runtime)->RegisterHostMemory(host.data(), bytes).ok()) {
@@ -208,7 +346,7 @@ BENCHMARK(BM_CudaBulkCopy)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Baseline: one memcpy of the same bytes, buffer to buffer, one core.
 void BM_Memcpy(benchmark::State& state) {
-  const KvLayout layout = LlamaLayout();
+  const KvLayout layout = bench::Llama8bLayout();
   const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   for (auto _ : state) {

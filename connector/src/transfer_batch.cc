@@ -1,0 +1,31 @@
+#include "connector/src/transfer_batch.h"
+
+namespace strata::connector::internal {
+
+void AddDigests(TransferBatch& batch) {
+  uint32_t next = 0;
+  for (ChunkTransfer& c : batch.chunks) {
+    if (c.planned) c.digest = next++;
+  }
+  batch.digests = std::make_unique<storage::CopyDigests>(next);
+}
+
+absl::Status LayerCopier::Enqueue(const KvLayout& layout, const PagedKvCache& cache,
+                                  TransferBatch& batch, uint32_t layer, CopyDirection direction,
+                                  storage::DeviceStream& stream) {
+  const bool digested = batch.digests != nullptr;
+  runs_.clear();
+  digest_of_.clear();
+  for (const ChunkTransfer& c : batch.chunks) {
+    if (!c.planned) continue;
+    chunk_runs_.clear();
+    AppendLayerRuns(layout, cache, c.arena->base(), c.Copy(batch.requests[c.request].block_ids),
+                    layer, direction, digested ? chunk_runs_ : runs_,
+                    /*whole_payload=*/digested && direction == CopyDirection::kArenaToEngine);
+    runs_.insert(runs_.end(), chunk_runs_.begin(), chunk_runs_.end());
+    digest_of_.insert(digest_of_.end(), chunk_runs_.size(), c.digest);
+  }
+  return digested ? stream.CopyDigested(runs_, digest_of_, *batch.digests) : stream.Copy(runs_);
+}
+
+}  // namespace strata::connector::internal
