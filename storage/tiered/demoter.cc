@@ -11,9 +11,9 @@ namespace strata::storage {
 
 absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(LowerTier* disk,
                                                          const DemoterOptions& options) {
-  if (disk == nullptr) return absl::InvalidArgumentError("disk mover: no disk tier");
+  if (disk == nullptr) return absl::InvalidArgumentError("demoter: no lower tier");
   if (options.max_batch_chunks == 0) {
-    return absl::InvalidArgumentError("disk mover: max_batch_chunks must be at least 1");
+    return absl::InvalidArgumentError("demoter: max_batch_chunks must be at least 1");
   }
   return std::unique_ptr<Demoter>(new Demoter(disk, options));
 }

@@ -14,6 +14,10 @@
 
 namespace strata::storage {
 
+// Whether the tier below holds `key`, or `staged` (nullable) holds it for its write there; false
+// when `below` is null. In memory only.
+bool HeldBelow(const LowerTier* below, const Demoter* staged, const ChunkKey& key);
+
 // The tier of each leading chunk of `chain`, stopping at the first chunk in neither. `disk` is
 // nullable (no disk tier: the host tier's prefix alone). A chunk `staged` holds for its disk
 // write counts as Tier::kDisk (PromoteChunk serves it from the staging buffer); `staged` is

@@ -14,10 +14,10 @@ namespace strata::storage {
 absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(LowerTier* disk, HostTier* host,
                                                            const PromoterOptions& options) {
   if (disk == nullptr || host == nullptr) {
-    return absl::InvalidArgumentError("disk promoter: needs a disk tier and a host tier");
+    return absl::InvalidArgumentError("promoter: needs a lower tier and a host tier");
   }
   if (options.max_queued_chunks == 0) {
-    return absl::InvalidArgumentError("disk promoter: max_queued_chunks must be at least 1");
+    return absl::InvalidArgumentError("promoter: max_queued_chunks must be at least 1");
   }
   return std::unique_ptr<Promoter>(new Promoter(disk, host, options));
 }

@@ -134,12 +134,8 @@ std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) con
 std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
   std::vector<Tier> tiers;
   if (host_->Contains(key)) tiers.push_back(Tier::kHost);
-  if (InDisk(key)) tiers.push_back(Tier::kDisk);
+  if (HeldBelow(below_.get(), demoter_.get(), key)) tiers.push_back(Tier::kDisk);
   return tiers;
-}
-
-bool TieredStore::InDisk(const ChunkKey& key) const {
-  return below_ != nullptr && (below_->Contains(key) || demoter_->IsStaged(key));
 }
 
 std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLayout> layout,
@@ -155,7 +151,7 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
       return leased;
     }
     if (!acquired->has_value()) {
-      if (!InDisk(key)) {
+      if (!HeldBelow(below_.get(), demoter_.get(), key)) {
         leased.failure = NoLongerCached(key);
         return leased;
       }

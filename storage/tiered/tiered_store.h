@@ -194,8 +194,6 @@ class TieredStore {
  private:
   TieredStore() = default;
 
-  // The disk tier holds `key`, or it is staged for its write there.
-  bool InDisk(const ChunkKey& key) const;
   // The load's slow part, on the loads thread: goes on from keys[leased.leases.size()].
   void ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
                     const LoadOptions& options, LoadLeases& leased);

@@ -14,7 +14,7 @@ namespace strata::storage {
 
 absl::StatusOr<std::unique_ptr<WriteThrough>> WriteThrough::Create(
     LowerTier* disk, const WriteThroughOptions& options) {
-  if (disk == nullptr) return absl::InvalidArgumentError("write-through: no disk tier");
+  if (disk == nullptr) return absl::InvalidArgumentError("write-through: no lower tier");
   if (options.max_queued_chunks == 0 || options.max_batch_chunks == 0 ||
       options.lease.count() <= 0) {
     return absl::InvalidArgumentError(
