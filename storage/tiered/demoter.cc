@@ -1,9 +1,7 @@
 #include "storage/tiered/demoter.h"
 
-#include <pthread.h>
-
-#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "storage/tiered/chunk_transfer.h"
 
@@ -19,7 +17,10 @@ absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(LowerTier* disk,
 }
 
 Demoter::Demoter(LowerTier* disk, const DemoterOptions& options)
-    : disk_(disk), options_(options), worker_([this] { Run(); }) {}
+    : disk_(disk),
+      options_(options),
+      worker_({.thread_name = "strata-demoter", .max_batch = options.max_batch_chunks},
+              [this](std::span<Queued> batch) { WriteBatch(batch); }) {}
 
 Demoter::~Demoter() { Stop(); }
 
@@ -40,28 +41,29 @@ void Demoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_
   bool queue = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_ && staged_bytes_ + staged_bytes <= options_.max_queued_bytes) {
+    if (staged_bytes_ + staged_bytes <= options_.max_queued_bytes) {
       staged_bytes_ += staged_bytes;
-      ++copying_;
       queue = true;
     }
   }
-  if (!queue) {
-    written_inline_.fetch_add(1, std::memory_order_relaxed);
-    Count(PutPayload(*disk_, key, payload, checksum, num_tokens));
-    return;
+  if (queue) {
+    auto staged = std::make_shared<StagedPayload>();
+    staged->bytes = AlignedBuffer(payload_bytes);
+    staged->payload_bytes = payload_bytes;
+    staged->checksum = checksum;
+    staged->num_tokens = num_tokens;
+    payload.CopyTo(staged->bytes.span().first(payload_bytes));
+    absl::MutexLock lock(&mu_);
+    // Staged and queued at once (under mu_): a Flush that follows IsStaged waits for its write.
+    Queued item{.key = key, .staged = staged};
+    if (worker_.Push(std::move(item))) {
+      staged_.insert_or_assign(key, std::move(staged));
+      return;
+    }
+    staged_bytes_ -= staged_bytes;  // stopped meanwhile: written here instead
   }
-  auto staged = std::make_shared<StagedPayload>();
-  staged->bytes = AlignedBuffer(payload_bytes);
-  staged->payload_bytes = payload_bytes;
-  staged->checksum = checksum;
-  staged->num_tokens = num_tokens;
-  payload.CopyTo(staged->bytes.span().first(payload_bytes));
-  absl::MutexLock lock(&mu_);
-  staged_.insert_or_assign(key, staged);
-  queue_.push_back({.key = key, .staged = std::move(staged)});
-  --copying_;
-  ++enqueued_;
+  written_inline_.fetch_add(1, std::memory_order_relaxed);
+  Count(PutPayload(*disk_, key, payload, checksum, num_tokens));
 }
 
 std::shared_ptr<const StagedPayload> Demoter::FindStaged(const ChunkKey& key) const {
@@ -75,78 +77,38 @@ bool Demoter::IsStaged(const ChunkKey& key) const {
   return staged_.contains(key);
 }
 
-void Demoter::Flush() {
-  absl::MutexLock lock(&mu_);
-  const uint64_t target = enqueued_;
-  flush_target_ = std::max(flush_target_, target);
-  struct Arg {
-    Demoter* mover;
-    uint64_t target;
-  } arg{this, target};
-  mu_.Await(absl::Condition(
-      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->mover->finished_ >= a->target; },
-      &arg));
-}
+void Demoter::Flush() { worker_.Flush(); }
 
-void Demoter::SetHeld(bool held) {
-  absl::MutexLock lock(&mu_);
-  held_ = held;
-}
+void Demoter::SetHeld(bool held) { worker_.SetHeld(held); }
 
-void Demoter::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
+void Demoter::Stop() { worker_.Stop(); }
+
+void Demoter::WriteBatch(std::span<Queued> batch) {
+  std::vector<std::span<const std::byte>> parts;
+  parts.reserve(batch.size());
+  std::vector<LowerTier::Put> puts;
+  puts.reserve(batch.size());
+  uint64_t batch_staged_bytes = 0;
+  for (const Queued& item : batch) {
+    parts.push_back(item.staged->payload());
+    batch_staged_bytes += item.staged->bytes.size();
   }
-  if (worker_.joinable()) worker_.join();
-}
-
-void Demoter::Run() {
-  pthread_setname_np(pthread_self(), "strata-demoter");
-  for (;;) {
-    std::vector<Queued> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Demoter* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            const bool write = !m->held_ || m->stopping_ || m->flush_target_ > m->finished_;
-            return (!m->queue_.empty() && write) || (m->stopping_ && m->copying_ == 0);
-          },
-          this));
-      // Stopping: a copy in progress still lands in the queue, so leave only when none is.
-      if (queue_.empty()) return;
-      while (!queue_.empty() && batch.size() < options_.max_batch_chunks) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    std::vector<std::span<const std::byte>> parts;
-    parts.reserve(batch.size());
-    std::vector<LowerTier::Put> puts;
-    uint64_t batch_staged_bytes = 0;
-    for (const Queued& item : batch) {
-      parts.push_back(item.staged->payload());
-      batch_staged_bytes += item.staged->bytes.size();
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      puts.push_back({.key = batch[i].key,
-                      .payload = std::span(&parts[i], 1),
-                      .payload_checksum = batch[i].staged->checksum,
-                      .num_tokens = batch[i].staged->num_tokens});
-    }
-    for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
-    absl::MutexLock lock(&mu_);
-    // Written (the disk tier shows them now) or failed: no longer staged, unless evicted again
-    // meanwhile. A reader holding a buffer keeps it alive past the budget; the budget bounds
-    // what the mover holds.
-    for (const Queued& item : batch) {
-      auto it = staged_.find(item.key);
-      if (it != staged_.end() && it->second == item.staged) staged_.erase(it);
-    }
-    batch.clear();
-    staged_bytes_ -= batch_staged_bytes;
-    finished_ += puts.size();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    puts.push_back({.key = batch[i].key,
+                    .payload = std::span(&parts[i], 1),
+                    .payload_checksum = batch[i].staged->checksum,
+                    .num_tokens = batch[i].staged->num_tokens});
   }
+  for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
+  absl::MutexLock lock(&mu_);
+  // Written (the disk tier shows them now) or failed: no longer staged, unless evicted again
+  // meanwhile. A reader holding a buffer keeps it alive past the budget; the budget bounds what
+  // the demoter holds.
+  for (const Queued& item : batch) {
+    auto it = staged_.find(item.key);
+    if (it != staged_.end() && it->second == item.staged) staged_.erase(it);
+  }
+  staged_bytes_ -= batch_staged_bytes;
 }
 
 }  // namespace strata::storage

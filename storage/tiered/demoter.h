@@ -24,7 +24,8 @@
 // (Drain, Clear) call it first.
 //
 // Lifetime: Stop() (also run by the destructor) stops queueing, writes everything queued and
-// joins the thread; evictions after it are written synchronously, so no demotion is lost. The
+// joins the thread; evictions after it (or racing with it) are written synchronously, so no
+// demotion is lost. The
 // disk tier must outlive the demoter; the demoter must outlive the host tier's use of it as
 // listener, or be stopped before the host tier goes.
 //
@@ -35,11 +36,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
-#include <thread>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +46,7 @@
 #include "core/chunk_key.h"
 #include "storage/host/eviction_listener.h"
 #include "storage/io/aligned_buffer.h"
+#include "storage/tiered/background_worker.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
@@ -110,33 +109,25 @@ class Demoter final : public EvictionListener {
   };
 
   Demoter(LowerTier* disk, const DemoterOptions& options);
-  void Run();
+  // Writes one batch (on the worker's thread) and unstages it.
+  void WriteBatch(std::span<Queued> batch);
   void Count(const absl::Status& status);
 
   LowerTier* const disk_;
   const DemoterOptions options_;
 
   mutable absl::Mutex mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  // The chunks of queue_ and of the batch being written, by key (the latest eviction of a key).
+  // The chunks queued or being written, by key (the latest eviction of a key).
   absl::flat_hash_map<ChunkKey, std::shared_ptr<const StagedPayload>> staged_ ABSL_GUARDED_BY(mu_);
   // Staging bytes of chunks being copied, queued or being written.
   uint64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Evictions between their budget check and their place in the queue.
-  uint32_t copying_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // chunks ever queued
-  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or failed (in queue order)
-  // The most enqueued_ any Flush waits for: held chunks up to it are written anyway.
-  uint64_t flush_target_ ABSL_GUARDED_BY(mu_) = 0;
-  bool held_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> demoted_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> written_inline_{0};
 
-  // Last: joined (by Stop) before the members it uses go.
-  std::jthread worker_;
+  // Last: stopped before the members its callback uses go.
+  BackgroundWorker<Queued> worker_;
 };
 
 }  // namespace strata::storage

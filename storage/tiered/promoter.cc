@@ -1,7 +1,5 @@
 #include "storage/tiered/promoter.h"
 
-#include <pthread.h>
-
 #include <utility>
 #include <vector>
 
@@ -23,7 +21,20 @@ absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(LowerTier* disk, Host
 }
 
 Promoter::Promoter(LowerTier* disk, HostTier* host, const PromoterOptions& options)
-    : disk_(disk), host_(host), options_(options), worker_([this] { Run(); }) {}
+    : disk_(disk),
+      host_(host),
+      options_(options),
+      worker_(
+          {.thread_name = "strata-promoter",
+           .on_stop = BackgroundWorkerOptions::OnStop::kDropQueued,  // a prefetch is a hint
+           .nice = kBackgroundNice},
+          [this](std::span<Queued> batch) {
+            for (const Queued& item : batch) Promote(item);
+          },
+          [this](std::span<Queued> dropped) {
+            absl::MutexLock lock(&mu_);
+            for (const Queued& item : dropped) pending_.erase(item.key);
+          }) {}
 
 Promoter::~Promoter() { Stop(); }
 
@@ -52,9 +63,9 @@ absl::StatusOr<uint32_t> Promoter::Enqueue(const KvLayout& layout,
       break;
     }
     if (shared == nullptr) shared = std::make_shared<const KvLayout>(layout);
+    Queued item{.key = chain[i], .layout = shared};
+    if (!worker_.Push(std::move(item))) break;  // not expected: Stop sets stopping_ first
     pending_.insert(chain[i]);
-    queue_.push_back({.key = chain[i], .layout = shared});
-    ++enqueued_;
     ++queued;
   }
   if (full && queued == 0) {
@@ -78,36 +89,23 @@ bool Promoter::AwaitInFlight(const ChunkKey& key) {
   return true;
 }
 
-void Promoter::Flush() {
-  absl::MutexLock lock(&mu_);
-  struct Arg {
-    Promoter* promoter;
-    uint64_t target;
-  } arg{this, enqueued_};
-  mu_.Await(absl::Condition(
-      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->promoter->finished_ >= a->target; },
-      &arg));
-}
+void Promoter::Flush() { worker_.Flush(); }
 
 void Promoter::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    // Dropped: a prefetch is a hint.
-    for (const Queued& item : queue_) pending_.erase(item.key);
-    finished_ += queue_.size();
-    queue_.clear();
   }
-  if (worker_.joinable()) worker_.join();
+  worker_.Stop();
 }
 
 PromoterStats Promoter::Stats() const {
   PromoterStats stats;
   {
     absl::MutexLock lock(&mu_);
-    stats.queued = enqueued_;
     stats.pending = pending_.size();
   }
+  stats.queued = worker_.pushed();
   stats.promoted = promoted_.load(std::memory_order_relaxed);
   stats.skipped = skipped_.load(std::memory_order_relaxed);
   stats.failed = failed_.load(std::memory_order_relaxed);
@@ -126,36 +124,24 @@ void Promoter::PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes) {
   }
 }
 
-void Promoter::Run() {
-  pthread_setname_np(pthread_self(), "strata-promoter");
-  for (;;) {
-    Queued item;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Promoter* p)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !p->queue_.empty() || p->stopping_; },
-          this));
-      if (queue_.empty()) return;
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      in_flight_ = item.key;
-    }
-    const absl::StatusOr<PromoteOutcome> outcome =
-        PromoteChunk(*disk_, *host_, *item.layout, item.key, options_.staged);
-    if (!outcome.ok()) {
-      failed_.fetch_add(1, std::memory_order_relaxed);
-    } else if (*outcome == PromoteOutcome::kPromoted) {
-      promoted_.fetch_add(1, std::memory_order_relaxed);
-      PinPromoted(item.key, item.layout->chunk_bytes(item.layout->chunk_tokens));
-    } else {
-      skipped_.fetch_add(1, std::memory_order_relaxed);
-    }
+void Promoter::Promote(const Queued& item) {
+  {
     absl::MutexLock lock(&mu_);
-    in_flight_.reset();
-    pending_.erase(item.key);
-    ++finished_;
+    in_flight_ = item.key;
   }
+  const absl::StatusOr<PromoteOutcome> outcome =
+      PromoteChunk(*disk_, *host_, *item.layout, item.key, options_.staged);
+  if (!outcome.ok()) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+  } else if (*outcome == PromoteOutcome::kPromoted) {
+    promoted_.fetch_add(1, std::memory_order_relaxed);
+    PinPromoted(item.key, item.layout->chunk_bytes(item.layout->chunk_tokens));
+  } else {
+    skipped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  absl::MutexLock lock(&mu_);
+  in_flight_.reset();
+  pending_.erase(item.key);
 }
 
 }  // namespace strata::storage

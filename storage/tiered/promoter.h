@@ -24,11 +24,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -37,6 +35,7 @@
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/background_worker.h"
 #include "storage/tiered/demoter.h"
 #include "storage/tiered/lower_tier.h"
 
@@ -102,7 +101,8 @@ class Promoter {
   };
 
   Promoter(LowerTier* disk, HostTier* host, const PromoterOptions& options);
-  void Run();
+  // Promotes one chunk (on the worker's thread).
+  void Promote(const Queued& item);
   // Soft-pins a chunk just promoted (of at most `max_chunk_bytes`), within the pin budget.
   void PinPromoted(const ChunkKey& key, uint64_t max_chunk_bytes);
 
@@ -111,11 +111,8 @@ class Promoter {
   const PromoterOptions options_;
 
   mutable absl::Mutex mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   // Keys queued or being promoted.
   absl::flat_hash_set<ChunkKey> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // chunks ever queued
-  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // of those, done or dropped (in queue order)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The chunk the thread is promoting now.
   std::optional<ChunkKey> in_flight_ ABSL_GUARDED_BY(mu_);
@@ -125,8 +122,8 @@ class Promoter {
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> pinned_{0};
 
-  // Last: joined (by Stop) before the members it uses go.
-  std::jthread worker_;
+  // Last: stopped before the members its callbacks use go.
+  BackgroundWorker<Queued> worker_;
 };
 
 }  // namespace strata::storage

@@ -15,14 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <set>
+#include <span>
 #include <string>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
-#include "absl/synchronization/mutex.h"
+#include "storage/tiered/background_worker.h"
 
 namespace strata::storage {
 
@@ -30,41 +27,24 @@ class TaskThread {
  public:
   using Task = absl::AnyInvocable<void() &&>;
 
-  // Starts the thread, named `name` (at most 15 characters: the kernel's limit).
-  explicit TaskThread(std::string name);
-  ~TaskThread();
-  TaskThread(const TaskThread&) = delete;
-  TaskThread& operator=(const TaskThread&) = delete;
+  // Starts the thread, named `name` (at most 15 characters: the kernel's limit), at nice value
+  // `nice` (BackgroundWorkerOptions::nice).
+  explicit TaskThread(std::string name, int nice = 0);
 
   // Queues `task`; true when it will run. false after Stop (the task is destroyed unrun).
   bool Submit(Task task, bool urgent = false);
   // Returns once every task submitted before the call has run.
-  void Flush();
+  void Flush() { worker_.Flush(); }
   // Runs every queued task, then joins the thread. Idempotent.
-  void Stop();
+  void Stop() { worker_.Stop(); }
 
   // Tasks queued or running now.
-  uint64_t pending() const;
+  uint64_t pending() const { return worker_.pending(); }
 
  private:
-  void Run();
+  static void RunAll(std::span<Task> tasks);
 
-  const std::string name_;
-  mutable absl::Mutex mu_;
-  struct Queued {
-    uint64_t seq = 0;  // 1, 2, ... in submission order
-    Task task;
-  };
-
-  std::deque<Queued> urgent_ ABSL_GUARDED_BY(mu_);  // run first, in submission order
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;  // tasks ever accepted
-  // Sequence numbers of the tasks queued or running.
-  std::set<uint64_t> unfinished_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-
-  // Last: joined (by Stop) before the members it uses go.
-  std::jthread worker_;
+  BackgroundWorker<Task> worker_;
 };
 
 }  // namespace strata::storage

@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
     if (!promoter.ok()) return Annotate(promoter.status(), "promoter");
     store->promoter_ = *std::move(promoter);
   }
-  store->loads_ = std::make_unique<TaskThread>("strata-loads");
+  store->loads_ = std::make_unique<TaskThread>("strata-loads", kBackgroundNice);
   store->maintenance_ = std::make_unique<TaskThread>("strata-tiered");
   return store;
 }

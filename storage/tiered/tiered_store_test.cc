@@ -1,7 +1,6 @@
 #include "storage/tiered/tiered_store.h"
 
 #include <algorithm>
-#include <atomic>
 #include <future>
 #include <thread>
 #include <vector>
@@ -10,7 +9,6 @@
 #include "gtest/gtest.h"
 #include "storage/host/test_util.h"
 #include "storage/io/testing/io_test_util.h"
-#include "storage/tiered/task_thread.h"
 
 namespace strata::storage {
 namespace {
@@ -18,68 +16,6 @@ namespace {
 using ::testing::ElementsAre;
 
 constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
-
-// A gate a task waits at until the test opens it.
-class Gate {
- public:
-  void Open() { opened_.set_value(); }
-  void Wait() { future_.wait(); }
-
- private:
-  std::promise<void> opened_;
-  std::shared_future<void> future_ = opened_.get_future().share();
-};
-
-TEST(TaskThreadTest, UrgentTasksOvertakeNormalOnesAndFlushWaitsForBoth) {
-  TaskThread thread("strata-test");
-  Gate gate;
-  std::vector<int> order;
-  ASSERT_TRUE(thread.Submit([&] { gate.Wait(); }));
-  ASSERT_TRUE(thread.Submit([&] { order.push_back(1); }));
-  ASSERT_TRUE(thread.Submit([&] { order.push_back(2); }, /*urgent=*/true));
-  ASSERT_TRUE(thread.Submit([&] { order.push_back(3); }, /*urgent=*/true));
-  EXPECT_EQ(thread.pending(), 4u);
-  gate.Open();
-  thread.Flush();
-  EXPECT_THAT(order, ElementsAre(2, 3, 1));
-  EXPECT_EQ(thread.pending(), 0u);
-}
-
-TEST(TaskThreadTest, FlushWaitsForAnOvertakenTask) {
-  TaskThread thread("strata-test");
-  Gate first, slow;
-  std::atomic<bool> normal_ran{false};
-  ASSERT_TRUE(thread.Submit([&] { first.Wait(); }));
-  ASSERT_TRUE(thread.Submit([&] { normal_ran = true; }));
-  std::future<void> flushed = std::async(std::launch::async, [&] { thread.Flush(); });
-  // An urgent task submitted after the Flush runs first; the Flush must still wait for the
-  // normal task it was given.
-  ASSERT_TRUE(thread.Submit([&] { slow.Wait(); }, /*urgent=*/true));
-  first.Open();
-  EXPECT_EQ(flushed.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
-  EXPECT_FALSE(normal_ran);
-  slow.Open();
-  flushed.get();
-  EXPECT_TRUE(normal_ran);
-}
-
-TEST(TaskThreadTest, StopRunsWhatIsQueuedAndRefusesTheRest) {
-  TaskThread thread("strata-test");
-  Gate gate;
-  std::atomic<int> ran{0};
-  ASSERT_TRUE(thread.Submit([&] { gate.Wait(); }));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(thread.Submit([&] { ++ran; }));
-  std::thread stopper([&] { thread.Stop(); });
-  gate.Open();
-  stopper.join();
-  EXPECT_EQ(ran, 5);
-  // Refused: the task is destroyed unrun, with what it held.
-  auto held = std::make_shared<int>(0);
-  EXPECT_FALSE(thread.Submit([held] { ++*held; }));
-  EXPECT_EQ(held.use_count(), 1);
-  EXPECT_EQ(*held, 0);
-  thread.Stop();  // idempotent
-}
 
 // A store whose host tier holds four one-page chunks, over a disk tier (when `with_disk`).
 class TieredStoreTest : public ::testing::Test {

@@ -1,7 +1,5 @@
 #include "storage/tiered/write_through.h"
 
-#include <pthread.h>
-
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,33 +22,33 @@ absl::StatusOr<std::unique_ptr<WriteThrough>> WriteThrough::Create(
 }
 
 WriteThrough::WriteThrough(LowerTier* disk, const WriteThroughOptions& options)
-    : disk_(disk), options_(options) {}
+    : disk_(disk),
+      options_(options),
+      worker_({.thread_name = "strata-wthrough",
+               .max_batch = options.max_batch_chunks,
+               .max_queued = options.max_queued_chunks,
+               .on_stop = BackgroundWorkerOptions::OnStop::kDropQueued,  // best effort
+               .nice = kBackgroundNice},
+              [this](std::span<ChunkKey> keys) { WriteBatch(keys); }) {}
 
 WriteThrough::~WriteThrough() { Stop(); }
 
 void WriteThrough::Start(HostTier* host) {
   absl::MutexLock lock(&mu_);
-  if (started_ || stopping_ || host == nullptr) return;
-  host_ = host;
-  started_ = true;
-  worker_ = std::jthread([this] { Run(); });
+  if (host_ == nullptr && !stopping_) host_ = host;
 }
 
 void WriteThrough::OnStored(const ChunkKey& key, const ChunkKey& /*parent*/,
                             uint32_t /*num_tokens*/, std::span<const uint32_t> /*token_ids*/) {
   absl::MutexLock lock(&mu_);
-  if (!started_ || stopping_) return;
-  if (queue_.size() >= options_.max_queued_chunks) {
-    dropped_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  queue_.push_back(key);
-  ++enqueued_;
+  if (host_ == nullptr || stopping_) return;
+  ChunkKey queued = key;
+  if (!worker_.Push(std::move(queued))) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void WriteThrough::OnRemoved(const ChunkKey& key, RemovalCause cause) {
-  // An evicted chunk is not leased (a lease protects it), so it is not being written: the mover
-  // demotes it, and a queued key of it misses its lease and is skipped.
+  // An evicted chunk is not leased (a lease protects it), so it is not being written: the
+  // demoter demotes it, and a queued key of it misses its lease and is skipped.
   if (cause == RemovalCause::kEvicted) return;
   absl::MutexLock lock(&mu_);
   if (in_flight_.contains(key)) cancelled_.insert(key);
@@ -59,77 +57,50 @@ void WriteThrough::OnRemoved(const ChunkKey& key, RemovalCause cause) {
 void WriteThrough::OnCleared() {
   absl::MutexLock lock(&mu_);
   cancelled_.insert(in_flight_.begin(), in_flight_.end());
-  finished_ += queue_.size();
-  queue_.clear();
+  worker_.DropQueued();
 }
 
-void WriteThrough::Flush() {
-  absl::MutexLock lock(&mu_);
-  struct Arg {
-    WriteThrough* self;
-    uint64_t target;
-  } arg{this, enqueued_};
-  mu_.Await(absl::Condition(
-      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->finished_ >= a->target; },
-      &arg));
-}
+void WriteThrough::Flush() { worker_.Flush(); }
 
 void WriteThrough::Stop() {
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      stopping_ = true;
-      finished_ += queue_.size();
-      queue_.clear();
-    }
+    stopping_ = true;
   }
-  if (worker_.joinable()) worker_.join();
+  worker_.Stop();
 }
 
 WriteThroughStats WriteThrough::Stats() const {
-  WriteThroughStats stats{.written = written_.load(std::memory_order_relaxed),
-                          .skipped = skipped_.load(std::memory_order_relaxed),
-                          .dropped = dropped_.load(std::memory_order_relaxed),
-                          .failed = failed_.load(std::memory_order_relaxed),
-                          .cancelled = cancelled_count_.load(std::memory_order_relaxed)};
-  absl::MutexLock lock(&mu_);
-  stats.queued = enqueued_;
-  stats.pending = enqueued_ - finished_;
-  return stats;
-}
-
-void WriteThrough::Run() {
-  pthread_setname_np(pthread_self(), "strata-wthrough");
-  for (;;) {
-    std::vector<ChunkKey> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WriteThrough* w)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !w->queue_.empty() || w->stopping_; },
-          this));
-      if (stopping_) return;
-      while (!queue_.empty() && batch.size() < options_.max_batch_chunks) {
-        in_flight_.insert(queue_.front());
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    WriteBatch(batch);
-    absl::MutexLock lock(&mu_);
-    in_flight_.clear();
-    cancelled_.clear();
-    finished_ += batch.size();
-  }
+  return {.queued = worker_.pushed(),
+          .written = written_.load(std::memory_order_relaxed),
+          .skipped = skipped_.load(std::memory_order_relaxed),
+          .dropped = dropped_.load(std::memory_order_relaxed),
+          .failed = failed_.load(std::memory_order_relaxed),
+          .cancelled = cancelled_count_.load(std::memory_order_relaxed),
+          .pending = worker_.pending()};
 }
 
 void WriteThrough::WriteBatch(std::span<const ChunkKey> keys) {
+  HostTier* host = nullptr;
+  {
+    // Marked in flight before they are leased: a removal from here on cancels the write.
+    absl::MutexLock lock(&mu_);
+    host = host_;
+    in_flight_.insert(keys.begin(), keys.end());
+  }
+  WriteLeased(*host, keys);
+  absl::MutexLock lock(&mu_);
+  in_flight_.clear();
+  cancelled_.clear();
+}
+
+void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
   std::vector<ChunkLease> leases;
   for (const ChunkKey& key : keys) {
     std::optional<ChunkLease> lease;
     if (!disk_->Contains(key)) {
       absl::StatusOr<std::optional<ChunkLease>> acquired =
-          host_->AcquireForCopy(key, options_.lease);
+          host.AcquireForCopy(key, options_.lease);
       if (acquired.ok()) lease = *std::move(acquired);
     }
     if (!lease.has_value()) {

@@ -17,20 +17,20 @@
 // write ends, so an operator's Clear is not undone. A lease that expires during the write means
 // the pages may have been reused: that record is removed too (its checksum would fail any read).
 //
-// Lifetime: Start binds the host tier and starts the thread; keys stored before it are not
-// queued. Stop() (also run by the destructor) drops the queue, waits for the batch in flight and
-// joins. The disk tier must outlive the write-through; the host tier must be alive from Start to
-// Stop, and the write-through (its observer) must outlive the host tier's calls to it.
+// Lifetime: Start binds the host tier; keys stored before it are not queued. Stop() (also run by
+// the destructor) drops the queue, waits for the batch in flight and joins. The disk tier must
+// outlive the write-through; the host tier must be alive from Start to Stop, and the
+// write-through (its observer) must outlive the host tier's calls to it.
 //
 // Thread-safety: every method is thread-safe. Lock order: host tier's lock, then mu_ (observer
 // calls); the thread never calls the host tier while holding mu_.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <thread>
+#include <span>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -39,6 +39,7 @@
 #include "core/chunk_key.h"
 #include "storage/host/chunk_observer.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/background_worker.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
@@ -88,22 +89,19 @@ class WriteThrough final : public ChunkObserver {
 
  private:
   WriteThrough(LowerTier* disk, const WriteThroughOptions& options);
-  void Run();
-  // Leases, writes and releases one batch; undoes the writes of keys cancelled meanwhile.
+  // Leases, writes and releases one batch (on the worker's thread); undoes the writes of keys
+  // cancelled meanwhile.
   void WriteBatch(std::span<const ChunkKey> keys);
+  void WriteLeased(HostTier& host, std::span<const ChunkKey> keys);
 
   LowerTier* const disk_;
   const WriteThroughOptions options_;
-  HostTier* host_ = nullptr;  // set once by Start, before the thread runs
 
   mutable absl::Mutex mu_;
-  std::deque<ChunkKey> queue_ ABSL_GUARDED_BY(mu_);
+  HostTier* host_ ABSL_GUARDED_BY(mu_) = nullptr;  // set once by Start
   // The batch being written, and those of its keys removed from the host tier meanwhile.
   absl::flat_hash_set<ChunkKey> in_flight_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<ChunkKey> cancelled_ ABSL_GUARDED_BY(mu_);
-  uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // keys ever queued
-  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // of those, done or dropped (in queue order)
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> written_{0};
@@ -112,8 +110,8 @@ class WriteThrough final : public ChunkObserver {
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> cancelled_count_{0};
 
-  // Last: joined (by Stop) before the members it uses go.
-  std::jthread worker_;
+  // Last: stopped before the members its callback uses go.
+  BackgroundWorker<ChunkKey> worker_;
 };
 
 }  // namespace strata::storage
