@@ -34,21 +34,29 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsRespo
 
 v1::Tier ToProto(storage::Tier tier) {
   switch (tier) {
+    case storage::Tier::kDevice:
+      return v1::TIER_DEVICE;
     case storage::Tier::kHost:
       return v1::TIER_HOST;
     case storage::Tier::kDisk:
       return v1::TIER_DISK;
+    case storage::Tier::kRemote:
+      return v1::TIER_REMOTE;
   }
   return v1::TIER_UNSPECIFIED;
 }
 
-// The store's tier of a tier CheckTier accepted; nullopt for TIER_UNSPECIFIED.
+// The store's tier of `tier`; nullopt for TIER_UNSPECIFIED and unknown values.
 std::optional<storage::Tier> StoreTier(v1::Tier tier) {
   switch (tier) {
+    case v1::TIER_DEVICE:
+      return storage::Tier::kDevice;
     case v1::TIER_HOST:
       return storage::Tier::kHost;
     case v1::TIER_DISK:
       return storage::Tier::kDisk;
+    case v1::TIER_REMOTE:
+      return storage::Tier::kRemote;
     default:
       return std::nullopt;
   }
@@ -56,35 +64,34 @@ std::optional<storage::Tier> StoreTier(v1::Tier tier) {
 
 enum class Unspecified { kHost, kEvery, kInvalid };
 
-// OK when `tier` is one this daemon has (the host tier, and the disk tier when `has_disk`;
-// TIER_UNSPECIFIED as `unspecified` says); FAILED_PRECONDITION naming a tier that is not
-// configured; INVALID_ARGUMENT for unknown values.
-absl::Status CheckTier(v1::Tier tier, Unspecified unspecified, bool has_disk) {
-  switch (tier) {
-    case v1::TIER_HOST:
-      return absl::OkStatus();
-    case v1::TIER_UNSPECIFIED:
-      if (unspecified != Unspecified::kInvalid) return absl::OkStatus();
-      return absl::InvalidArgumentError("a tier is required");
-    case v1::TIER_DEVICE:
-      return absl::FailedPreconditionError("device tier not configured");
-    case v1::TIER_DISK:
-      if (has_disk) return absl::OkStatus();
-      return absl::FailedPreconditionError("disk tier not configured");
-    case v1::TIER_REMOTE:
-      return absl::FailedPreconditionError("remote tier not configured");
-    default:
-      return absl::InvalidArgumentError(
-          fmt::format("unknown tier value {}", static_cast<int>(tier)));
+// OK when `tier` is one `store` has (TIER_UNSPECIFIED as `unspecified` says); FAILED_PRECONDITION
+// naming a tier that is not configured; INVALID_ARGUMENT for unknown values.
+absl::Status CheckTier(v1::Tier tier, Unspecified unspecified, const storage::TieredStore& store) {
+  if (tier == v1::TIER_UNSPECIFIED) {
+    if (unspecified != Unspecified::kInvalid) return absl::OkStatus();
+    return absl::InvalidArgumentError("a tier is required");
   }
+  const std::optional<storage::Tier> known = StoreTier(tier);
+  if (!known.has_value()) {
+    return absl::InvalidArgumentError(fmt::format("unknown tier value {}", static_cast<int>(tier)));
+  }
+  if (!store.has(*known)) {
+    return absl::FailedPreconditionError(
+        fmt::format("{} tier not configured", storage::TierName(*known)));
+  }
+  return absl::OkStatus();
 }
 
+// A tier below the host tier named for what only the host tier records (pins, tenants).
+bool NamesLowerTier(v1::Tier tier) { return tier != v1::TIER_UNSPECIFIED && tier != v1::TIER_HOST; }
+
 // Pins live in the host tier only.
-absl::Status CheckPinTier(v1::Tier tier, bool has_disk) {
-  if (tier == v1::TIER_DISK && has_disk) {
+absl::Status CheckPinTier(v1::Tier tier, const storage::TieredStore& store) {
+  if (absl::Status s = CheckTier(tier, Unspecified::kHost, store); !s.ok()) return s;
+  if (NamesLowerTier(tier)) {
     return absl::FailedPreconditionError("pins apply to the host tier only");
   }
-  return CheckTier(tier, Unspecified::kHost, has_disk);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<storage::PinKind> PinKindFromProto(v1::PinKind kind) {
@@ -314,7 +321,7 @@ absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinRespons
   if (*kind == storage::PinKind::kSoft && request.ttl_ms() == 0) {
     return absl::InvalidArgumentError("a soft pin needs ttl_ms > 0");
   }
-  if (absl::Status s = CheckPinTier(request.tier(), has_disk()); !s.ok()) return s;
+  if (absl::Status s = CheckPinTier(request.tier(), *options_.store); !s.ok()) return s;
   absl::StatusOr<storage::PinResult> pinned = options_.store->host().PinChunks(
       chunks->keys, {.kind = *kind, .ttl = std::chrono::milliseconds(request.ttl_ms())});
   if (!pinned.ok()) return pinned.status();
@@ -336,7 +343,7 @@ absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinR
   if (!chunks.ok()) return chunks.status();
   absl::StatusOr<storage::PinKind> kind = PinKindFromProto(request.kind());
   if (!kind.ok()) return kind.status();
-  if (absl::Status s = CheckPinTier(request.tier(), has_disk()); !s.ok()) return s;
+  if (absl::Status s = CheckPinTier(request.tier(), *options_.store); !s.ok()) return s;
   absl::StatusOr<storage::PinResult> unpinned =
       options_.store->host().UnpinChunks(chunks->keys, *kind);
   if (!unpinned.ok()) return unpinned.status();
@@ -356,7 +363,7 @@ grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* cont
 absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
   if (!chunks.ok()) return chunks.status();
-  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, has_disk()); !s.ok()) {
+  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, *options_.store); !s.ok()) {
     return s;
   }
   std::optional<KvLayout> layout;
@@ -392,12 +399,13 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
         "Clear needs exactly one of: a selector (tokens with a layout, or keys), a layout, a "
         "tenant, all");
   }
-  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, has_disk()); !s.ok()) {
+  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, *options_.store); !s.ok()) {
     return s;
   }
-  if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
-    return absl::FailedPreconditionError(
-        "the disk tier does not record tenants: clear a tenant from the host tier or every tier");
+  if (request.has_tenant() && NamesLowerTier(request.tier())) {
+    return absl::FailedPreconditionError(fmt::format(
+        "the {} tier does not record tenants: clear a tenant from the host tier or every tier",
+        storage::TierName(*StoreTier(request.tier()))));
   }
   // Which chunks go: the selector's keys, a tenant's, a layout's, or every chunk.
   storage::ClearSelection selection;
@@ -516,15 +524,17 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   }
   absl::StatusOr<uint64_t> cursor = ParsePageToken(request.page_token());
   if (!cursor.ok()) return cursor.status();
-  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, has_disk()); !s.ok()) {
+  if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, *options_.store); !s.ok()) {
     return s;
   }
-  if (request.has_tenant() && request.tier() == v1::TIER_DISK) {
-    return absl::FailedPreconditionError("the disk tier does not record tenants");
-  }
-  if (request.tier() == v1::TIER_DISK) {
-    return absl::UnimplementedError(
-        "ListChunks lists the host tier; listing the disk tier is not implemented yet");
+  if (NamesLowerTier(request.tier())) {
+    const std::string_view name = storage::TierName(*StoreTier(request.tier()));
+    if (request.has_tenant()) {
+      return absl::FailedPreconditionError(
+          fmt::format("the {} tier does not record tenants", name));
+    }
+    return absl::UnimplementedError(fmt::format(
+        "ListChunks lists the host tier; listing the {} tier is not implemented yet", name));
   }
   storage::ListChunksOptions options{
       .cursor = *cursor,
@@ -606,7 +616,7 @@ grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* ControlService::FinishFromStore(
     grpc::CallbackServerContext* context, absl::AnyInvocable<absl::Status() &&> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!has_disk()) {  // nothing below the host tier: in memory, answered inline
+  if (!options_.store->has_lower_tiers()) {  // in memory: answered inline
     reactor->Finish(ToGrpcStatus(std::move(work)()));
     return reactor;
   }

@@ -118,7 +118,6 @@ class ControlService final
   // host tier may make it wait for I/O, inline otherwise.
   grpc::ServerUnaryReactor* FinishFromStore(grpc::CallbackServerContext* context,
                                             absl::AnyInvocable<absl::Status() &&> work);
-  bool has_disk() const { return options_.store->has(storage::Tier::kDisk); }
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 

@@ -959,8 +959,14 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   pin.set_ttl_ms(1000);
   pin.set_tier(v1::TIER_DISK);
   v1::PinResponse pinned;
-  EXPECT_EQ(Call(&v1::StrataControl::Stub::Pin, pin, pinned).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  grpc::Status pin_status = Call(&v1::StrataControl::Stub::Pin, pin, pinned);
+  EXPECT_EQ(pin_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(pin_status.error_message(), "pins apply to the host tier only");
+  // A disk tier is not every tier: the others are still not configured.
+  move.set_target(v1::TIER_REMOTE);
+  grpc::Status remote = Call(&v1::StrataControl::Stub::Move, move, moved);
+  EXPECT_EQ(remote.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(remote.error_message(), "remote tier not configured");
   v1::ListChunksRequest list;
   list.set_tier(v1::TIER_DISK);
   v1::ListChunksResponse listed;

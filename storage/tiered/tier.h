@@ -7,10 +7,11 @@
 
 namespace strata::storage {
 
-// Top down: the host tier (T1) first.
-enum class Tier { kHost, kDisk };
+// Top down, T0 to T3: the device pool, the host tier, the disk tier, remote peers. A store has the
+// host tier and those below it it was given (TieredStore::has).
+enum class Tier { kDevice, kHost, kDisk, kRemote };
 
-// "host", "disk": the {tier="..."} label of metrics and the CLI's name.
+// "device", "host", "disk", "remote": the {tier="..."} label of metrics and the CLI's name.
 std::string_view TierName(Tier tier);
 
 // What a tier below the host tier reports.

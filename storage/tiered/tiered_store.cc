@@ -125,7 +125,11 @@ std::vector<Tier> TieredStore::tiers() const {
   return tiers;
 }
 
-bool TieredStore::has(Tier tier) const { return tier == Tier::kHost || below_ != nullptr; }
+bool TieredStore::has(Tier tier) const {
+  return tier == Tier::kHost || (below_ != nullptr && below_->tier() == tier);
+}
+
+bool TieredStore::has_lower_tiers() const { return below_ != nullptr; }
 
 std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) const {
   return storage::LocatePrefix(*host_, below_.get(), chain, demoter_.get());

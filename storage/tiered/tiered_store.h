@@ -137,6 +137,8 @@ class TieredStore {
   // The tiers this store has, top down (kHost first).
   std::vector<Tier> tiers() const;
   bool has(Tier tier) const;
+  // Whether any tier is below the host tier: when none, every operation is in memory.
+  bool has_lower_tiers() const;
 
   // The tier of each leading chunk of `chain`, stopping at the first chunk in no tier. In memory
   // only; not a snapshot (chunks may move meanwhile, so a later load may still miss).
