@@ -78,15 +78,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.tenant_quotas = daemon->tenants_.quotas();
   host.observer = daemon->event_log_.get();
   if (!config.disk.directory.empty()) {
-    store.disk = storage::TieredDiskOptions{
-        .directory = config.disk.directory,
-        .capacity_bytes = config.disk.capacity_bytes,
-        .segment_bytes = config.disk.segment_bytes,
-        .demotion_queue_bytes = config.disk.demotion_queue_bytes,
-        .write_through = config.disk.write_through,
-        .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,
-        // Registering pins (so allocates) every page: only a prefaulted arena.
-        .register_arena = config.host.prefault};
+    store.disk = storage::TieredDiskOptions{.directory = config.disk.directory,
+                                            .capacity_bytes = config.disk.capacity_bytes,
+                                            .segment_bytes = config.disk.segment_bytes};
+    store.movement = {.demotion_queue_bytes = config.disk.demotion_queue_bytes,
+                      .write_through = config.disk.write_through,
+                      .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,
+                      // Registering pins (so allocates) every page: only a prefaulted arena.
+                      .register_arena = config.host.prefault};
     if (!config.host.prefault) {
       spdlog::info("disk tier: host arena not registered with the io engines (host.prefault off)");
     }

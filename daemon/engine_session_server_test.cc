@@ -154,8 +154,8 @@ std::unique_ptr<storage::TieredStore> HostOverDisk(const std::string& directory,
       {.host = {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru"},
        .disk = storage::TieredDiskOptions{.directory = directory,
                                           .capacity_bytes = 1 << 20,
-                                          .segment_bytes = 64 << 10,
-                                          .demotion_queue_bytes = demotion_queue_bytes}});
+                                          .segment_bytes = 64 << 10},
+       .movement = {.demotion_queue_bytes = demotion_queue_bytes}});
 }
 
 storage::LowerTierStats DiskStats(const storage::TieredStore& store) {

@@ -202,8 +202,9 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
     EXPECT_FALSE((*disk)->Contains(chain[id])) << id;
     EXPECT_TRUE(host.mover->IsStaged(chain[id])) << id;
   }
-  EXPECT_TRUE(LocatePrefix(*host.tier, &host.below, chain).empty()) << "without the mover";
-  const std::vector<Tier> tiers = LocatePrefix(*host.tier, &host.below, chain, host.mover.get());
+  LowerTier* const below[] = {&host.below};
+  EXPECT_TRUE(LocatePrefix(*host.tier, below, chain).empty()) << "without the mover";
+  const std::vector<Tier> tiers = LocatePrefix(*host.tier, below, chain, host.mover.get());
   ASSERT_EQ(tiers.size(), 6u);
   EXPECT_EQ(tiers[0], Tier::kDisk);
   EXPECT_EQ(tiers[1], Tier::kDisk);
@@ -246,7 +247,7 @@ TEST_P(PromoterTest, PrefetchPromotesDiskOnlyChunksInTheBackground) {
   ASSERT_TRUE(host.Open().ok());
   // Chunks 0-5 go to disk; 6-9 stay in the host tier.
   for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
-  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
+  auto promoter = Promoter::Create({&host.below}, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok()) << promoter.status();
 
   // Host-resident chunks are not queued, and the run stops at a chunk in neither tier.
@@ -283,12 +284,14 @@ TEST_P(PromoterTest, BadInputsAndStopAreClearErrors) {
   ASSERT_TRUE(disk.ok()) << disk.status();
   DemoterFixture host(disk->get());
   ASSERT_TRUE(host.Open().ok());
-  EXPECT_EQ(Promoter::Create(nullptr, host.tier.get(), {}).status().code(),
+  EXPECT_EQ(Promoter::Create({}, host.tier.get(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Promoter::Create({nullptr}, host.tier.get(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      Promoter::Create(&host.below, host.tier.get(), {.max_queued_chunks = 0}).status().code(),
+      Promoter::Create({&host.below}, host.tier.get(), {.max_queued_chunks = 0}).status().code(),
       absl::StatusCode::kInvalidArgument);
-  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
+  auto promoter = Promoter::Create({&host.below}, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok());
   const ChunkKey other_layout[] = {SyntheticKey(SmallLayout("other-model"), 1)};
   EXPECT_EQ((*promoter)->Enqueue(host.layout, other_layout).status().code(),
@@ -337,7 +340,7 @@ TEST_P(PromoterTest, QueueIsBoundedAndDuplicatesAreSkipped) {
   ASSERT_TRUE((*host)->Commit(std::move(reserved->reservation)).ok());
 
   DiskLowerTier below(disk->get());
-  auto promoter = Promoter::Create(&below, host->get(), {.max_queued_chunks = 2});
+  auto promoter = Promoter::Create({&below}, host->get(), {.max_queued_chunks = 2});
   ASSERT_TRUE(promoter.ok());
   const ChunkKey one[] = {SyntheticKey(layout, 1)};
   EXPECT_EQ((*promoter)->Enqueue(layout, one).value(), 1u);
@@ -383,7 +386,7 @@ TEST_P(PromoterTest, FailedReadIsCountedAndNothingIsServed) {
   ASSERT_TRUE(host.Open().ok());
   for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(host.Store(id).ok()) << id;
   ASSERT_TRUE((*disk)->Contains(SyntheticKey(host.layout, 0)));
-  auto promoter = Promoter::Create(&host.below, host.tier.get(), {});
+  auto promoter = Promoter::Create({&host.below}, host.tier.get(), {});
   ASSERT_TRUE(promoter.ok());
   plan_->FlipNextReads(1);
   const ChunkKey zero[] = {SyntheticKey(host.layout, 0)};

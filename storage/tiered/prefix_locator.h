@@ -1,6 +1,7 @@
-// Where the leading chunks of a prefix chain live when the host tier spills to a disk tier: a
-// prefix may go on in either tier (a chunk evicted to disk, its successor still in the host
-// tier). Not a snapshot: chunks may move while it runs, so a later load may still miss.
+// Where the leading chunks of a prefix chain live when the host tier spills to tiers below it: a
+// prefix may go on in any of them (a chunk evicted to disk, its successor still in the host
+// tier, the one after it on a peer). Not a snapshot: chunks may move while it runs, so a later
+// load may still miss.
 #pragma once
 
 #include <span>
@@ -14,15 +15,18 @@
 
 namespace strata::storage {
 
-// Whether the tier below holds `key`, or `staged` (nullable) holds it for its write there; false
-// when `below` is null. In memory only.
-bool HeldBelow(const LowerTier* below, const Demoter* staged, const ChunkKey& key);
+// The tiers below the host tier, top down: the first is the nearest (the demotion target).
+using LowerTiers = std::span<LowerTier* const>;
 
-// The tier of each leading chunk of `chain`, stopping at the first chunk in neither. `disk` is
-// nullable (no disk tier: the host tier's prefix alone). A chunk `staged` holds for its disk
-// write counts as Tier::kDisk (PromoteChunk serves it from the staging buffer); `staged` is
-// nullable.
-std::vector<Tier> LocatePrefix(const HostTier& host, const LowerTier* disk,
+// The nearest tier of `lower` that holds `key`, or null. A chunk `staged` (nullable) holds for
+// its write to the nearest tier counts as held there (PromoteChunk serves it from the staging
+// buffer). In memory only.
+LowerTier* FindBelow(LowerTiers lower, const Demoter* staged, const ChunkKey& key);
+
+// The tier of each leading chunk of `chain`: the host tier when it holds the chunk, else the
+// nearest lower tier that does (FindBelow); stops at the first chunk in no tier. With no lower
+// tiers, the host tier's prefix alone.
+std::vector<Tier> LocatePrefix(const HostTier& host, LowerTiers lower,
                                std::span<const ChunkKey> chain, const Demoter* staged = nullptr);
 
 }  // namespace strata::storage

@@ -1,27 +1,28 @@
 #include "storage/tiered/promoter.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "fmt/format.h"
 #include "storage/tiered/chunk_transfer.h"
-#include "storage/tiered/prefix_locator.h"
 
 namespace strata::storage {
 
-absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(LowerTier* disk, HostTier* host,
+absl::StatusOr<std::unique_ptr<Promoter>> Promoter::Create(std::vector<LowerTier*> lower,
+                                                           HostTier* host,
                                                            const PromoterOptions& options) {
-  if (disk == nullptr || host == nullptr) {
-    return absl::InvalidArgumentError("promoter: needs a lower tier and a host tier");
+  if (lower.empty() || std::ranges::find(lower, nullptr) != lower.end() || host == nullptr) {
+    return absl::InvalidArgumentError("promoter: needs lower tiers and a host tier");
   }
   if (options.max_queued_chunks == 0) {
     return absl::InvalidArgumentError("promoter: max_queued_chunks must be at least 1");
   }
-  return std::unique_ptr<Promoter>(new Promoter(disk, host, options));
+  return std::unique_ptr<Promoter>(new Promoter(std::move(lower), host, options));
 }
 
-Promoter::Promoter(LowerTier* disk, HostTier* host, const PromoterOptions& options)
-    : disk_(disk),
+Promoter::Promoter(std::vector<LowerTier*> lower, HostTier* host, const PromoterOptions& options)
+    : lower_(std::move(lower)),
       host_(host),
       options_(options),
       worker_(
@@ -50,14 +51,14 @@ absl::StatusOr<uint32_t> Promoter::Enqueue(const KvLayout& layout,
     }
   }
   // In memory only: the tiers' indexes, no disk I/O.
-  const std::vector<Tier> tiers = LocatePrefix(*host_, disk_, chain, options_.staged);
+  const std::vector<Tier> tiers = LocatePrefix(*host_, lower_, chain, options_.staged);
   std::shared_ptr<const KvLayout> shared;
   uint32_t queued = 0;
   bool full = false;
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::FailedPreconditionError("prefetch: the promoter is stopped");
   for (size_t i = 0; i < tiers.size(); ++i) {
-    if (tiers[i] != Tier::kDisk || pending_.contains(chain[i])) continue;
+    if (tiers[i] == Tier::kHost || pending_.contains(chain[i])) continue;
     if (pending_.size() >= options_.max_queued_chunks) {
       full = true;
       break;
@@ -129,8 +130,11 @@ void Promoter::Promote(const Queued& item) {
     absl::MutexLock lock(&mu_);
     in_flight_ = item.key;
   }
+  // The nearest tier that holds it now: chunks move while they wait.
+  LowerTier* source = FindBelow(lower_, options_.staged, item.key);
   const absl::StatusOr<PromoteOutcome> outcome =
-      PromoteChunk(*disk_, *host_, *item.layout, item.key, options_.staged);
+      source == nullptr ? PromoteOutcome::kNotBelow
+                        : PromoteChunk(*source, *host_, *item.layout, item.key, options_.staged);
   if (!outcome.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
   } else if (*outcome == PromoteOutcome::kPromoted) {

@@ -23,19 +23,34 @@ absl::Status NoLongerCached(const ChunkKey& key) {
       fmt::format("chunk {} is no longer cached; redo the lookup", key.ToString()));
 }
 
-// Registers the host arena with the disk tier's io engines, so promotions and demotions skip
-// pinning its pages per request. Every engine of the disk tier's pool pins the arena once, when
-// it is made or at this call (30-100 ms per GiB of 4 KiB pages on the dev VM; far less with huge
-// pages). A refusal is logged; the disk tier works without registered buffers.
-void RegisterArena(HostTier& host, LowerTier& disk) {
+// Registers the host arena with a lower tier, so promotions and demotions skip pinning its pages
+// per request (the disk tier: every io engine of its pool pins the arena once, when it is made or
+// at this call, 30-100 ms per GiB of 4 KiB pages on the dev VM; far less with huge pages). A
+// refusal is logged; the tier works unregistered.
+void RegisterArena(HostTier& host, LowerTier& below) {
   const std::span<std::byte> arena[] = {{host.arena_base(), host.arena_size_bytes()}};
-  if (absl::Status status = disk.RegisterMemory(arena); !status.ok()) {
-    spdlog::warn("disk tier: host arena not registered, transfers pin its pages per request: {}",
-                 status);
+  const std::string_view name = TierName(below.tier());
+  if (absl::Status status = below.RegisterMemory(arena); !status.ok()) {
+    spdlog::warn("{} tier: host arena not registered, transfers pin its pages per request: {}",
+                 name, status);
     return;
   }
-  spdlog::info("disk tier: host arena ({} MiB) registered with the io engines",
-               host.arena_size_bytes() >> 20);
+  spdlog::info("{} tier: host arena ({} MiB) registered", name, host.arena_size_bytes() >> 20);
+}
+
+// OK when `lower` is top down below the host tier, one tier each, none null.
+absl::Status CheckOrder(std::span<const std::unique_ptr<LowerTier>> lower) {
+  Tier above = Tier::kHost;
+  for (const std::unique_ptr<LowerTier>& tier : lower) {
+    if (tier == nullptr) return absl::InvalidArgumentError("tiered store: a null lower tier");
+    if (tier->tier() <= above) {
+      return absl::InvalidArgumentError(
+          fmt::format("tiered store: the {} tier cannot go below the {} tier", TierName(tier->tier()),
+                      TierName(above)));
+    }
+    above = tier->tier();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -46,8 +61,6 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
         "tiered store: the host tier's eviction listener is the store's demoter; pass none");
   }
   std::unique_ptr<TieredStore> store(new TieredStore());
-  std::vector<ChunkObserver*> observers;
-  if (options.host.observer != nullptr) observers.push_back(options.host.observer);
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
     absl::StatusOr<std::unique_ptr<DiskTier>> tier =
@@ -56,15 +69,29 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
                         .segment_bytes = disk.segment_bytes});
     if (!tier.ok()) return Annotate(tier.status(), "disk tier");
     store->disk_tier_ = *std::move(tier);
-    store->below_ = std::make_unique<DiskLowerTier>(store->disk_tier_.get());
+    store->owned_lower_.push_back(std::make_unique<DiskLowerTier>(store->disk_tier_.get()));
+  }
+  for (std::unique_ptr<LowerTier>& tier : options.lower) {
+    store->owned_lower_.push_back(std::move(tier));
+  }
+  if (absl::Status status = CheckOrder(store->owned_lower_); !status.ok()) return status;
+  for (const std::unique_ptr<LowerTier>& tier : store->owned_lower_) {
+    store->lower_.push_back(tier.get());
+  }
+
+  const MovementOptions& movement = options.movement;
+  std::vector<ChunkObserver*> observers;
+  if (options.host.observer != nullptr) observers.push_back(options.host.observer);
+  if (!store->lower_.empty()) {
+    LowerTier* nearest = store->lower_.front();
     absl::StatusOr<std::unique_ptr<Demoter>> demoter =
-        Demoter::Create(store->below_.get(), {.max_queued_bytes = disk.demotion_queue_bytes});
+        Demoter::Create(nearest, {.max_queued_bytes = movement.demotion_queue_bytes});
     if (!demoter.ok()) return Annotate(demoter.status(), "demoter");
     store->demoter_ = *std::move(demoter);
     options.host.listener = store->demoter_.get();
-    if (disk.write_through) {
+    if (movement.write_through) {
       absl::StatusOr<std::unique_ptr<WriteThrough>> write_through =
-          WriteThrough::Create(store->below_.get(), {});
+          WriteThrough::Create(nearest, {});
       if (!write_through.ok()) return Annotate(write_through.status(), "write-through");
       store->write_through_ = *std::move(write_through);
       observers.push_back(store->write_through_.get());
@@ -80,15 +107,19 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   if (!host.ok()) return Annotate(host.status(), "host tier");
   store->host_ = *std::move(host);
   if (store->write_through_ != nullptr) store->write_through_->Start(store->host_.get());
-  if (store->below_ != nullptr) {
-    if (options.disk->register_arena) RegisterArena(*store->host_, *store->below_);
+  if (!store->lower_.empty()) {
+    if (movement.register_arena) {
+      for (LowerTier* below : store->lower_) RegisterArena(*store->host_, *below);
+    }
     absl::StatusOr<std::unique_ptr<Promoter>> promoter =
-        Promoter::Create(store->below_.get(), store->host_.get(),
-                         {.max_queued_chunks = options.disk->prefetch_queue_chunks,
+        Promoter::Create(store->lower_, store->host_.get(),
+                         {.max_queued_chunks = movement.prefetch_queue_chunks,
                           .staged = store->demoter_.get()});
     if (!promoter.ok()) return Annotate(promoter.status(), "promoter");
     store->promoter_ = *std::move(promoter);
   }
+  // Loads past a host miss wait for reads anyway; a host hit is microseconds: the session thread
+  // wins the CPU (shortest job first), nicer threads take the rest.
   store->loads_ = std::make_unique<TaskThread>("strata-loads", kBackgroundNice);
   store->maintenance_ = std::make_unique<TaskThread>("strata-tiered");
   return store;
@@ -100,8 +131,9 @@ void TieredStore::Stop() {
   if (stopped_.exchange(true)) return;
   // Loads and operators' tasks already accepted run to the end (their callbacks with them),
   // while the promoter, whose prefetch a load may wait for, still runs.
-  loads_->Stop();
-  maintenance_->Stop();
+  // (Null when Create failed before making them: the destructor stops what was made.)
+  if (loads_ != nullptr) loads_->Stop();
+  if (maintenance_ != nullptr) maintenance_->Stop();
   // Queued prefetches are dropped; a promotion in progress finishes (its evictions reach the
   // demoter, still running).
   if (promoter_ != nullptr) promoter_->Stop();
@@ -110,35 +142,48 @@ void TieredStore::Stop() {
   if (write_through_ != nullptr) write_through_->Stop();
   // Demotions queued so far reach the disk before the process goes; later ones run inline.
   if (demoter_ != nullptr) demoter_->Stop();
-  // The arena is unmapped before the disk tier goes (members' order): unregister it, so no
+  // The arena is unmapped before the lower tiers go (members' order): unregister it, so no
   // later request into memory mapped at its addresses would use its pinned pages.
-  if (below_ != nullptr) {
-    if (absl::Status status = below_->RegisterMemory({}); !status.ok()) {
-      spdlog::warn("disk tier: unregistering the host arena: {}", status);
+  for (LowerTier* below : lower_) {
+    if (absl::Status status = below->RegisterMemory({}); !status.ok()) {
+      spdlog::warn("{} tier: unregistering the host arena: {}", TierName(below->tier()), status);
     }
   }
 }
 
 std::vector<Tier> TieredStore::tiers() const {
   std::vector<Tier> tiers = {Tier::kHost};
-  if (below_ != nullptr) tiers.push_back(Tier::kDisk);
+  for (const LowerTier* below : lower_) tiers.push_back(below->tier());
   return tiers;
 }
 
-bool TieredStore::has(Tier tier) const {
-  return tier == Tier::kHost || (below_ != nullptr && below_->tier() == tier);
+bool TieredStore::has(Tier tier) const { return tier == Tier::kHost || FindTier(tier) != nullptr; }
+
+bool TieredStore::has_lower_tiers() const { return !lower_.empty(); }
+
+LowerTier* TieredStore::FindTier(Tier tier) const {
+  for (LowerTier* below : lower_) {
+    if (below->tier() == tier) return below;
+  }
+  return nullptr;
 }
 
-bool TieredStore::has_lower_tiers() const { return below_ != nullptr; }
+LowerTier* TieredStore::FindBelow(const ChunkKey& key) const {
+  return storage::FindBelow(lower_, demoter_.get(), key);
+}
 
 std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) const {
-  return storage::LocatePrefix(*host_, below_.get(), chain, demoter_.get());
+  return storage::LocatePrefix(*host_, lower_, chain, demoter_.get());
 }
 
 std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
   std::vector<Tier> tiers;
   if (host_->Contains(key)) tiers.push_back(Tier::kHost);
-  if (HeldBelow(below_.get(), demoter_.get(), key)) tiers.push_back(Tier::kDisk);
+  for (const LowerTier* below : lower_) {
+    // A staged chunk is on its way to the nearest tier.
+    const bool staged = below == lower_.front() && demoter_->IsStaged(key);
+    if (staged || below->Contains(key)) tiers.push_back(below->tier());
+  }
   return tiers;
 }
 
@@ -155,7 +200,7 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
       return leased;
     }
     if (!acquired->has_value()) {
-      if (!HeldBelow(below_.get(), demoter_.get(), key)) {
+      if (FindBelow(key) == nullptr) {
         leased.failure = NoLongerCached(key);
         return leased;
       }
@@ -191,22 +236,29 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
   for (size_t i = leased.leases.size(); i < keys.size(); ++i) {
     const ChunkKey& key = keys[i];
     absl::StatusOr<std::optional<ChunkLease>> acquired = acquire(key);
-    if (acquired.ok() && !acquired->has_value() && below_ != nullptr) {
+    if (acquired.ok() && !acquired->has_value() && !lower_.empty()) {
       if (i >= run_first + run.size()) {
-        // keys[i] is missing; the run goes on while the host tier lacks the chunks after it.
-        size_t end = i + 1;
-        while (end < keys.size() && end - i < kPromotionRunChunks && !host_->Contains(keys[end])) {
-          ++end;
-        }
+        // keys[i] is missing; the run goes on while the host tier lacks the chunks after it and
+        // the same tier holds them.
+        LowerTier* source = FindBelow(key);
         run_first = i;
-        run = PromoteRun(*below_, *host_, layout, keys.subspan(i, end - i), demoter_.get());
+        run.clear();
+        if (source != nullptr) {
+          size_t end = i + 1;
+          while (end < keys.size() && end - i < kPromotionRunChunks &&
+                 !host_->Contains(keys[end]) && FindBelow(keys[end]) == source) {
+            ++end;
+          }
+          run = PromoteRun(*source, *host_, layout, keys.subspan(i, end - i), demoter_.get());
+        }
       }
-      const absl::StatusOr<PromoteOutcome>& promoted = run[i - run_first];
-      if (!promoted.ok()) {
+      if (run.empty()) {
+        acquired = acquire(key);  // in no lower tier now: committed meanwhile, or gone
+      } else if (const absl::StatusOr<PromoteOutcome>& promoted = run[i - run_first];
+                 !promoted.ok()) {
         leased.failure = promoted.status();
         return;
-      }
-      if (*promoted != PromoteOutcome::kNotBelow) {
+      } else if (*promoted != PromoteOutcome::kNotBelow) {
         // The promoter holds the chunk's reservation for a prefetch: its commit is moments away.
         if (*promoted == PromoteOutcome::kInProgress) promoter_->AwaitInFlight(key);
         acquired = acquire(key);
@@ -241,65 +293,78 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
   if (!has(target)) {
     return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(target)));
   }
+  LowerTier* const into = FindTier(target);  // null: the host tier
   MoveResult result;
-  const bool to_disk = target == Tier::kDisk;
   for (const ChunkKey& key : keys) {
-    const bool in_host = host_->Contains(key);
-    const bool on_disk = below_ != nullptr && below_->Contains(key);
-    // Evicted and waiting for the demoter's write: on its way to disk, in neither tier's index.
-    const bool staged = demoter_ != nullptr && demoter_->IsStaged(key);
-    if (to_disk ? on_disk && !in_host : in_host && !on_disk && !staged) {
-      ++result.already_in_target;
-      continue;
+    absl::StatusOr<MoveOutcome> outcome = MoveOne(key, into, layout);
+    if (!outcome.ok()) return outcome.status();
+    switch (*outcome) {
+      case MoveOutcome::kMoved:
+        ++result.moved_chunks;
+        break;
+      case MoveOutcome::kAlreadyThere:
+        ++result.already_in_target;
+        break;
+      case MoveOutcome::kMissing:
+        ++result.missing_chunks;
+        break;
     }
-    if (!in_host && !on_disk && !staged) {
-      ++result.missing_chunks;
-      continue;
-    }
-    if (to_disk) {
-      if (in_host) {
-        // Written to disk first, then dropped from the host tier: never in neither.
-        absl::StatusOr<bool> copied = CopyDown(*host_, *below_, key);
-        if (!copied.ok()) return copied.status();
-        if (!*copied) {  // evicted or removed meanwhile
-          ++result.missing_chunks;
-          continue;
-        }
-        if (absl::StatusOr<RemoveResult> removed = host_->Remove(key); !removed.ok()) {
-          return removed.status();
-        }
-      } else {
-        // Only staged: its write is forced, so the chunk is on disk once Move returns.
-        demoter_->Flush();
-        if (!below_->Contains(key)) {  // the write failed (counted by the demoter)
-          ++result.missing_chunks;
-          continue;
-        }
-      }
-    } else {
-      if (!in_host) {
-        if (layout == nullptr) {
-          return absl::InvalidArgumentError(
-              "moving chunks from disk to the host tier needs the selector's layout");
-        }
-        absl::StatusOr<PromoteOutcome> promoted =
-            PromoteChunk(*below_, *host_, *layout, key, demoter_.get());
-        if (!promoted.ok()) return promoted.status();
-        // Gone meanwhile, or another writer is storing it: the disk copy stays.
-        if (*promoted == PromoteOutcome::kNotBelow || *promoted == PromoteOutcome::kInProgress) {
-          ++result.missing_chunks;
-          continue;
-        }
-      }
-      // A staged copy would land on disk after the removal: let it land first.
-      if (staged) demoter_->Flush();
-      if (absl::StatusOr<bool> removed = below_->Remove(key); !removed.ok()) {
-        return removed.status();
-      }
-    }
-    ++result.moved_chunks;
   }
   return result;
+}
+
+absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& key,
+                                                              LowerTier* into,
+                                                              const KvLayout* layout) {
+  const bool in_host = host_->Contains(key);
+  // The nearest lower tier holding it; a chunk evicted and waiting for the demoter's write is on
+  // its way to the nearest tier, in neither tier's index.
+  LowerTier* const below = FindBelow(key);
+  const bool staged = demoter_ != nullptr && demoter_->IsStaged(key);
+  if (!in_host && below == nullptr) return MoveOutcome::kMissing;
+  if (into == nullptr ? in_host && below == nullptr : !in_host && into->Contains(key)) {
+    return MoveOutcome::kAlreadyThere;
+  }
+  if (into != nullptr && !in_host && staged && into == lower_.front()) {
+    // Only staged for `into`: its write is forced, so the chunk is there once Move returns
+    // (missing when the write failed, counted by the demoter).
+    demoter_->Flush();
+    return into->Contains(key) ? MoveOutcome::kMoved : MoveOutcome::kMissing;
+  }
+  if (!in_host) {
+    // Into the host tier first: the move up itself, or the way from one lower tier to another.
+    if (layout == nullptr) {
+      return absl::InvalidArgumentError(
+          fmt::format("moving chunks out of the {} tier needs the selector's layout",
+                      TierName(below->tier())));
+    }
+    absl::StatusOr<PromoteOutcome> promoted =
+        PromoteChunk(*below, *host_, *layout, key, demoter_.get());
+    if (!promoted.ok()) return promoted.status();
+    // Gone meanwhile, or another writer is storing it: the lower copy stays.
+    if (*promoted == PromoteOutcome::kNotBelow || *promoted == PromoteOutcome::kInProgress) {
+      return MoveOutcome::kMissing;
+    }
+  }
+  if (into == nullptr) {  // up: out of every tier below
+    // A staged copy would land below after the removal: let it land first.
+    if (staged) demoter_->Flush();
+    for (LowerTier* tier : lower_) {
+      if (absl::StatusOr<bool> removed = tier->Remove(key); !removed.ok()) return removed.status();
+    }
+    return MoveOutcome::kMoved;
+  }
+  // Down: written below first, then dropped from the host tier (never in no tier); other lower
+  // tiers keep their copies.
+  if (!into->Contains(key)) {
+    absl::StatusOr<bool> copied = CopyDown(*host_, *into, key);
+    if (!copied.ok()) return copied.status();
+    if (!*copied) return MoveOutcome::kMissing;  // evicted or removed meanwhile
+  }
+  if (absl::StatusOr<RemoveResult> removed = host_->Remove(key); !removed.ok()) {
+    return removed.status();
+  }
+  return MoveOutcome::kMoved;
 }
 
 absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,
@@ -327,26 +392,29 @@ absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,
       removed = host_->RemoveAll();
     }
   }
-  if (below_ != nullptr && (!tier.has_value() || *tier == Tier::kDisk)) {
-    demoter_->Flush();
-    absl::StatusOr<RemoveResult> from_disk = below_->RemoveIf(doomed);
-    if (!from_disk.ok()) return from_disk.status();
-    removed.chunks += from_disk->chunks;
-    removed.bytes += from_disk->bytes;
+  // Demotions queued before the call land first, so they are cleared with the rest.
+  if (demoter_ != nullptr && tier != Tier::kHost) demoter_->Flush();
+  for (LowerTier* below : lower_) {
+    if (tier.has_value() && *tier != below->tier()) continue;
+    absl::StatusOr<RemoveResult> from_below = below->RemoveIf(doomed);
+    if (!from_below.ok()) return from_below.status();
+    removed.chunks += from_below->chunks;
+    removed.bytes += from_below->bytes;
   }
   return removed;
 }
 
 absl::StatusOr<uint64_t> TieredStore::FlushToLowerTiers() {
-  if (below_ == nullptr) return 0;
+  if (lower_.empty()) return 0;
+  LowerTier& nearest = *lower_.front();
   demoter_->Flush();
   uint64_t flushed = 0;
   ListChunksOptions page_options{.limit = 10000};
   while (true) {
     const ChunkPage page = host_->ListChunks(page_options);
     for (const ChunkInfo& info : page.chunks) {
-      if (below_->Contains(info.key)) continue;
-      absl::StatusOr<bool> copied = CopyDown(*host_, *below_, info.key);
+      if (nearest.Contains(info.key)) continue;
+      absl::StatusOr<bool> copied = CopyDown(*host_, nearest, info.key);
       if (!copied.ok()) return copied.status();
       if (*copied) ++flushed;
     }
@@ -374,7 +442,7 @@ void TieredStore::HoldDemotionsForTesting(bool held) {
 TieredStoreStats TieredStore::Stats() const {
   TieredStoreStats stats;
   stats.host = host_->Stats();
-  if (below_ != nullptr) stats.lower.push_back(below_->Stats());
+  for (const LowerTier* below : lower_) stats.lower.push_back(below->Stats());
   MovementStats& movement = stats.movement;
   if (demoter_ != nullptr) {
     movement.demoted = demoter_->demoted();

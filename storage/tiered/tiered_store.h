@@ -1,9 +1,14 @@
 // TieredStore composes the tiers a daemon has (DESIGN.md section 4, "Composition"): the host tier
-// (T1, the shared arena engines read and write) and, when configured, the disk tier (T2) below
-// it, with what moves chunks between them: the demoter (host evictions written down), the
-// promoter (prefetches read up), write-through, and the store's own threads for loads and for
-// operators' moves. The daemon's adapters (engine sessions, control service, metrics) hold one
-// store and know nothing of the tiers below the host tier.
+// (T1, the shared arena engines read and write) and the tiers below it, top down: the disk tier
+// (T2) when configured, then the tiers registered with it (TieredStoreOptions::lower), with what
+// moves chunks between them: the demoter (host evictions written down), the promoter
+// (prefetches read up), write-through, and the store's own threads for loads and for operators'
+// moves. The daemon's adapters (engine sessions, control service, metrics) hold one store and
+// know nothing of the tiers below the host tier.
+//
+// Roles of the lower tiers: the nearest (the first) takes the host tier's evictions, its
+// write-through and Drain; every one is a source for loads and prefetches, searched top down (a
+// chunk comes from the nearest tier that holds it); Move and Clear name any tier.
 //
 // What it offers:
 //   - LocatePrefix: the tier of each leading chunk of a chain, from the tiers' in-memory indexes.
@@ -20,11 +25,12 @@
 // Threading: every method is thread-safe. Callbacks (AcquireForLoad's `done`, Submit's tasks) run
 // on the store's threads, never on the caller's, and must not call Stop.
 //
-// Lifecycle and ownership: Create opens the lower tiers (recovering what they held) and creates
+// Lifecycle and ownership: Create opens the disk tier (recovering what it held), takes the
+// registered tiers and creates
 // the host tier, with the demoter as its eviction listener and `observer` (plus write-through) as
 // its observer. Stop() (also run by the destructor): runs the loads and tasks already accepted
 // (their callbacks run), drops queued prefetches and write-throughs, writes queued demotions,
-// and unregisters the arena from the disk tier's io engines; AcquireForLoad past a lower-tier
+// and unregisters the arena from the lower tiers; AcquireForLoad past a lower-tier
 // miss, Submit and Prefetch fail from then on. Leases handed out stay valid after Stop but must
 // be released before the store is destroyed.
 #pragma once
@@ -44,32 +50,37 @@
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/lower_tier.h"
 #include "storage/tiered/tier.h"
 
 namespace strata::storage {
 
 class DiskTier;
 class Demoter;
-class LowerTier;
 class Promoter;
 class TaskThread;
 class WriteThrough;
 
-// The disk tier below the host tier and how chunks move to and from it.
+// The disk tier (T2), opened by the store.
 struct TieredDiskOptions {
   // Holds the segment files and the index; created when missing.
   std::string directory;
   uint64_t capacity_bytes = 0;
   uint64_t segment_bytes = 256ull << 20;
-  // Bytes of evicted payloads staged for their background write; 0 writes on the evicting
-  // thread (Demoter).
+};
+
+// How chunks move between the host tier and the tiers below it.
+struct MovementOptions {
+  // Bytes of evicted payloads staged for their background write to the nearest lower tier; 0
+  // writes on the evicting thread (Demoter).
   uint64_t demotion_queue_bytes = 256ull << 20;
-  // Write every committed chunk to disk as well, in the background (WriteThrough).
+  // Write every committed chunk to the nearest lower tier as well, in the background
+  // (WriteThrough).
   bool write_through = false;
   // Most chunks queued for prefetch promotion (Promoter).
   uint32_t prefetch_queue_chunks = 1024;
-  // Register the host arena with the disk tier's io engines (fixed buffers). Only for a
-  // prefaulted arena: registering pins, and so allocates, every page.
+  // Register the host arena with every lower tier (LowerTier::RegisterMemory: the disk tier's
+  // fixed buffers). Only for a prefaulted arena: registering pins, and so allocates, every page.
   bool register_arena = false;
 };
 
@@ -79,6 +90,11 @@ struct TieredStoreOptions {
   HostTierOptions host;
   // No disk tier when empty.
   std::optional<TieredDiskOptions> disk;
+  // Tiers registered below the disk tier (below the host tier when there is none), top down:
+  // each of a Tier below the one before it (the disk tier, when configured, comes first). How a
+  // tier the store does not open itself (the remote tier) joins. The store owns them from Create.
+  std::vector<std::unique_ptr<LowerTier>> lower;
+  MovementOptions movement;
 };
 
 // Most chunks one batched promotion reserves and reads together: 8 chunks of 256 tokens of a
@@ -124,8 +140,9 @@ struct TieredStoreStats {
 
 class TieredStore {
  public:
-  // Opens the disk tier (if any) and creates the host tier and the movers. The tier's errors,
-  // annotated with its name.
+  // Opens the disk tier (if any), takes the registered tiers and creates the host tier and the
+  // movers. kInvalidArgument for registered tiers out of that order (or null); the tiers'
+  // errors, annotated with their names.
   static absl::StatusOr<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
   ~TieredStore();
   TieredStore(const TieredStore&) = delete;
@@ -165,17 +182,20 @@ class TieredStore {
   // errors.
   absl::StatusOr<uint32_t> Prefetch(const KvLayout& layout, std::span<const ChunkKey> chain);
 
-  // Moves `keys` into `target`, removing them from the other tier (a chunk is never in neither
-  // meanwhile). Moving up needs the keys' layout (`layout`, else kInvalidArgument). Blocks on
-  // disk I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
+  // Moves `keys` into `target` (a chunk is never in no tier meanwhile). Into the host tier: the
+  // chunk is promoted from the nearest lower tier holding it, then removed from every lower tier.
+  // Into a lower tier: written there from the host tier (or, held only by another lower tier,
+  // through the host tier), then removed from the host tier; other lower tiers keep their
+  // copies. Moving out of a lower tier needs the keys' layout (`layout`, else kInvalidArgument).
+  // Blocks on I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
   absl::StatusOr<MoveResult> Move(std::span<const ChunkKey> keys, Tier target,
                                   const KvLayout* layout);
   // Removes the selected chunks from `tier` (every tier when empty); demotions queued before the
   // call are written first, so a chunk evicted just before is cleared with the rest. Blocks on
   // disk I/O.
   absl::StatusOr<RemoveResult> Clear(const ClearSelection& selection, std::optional<Tier> tier);
-  // Gives every host chunk a copy in the tier below (queued demotions first), so a restart finds
-  // it; returns how many chunks it wrote. 0 without lower tiers. Blocks on disk I/O.
+  // Gives every host chunk a copy in the nearest lower tier (queued demotions first), so a
+  // restart finds it; returns how many chunks it wrote. 0 without lower tiers. Blocks on I/O.
   absl::StatusOr<uint64_t> FlushToLowerTiers();
   // Runs `task` on the thread "strata-tiered"; false after Stop (the task is destroyed unrun).
   // Without lower tiers nothing blocks: callers may as well run inline.
@@ -199,12 +219,21 @@ class TieredStore {
   // The load's slow part, on the loads thread: goes on from keys[leased.leases.size()].
   void ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
                     const LoadOptions& options, LoadLeases& leased);
+  // The lower tier `tier` names; null when the store lacks it.
+  LowerTier* FindTier(Tier tier) const;
+  // The nearest lower tier holding `key` (its staged demotion counts); null when none does.
+  LowerTier* FindBelow(const ChunkKey& key) const;
+  enum class MoveOutcome { kMoved, kAlreadyThere, kMissing };
+  // Move of one chunk into `into` (null: the host tier).
+  absl::StatusOr<MoveOutcome> MoveOne(const ChunkKey& key, LowerTier* into,
+                                      const KvLayout* layout);
 
   // Declared in dependency order: destroyed bottom up.
   std::unique_ptr<DiskTier> disk_tier_;
-  // The tier below the host tier (the disk tier, registered through DiskLowerTier); null when
-  // the store has none. Every mover speaks to it through LowerTier alone.
-  std::unique_ptr<LowerTier> below_;
+  // The tiers below the host tier, top down (the disk tier through DiskLowerTier first, when
+  // configured); `lower_` views `owned_lower_`. Every mover speaks to them through LowerTier alone.
+  std::vector<std::unique_ptr<LowerTier>> owned_lower_;
+  std::vector<LowerTier*> lower_;
   std::unique_ptr<Demoter> demoter_;
   std::unique_ptr<WriteThrough> write_through_;
   std::unique_ptr<ChunkObserverFanout> observers_;

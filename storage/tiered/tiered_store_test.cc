@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "storage/host/test_util.h"
 #include "storage/io/testing/io_test_util.h"
+#include "storage/tiered/testing/disk_in_place_of.h"
 
 namespace strata::storage {
 namespace {
@@ -24,11 +25,12 @@ class TieredStoreTest : public ::testing::Test {
     TieredStoreOptions options;
     options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096, .policy = "lru"};
     if (with_disk) {
-      options.disk = TieredDiskOptions{.directory = scratch_.path(),
-                                       .capacity_bytes = 1 << 20,
-                                       .segment_bytes = 64 << 10,
-                                       .demotion_queue_bytes = demotion_queue_bytes};
+      options.disk = TieredDiskOptions{
+          .directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10};
     }
+    options.movement.demotion_queue_bytes = demotion_queue_bytes;
+    // The remote tier's place, when a test asks for three tiers: a second disk tier.
+    if (remote_ != nullptr) options.lower.push_back(std::move(remote_));
     absl::StatusOr<std::unique_ptr<TieredStore>> store = TieredStore::Create(std::move(options));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -73,8 +75,19 @@ class TieredStoreTest : public ::testing::Test {
     return result.get();
   }
 
+  // Opens a host tier over the disk tier over a second disk tier in the remote tier's place.
+  void OpenThreeTiers() {
+    absl::StatusOr<std::unique_ptr<LowerTier>> remote =
+        testing::DiskInPlaceOf::Open(remote_scratch_.path(), Tier::kRemote);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    remote_ = *std::move(remote);
+    Open(/*with_disk=*/true);
+  }
+
   const KvLayout layout_ = testing::SmallLayout();
   testing::ScratchDir scratch_;
+  testing::ScratchDir remote_scratch_;
+  std::unique_ptr<LowerTier> remote_;  // the next Open's registered tier
   std::unique_ptr<TieredStore> store_;
 };
 
@@ -208,6 +221,118 @@ TEST_F(TieredStoreTest, ClearAndFlushSpanTheTiers) {
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(removed->chunks, 4u + 4u);
   EXPECT_TRUE(store_->LocatePrefix(Keys(0, 6)).empty());
+}
+
+TEST_F(TieredStoreTest, RegisteredTiersJoinBelowTheDiskTierInOrder) {
+  OpenThreeTiers();
+  EXPECT_THAT(store_->tiers(), ElementsAre(Tier::kHost, Tier::kDisk, Tier::kRemote));
+  EXPECT_TRUE(store_->has(Tier::kRemote));
+  EXPECT_FALSE(store_->has(Tier::kDevice));
+  const TieredStoreStats stats = store_->Stats();
+  ASSERT_EQ(stats.lower.size(), 2u);
+  EXPECT_EQ(stats.lower[0].tier, Tier::kDisk);
+  EXPECT_EQ(stats.lower[1].tier, Tier::kRemote);
+  store_.reset();
+
+  // Out of order: a second disk tier below the disk tier, a tier in the host tier's place, none.
+  testing::ScratchDir other;
+  for (const Tier as : {Tier::kDisk, Tier::kHost}) {
+    TieredStoreOptions options;
+    options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096};
+    options.disk = TieredDiskOptions{.directory = scratch_.path(), .capacity_bytes = 1 << 20};
+    options.lower.push_back(*testing::DiskInPlaceOf::Open(other.path(), as));
+    absl::StatusOr<std::unique_ptr<TieredStore>> refused = TieredStore::Create(std::move(options));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << TierName(as);
+  }
+  TieredStoreOptions null_tier;
+  null_tier.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096};
+  null_tier.lower.push_back(nullptr);
+  EXPECT_EQ(TieredStore::Create(std::move(null_tier)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TieredStoreTest, EvictionsGoToTheNearestTierAndLoadsComeFromAnyTier) {
+  OpenThreeTiers();
+  for (uint64_t id = 0; id < 5; ++id) Store(id);  // 0 is evicted: to the disk tier, the nearest
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
+  // 1 and 2 go to the remote tier; 0 stays on disk; 3 and 4 are host hits.
+  absl::StatusOr<MoveResult> moved = store_->Move(Keys(1, 2), Tier::kRemote, nullptr);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 2u);
+  EXPECT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kRemote));
+  EXPECT_THAT(store_->LocatePrefix(Keys(0, 6)),
+              ElementsAre(Tier::kDisk, Tier::kRemote, Tier::kRemote, Tier::kHost, Tier::kHost));
+
+  // One load crosses both lower tiers: each chunk comes from the tier that holds it.
+  bool deferred = false;
+  LoadLeases leased = Load(Keys(0, 3), deferred);
+  EXPECT_TRUE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 3u);
+  for (uint64_t id = 0; id < 3; ++id) EXPECT_TRUE(Holds(leased.leases[id], id)) << id;
+  EXPECT_EQ(leased.promoted_chunks, 3u);
+  leased.leases.clear();
+  TieredStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.lower[0].reads, 1u);
+  EXPECT_EQ(stats.lower[1].reads, 2u);
+
+  // A prefetch finds remote chunks too: chunk 1, dropped from the host tier, comes back from the
+  // remote tier (a load leaves the copies below in place).
+  ASSERT_TRUE(store_->Clear({.keys = absl::flat_hash_set<ChunkKey>{Key(1)}}, Tier::kHost).ok());
+  ASSERT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kRemote));
+  EXPECT_EQ(*store_->Prefetch(layout_, Keys(1, 1)), 1u);
+  store_->Flush();
+  EXPECT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kHost, Tier::kRemote));
+  stats = store_->Stats();
+  EXPECT_EQ(stats.movement.prefetch_promoted, 1u);
+  EXPECT_EQ(stats.lower[1].reads, 3u);
+}
+
+TEST_F(TieredStoreTest, MoveAndClearNameAnyTier) {
+  OpenThreeTiers();
+  for (uint64_t id = 0; id < 3; ++id) Store(id);
+  ASSERT_EQ(store_->Move(Keys(0, 3), Tier::kRemote, nullptr)->moved_chunks, 3u);
+  EXPECT_EQ(store_->Move(Keys(0, 3), Tier::kRemote, nullptr)->already_in_target, 3u);
+
+  // Remote to disk: through the host tier; the remote copy stays, the host copy goes.
+  EXPECT_EQ(store_->Move(Keys(0, 1), Tier::kDisk, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "moving out of a lower tier needs the layout";
+  absl::StatusOr<MoveResult> moved = store_->Move(Keys(0, 1), Tier::kDisk, &layout_);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 1u);
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk, Tier::kRemote));
+
+  // Up: promoted from the nearest tier holding it, then out of every tier below.
+  const uint64_t remote_reads = store_->Stats().lower[1].reads;
+  moved = store_->Move(Keys(0, 2), Tier::kHost, &layout_);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 2u);
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kHost));
+  EXPECT_THAT(store_->TiersOf(Key(1)), ElementsAre(Tier::kHost));
+  // Chunk 0 came from the disk tier, the nearest holding it; chunk 1 from the remote tier.
+  EXPECT_EQ(store_->Stats().lower[1].reads, remote_reads + 1);
+  bool deferred = true;
+  LoadLeases leased = Load(Keys(0, 2), deferred);
+  EXPECT_FALSE(deferred);
+  ASSERT_EQ(leased.leases.size(), 2u);
+  EXPECT_TRUE(Holds(leased.leases[0], 0));
+  EXPECT_TRUE(Holds(leased.leases[1], 1));
+  leased.leases.clear();
+
+  // Clear of one tier leaves the others.
+  ASSERT_EQ(*store_->FlushToLowerTiers(), 2u);  // 0 and 1 to disk, the nearest
+  absl::StatusOr<RemoveResult> removed = store_->Clear({}, Tier::kRemote);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(removed->chunks, 1u);  // chunk 2
+  EXPECT_TRUE(store_->TiersOf(Key(2)).empty());
+  EXPECT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kHost, Tier::kDisk));
+  removed = store_->Clear({}, std::nullopt);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(removed->chunks, 4u);  // 0 and 1 in the host and disk tiers
+  for (const Tier tier : {Tier::kHost, Tier::kDisk, Tier::kRemote}) {
+    EXPECT_EQ(store_->Move(Keys(0, 3), tier, &layout_)->missing_chunks, 3u) << TierName(tier);
+  }
 }
 
 }  // namespace

@@ -85,8 +85,8 @@ class TestDaemon {
       if (options_.disk_capacity_bytes > 0) {
         options.disk = storage::TieredDiskOptions{.directory = (dir_ / "disk").string(),
                                                   .capacity_bytes = options_.disk_capacity_bytes,
-                                                  .segment_bytes = options_.disk_segment_bytes,
-                                                  .demotion_queue_bytes = 0};
+                                                  .segment_bytes = options_.disk_segment_bytes};
+        options.movement.demotion_queue_bytes = 0;
       }
       auto store = storage::TieredStore::Create(std::move(options));
       if (!store.ok()) return store.status();
