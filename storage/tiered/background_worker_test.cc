@@ -228,7 +228,7 @@ TEST(BackgroundWorkerTest, HeldItemsWaitForAFlush) {
   EXPECT_THAT(all, ElementsAre(1, 2, 3));
 }
 
-TEST(BackgroundWorkerTest, RunsAtItsNiceValue) {
+TEST(BackgroundWorkerTest, RunsNicerByItsIncrement) {
   const int base = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
   std::atomic<int> seen{-100};
   BackgroundWorker<int> worker({.thread_name = "strata-test", .nice = 3},
