@@ -363,7 +363,8 @@ grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* cont
 absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
   if (!chunks.ok()) return chunks.status();
-  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, *options_.store); !s.ok()) {
+  if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, *options_.store);
+      !s.ok()) {
     return s;
   }
   std::optional<KvLayout> layout;

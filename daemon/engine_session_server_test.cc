@@ -152,9 +152,9 @@ std::unique_ptr<storage::TieredStore> HostOverDisk(const std::string& directory,
                                                    uint64_t demotion_queue_bytes) {
   return *storage::TieredStore::Create(
       {.host = {.capacity_bytes = 4 * 4096, .page_bytes = 4096, .policy = "lru"},
-       .disk = storage::TieredDiskOptions{.directory = directory,
-                                          .capacity_bytes = 1 << 20,
-                                          .segment_bytes = 64 << 10},
+       .disk =
+           storage::TieredDiskOptions{
+               .directory = directory, .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10},
        .movement = {.demotion_queue_bytes = demotion_queue_bytes}});
 }
 

@@ -137,12 +137,11 @@ TEST(BackgroundWorkerTest, HandsOverBatchesOfAtMostMaxBatchInPushOrder) {
 TEST(BackgroundWorkerTest, RefusesPastMaxQueuedAndLeavesTheItemToTheCaller) {
   std::atomic<int> entered{0};
   Gate gate;
-  BackgroundWorker<std::unique_ptr<int>> worker(
-      {.thread_name = "strata-test", .max_queued = 2},
-      [&](std::span<std::unique_ptr<int>>) {
-        ++entered;
-        gate.Wait();
-      });
+  BackgroundWorker<std::unique_ptr<int>> worker({.thread_name = "strata-test", .max_queued = 2},
+                                                [&](std::span<std::unique_ptr<int>>) {
+                                                  ++entered;
+                                                  gate.Wait();
+                                                });
   ASSERT_TRUE(worker.Push(std::make_unique<int>(0)));
   for (int i = 0; i < 5000 && entered == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -224,17 +223,17 @@ TEST(BackgroundWorkerTest, HeldItemsWaitForAFlush) {
   worker.Flush();
   absl::MutexLock lock(&recorder.mu);
   std::vector<int> all;
-  for (const std::vector<int>& batch : recorder.batches) all.insert(all.end(), batch.begin(), batch.end());
+  for (const std::vector<int>& batch : recorder.batches)
+    all.insert(all.end(), batch.begin(), batch.end());
   EXPECT_THAT(all, ElementsAre(1, 2, 3));
 }
 
 TEST(BackgroundWorkerTest, RunsNicerByItsIncrement) {
   const int base = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
   std::atomic<int> seen{-100};
-  BackgroundWorker<int> worker({.thread_name = "strata-test", .nice = 3},
-                               [&seen](std::span<int>) {
-                                 seen = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
-                               });
+  BackgroundWorker<int> worker({.thread_name = "strata-test", .nice = 3}, [&seen](std::span<int>) {
+    seen = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  });
   ASSERT_TRUE(worker.Push(1));
   worker.Flush();
   EXPECT_EQ(seen, std::min(base + 3, 19));

@@ -6,17 +6,18 @@
 //
 // Enqueue never touches the disk: it locates the prefix in memory (LocatePrefix) and queues the
 // chunks that only lower tiers hold. The thread "strata-promoter" promotes them in queue order,
-// each from the nearest lower tier that holds it then, with PromoteChunk (io_uring reads into the reserved arena pages) and soft-pins each for
-// pin_ttl while the tier's soft pins stay within max_pinned_fraction of it: the eviction policy
-// cannot tell a prefetched chunk from any other recent one, and promoting the next chunk of a
-// prefix into a full tier could otherwise evict the one before it. A prefetch is a hint:
-// chunks that meanwhile reached the host tier, left the lower tiers, or are being written by
-// another writer are skipped; a failed promotion is counted and loses nothing (a lower tier
-// drops a corrupt record, PromoteChunk aborts its reservation); Stop drops what is queued.
+// each from the nearest lower tier that holds it then, with PromoteChunk (io_uring reads into the
+// reserved arena pages) and soft-pins each for pin_ttl while the tier's soft pins stay within
+// max_pinned_fraction of it: the eviction policy cannot tell a prefetched chunk from any other
+// recent one, and promoting the next chunk of a prefix into a full tier could otherwise evict the
+// one before it. A prefetch is a hint: chunks that meanwhile reached the host tier, left the lower
+// tiers, or are being written by another writer are skipped; a failed promotion is counted and
+// loses nothing (a lower tier drops a corrupt record, PromoteChunk aborts its reservation); Stop
+// drops what is queued.
 //
 // Lifetime: Stop() (also run by the destructor) drops the queue and joins the thread. The lower
-// tiers and the host tier must outlive the promoter, or it must be stopped before either goes; the host
-// tier's eviction listener runs on the promoter's thread when a promotion makes room.
+// tiers and the host tier must outlive the promoter, or it must be stopped before either goes; the
+// host tier's eviction listener runs on the promoter's thread when a promotion makes room.
 //
 // Thread-safety: every method is thread-safe.
 #pragma once

@@ -45,8 +45,8 @@ absl::Status CheckOrder(std::span<const std::unique_ptr<LowerTier>> lower) {
     if (tier == nullptr) return absl::InvalidArgumentError("tiered store: a null lower tier");
     if (tier->tier() <= above) {
       return absl::InvalidArgumentError(
-          fmt::format("tiered store: the {} tier cannot go below the {} tier", TierName(tier->tier()),
-                      TierName(above)));
+          fmt::format("tiered store: the {} tier cannot go below the {} tier",
+                      TierName(tier->tier()), TierName(above)));
     }
     above = tier->tier();
   }
@@ -111,10 +111,9 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
     if (movement.register_arena) {
       for (LowerTier* below : store->lower_) RegisterArena(*store->host_, *below);
     }
-    absl::StatusOr<std::unique_ptr<Promoter>> promoter =
-        Promoter::Create(store->lower_, store->host_.get(),
-                         {.max_queued_chunks = movement.prefetch_queue_chunks,
-                          .staged = store->demoter_.get()});
+    absl::StatusOr<std::unique_ptr<Promoter>> promoter = Promoter::Create(
+        store->lower_, store->host_.get(),
+        {.max_queued_chunks = movement.prefetch_queue_chunks, .staged = store->demoter_.get()});
     if (!promoter.ok()) return Annotate(promoter.status(), "promoter");
     store->promoter_ = *std::move(promoter);
   }
@@ -313,8 +312,7 @@ absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tie
   return result;
 }
 
-absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& key,
-                                                              LowerTier* into,
+absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& key, LowerTier* into,
                                                               const KvLayout* layout) {
   const bool in_host = host_->Contains(key);
   // The nearest lower tier holding it; a chunk evicted and waiting for the demoter's write is on
@@ -334,9 +332,8 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
   if (!in_host) {
     // Into the host tier first: the move up itself, or the way from one lower tier to another.
     if (layout == nullptr) {
-      return absl::InvalidArgumentError(
-          fmt::format("moving chunks out of the {} tier needs the selector's layout",
-                      TierName(below->tier())));
+      return absl::InvalidArgumentError(fmt::format(
+          "moving chunks out of the {} tier needs the selector's layout", TierName(below->tier())));
     }
     absl::StatusOr<PromoteOutcome> promoted =
         PromoteChunk(*below, *host_, *layout, key, demoter_.get());

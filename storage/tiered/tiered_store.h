@@ -225,8 +225,7 @@ class TieredStore {
   LowerTier* FindBelow(const ChunkKey& key) const;
   enum class MoveOutcome { kMoved, kAlreadyThere, kMissing };
   // Move of one chunk into `into` (null: the host tier).
-  absl::StatusOr<MoveOutcome> MoveOne(const ChunkKey& key, LowerTier* into,
-                                      const KvLayout* layout);
+  absl::StatusOr<MoveOutcome> MoveOne(const ChunkKey& key, LowerTier* into, const KvLayout* layout);
 
   // Declared in dependency order: destroyed bottom up.
   std::unique_ptr<DiskTier> disk_tier_;

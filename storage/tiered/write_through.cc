@@ -99,8 +99,7 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
   for (const ChunkKey& key : keys) {
     std::optional<ChunkLease> lease;
     if (!disk_->Contains(key)) {
-      absl::StatusOr<std::optional<ChunkLease>> acquired =
-          host.AcquireForCopy(key, options_.lease);
+      absl::StatusOr<std::optional<ChunkLease>> acquired = host.AcquireForCopy(key, options_.lease);
       if (acquired.ok()) lease = *std::move(acquired);
     }
     if (!lease.has_value()) {

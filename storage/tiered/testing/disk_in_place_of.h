@@ -25,9 +25,7 @@ class DiskInPlaceOf final : public LowerTier {
   }
 
   Tier tier() const override { return as_; }
-  std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override {
-    return below_.Lookup(key);
-  }
+  std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override { return below_.Lookup(key); }
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override {
     return below_.PutBatch(puts);
   }
