@@ -28,11 +28,13 @@ demo: build
 	@$(BUILD)/daemon/strata_demo
 
 # Release build + every test (GPU tests skip themselves without a device), then the unit tests
-# again under AddressSanitizer and UndefinedBehaviorSanitizer.
+# again under AddressSanitizer and UndefinedBehaviorSanitizer. Each run ends with what it skipped
+# and why (scripts/test_summary.py): a skip is never counted as a pass.
 test: test-release test-asan
 
 test-release: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+	@python3 scripts/test_summary.py $(BUILD)
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=address,undefined \
@@ -41,6 +43,7 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
+	@python3 scripts/test_summary.py $(ASAN_BUILD)
 
 # Micro-benchmarks (Release); each prints its figures and same-run baselines. disk_tier_bench
 # takes its own flags (it runs fio beside the tier in the same run).

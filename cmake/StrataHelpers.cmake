@@ -55,7 +55,12 @@ function(strata_cc_library)
 endfunction()
 
 # strata_cc_test(NAME n SRCS a_test.cc ... DEPS dep ... LABELS unit ...)
-# One ctest entry per test binary; labels default to "unit". Tests run from the build tree.
+# One ctest entry per test case, named <binary>.<Suite>.<Case>, found by running the binary with
+# --gtest_list_tests after it links; labels default to "unit" (one label: the properties below
+# take no lists). A case that skips itself (GTEST_SKIP with its reason) is reported by ctest as
+# skipped, never as passed, while the binary's other cases count as passed or failed on their own;
+# scripts/test-summary.sh lists the skips with their reasons. Tests run from the build tree.
+include(GoogleTest)
 function(strata_cc_test)
   if(NOT STRATA_BUILD_TESTS)
     return()
@@ -64,19 +69,23 @@ function(strata_cc_test)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   strata_apply_target_options(${ARG_NAME})
-  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME} ${ARG_ARGS})
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
-  # Hardware tests skip themselves (GTEST_SKIP with the reason) where the hardware is missing:
-  # ctest then reports them as skipped, never as passed.
-  if("gpu" IN_LIST ARG_LABELS)
-    set_tests_properties(${ARG_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
-  endif()
+  gtest_discover_tests(${ARG_NAME}
+    TEST_PREFIX "${ARG_NAME}."
+    EXTRA_ARGS ${ARG_ARGS}
+    DISCOVERY_TIMEOUT 120
+    # Names end in the parameter's index (Suite/Case/0), not its bytes.
+    NO_PRETTY_VALUES
+    NO_PRETTY_TYPES
+    PROPERTIES
+      LABELS "${ARG_LABELS}"
+      TIMEOUT ${ARG_TIMEOUT}
+      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endfunction()
 
 # strata_cc_bench(NAME n SRCS a_bench.cc ... DEPS dep ...): a Google Benchmark binary.

@@ -280,8 +280,11 @@ TEST_P(RopeApplyTest, Bf16AndFp16WithinTolerance) {
   }
 }
 
-TEST_P(RopeApplyTest, GptjEqualsNeoxOnPermutedPairs) {
-  if (GetParam().style != RopeStyle::kGptj) GTEST_SKIP() << "checked once, from the gptj case";
+// GPT-J's interleaved pairs against NeoX's halves: instantiated with the GPT-J cases alone.
+class RopeGptjAsNeoxTest : public RopeApplyTest {};
+
+TEST_P(RopeGptjAsNeoxTest, GptjEqualsNeoxOnPermutedPairs) {
+  ASSERT_EQ(GetParam().style, RopeStyle::kGptj);
   const int64_t tokens = 6, dim = GetParam().head_dim, rot = GetParam().rotary_dim;
   const RopeTable gptj = MakeTable(Config(1024, AnglePrecision::kVllmFp32));
   RopeConfig nc = Config(1024, AnglePrecision::kVllmFp32);
@@ -310,13 +313,14 @@ TEST_P(RopeApplyTest, GptjEqualsNeoxOnPermutedPairs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Styles, RopeApplyTest,
-    ::testing::Values(ApplyCase{RopeStyle::kNeox, RopeScaling::kNone, 64, 64},
-                      ApplyCase{RopeStyle::kGptj, RopeScaling::kNone, 32, 48},
-                      ApplyCase{RopeStyle::kNeox, RopeScaling::kLlama3, 128, 128},
-                      ApplyCase{RopeStyle::kGptj, RopeScaling::kLlama3, 128, 128},
-                      ApplyCase{RopeStyle::kNeox, RopeScaling::kNone, 16, 24}));
+constexpr ApplyCase kGptjCases[] = {{RopeStyle::kGptj, RopeScaling::kNone, 32, 48},
+                                     {RopeStyle::kGptj, RopeScaling::kLlama3, 128, 128}};
+constexpr ApplyCase kNeoxCases[] = {{RopeStyle::kNeox, RopeScaling::kNone, 64, 64},
+                                    {RopeStyle::kNeox, RopeScaling::kLlama3, 128, 128},
+                                    {RopeStyle::kNeox, RopeScaling::kNone, 16, 24}};
+INSTANTIATE_TEST_SUITE_P(NeoxStyle, RopeApplyTest, ::testing::ValuesIn(kNeoxCases));
+INSTANTIATE_TEST_SUITE_P(GptjStyle, RopeApplyTest, ::testing::ValuesIn(kGptjCases));
+INSTANTIATE_TEST_SUITE_P(GptjStyle, RopeGptjAsNeoxTest, ::testing::ValuesIn(kGptjCases));
 
 TEST(RopeTest, ReRotationInBf16MatchesLmcacheSelfTest) {
   // LMCache's validate_reverse_correctness: 10 tokens, positions 0..9 -> 100..109, bf16,
