@@ -314,7 +314,7 @@ TEST_P(RopeGptjAsNeoxTest, GptjEqualsNeoxOnPermutedPairs) {
 }
 
 constexpr ApplyCase kGptjCases[] = {{RopeStyle::kGptj, RopeScaling::kNone, 32, 48},
-                                     {RopeStyle::kGptj, RopeScaling::kLlama3, 128, 128}};
+                                    {RopeStyle::kGptj, RopeScaling::kLlama3, 128, 128}};
 constexpr ApplyCase kNeoxCases[] = {{RopeStyle::kNeox, RopeScaling::kNone, 64, 64},
                                     {RopeStyle::kNeox, RopeScaling::kLlama3, 128, 128},
                                     {RopeStyle::kNeox, RopeScaling::kNone, 16, 24}};
