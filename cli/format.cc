@@ -76,6 +76,21 @@ std::string FormatHealth(const v1::HealthResponse& health) {
                      health.uptime_seconds());
 }
 
+namespace {
+
+// "<what> N  hit tokens H  miss tokens M  token hit ratio R" ("-" before any token).
+std::string LookupLine(std::string_view what, uint64_t lookups, uint64_t hit_tokens,
+                       uint64_t miss_tokens) {
+  const uint64_t looked_up = hit_tokens + miss_tokens;
+  return fmt::format("{} {}  hit tokens {}  miss tokens {}  token hit ratio {}\n", what, lookups,
+                     hit_tokens, miss_tokens,
+                     looked_up == 0 ? std::string("-")
+                                    : fmt::format("{:.3f}", static_cast<double>(hit_tokens) /
+                                                                static_cast<double>(looked_up)));
+}
+
+}  // namespace
+
 std::string FormatStats(const v1::StatsResponse& stats) {
   std::string out = fmt::format(
       "{:<7} {:>11} {:>11} {:>9} {:>11} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6}\n", "tier", "capacity",
@@ -89,13 +104,20 @@ std::string FormatStats(const v1::StatsResponse& stats) {
                        HumanBytes(t.used_bytes()), t.chunks(), HumanBytes(t.pinned_bytes()),
                        t.leases(), t.hits(), t.misses(), t.evictions(), t.checksum_failures(), use);
   }
-  const uint64_t looked_up = stats.hit_tokens() + stats.miss_tokens();
+  out += fmt::format("sessions {}\n", stats.sessions());
+  out += LookupLine("engine lookups", stats.lookups(), stats.hit_tokens(), stats.miss_tokens());
+  for (const v1::TierStats& t : stats.tiers()) {
+    if (t.hit_tokens() == 0) continue;
+    out += fmt::format("  hit tokens in {:<6} {}\n", TierName(t.tier()), t.hit_tokens());
+  }
+  for (const v1::TenantLookups& tenant : stats.tenants()) {
+    const v1::LookupTotals& t = tenant.totals();
+    out += LookupLine(fmt::format("  tenant '{}' lookups", tenant.tenant()), t.lookups(),
+                      t.hit_tokens(), t.miss_tokens());
+  }
+  const v1::LookupTotals& control = stats.control_lookups();
   out +=
-      fmt::format("sessions {}  lookups {}  hit tokens {}  miss tokens {}  token hit ratio {}\n",
-                  stats.sessions(), stats.lookups(), stats.hit_tokens(), stats.miss_tokens(),
-                  looked_up == 0 ? std::string("-")
-                                 : fmt::format("{:.3f}", static_cast<double>(stats.hit_tokens()) /
-                                                             static_cast<double>(looked_up)));
+      LookupLine("control lookups", control.lookups(), control.hit_tokens(), control.miss_tokens());
   return out;
 }
 

@@ -338,7 +338,9 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--kv-events-endpoint", kv_events_endpoint,
                  "publish vLLM-format KV events on this ZMQ PUB endpoint (\"\" disables)");
   app.add_option("--metrics-listen", metrics_listen,
-                 "Prometheus /metrics address, e.g. 127.0.0.1:9464 (\"\" disables)");
+                 "Prometheus /metrics address (default 127.0.0.1:9464; \"\" disables)");
+  bool no_metrics = false;
+  app.add_flag("--no-metrics", no_metrics, "Serve no /metrics endpoint");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -371,6 +373,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
     STRATA_ASSIGN_OR_RETURN(config.disk.capacity_bytes, ParseByteSize(*disk_capacity));
   }
   if (metrics_listen) config.metrics.listen_address = *metrics_listen;
+  if (no_metrics) config.metrics.listen_address.clear();
   if (kv_events_endpoint) config.events.zmq_endpoint = *kv_events_endpoint;
   if (tls_cert) config.control.tls_cert_path = *tls_cert;
   if (tls_key) config.control.tls_key_path = *tls_key;

@@ -21,7 +21,7 @@
 //   [log]     level ("trace" .. "critical", "off")
 //   [events]  zmq_endpoint (vLLM-format KV events over ZMQ PUB, e.g. "tcp://127.0.0.1:5557";
 //             "" disables), zmq_topic
-//   [metrics] listen_address (Prometheus /metrics, e.g. "127.0.0.1:9464"; "" disables it)
+//   [metrics] listen_address (Prometheus /metrics; default "127.0.0.1:9464"; "" disables it)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -36,6 +36,9 @@
 #include "storage/policy/eviction_policy.h"
 
 namespace strata::daemon {
+
+// Where /metrics is served unless configured otherwise.
+inline constexpr std::string_view kDefaultMetricsAddress = "127.0.0.1:9464";
 
 struct DaemonConfig {
   struct Host {
@@ -98,7 +101,10 @@ struct DaemonConfig {
     std::string zmq_topic = "kv-events";
   } events;
   struct Metrics {
-    std::string listen_address;  // "" (the default): no metrics endpoint
+    // On by default, on localhost only, as engines serve their own /metrics; "" (or
+    // --no-metrics) turns it off. When the default address is taken the daemon runs without
+    // metrics and says so; an address set on purpose that cannot be bound fails the start.
+    std::string listen_address{kDefaultMetricsAddress};
   } metrics;
   uint32_t drain_timeout_ms = 5'000;
 };

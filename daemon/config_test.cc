@@ -144,7 +144,11 @@ TEST(ParseCommandLine, FlagsOverrideAndHelpStops) {
   EXPECT_EQ((*parsed)->log.level, "warn");
   EXPECT_EQ((*parsed)->engine.socket_path, "/tmp/e.sock");
   EXPECT_EQ((*parsed)->metrics.listen_address, "0.0.0.0:9464");
-  EXPECT_TRUE(DefaultConfig(env).metrics.listen_address.empty()) << "off by default";
+  EXPECT_EQ(DefaultConfig(env).metrics.listen_address, "127.0.0.1:9464") << "on, localhost";
+  const char* off[] = {"stratad", "--no-metrics"};
+  parsed = ParseCommandLine(2, const_cast<char**>(off), env);
+  ASSERT_TRUE(parsed.ok() && parsed->has_value()) << parsed.status();
+  EXPECT_TRUE((*parsed)->metrics.listen_address.empty());
 
   const char* bad[] = {"stratad", "--no-such-flag"};
   EXPECT_EQ(ParseCommandLine(2, const_cast<char**>(bad), env).status().code(),

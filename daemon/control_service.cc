@@ -62,6 +62,14 @@ std::optional<storage::Tier> StoreTier(v1::Tier tier) {
   }
 }
 
+// `tally`'s lookups and tokens into a StatsResponse or a LookupTotals.
+template <typename Message>
+void SetTotals(const LookupTally& tally, Message& out) {
+  out.set_lookups(tally.lookups);
+  out.set_hit_tokens(tally.hit_tokens_total());
+  out.set_miss_tokens(tally.miss_tokens);
+}
+
 enum class Unspecified { kHost, kEvery, kInvalid };
 
 // OK when `tier` is one `store` has (TIER_UNSPECIFIED as `unspecified` says); FAILED_PRECONDITION
@@ -298,10 +306,14 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vec
   response.set_matched_chunks(static_cast<uint32_t>(hits));
   response.set_total_chunks(static_cast<uint32_t>(chunks->keys.size()));
   response.set_matched_tokens(matched_tokens);
-  ++lookups_;
-  if (chunks->by_tokens) {
-    hit_tokens_ += matched_tokens;
-    miss_tokens_ += static_cast<uint64_t>(request.tokens_size()) - matched_tokens;
+  if (options_.lookups != nullptr) {
+    // A lookup by keys counts, with no tokens (it names none).
+    const auto hit = HitTokensByTier(tiers, [&](size_t i) -> uint64_t {
+      return chunks->by_tokens ? chunks->chunk_tokens[i] : 0;
+    });
+    const uint64_t miss =
+        chunks->by_tokens ? static_cast<uint64_t>(request.tokens_size()) - matched_tokens : 0;
+    options_.lookups->Record(LookupSource::kControl, request.tenant_salt(), hit, miss);
   }
   return absl::OkStatus();
 }
@@ -485,9 +497,6 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   tier->set_misses(host.misses);
   tier->set_evictions(host.evictions);
   tier->set_checksum_failures(host.checksum_failures);
-  // The host tier is the only tier: every looked-up token was found there or nowhere.
-  tier->set_hit_tokens(hit_tokens_);
-  tier->set_miss_tokens(miss_tokens_);
   tier->set_io_errors(0);
   for (const storage::LowerTierStats& lower : stats.lower) {
     v1::TierStats* below = response->add_tiers();
@@ -496,7 +505,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
     below->set_used_bytes(lower.used_bytes);
     below->set_payload_bytes(lower.payload_bytes);
     below->set_chunks(lower.chunks);
-    below->set_hits(lower.reads);
+    below->set_hits(stats.movement.load_promoted_from[static_cast<size_t>(lower.tier)]);
     below->set_evictions(lower.evictions);
     below->set_checksum_failures(lower.checksum_failures);
     below->set_io_errors(lower.io_errors);
@@ -504,9 +513,24 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   if (options_.sessions != nullptr) {
     response->set_sessions(options_.sessions->Stats().active_sessions);
   }
-  response->set_lookups(lookups_);
-  response->set_hit_tokens(hit_tokens_);
-  response->set_miss_tokens(miss_tokens_);
+  if (options_.lookups != nullptr) {
+    // The node's figures are the engines': what prefill they skipped.
+    const LookupTally engines = options_.lookups->Total(LookupSource::kEngine);
+    const uint64_t looked_up = engines.hit_tokens_total() + engines.miss_tokens;
+    for (v1::TierStats& tier_stats : *response->mutable_tiers()) {
+      const uint64_t hit = engines.hit_tokens[static_cast<size_t>(*StoreTier(tier_stats.tier()))];
+      tier_stats.set_hit_tokens(hit);
+      tier_stats.set_miss_tokens(looked_up - hit);
+    }
+    SetTotals(engines, *response);
+    const LookupTally control = options_.lookups->Total(LookupSource::kControl);
+    SetTotals(control, *response->mutable_control_lookups());
+    for (const auto& [name, tally] : options_.lookups->ByTenant(LookupSource::kEngine)) {
+      v1::TenantLookups* tenant = response->add_tenants();
+      tenant->set_tenant(name);
+      SetTotals(tally, *tenant->mutable_totals());
+    }
+  }
   return Finish(context, absl::OkStatus());
 }
 

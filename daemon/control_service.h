@@ -16,6 +16,7 @@
 #include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
+#include "daemon/lookup_accounting.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/message_allocator.h"
@@ -43,12 +44,10 @@ struct ControlServiceOptions {
   std::string bearer_token;
   // Nullable; must outlive the service. strata_lookup_duration_seconds is registered on it.
   prometheus::Registry* registry = nullptr;
-};
-
-struct LookupCounters {
-  uint64_t lookups = 0;
-  uint64_t hit_tokens = 0;
-  uint64_t miss_tokens = 0;
+  // The node's lookup counts: Lookup records control-API calls in it, Stats reports it (the
+  // engines' lookups, which the engine sessions record, first). Nullable (nothing counted); not
+  // owned; must outlive the service.
+  LookupAccounting* lookups = nullptr;
 };
 
 // Lookup is served raw (grpc::ByteBuffer in and out): its keys are decoded from the wire
@@ -101,8 +100,6 @@ class ControlService final
 
   // Marks the daemon as draining: Health reports it.
   void SetDraining() { draining_ = true; }
-  // Lookup calls answered so far and the tokens they found and missed.
-  LookupCounters lookup_counters() const { return {lookups_, hit_tokens_, miss_tokens_}; }
 
  private:
   // `request` without its keys, which come decoded in `keys`.
@@ -156,9 +153,6 @@ class ControlService final
   const ControlServiceOptions options_;
   const MonoTime started_;
   std::atomic<bool> draining_{false};
-  std::atomic<uint64_t> lookups_{0};
-  std::atomic<uint64_t> hit_tokens_{0};
-  std::atomic<uint64_t> miss_tokens_{0};
   prometheus::Histogram* lookup_latency_ = nullptr;  // null without a registry
   ArenaAllocator<v1::ListChunksRequest, v1::ListChunksResponse> list_allocator_;
 };

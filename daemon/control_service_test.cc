@@ -40,7 +40,8 @@ class ControlServiceTest : public ::testing::Test {
         std::make_unique<ControlService>(ControlServiceOptions{.store = store_.get(),
                                                                .events = &events_,
                                                                .key_options = {},
-                                                               .limits = {.max_tokens = 1000}});
+                                                               .limits = {.max_tokens = 1000},
+                                                               .lookups = &lookups_});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -126,6 +127,7 @@ class ControlServiceTest : public ::testing::Test {
 
   ManualClock clock_;
   EventLog events_{16};  // a small ring, so tests can outrun it
+  LookupAccounting lookups_;
   std::unique_ptr<storage::TieredStore> store_;
   storage::HostTier* tier_ = nullptr;  // the store's
   std::unique_ptr<ControlService> service_;
@@ -688,7 +690,7 @@ TEST_F(ControlServiceTest, DrainStopsAdmittingAndReports) {
   ASSERT_TRUE(Call(&Stub::Drain, v1::DrainRequest(), drained).ok()) << "idempotent";
 }
 
-TEST_F(ControlServiceTest, StatsCountHitAndMissTokensPerTier) {
+TEST_F(ControlServiceTest, StatsAreTheEnginesLookupsAndCountControlLookupsApart) {
   StoreChain(Tokens(32, 1));
   v1::LookupRequest lookup;
   *lookup.mutable_layout() = ToProto(TestLayout());
@@ -698,11 +700,28 @@ TEST_F(ControlServiceTest, StatsCountHitAndMissTokensPerTier) {
   v1::StatsResponse stats;
   ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
   ASSERT_EQ(stats.tiers_size(), 1);
-  EXPECT_EQ(stats.tiers(0).hit_tokens(), 32u);
-  EXPECT_EQ(stats.tiers(0).miss_tokens(), 8u);
+  EXPECT_EQ(stats.control_lookups().lookups(), 1u);
+  EXPECT_EQ(stats.control_lookups().hit_tokens(), 32u);
+  EXPECT_EQ(stats.control_lookups().miss_tokens(), 8u);
+  EXPECT_EQ(stats.lookups(), 0u) << "no engine looked anything up";
+  EXPECT_EQ(stats.tiers(0).hit_tokens(), 0u);
   EXPECT_EQ(stats.tiers(0).io_errors(), 0u);
-  EXPECT_EQ(stats.hit_tokens(), 32u);
-  EXPECT_EQ(stats.miss_tokens(), 8u);
+
+  // What two engines' sessions recorded (engine_session_server_test checks that they do).
+  lookups_.Record(LookupSource::kEngine, "a", {0, 64, 0, 0}, 16);
+  lookups_.Record(LookupSource::kEngine, "", {0, 48, 0, 0}, 0);
+  ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
+  EXPECT_EQ(stats.lookups(), 2u);
+  EXPECT_EQ(stats.hit_tokens(), 112u);
+  EXPECT_EQ(stats.miss_tokens(), 16u);
+  EXPECT_EQ(stats.tiers(0).hit_tokens(), 112u);
+  EXPECT_EQ(stats.tiers(0).miss_tokens(), 16u);
+  ASSERT_EQ(stats.tenants_size(), 2);
+  EXPECT_EQ(stats.tenants(0).tenant(), "");
+  EXPECT_EQ(stats.tenants(0).totals().hit_tokens(), 48u);
+  EXPECT_EQ(stats.tenants(1).tenant(), "a");
+  EXPECT_EQ(stats.tenants(1).totals().miss_tokens(), 16u);
+  EXPECT_EQ(stats.control_lookups().lookups(), 1u);
 }
 
 // A WatchEvents stream with a deadline, read response by response.
@@ -906,6 +925,21 @@ class ControlServiceDiskTest : public ControlServiceTest {
 
   storage::testing::ScratchDir scratch_;
 };
+
+TEST_F(ControlServiceDiskTest, EnginesDiskHitsCountUnderTheDiskTier) {
+  lookups_.Record(LookupSource::kEngine, "", {0, 32, 16, 0}, 8);
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Stats, v1::StatsRequest(), stats).ok());
+  ASSERT_EQ(stats.tiers_size(), 2);
+  EXPECT_EQ(stats.tiers(0).hit_tokens(), 32u);
+  EXPECT_EQ(stats.tiers(0).miss_tokens(), 24u);
+  EXPECT_EQ(stats.tiers(1).tier(), v1::TIER_DISK);
+  EXPECT_EQ(stats.tiers(1).hit_tokens(), 16u);
+  EXPECT_EQ(stats.tiers(1).miss_tokens(), 40u);
+  EXPECT_EQ(stats.tiers(1).hits(), 0u) << "no load promoted a chunk from disk";
+  EXPECT_EQ(stats.hit_tokens(), 48u);
+  EXPECT_EQ(stats.miss_tokens(), 8u);
+}
 
 TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   std::vector<uint32_t> tokens(48);

@@ -104,6 +104,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.socket_path = config.engine.socket_path;
   sessions.store = daemon->store_.get();
   sessions.tenants = &daemon->tenants_;
+  sessions.lookups = daemon->lookups_.get();
   sessions.kv_event_token_ids = daemon->kv_publisher_ != nullptr;
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
@@ -134,9 +135,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                             .events = daemon->event_log_.get(),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
                             .bearer_token = token,
-                            .registry = daemon->registry_.get()});
+                            .registry = daemon->registry_.get(),
+                            .lookups = daemon->lookups_.get()});
   const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
-  const ControlService* control = daemon->control_service_.get();
   daemon->node_metrics_ = std::make_shared<NodeCollector>(NodeSources{
       .store = daemon->store_.get(),
       .sessions =
@@ -144,17 +145,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
             const EngineSessionStats stats = sessions_ptr->Stats();
             return std::pair<uint64_t, uint64_t>(stats.active_sessions, stats.total_sessions);
           },
-      .lookups =
-          [control] {
-            const LookupCounters c = control->lookup_counters();
-            return std::array<uint64_t, 3>{c.lookups, c.hit_tokens, c.miss_tokens};
-          },
+      .lookups = daemon->lookups_.get(),
   });
   return daemon;
 }
 
 absl::Status Daemon::Start() {
   grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second daemon on the same control port would
+  // start and take half of the first one's calls. Refuse it instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (!config_.control.listen_address.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         TcpCredentials(config_.control);
@@ -180,12 +180,20 @@ absl::Status Daemon::Start() {
   if (!config_.metrics.listen_address.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
         MetricsExposer::Create(config_.metrics.listen_address, {registry_, node_metrics_});
-    if (!exposer.ok()) return exposer.status();
-    metrics_exposer_ = *std::move(exposer);
-    spdlog::info(
-        "metrics on {}:{}/metrics",
-        config_.metrics.listen_address.substr(0, config_.metrics.listen_address.rfind(':')),
-        metrics_exposer_->port());
+    if (exposer.ok()) {
+      metrics_exposer_ = *std::move(exposer);
+      spdlog::info(
+          "metrics on {}:{}/metrics",
+          config_.metrics.listen_address.substr(0, config_.metrics.listen_address.rfind(':')),
+          metrics_exposer_->port());
+    } else if (config_.metrics.listen_address == kDefaultMetricsAddress) {
+      // The default address, taken (another daemon or exporter on this host): metrics are not
+      // worth refusing to serve engines for.
+      spdlog::warn("no metrics: {} ([metrics] listen_address or --metrics-listen picks another)",
+                   exposer.status().message());
+    } else {
+      return exposer.status();
+    }
   }
   sessions_->Start();
   spdlog::info("stratad {} serving: engines on {}, control on {}{}{}, host tier {} MiB",

@@ -17,6 +17,7 @@
 #include "daemon/control_service.h"
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
+#include "daemon/lookup_accounting.h"
 #include "daemon/metrics.h"
 #include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
@@ -56,6 +57,8 @@ class Daemon {
   const std::shared_ptr<prometheus::Registry> registry_;
   // Observes the host tier and feeds WatchEvents streams: outlives both.
   std::unique_ptr<EventLog> event_log_;
+  // The engines' and control-API lookups, counted by the sessions and the control service.
+  const std::unique_ptr<LookupAccounting> lookups_ = std::make_unique<LookupAccounting>();
   // Republishes event_log_ in vLLM's format when configured.
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
   // The tiers; the event log observes its host tier.

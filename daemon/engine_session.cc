@@ -1,5 +1,7 @@
 #include "daemon/engine_session.h"
 
+#include <algorithm>
+
 #include "fmt/format.h"
 #include "proto/convert.h"
 
@@ -25,6 +27,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       host_tier_(&resources.store->host()),
       completions_(std::move(resources.completions)),
       tenants_(resources.tenants),
+      lookups_(resources.lookups),
       kv_event_token_ids_(resources.kv_event_token_ids),
       limits_(limits) {}
 
@@ -158,7 +161,20 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
                                    v1::LookupChainResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
-  response.set_hit_chunks(static_cast<uint32_t>(store_->LocatePrefix(*keys).size()));
+  const std::vector<storage::Tier> tiers = store_->LocatePrefix(*keys);
+  response.set_hit_chunks(static_cast<uint32_t>(tiers.size()));
+  if (lookups_ != nullptr) {
+    // The tokens the chain covers, as the engine counted them (its last chunk may be partial);
+    // full chunks when it did not say.
+    const uint64_t chunk_tokens = layout_->chunk_tokens;
+    const uint64_t total = request.tokens() != 0 ? request.tokens() : keys->size() * chunk_tokens;
+    const auto hit = HitTokensByTier(tiers, [&](size_t i) {
+      const uint64_t before = i * chunk_tokens;
+      return before >= total ? 0 : std::min(chunk_tokens, total - before);
+    });
+    const uint64_t hit_total = std::min(total, tiers.size() * chunk_tokens);
+    lookups_->Record(LookupSource::kEngine, request.tenant(), hit, total - hit_total);
+  }
   return absl::OkStatus();
 }
 

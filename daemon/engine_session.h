@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
 #include "daemon/load_completions.h"
+#include "daemon/lookup_accounting.h"
 #include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tiered_store.h"
@@ -37,6 +38,8 @@ struct SessionResources {
   std::shared_ptr<LoadCompletions> completions;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
+  // Nullable: where the session's Lookups are counted (LookupSource::kEngine).
+  LookupAccounting* lookups = nullptr;
   // KV events carry token ids: the handshake asks the connector to send each stored chunk's
   // tokens, and PrepareStore hands them to the host tier.
   bool kv_event_token_ids = false;
@@ -106,6 +109,7 @@ class EngineSession {
   storage::HostTier* const host_tier_;
   const std::shared_ptr<LoadCompletions> completions_;
   const TenantDirectory* const tenants_;
+  LookupAccounting* const lookups_;
   const bool kv_event_token_ids_;
   const EngineSessionLimits limits_;
 

@@ -256,6 +256,7 @@ void EngineSessionServer::Accept() {
     SessionResources resources{.store = options_.store,
                                .completions = completions_,
                                .tenants = options_.tenants,
+                               .lookups = options_.lookups,
                                .kv_event_token_ids = options_.kv_event_token_ids};
     sessions_.emplace(id,
                       std::make_unique<Session>(id, std::move(fd), std::move(resources), limits));

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
 #include "daemon/load_completions.h"
+#include "daemon/lookup_accounting.h"
 #include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -45,6 +46,8 @@ struct EngineSessionServerOptions {
   storage::TieredStore* store = nullptr;
   // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
   const TenantDirectory* tenants = nullptr;
+  // Where the engines' Lookups are counted; nullable; not owned; must outlive the server.
+  LookupAccounting* lookups = nullptr;
   // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).
   bool kv_event_token_ids = false;
   uint32_t max_sessions = 256;

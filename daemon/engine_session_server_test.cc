@@ -172,8 +172,9 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
   // when the promotion returns, so the same PrepareLoad finds it there.
   std::unique_ptr<storage::TieredStore> store = HostOverDisk(scratch.path(), demotion_queue_bytes);
   storage::HostTier* tier = &store->host();
+  LookupAccounting lookups;
   std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
-      {.socket_path = (dir / "disk.sock").string(), .store = store.get()});
+      {.socket_path = (dir / "disk.sock").string(), .store = store.get(), .lookups = &lookups});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());
@@ -185,10 +186,23 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
     EXPECT_EQ(store->Stats().movement.demoted, 2u);
   }
 
+  // The engine's prompt ends half-way into the last chunk: 5 x 16 + 8 tokens.
   v1::EngineRequest lookup = test_support::LookupRequest(keys);
+  lookup.mutable_lookup()->set_tenant("tenant-a");
+  lookup.mutable_lookup()->set_tokens(88);
   absl::StatusOr<v1::EngineResponse> found = client.Call(lookup);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->lookup().hit_chunks(), 6u) << "the prefix goes on from disk to the host tier";
+  // Chunks 0 and 1 count under the disk tier (staged ones too: on their way there), the rest
+  // under the host tier, the partial last chunk by its 8 tokens.
+  const LookupTally engines = lookups.Total(LookupSource::kEngine);
+  EXPECT_EQ(engines.lookups, 1u);
+  EXPECT_EQ(engines.hit_tokens[static_cast<size_t>(storage::Tier::kDisk)], 32u);
+  EXPECT_EQ(engines.hit_tokens[static_cast<size_t>(storage::Tier::kHost)], 56u);
+  EXPECT_EQ(engines.miss_tokens, 0u);
+  ASSERT_EQ(lookups.ByTenant(LookupSource::kEngine).size(), 1u);
+  EXPECT_EQ(lookups.ByTenant(LookupSource::kEngine)[0].first, "tenant-a");
+  EXPECT_EQ(lookups.Total(LookupSource::kControl).lookups, 0u);
 
   // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
   // so 2 comes back from disk (or from its staging buffer) too: every byte as stored.
@@ -211,6 +225,8 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
     EXPECT_LE(DiskStats(*store).reads, 3u);  // staged chunks are copied from memory
   }
   EXPECT_EQ(store->Stats().movement.async_loads, 1u) << "the load went on in the store";
+  EXPECT_EQ(store->Stats().movement.load_promoted_from[static_cast<size_t>(storage::Tier::kDisk)],
+            3u);
   server->Stop();
   store->Flush();
   EXPECT_EQ(store->Stats().movement.demotion_failures, 0u);

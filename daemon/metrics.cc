@@ -121,6 +121,44 @@ void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::Mov
               {{"outcome", "cancelled"}})}});
 }
 
+// strata_lookups_total{source,tenant}, strata_lookup_hit_tokens_total{source,tenant,tier} and
+// strata_lookup_miss_tokens_total{source,tenant}: the engines' lookups and the control API's,
+// per tenant (LookupAccounting bounds how many).
+void AddLookupFamilies(std::vector<MetricFamily>& families, const LookupAccounting& lookups) {
+  const MetricType counter = MetricType::Counter;
+  families.push_back({"strata_lookups_total",
+                      "Prefix lookups answered, by source (engine: engines' LookupChain; control: "
+                      "control-API Lookup) and tenant.",
+                      counter,
+                      {}});
+  families.push_back({"strata_lookup_hit_tokens_total",
+                      "Tokens of lookups found cached, by the tier that held each chunk.",
+                      counter,
+                      {}});
+  families.push_back(
+      {"strata_lookup_miss_tokens_total", "Tokens of lookups found in no tier.", counter, {}});
+  MetricFamily& total = families[families.size() - 3];
+  MetricFamily& hits = families[families.size() - 2];
+  MetricFamily& misses = families[families.size() - 1];
+  for (const LookupSource source : {LookupSource::kEngine, LookupSource::kControl}) {
+    const std::string source_name(LookupSourceName(source));
+    for (const auto& [tenant, tally] : lookups.ByTenant(source)) {
+      const std::vector<ClientMetric::Label> labels = {{"source", source_name}, {"tenant", tenant}};
+      total.metric.push_back(Value(counter, static_cast<double>(tally.lookups), labels));
+      misses.metric.push_back(Value(counter, static_cast<double>(tally.miss_tokens), labels));
+      for (size_t t = 0; t < storage::kTierCount; ++t) {
+        // Every row has its host-tier series (0 included); other tiers once they hit.
+        if (tally.hit_tokens[t] == 0 && static_cast<storage::Tier>(t) != storage::Tier::kHost) {
+          continue;
+        }
+        std::vector<ClientMetric::Label> tiered = labels;
+        tiered.push_back({"tier", std::string(storage::TierName(static_cast<storage::Tier>(t)))});
+        hits.metric.push_back(Value(counter, static_cast<double>(tally.hit_tokens[t]), tiered));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -196,21 +234,7 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
                         MetricType::Counter,
                         {Value(MetricType::Counter, static_cast<double>(total), {})}});
   }
-  if (sources_.lookups) {
-    const auto [lookups, hit_tokens, miss_tokens] = sources_.lookups();
-    families.push_back({"strata_lookups_total",
-                        "Control API Lookup calls answered.",
-                        MetricType::Counter,
-                        {Value(MetricType::Counter, static_cast<double>(lookups), {})}});
-    families.push_back({"strata_lookup_hit_tokens_total",
-                        "Tokens of Lookup calls found cached.",
-                        MetricType::Counter,
-                        {Value(MetricType::Counter, static_cast<double>(hit_tokens), {})}});
-    families.push_back({"strata_lookup_miss_tokens_total",
-                        "Tokens of Lookup calls not cached.",
-                        MetricType::Counter,
-                        {Value(MetricType::Counter, static_cast<double>(miss_tokens), {})}});
-  }
+  if (sources_.lookups != nullptr) AddLookupFamilies(families, *sources_.lookups);
   if (store.has_value() && !store->lower.empty()) {
     for (const storage::LowerTierStats& lower : store->lower) AddLowerTierFamilies(families, lower);
     AddMovementFamilies(families, store->movement);

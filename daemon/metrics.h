@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/lookup_accounting.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
@@ -39,8 +40,8 @@ struct NodeSources {
   const storage::TieredStore* store = nullptr;
   // Active and total engine sessions.
   std::function<std::pair<uint64_t, uint64_t>()> sessions;
-  // Control Lookup calls and the tokens they found and missed.
-  std::function<std::array<uint64_t, 3>()> lookups;
+  // The engines' and control-API lookups, per tenant, and the tokens each tier held or none did.
+  const LookupAccounting* lookups = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

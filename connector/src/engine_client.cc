@@ -308,11 +308,15 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
 }
 
 absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> keys,
-                                                   milliseconds timeout) {
+                                                   milliseconds timeout,
+                                                   const LookupOrigin& origin) {
   const MonoTime deadline = DeadlineIn(timeout);
   google::protobuf::Arena arena;
   auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
-  STRATA_RETURN_IF_ERROR(ToProto(keys, *request->mutable_lookup()->mutable_chain()));
+  v1::LookupChainRequest& lookup = *request->mutable_lookup();
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *lookup.mutable_chain()));
+  lookup.set_tenant(std::string(origin.tenant));
+  lookup.set_tokens(origin.tokens);
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kLookup, deadline));

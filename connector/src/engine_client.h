@@ -34,6 +34,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -161,6 +162,12 @@ struct EngineClientStats {
   uint64_t requests = 0;          // requests sent (handshakes excluded)
 };
 
+// Who a lookup is for, for the daemon's lookup accounting (LookupChainRequest).
+struct LookupOrigin {
+  std::string_view tenant;  // the request's tenant salt, "" for none
+  uint32_t tokens = 0;      // tokens the keys' chunks cover; 0: every chunk full
+};
+
 class EngineClient {
  public:
   // Validates the options (layout, socket path); does not connect. kInvalidArgument otherwise.
@@ -176,7 +183,8 @@ class EngineClient {
 
   // How many leading keys of `keys` the daemon has.
   absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
-                                       std::chrono::milliseconds timeout);
+                                       std::chrono::milliseconds timeout,
+                                       const LookupOrigin& origin = {});
   // Asks the daemon to promote the disk-resident chunks of `keys`' cached prefix into its host
   // tier in the background; returns how many chunks it queued (it answers before any disk I/O).
   // The daemon's errors (kResourceExhausted: its prefetch queue is full) and the call's.

@@ -118,7 +118,11 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
     const std::vector<ChunkKey> keys =
         s.hasher.PrefixKeys(request.prompt_tokens, extras, s.partial());
     const std::span<const ChunkKey> wanted = std::span(keys).subspan(first_chunk);
-    absl::StatusOr<uint32_t> hits = s.client->LookupChain(wanted, s.options.lookup_budget);
+    // The tokens the looked-up chunks cover: the last keyed chunk may be partial.
+    const int64_t covered = std::min(num_chunks * chunk, prompt_len) - first_chunk * chunk;
+    absl::StatusOr<uint32_t> hits = s.client->LookupChain(
+        wanted, s.options.lookup_budget,
+        {.tenant = request.tenant_salt, .tokens = static_cast<uint32_t>(covered)});
     looked_up = true;
     absl::MutexLock lock(&s.mu);
     ++s.stats.lookups;

@@ -2,6 +2,8 @@
 // tier and the movement between tiers report. Plain values; no tier's types leak through them.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -10,6 +12,7 @@ namespace strata::storage {
 // Top down, T0 to T3: the device pool, the host tier, the disk tier, remote peers. A store has the
 // host tier and those below it it was given (TieredStore::has).
 enum class Tier { kDevice, kHost, kDisk, kRemote };
+inline constexpr size_t kTierCount = 4;  // for arrays indexed by Tier
 
 // "device", "host", "disk", "remote": the {tier="..."} label of metrics and the CLI's name.
 std::string_view TierName(Tier tier);
@@ -45,6 +48,7 @@ struct MovementStats {
   // Loads that went on asynchronously past a host miss, and the chunks they promoted.
   uint64_t async_loads = 0;
   uint64_t load_promoted = 0;
+  std::array<uint64_t, kTierCount> load_promoted_from{};  // of those, by the tier they came from
   // Write-through by outcome; all 0 when write-through is off (write_through false).
   bool write_through = false;
   uint64_t write_through_written = 0;

@@ -226,9 +226,11 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
 
 void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
                                const LoadOptions& options, LoadLeases& leased) {
-  // The chunks one batched promotion covered: keys [run_first, run_first + run.size()).
+  // The chunks one batched promotion covered: keys [run_first, run_first + run.size()), from
+  // `run_source`.
   size_t run_first = 0;
   std::vector<absl::StatusOr<PromoteOutcome>> run;
+  Tier run_source = Tier::kHost;
   auto acquire = [&](const ChunkKey& key) {
     return host_->Acquire(key, options.lease, options.owner, options.reader_verifies);
   };
@@ -249,6 +251,7 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
             ++end;
           }
           run = PromoteRun(*source, *host_, layout, keys.subspan(i, end - i), demoter_.get());
+          run_source = source->tier();
         }
       }
       if (run.empty()) {
@@ -276,7 +279,7 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
     if (i >= run_first && i < run_first + run.size() && run[i - run_first].ok() &&
         *run[i - run_first] == PromoteOutcome::kPromoted) {
       ++leased.promoted_chunks;
-      load_promoted_.fetch_add(1, std::memory_order_relaxed);
+      load_promoted_[static_cast<size_t>(run_source)].fetch_add(1, std::memory_order_relaxed);
     }
   }
 }
@@ -453,7 +456,10 @@ TieredStoreStats TieredStore::Stats() const {
     movement.prefetch_failed = promoter.failed;
   }
   movement.async_loads = async_loads_.load(std::memory_order_relaxed);
-  movement.load_promoted = load_promoted_.load(std::memory_order_relaxed);
+  for (size_t t = 0; t < kTierCount; ++t) {
+    movement.load_promoted_from[t] = load_promoted_[t].load(std::memory_order_relaxed);
+    movement.load_promoted += movement.load_promoted_from[t];
+  }
   if (write_through_ != nullptr) {
     const WriteThroughStats w = write_through_->Stats();
     movement.write_through = true;

@@ -35,6 +35,7 @@
 // be released before the store is destroyed.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -242,7 +243,7 @@ class TieredStore {
   std::unique_ptr<TaskThread> maintenance_;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> async_loads_{0};
-  std::atomic<uint64_t> load_promoted_{0};
+  std::array<std::atomic<uint64_t>, kTierCount> load_promoted_{};  // by the tier promoted from
 };
 
 }  // namespace strata::storage

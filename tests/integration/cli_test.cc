@@ -167,6 +167,22 @@ TEST_F(CliTest, DrainStatsAndErrors) {
   EXPECT_THAT(stats.out, HasSubstr("\"tier\":\"TIER_HOST\""));
   EXPECT_THAT(stats.out, HasSubstr("\"chunks\":\"1\""));
 
+  // An engine's lookup is what the node's figures count (a control Lookup would count apart):
+  // the stored chunk and one the daemon lacks, as tenant "team-a", 100 tokens in all.
+  v1::EngineRequest lookup = test_support::LookupRequest(std::span(keys_).first(2));
+  lookup.mutable_lookup()->set_tenant("team-a");
+  lookup.mutable_lookup()->set_tokens(100);
+  absl::StatusOr<v1::EngineResponse> found = engine_->Call(lookup);
+  ASSERT_TRUE(found.ok() && found->lookup().hit_chunks() == 1);
+  CliResult text = Cli({"stats"});
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("engine lookups 1  hit tokens 64  miss tokens 36  token hit "
+                                  "ratio 0.640\n"));
+  EXPECT_THAT(text.out, HasSubstr("  hit tokens in host   64\n"));
+  EXPECT_THAT(text.out, HasSubstr("  tenant 'team-a' lookups 1  hit tokens 64"));
+  EXPECT_THAT(text.out, HasSubstr("control lookups 0  hit tokens 0  miss tokens 0  token hit "
+                                  "ratio -\n"));
+
   CliResult bad_tokens = Cli({"pin", "--tokens", "1,x"}, true);
   EXPECT_EQ(bad_tokens.code, 2);
   EXPECT_THAT(bad_tokens.err, HasSubstr("INVALID_ARGUMENT: malformed token list"));

@@ -8,11 +8,13 @@
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <regex>
 #include <thread>
 
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
@@ -98,6 +100,23 @@ TEST(DaemonProcess, ServesAndStopsCleanlyOnSigterm) {
   EXPECT_LT(exit.stop_time, milliseconds(5000));
   std::cout << "stratad stopped in " << exit.stop_time.count() << " ms\n";
   EXPECT_FALSE(std::filesystem::exists((*daemon)->engine_socket()));
+}
+
+// gRPC binds with SO_REUSEPORT unless told not to: a second daemon on a port in use would start
+// and take part of the first one's calls.
+TEST(DaemonProcess, ASecondDaemonOnATakenControlPortIsRefused) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> first = DaemonProcess::Start();
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::smatch port;
+  const std::string log = (*first)->Log();
+  ASSERT_TRUE(std::regex_search(log, port, std::regex(R"(control on 127\.0\.0\.1:(\d+))"))) << log;
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> second =
+      DaemonProcess::Start({.extra_args = {"--listen", "127.0.0.1:" + port[1].str()}});
+  ASSERT_FALSE(second.ok()) << "a second daemon serves on the first one's port";
+  EXPECT_THAT(std::string(second.status().message()), testing::HasSubstr("address in use"));
+  grpc::ClientContext context;
+  v1::HealthResponse health;
+  EXPECT_TRUE((*first)->control().Health(&context, v1::HealthRequest(), &health).ok());
 }
 
 TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {

@@ -71,7 +71,8 @@ class MetricsTest : public ::testing::Test {
         << log;
     port_ = std::stoi(match[1].str());
 
-    // Traffic: three stores, a load of two chunks (leases kept), and a control Lookup.
+    // Traffic: three stores, a load of two chunks (leases kept), an engine's lookup of them as
+    // tenant "team-a" (the last chunk half full) and a control Lookup.
     engine_ = std::make_unique<RawEngineClient>(daemon_->engine_socket());
     RawEngineClient& engine = *engine_;
     ASSERT_TRUE(engine.Handshake(MetricsLayout()).ok());
@@ -83,6 +84,11 @@ class MetricsTest : public ::testing::Test {
     v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(2));
     absl::StatusOr<v1::EngineResponse> loaded = engine.Call(load);
     ASSERT_TRUE(loaded.ok() && loaded->status().code() == 0);
+    v1::EngineRequest engine_lookup = test_support::LookupRequest(keys);
+    engine_lookup.mutable_lookup()->set_tenant("team-a");
+    engine_lookup.mutable_lookup()->set_tokens(2 * 64 + 32);
+    absl::StatusOr<v1::EngineResponse> found = engine.Call(engine_lookup);
+    ASSERT_TRUE(found.ok() && found->lookup().hit_chunks() == 3);
     grpc::ClientContext context;
     v1::LookupRequest lookup;
     for (const ChunkKey& key : keys) *lookup.add_keys() = ToProto(key);
@@ -105,7 +111,13 @@ TEST_F(MetricsTest, ExposesTheStrataSeries) {
   EXPECT_THAT(text_, HasSubstr("strata_tier_chunks{tier=\"host\"} 3\n"));
   EXPECT_THAT(text_, HasSubstr("strata_tier_leases{tier=\"host\"} 2\n"));
   EXPECT_THAT(text_, HasSubstr("strata_sessions 1\n"));
-  EXPECT_THAT(text_, HasSubstr("strata_lookups_total 1\n"));
+  // The engine's lookup and the control API's, apart; the control Lookup named keys (no tokens).
+  EXPECT_THAT(text_, HasSubstr("strata_lookups_total{source=\"engine\",tenant=\"team-a\"} 1\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_lookups_total{source=\"control\",tenant=\"\"} 1\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_lookup_hit_tokens_total{source=\"engine\",tenant=\"team-a\","
+                               "tier=\"host\"} 160\n"));
+  EXPECT_THAT(text_, HasSubstr("strata_lookup_miss_tokens_total{source=\"engine\",tenant=\"team-"
+                               "a\"} 0\n"));
   EXPECT_THAT(text_,
               HasSubstr("strata_tier_evictions_total{reason=\"capacity\",tier=\"host\"} 0\n"));
   EXPECT_THAT(text_, HasSubstr("strata_engine_request_duration_seconds_count{op=\"store\"} 1\n"));

@@ -37,6 +37,11 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
         "[log]\nlevel = \"debug\"\n",
         options.host_capacity, options.page_bytes, options.lease_ms, options.prefault,
         daemon->engine_socket_, (daemon->dir_ / "control.sock").string());
+    // No /metrics unless a test asks (its own [metrics] or --metrics-listen): daemons of tests
+    // running side by side would contend for the default port.
+    if (options.extra_toml.find("[metrics]") == std::string::npos) {
+      config << "[metrics]\nlisten_address = \"\"\n";
+    }
     config << options.extra_toml;
   }
   std::vector<std::string> args = {STRATA_STRATAD_PATH, "--config",
