@@ -38,7 +38,7 @@ std::string_view LookupSourceName(LookupSource source);
 struct LookupTally {
   uint64_t lookups = 0;
   std::array<uint64_t, storage::kTierCount> hit_tokens{};  // by storage::Tier
-  uint64_t miss_tokens = 0;                                  // in no tier
+  uint64_t miss_tokens = 0;                                // in no tier
 
   uint64_t hit_tokens_total() const;
   LookupTally& operator+=(const LookupTally& other);
