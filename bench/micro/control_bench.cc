@@ -47,8 +47,9 @@ struct Fixture {
       STRATA_CHECK(r.ok() && r->outcome == storage::ReserveOutcome::kReserved);
       STRATA_CHECK(tier->Commit(std::move(r->reservation)).ok());
     }
+    // Lookups are counted, as the daemon counts them.
     service = std::make_unique<ControlService>(
-        ControlServiceOptions{.store = store.get(), .events = &events});
+        ControlServiceOptions{.store = store.get(), .events = &events, .lookups = &lookups});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -60,6 +61,7 @@ struct Fixture {
 
   KvLayout layout;
   EventLog events{1024};
+  LookupAccounting lookups;
   std::unique_ptr<storage::TieredStore> store;
   storage::HostTier* tier = nullptr;  // the store's
   std::unique_ptr<ControlService> service;
