@@ -156,6 +156,30 @@ TEST_F(SchedulerConnectorTest, TenantSaltSeparatesCaches) {
   EXPECT_EQ(match("tenant-a"), 47);
   EXPECT_EQ(match("tenant-b"), 0);
   EXPECT_EQ(match(""), 0);
+
+  // The daemon counts each lookup under its tenant, with the tokens the chain covers.
+  const auto tenants = daemon_.lookups().ByTenant(daemon::LookupSource::kEngine);
+  ASSERT_EQ(tenants.size(), 3u);
+  EXPECT_EQ(tenants[0].first, "");
+  EXPECT_EQ(tenants[1].first, "tenant-a");
+  EXPECT_EQ(tenants[1].second.hit_tokens_total(), 48u);
+  EXPECT_EQ(tenants[1].second.miss_tokens, 0u);
+  EXPECT_EQ(tenants[2].first, "tenant-b");
+  EXPECT_EQ(tenants[2].second.miss_tokens, 48u);
+}
+
+// A partial last chunk counts by its tokens, not as a whole chunk.
+TEST_F(SchedulerConnectorTest, LookupsCountTheTokensOfAPartialLastChunk) {
+  ConnectorOptions options = Options(daemon_.socket_path());
+  options.store_partial_chunks = true;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(70);  // 4 chunks of 16 and 6 tokens
+  Populate(*daemon_.tier(), prompt, 2);
+  scheduler->GetNumNewMatchedTokens({.request_id = "p", .prompt_tokens = prompt}, 0);
+  const daemon::LookupTally engines = daemon_.lookups().Total(daemon::LookupSource::kEngine);
+  EXPECT_EQ(engines.lookups, 1u);
+  EXPECT_EQ(engines.hit_tokens_total(), 32u);
+  EXPECT_EQ(engines.miss_tokens, 38u);
 }
 
 TEST_F(SchedulerConnectorTest, PlansTheLoadIntoTheAllocatedBlocks) {

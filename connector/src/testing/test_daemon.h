@@ -95,6 +95,7 @@ class TestDaemon {
     auto server =
         daemon::EngineSessionServer::Create({.socket_path = socket_path_,
                                              .store = store_.get(),
+                                             .lookups = &lookups_,
                                              .kv_event_token_ids = options_.kv_event_token_ids});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
@@ -115,12 +116,15 @@ class TestDaemon {
   storage::HostTier* tier() const { return &store_->host(); }
   storage::TieredStore* store() const { return store_.get(); }
   daemon::EngineSessionServer* server() const { return server_.get(); }
+  // The engines' lookups, counted as stratad counts them.
+  const daemon::LookupAccounting& lookups() const { return lookups_; }
 
  private:
   const TestDaemonOptions options_;
   std::filesystem::path dir_;
   bool owns_dir_ = false;
   std::string socket_path_;
+  daemon::LookupAccounting lookups_;
   // The store outlives the server, which posts loads to it.
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<daemon::EngineSessionServer> server_;
