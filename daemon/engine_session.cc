@@ -165,9 +165,12 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
   response.set_hit_chunks(static_cast<uint32_t>(tiers.size()));
   if (lookups_ != nullptr) {
     // The tokens the chain covers, as the engine counted them (its last chunk may be partial);
-    // full chunks when it did not say.
+    // full chunks when it did not say, and never more (a count past them is the engine's error,
+    // not worth failing its lookup for).
     const uint64_t chunk_tokens = layout_->chunk_tokens;
-    const uint64_t total = request.tokens() != 0 ? request.tokens() : keys->size() * chunk_tokens;
+    const uint64_t full = keys->size() * chunk_tokens;
+    const uint64_t total =
+        request.tokens() != 0 ? std::min<uint64_t>(request.tokens(), full) : full;
     const auto hit = HitTokensByTier(tiers, [&](size_t i) {
       const uint64_t before = i * chunk_tokens;
       return before >= total ? 0 : std::min(chunk_tokens, total - before);

@@ -203,6 +203,11 @@ void EvictedChunksAreFoundAndLoadedBack(const std::filesystem::path& dir,
   ASSERT_EQ(lookups.ByTenant(LookupSource::kEngine).size(), 1u);
   EXPECT_EQ(lookups.ByTenant(LookupSource::kEngine)[0].first, "tenant-a");
   EXPECT_EQ(lookups.Total(LookupSource::kControl).lookups, 0u);
+  // A token count past what the chain covers is capped at its full chunks.
+  lookup.mutable_lookup()->set_tokens(100000);
+  ASSERT_TRUE(client.Call(lookup).ok());
+  EXPECT_EQ(lookups.Total(LookupSource::kEngine).hit_tokens_total(), 88u + 96u);
+  EXPECT_EQ(lookups.Total(LookupSource::kEngine).miss_tokens, 0u);
 
   // Loading the first three promotes chunks 0 and 1, whose room evicts 2 and 3 (LRU) to disk,
   // so 2 comes back from disk (or from its staging buffer) too: every byte as stored.
