@@ -35,7 +35,16 @@ TEST(TaskThreadTest, UrgentTasksOvertakeNormalOnesAndFlushWaitsForBoth) {
   TaskThread thread("strata-test");
   Gate gate;
   std::vector<int> order;
-  ASSERT_TRUE(thread.Submit([&] { gate.Wait(); }));
+  std::atomic<bool> started{false};
+  ASSERT_TRUE(thread.Submit([&] {
+    started = true;
+    gate.Wait();
+  }));
+  // The thread holds the first task at the gate before the others come (else the urgent ones
+  // would go first, rightly, and be done before the count below).
+  for (int i = 0; i < 5000 && !started; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(started);
   ASSERT_TRUE(thread.Submit([&] { order.push_back(1); }));
   ASSERT_TRUE(thread.Submit([&] { order.push_back(2); }, /*urgent=*/true));
   ASSERT_TRUE(thread.Submit([&] { order.push_back(3); }, /*urgent=*/true));
@@ -187,11 +196,14 @@ TEST(BackgroundWorkerTest, StopRunsOrDropsTheQueueAsConfigured) {
                                  recorder.Process(&gate), recorder.Dropped());
     for (int i = 1; i <= 4; ++i) ASSERT_TRUE(worker.Push(int{i}));
     ASSERT_TRUE(recorder.AwaitEntered());  // item 1 is taken; 2..4 are queued
-    std::thread stopper([&] { worker.Stop(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Stop waits for the batch in progress: the gate opens while it waits.
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      gate.Open();
+    });
+    worker.Stop();
+    opener.join();
     EXPECT_FALSE(worker.Push(5));  // refused from Stop on
-    gate.Open();
-    stopper.join();
     EXPECT_EQ(worker.pending(), 0u);
     absl::MutexLock lock(&recorder.mu);
     size_t processed = 0;
