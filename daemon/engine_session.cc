@@ -1,6 +1,7 @@
 #include "daemon/engine_session.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "fmt/format.h"
 #include "proto/convert.h"
@@ -175,7 +176,7 @@ absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
       const uint64_t before = i * chunk_tokens;
       return before >= total ? 0 : std::min(chunk_tokens, total - before);
     });
-    const uint64_t hit_total = std::min(total, tiers.size() * chunk_tokens);
+    const uint64_t hit_total = std::accumulate(hit.begin(), hit.end(), uint64_t{0});
     lookups_->Record(LookupSource::kEngine, request.tenant(), hit, total - hit_total);
   }
   return absl::OkStatus();

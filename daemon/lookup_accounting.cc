@@ -1,6 +1,7 @@
 #include "daemon/lookup_accounting.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/string_view.h"
 
@@ -11,9 +12,7 @@ std::string_view LookupSourceName(LookupSource source) {
 }
 
 uint64_t LookupTally::hit_tokens_total() const {
-  uint64_t total = 0;
-  for (uint64_t tokens : hit_tokens) total += tokens;
-  return total;
+  return std::accumulate(hit_tokens.begin(), hit_tokens.end(), uint64_t{0});
 }
 
 LookupTally& LookupTally::operator+=(const LookupTally& other) {

@@ -126,34 +126,25 @@ void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::Mov
 // per tenant (LookupAccounting bounds how many).
 void AddLookupFamilies(std::vector<MetricFamily>& families, const LookupAccounting& lookups) {
   const MetricType counter = MetricType::Counter;
-  families.push_back({"strata_lookups_total",
-                      "Prefix lookups answered, by source (engine: engines' LookupChain; control: "
-                      "control-API Lookup) and tenant.",
-                      counter,
-                      {}});
-  families.push_back({"strata_lookup_hit_tokens_total",
-                      "Tokens of lookups found cached, by the tier that held each chunk.",
-                      counter,
-                      {}});
-  families.push_back(
-      {"strata_lookup_miss_tokens_total", "Tokens of lookups found in no tier.", counter, {}});
-  MetricFamily& total = families[families.size() - 3];
-  MetricFamily& hits = families[families.size() - 2];
-  MetricFamily& misses = families[families.size() - 1];
   for (const LookupSource source : {LookupSource::kEngine, LookupSource::kControl}) {
     const std::string source_name(LookupSourceName(source));
     for (const auto& [tenant, tally] : lookups.ByTenant(source)) {
       const std::vector<ClientMetric::Label> labels = {{"source", source_name}, {"tenant", tenant}};
-      total.metric.push_back(Value(counter, static_cast<double>(tally.lookups), labels));
-      misses.metric.push_back(Value(counter, static_cast<double>(tally.miss_tokens), labels));
+      AddSeries(families, "strata_lookups_total",
+                "Prefix lookups answered, by source (engine: engines' LookupChain; control: "
+                "control-API Lookup) and tenant.",
+                counter, tally.lookups, labels);
+      AddSeries(families, "strata_lookup_miss_tokens_total", "Tokens of lookups found in no tier.",
+                counter, tally.miss_tokens, labels);
       for (size_t t = 0; t < storage::kTierCount; ++t) {
+        const auto tier = static_cast<storage::Tier>(t);
         // Every row has its host-tier series (0 included); other tiers once they hit.
-        if (tally.hit_tokens[t] == 0 && static_cast<storage::Tier>(t) != storage::Tier::kHost) {
-          continue;
-        }
+        if (tally.hit_tokens[t] == 0 && tier != storage::Tier::kHost) continue;
         std::vector<ClientMetric::Label> tiered = labels;
-        tiered.push_back({"tier", std::string(storage::TierName(static_cast<storage::Tier>(t)))});
-        hits.metric.push_back(Value(counter, static_cast<double>(tally.hit_tokens[t]), tiered));
+        tiered.push_back({"tier", std::string(storage::TierName(tier))});
+        AddSeries(families, "strata_lookup_hit_tokens_total",
+                  "Tokens of lookups found cached, by the tier that held each chunk.", counter,
+                  tally.hit_tokens[t], std::move(tiered));
       }
     }
   }

@@ -29,7 +29,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <deque>
-#include <iterator>
 #include <limits>
 #include <set>
 #include <span>
@@ -118,7 +117,7 @@ class BackgroundWorker {
 
   // Drops every item queued and not yet taken; returns how many.
   uint64_t DropQueued() {
-    std::vector<Queued> doomed;
+    Taken doomed;
     {
       absl::MutexLock lock(&mu_);
       doomed = TakeQueued();
@@ -129,7 +128,7 @@ class BackgroundWorker {
   // Refuses further pushes, runs or drops what is queued (options.on_stop), waits for the batch
   // in progress and joins the thread. Idempotent.
   void Stop() {
-    std::vector<Queued> doomed;
+    Taken doomed;
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
@@ -155,6 +154,16 @@ class BackgroundWorker {
     uint64_t seq = 0;  // 1, 2, ... in push order
     Item item;
   };
+  // Items taken off the queue (to process or to drop), apart from their sequence numbers.
+  struct Taken {
+    std::vector<uint64_t> seqs;
+    std::vector<Item> items;
+
+    void Add(Queued&& queued) {
+      seqs.push_back(queued.seq);
+      items.push_back(std::move(queued.item));
+    }
+  };
 
   // Adds `increment` to the calling thread's nice value (Linux threads have their own: the one
   // inherited from the thread that made it). A refusal leaves it as it was.
@@ -165,27 +174,29 @@ class BackgroundWorker {
     if (errno == 0) setpriority(PRIO_PROCESS, tid, std::clamp(inherited + increment, -20, 19));
   }
 
-  std::vector<Queued> TakeQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<Queued> taken;
+  Taken TakeQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Taken taken;
     for (std::deque<Queued>* lane : {&urgent_, &queue_}) {
-      std::move(lane->begin(), lane->end(), std::back_inserter(taken));
+      for (Queued& queued : *lane) taken.Add(std::move(queued));
       lane->clear();
     }
     return taken;
   }
 
-  // Hands `doomed` (taken from the queue) to `dropped_`, then counts it finished.
-  uint64_t Drop(std::vector<Queued> doomed) ABSL_LOCKS_EXCLUDED(mu_) {
-    if (doomed.empty()) return 0;
-    if (dropped_ != nullptr) {
-      std::vector<Item> items;
-      items.reserve(doomed.size());
-      for (Queued& queued : doomed) items.push_back(std::move(queued.item));
-      dropped_(std::span(items));
-    }
+  // Counts `seqs` finished (and clears them).
+  void Finish(std::vector<uint64_t>& seqs) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    for (const Queued& queued : doomed) unfinished_.erase(queued.seq);
-    return doomed.size();
+    for (uint64_t seq : seqs) unfinished_.erase(seq);
+    seqs.clear();
+  }
+
+  // Hands `doomed` (taken from the queue) to `dropped_`, then counts it finished.
+  uint64_t Drop(Taken doomed) ABSL_LOCKS_EXCLUDED(mu_) {
+    const uint64_t count = doomed.seqs.size();
+    if (count == 0) return 0;
+    if (dropped_ != nullptr) dropped_(std::span(doomed.items));
+    Finish(doomed.seqs);
+    return count;
   }
 
   // The lane the thread takes from next, or null when it may take nothing now.
@@ -199,8 +210,7 @@ class BackgroundWorker {
   void Run() {
     pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
     if (options_.nice != 0) Renice(options_.nice);
-    std::vector<Queued> batch;
-    std::vector<Item> items;
+    Taken batch;
     for (;;) {
       {
         absl::MutexLock lock(&mu_);
@@ -212,17 +222,14 @@ class BackgroundWorker {
             this));
         std::deque<Queued>* lane = NextLane();
         if (lane == nullptr) return;  // stopping, and everything queued is done or dropped
-        while (!lane->empty() && batch.size() < options_.max_batch) {
-          batch.push_back(std::move(lane->front()));
+        while (!lane->empty() && batch.seqs.size() < options_.max_batch) {
+          batch.Add(std::move(lane->front()));
           lane->pop_front();
         }
       }
-      for (Queued& queued : batch) items.push_back(std::move(queued.item));
-      process_(std::span(items));
-      items.clear();
-      absl::MutexLock lock(&mu_);
-      for (const Queued& queued : batch) unfinished_.erase(queued.seq);
-      batch.clear();
+      process_(std::span(batch.items));
+      batch.items.clear();
+      Finish(batch.seqs);
     }
   }
 

@@ -2,11 +2,15 @@
 
 namespace strata::storage {
 
+bool HeldBy(LowerTiers lower, const Demoter* staged, const LowerTier& tier, const ChunkKey& key) {
+  if (tier.Contains(key)) return true;
+  // Staged chunks are on their way to the nearest tier, the first one.
+  return &tier == lower.front() && staged != nullptr && staged->IsStaged(key);
+}
+
 LowerTier* FindBelow(LowerTiers lower, const Demoter* staged, const ChunkKey& key) {
   for (LowerTier* tier : lower) {
-    if (tier->Contains(key)) return tier;
-    // Staged chunks are on their way to the nearest tier, the first one.
-    if (tier == lower.front() && staged != nullptr && staged->IsStaged(key)) return tier;
+    if (HeldBy(lower, staged, *tier, key)) return tier;
   }
   return nullptr;
 }

@@ -18,8 +18,12 @@ namespace strata::storage {
 // The tiers below the host tier, top down: the first is the nearest (the demotion target).
 using LowerTiers = std::span<LowerTier* const>;
 
-// The nearest tier of `lower` that holds `key`, or null. A chunk `staged` (nullable) holds for
-// its write to the nearest tier counts as held there (PromoteChunk serves it from the staging
+// Whether `tier` (one of `lower`) holds `key`: in its index, or, for the nearest tier, staged
+// (nullable) for its write there. In memory only.
+bool HeldBy(LowerTiers lower, const Demoter* staged, const LowerTier& tier, const ChunkKey& key);
+
+// The nearest tier of `lower` that holds `key` (HeldBy), or null. A chunk `staged` (nullable) holds
+// for its write to the nearest tier counts as held there (PromoteChunk serves it from the staging
 // buffer). In memory only.
 LowerTier* FindBelow(LowerTiers lower, const Demoter* staged, const ChunkKey& key);
 

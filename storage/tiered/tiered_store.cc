@@ -179,9 +179,7 @@ std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
   std::vector<Tier> tiers;
   if (host_->Contains(key)) tiers.push_back(Tier::kHost);
   for (const LowerTier* below : lower_) {
-    // A staged chunk is on its way to the nearest tier.
-    const bool staged = below == lower_.front() && demoter_->IsStaged(key);
-    if (staged || below->Contains(key)) tiers.push_back(below->tier());
+    if (HeldBy(lower_, demoter_.get(), *below, key)) tiers.push_back(below->tier());
   }
   return tiers;
 }
