@@ -46,11 +46,13 @@ test-asan: deps
 	@python3 scripts/test_summary.py $(ASAN_BUILD)
 
 # Micro-benchmarks (Release); each prints its figures and same-run baselines. disk_tier_bench
-# takes its own flags (it runs fio beside the tier in the same run).
+# takes its own flags (it runs fio beside the tier in the same run), and so does remote_bench (it
+# runs its peer, ucx_perftest and redis-server as child processes).
 bench: build
 	@for b in $(BUILD)/bench/micro/*_bench $(BUILD)/kernels/kernels_bench; do \
 	  echo "== $$b"; case $$b in \
 	    *disk_tier_bench) $$b ;; \
+	    *remote_bench) $$b ;; \
 	    *) $$b --benchmark_min_time=0.2 ;; \
 	  esac; done
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/byte_codec.h"
 #include "fmt/format.h"
 #include "strata/connector.h"
 
@@ -17,66 +18,7 @@ namespace {
 constexpr char kMagic[4] = {'S', 'T', 'C', 'M'};
 constexpr uint32_t kVersion = 1;
 
-class Writer {
- public:
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
-  void I32(int32_t v) { Raw(&v, sizeof(v)); }
-  void I64(int64_t v) { Raw(&v, sizeof(v)); }
-  void String(std::string_view s) {
-    U32(static_cast<uint32_t>(s.size()));
-    out_.append(s.data(), s.size());
-  }
-  template <class T>
-  void Array(const std::vector<T>& values) {
-    U32(static_cast<uint32_t>(values.size()));
-    Raw(values.data(), values.size() * sizeof(T));
-  }
-  void Raw(const void* data, size_t size) {
-    static_assert(std::endian::native == std::endian::little, "little-endian hosts only");
-    out_.append(static_cast<const char*>(data), size);
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-
-  bool U8(uint8_t& v) { return Raw(&v, 1); }
-  bool U32(uint32_t& v) { return Raw(&v, sizeof(v)); }
-  bool I64(int64_t& v) { return Raw(&v, sizeof(v)); }
-  bool String(std::string& s) {
-    uint32_t size;
-    if (!U32(size) || size > in_.size()) return false;
-    s.assign(in_.data(), size);
-    in_.remove_prefix(size);
-    return true;
-  }
-  template <class T>
-  bool Array(std::vector<T>& values) {
-    uint32_t count;
-    if (!U32(count) || count > in_.size() / sizeof(T)) return false;
-    values.resize(count);
-    return Raw(values.data(), count * sizeof(T));
-  }
-  bool Raw(void* data, size_t size) {
-    if (in_.size() < size) return false;
-    if (size > 0) std::memcpy(data, in_.data(), size);
-    in_.remove_prefix(size);
-    return true;
-  }
-  bool empty() const { return in_.empty(); }
-  size_t left() const { return in_.size(); }
-
- private:
-  std::string_view in_;
-};
-
-void WriteSpec(Writer& w, const TransferSpec& spec) {
+void WriteSpec(ByteWriter& w, const TransferSpec& spec) {
   w.String(spec.request_id);
   w.Array(spec.tokens);
   w.String(spec.tenant_salt);
@@ -87,7 +29,7 @@ void WriteSpec(Writer& w, const TransferSpec& spec) {
   w.U8(spec.fail ? 1 : 0);
 }
 
-bool ReadSpec(Reader& r, TransferSpec& spec) {
+bool ReadSpec(ByteReader& r, TransferSpec& spec) {
   uint8_t fail;
   if (!r.String(spec.request_id) || !r.Array(spec.tokens) || !r.String(spec.tenant_salt) ||
       !r.String(spec.lora_name) || !r.I64(spec.token_begin) || !r.I64(spec.token_end) ||
@@ -98,7 +40,7 @@ bool ReadSpec(Reader& r, TransferSpec& spec) {
   return true;
 }
 
-bool ReadSpecs(Reader& r, std::vector<TransferSpec>& specs) {
+bool ReadSpecs(ByteReader& r, std::vector<TransferSpec>& specs) {
   uint32_t count;
   // Every spec takes at least 45 bytes: a bound on the count before allocating.
   if (!r.U32(count) || count > r.left() / 45) return false;
@@ -112,7 +54,7 @@ bool ReadSpecs(Reader& r, std::vector<TransferSpec>& specs) {
 }  // namespace
 
 std::string ConnectorMetadata::Serialize() const {
-  Writer w;
+  ByteWriter w;
   w.Raw(kMagic, sizeof(kMagic));
   w.U32(kVersion);
   w.U32(block_size);
@@ -127,7 +69,7 @@ std::string ConnectorMetadata::Serialize() const {
 }
 
 absl::StatusOr<ConnectorMetadata> ConnectorMetadata::Deserialize(std::string_view bytes) {
-  Reader r(bytes);
+  ByteReader r(bytes);
   char magic[4];
   uint32_t version = 0;
   if (!r.Raw(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(magic)) != 0) {

@@ -1,0 +1,82 @@
+#include "storage/remote/peer_messages.h"
+
+#include <optional>
+
+#include "core/byte_codec.h"
+#include "fmt/format.h"
+
+namespace strata::storage::remote {
+namespace {
+
+// The handshake reply travels as a call's reply, with its own type byte so a reply of another
+// kind is never taken for one.
+constexpr uint8_t kHandshakeReplyType = 0x81;
+
+ByteWriter Message(uint8_t type) {
+  ByteWriter writer;
+  writer.U8(type);
+  return writer;
+}
+
+// A reader past the payload's type byte, or nothing when the type is not `type`.
+std::optional<ByteReader> Open(std::string_view payload, uint8_t type) {
+  ByteReader reader(payload);
+  uint8_t found = 0;
+  if (!reader.U8(found) || found != type) return std::nullopt;
+  return reader;
+}
+
+absl::Status Malformed(std::string_view what) {
+  return absl::InvalidArgumentError(fmt::format("malformed {}", what));
+}
+
+}  // namespace
+
+std::string EncodeHandshake(const Handshake& handshake) {
+  ByteWriter writer = Message(static_cast<uint8_t>(PeerMessage::kHandshake));
+  writer.U32(handshake.protocol_version);
+  writer.String(handshake.cluster_token);
+  writer.String(handshake.node_id);
+  writer.String(handshake.listen_address);
+  writer.Array(handshake.layouts);
+  return writer.Take();
+}
+
+std::string EncodeHandshakeReply(const HandshakeReply& reply) {
+  ByteWriter writer = Message(kHandshakeReplyType);
+  writer.String(reply.node_id);
+  writer.Array(reply.layouts);
+  return writer.Take();
+}
+
+std::string EncodePing() { return Message(static_cast<uint8_t>(PeerMessage::kPing)).Take(); }
+
+absl::StatusOr<uint8_t> MessageType(std::string_view payload) {
+  if (payload.empty()) return Malformed("peer message: empty");
+  return static_cast<uint8_t>(payload[0]);
+}
+
+absl::StatusOr<Handshake> DecodeHandshake(std::string_view payload) {
+  std::optional<ByteReader> reader = Open(payload, static_cast<uint8_t>(PeerMessage::kHandshake));
+  Handshake handshake;
+  if (!reader || !reader->U32(handshake.protocol_version) ||
+      !reader->String(handshake.cluster_token, kMaxTextBytes) ||
+      !reader->String(handshake.node_id, kMaxTextBytes) ||
+      !reader->String(handshake.listen_address, kMaxTextBytes) ||
+      !reader->Array(handshake.layouts, kMaxLayouts) || !reader->empty()) {
+    return Malformed("peer handshake");
+  }
+  return handshake;
+}
+
+absl::StatusOr<HandshakeReply> DecodeHandshakeReply(std::string_view payload) {
+  std::optional<ByteReader> reader = Open(payload, kHandshakeReplyType);
+  HandshakeReply reply;
+  if (!reader || !reader->String(reply.node_id, kMaxTextBytes) ||
+      !reader->Array(reply.layouts, kMaxLayouts) || !reader->empty()) {
+    return Malformed("peer handshake reply");
+  }
+  return reply;
+}
+
+}  // namespace strata::storage::remote

@@ -1,0 +1,100 @@
+// PeerSet keeps a daemon's peers over a Transport: it dials the configured peers and redials
+// them with backoff while they are down, admits a link only after a handshake that checks the
+// protocol version and the shared cluster token (a peer without it is refused and logged),
+// learns each peer's node id and the KvLayouts it serves, health-checks admitted peers with
+// pings and drops one that misses too many, and closes inbound links that never handshake.
+// Peers may join (AddPeer) and leave (RemovePeer) at run time; the cluster controller's
+// membership will drive the same two calls.
+//
+// The layers above (the remote tier, PD transfer) call peers through the transport and ask the
+// PeerSet which peers are admitted and what they serve; application calls from peers reach them
+// through PeerSetOptions::on_call, only from admitted peers (others are answered
+// kPermissionDenied).
+//
+// Authentication is the shared token sent in the handshake, in the clear: links are expected on
+// a trusted network (loopback, a cluster VLAN). The dialler trusts the daemon at the address it
+// was configured with.
+//
+// Lifecycle: construct, hand TransportHandlers() to the transport when creating it, then Start
+// with that transport. To shut down: Stop, then destroy the transport (its handlers call into the
+// PeerSet until it is gone), then the PeerSet. Thread-safety: every method is thread-safe; handlers
+// run on the transport's thread and only take the PeerSet's lock briefly.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/remote/transport.h"
+
+namespace strata::storage::remote {
+
+struct PeerSetOptions {
+  std::string cluster_token;
+  std::string node_id;             // this daemon's instance id
+  std::string advertised_address;  // this daemon's listener, told to peers ("" if none)
+  std::vector<uint64_t> layouts;   // KvLayout fingerprints this daemon serves
+  std::vector<std::string> peers;  // "host:port" of peers to dial and keep dialled
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds handshake_timeout{2000};
+  std::chrono::milliseconds health_interval{1000};
+  std::chrono::milliseconds health_timeout{500};
+  uint32_t missed_pings_to_drop = 3;
+  std::chrono::milliseconds redial_min{100};
+  std::chrono::milliseconds redial_max{5000};
+  // Application calls (type >= kFirstApplicationMessage) from admitted peers.
+  std::function<void(PeerId, std::string request, Transport::Reply reply)> on_call;
+};
+
+enum class PeerState : uint8_t { kDialling, kHandshaking, kUp, kDown };
+std::string_view PeerStateName(PeerState state);
+
+struct PeerInfo {
+  PeerId id = 0;  // 0 while there is no link
+  std::string address;
+  std::string node_id;  // known once admitted
+  bool outbound = false;
+  PeerState state = PeerState::kDown;
+  std::vector<uint64_t> layouts;
+  uint64_t bytes_read = 0;     // by our reads from the peer
+  uint64_t bytes_written = 0;  // by our writes to the peer
+  uint64_t bytes_served = 0;   // by the peer's reads and writes of our region
+  std::string last_error;
+};
+
+class PeerSet {
+ public:
+  explicit PeerSet(PeerSetOptions options);
+  ~PeerSet();
+
+  PeerSet(const PeerSet&) = delete;
+  PeerSet& operator=(const PeerSet&) = delete;
+
+  // The handlers the transport must be created with.
+  Transport::Handlers TransportHandlers();
+  // Starts dialling and health checks over `transport`.
+  void Start(Transport* transport);
+  // Ends the maintenance thread; links stay open until the transport goes.
+  void Stop();
+
+  // Dials a new peer (no-op when it is configured already) / stops dialling one and closes its
+  // link.
+  void AddPeer(std::string address);
+  void RemovePeer(std::string_view address);
+
+  bool Admitted(PeerId peer) const;
+  // One admitted link per peer node serving `layout` (the one we dialled when there are two).
+  std::vector<PeerId> PeersServing(uint64_t layout) const;
+  std::vector<PeerInfo> List() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::storage::remote

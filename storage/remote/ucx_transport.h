@@ -1,0 +1,77 @@
+// UcxTransport is the Transport over UCX's UCP API: one UCP context and worker, driven by one
+// progress thread ("strata-ucx") that sleeps on the worker's event fd between network events (no
+// timed polling), a listener on a configured address, and one endpoint per peer. The region is
+// mapped with ucp_mem_map once; its packed rkey, base address and size travel to each peer in the
+// link's hello, so requests need no per-transfer registration.
+//
+// Data path per link (DataPath::kAuto, data_path.h says why): active messages, whose receiver
+// places each segment's bytes straight into the destination (ucp_am_recv_data_nbx into the region
+// for rendezvous sizes), or one-sided RMA (ucp_get_nbx / ucp_put_nbx plus a flush) where a
+// configured RDMA transport does it in hardware.
+//
+// Thread-safety and lifetime as in transport.h. The caller keeps the region mapped until the
+// transport is destroyed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "storage/remote/transport.h"
+
+namespace strata::storage::remote {
+
+struct UcxTransportOptions {
+  // The memory peers read and write (the host arena); registered for the transport's lifetime.
+  std::span<std::byte> region;
+  // "host:port" to listen on (port 0: the OS picks; listen_address() tells). Empty: no listener,
+  // the transport only dials out.
+  std::string listen_address;
+  DataPath data_path = DataPath::kAuto;
+  // UCX transports this transport may use (UCX_TLS syntax: "tcp", "posix,cma,tcp", "rc,tcp").
+  // Empty: UCX's own default (its environment, else every transport it finds).
+  std::string transports;
+  // Network devices for tcp and RDMA (UCX_NET_DEVICES syntax: "lo", "eth0,mlx5_0:1"). Empty:
+  // UCX's default.
+  std::string net_devices;
+  Transport::Handlers handlers;
+  // Names the UCP context and worker in UCX's logs.
+  std::string name = "strata";
+};
+
+class UcxTransport final : public Transport {
+ public:
+  // kInvalidArgument for an empty region or a malformed listen address; kUnavailable when UCX
+  // cannot start or the listener cannot bind (the message says which and why).
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxTransportOptions options);
+
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+  ~UcxTransport() override;
+
+  std::string listen_address() const override;
+  uint64_t region_bytes() const override;
+  absl::StatusOr<PeerId> Connect(std::string_view address,
+                                 std::chrono::milliseconds timeout) override;
+  void Disconnect(PeerId peer) override;
+  RequestId Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
+                 Completion done) override;
+  RequestId Write(PeerId peer, std::span<const Segment> segments, Deadline deadline,
+                  Completion done) override;
+  RequestId Call(PeerId peer, std::string request, Deadline deadline, Reply done) override;
+  void Cancel(RequestId request) override;
+  std::vector<PeerStats> Peers() const override;
+
+  class Impl;
+
+ private:
+  explicit UcxTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::storage::remote
