@@ -44,6 +44,10 @@ absl::StatusOr<v1::StatsResponse> ControlClient::Stats() {
   return Call(&Stub::Stats, v1::StatsRequest());
 }
 
+absl::StatusOr<v1::ListPeersResponse> ControlClient::ListPeers() {
+  return Call(&Stub::ListPeers, v1::ListPeersRequest());
+}
+
 absl::StatusOr<v1::LookupResponse> ControlClient::Lookup(const v1::LookupRequest& request) {
   return Call(&Stub::Lookup, request);
 }

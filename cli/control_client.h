@@ -31,6 +31,7 @@ class ControlClient {
   // reached in time).
   absl::StatusOr<v1::HealthResponse> Health();
   absl::StatusOr<v1::StatsResponse> Stats();
+  absl::StatusOr<v1::ListPeersResponse> ListPeers();
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
   absl::StatusOr<v1::PinResponse> Pin(const v1::PinRequest& request);
   absl::StatusOr<v1::UnpinResponse> Unpin(const v1::UnpinRequest& request);

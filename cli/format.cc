@@ -1,5 +1,7 @@
 #include "cli/format.h"
 
+#include <cctype>
+
 #include <google/protobuf/util/json_util.h>
 
 #include "fmt/format.h"
@@ -118,6 +120,25 @@ std::string FormatStats(const v1::StatsResponse& stats) {
   const v1::LookupTotals& control = stats.control_lookups();
   out +=
       LookupLine("control lookups", control.lookups(), control.hit_tokens(), control.miss_tokens());
+  return out;
+}
+
+std::string FormatPeers(const v1::ListPeersResponse& peers) {
+  if (!peers.remote_enabled()) return "remote tier off ([remote] listen_address)\n";
+  std::string out = fmt::format("this node: {} on {}\n", peers.node_id(), peers.listen_address());
+  if (peers.peers().empty()) return out + "no peers\n";
+  out += fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>10}  {}\n", "address", "node",
+                     "dir", "state", "read", "written", "served", "last error");
+  for (const v1::Peer& peer : peers.peers()) {
+    std::string state = v1::Peer::State_Name(peer.state());
+    if (state.starts_with("STATE_")) state = state.substr(6);
+    for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out += fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>10}  {}\n", peer.address(),
+                       peer.node_id().empty() ? "-" : peer.node_id(),
+                       peer.outbound() ? "out" : "in", state, HumanBytes(peer.bytes_read()),
+                       HumanBytes(peer.bytes_written()), HumanBytes(peer.bytes_served()),
+                       peer.last_error().empty() ? "-" : peer.last_error());
+  }
   return out;
 }
 

@@ -24,6 +24,8 @@ std::string FormatUnpin(const v1::UnpinResponse& unpin);
 std::string FormatMove(const v1::MoveResponse& move, v1::Tier target);
 std::string FormatClear(const v1::ClearResponse& clear);
 std::string FormatDrain(const v1::DrainResponse& drain);
+// `strata peers`: the node's id and address, then one line per peer.
+std::string FormatPeers(const v1::ListPeersResponse& peers);
 // `strata ls`: a table of chunks, then how to get the next page when there is one.
 std::string FormatChunks(const v1::ListChunksResponse& page);
 // `strata events`: one line per event.

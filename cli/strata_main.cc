@@ -192,6 +192,8 @@ int Run(int argc, char** argv) {
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
+  CLI::App* peers_cmd =
+      app.add_subcommand("peers", "peer daemons: link state, bytes in and out, last error");
 
   SelectorFlags selector_flags;
   std::string algorithm = "xxh3_128", seed = "0";
@@ -317,6 +319,7 @@ int Run(int argc, char** argv) {
   if (!client.ok()) return Fail(client.status());
   if (*status_cmd) return Print(client->Health(), json, FormatHealth);
   if (*stats_cmd) return Print(client->Stats(), json, FormatStats);
+  if (*peers_cmd) return Print(client->ListPeers(), json, FormatPeers);
   if (*drain_cmd) return Print(client->Drain(), json, FormatDrain);
   if (*lookup_cmd) {
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();

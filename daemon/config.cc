@@ -67,6 +67,19 @@ absl::Status ReadString(const toml::node& node, std::string_view key, std::strin
   return absl::OkStatus();
 }
 
+absl::Status ReadStrings(const toml::node& node, std::string_view key,
+                         std::vector<std::string>& out) {
+  const toml::array* array = node.as_array();
+  if (array == nullptr) return Bad(fmt::format("config: {} must be an array of strings", key));
+  out.clear();
+  for (const toml::node& element : *array) {
+    std::string text;
+    STRATA_RETURN_IF_ERROR(ReadString(element, key, text));
+    out.push_back(std::move(text));
+  }
+  return absl::OkStatus();
+}
+
 // Reads [host.tenant_quotas]: tenant = byte size.
 absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
                               std::map<std::string, uint64_t>& out) {
@@ -152,6 +165,17 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "zmq_topic") s = ReadString(value, name, c.events.zmq_topic);
       } else if (section == "metrics") {
         if (key == "listen_address") s = ReadString(value, name, c.metrics.listen_address);
+      } else if (section == "remote") {
+        if (key == "listen_address") s = ReadString(value, name, c.remote.listen_address);
+        if (key == "peers") s = ReadStrings(value, name, c.remote.peers);
+        if (key == "cluster_token_file") {
+          s = ReadString(value, name, c.remote.cluster_token_file);
+        }
+        if (key == "node_id") s = ReadString(value, name, c.remote.node_id);
+        if (key == "lookup_budget_us") s = ReadUint(value, name, c.remote.lookup_budget_us);
+        if (key == "fetch_timeout_ms") s = ReadUint(value, name, c.remote.fetch_timeout_ms);
+        if (key == "transports") s = ReadString(value, name, c.remote.transports);
+        if (key == "net_devices") s = ReadString(value, name, c.remote.net_devices);
       } else if (section == "daemon") {
         if (key == "drain_timeout_ms") s = ReadUint(value, name, c.drain_timeout_ms);
       } else {
@@ -248,6 +272,17 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (absl::StatusOr<HashAlgorithm> a = ParseHashAlgorithm(c.keys.hash_algorithm); !a.ok()) {
     return Bad(fmt::format("config: keys.hash_algorithm: {}", a.status().message()));
   }
+  if (!c.remote.listen_address.empty() && c.remote.cluster_token_file.empty()) {
+    return Bad("config: remote.listen_address needs remote.cluster_token_file (peers share it)");
+  }
+  if (c.remote.listen_address.empty() && !c.remote.peers.empty()) {
+    return Bad("config: remote.peers needs remote.listen_address (the remote tier is off)");
+  }
+  if (c.remote.lookup_budget_us == 0 || c.remote.lookup_budget_us > 1'000'000) {
+    return Bad("config: remote.lookup_budget_us must lie in 1..1000000");
+  }
+  if (c.remote.fetch_timeout_ms == 0)
+    return Bad("config: remote.fetch_timeout_ms must be positive");
   static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                  "error", "critical", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), c.log.level) == std::end(kLevels)) {
@@ -262,6 +297,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
 std::string ConfigToToml(const DaemonConfig& c) {
   toml::array uids;
   for (uint32_t uid : c.engine.allowed_uids) uids.push_back(static_cast<int64_t>(uid));
+  toml::array peers;
+  for (const std::string& peer : c.remote.peers) peers.push_back(peer);
   toml::table root{
       {"host",
        toml::table{{"capacity_bytes", static_cast<int64_t>(c.host.capacity_bytes)},
@@ -293,6 +330,14 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"events",
        toml::table{{"zmq_endpoint", c.events.zmq_endpoint}, {"zmq_topic", c.events.zmq_topic}}},
       {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
+      {"remote", toml::table{{"listen_address", c.remote.listen_address},
+                             {"peers", peers},
+                             {"cluster_token_file", c.remote.cluster_token_file},
+                             {"node_id", c.remote.node_id},
+                             {"lookup_budget_us", static_cast<int64_t>(c.remote.lookup_budget_us)},
+                             {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
+                             {"transports", c.remote.transports},
+                             {"net_devices", c.remote.net_devices}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
   if (!c.host.tenant_quotas.empty()) {
@@ -318,7 +363,7 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
       hash_algorithm, seed, policy, disk_directory, disk_capacity, metrics_listen, tls_cert,
-      tls_key, auth_token_file, kv_events_endpoint;
+      tls_key, auth_token_file, kv_events_endpoint, remote_listen, remote_peers, cluster_token_file;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -339,6 +384,11 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
                  "publish vLLM-format KV events on this ZMQ PUB endpoint (\"\" disables)");
   app.add_option("--metrics-listen", metrics_listen,
                  "Prometheus /metrics address (default 127.0.0.1:9464; \"\" disables)");
+  app.add_option("--remote-listen", remote_listen,
+                 "UCX address peer daemons reach this one on, host:port (\"\" disables)");
+  app.add_option("--remote-peers", remote_peers, "peer daemons to dial, host:port,host:port");
+  app.add_option("--cluster-token-file", cluster_token_file,
+                 "file holding the token every peer daemon shares");
   bool no_metrics = false;
   app.add_flag("--no-metrics", no_metrics, "Serve no /metrics endpoint");
   try {
@@ -378,6 +428,16 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (tls_cert) config.control.tls_cert_path = *tls_cert;
   if (tls_key) config.control.tls_key_path = *tls_key;
   if (auth_token_file) config.control.auth_token_file = *auth_token_file;
+  if (remote_listen) config.remote.listen_address = *remote_listen;
+  if (remote_peers) {
+    config.remote.peers.clear();
+    for (std::string_view rest = *remote_peers; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      if (comma != 0) config.remote.peers.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  if (cluster_token_file) config.remote.cluster_token_file = *cluster_token_file;
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

@@ -22,6 +22,13 @@
 //   [events]  zmq_endpoint (vLLM-format KV events over ZMQ PUB, e.g. "tcp://127.0.0.1:5557";
 //             "" disables), zmq_topic
 //   [metrics] listen_address (Prometheus /metrics; default "127.0.0.1:9464"; "" disables it)
+//   [remote]  listen_address (where peer daemons reach this one over UCX, "host:port"; "" (the
+//             default) disables the remote tier), peers (array of "host:port" to dial),
+//             cluster_token_file (a file holding the token every peer shares; required with a
+//             listen_address), node_id ("" : hostname:port), lookup_budget_us (how long an
+//             engine's Lookup waits for peers' answers, default 1000), fetch_timeout_ms
+//             (default 5000), transports (UCX_TLS, "" UCX's default), net_devices
+//             (UCX_NET_DEVICES, "" UCX's default)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -106,6 +113,17 @@ struct DaemonConfig {
     // metrics and says so; an address set on purpose that cannot be bound fails the start.
     std::string listen_address{kDefaultMetricsAddress};
   } metrics;
+  struct Remote {
+    // "" (the default): no remote tier; this daemon neither serves peers nor asks them.
+    std::string listen_address;
+    std::vector<std::string> peers;
+    std::string cluster_token_file;
+    std::string node_id;
+    uint32_t lookup_budget_us = 1000;
+    uint32_t fetch_timeout_ms = 5000;
+    std::string transports;
+    std::string net_devices;
+  } remote;
   uint32_t drain_timeout_ms = 5'000;
 };
 

@@ -53,6 +53,13 @@ level = "debug"
 event_ring_capacity = 1024
 [metrics]
 listen_address = "127.0.0.1:9464"
+[remote]
+listen_address = "0.0.0.0:7400"
+peers = ["10.0.0.2:7400", "10.0.0.3:7400"]
+cluster_token_file = "/etc/strata/cluster-token"
+node_id = "node-1"
+lookup_budget_us = 500
+transports = "tcp"
 )",
                                                   DefaultConfig(Env(1ull << 34)));
   ASSERT_TRUE(config.ok()) << config.status();
@@ -71,6 +78,13 @@ listen_address = "127.0.0.1:9464"
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
   EXPECT_EQ(config->metrics.listen_address, "127.0.0.1:9464");
+  EXPECT_EQ(config->remote.listen_address, "0.0.0.0:7400");
+  EXPECT_EQ(config->remote.peers, (std::vector<std::string>{"10.0.0.2:7400", "10.0.0.3:7400"}));
+  EXPECT_EQ(config->remote.cluster_token_file, "/etc/strata/cluster-token");
+  EXPECT_EQ(config->remote.node_id, "node-1");
+  EXPECT_EQ(config->remote.lookup_budget_us, 500u);
+  EXPECT_EQ(config->remote.fetch_timeout_ms, 5000u);
+  EXPECT_EQ(config->remote.transports, "tcp");
   EXPECT_TRUE(ValidateConfig(*config).ok());
   DaemonConfig no_ring = *config;
   no_ring.control.event_ring_capacity = 0;
@@ -128,6 +142,16 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.disk.write_through = true;
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.disk.directory.clear();  // write-through without a disk tier
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.remote.listen_address = "127.0.0.1:7400";  // peers without a shared token
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.remote.cluster_token_file = "/etc/strata/cluster-token";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.remote.lookup_budget_us = 0;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.remote.peers = {"10.0.0.2:7400"};  // peers with the remote tier off
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
 }
 

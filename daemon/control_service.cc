@@ -478,6 +478,42 @@ grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* co
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* ControlService::ListPeers(grpc::CallbackServerContext* context,
+                                                    const v1::ListPeersRequest*,
+                                                    v1::ListPeersResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (options_.remote == nullptr) return Finish(context, absl::OkStatus());
+  response->set_remote_enabled(true);
+  response->set_node_id(options_.remote->node_id());
+  response->set_listen_address(options_.remote->listen_address());
+  for (const storage::remote::PeerInfo& info : options_.remote->Peers()) {
+    v1::Peer* peer = response->add_peers();
+    peer->set_address(info.address);
+    peer->set_node_id(info.node_id);
+    peer->set_outbound(info.outbound);
+    switch (info.state) {
+      case storage::remote::PeerState::kDialling:
+        peer->set_state(v1::Peer::STATE_DIALLING);
+        break;
+      case storage::remote::PeerState::kHandshaking:
+        peer->set_state(v1::Peer::STATE_HANDSHAKING);
+        break;
+      case storage::remote::PeerState::kUp:
+        peer->set_state(v1::Peer::STATE_UP);
+        break;
+      case storage::remote::PeerState::kDown:
+        peer->set_state(v1::Peer::STATE_DOWN);
+        break;
+    }
+    peer->set_bytes_read(info.bytes_read);
+    peer->set_bytes_written(info.bytes_written);
+    peer->set_bytes_served(info.bytes_served);
+    peer->set_last_error(info.last_error);
+    for (uint64_t layout : info.layouts) peer->add_layouts(layout);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
 grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* response) {

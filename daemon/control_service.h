@@ -22,6 +22,7 @@
 #include "grpcpp/support/message_allocator.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/remote/remote_node.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/control.grpc.pb.h"
 
@@ -48,6 +49,9 @@ struct ControlServiceOptions {
   // engines' lookups, which the engine sessions record, first). Nullable (nothing counted); not
   // owned; must outlive the service.
   LookupAccounting* lookups = nullptr;
+  // This node's side of the cluster, for ListPeers. Nullable (the remote tier is off); not
+  // owned; must outlive the service.
+  const storage::remote::RemoteNode* remote = nullptr;
 };
 
 // Lookup is served raw (grpc::ByteBuffer in and out): its keys are decoded from the wire
@@ -89,6 +93,9 @@ class ControlService final
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* context,
+                                      const v1::ListPeersRequest* request,
+                                      v1::ListPeersResponse* response) override;
   grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* context,
                                        const v1::ListChunksRequest* request,
                                        v1::ListChunksResponse* response) override;

@@ -29,6 +29,19 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
   return text.str();
 }
 
+// A secret kept in a file: its text without trailing whitespace; kInvalidArgument when the file
+// cannot be read or holds nothing.
+absl::StatusOr<std::string> ReadToken(const std::string& path, const char* what) {
+  absl::StatusOr<std::string> text = ReadFile(path, what);
+  if (!text.ok()) return text.status();
+  std::string token = *std::move(text);
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+    token.pop_back();
+  }
+  if (token.empty()) return absl::InvalidArgumentError(fmt::format("{} '{}' is empty", what, path));
+  return token;
+}
+
 // TLS credentials when a certificate is configured, else insecure ones (loopback by default).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
     const DaemonConfig::Control& control) {
@@ -90,10 +103,38 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
       spdlog::info("disk tier: host arena not registered with the io engines (host.prefault off)");
     }
   }
+  const bool remote = !config.remote.listen_address.empty();
+  std::string cluster_token;
+  if (remote) {
+    absl::StatusOr<std::string> read =
+        ReadToken(config.remote.cluster_token_file, "cluster token file");
+    if (!read.ok()) return read.status();
+    cluster_token = *std::move(read);
+    auto tier = std::make_unique<storage::remote::RemoteTier>(storage::remote::RemoteTierOptions{
+        .lookup_budget = std::chrono::microseconds(config.remote.lookup_budget_us),
+        .fetch_timeout = std::chrono::milliseconds(config.remote.fetch_timeout_ms)});
+    daemon->remote_tier_ = tier.get();
+    store.lower.push_back(std::move(tier));
+  }
   absl::StatusOr<std::unique_ptr<storage::TieredStore>> tiers =
       storage::TieredStore::Create(std::move(store));
   if (!tiers.ok()) return tiers.status();
   daemon->store_ = *std::move(tiers);
+  if (remote) {
+    absl::StatusOr<std::unique_ptr<storage::remote::RemoteNode>> node =
+        storage::remote::RemoteNode::Create({.listen_address = config.remote.listen_address,
+                                             .peers = config.remote.peers,
+                                             .cluster_token = cluster_token,
+                                             .node_id = config.remote.node_id,
+                                             .transports = config.remote.transports,
+                                             .net_devices = config.remote.net_devices},
+                                            *daemon->store_, daemon->remote_tier_);
+    if (!node.ok()) return node.status();
+    daemon->remote_ = *std::move(node);
+    spdlog::info("remote tier: peers reach this node ({}) on {}; dialling {} peer(s)",
+                 daemon->remote_->node_id(), daemon->remote_->listen_address(),
+                 config.remote.peers.size());
+  }
   if (!config.disk.directory.empty()) {
     spdlog::info("disk tier: {} ({} chunks recovered{})", config.disk.directory,
                  daemon->store_->Stats().lower.front().chunks,
@@ -118,16 +159,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (!algorithm.ok()) return algorithm.status();
   std::string token;
   if (!config.control.auth_token_file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(config.control.auth_token_file, "token file");
-    if (!text.ok()) return text.status();
-    token = *text;
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-      token.pop_back();
-    }
-    if (token.empty()) {
-      return absl::InvalidArgumentError(
-          fmt::format("token file '{}' is empty", config.control.auth_token_file));
-    }
+    absl::StatusOr<std::string> read = ReadToken(config.control.auth_token_file, "token file");
+    if (!read.ok()) return read.status();
+    token = *std::move(read);
   }
   daemon->control_service_ = std::make_unique<ControlService>(
       ControlServiceOptions{.store = daemon->store_.get(),
@@ -136,7 +170,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
                             .bearer_token = token,
                             .registry = daemon->registry_.get(),
-                            .lookups = daemon->lookups_.get()});
+                            .lookups = daemon->lookups_.get(),
+                            .remote = daemon->remote_.get()});
   const EngineSessionServer* sessions_ptr = daemon->sessions_.get();
   daemon->node_metrics_ = std::make_shared<NodeCollector>(NodeSources{
       .store = daemon->store_.get(),
@@ -146,6 +181,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
             return std::pair<uint64_t, uint64_t>(stats.active_sessions, stats.total_sessions);
           },
       .lookups = daemon->lookups_.get(),
+      .remote = daemon->remote_.get(),
   });
   return daemon;
 }
@@ -221,6 +257,8 @@ void Daemon::Stop() {
   // Loads in flight finish (their sessions are gone: their leases are released), queued
   // demotions reach the disk; the store stays until the members go.
   if (store_) store_->Stop();
+  // No load or lookup reaches the remote tier now: its links can close.
+  if (remote_) remote_->Stop();
   if (!config_.control.unix_socket_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(config_.control.unix_socket_path, ec);

@@ -22,6 +22,8 @@
 #include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
 #include "storage/host/host_tier.h"
+#include "storage/remote/remote_node.h"
+#include "storage/remote/remote_tier.h"
 #include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
@@ -43,6 +45,8 @@ class Daemon {
   storage::HostTier& host_tier() { return store_->host(); }
   // The TCP port gRPC bound (useful with listen_address "127.0.0.1:0"), 0 when TCP is off.
   int control_port() const { return control_port_; }
+  // Where peer daemons reach this one ("" when the remote tier is off).
+  std::string remote_address() const { return remote_ ? remote_->listen_address() : ""; }
   // The port of the metrics endpoint, 0 when it is off.
   int metrics_port() const { return metrics_exposer_ ? metrics_exposer_->port() : 0; }
   const DaemonConfig& config() const { return config_; }
@@ -63,6 +67,11 @@ class Daemon {
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
   // The tiers; the event log observes its host tier.
   std::unique_ptr<storage::TieredStore> store_;
+  // The remote tier (owned by store_; null when [remote] is off) and the node's side of the
+  // cluster, which the tier reaches peers through: goes before the store (its transport
+  // registered the store's arena).
+  storage::remote::RemoteTier* remote_tier_ = nullptr;
+  std::unique_ptr<storage::remote::RemoteNode> remote_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
   std::unique_ptr<grpc::Server> control_server_;

@@ -56,9 +56,16 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
   }
   absl::Status status;
   switch (request.body_case()) {
-    case v1::EngineRequest::kLookup:
-      status = Lookup(request.lookup(), *response.mutable_lookup());
+    case v1::EngineRequest::kLookup: {
+      absl::StatusOr<bool> answered =
+          Lookup(request.request_id(), request.lookup(), *response.mutable_lookup());
+      if (answered.ok() && !*answered) {
+        reply.deferred = true;
+        return reply;
+      }
+      status = answered.status();
       break;
+    }
     case v1::EngineRequest::kPrepareLoad: {
       absl::StatusOr<bool> answered = PrepareLoad(request.request_id(), request.prepare_load(),
                                                   *response.mutable_prepare_load());
@@ -158,28 +165,45 @@ absl::StatusOr<std::vector<ChunkKey>> EngineSession::SessionChain(const v1::KeyC
   return keys;
 }
 
-absl::Status EngineSession::Lookup(const v1::LookupChainRequest& request,
-                                   v1::LookupChainResponse& response) {
+absl::StatusOr<bool> EngineSession::Lookup(uint64_t request_id,
+                                           const v1::LookupChainRequest& request,
+                                           v1::LookupChainResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
-  const std::vector<storage::Tier> tiers = store_->LocatePrefix(*keys);
-  response.set_hit_chunks(static_cast<uint32_t>(tiers.size()));
-  if (lookups_ != nullptr) {
-    // The tokens the chain covers, as the engine counted them (its last chunk may be partial);
-    // full chunks when it did not say, and never more (a count past them is the engine's error,
-    // not worth failing its lookup for).
-    const uint64_t chunk_tokens = layout_->chunk_tokens;
-    const uint64_t full = keys->size() * chunk_tokens;
-    const uint64_t total =
-        request.tokens() != 0 ? std::min<uint64_t>(request.tokens(), full) : full;
-    const auto hit = HitTokensByTier(tiers, [&](size_t i) {
-      const uint64_t before = i * chunk_tokens;
-      return before >= total ? 0 : std::min(chunk_tokens, total - before);
-    });
-    const uint64_t hit_total = std::accumulate(hit.begin(), hit.end(), uint64_t{0});
-    lookups_->Record(LookupSource::kEngine, request.tenant(), hit, total - hit_total);
+  std::optional<std::vector<storage::Tier>> tiers = store_->LocatePrefixOrAsk(
+      *keys,
+      [completions = completions_, session_id = id_, request_id](std::vector<storage::Tier> found) {
+        completions->Post(
+            {.session_id = session_id, .request_id = request_id, .result = std::move(found)});
+      });
+  if (!tiers.has_value()) {
+    pending_ = PendingRequest{.request_id = request_id,
+                              .num_keys = keys->size(),
+                              .tenant = request.tenant(),
+                              .tokens = request.tokens()};
+    return false;
   }
-  return absl::OkStatus();
+  AnswerLookup(*tiers, keys->size(), request.tenant(), request.tokens(), response);
+  return true;
+}
+
+void EngineSession::AnswerLookup(const std::vector<storage::Tier>& tiers, size_t num_keys,
+                                 const std::string& tenant, uint64_t tokens,
+                                 v1::LookupChainResponse& response) {
+  response.set_hit_chunks(static_cast<uint32_t>(tiers.size()));
+  if (lookups_ == nullptr) return;
+  // The tokens the chain covers, as the engine counted them (its last chunk may be partial);
+  // full chunks when it did not say, and never more (a count past them is the engine's error,
+  // not worth failing its lookup for).
+  const uint64_t chunk_tokens = layout_->chunk_tokens;
+  const uint64_t full = num_keys * chunk_tokens;
+  const uint64_t total = tokens != 0 ? std::min<uint64_t>(tokens, full) : full;
+  const auto hit = HitTokensByTier(tiers, [&](size_t i) {
+    const uint64_t before = i * chunk_tokens;
+    return before >= total ? 0 : std::min(chunk_tokens, total - before);
+  });
+  const uint64_t hit_total = std::accumulate(hit.begin(), hit.end(), uint64_t{0});
+  lookups_->Record(LookupSource::kEngine, tenant, hit, total - hit_total);
 }
 
 absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
@@ -210,29 +234,34 @@ absl::StatusOr<bool> EngineSession::PrepareLoad(uint64_t request_id,
       layout_, *std::move(keys), options,
       [completions = completions_, session_id = id_, request_id](storage::LoadLeases leased) {
         completions->Post(
-            {.session_id = session_id, .request_id = request_id, .leased = std::move(leased)});
+            {.session_id = session_id, .request_id = request_id, .result = std::move(leased)});
       });
   if (!leased.has_value()) {
-    pending_load_ = PendingLoad{.request_id = request_id, .num_keys = num_keys};
+    pending_ = PendingRequest{.request_id = request_id, .num_keys = num_keys};
     return false;
   }
   PlaceLoad(*std::move(leased), num_keys, response);
   return true;
 }
 
-EngineSession::Reply EngineSession::CompleteLoad(uint64_t request_id, storage::LoadLeases leased) {
+EngineSession::Reply EngineSession::Complete(DeferredCompletion completion) {
   Reply reply;
-  reply.response.set_request_id(request_id);
-  if (!pending_load_.has_value() || pending_load_->request_id != request_id) {
-    // Not this session's deferred load: a bug, never the engine's doing.
+  reply.response.set_request_id(completion.request_id);
+  if (!pending_.has_value() || pending_->request_id != completion.request_id) {
+    // Not this session's deferred request: a bug, never the engine's doing.
     *reply.response.mutable_status() = ToProto(absl::InternalError(
-        fmt::format("no load of request {} is waiting for its leases", request_id)));
+        fmt::format("no request {} is waiting for the store", completion.request_id)));
     reply.close_after = true;
     return reply;
   }
-  const size_t num_keys = pending_load_->num_keys;
-  pending_load_.reset();
-  PlaceLoad(std::move(leased), num_keys, *reply.response.mutable_prepare_load());
+  const PendingRequest pending = *std::move(pending_);
+  pending_.reset();
+  if (auto* leased = std::get_if<storage::LoadLeases>(&completion.result)) {
+    PlaceLoad(std::move(*leased), pending.num_keys, *reply.response.mutable_prepare_load());
+  } else {
+    AnswerLookup(std::get<std::vector<storage::Tier>>(completion.result), pending.num_keys,
+                 pending.tenant, pending.tokens, *reply.response.mutable_lookup());
+  }
   *reply.response.mutable_status() = ToProto(absl::OkStatus());
   return reply;
 }

@@ -3,11 +3,11 @@
 // It turns one EngineRequest into one EngineResponse against the tiered store; the socket
 // plumbing lives in EngineSessionServer.
 //
-// A PrepareLoad whose chunks must come up from a lower tier is answered in two steps: Handle
-// returns a deferred reply (nothing to send yet) and the store goes on with the load on its own
-// thread; its result arrives through `completions` and CompleteLoad turns it into the response.
-// While a load is deferred the session takes no other request (the server stops reading it), so
-// responses stay in request order.
+// A PrepareLoad whose chunks must come up from a lower tier, and a Lookup whose chain the remote
+// tier asks peers about, are answered in two steps: Handle returns a deferred reply (nothing to
+// send yet) and the store goes on with the request on its own thread; its result arrives through
+// `completions` and Complete turns it into the response. While a request is deferred the session
+// takes no other (the server stops reading it), so responses stay in request order.
 //
 // Not thread-safe: the session server's thread owns it. Destroying it aborts every open
 // reservation and releases every lease it holds.
@@ -22,7 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_layout.h"
-#include "daemon/load_completions.h"
+#include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
 #include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
@@ -35,7 +35,7 @@ namespace strata::daemon {
 struct SessionResources {
   storage::TieredStore* store = nullptr;  // required
   // Where the store posts the loads it completes (required).
-  std::shared_ptr<LoadCompletions> completions;
+  std::shared_ptr<DeferredCompletions> completions;
   // Nullable (no quotas): maps a store's tenant to its quota id.
   const TenantDirectory* tenants = nullptr;
   // Nullable: where the session's Lookups are counted (LookupSource::kEngine).
@@ -57,7 +57,7 @@ class EngineSession {
     v1::EngineResponse response;
     bool attach_arena_fd = false;  // the handshake succeeded: pass the arena fd with it
     bool close_after = false;      // the session must end once the reply is sent
-    // Nothing to send yet: a load went on in the store; CompleteLoad answers it.
+    // Nothing to send yet: the request went on in the store; Complete answers it.
     bool deferred = false;
   };
 
@@ -66,19 +66,24 @@ class EngineSession {
   // Answers one request. Before a successful handshake only a handshake is accepted; a failed
   // handshake or a request out of order ends the session (close_after).
   Reply Handle(const v1::EngineRequest& request);
-  // Answers the deferred PrepareLoad `request_id` with what the store leased for it.
-  Reply CompleteLoad(uint64_t request_id, storage::LoadLeases leased);
+  // Answers the deferred request the completion names with what the store found for it.
+  Reply Complete(DeferredCompletion completion);
 
   uint64_t id() const { return id_; }
   bool handshaken() const { return handshaken_; }
   const std::string& engine_id() const { return engine_id_; }
   size_t open_handles() const { return reservations_.size() + leases_.size(); }
-  // A PrepareLoad waits for the store: take no other request until CompleteLoad.
-  bool load_deferred() const { return pending_load_.has_value(); }
+  // A request waits for the store: take no other request until Complete.
+  bool deferred() const { return pending_.has_value(); }
 
  private:
   Reply Handshake(const v1::HandshakeRequest& request);
-  absl::Status Lookup(const v1::LookupChainRequest& request, v1::LookupChainResponse& response);
+  // Locates the chain; false when the remote tier went on asking peers (no response yet).
+  absl::StatusOr<bool> Lookup(uint64_t request_id, const v1::LookupChainRequest& request,
+                              v1::LookupChainResponse& response);
+  // The lookup's answer (hit chunks) and its accounting, from the tiers its chain was found in.
+  void AnswerLookup(const std::vector<storage::Tier>& tiers, size_t num_keys,
+                    const std::string& tenant, uint64_t tokens, v1::LookupChainResponse& response);
   // Leases the chain's chunks; false when the load was deferred (no response yet).
   absl::StatusOr<bool> PrepareLoad(uint64_t request_id, const v1::PrepareLoadRequest& request,
                                    v1::PrepareLoadResponse& response);
@@ -107,7 +112,7 @@ class EngineSession {
   const uint64_t id_;
   storage::TieredStore* const store_;
   storage::HostTier* const host_tier_;
-  const std::shared_ptr<LoadCompletions> completions_;
+  const std::shared_ptr<DeferredCompletions> completions_;
   const TenantDirectory* const tenants_;
   LookupAccounting* const lookups_;
   const bool kv_event_token_ids_;
@@ -118,12 +123,14 @@ class EngineSession {
   std::shared_ptr<const KvLayout> layout_;
   uint64_t fingerprint_ = 0;
 
-  // The PrepareLoad the store is completing: its request id and key count.
-  struct PendingLoad {
+  // The request the store is completing: a PrepareLoad or a Lookup, with what its answer needs.
+  struct PendingRequest {
     uint64_t request_id = 0;
     size_t num_keys = 0;
+    std::string tenant;   // Lookup
+    uint64_t tokens = 0;  // Lookup
   };
-  std::optional<PendingLoad> pending_load_;
+  std::optional<PendingRequest> pending_;
 
   uint64_t next_handle_ = 1;
   absl::flat_hash_map<uint64_t, storage::WriteReservation> reservations_;

@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<EngineSessionServer>> EngineSessionServer::Create
   if (!epoll_fd.valid()) return ErrnoToStatus(errno, "engine socket: epoll_create1");
   ScopedFd wake_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd.valid()) return ErrnoToStatus(errno, "engine socket: eventfd");
-  absl::StatusOr<std::shared_ptr<LoadCompletions>> completions = LoadCompletions::Create();
+  absl::StatusOr<std::shared_ptr<DeferredCompletions>> completions = DeferredCompletions::Create();
   if (!completions.ok()) return completions.status();
   epoll_event listen_event{.events = EPOLLIN, .data = {.u64 = kListenTag}};
   epoll_event wake_event{.events = EPOLLIN, .data = {.u64 = kWakeTag}};
@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<EngineSessionServer>> EngineSessionServer::Create
 
 EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, ScopedFd listen_fd,
                                          ScopedFd epoll_fd, ScopedFd wake_fd,
-                                         std::shared_ptr<LoadCompletions> completions)
+                                         std::shared_ptr<DeferredCompletions> completions)
     : options_(std::move(options)),
       listen_fd_(std::move(listen_fd)),
       epoll_fd_(std::move(epoll_fd)),
@@ -202,7 +202,7 @@ void EngineSessionServer::Run(std::stop_token stop) {
       auto it = sessions_.find(tag);
       if (it == sessions_.end()) continue;
       Session& session = *it->second;
-      if (session.state.load_deferred()) {
+      if (session.state.deferred()) {
         // Not read until its load completes; only a hang-up ends it early (its load's leases are
         // released when the completion finds it gone).
         if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) CloseSession(tag);
@@ -270,7 +270,7 @@ bool EngineSessionServer::ServeReadable(Session& session) {
   bool ok = true;
   if (!ServeFrames(session, ok)) return false;
   if (!read.ok()) {
-    if (session.reader.buffered_bytes() > 0 && !session.state.load_deferred()) {
+    if (session.reader.buffered_bytes() > 0 && !session.state.deferred()) {
       ++protocol_errors_;
       spdlog::warn("engine session {} ({}): closed with a truncated frame ({} bytes)",
                    session.state.id(), session.state.engine_id(), session.reader.buffered_bytes());
@@ -281,7 +281,7 @@ bool EngineSessionServer::ServeReadable(Session& session) {
 }
 
 bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
-  while (!session.state.load_deferred()) {
+  while (!session.state.deferred()) {
     absl::StatusOr<std::optional<std::string>> frame = session.reader.Next();
     if (!frame.ok() || !frame->has_value()) {
       if (!frame.ok()) {
@@ -326,13 +326,16 @@ bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
 }
 
 void EngineSessionServer::ServeCompletions() {
-  for (LoadCompletion& completion : completions_->Take()) {
-    auto it = sessions_.find(completion.session_id);
+  for (DeferredCompletion& completion : completions_->Take()) {
+    const uint64_t session_id = completion.session_id;
+    auto it = sessions_.find(session_id);
     if (it == sessions_.end()) continue;  // gone: the leases go with `completion`
     Session& session = *it->second;
-    EngineSession::Reply reply =
-        session.state.CompleteLoad(completion.request_id, std::move(completion.leased));
-    if (prometheus::Histogram* latency = request_latency_[v1::EngineRequest::kPrepareLoad]) {
+    const auto kind = std::holds_alternative<storage::LoadLeases>(completion.result)
+                          ? v1::EngineRequest::kPrepareLoad
+                          : v1::EngineRequest::kLookup;
+    EngineSession::Reply reply = session.state.Complete(std::move(completion));
+    if (prometheus::Histogram* latency = request_latency_[kind]) {
       latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - session.deferred_since)
               .count());
@@ -341,10 +344,10 @@ void EngineSessionServer::ServeCompletions() {
     SendOrLog(session.fd.get(), reply.response, options_.send_timeout, -1, ok);
     // Requests the engine sent meanwhile wait in the reader's buffer or the socket.
     if (!ok || reply.close_after || !ServeFrames(session, ok)) {
-      CloseSession(completion.session_id);
+      CloseSession(session_id);
       continue;
     }
-    if (!session.state.load_deferred()) WatchReadable(session, true);
+    if (!session.state.deferred()) WatchReadable(session, true);
   }
 }
 

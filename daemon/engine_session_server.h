@@ -5,10 +5,11 @@
 //
 // Threading: one owned thread (named "strata-sessions") runs an epoll loop over the listening
 // socket and every session. Requests are answered inline from in-memory state, except a load
-// whose chunks must come up from a lower tier: the store goes on with it on its own thread, the
-// session stops being read until the store's completion arrives (through LoadCompletions, whose
-// eventfd the loop watches), and the loop answers it then. So no engine's disk read ever holds up
-// another engine's requests. Start, Stop and Stats are thread-safe.
+// whose chunks must come up from a lower tier and a lookup the remote tier asks peers about: the
+// store goes on with it on its own thread, the session stops being read until the store's
+// completion arrives (through DeferredCompletions, whose eventfd the loop watches), and the loop
+// answers it then. So no engine's disk read or peer query ever holds up another engine's
+// requests. Start, Stop and Stats are thread-safe.
 //
 // Ownership: each session owns the WriteReservations and ChunkLeases it was handed, keyed by
 // per-session handle ids. When a session ends (clean close, crash of the engine, protocol
@@ -30,7 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
-#include "daemon/load_completions.h"
+#include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
 #include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
@@ -99,7 +100,7 @@ class EngineSessionServer {
   struct Session;
 
   EngineSessionServer(EngineSessionServerOptions options, ScopedFd listen_fd, ScopedFd epoll_fd,
-                      ScopedFd wake_fd, std::shared_ptr<LoadCompletions> completions);
+                      ScopedFd wake_fd, std::shared_ptr<DeferredCompletions> completions);
 
   void Run(std::stop_token stop);
   void Accept();
@@ -118,7 +119,7 @@ class EngineSessionServer {
   const ScopedFd listen_fd_;
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
-  const std::shared_ptr<LoadCompletions> completions_;
+  const std::shared_ptr<DeferredCompletions> completions_;
   // Indexed by v1::EngineRequest::BodyCase; null without a registry.
   std::array<prometheus::Histogram*, 10> request_latency_{};
 

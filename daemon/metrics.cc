@@ -81,6 +81,44 @@ void AddLowerTierFamilies(std::vector<MetricFamily>& families, const storage::Lo
             {});
 }
 
+// The node's peers (strata_remote_peers{state}, strata_remote_bytes_total{peer,direction}) and
+// what it served them.
+void AddRemoteFamilies(std::vector<MetricFamily>& families,
+                       const storage::remote::RemoteNode& node) {
+  const MetricType gauge = MetricType::Gauge;
+  const MetricType counter = MetricType::Counter;
+  std::array<uint64_t, 4> by_state{};
+  for (const storage::remote::PeerInfo& peer : node.Peers()) {
+    ++by_state[static_cast<size_t>(peer.state)];
+    const std::string name = peer.node_id.empty() ? peer.address : peer.node_id;
+    const char* help =
+        "Bytes moved with a peer: read from it, written to it, or served to it "
+        "(its reads and writes of this node's arena).";
+    AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_read,
+              {{"direction", "read"}, {"peer", name}});
+    AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_written,
+              {{"direction", "written"}, {"peer", name}});
+    AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_served,
+              {{"direction", "served"}, {"peer", name}});
+  }
+  for (storage::remote::PeerState state :
+       {storage::remote::PeerState::kDialling, storage::remote::PeerState::kHandshaking,
+        storage::remote::PeerState::kUp, storage::remote::PeerState::kDown}) {
+    AddSeries(families, "strata_remote_peers", "Peer daemons, by link state.", gauge,
+              by_state[static_cast<size_t>(state)],
+              {{"state", std::string(storage::remote::PeerStateName(state))}});
+  }
+  const storage::remote::RemoteServerStats served = node.ServerStats();
+  AddSeries(families, "strata_remote_served_queries_total",
+            "Peers' questions about which chunks this node holds.", counter, served.queries, {});
+  AddSeries(families, "strata_remote_served_chunks_total",
+            "Chunks this node leased to peers for them to read.", counter, served.chunks_leased,
+            {});
+  AddSeries(families, "strata_remote_refused_total",
+            "Peers' remote-tier messages refused (malformed, or over the lease limit).", counter,
+            served.refused, {});
+}
+
 void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::MovementStats& m) {
   const MetricType counter = MetricType::Counter;
   families.push_back(
@@ -230,6 +268,7 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
     for (const storage::LowerTierStats& lower : store->lower) AddLowerTierFamilies(families, lower);
     AddMovementFamilies(families, store->movement);
   }
+  if (sources_.remote != nullptr) AddRemoteFamilies(families, *sources_.remote);
   return families;
 }
 

@@ -26,6 +26,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/remote/remote_node.h"
 #include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
@@ -42,6 +43,8 @@ struct NodeSources {
   std::function<std::pair<uint64_t, uint64_t>()> sessions;
   // The engines' and control-API lookups, per tenant, and the tokens each tier held or none did.
   const LookupAccounting* lookups = nullptr;
+  // The node's peers and what it served them (strata_remote_*); null when [remote] is off.
+  const storage::remote::RemoteNode* remote = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

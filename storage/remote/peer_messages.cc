@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "core/byte_codec.h"
 #include "fmt/format.h"
+#include "storage/remote/internal/message_codec.h"
 
 namespace strata::storage::remote {
 namespace {
@@ -12,28 +12,10 @@ namespace {
 // kind is never taken for one.
 constexpr uint8_t kHandshakeReplyType = 0x81;
 
-ByteWriter Message(uint8_t type) {
-  ByteWriter writer;
-  writer.U8(type);
-  return writer;
-}
-
-// A reader past the payload's type byte, or nothing when the type is not `type`.
-std::optional<ByteReader> Open(std::string_view payload, uint8_t type) {
-  ByteReader reader(payload);
-  uint8_t found = 0;
-  if (!reader.U8(found) || found != type) return std::nullopt;
-  return reader;
-}
-
-absl::Status Malformed(std::string_view what) {
-  return absl::InvalidArgumentError(fmt::format("malformed {}", what));
-}
-
 }  // namespace
 
 std::string EncodeHandshake(const Handshake& handshake) {
-  ByteWriter writer = Message(static_cast<uint8_t>(PeerMessage::kHandshake));
+  ByteWriter writer = internal::StartMessage(static_cast<uint8_t>(PeerMessage::kHandshake));
   writer.U32(handshake.protocol_version);
   writer.String(handshake.cluster_token);
   writer.String(handshake.node_id);
@@ -43,38 +25,41 @@ std::string EncodeHandshake(const Handshake& handshake) {
 }
 
 std::string EncodeHandshakeReply(const HandshakeReply& reply) {
-  ByteWriter writer = Message(kHandshakeReplyType);
+  ByteWriter writer = internal::StartMessage(kHandshakeReplyType);
   writer.String(reply.node_id);
   writer.Array(reply.layouts);
   return writer.Take();
 }
 
-std::string EncodePing() { return Message(static_cast<uint8_t>(PeerMessage::kPing)).Take(); }
+std::string EncodePing() {
+  return internal::StartMessage(static_cast<uint8_t>(PeerMessage::kPing)).Take();
+}
 
 absl::StatusOr<uint8_t> MessageType(std::string_view payload) {
-  if (payload.empty()) return Malformed("peer message: empty");
+  if (payload.empty()) return internal::Malformed("peer message: empty");
   return static_cast<uint8_t>(payload[0]);
 }
 
 absl::StatusOr<Handshake> DecodeHandshake(std::string_view payload) {
-  std::optional<ByteReader> reader = Open(payload, static_cast<uint8_t>(PeerMessage::kHandshake));
+  std::optional<ByteReader> reader =
+      internal::OpenMessage(payload, static_cast<uint8_t>(PeerMessage::kHandshake));
   Handshake handshake;
   if (!reader || !reader->U32(handshake.protocol_version) ||
       !reader->String(handshake.cluster_token, kMaxTextBytes) ||
       !reader->String(handshake.node_id, kMaxTextBytes) ||
       !reader->String(handshake.listen_address, kMaxTextBytes) ||
       !reader->Array(handshake.layouts, kMaxLayouts) || !reader->empty()) {
-    return Malformed("peer handshake");
+    return internal::Malformed("peer handshake");
   }
   return handshake;
 }
 
 absl::StatusOr<HandshakeReply> DecodeHandshakeReply(std::string_view payload) {
-  std::optional<ByteReader> reader = Open(payload, kHandshakeReplyType);
+  std::optional<ByteReader> reader = internal::OpenMessage(payload, kHandshakeReplyType);
   HandshakeReply reply;
   if (!reader || !reader->String(reply.node_id, kMaxTextBytes) ||
       !reader->Array(reply.layouts, kMaxLayouts) || !reader->empty()) {
-    return Malformed("peer handshake reply");
+    return internal::Malformed("peer handshake reply");
   }
   return reply;
 }

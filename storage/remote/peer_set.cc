@@ -1,5 +1,7 @@
 #include "storage/remote/peer_set.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -26,6 +28,15 @@ bool SameToken(std::string_view a, std::string_view b) {
     differ |= x ^ y;
   }
   return differ == 0;
+}
+
+// hostname:port of the listener (just the hostname without one).
+std::string DefaultNodeId(std::string_view listen_address) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const size_t colon = listen_address.rfind(':');
+  if (colon == std::string_view::npos) return host;
+  return fmt::format("{}:{}", host, listen_address.substr(colon + 1));
 }
 
 }  // namespace
@@ -67,6 +78,8 @@ class PeerSet::Impl {
       absl::MutexLock lock(&mu_);
       transport_ = transport;
     }
+    node_id_ =
+        options_.node_id.empty() ? DefaultNodeId(transport->listen_address()) : options_.node_id;
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "strata-peers");
       Maintain();
@@ -118,8 +131,10 @@ class PeerSet::Impl {
     // node id -> (link, outbound)
     absl::flat_hash_map<std::string, std::pair<PeerId, bool>> chosen;
     for (const auto& [id, link] : links_) {
+      // A peer that names no layouts serves any.
       if (link.state != PeerState::kUp ||
-          std::find(link.layouts.begin(), link.layouts.end(), layout) == link.layouts.end()) {
+          (!link.layouts.empty() &&
+           std::find(link.layouts.begin(), link.layouts.end(), layout) == link.layouts.end())) {
         continue;
       }
       auto [it, inserted] = chosen.try_emplace(link.node_id, id, link.outbound);
@@ -130,6 +145,8 @@ class PeerSet::Impl {
     std::sort(peers.begin(), peers.end());
     return peers;
   }
+
+  const std::string& node_id() const { return node_id_; }
 
   std::vector<PeerInfo> List() const {
     absl::flat_hash_map<PeerId, PeerStats> traffic;
@@ -216,6 +233,8 @@ class PeerSet::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PeerSetOptions options_;
+  // Set by Start, before the maintenance thread and any handshake reads it.
+  std::string node_id_;
   mutable absl::Mutex mu_;
   Transport* transport_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<PeerId, Link> links_ ABSL_GUARDED_BY(mu_);
@@ -304,7 +323,7 @@ void PeerSet::Impl::DialOne(std::string address) {
     return;
   }
   Handshake handshake{.cluster_token = options_.cluster_token,
-                      .node_id = options_.node_id,
+                      .node_id = node_id_,
                       .listen_address = options_.advertised_address,
                       .layouts = options_.layouts};
   transport->Call(
@@ -465,8 +484,8 @@ void PeerSet::Impl::AnswerHandshake(PeerId id, std::string_view request, Transpo
     std::move(reply)(refused);
     return;
   }
-  std::move(reply)(EncodeHandshakeReply(
-      HandshakeReply{.node_id = options_.node_id, .layouts = options_.layouts}));
+  std::move(reply)(
+      EncodeHandshakeReply(HandshakeReply{.node_id = node_id_, .layouts = options_.layouts}));
 }
 
 PeerSet::PeerSet(PeerSetOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -481,5 +500,6 @@ std::vector<PeerId> PeerSet::PeersServing(uint64_t layout) const {
   return impl_->PeersServing(layout);
 }
 std::vector<PeerInfo> PeerSet::List() const { return impl_->List(); }
+const std::string& PeerSet::node_id() const { return impl_->node_id(); }
 
 }  // namespace strata::storage::remote

@@ -87,9 +87,12 @@ class PeerSet {
   void RemovePeer(std::string_view address);
 
   bool Admitted(PeerId peer) const;
-  // One admitted link per peer node serving `layout` (the one we dialled when there are two).
+  // One admitted link per peer node serving `layout` (or naming no layouts: it serves any), the
+  // one we dialled when there are two.
   std::vector<PeerId> PeersServing(uint64_t layout) const;
   std::vector<PeerInfo> List() const;
+  // The name peers know this daemon by (known from Start).
+  const std::string& node_id() const;
 
   class Impl;
 

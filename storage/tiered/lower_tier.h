@@ -17,6 +17,8 @@
 //     failed put leaves nothing visible. Chunks are content-addressed: a put of a key the tier
 //     holds already stores the same bytes.
 //   - Memory passed to PutBatch and ReadBatch is the caller's, only for the call.
+//   - A tier whose index lives elsewhere (the remote tier: peers' chunks) learns of chunks by
+//     asking (Discover), within its own time budget, off the caller's thread.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -80,6 +83,14 @@ class LowerTier {
   // Removes every chunk whose key satisfies `predicate`; the chunks and payload bytes removed.
   virtual absl::StatusOr<RemoveResult> RemoveIf(
       absl::FunctionRef<bool(const ChunkKey&)> predicate) = 0;
+
+  // Whether Discover asks anyone: false for a tier that knows its chunks itself (the default).
+  virtual bool discovers() const { return false; }
+  using DiscoverDone = absl::AnyInvocable<void() &&>;
+  // Asks where the tier's chunks are known (peers) about `chain`, so that Lookup then finds
+  // what it learnt, and calls `done` once it has an answer or its budget ran out, on a thread of
+  // its own (or at once when there is no one to ask). Never blocks. Only for discovers() tiers.
+  virtual void Discover(std::vector<ChunkKey> /*chain*/, DiscoverDone done) { std::move(done)(); }
 
   // Registers memory that transfers will use (the host arena), so the tier can skip pinning it
   // per request; an empty span unregisters. A refusal leaves the tier working unregistered.

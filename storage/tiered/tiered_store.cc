@@ -175,6 +175,32 @@ std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) con
   return storage::LocatePrefix(*host_, lower_, chain, demoter_.get());
 }
 
+std::optional<std::vector<Tier>> TieredStore::LocatePrefixOrAsk(std::span<const ChunkKey> chain,
+                                                                LocateDone done) {
+  std::vector<Tier> located = LocatePrefix(chain);
+  std::vector<LowerTier*> asking;
+  for (LowerTier* below : lower_) {
+    if (below->discovers()) asking.push_back(below);
+  }
+  if (located.size() == chain.size() || asking.empty()) return located;
+  // Every asking tier answers once. The count starts one higher, for this call: when every
+  // tier answered before the loop ends (none had anyone to ask), the answer is returned here and
+  // `done` is never called; otherwise the last answer locates the chain again and calls `done`.
+  struct Round {
+    std::atomic<size_t> waiting;
+    LocateDone done;
+  };
+  auto round = std::make_shared<Round>(asking.size() + 1, std::move(done));
+  auto keys = std::make_shared<const std::vector<ChunkKey>>(chain.begin(), chain.end());
+  for (LowerTier* below : asking) {
+    below->Discover(*keys, [this, round, keys] {
+      if (round->waiting.fetch_sub(1) == 1) std::move(round->done)(LocatePrefix(*keys));
+    });
+  }
+  if (round->waiting.fetch_sub(1) == 1) return LocatePrefix(*keys);
+  return std::nullopt;
+}
+
 std::vector<Tier> TieredStore::TiersOf(const ChunkKey& key) const {
   std::vector<Tier> tiers;
   if (host_->Contains(key)) tiers.push_back(Tier::kHost);

@@ -12,6 +12,7 @@
 //
 // What it offers:
 //   - LocatePrefix: the tier of each leading chunk of a chain, from the tiers' in-memory indexes.
+//     LocatePrefixOrAsk adds what tiers that ask (the remote tier) learn, completing later.
 //   - AcquireForLoad: leases a chain's chunks for a load. Host hits are leased on the caller's
 //     thread at once. When the first chunk the host tier lacks is in a lower tier, the rest of
 //     the load (promotion into the host tier, then leasing) runs on the thread "strata-loads" and
@@ -161,6 +162,14 @@ class TieredStore {
   // The tier of each leading chunk of `chain`, stopping at the first chunk in no tier. In memory
   // only; not a snapshot (chunks may move meanwhile, so a later load may still miss).
   std::vector<Tier> LocatePrefix(std::span<const ChunkKey> chain) const;
+
+  using LocateDone = absl::AnyInvocable<void(std::vector<Tier>) &&>;
+  // LocatePrefix, with what tiers that learn of their chunks by asking (the remote tier's peers)
+  // find within their budget. When the tiers in memory cover the whole chain or no tier asks, the
+  // answer is returned at once (`done` never called); otherwise nullopt, and `done` gets the
+  // answer on the asking tier's thread once every such tier has answered. Never blocks.
+  std::optional<std::vector<Tier>> LocatePrefixOrAsk(std::span<const ChunkKey> chain,
+                                                     LocateDone done);
 
   // Every tier that holds `key` now, top down (a chunk staged for its demotion counts as in the
   // tier it is written to). In memory only.

@@ -1,4 +1,4 @@
-#include "daemon/load_completions.h"
+#include "daemon/deferred_completions.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,13 +10,13 @@
 
 namespace strata::daemon {
 
-absl::StatusOr<std::shared_ptr<LoadCompletions>> LoadCompletions::Create() {
+absl::StatusOr<std::shared_ptr<DeferredCompletions>> DeferredCompletions::Create() {
   ScopedFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!fd.valid()) return ErrnoToStatus(errno, "load completions: eventfd");
-  return std::shared_ptr<LoadCompletions>(new LoadCompletions(std::move(fd)));
+  return std::shared_ptr<DeferredCompletions>(new DeferredCompletions(std::move(fd)));
 }
 
-void LoadCompletions::Post(LoadCompletion completion) {
+void DeferredCompletions::Post(DeferredCompletion completion) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;  // `completion` goes here, releasing its leases
@@ -26,15 +26,15 @@ void LoadCompletions::Post(LoadCompletion completion) {
   [[maybe_unused]] ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
 }
 
-std::vector<LoadCompletion> LoadCompletions::Take() {
+std::vector<DeferredCompletion> DeferredCompletions::Take() {
   uint64_t count = 0;
   [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &count, sizeof(count));
   absl::MutexLock lock(&mu_);
   return std::exchange(queue_, {});
 }
 
-void LoadCompletions::Close() {
-  std::vector<LoadCompletion> dropped;
+void DeferredCompletions::Close() {
+  std::vector<DeferredCompletion> dropped;
   absl::MutexLock lock(&mu_);
   closed_ = true;
   dropped.swap(queue_);

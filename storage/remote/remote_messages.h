@@ -1,0 +1,85 @@
+// The remote tier's messages between daemons (application messages of the peer protocol,
+// peer_messages.h): a requester asks a peer which chunks of a chain it holds (Query), leases the
+// ones it wants (Lease: the peer answers where their bytes lie in its arena), reads them itself
+// with Transport::Read and lets the leases go (Release). The requester pulls: no peer ever writes
+// into its memory, so a peer that dies or stalls mid-fetch cannot touch pages the requester has
+// given back, and every chunk is checked against its checksum before it is committed.
+//
+// Encoding: core/byte_codec.h after the type byte; decoding is strict and bounded (at most
+// kMaxChainChunks keys, kMaxChunkRanges ranges a chunk) so a hostile peer cannot make a daemon
+// allocate. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chunk_key.h"
+#include "storage/remote/peer_messages.h"
+
+namespace strata::storage::remote {
+
+inline constexpr size_t kMaxChainChunks = 4096;
+inline constexpr size_t kMaxChunkRanges = 1024;
+
+enum class RemoteMessage : uint8_t {
+  kQuery = kFirstApplicationMessage,
+  kLease = kFirstApplicationMessage + 1,
+  kRelease = kFirstApplicationMessage + 2,
+};
+
+// What a peer knows of a chunk it holds.
+struct RemoteChunk {
+  uint64_t payload_bytes = 0;
+  uint64_t payload_checksum = 0;  // xxh3-64
+  uint32_t num_tokens = 0;
+};
+
+// "Which leading chunks of this chain do you hold?" The answer lists the leading run the peer
+// holds, stopping at its first miss.
+struct QueryRequest {
+  std::vector<ChunkKey> chain;
+};
+struct QueryReply {
+  std::vector<RemoteChunk> held;  // held[i] describes chain[i]
+};
+
+// "Lease these chunks for me to read." Each is answered alone; a chunk the peer no longer holds
+// is kAborted.
+struct LeaseRequest {
+  std::vector<ChunkKey> keys;
+  uint32_t lease_ms = 0;
+};
+struct RemoteRange {
+  uint64_t offset = 0;  // in the peer's registered region
+  uint64_t length = 0;
+};
+struct LeasedChunk {
+  int32_t code = 0;  // absl::StatusCode; the fields below only when 0
+  RemoteChunk chunk;
+  std::vector<RemoteRange> ranges;  // the payload's bytes, in order
+};
+struct LeaseReply {
+  uint64_t lease_id = 0;  // names every lease of the request, for Release
+  std::vector<LeasedChunk> chunks;
+};
+
+struct ReleaseRequest {
+  uint64_t lease_id = 0;
+};
+
+std::string EncodeQuery(const QueryRequest& request);
+std::string EncodeQueryReply(const QueryReply& reply);
+std::string EncodeLease(const LeaseRequest& request);
+std::string EncodeLeaseReply(const LeaseReply& reply);
+std::string EncodeRelease(const ReleaseRequest& request);
+
+absl::StatusOr<QueryRequest> DecodeQuery(std::string_view payload);
+absl::StatusOr<QueryReply> DecodeQueryReply(std::string_view payload);
+absl::StatusOr<LeaseRequest> DecodeLease(std::string_view payload);
+absl::StatusOr<LeaseReply> DecodeLeaseReply(std::string_view payload);
+absl::StatusOr<ReleaseRequest> DecodeRelease(std::string_view payload);
+
+}  // namespace strata::storage::remote

@@ -1,0 +1,79 @@
+#include "storage/remote/remote_messages.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/host/test_util.h"
+
+namespace strata::storage::remote {
+namespace {
+
+using testing::SyntheticKey;
+
+std::vector<ChunkKey> Keys(size_t count) {
+  std::vector<ChunkKey> keys;
+  for (size_t i = 0; i < count; ++i) keys.push_back(SyntheticKey(42, i));
+  return keys;
+}
+
+TEST(RemoteMessagesTest, QueryAndItsReplyRoundTrip) {
+  auto query = DecodeQuery(EncodeQuery({.chain = Keys(3)}));
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->chain, Keys(3));
+  auto reply = DecodeQueryReply(
+      EncodeQueryReply({.held = {{.payload_bytes = 1, .payload_checksum = 2, .num_tokens = 3}}}));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->held.size(), 1u);
+  EXPECT_EQ(reply->held[0].payload_checksum, 2u);
+  EXPECT_EQ(reply->held[0].num_tokens, 3u);
+}
+
+TEST(RemoteMessagesTest, LeaseAndItsReplyRoundTrip) {
+  auto lease = DecodeLease(EncodeLease({.keys = Keys(2), .lease_ms = 500}));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->keys, Keys(2));
+  EXPECT_EQ(lease->lease_ms, 500u);
+  LeaseReply sent{.lease_id = 9};
+  sent.chunks.push_back(
+      {.code = 0,
+       .chunk = {.payload_bytes = 8192, .payload_checksum = 5, .num_tokens = 32},
+       .ranges = {{.offset = 4096, .length = 4096}, {.offset = 0, .length = 4096}}});
+  sent.chunks.push_back({.code = static_cast<int32_t>(absl::StatusCode::kAborted)});
+  auto reply = DecodeLeaseReply(EncodeLeaseReply(sent));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->lease_id, 9u);
+  ASSERT_EQ(reply->chunks.size(), 2u);
+  EXPECT_EQ(reply->chunks[0].ranges.size(), 2u);
+  EXPECT_EQ(reply->chunks[0].ranges[0].offset, 4096u);
+  EXPECT_EQ(reply->chunks[1].code, static_cast<int32_t>(absl::StatusCode::kAborted));
+  auto release = DecodeRelease(EncodeRelease({.lease_id = 9}));
+  ASSERT_TRUE(release.ok());
+  EXPECT_EQ(release->lease_id, 9u);
+}
+
+TEST(RemoteMessagesTest, TruncationsTypesAndHostileCountsAreRefused) {
+  LeaseReply sent{.lease_id = 1};
+  sent.chunks.push_back(
+      {.chunk = {.payload_bytes = 4096}, .ranges = {{.offset = 0, .length = 4096}}});
+  const std::string whole = EncodeLeaseReply(sent);
+  for (size_t size = 0; size < whole.size(); ++size) {
+    EXPECT_FALSE(DecodeLeaseReply(whole.substr(0, size)).ok()) << size;
+  }
+  EXPECT_FALSE(DecodeLeaseReply(whole + "x").ok());
+  // Every message's type is checked: a query is not a lease, a request not its reply.
+  EXPECT_FALSE(DecodeLease(EncodeQuery({.chain = Keys(1)})).ok());
+  EXPECT_FALSE(DecodeQueryReply(EncodeQuery({.chain = Keys(1)})).ok());
+  // A count of keys far past what the message holds.
+  std::string lying = EncodeQuery({.chain = Keys(1)});
+  lying[1] = lying[2] = lying[3] = '\x7f';
+  EXPECT_EQ(DecodeQuery(lying).status().code(), absl::StatusCode::kInvalidArgument);
+  // A key with an unknown algorithm or a digest of the wrong size.
+  std::string bad_key = EncodeQuery({.chain = Keys(1)});
+  bad_key[5] = 9;
+  EXPECT_FALSE(DecodeQuery(bad_key).ok());
+  EXPECT_FALSE(
+      DecodeQuery(EncodeQuery({.chain = std::vector<ChunkKey>(kMaxChainChunks + 1, Keys(1)[0])}))
+          .ok());
+}
+
+}  // namespace
+}  // namespace strata::storage::remote

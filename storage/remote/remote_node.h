@@ -1,0 +1,73 @@
+// RemoteNode is a daemon's side of the cluster, in one piece: the UcxTransport over the host
+// arena (listening for peers), the PeerSet that dials, admits and health-checks them, the
+// RemoteServer that answers their remote-tier messages from this node's host tier, and the
+// RemoteTier (registered with the TieredStore by the caller) attached to both. The daemon
+// creates it from its [remote] configuration once the store exists.
+//
+// Lifecycle: Create after TieredStore::Create (the store owns `tier`); Stop after the store has
+// stopped (no load or lookup may reach the tier afterwards). Stop closes every link; destruction
+// stops. Thread-safety: Create, Stop and the destructor from one thread; the accessors from any
+// (Peers answers nothing once stopped).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/remote/peer_set.h"
+#include "storage/remote/remote_server.h"
+#include "storage/remote/remote_tier.h"
+#include "storage/remote/ucx_transport.h"
+#include "storage/tiered/tiered_store.h"
+
+namespace strata::storage::remote {
+
+struct RemoteNodeOptions {
+  std::string listen_address;  // "host:port"; port 0 picks one
+  std::vector<std::string> peers;
+  std::string cluster_token;  // required
+  std::string node_id;        // this daemon's instance id ("": hostname:port of the listener)
+  // KvLayout fingerprints this node announces; empty: it serves any layout its peers ask for.
+  std::vector<uint64_t> layouts;
+  std::string transports;   // UCX_TLS ("" UCX's default)
+  std::string net_devices;  // UCX_NET_DEVICES ("" UCX's default)
+  DataPath data_path = DataPath::kAuto;
+};
+
+class RemoteNode {
+ public:
+  // kInvalidArgument without a cluster token; the transport's errors (a listener that cannot
+  // bind).
+  static absl::StatusOr<std::unique_ptr<RemoteNode>> Create(const RemoteNodeOptions& options,
+                                                            TieredStore& store, RemoteTier* tier);
+  ~RemoteNode();
+
+  RemoteNode(const RemoteNode&) = delete;
+  RemoteNode& operator=(const RemoteNode&) = delete;
+
+  void Stop();
+
+  // Where peers reach this node, and its name among them.
+  const std::string& listen_address() const { return listen_address_; }
+  const std::string& node_id() const { return node_id_; }
+  // The peers and their traffic; none once stopped. Thread-safe.
+  std::vector<PeerInfo> Peers() const;
+  RemoteServerStats ServerStats() const { return server_->Stats(); }
+
+ private:
+  RemoteNode() = default;
+
+  std::unique_ptr<RemoteServer> server_;
+  std::unique_ptr<PeerSet> peers_;
+  std::string listen_address_;
+  std::string node_id_;
+  // Held shared by Peers, exclusively by Stop while the transport goes.
+  mutable absl::Mutex mu_;
+  std::unique_ptr<UcxTransport> transport_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace strata::storage::remote

@@ -1,0 +1,311 @@
+#include "storage/remote/remote_tier.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "storage/host/payload_view.h"
+
+namespace strata::storage::remote {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status StatusFromCode(int32_t code, std::string_view what) {
+  if (code <= 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InternalError(fmt::format("{}: the peer answered code {}", what, code));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), std::string(what));
+}
+
+// The pieces of one chunk's read: its bytes at `ranges` in the peer's region, into `parts` of
+// ours, split where either side's pieces end. kDataLoss when the two do not add up to the same
+// size.
+absl::StatusOr<std::vector<Segment>> PairPieces(std::span<const RemoteRange> ranges,
+                                                LowerTier::MutableParts parts) {
+  std::vector<Segment> segments;
+  size_t part = 0;
+  uint64_t part_used = 0;
+  for (const RemoteRange& range : ranges) {
+    uint64_t range_used = 0;
+    while (range_used < range.length) {
+      while (part < parts.size() && part_used == parts[part].size()) {
+        ++part;
+        part_used = 0;
+      }
+      if (part == parts.size()) break;
+      const uint64_t take = std::min(range.length - range_used, parts[part].size() - part_used);
+      segments.push_back({.remote_offset = range.offset + range_used,
+                          .local = parts[part].subspan(part_used, take)});
+      range_used += take;
+      part_used += take;
+    }
+    if (range_used != range.length) {
+      return absl::DataLossError("remote: the peer's chunk is larger than its destination");
+    }
+  }
+  uint64_t left = part < parts.size() ? parts[part].size() - part_used : 0;
+  for (size_t i = part + 1; i < parts.size(); ++i) left += parts[i].size();
+  if (left != 0) {
+    return absl::DataLossError("remote: the peer's chunk is smaller than its destination");
+  }
+  return segments;
+}
+
+}  // namespace
+
+// One Query's answers, gathered until every asked peer answered or its call ran out.
+class RemoteTier::QueryRound {
+ public:
+  QueryRound(size_t peers, QueryDone done) : waiting_(peers), done_(std::move(done)) {}
+
+  void Answered(size_t held) {
+    QueryDone done;
+    size_t best = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      best_ = std::max(best_, held);
+      if (--waiting_ > 0) return;
+      done = std::move(done_);
+      best = best_;
+    }
+    std::move(done)(best);
+  }
+
+ private:
+  absl::Mutex mu_;
+  size_t waiting_ ABSL_GUARDED_BY(mu_);
+  size_t best_ ABSL_GUARDED_BY(mu_) = 0;
+  QueryDone done_ ABSL_GUARDED_BY(mu_);
+};
+
+RemoteTier::RemoteTier(RemoteTierOptions options) : options_(options) {
+  stats_.tier = Tier::kRemote;
+}
+
+RemoteTier::~RemoteTier() = default;
+
+void RemoteTier::Attach(Transport* transport, PeerSet* peers, std::span<std::byte> arena) {
+  transport_ = transport;
+  peers_ = peers;
+  arena_ = arena;
+  attached_.store(true, std::memory_order_release);
+}
+
+void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done) {
+  if (!attached_.load(std::memory_order_acquire) || chain.empty()) {
+    std::move(done)(0);
+    return;
+  }
+  const std::vector<PeerId> serving = peers_->PeersServing(chain.front().layout_fingerprint());
+  if (serving.empty()) {
+    std::move(done)(0);
+    return;
+  }
+  auto round = std::make_shared<QueryRound>(serving.size(), std::move(done));
+  auto shared_chain = std::make_shared<const std::vector<ChunkKey>>(std::move(chain));
+  const std::string request = EncodeQuery({.chain = *shared_chain});
+  const Deadline deadline = Clock::now() + options_.lookup_budget;
+  for (PeerId peer : serving) {
+    transport_->Call(peer, request, deadline,
+                     [this, round, peer, shared_chain](absl::StatusOr<std::string> reply) {
+                       size_t held = 0;
+                       if (reply.ok()) {
+                         absl::StatusOr<QueryReply> answer = DecodeQueryReply(*reply);
+                         if (answer.ok() && answer->held.size() <= shared_chain->size()) {
+                           held = answer->held.size();
+                           Remember(peer, *shared_chain, answer->held);
+                         }
+                       }
+                       round->Answered(held);
+                     });
+  }
+}
+
+void RemoteTier::Discover(std::vector<ChunkKey> chain, DiscoverDone done) {
+  Query(std::move(chain), [done = std::move(done)](size_t) mutable { std::move(done)(); });
+}
+
+void RemoteTier::Remember(PeerId peer, std::span<const ChunkKey> chain,
+                          std::span<const RemoteChunk> held) {
+  const Clock::time_point until = Clock::now() + options_.remembered_for;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < held.size(); ++i) {
+    Forget(chain[i]);
+    oldest_.push_back(chain[i]);
+    remembered_[chain[i]] =
+        Remembered{.peer = peer, .chunk = held[i], .until = until, .age = std::prev(oldest_.end())};
+  }
+  while (remembered_.size() > options_.remembered_chunks) Forget(oldest_.front());
+}
+
+void RemoteTier::Forget(const ChunkKey& key) {
+  auto it = remembered_.find(key);
+  if (it == remembered_.end()) return;
+  oldest_.erase(it->second.age);
+  remembered_.erase(it);
+}
+
+std::optional<LowerTier::ChunkInfo> RemoteTier::Lookup(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = remembered_.find(key);
+  if (it == remembered_.end() || it->second.until <= Clock::now()) return std::nullopt;
+  return ChunkInfo{.payload_bytes = it->second.chunk.payload_bytes,
+                   .payload_checksum = it->second.chunk.payload_checksum,
+                   .num_tokens = it->second.chunk.num_tokens};
+}
+
+std::vector<absl::Status> RemoteTier::PutBatch(std::span<const Put> puts) {
+  return std::vector<absl::Status>(
+      puts.size(), absl::FailedPreconditionError("remote tier: chunks are not demoted to peers"));
+}
+
+std::vector<absl::Status> RemoteTier::ReadBatch(std::span<const ChunkKey> keys,
+                                                std::span<const MutableParts> destinations) {
+  std::vector<absl::Status> results(keys.size());
+  absl::flat_hash_map<PeerId, std::vector<size_t>> by_peer;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = remembered_.find(keys[i]);
+      if (!attached_.load(std::memory_order_acquire) || it == remembered_.end()) {
+        results[i] = absl::AbortedError("remote tier: no peer is known to hold the chunk");
+      } else {
+        by_peer[it->second.peer].push_back(i);
+      }
+    }
+  }
+  for (const auto& [peer, indices] : by_peer) {
+    std::vector<absl::Status> fetched = FetchFrom(peer, keys, destinations, indices);
+    for (size_t j = 0; j < indices.size(); ++j) results[indices[j]] = std::move(fetched[j]);
+  }
+  return results;
+}
+
+std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const ChunkKey> keys,
+                                                std::span<const MutableParts> destinations,
+                                                std::span<const size_t> indices) {
+  std::vector<absl::Status> results(indices.size());
+  const Deadline deadline = Clock::now() + options_.fetch_timeout;
+  LeaseRequest request{.lease_ms = static_cast<uint32_t>(options_.fetch_timeout.count())};
+  for (size_t index : indices) request.keys.push_back(keys[index]);
+
+  absl::Notification leased;
+  absl::StatusOr<std::string> lease_answer;
+  transport_->Call(peer, EncodeLease(request), deadline, [&](absl::StatusOr<std::string> answer) {
+    lease_answer = std::move(answer);
+    leased.Notify();
+  });
+  leased.WaitForNotification();  // the transport completes every call by its deadline
+  absl::StatusOr<LeaseReply> reply = lease_answer.ok()
+                                         ? DecodeLeaseReply(*lease_answer)
+                                         : absl::StatusOr<LeaseReply>(lease_answer.status());
+  if (reply.ok() && reply->chunks.size() != indices.size()) {
+    reply = absl::DataLossError("remote: the peer answered a lease for another number of chunks");
+  }
+  if (!reply.ok()) {
+    const absl::Status failed = Annotate(reply.status(), "remote tier: lease");
+    std::fill(results.begin(), results.end(), failed);
+    absl::MutexLock lock(&mu_);
+    stats_.io_errors += indices.size();
+    return results;
+  }
+
+  // One Read per chunk, all in flight together; each chunk fails alone.
+  absl::BlockingCounter reads(static_cast<int>(indices.size()));
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const LeasedChunk& chunk = reply->chunks[j];
+    const std::optional<ChunkInfo> expected = Lookup(keys[indices[j]]);
+    absl::StatusOr<std::vector<Segment>> segments =
+        chunk.code != 0 ? absl::StatusOr<std::vector<Segment>>(
+                              StatusFromCode(chunk.code, "remote tier: the peer's lease"))
+                        : PairPieces(chunk.ranges, destinations[indices[j]]);
+    if (segments.ok() &&
+        (!expected || expected->payload_checksum != chunk.chunk.payload_checksum)) {
+      segments = absl::AbortedError("remote tier: the peer holds another version of the chunk");
+    }
+    if (!segments.ok()) {
+      results[j] = segments.status();
+      reads.DecrementCount();
+      continue;
+    }
+    transport_->Read(peer, *segments, deadline, [&results, &reads, j](absl::Status status) {
+      results[j] = std::move(status);
+      reads.DecrementCount();
+    });
+  }
+  reads.Wait();  // every Read completes by its deadline; then the transport lets go of our pages
+  transport_->Call(peer, EncodeRelease({.lease_id = reply->lease_id}), deadline,
+                   [](absl::StatusOr<std::string>) {});
+
+  std::byte* base = arena_.data();
+  uint64_t read_bytes = 0;
+  uint64_t corrupt = 0;
+  uint64_t failed = 0;
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (results[j].ok()) {
+      std::vector<ArenaRange> ranges;
+      for (std::span<std::byte> part : destinations[indices[j]]) {
+        ranges.push_back(
+            {.offset = static_cast<uint64_t>(part.data() - base), .size_bytes = part.size()});
+      }
+      if (ChecksumRanges(base, ranges) != reply->chunks[j].chunk.payload_checksum) {
+        results[j] = absl::DataLossError(
+            fmt::format("remote tier: chunk {} from peer {} failed its checksum",
+                        keys[indices[j]].ToString(), peer));
+        ++corrupt;
+      } else {
+        read_bytes += reply->chunks[j].chunk.payload_bytes;
+        continue;
+      }
+    }
+    ++failed;
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.reads += indices.size() - failed;
+  stats_.read_bytes += read_bytes;
+  stats_.checksum_failures += corrupt;
+  stats_.io_errors += failed - corrupt;
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (!results[j].ok()) Forget(keys[indices[j]]);
+  }
+  return results;
+}
+
+absl::StatusOr<bool> RemoteTier::Remove(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  Forget(key);
+  return false;  // peers keep their chunks: this tier held none of them
+}
+
+absl::StatusOr<RemoveResult> RemoteTier::RemoveIf(
+    absl::FunctionRef<bool(const ChunkKey&)> predicate) {
+  absl::MutexLock lock(&mu_);
+  std::vector<ChunkKey> matching;
+  for (const auto& [key, remembered] : remembered_) {
+    if (predicate(key)) matching.push_back(key);
+  }
+  for (const ChunkKey& key : matching) Forget(key);
+  return RemoveResult{};
+}
+
+absl::Status RemoteTier::RegisterMemory(std::span<const std::span<std::byte>> /*regions*/) {
+  // The transport registered the arena when it was created over it.
+  return absl::OkStatus();
+}
+
+LowerTierStats RemoteTier::Stats() const {
+  absl::MutexLock lock(&mu_);
+  LowerTierStats stats = stats_;
+  stats.chunks = remembered_.size();
+  for (const auto& [key, remembered] : remembered_) {
+    stats.payload_bytes += remembered.chunk.payload_bytes;
+  }
+  return stats;
+}
+
+}  // namespace strata::storage::remote

@@ -1,0 +1,233 @@
+// stratad processes as peers over UCX (tcp on lo): a chunk stored through one daemon is found by
+// another's engine Lookup and loaded byte-exact through it; three daemons; a wrong cluster token;
+// a peer that stops answering (SIGSTOP) costs a lookup its budget and no more; a peer killed
+// before the load fails the load cleanly and the daemon goes on serving.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <regex>
+#include <thread>
+
+#include "core/key_hasher.h"
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
+
+namespace strata {
+namespace {
+
+using std::chrono::milliseconds;
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+
+// 128 KiB per chunk: two 64 KiB pages.
+KvLayout Layout() {
+  return test_support::SmallLayout(
+      {.model_id = "remote-itest", .num_layers = 4, .head_dim = 64, .chunk_tokens = 64});
+}
+
+std::vector<ChunkKey> Keys(size_t num_chunks, uint32_t first_token) {
+  std::vector<uint32_t> tokens(num_chunks * 64);
+  std::iota(tokens.begin(), tokens.end(), first_token);
+  return KeyHasher::Create(Layout(), {})->PrefixKeys(tokens, {});
+}
+
+// A file holding `token`, for [remote] cluster_token_file.
+std::string TokenFile(const std::string& name, const std::string& token) {
+  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) /
+                                     fmt::format("strata-token-{}-{}", name, ::getpid());
+  std::ofstream(path) << token << "\n";
+  return path.string();
+}
+
+struct Peer {
+  std::unique_ptr<DaemonProcess> process;
+  std::string remote_address;  // where peers reach it
+};
+
+// A daemon with the remote tier on, dialling `peers`.
+Peer StartPeer(const std::string& token_file, const std::vector<std::string>& peers,
+               uint32_t lookup_budget_us = 200'000) {
+  std::string peer_list;
+  for (const std::string& peer : peers) peer_list += fmt::format("\"{}\", ", peer);
+  test_support::DaemonProcessOptions options{
+      .host_capacity = "16MiB",
+      .extra_toml = fmt::format(
+          "[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
+          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n",
+          token_file, lookup_budget_us, peer_list)};
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> process = DaemonProcess::Start(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
+  std::smatch match;
+  const std::string log = (*process)->Log();
+  const std::regex listening(R"(peers reach this node \([^)]*\) on ([0-9.]+:[0-9]+))");
+  EXPECT_TRUE(std::regex_search(log, match, listening)) << log;
+  return {std::move(*process), match.size() > 1 ? match[1].str() : ""};
+}
+
+uint32_t LookupHits(RawEngineClient& engine, const std::vector<ChunkKey>& keys) {
+  absl::StatusOr<v1::EngineResponse> found = engine.Call(test_support::LookupRequest(keys));
+  return found.ok() ? found->lookup().hit_chunks() : 0;
+}
+
+// Looks up until `expected` chunks are found (peers need a moment to admit each other).
+uint32_t LookupUntil(RawEngineClient& engine, const std::vector<ChunkKey>& keys,
+                     uint32_t expected) {
+  uint32_t hits = 0;
+  for (int attempt = 0; attempt < 200 && hits != expected; ++attempt) {
+    hits = LookupHits(engine, keys);
+    if (hits != expected) std::this_thread::sleep_for(milliseconds(25));
+  }
+  return hits;
+}
+
+// Loads `keys` and checks every 4 KiB of chunk i holds byte_of(i); returns the statuses.
+std::vector<int> LoadAndCheck(RawEngineClient& engine, std::span<const ChunkKey> keys,
+                              const std::function<uint8_t(uint32_t)>& byte_of) {
+  absl::StatusOr<v1::EngineResponse> leased = engine.Call(test_support::PrepareLoadRequest(keys));
+  EXPECT_TRUE(leased.ok()) << leased.status();
+  std::vector<int> codes;
+  if (!leased.ok()) return codes;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(static_cast<int>(i));
+    codes.push_back(chunk.status().code());
+    if (chunk.status().code() != 0) continue;
+    for (const v1::Extent& extent : chunk.extents()) {
+      for (uint64_t b = 0; b < extent.length(); b += 4096) {
+        EXPECT_EQ(static_cast<uint8_t>(engine.arena()[extent.offset() + b]), byte_of(i))
+            << "chunk " << i;
+      }
+    }
+  }
+  return codes;
+}
+
+// A daemon dialling `dial` and an engine session on it that stored `keys` (chunk i holds byte
+// fill + i).
+struct Node {
+  Peer peer;
+  std::unique_ptr<RawEngineClient> engine;
+  DaemonProcess& process() { return *peer.process; }
+};
+
+Node StartNode(const std::string& token_file, const std::vector<std::string>& dial,
+               const std::vector<ChunkKey>& keys = {}, uint8_t fill = 0,
+               uint32_t lookup_budget_us = 200'000) {
+  Node node{StartPeer(token_file, dial, lookup_budget_us), nullptr};
+  if (!node.peer.process) return node;
+  node.engine = std::make_unique<RawEngineClient>(node.peer.process->engine_socket());
+  EXPECT_TRUE(node.engine->Handshake(Layout()).ok());
+  if (!keys.empty()) {
+    EXPECT_TRUE(node.engine->Store(keys, 64, fill).ok());
+  }
+  return node;
+}
+
+TEST(RemotePeers, AChunkStoredThroughAIsFoundAndLoadedByteExactThroughB) {
+  const std::string token = TokenFile("ab", "secret-ab");
+  const std::vector<ChunkKey> keys = Keys(8, 0);
+  Node a = StartNode(token, {}, keys, 7);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 8), 8u) << b.process().Log();
+  EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 7 + i; }),
+            std::vector<int>(8, 0));
+  // `strata peers`: B dialled A, A is up, and the bytes B read from it are counted.
+  grpc::ClientContext context;
+  v1::ListPeersResponse peers;
+  ASSERT_TRUE(b.process().control().ListPeers(&context, v1::ListPeersRequest(), &peers).ok());
+  EXPECT_TRUE(peers.remote_enabled());
+  ASSERT_EQ(peers.peers_size(), 1);
+  EXPECT_EQ(peers.peers(0).address(), a.peer.remote_address);
+  EXPECT_TRUE(peers.peers(0).outbound());
+  EXPECT_EQ(peers.peers(0).state(), v1::Peer::STATE_UP);
+  EXPECT_EQ(peers.peers(0).bytes_read(), 8u * Layout().chunk_bytes(64));
+  // B holds them itself now: found even with A gone.
+  a.process().Stop();
+  EXPECT_EQ(LookupHits(*b.engine, keys), 8u);
+  EXPECT_EQ(b.process().Stop().code, 0);
+}
+
+TEST(RemotePeers, ThreeDaemonsFindEachOthersChunks) {
+  const std::string token = TokenFile("abc", "secret-abc");
+  const std::vector<ChunkKey> on_a = Keys(4, 0);
+  const std::vector<ChunkKey> on_b = Keys(6, 100'000);
+  Node a = StartNode(token, {}, on_a, 10);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {}, on_b, 50);
+  ASSERT_TRUE(b.engine);
+  Node c = StartNode(token, {a.peer.remote_address, b.peer.remote_address});
+  ASSERT_TRUE(c.engine);
+  ASSERT_EQ(LookupUntil(*c.engine, on_a, 4), 4u) << c.process().Log();
+  ASSERT_EQ(LookupUntil(*c.engine, on_b, 6), 6u) << c.process().Log();
+  EXPECT_EQ(LoadAndCheck(*c.engine, on_a, [](uint32_t i) { return 10 + i; }),
+            std::vector<int>(4, 0));
+  EXPECT_EQ(LoadAndCheck(*c.engine, on_b, [](uint32_t i) { return 50 + i; }),
+            std::vector<int>(6, 0));
+}
+
+TEST(RemotePeers, APeerWithTheWrongTokenIsRefusedAndFindsNothing) {
+  const std::vector<ChunkKey> keys = Keys(2, 0);
+  Node a = StartNode(TokenFile("a", "right"), {}, keys, 1);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(TokenFile("b", "wrong"), {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  bool refused = false;
+  for (int attempt = 0; attempt < 200 && !refused; ++attempt) {
+    refused = a.process().Log().find("wrong cluster token") != std::string::npos;
+    if (!refused) std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_TRUE(refused) << a.process().Log();
+  EXPECT_EQ(LookupHits(*b.engine, keys), 0u);
+}
+
+TEST(RemotePeers, APeerThatStopsAnsweringCostsALookupItsBudgetOnly) {
+  const std::string token = TokenFile("stop", "secret-stop");
+  const std::vector<ChunkKey> keys = Keys(4, 0);
+  Node a = StartNode(token, {}, keys, 3);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {a.peer.remote_address}, {}, 0, /*lookup_budget_us=*/20'000);
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 4), 4u) << b.process().Log();
+
+  // A frozen peer: its sockets stay open, nothing answers.
+  ASSERT_EQ(::kill(a.process().pid(), SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(LookupHits(*b.engine, Keys(4, 500'000)), 0u);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, milliseconds(500))
+      << "a 20 ms budget took " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+  ::kill(a.process().pid(), SIGCONT);
+}
+
+TEST(RemotePeers, APeerKilledBeforeTheLoadFailsItCleanly) {
+  const std::string token = TokenFile("kill", "secret-kill");
+  const std::vector<ChunkKey> keys = Keys(4, 0);
+  Node a = StartNode(token, {}, keys, 3);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 4), 4u) << b.process().Log();
+  a.process().Kill();
+  const std::vector<int> codes = LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 3 + i; });
+  ASSERT_EQ(codes.size(), 4u);
+  EXPECT_NE(codes[0], 0);  // nothing served, nothing wrong: the engine recomputes
+  // B goes on serving: its own chunks store and load.
+  const std::vector<ChunkKey> own = Keys(2, 900'000);
+  ASSERT_TRUE(b.engine->Store(own, 64, 60).ok());
+  EXPECT_EQ(LoadAndCheck(*b.engine, own, [](uint32_t i) { return 60 + i; }),
+            std::vector<int>(2, 0));
+  EXPECT_EQ(b.process().Stop().code, 0);
+}
+
+}  // namespace
+}  // namespace strata
