@@ -163,7 +163,12 @@ std::string FormatUnpin(const v1::UnpinResponse& unpin) {
                      unpin.missing_chunks());
 }
 
-std::string FormatMove(const v1::MoveResponse& move, v1::Tier target) {
+std::string FormatMove(const v1::MoveResponse& move, v1::Tier target, std::string_view instance) {
+  if (!instance.empty()) {
+    return fmt::format("copied {} chunks to {}'s host tier; {} already there; {} not cached\n",
+                       move.moved_chunks(), instance, move.already_in_target(),
+                       move.missing_chunks());
+  }
   return fmt::format("moved {} chunks to {}; {} already there; {} not cached\n",
                      move.moved_chunks(), TierName(target), move.already_in_target(),
                      move.missing_chunks());

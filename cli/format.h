@@ -21,7 +21,8 @@ std::string FormatStats(const v1::StatsResponse& stats);
 std::string FormatLookup(const v1::LookupResponse& lookup);
 std::string FormatPin(const v1::PinResponse& pin);
 std::string FormatUnpin(const v1::UnpinResponse& unpin);
-std::string FormatMove(const v1::MoveResponse& move, v1::Tier target);
+// `instance`: a peer the chunks were copied to ("" for a move between this node's tiers).
+std::string FormatMove(const v1::MoveResponse& move, v1::Tier target, std::string_view instance);
 std::string FormatClear(const v1::ClearResponse& clear);
 std::string FormatDrain(const v1::DrainResponse& drain);
 // `strata peers`: the node's id and address, then one line per peer.

@@ -214,7 +214,8 @@ int Run(int argc, char** argv) {
   std::string tier_name, target_name;
   CLI::App* pin_cmd = app.add_subcommand("pin", "keep chunks from eviction");
   CLI::App* unpin_cmd = app.add_subcommand("unpin", "remove hard (or --soft) pins");
-  CLI::App* move_cmd = app.add_subcommand("move", "move chunks to another tier of this node");
+  CLI::App* move_cmd = app.add_subcommand(
+      "move", "move chunks to another tier of this node, or (--instance) copy them to a peer's");
   CLI::App* clear_cmd = app.add_subcommand(
       "clear",
       "remove chunks: --key/--tokens, --by-layout (with the layout flags), --tenant or --all");
@@ -227,6 +228,10 @@ int Run(int argc, char** argv) {
   }
   pin_cmd->add_option("--ttl-ms", ttl_ms, "soft pin duration");
   move_cmd->add_option("--to", target_name, "target tier: device|host|disk|remote")->required();
+  std::string instance;
+  move_cmd->add_option("--instance", instance,
+                       "a peer daemon (node id or address): copy the chunks into its host tier "
+                       "(--to host; needs the layout flags)");
   bool clear_all = false, by_layout = false;
   clear_cmd->add_flag("--all", clear_all, "every chunk");
   clear_cmd->add_flag("--by-layout", by_layout, "every chunk of the layout given by the flags");
@@ -357,8 +362,9 @@ int Run(int argc, char** argv) {
     v1::MoveRequest request;
     *request.mutable_selector() = *std::move(selector);
     request.set_target(*target);
+    request.set_target_instance(instance);
     return Print(client->Move(request), json,
-                 [&](const v1::MoveResponse& move) { return FormatMove(move, *target); });
+                 [&](const v1::MoveResponse& move) { return FormatMove(move, *target, instance); });
   }
   if (*clear_cmd) {
     v1::ClearRequest request;

@@ -375,6 +375,7 @@ grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* cont
 absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResponse& response) {
   absl::StatusOr<ResolvedChunks> chunks = Resolve(request.selector());
   if (!chunks.ok()) return chunks.status();
+  if (!request.target_instance().empty()) return DoMoveToPeer(request, chunks->keys, response);
   if (absl::Status s = CheckTier(request.target(), Unspecified::kInvalid, *options_.store);
       !s.ok()) {
     return s;
@@ -391,6 +392,31 @@ absl::Status ControlService::DoMove(const v1::MoveRequest& request, v1::MoveResp
   response.set_moved_chunks(moved->moved_chunks);
   response.set_already_in_target(moved->already_in_target);
   response.set_missing_chunks(moved->missing_chunks);
+  return absl::OkStatus();
+}
+
+absl::Status ControlService::DoMoveToPeer(const v1::MoveRequest& request,
+                                          std::span<const ChunkKey> keys,
+                                          v1::MoveResponse& response) {
+  if (options_.remote == nullptr) {
+    return absl::FailedPreconditionError(
+        "Move to another instance needs the remote tier ([remote] listen_address)");
+  }
+  if (request.target() != v1::TIER_HOST && request.target() != v1::TIER_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        "Move to another instance lands in its host tier: target TIER_HOST or none");
+  }
+  if (!request.selector().has_layout()) {
+    return absl::InvalidArgumentError("Move to another instance needs the selector's layout");
+  }
+  absl::StatusOr<KvLayout> layout = FromProto(request.selector().layout());
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<storage::MoveResult> pushed =
+      options_.remote->Push(request.target_instance(), *layout, keys);
+  if (!pushed.ok()) return pushed.status();
+  response.set_moved_chunks(pushed->moved_chunks);
+  response.set_already_in_target(pushed->already_in_target);
+  response.set_missing_chunks(pushed->missing_chunks);
   return absl::OkStatus();
 }
 

@@ -51,7 +51,7 @@ struct ControlServiceOptions {
   LookupAccounting* lookups = nullptr;
   // This node's side of the cluster, for ListPeers. Nullable (the remote tier is off); not
   // owned; must outlive the service.
-  const storage::remote::RemoteNode* remote = nullptr;
+  storage::remote::RemoteNode* remote = nullptr;
 };
 
 // Lookup is served raw (grpc::ByteBuffer in and out): its keys are decoded from the wire
@@ -115,6 +115,9 @@ class ControlService final
   absl::Status DoPin(const v1::PinRequest& request, v1::PinResponse& response);
   absl::Status DoUnpin(const v1::UnpinRequest& request, v1::UnpinResponse& response);
   absl::Status DoMove(const v1::MoveRequest& request, v1::MoveResponse& response);
+  // Move with a target instance: the chunks are pushed to that peer's host tier.
+  absl::Status DoMoveToPeer(const v1::MoveRequest& request, std::span<const ChunkKey> keys,
+                            v1::MoveResponse& response);
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;

@@ -110,9 +110,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
         ReadToken(config.remote.cluster_token_file, "cluster token file");
     if (!read.ok()) return read.status();
     cluster_token = *std::move(read);
+    auto& fetches = prometheus::BuildHistogram()
+                        .Name("strata_remote_fetch_seconds")
+                        .Help(
+                            "Fetches of chunks from one peer (lease, reads, checksums), by "
+                            "result (failed: some chunk did not arrive whole).")
+                        .Register(*daemon->registry_);
+    prometheus::Histogram* fetched = &fetches.Add({{"result", "ok"}}, TransferBuckets());
+    prometheus::Histogram* failed = &fetches.Add({{"result", "failed"}}, TransferBuckets());
     auto tier = std::make_unique<storage::remote::RemoteTier>(storage::remote::RemoteTierOptions{
         .lookup_budget = std::chrono::microseconds(config.remote.lookup_budget_us),
-        .fetch_timeout = std::chrono::milliseconds(config.remote.fetch_timeout_ms)});
+        .fetch_timeout = std::chrono::milliseconds(config.remote.fetch_timeout_ms),
+        .on_fetch = [fetched, failed](std::chrono::nanoseconds took, bool ok) {
+          (ok ? fetched : failed)->Observe(std::chrono::duration<double>(took).count());
+        }});
     daemon->remote_tier_ = tier.get();
     store.lower.push_back(std::move(tier));
   }

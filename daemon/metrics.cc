@@ -194,6 +194,11 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0};
 }
 
+prometheus::Histogram::BucketBoundaries TransferBuckets() {
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+          5e-2, 0.1,    0.25, 0.5,  1.0,    2.5,  5.0};
+}
+
 std::vector<MetricFamily> NodeCollector::Collect() const {
   std::vector<MetricFamily> families;
   std::optional<storage::TieredStoreStats> store;

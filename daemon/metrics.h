@@ -33,6 +33,8 @@ namespace strata::daemon {
 
 // Latency buckets, in seconds, shared by every strata_*_duration_seconds histogram: 10 us to 1 s.
 prometheus::Histogram::BucketBoundaries LatencyBuckets();
+// Bucket bounds (seconds) for transfers of chunks, 100 us to 5 s.
+prometheus::Histogram::BucketBoundaries TransferBuckets();
 
 // What NodeCollector reads at each scrape. Every field is nullable / optional.
 struct NodeSources {

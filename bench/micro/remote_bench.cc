@@ -1,46 +1,61 @@
-// remote_bench: fetching 32 MiB chunks from a peer daemon's memory over UcxTransport, against
-// ucx_perftest and Redis measured in the same run (BASELINES.md). Prints one table.
+// remote_bench: fetching 32 MiB chunks from a peer's memory, against ucx_perftest and Redis
+// measured in the same run (BASELINES.md). Two kinds of rows: a bare UcxTransport between two
+// bench processes ("transport rows"), and two stratad daemons where one promotes chunks from
+// the other through its remote tier ("daemon rows"), the path an engine's load takes.
 //
-// Peer. For each row the bench runs itself again with --serve=ROW in a child process: a
-// UcxTransport over a 256 MiB region (eight 32 MiB chunks of a pattern that differs at every
+// Transport rows. For each row the bench runs itself again with --serve=ROW in a child process:
+// a UcxTransport over a 256 MiB region (eight 32 MiB chunks of a pattern that differs at every
 // 8-byte word) listening on 127.0.0.1:0. The child writes its listen address on stdout and serves
-// until its stdin, a pipe from the bench, closes. Every child (peer, ucx_perftest, redis-server)
-// is killed when the bench dies (PR_SET_PDEATHSIG) and is otherwise stopped and reaped with
-// bounded waits (SIGTERM, then SIGKILL).
+// until its stdin, a pipe from the bench, closes. The client is a UcxTransport over a 128 MiB
+// region: four 32 MiB slots. One fetch is one Read of a 32 MiB chunk (chunk i % 8 of the peer
+// for the i-th fetch) as 16 segments of 2 MiB, the host arena's page size. Once the link is up
+// and 4 untimed fetches have warmed it, two timed loops run: 1 fetch in flight, then 4 (each
+// completion starts its slot's next fetch on the transport's progress thread). A loop stops
+// after --iterations fetches or --seconds, whichever comes first. GB/s is bytes / 1e9 per second
+// from the first Read to the last completion; latency is per fetch, from its Read to its
+// completion. The row reports the faster loop. Before each loop the slots are zeroed; after it
+// each slot is compared (memcmp) with the chunk it fetched last. tcp/am and tcp/rma: UCX_TLS tcp
+// on lo. shm/rma and shm/am: posix,cma,tcp. Baseline: ucx_perftest between two processes with
+// the same UCX_TLS and UCX_NET_DEVICES, as many 32 MiB messages as the row's faster loop fetched
+// (4 warm-up): ucp_am_bw for am rows, ucp_get for rma rows.
 //
-// Strata. The client is a UcxTransport over a 128 MiB region: four 32 MiB slots. One fetch is
-// one Read of a 32 MiB chunk (chunk i % 8 of the peer for the i-th fetch) as 16 segments of
-// 2 MiB, the host arena's page size. Once the link is up and 4 untimed fetches have warmed it,
-// two timed loops run: 1 fetch in flight, then 4 (each completion starts its slot's next fetch
-// on the transport's progress thread). A loop stops after --iterations fetches or --seconds,
-// whichever comes first. GB/s is bytes / 1e9 per second from the first Read to the last
-// completion; latency is per fetch, from its Read to its completion. The row reports the faster
-// loop. Before each loop the slots are zeroed; after it each slot is compared (memcmp) with the
-// chunk it fetched last.
+// Daemon rows ("daemons tcp": [remote] transports "tcp", net_devices "lo"; "daemons shm":
+// transports "posix,cma,tcp"). Two stratad processes (tests/support/daemon_process.h), each with
+// a host tier of max(1 GiB, --chunks + 4 chunks) in 2 MiB pages (the production page size; the
+// arena is not prefaulted, the production default, unless --prefault) and the remote tier on: A
+// dials nobody, B dials A, both share a cluster token. An engine session on A (RawEngineClient,
+// layout Llama-3-8B geometry in 256-token chunks: 32 MiB each) stores --chunks chunks of one chain,
+// chunk i filled with byte 0x40 + i. Then --repetitions times, on an engine session on B: Lookup
+// until all chunks are found (at most 10 s; B's remote tier asks A), then one PrepareLoad of the
+// chain, timed from its request to its response: B leases the chunks on A, reads them into its own
+// arena over UCX (runs of 8 chunks), checks their checksums, commits them to its host tier and
+// answers with leases. The request sets connector_verifies, as the connector does by default (it
+// checks checksums during its own copy, which is not part of the fetch). GB/s = chunks x 32 MiB /
+// 1e9 per second of the PrepareLoad. After each load every chunk's extents are checked in B's
+// arena (the client maps it) at every 4 KiB and at the last byte, the leases are released, and
+// B's host tier is cleared (control Clear, all, TIER_HOST) so the next load fetches again. The
+// row reports the median and the best load; at the end B's peer counter must show every byte
+// read from A. Baseline: ucx_perftest ucp_am_bw (the links take active messages, see
+// storage/remote/data_path.h) with the same UCX_TLS and UCX_NET_DEVICES, chunks x repetitions
+// messages of 32 MiB (4 warm-up). Daemon processes are killed if the bench gets SIGINT, SIGTERM
+// or SIGHUP; every other child dies with the bench (PR_SET_PDEATHSIG).
 //
-// Rows. tcp/am and tcp/rma: UCX_TLS tcp on lo. shm/rma and shm/am: posix,cma,tcp. Baseline:
-// ucx_perftest between two processes with the same UCX_TLS and UCX_NET_DEVICES, as many 32 MiB
-// messages as the row's faster loop fetched (4 warm-up): ucp_am_bw for am rows, ucp_get for rma
-// rows. The overall bandwidth of its "Final:" line is in MB/s of 2^20 bytes (its header is checked
-// for the unit) and is converted to GB/s of 1e9 bytes. Target: strata / ucx_perftest >= 0.8.
+// Targets: strata / ucx_perftest >= 0.8 (per row); strata / redis >= 1.5. Redis: a
+// redis-server without persistence on 127.0.0.1 holds one 32 MiB value; GETs of it are timed on
+// one connection, one in flight, with --iterations / --seconds bounds, the first one verified.
+// Compared with it: the faster tcp transport row and the daemons tcp row (its median).
 //
-// Redis. A redis-server without persistence on 127.0.0.1 holds one 32 MiB value; a minimal RESP
-// client on one connection times GETs of it, one in flight, with the same bounds, and verifies
-// the first. The faster tcp row is compared with it. Target: strata / redis >= 1.5.
+// Output: stdout carries one JSON object (as disk_tier_bench does); stderr carries the same
+// figures as tables for a reader, and the notes. A baseline that cannot be measured (a tool
+// missing, a tool failing) is null in the JSON with the reason among the notes. Exit status: 0
+// when every Strata fetch completed and matched (missed targets included), 1 on a mismatch or
+// a failed row, 2 on bad flags.
 //
-// A baseline that cannot be measured (a tool missing, a tool failing) is reported in its row with
-// the reason. Exit status: 0 when every Strata fetch completed and matched (missed targets
-// included), 1 on a mismatch or a transport error, 2 on bad flags.
-//
-// Usage: remote_bench [--iterations=N] [--seconds=S] [--only=tcp|shm]
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
+// Usage: remote_bench [--iterations=N] [--seconds=S] [--only=tcp|shm|transports|daemons]
+//                     [--chunks=N] [--repetitions=N] [--daemon_logs] [--prefault]
+// --daemon_logs writes both daemons' logs (debug level) to stderr after each daemon row;
+// --prefault starts the daemons with [host] prefault = true (their arenas faulted in at start).
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,10 +65,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <functional>
+#include <memory>
+#include <numeric>
 #include <optional>
+#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,14 +83,19 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bench/support/model_layouts.h"
+#include "bench/support/remote_baselines.h"
 #include "core/fmt_absl.h"
+#include "core/key_hasher.h"
 #include "core/scoped_fd.h"
 #include "core/status_macros.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
+#include "grpcpp/client_context.h"
+#include "proto/convert.h"
 #include "storage/remote/ucx_transport.h"
-
-extern char** environ;
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
 
 namespace strata::bench {
 namespace {
@@ -84,7 +106,9 @@ using storage::remote::RequestId;
 using storage::remote::Segment;
 using storage::remote::Transport;
 using storage::remote::UcxTransport;
-using Clock = std::chrono::steady_clock;
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+using Clock = BenchClock;
 using namespace std::chrono_literals;
 
 constexpr uint64_t kChunkBytes = 32ull << 20;
@@ -96,13 +120,20 @@ constexpr uint64_t kWarmupFetches = 4;
 // Bounds on waits for things that take milliseconds when they work.
 constexpr auto kFetchTimeout = 10s;
 constexpr auto kStartTimeout = 10s;
-constexpr auto kStopGrace = 5s;
+constexpr auto kStopGrace = kChildStopGrace;
+// Daemon rows: at most this many chunks per load (two arenas of about this many x 32 MiB).
+constexpr uint64_t kMaxDaemonChunks = 64;
+constexpr uint8_t kFirstFill = 0x40;
 
 struct Flags {
   uint64_t iterations = 1000;  // fetches (or GETs) per timed loop, at most
   double seconds = 1.0;        // per timed loop, at most
-  std::string only;            // "", "tcp" or "shm"
-  std::string serve;           // internal: run as the peer of this row
+  std::string only;            // "", "tcp", "shm", "transports" or "daemons"
+  uint64_t chunks = 16;        // daemon rows: chunks per load
+  uint64_t repetitions = 5;    // daemon rows: timed loads
+  bool daemon_logs = false;
+  bool prefault = false;  // daemon rows: [host] prefault (off in production by default)
+  std::string serve;      // internal: run as the peer of this row
 };
 
 struct Row {
@@ -121,205 +152,27 @@ constexpr std::array<Row, 4> kRows = {{
     {"shm/am", "shm", "posix,cma,tcp", "", DataPath::kActiveMessages, "ucp_am_bw"},
 }};
 
+struct DaemonRow {
+  std::string_view name;
+  std::string_view family;
+  std::string_view transports;
+  std::string_view net_devices;
+};
+
+constexpr std::array<DaemonRow, 2> kDaemonRows = {{
+    {"daemons tcp", "tcp", "tcp", "lo"},
+    {"daemons shm", "shm", "posix,cma,tcp", ""},
+}};
+
+bool Selected(const Flags& flags, std::string_view family, std::string_view kind) {
+  return flags.only.empty() || flags.only == family || flags.only == kind;
+}
+
 const Row* FindRow(std::string_view name) {
   for (const Row& row : kRows) {
     if (row.name == name) return &row;
   }
   return nullptr;
-}
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-Clock::duration Duration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const auto middle = values.begin() + values.size() / 2;
-  std::nth_element(values.begin(), middle, values.end());
-  return *middle;
-}
-
-// --- The peer's bytes ----------------------------------------------------------------------------
-
-// The pattern the peer's region holds: a distinct word at every 8-byte offset, so a misplaced
-// segment cannot match.
-void FillPattern(std::span<std::byte> bytes, uint64_t first_offset) {
-  for (uint64_t i = 0; i + 8 <= bytes.size(); i += 8) {
-    const uint64_t word = ((first_offset + i) / 8 + 1) * 0x9E3779B97F4A7C15ull;
-    std::memcpy(bytes.data() + i, &word, sizeof(word));
-  }
-}
-
-// kDataLoss naming the first differing byte when `got` is not `expected`.
-absl::Status CompareBytes(std::span<const std::byte> got, std::span<const std::byte> expected,
-                          std::string_view what) {
-  if (std::memcmp(got.data(), expected.data(), expected.size()) == 0) return absl::OkStatus();
-  const auto [at, unused] = std::mismatch(got.begin(), got.end(), expected.begin());
-  return absl::DataLossError(
-      fmt::format("{}: bytes differ from the source at offset {}", what, at - got.begin()));
-}
-
-// --- Processes -----------------------------------------------------------------------------------
-
-std::optional<std::string> FindExecutable(std::string_view name) {
-  const char* path = std::getenv("PATH");
-  std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
-  while (!dirs.empty()) {
-    const size_t colon = dirs.find(':');
-    const std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
-  }
-  return std::nullopt;
-}
-
-absl::StatusOr<std::string> SelfPath() {
-  std::array<char, 4096> buffer{};
-  const ssize_t n = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (n <= 0) return ErrnoToStatus(errno, "readlink /proc/self/exe");
-  return std::string(buffer.data(), static_cast<size_t>(n));
-}
-
-// This process's environment with UCX_TLS and UCX_NET_DEVICES set as `row` configures them (an
-// empty setting is left unset).
-std::vector<std::string> UcxEnvironment(const Row& row) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text = *entry;
-    if (!text.starts_with("UCX_TLS=") && !text.starts_with("UCX_NET_DEVICES=")) {
-      env.emplace_back(text);
-    }
-  }
-  if (!row.transports.empty()) env.push_back(fmt::format("UCX_TLS={}", row.transports));
-  if (!row.net_devices.empty()) env.push_back(fmt::format("UCX_NET_DEVICES={}", row.net_devices));
-  return env;
-}
-
-std::vector<std::string> Environment() {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) env.emplace_back(*entry);
-  return env;
-}
-
-std::vector<char*> CStrings(const std::vector<std::string>& strings) {
-  std::vector<char*> pointers;
-  for (const std::string& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
-  pointers.push_back(nullptr);
-  return pointers;
-}
-
-struct Pipe {
-  ScopedFd read;
-  ScopedFd write;
-};
-
-absl::StatusOr<Pipe> MakePipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
-  return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
-}
-
-// Descriptors of ours that become a child's stdin, stdout and stderr; -1 is /dev/null.
-struct Stdio {
-  int in = -1;
-  int out = -1;
-  int err = STDERR_FILENO;
-};
-
-// A child process. It is killed when this process dies (PR_SET_PDEATHSIG), and stopped and
-// reaped when the Child is destroyed. Move-only; not thread-safe.
-class Child {
- public:
-  static absl::StatusOr<Child> Spawn(const std::string& path, const std::vector<std::string>& args,
-                                     const std::vector<std::string>& env, Stdio stdio) {
-    const std::vector<char*> argv = CStrings(args);
-    const std::vector<char*> envp = CStrings(env);
-    ScopedFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
-    if (!null_fd.valid()) return ErrnoToStatus(errno, "open /dev/null");
-    const int in = stdio.in >= 0 ? stdio.in : null_fd.get();
-    const int out = stdio.out >= 0 ? stdio.out : null_fd.get();
-    const int err = stdio.err >= 0 ? stdio.err : null_fd.get();
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) return ErrnoToStatus(errno, fmt::format("fork for {}", path));
-    if (pid == 0) {
-      // Async-signal-safe calls only, up to the exec.
-      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
-      if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
-      ::execve(path.c_str(), argv.data(), envp.data());
-      ::_exit(127);
-    }
-    return Child(pid);
-  }
-
-  Child(Child&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
-  Child& operator=(Child&&) = delete;
-  ~Child() { Stop(0ms); }
-
-  // The exit code (128 + signal for a signal) once the child has exited, waiting up to `limit`;
-  // nullopt while it runs.
-  std::optional<int> WaitFor(Clock::duration limit) {
-    if (pid_ <= 0) return exit_code_;
-    const auto deadline = Clock::now() + limit;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(2ms);
-    }
-    pid_ = -1;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exit_code_;
-  }
-
-  // SIGTERM, up to `grace` for the exit, then SIGKILL; reaps the child either way.
-  void Stop(Clock::duration grace) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    if (WaitFor(grace)) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
-
-// What `fd` yields until EOF or until `enough` holds for it; kDeadlineExceeded at `deadline`.
-absl::StatusOr<std::string> ReadOutput(int fd, Clock::time_point deadline,
-                                       const std::function<bool(std::string_view)>& enough) {
-  std::string text;
-  while (!enough || !enough(text)) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd poll_fd{.fd = fd, .events = POLLIN, .revents = 0};
-    const int ready = left.count() > 0 ? ::poll(&poll_fd, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return ErrnoToStatus(errno, "poll");
-    if (ready == 0) return absl::DeadlineExceededError(fmt::format("no end of output: {}", text));
-    std::array<char, 4096> buffer;
-    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, "read");
-    if (n == 0) break;
-    text.append(buffer.data(), static_cast<size_t>(n));
-  }
-  return text;
-}
-
-// A port on 127.0.0.1 that nothing was bound to a moment ago.
-absl::StatusOr<uint16_t> FreePort() {
-  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}};
-  socklen_t length = sizeof(address);
-  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    return ErrnoToStatus(errno, "find a free port");
-  }
-  return ntohs(address.sin_port);
 }
 
 // --- The peer ------------------------------------------------------------------------------------
@@ -558,366 +411,595 @@ absl::StatusOr<StrataResult> MeasureStrata(const Row& row, const Flags& flags) {
   return result;
 }
 
-// --- ucx_perftest --------------------------------------------------------------------------------
+// --- Daemons -------------------------------------------------------------------------------------
 
-// The '|'-separated cells of a table line, as [begin, end) character ranges.
-std::vector<std::pair<size_t, size_t>> Cells(std::string_view line) {
-  std::vector<std::pair<size_t, size_t>> cells;
-  for (size_t bar = line.find('|'); bar != std::string_view::npos;) {
-    const size_t next = line.find('|', bar + 1);
-    if (next == std::string_view::npos) break;
-    cells.emplace_back(bar + 1, next);
-    bar = next;
+// The daemons running now, for the signal handler: stratad is started by DaemonProcess, not as
+// a Child, so nothing else would stop it if a signal ended the bench.
+std::array<std::atomic<pid_t>, 2> g_daemon_pids{};
+
+void KillDaemonsAndReraise(int signal_number) {
+  for (std::atomic<pid_t>& pid : g_daemon_pids) {
+    const pid_t running = pid.load();
+    if (running > 0) ::kill(running, SIGKILL);
   }
-  return cells;
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
 }
 
-std::vector<std::string_view> Lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    const size_t end = text.find('\n');
-    lines.push_back(text.substr(0, end));
-    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+void InstallSignalHandlers() {
+  struct sigaction action {};
+  action.sa_handler = KillDaemonsAndReraise;
+  sigemptyset(&action.sa_mask);
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    ::sigaction(signal_number, &action, nullptr);
   }
-  return lines;
 }
 
-std::vector<std::string_view> Words(std::string_view line) {
-  std::vector<std::string_view> words;
-  while (true) {
-    const size_t begin = line.find_first_not_of(' ');
-    if (begin == std::string_view::npos) break;
-    line.remove_prefix(begin);
-    const size_t end = std::min(line.find(' '), line.size());
-    words.push_back(line.substr(0, end));
-    line.remove_prefix(end);
-  }
-  return words;
-}
-
-// The overall bandwidth on ucx_perftest's "Final:" line, in GB/s (1e9 bytes/s). The column is
-// the "overall" one under the "bandwidth (MB/s)" heading; ucx_perftest's MB/s are 2^20 bytes/s.
-absl::StatusOr<double> ParsePerftestBandwidth(std::string_view output) {
-  constexpr std::string_view kHeading = "bandwidth (MB/s)";
-  std::optional<std::pair<size_t, size_t>> group;
-  std::optional<size_t> column;
-  for (std::string_view line : Lines(output)) {
-    if (!group && line.find(kHeading) != line.npos) {
-      const size_t at = line.find(kHeading);
-      for (const auto& cell : Cells(line)) {
-        if (cell.first <= at && at < cell.second) group = cell;
-      }
-    } else if (group && !column && line.find("overall") != line.npos) {
-      const auto cells = Cells(line);
-      for (size_t i = 0; i < cells.size(); ++i) {
-        const auto [begin, end] = cells[i];
-        const bool inside = group->first <= begin && end <= group->second;
-        if (inside && line.substr(begin, end - begin).find("overall") != line.npos) column = i;
-      }
-    } else if (column && line.starts_with("Final:")) {
-      const std::vector<std::string_view> words = Words(line);
-      double mb_per_s = 0;
-      if (*column >= words.size()) break;
-      const std::string_view word = words[*column];
-      if (std::from_chars(word.data(), word.data() + word.size(), mb_per_s).ec != std::errc()) {
-        break;
-      }
-      return mb_per_s * (1 << 20) / 1e9;
-    }
-  }
-  return absl::InternalError(fmt::format(
-      "no overall bandwidth in MB/s on a Final: line of ucx_perftest's output:\n{}", output));
-}
-
-// Runs the ucx_perftest client once; its stdout and stderr.
-absl::StatusOr<std::string> RunPerftestClient(const std::string& path,
-                                              const std::vector<std::string>& args,
-                                              const std::vector<std::string>& env,
-                                              Clock::time_point deadline) {
-  STRATA_ASSIGN_OR_RETURN(Pipe out, MakePipe());
-  STRATA_ASSIGN_OR_RETURN(
-      Child client,
-      Child::Spawn(path, args, env, {.out = out.write.get(), .err = out.write.get()}));
-  out.write.Reset();
-  absl::StatusOr<std::string> text = ReadOutput(out.read.get(), deadline, nullptr);
-  client.WaitFor(kStopGrace);
-  return text;
-}
-
-// ucx_perftest between two processes configured like `row`: `messages` messages of 32 MiB.
-absl::StatusOr<double> MeasurePerftest(const Row& row, uint64_t messages, const Flags& flags) {
-  const std::optional<std::string> path = FindExecutable("ucx_perftest");
-  if (!path) return absl::UnavailableError("ucx_perftest is not on PATH (Debian: ucx-utils)");
-  STRATA_ASSIGN_OR_RETURN(const uint16_t port, FreePort());
-  const std::vector<std::string> env = UcxEnvironment(row);
-  STRATA_ASSIGN_OR_RETURN(Child server,
-                          Child::Spawn(*path, {*path, "-p", std::to_string(port)}, env, {}));
-  const std::vector<std::string> args = {*path, "127.0.0.1",
-                                         "-p",  std::to_string(port),
-                                         "-t",  std::string(row.perftest_test),
-                                         "-s",  std::to_string(kChunkBytes),
-                                         "-n",  std::to_string(messages),
-                                         "-w",  std::to_string(kWarmupFetches)};
-  // As many bytes as Strata moved in at most --seconds: allow for a baseline 10x slower.
-  const auto deadline = Clock::now() + kStartTimeout + 10 * Duration(flags.seconds);
-  absl::StatusOr<std::string> output;
-  do {  // until the server listens
-    std::this_thread::sleep_for(20ms);
-    output = RunPerftestClient(*path, args, env, deadline);
-  } while (output.ok() && output->find("connect() failed") != std::string::npos &&
-           !server.WaitFor(0s) && Clock::now() < deadline);
-  server.WaitFor(kStopGrace);
-  server.Stop(0s);
-  STRATA_RETURN_IF_ERROR(output.status());
-  return ParsePerftestBandwidth(*output);
-}
-
-// --- Redis ---------------------------------------------------------------------------------------
-
-// A blocking RESP2 client on one TCP connection, for SET and GET of bulk strings. Each send or
-// receive gives up after kFetchTimeout. Move-only; not thread-safe.
-class RespClient {
+// A cluster token in a file of its own under /tmp, removed on destruction. Move-only.
+class TokenFile {
  public:
-  // Connects to 127.0.0.1:port, retrying until `deadline` while `server` runs.
-  static absl::StatusOr<RespClient> Connect(uint16_t port, Child& server,
-                                            Clock::time_point deadline) {
-    while (true) {
-      ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      if (!fd.valid()) return ErrnoToStatus(errno, "socket");
-      const sockaddr_in address{
-          .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = {htonl(INADDR_LOOPBACK)}};
-      if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
-        const timeval timeout{.tv_sec = std::chrono::seconds(kFetchTimeout).count(), .tv_usec = 0};
-        const int one = 1;
-        ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-        ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-        ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        return RespClient(std::move(fd));
-      }
-      if (const auto code = server.WaitFor(0s)) {
-        return absl::UnavailableError(fmt::format("redis-server exited with status {}", *code));
-      }
-      if (Clock::now() >= deadline) return ErrnoToStatus(errno, "connect to redis-server");
-      std::this_thread::sleep_for(10ms);
+  static absl::StatusOr<TokenFile> Create() {
+    std::string path = "/tmp/remote-bench-token-XXXXXX";
+    ScopedFd fd(::mkstemp(path.data()));
+    if (!fd.valid()) return ErrnoToStatus(errno, "mkstemp for the cluster token");
+    const std::string token =
+        fmt::format("remote-bench-{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
+    TokenFile file(path);
+    if (::write(fd.get(), token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+      return ErrnoToStatus(errno, fmt::format("write {}", path));
     }
+    return file;
   }
-
-  absl::Status Set(std::string_view key, std::span<const std::byte> value) {
-    STRATA_RETURN_IF_ERROR(Send(
-        fmt::format("*3\r\n$3\r\nSET\r\n${}\r\n{}\r\n${}\r\n", key.size(), key, value.size())));
-    STRATA_RETURN_IF_ERROR(Send({reinterpret_cast<const char*>(value.data()), value.size()}));
-    STRATA_RETURN_IF_ERROR(Send("\r\n"));
-    STRATA_ASSIGN_OR_RETURN(const std::string reply, ReadLine());
-    if (reply != "+OK") return absl::InternalError(fmt::format("redis SET: {}", reply));
-    return absl::OkStatus();
+  TokenFile(TokenFile&& other) noexcept : path_(std::exchange(other.path_, "")) {}
+  TokenFile& operator=(TokenFile&&) = delete;
+  ~TokenFile() {
+    if (!path_.empty()) ::unlink(path_.c_str());
   }
-
-  // Reads the key's value into `out`, which must be the value's size.
-  absl::Status Get(std::string_view key, std::span<std::byte> out) {
-    STRATA_RETURN_IF_ERROR(Send(fmt::format("*2\r\n$3\r\nGET\r\n${}\r\n{}\r\n", key.size(), key)));
-    STRATA_ASSIGN_OR_RETURN(const std::string header, ReadLine());
-    if (header != fmt::format("${}", out.size())) {
-      return absl::InternalError(
-          fmt::format("redis GET: reply {} for {} bytes", header, out.size()));
-    }
-    STRATA_RETURN_IF_ERROR(Receive(out));
-    std::array<std::byte, 2> end;
-    STRATA_RETURN_IF_ERROR(Receive(end));
-    if (end[0] != std::byte{'\r'} || end[1] != std::byte{'\n'}) {
-      return absl::InternalError("redis GET: the bulk string does not end in CRLF");
-    }
-    return absl::OkStatus();
-  }
+  const std::string& path() const { return path_; }
 
  private:
-  explicit RespClient(ScopedFd fd) : fd_(std::move(fd)) {}
-
-  absl::Status Send(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoToStatus(errno, "send to redis-server");
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-
-  // Fills `out` from what was buffered, then straight from the socket.
-  absl::Status Receive(std::span<std::byte> out) {
-    const size_t buffered = std::min(out.size(), buffered_.size());
-    std::memcpy(out.data(), buffered_.data(), buffered);
-    buffered_.erase(0, buffered);
-    for (size_t done = buffered; done < out.size();) {
-      const ssize_t n = ::recv(fd_.get(), out.data() + done, out.size() - done, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return n == 0 ? absl::UnavailableError("redis-server closed the connection")
-                      : ErrnoToStatus(errno, "receive from redis-server");
-      done += static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
-
-  // The next line without its CRLF.
-  absl::StatusOr<std::string> ReadLine() {
-    while (buffered_.find("\r\n") == std::string::npos) {
-      std::array<char, 4096> chunk;
-      const ssize_t n = ::recv(fd_.get(), chunk.data(), chunk.size(), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return n == 0 ? absl::UnavailableError("redis-server closed the connection")
-                      : ErrnoToStatus(errno, "receive from redis-server");
-      buffered_.append(chunk.data(), static_cast<size_t>(n));
-    }
-    const size_t end = buffered_.find("\r\n");
-    std::string line = buffered_.substr(0, end);
-    buffered_.erase(0, end + 2);
-    return line;
-  }
-
-  ScopedFd fd_;
-  std::string buffered_;  // received past the last line read
+  explicit TokenFile(std::string path) : path_(std::move(path)) {}
+  std::string path_;
 };
 
-struct RedisStats {
-  uint64_t gets = 0;
-  double seconds = 0;
-  double p50_s = 0;
-  double GBps() const { return seconds > 0 ? gets * kChunkBytes / seconds / 1e9 : 0; }
+// A stratad with the remote tier on and an engine session (layout `layout`) on it. Destruction
+// closes the session, then stops the daemon (SIGTERM, SIGKILL after kStopGrace) and reaps it.
+// Not thread-safe.
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonRow& row,
+                                                       const std::string& token_file,
+                                                       const std::vector<std::string>& peers,
+                                                       const KvLayout& layout,
+                                                       uint64_t capacity_bytes, bool prefault) {
+    std::string peer_list;
+    for (const std::string& peer : peers) peer_list += fmt::format("\"{}\", ", peer);
+    test_support::DaemonProcessOptions options{
+        .host_capacity = fmt::format("{}MiB", capacity_bytes >> 20),
+        .page_bytes = "2MiB",
+        .prefault = prefault,
+        .extra_toml =
+            fmt::format("[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
+                        "transports = \"{}\"\nnet_devices = \"{}\"\nlookup_budget_us = 200000\n"
+                        "peers = [{}]\n",
+                        token_file, row.transports, row.net_devices, peer_list)};
+    std::unique_ptr<Daemon> daemon(new Daemon());
+    STRATA_ASSIGN_OR_RETURN(daemon->process_, DaemonProcess::Start(options));
+    daemon->Register();
+    STRATA_ASSIGN_OR_RETURN(daemon->remote_address_, daemon->AwaitRemoteAddress());
+    daemon->engine_ = std::make_unique<RawEngineClient>(daemon->process_->engine_socket());
+    if (!daemon->engine_->connected()) {
+      return absl::UnavailableError(
+          fmt::format("connect to {}", daemon->process_->engine_socket()));
+    }
+    STRATA_ASSIGN_OR_RETURN(const v1::EngineResponse shaken, daemon->engine_->Handshake(layout));
+    STRATA_RETURN_IF_ERROR(Annotate(FromProto(shaken.status()), "engine handshake"));
+    if (daemon->engine_->arena() == nullptr) {
+      return absl::InternalError("engine handshake: the arena was not passed or not mapped");
+    }
+    daemon->arena_bytes_ = shaken.handshake().arena_size_bytes();
+    return daemon;
+  }
+
+  ~Daemon() {
+    engine_.reset();
+    if (process_) process_->Stop(std::chrono::duration_cast<std::chrono::milliseconds>(kStopGrace));
+    if (slot_) slot_->store(0);
+  }
+
+  DaemonProcess& process() { return *process_; }
+  RawEngineClient& engine() { return *engine_; }
+  std::span<const std::byte> arena() const { return {engine_->arena(), arena_bytes_}; }
+  const std::string& remote_address() const { return remote_address_; }
+
+ private:
+  Daemon() = default;
+
+  void Register() {
+    for (std::atomic<pid_t>& pid : g_daemon_pids) {
+      pid_t free = 0;
+      if (pid.compare_exchange_strong(free, process_->pid())) {
+        slot_ = &pid;
+        return;
+      }
+    }
+  }
+
+  // "peers reach this node (NODE) on HOST:PORT" from the daemon's log.
+  absl::StatusOr<std::string> AwaitRemoteAddress() {
+    const std::regex listening(R"(peers reach this node \([^)]*\) on ([0-9.]+:[0-9]+))");
+    const auto deadline = Clock::now() + kStartTimeout;
+    while (true) {
+      const std::string log = process_->Log();
+      std::smatch match;
+      if (std::regex_search(log, match, listening)) return match[1].str();
+      if (Clock::now() >= deadline) {
+        return absl::UnavailableError(
+            fmt::format("stratad did not log where peers reach it within 10 s:\n{}", log));
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  std::unique_ptr<DaemonProcess> process_;
+  std::atomic<pid_t>* slot_ = nullptr;  // in g_daemon_pids
+  std::string remote_address_;
+  std::unique_ptr<RawEngineClient> engine_;
+  uint64_t arena_bytes_ = 0;
 };
 
-absl::StatusOr<RedisStats> TimeGets(RespClient& client, const Flags& flags) {
-  std::vector<std::byte> value(kChunkBytes);
-  FillPattern(value, 0);
-  STRATA_RETURN_IF_ERROR(client.Set("chunk", value));
-  std::vector<std::byte> got(kChunkBytes);
-  STRATA_RETURN_IF_ERROR(client.Get("chunk", got));
-  STRATA_RETURN_IF_ERROR(CompareBytes(got, value, "redis GET"));
-  std::vector<double> latencies_s;
-  const auto start = Clock::now();
-  const auto stop_at = start + Duration(flags.seconds);
-  auto now = start;
-  while (latencies_s.size() < flags.iterations && now < stop_at) {
-    STRATA_RETURN_IF_ERROR(client.Get("chunk", got));
-    const auto done = Clock::now();
-    latencies_s.push_back(Seconds(done - now));
-    now = done;
+struct DaemonResult {
+  uint64_t chunks = 0;
+  double store_s = 0;              // A: the Store of the chain (reserve, fill, commit)
+  std::vector<double> lookup_s;    // B: until its Lookup found every chunk, per repetition
+  std::vector<double> load_s;      // B: the PrepareLoad, per repetition
+  std::vector<double> verify_s;    // the bench's byte check of B's arena, per repetition
+  uint64_t bytes_read_from_a = 0;  // B's counter for its peer A, after the last load
+
+  double GBps(double seconds) const {
+    return seconds > 0 ? chunks * kChunkBytes / seconds / 1e9 : 0;
   }
-  return RedisStats{
-      .gets = latencies_s.size(), .seconds = Seconds(now - start), .p50_s = Median(latencies_s)};
+  double median_s() const { return Median(load_s); }
+  double best_s() const { return *std::min_element(load_s.begin(), load_s.end()); }
+};
+
+// Checks chunk `index` of a PrepareLoad answer: OK, 32 MiB in extents inside the arena, and
+// `fill` at every 4 KiB of each extent and at its last byte.
+absl::Status CheckPlacement(const v1::LoadPlacement& placement, size_t index, uint8_t fill,
+                            std::span<const std::byte> arena) {
+  STRATA_RETURN_IF_ERROR(Annotate(FromProto(placement.status()), fmt::format("chunk {}", index)));
+  uint64_t total = 0;
+  for (const v1::Extent& extent : placement.extents()) {
+    if (extent.length() == 0 || extent.offset() > arena.size() ||
+        extent.length() > arena.size() - extent.offset()) {
+      return absl::InternalError(fmt::format("chunk {}: extent [{}, +{}) outside the {}-byte arena",
+                                             index, extent.offset(), extent.length(),
+                                             arena.size()));
+    }
+    const std::byte expected{fill};
+    const std::byte* bytes = arena.data() + extent.offset();
+    for (uint64_t at = 0; at < extent.length(); at += 4096) {
+      if (bytes[at] != expected) {
+        return absl::DataLossError(fmt::format("chunk {}: byte {} of an extent is {:#x}, not {:#x}",
+                                               index, at, static_cast<int>(bytes[at]), fill));
+      }
+    }
+    if (bytes[extent.length() - 1] != expected) {
+      return absl::DataLossError(
+          fmt::format("chunk {}: the last byte of an extent is not {:#x}", index, fill));
+    }
+    total += extent.length();
+  }
+  if (total != kChunkBytes || placement.size_bytes() != kChunkBytes) {
+    return absl::DataLossError(fmt::format("chunk {}: {} bytes in extents, size_bytes {}, not {}",
+                                           index, total, placement.size_bytes(), kChunkBytes));
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<RedisStats> MeasureRedis(const Flags& flags) {
-  const std::optional<std::string> path = FindExecutable("redis-server");
-  if (!path) {
-    return absl::UnavailableError(
-        "redis-server is not on PATH (Debian: redis-server; scripts/install-deps.sh installs it)");
+// B's Lookup of `keys` until every chunk is found; kDeadlineExceeded after 10 s.
+absl::Status LookupAll(RawEngineClient& engine, std::span<const ChunkKey> keys) {
+  const auto deadline = Clock::now() + 10s;
+  uint32_t hits = 0;
+  while (true) {
+    STRATA_ASSIGN_OR_RETURN(const v1::EngineResponse found,
+                            engine.Call(test_support::LookupRequest(keys)));
+    STRATA_RETURN_IF_ERROR(Annotate(FromProto(found.status()), "lookup"));
+    hits = found.lookup().hit_chunks();
+    if (hits == keys.size()) return absl::OkStatus();
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          fmt::format("B's lookup found {} of {} chunks for 10 s", hits, keys.size()));
+    }
+    std::this_thread::sleep_for(25ms);
   }
-  STRATA_ASSIGN_OR_RETURN(const uint16_t port, FreePort());
-  STRATA_ASSIGN_OR_RETURN(Child server, Child::Spawn(*path,
-                                                     {*path, "--port", std::to_string(port),
-                                                      "--save", "", "--appendonly", "no", "--bind",
-                                                      "127.0.0.1", "--protected-mode", "no"},
-                                                     Environment(), {.err = -1}));
-  absl::StatusOr<RedisStats> stats = [&]() -> absl::StatusOr<RedisStats> {
-    STRATA_ASSIGN_OR_RETURN(RespClient client,
-                            RespClient::Connect(port, server, Clock::now() + kStartTimeout));
-    return TimeGets(client, flags);
-  }();
-  server.Stop(kStopGrace);
-  return stats;
+}
+
+absl::Status Release(RawEngineClient& engine, const std::vector<uint64_t>& handles) {
+  v1::EngineRequest request;
+  for (const uint64_t handle : handles) request.mutable_release()->add_handles(handle);
+  STRATA_ASSIGN_OR_RETURN(const v1::EngineResponse released, engine.Call(std::move(request)));
+  STRATA_RETURN_IF_ERROR(Annotate(FromProto(released.status()), "release"));
+  for (const v1::Status& status : released.handles().statuses()) {
+    STRATA_RETURN_IF_ERROR(Annotate(FromProto(status), "release"));
+  }
+  return absl::OkStatus();
+}
+
+// Removes every chunk of `daemon`'s host tier; kInternal unless that was `expected` chunks.
+absl::Status ClearHostTier(DaemonProcess& daemon, uint64_t expected) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kStartTimeout);
+  v1::ClearRequest request;
+  request.set_all(true);
+  request.set_tier(v1::TIER_HOST);
+  v1::ClearResponse response;
+  const grpc::Status status = daemon.control().Clear(&context, request, &response);
+  if (!status.ok()) return absl::UnavailableError(fmt::format("Clear: {}", status.error_message()));
+  if (response.removed_chunks() != expected) {
+    return absl::InternalError(
+        fmt::format("Clear removed {} chunks, not {}", response.removed_chunks(), expected));
+  }
+  return absl::OkStatus();
+}
+
+// What B's peer list counts as read from `address`.
+absl::StatusOr<uint64_t> BytesReadFrom(DaemonProcess& daemon, const std::string& address) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kStartTimeout);
+  v1::ListPeersResponse peers;
+  const grpc::Status status = daemon.control().ListPeers(&context, v1::ListPeersRequest(), &peers);
+  if (!status.ok()) {
+    return absl::UnavailableError(fmt::format("ListPeers: {}", status.error_message()));
+  }
+  for (const v1::Peer& peer : peers.peers()) {
+    if (peer.address() == address) return peer.bytes_read();
+  }
+  return absl::InternalError(fmt::format("B does not list its peer {}", address));
+}
+
+// A stores `keys`; B looks them up and loads them flags.repetitions times (see the top).
+absl::StatusOr<DaemonResult> LoadRepeatedly(Daemon& a, Daemon& b, const KvLayout& layout,
+                                            const std::vector<ChunkKey>& keys, const Flags& flags) {
+  DaemonResult result{.chunks = keys.size()};
+  const auto store_start = Clock::now();
+  STRATA_ASSIGN_OR_RETURN(const std::vector<uint64_t> stored,
+                          a.engine().Store(keys, layout.chunk_tokens, kFirstFill));
+  result.store_s = Seconds(Clock::now() - store_start);
+  if (stored.size() != keys.size()) {
+    return absl::InternalError(
+        fmt::format("A reserved {} of {} chunks", stored.size(), keys.size()));
+  }
+  for (uint64_t repetition = 0; repetition < flags.repetitions; ++repetition) {
+    const auto lookup_start = Clock::now();
+    STRATA_RETURN_IF_ERROR(LookupAll(b.engine(), keys));
+    result.lookup_s.push_back(Seconds(Clock::now() - lookup_start));
+
+    v1::EngineRequest request = test_support::PrepareLoadRequest(keys);
+    request.mutable_prepare_load()->set_connector_verifies(true);
+    const auto load_start = Clock::now();
+    absl::StatusOr<v1::EngineResponse> loaded = b.engine().Call(std::move(request));
+    const double load_s = Seconds(Clock::now() - load_start);
+    if (!loaded.ok()) return Annotate(loaded.status(), "B's PrepareLoad");
+    STRATA_RETURN_IF_ERROR(Annotate(FromProto(loaded->status()), "B's PrepareLoad"));
+    const auto& placements = loaded->prepare_load().chunks();
+    std::vector<uint64_t> handles;
+    for (const v1::LoadPlacement& placement : placements) {
+      if (placement.status().code() == 0) handles.push_back(placement.handle());
+    }
+    const auto verify_start = Clock::now();
+    absl::Status checked = placements.size() == static_cast<int>(keys.size())
+                               ? absl::OkStatus()
+                               : absl::InternalError(fmt::format("{} placements for {} chunks",
+                                                                 placements.size(), keys.size()));
+    for (int i = 0; checked.ok() && i < placements.size(); ++i) {
+      checked = CheckPlacement(placements[i], i, static_cast<uint8_t>(kFirstFill + i), b.arena());
+    }
+    result.verify_s.push_back(Seconds(Clock::now() - verify_start));
+    const absl::Status released = Release(b.engine(), handles);
+    STRATA_RETURN_IF_ERROR(Annotate(checked, fmt::format("load {}", repetition)));
+    STRATA_RETURN_IF_ERROR(released);
+    result.load_s.push_back(load_s);
+    STRATA_RETURN_IF_ERROR(ClearHostTier(b.process(), keys.size()));
+  }
+  STRATA_ASSIGN_OR_RETURN(result.bytes_read_from_a, BytesReadFrom(b.process(), a.remote_address()));
+  const uint64_t expected = flags.repetitions * keys.size() * kChunkBytes;
+  if (result.bytes_read_from_a != expected) {
+    return absl::InternalError(fmt::format("B counts {} bytes read from A, not the {} it loaded",
+                                           result.bytes_read_from_a, expected));
+  }
+  return result;
+}
+
+absl::StatusOr<DaemonResult> MeasureDaemons(const DaemonRow& row, const Flags& flags) {
+  const KvLayout layout = Llama8bLayout();
+  if (layout.chunk_bytes(layout.chunk_tokens) != kChunkBytes) {
+    return absl::InternalError("the Llama-3-8B layout's chunk is not 32 MiB");
+  }
+  STRATA_ASSIGN_OR_RETURN(const KeyHasher hasher, KeyHasher::Create(layout, {}));
+  std::vector<uint32_t> tokens(flags.chunks * layout.chunk_tokens);
+  std::iota(tokens.begin(), tokens.end(), 1000u);
+  const std::vector<ChunkKey> keys = hasher.PrefixKeys(tokens, {});
+  const uint64_t capacity_bytes = std::max<uint64_t>(1ull << 30, (flags.chunks + 4) * kChunkBytes);
+  STRATA_ASSIGN_OR_RETURN(const TokenFile token, TokenFile::Create());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> a, Daemon::Start(row, token.path(), {}, layout,
+                                                                   capacity_bytes, flags.prefault));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> b,
+                          Daemon::Start(row, token.path(), {a->remote_address()}, layout,
+                                        capacity_bytes, flags.prefault));
+  absl::StatusOr<DaemonResult> result = LoadRepeatedly(*a, *b, layout, keys, flags);
+  if (flags.daemon_logs) {
+    fmt::print(stderr, "--- {}: A's log ---\n{}--- {}: B's log ---\n{}--- end of logs ---\n",
+               row.name, a->process().Log(), row.name, b->process().Log());
+  }
+  b.reset();
+  a.reset();
+  return result;
 }
 
 // --- Report --------------------------------------------------------------------------------------
 
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown cpu";
-}
+// What the run found, for the JSON object at the end.
+struct Report {
+  std::vector<std::string> transport_rows;
+  std::vector<std::string> daemon_rows;
+  std::vector<std::string> redis_comparisons;
+  std::vector<std::string> notes;
+  bool failed = false;
+};
 
 constexpr std::string_view kRowFormat =
     "{:<8} {:>6} {:>7} {:>9}  {:<13} {:<13}  {:<22} {:>6} {:>6} {:>7}\n";
+constexpr std::string_view kDaemonFormat =
+    "{:<12} {:>6} {:>4}  {:<16} {:<16}  {:<22} {:>6} {:>6} {:>6} {:>7}\n";
 
 std::string Loop(const LoopStats& stats) {
   return fmt::format("{:.2f} ({:.1f})", stats.GBps(), stats.p50_s * 1e3);
 }
 
-std::string Ratio(double strata, const absl::StatusOr<double>& baseline) {
-  return baseline.ok() && *baseline > 0 ? fmt::format("{:.2f}x", strata / *baseline) : "n/a";
+std::string LoopJson(const LoopStats& stats) {
+  return fmt::format(
+      "{{\"in_flight\": {}, \"fetches\": {}, \"seconds\": {}, \"GBps\": {}, \"p50_ms\": {}}}",
+      stats.in_flight, stats.fetches, JsonNumber(stats.seconds, 4), JsonNumber(stats.GBps()),
+      JsonNumber(stats.p50_s * 1e3));
 }
 
-std::string Baseline(const absl::StatusOr<double>& baseline) {
-  return baseline.ok() ? fmt::format("{:.2f}", *baseline) : "n/a";
+std::string SecondsJson(const std::vector<double>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += fmt::format("{}{}", i > 0 ? ", " : "", JsonNumber(values[i], 4));
+  }
+  return out + "]";
 }
 
-void PrintHeader(const Flags& flags) {
-  fmt::print(
-      "remote_bench: 32 MiB chunk fetches (16 x 2 MiB segments) from a peer process over "
-      "UcxTransport\n"
-      "machine: nproc={}, {}; each timed loop: at most {} fetches or {:.1f} s\n"
-      "GB/s = 1e9 bytes/s; p50 = median latency of one 32 MiB fetch; N: = N fetches in flight; "
-      "the row takes the faster\n\n",
-      std::thread::hardware_concurrency(), CpuModel(), flags.iterations, flags.seconds);
-  fmt::print(kRowFormat, "row", "GB/s", "p50_ms", "in_flight", "1: GB/s (ms)",
+std::string JsonList(const std::vector<std::string>& items, std::string_view indent) {
+  if (items.empty()) return "[]";
+  std::string out = "[\n";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += fmt::format("{}  {}{}\n", indent, items[i], i + 1 < items.size() ? "," : "");
+  }
+  return out + fmt::format("{}]", indent);
+}
+
+void PrintHeader() {
+  fmt::print(stderr,
+             "remote_bench: 32 MiB chunk fetches from a peer process; GB/s = 1e9 bytes/s\n"
+             "machine: nproc={}, {}\n\n",
+             std::thread::hardware_concurrency(), CpuModel());
+}
+
+void PrintTransportHeader(const Flags& flags) {
+  fmt::print(stderr,
+             "transport rows: UcxTransport between two processes, 16 x 2 MiB segments per fetch; "
+             "each timed loop: at most {} fetches or {:.1f} s\n"
+             "p50 = median latency of one 32 MiB fetch; N: = N fetches in flight; the row takes "
+             "the faster\n",
+             flags.iterations, flags.seconds);
+  fmt::print(stderr, kRowFormat, "row", "GB/s", "p50_ms", "in_flight", "1: GB/s (ms)",
              fmt::format("{}: GB/s (ms)", kMaxInFlight), "baseline", "GB/s", "ratio", "target");
 }
 
-void PrintStrataRow(const Row& row, const StrataResult& result,
-                    const absl::StatusOr<double>& perftest) {
-  const LoopStats& best = result.best();
-  fmt::print(kRowFormat, row.name, fmt::format("{:.2f}", best.GBps()),
-             fmt::format("{:.1f}", best.p50_s * 1e3), best.in_flight, Loop(result.one),
-             Loop(result.pipelined), fmt::format("ucx_perftest {}", row.perftest_test),
-             Baseline(perftest), Ratio(best.GBps(), perftest), ">=0.8x");
+void PrintDaemonHeader(const Flags& flags) {
+  fmt::print(stderr,
+             "\ndaemon rows: stratad B promotes {} chunks ({} MiB) from stratad A over its remote "
+             "tier in one PrepareLoad; {} loads\n"
+             "GB/s (ms) = bytes / time of the PrepareLoad (ms); ratio = median load's, (best) = "
+             "best load's\n",
+             flags.chunks, flags.chunks * (kChunkBytes >> 20), flags.repetitions);
+  fmt::print(stderr, kDaemonFormat, "row", "chunks", "reps", "median GB/s (ms)", "best GB/s (ms)",
+             "baseline", "GB/s", "ratio", "(best)", "target");
 }
 
-// The Strata columns repeat the faster tcp row's figures.
-void PrintRedisRow(std::string_view tcp_row, const LoopStats& tcp,
-                   const absl::StatusOr<RedisStats>& redis) {
-  const absl::StatusOr<double> gbps =
+void ReportTransportRow(const Row& row, const StrataResult& result,
+                        const absl::StatusOr<double>& perftest, Report& report) {
+  const LoopStats& best = result.best();
+  fmt::print(stderr, kRowFormat, row.name, fmt::format("{:.2f}", best.GBps()),
+             fmt::format("{:.1f}", best.p50_s * 1e3), best.in_flight, Loop(result.one),
+             Loop(result.pipelined), fmt::format("ucx_perftest {}", row.perftest_test),
+             FormatBaseline(perftest), FormatRatio(best.GBps(), perftest), ">=0.8x");
+  report.transport_rows.push_back(fmt::format(
+      "{{\"row\": {}, \"transports\": {}, \"net_devices\": {}, \"GBps\": {}, \"p50_ms\": {}, "
+      "\"in_flight\": {}, \"loops\": [{}, {}], \"perftest_test\": {}, \"perftest_GBps\": {}, "
+      "\"ratio_perftest\": {}, \"target_perftest\": 0.8}}",
+      JsonString(row.name), JsonString(row.transports), JsonString(row.net_devices),
+      JsonNumber(best.GBps()), JsonNumber(best.p50_s * 1e3), best.in_flight, LoopJson(result.one),
+      LoopJson(result.pipelined), JsonString(row.perftest_test), JsonBaseline(perftest),
+      JsonRatio(best.GBps(), perftest)));
+}
+
+void ReportDaemonRow(const DaemonRow& row, const DaemonResult& result,
+                     const absl::StatusOr<double>& perftest, Report& report) {
+  const double median = result.GBps(result.median_s());
+  const double best = result.GBps(result.best_s());
+  fmt::print(stderr, kDaemonFormat, row.name, result.chunks, result.load_s.size(),
+             fmt::format("{:.2f} ({:.1f})", median, result.median_s() * 1e3),
+             fmt::format("{:.2f} ({:.1f})", best, result.best_s() * 1e3), "ucx_perftest ucp_am_bw",
+             FormatBaseline(perftest), FormatRatio(median, perftest), FormatRatio(best, perftest),
+             ">=0.8x");
+  report.daemon_rows.push_back(fmt::format(
+      "{{\"row\": {}, \"transports\": {}, \"net_devices\": {}, \"chunks\": {}, "
+      "\"median_GBps\": {}, \"best_GBps\": {}, \"load_s\": {}, \"lookup_s\": {}, "
+      "\"verify_s\": {}, \"store_s\": {}, \"bytes_read_from_peer\": {}, "
+      "\"perftest_test\": \"ucp_am_bw\", \"perftest_GBps\": {}, \"ratio_perftest_median\": {}, "
+      "\"ratio_perftest_best\": {}, \"target_perftest\": 0.8}}",
+      JsonString(row.name), JsonString(row.transports), JsonString(row.net_devices), result.chunks,
+      JsonNumber(median), JsonNumber(best), SecondsJson(result.load_s),
+      SecondsJson(result.lookup_s), SecondsJson(result.verify_s), JsonNumber(result.store_s, 4),
+      result.bytes_read_from_a, JsonBaseline(perftest), JsonRatio(median, perftest),
+      JsonRatio(best, perftest)));
+}
+
+// Strata's `gbps` (row `name`) against Redis, for the JSON object.
+void ReportRedisComparison(std::string_view name, double gbps,
+                           const absl::StatusOr<RedisStats>& redis, Report& report) {
+  const absl::StatusOr<double> redis_gbps =
       redis.ok() ? absl::StatusOr<double>(redis->GBps()) : redis.status();
-  fmt::print(kRowFormat, "redis", fmt::format("{:.2f}", tcp.GBps()),
-             fmt::format("{:.1f}", tcp.p50_s * 1e3), tcp.in_flight, fmt::format("(as {})", tcp_row),
-             "",
-             redis.ok() ? fmt::format("redis GET, p50 {:.1f} ms", redis->p50_s * 1e3)
-                        : std::string("redis GET"),
-             Baseline(gbps), Ratio(tcp.GBps(), gbps), ">=1.5x");
+  report.redis_comparisons.push_back(fmt::format(
+      "{{\"row\": {}, \"GBps\": {}, \"redis_GBps\": {}, \"ratio\": {}, \"target\": 1.5}}",
+      JsonString(name), JsonNumber(gbps), JsonBaseline(redis_gbps), JsonRatio(gbps, redis_gbps)));
+}
+
+std::string RedisCell(const absl::StatusOr<RedisStats>& redis) {
+  return redis.ok() ? fmt::format("redis GET, p50 {:.1f} ms", redis->p50_s * 1e3)
+                    : std::string("redis GET");
+}
+
+absl::StatusOr<double> RedisGBps(const absl::StatusOr<RedisStats>& redis) {
+  return redis.ok() ? absl::StatusOr<double>(redis->GBps()) : redis.status();
+}
+
+void PrintJson(const Flags& flags, const absl::StatusOr<RedisStats>& redis, const Report& report) {
+  std::vector<std::string> notes;
+  for (const std::string& note : report.notes) notes.push_back(JsonString(note));
+  const std::string redis_json =
+      redis.ok() ? fmt::format("{{\"GBps\": {}, \"p50_ms\": {}, \"gets\": {}, \"seconds\": {}}}",
+                               JsonNumber(redis->GBps()), JsonNumber(redis->p50_s * 1e3),
+                               redis->gets, JsonNumber(redis->seconds, 4))
+                 : std::string("null");
+  fmt::print(
+      "{{\n"
+      "  \"bench\": \"remote_bench\", \"chunk_bytes\": {}, \"nproc\": {}, \"cpu\": {},\n"
+      "  \"bounds\": {{\"iterations\": {}, \"seconds\": {}, \"chunks\": {}, \"repetitions\": {}, "
+      "\"prefault\": {}}},\n"
+      "  \"transport_rows\": {},\n"
+      "  \"daemon_rows\": {},\n"
+      "  \"redis\": {},\n"
+      "  \"redis_comparisons\": {},\n"
+      "  \"notes\": {},\n"
+      "  \"failed\": {}\n"
+      "}}\n",
+      kChunkBytes, std::thread::hardware_concurrency(), JsonString(CpuModel()), flags.iterations,
+      JsonNumber(flags.seconds, 2), flags.chunks, flags.repetitions, flags.prefault,
+      JsonList(report.transport_rows, "  "), JsonList(report.daemon_rows, "  "), redis_json,
+      JsonList(report.redis_comparisons, "  "), JsonList(notes, "  "), report.failed);
 }
 
 int Main(const Flags& flags) {
-  PrintHeader(flags);
-  std::vector<std::string> notes;
-  bool failed = false;
+  InstallSignalHandlers();
+  PrintHeader();
+  Report report;
+  // Redis first: both tables compare their tcp rows with it.
+  absl::StatusOr<RedisStats> redis = absl::FailedPreconditionError("no tcp row selected");
+  if (Selected(flags, "tcp", "transports") || Selected(flags, "tcp", "daemons")) {
+    redis = MeasureRedis(
+        {.value_bytes = kChunkBytes,
+         .max_gets = flags.iterations,
+         .max_time = Duration(flags.seconds),
+         .io_timeout = std::chrono::duration_cast<std::chrono::seconds>(kFetchTimeout)});
+    if (!redis.ok()) report.notes.push_back(fmt::format("redis: {}", redis.status()));
+  }
+
   std::optional<std::pair<std::string_view, LoopStats>> best_tcp;
+  if (std::any_of(kRows.begin(), kRows.end(),
+                  [&](const Row& row) { return Selected(flags, row.family, "transports"); })) {
+    PrintTransportHeader(flags);
+  }
   for (const Row& row : kRows) {
-    if (!flags.only.empty() && row.family != flags.only) continue;
+    if (!Selected(flags, row.family, "transports")) continue;
     const absl::StatusOr<StrataResult> strata = MeasureStrata(row, flags);
     if (!strata.ok()) {
-      failed = true;
-      fmt::print("{:<8} FAILED: {}\n", row.name, strata.status());
+      report.failed = true;
+      fmt::print(stderr, "{:<8} FAILED: {}\n", row.name, strata.status());
+      report.transport_rows.push_back(fmt::format("{{\"row\": {}, \"error\": {}}}",
+                                                  JsonString(row.name),
+                                                  JsonString(strata.status().ToString())));
       continue;
     }
-    const absl::StatusOr<double> perftest =
-        MeasurePerftest(row, std::max(strata->best().fetches, kWarmupFetches * 4), flags);
-    if (!perftest.ok())
-      notes.push_back(fmt::format("{} baseline: {}", row.name, perftest.status()));
-    PrintStrataRow(row, *strata, perftest);
+    const absl::StatusOr<double> perftest = MeasurePerftest(
+        {.test = std::string(row.perftest_test),
+         .transports = std::string(row.transports),
+         .net_devices = std::string(row.net_devices),
+         .message_bytes = kChunkBytes,
+         .messages = std::max(strata->best().fetches, kWarmupFetches * 4),
+         .warmup = kWarmupFetches,
+         // As many bytes as Strata moved in at most --seconds: allow for a baseline 10x slower.
+         .timeout = kStartTimeout + 10 * Duration(flags.seconds)});
+    if (!perftest.ok()) {
+      report.notes.push_back(fmt::format("{} baseline: {}", row.name, perftest.status()));
+    }
+    ReportTransportRow(row, *strata, perftest, report);
     if (row.family == "tcp" && (!best_tcp || strata->best().GBps() > best_tcp->second.GBps())) {
       best_tcp.emplace(row.name, strata->best());
     }
   }
   if (best_tcp) {
-    const absl::StatusOr<RedisStats> redis = MeasureRedis(flags);
-    if (!redis.ok()) notes.push_back(fmt::format("redis row skipped: {}", redis.status()));
-    PrintRedisRow(best_tcp->first, best_tcp->second, redis);
-  } else {
-    notes.emplace_back("redis row skipped: it compares with a tcp row, and none ran");
+    const LoopStats& tcp = best_tcp->second;
+    fmt::print(stderr, kRowFormat, "redis", fmt::format("{:.2f}", tcp.GBps()),
+               fmt::format("{:.1f}", tcp.p50_s * 1e3), tcp.in_flight,
+               fmt::format("(as {})", best_tcp->first), "", RedisCell(redis),
+               FormatBaseline(RedisGBps(redis)), FormatRatio(tcp.GBps(), RedisGBps(redis)),
+               ">=1.5x");
+    ReportRedisComparison(best_tcp->first, tcp.GBps(), redis, report);
   }
-  for (const std::string& note : notes) fmt::print("note: {}\n", note);
-  return failed ? 1 : 0;
+
+  std::optional<std::pair<std::string_view, DaemonResult>> daemons_tcp;
+  if (std::any_of(kDaemonRows.begin(), kDaemonRows.end(),
+                  [&](const DaemonRow& row) { return Selected(flags, row.family, "daemons"); })) {
+    PrintDaemonHeader(flags);
+  }
+  for (const DaemonRow& row : kDaemonRows) {
+    if (!Selected(flags, row.family, "daemons")) continue;
+    const absl::StatusOr<DaemonResult> strata = MeasureDaemons(row, flags);
+    if (!strata.ok()) {
+      report.failed = true;
+      fmt::print(stderr, "{:<12} FAILED: {}\n", row.name, strata.status());
+      report.daemon_rows.push_back(fmt::format("{{\"row\": {}, \"error\": {}}}",
+                                               JsonString(row.name),
+                                               JsonString(strata.status().ToString())));
+      continue;
+    }
+    const double loads_s = std::accumulate(strata->load_s.begin(), strata->load_s.end(), 0.0);
+    const absl::StatusOr<double> perftest =
+        MeasurePerftest({.test = "ucp_am_bw",
+                         .transports = std::string(row.transports),
+                         .net_devices = std::string(row.net_devices),
+                         .message_bytes = kChunkBytes,
+                         .messages = std::max(flags.chunks * flags.repetitions, kWarmupFetches * 4),
+                         .warmup = kWarmupFetches,
+                         // Allow for a baseline 10x slower than the daemons.
+                         .timeout = kStartTimeout + 10 * Duration(loads_s)});
+    if (!perftest.ok()) {
+      report.notes.push_back(fmt::format("{} baseline: {}", row.name, perftest.status()));
+    }
+    ReportDaemonRow(row, *strata, perftest, report);
+    if (row.family == "tcp") daemons_tcp.emplace(row.name, *strata);
+  }
+  if (daemons_tcp) {
+    const DaemonResult& tcp = daemons_tcp->second;
+    const double median = tcp.GBps(tcp.median_s());
+    const double best = tcp.GBps(tcp.best_s());
+    fmt::print(stderr, kDaemonFormat, "redis", "", "", fmt::format("(as {})", daemons_tcp->first),
+               "", RedisCell(redis), FormatBaseline(RedisGBps(redis)),
+               FormatRatio(median, RedisGBps(redis)), FormatRatio(best, RedisGBps(redis)),
+               ">=1.5x");
+    ReportRedisComparison(daemons_tcp->first, median, redis, report);
+  }
+  if (!best_tcp && !daemons_tcp) {
+    report.notes.emplace_back("no redis comparison: it compares with a tcp row, and none ran");
+  }
+  for (const std::string& note : report.notes) fmt::print(stderr, "note: {}\n", note);
+  PrintJson(flags, redis, report);
+  return report.failed ? 1 : 0;
 }
 
 // --- Flags ---------------------------------------------------------------------------------------
@@ -935,6 +1017,11 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
     const size_t eq = arg.find('=');
     const std::string_view name = arg.substr(0, eq);
     std::string_view value;
+    if (name == "--daemon_logs" || name == "--prefault") {
+      (name == "--prefault" ? flags.prefault : flags.daemon_logs) =
+          eq == std::string_view::npos || arg.substr(eq + 1) == "true";
+      continue;
+    }
     if (eq != std::string_view::npos) {
       value = arg.substr(eq + 1);
     } else if (i + 1 < argc) {
@@ -947,7 +1034,11 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
       ok = ParseNumber(value, flags.seconds);
     } else if (name == "--only") {
       flags.only = value;
-      ok = value == "tcp" || value == "shm";
+      ok = value == "tcp" || value == "shm" || value == "transports" || value == "daemons";
+    } else if (name == "--chunks") {
+      ok = ParseNumber(value, flags.chunks) && flags.chunks <= kMaxDaemonChunks;
+    } else if (name == "--repetitions") {
+      ok = ParseNumber(value, flags.repetitions) && flags.repetitions <= 100;
     } else if (name == "--serve") {
       flags.serve = value;
       ok = FindRow(value) != nullptr;
@@ -965,7 +1056,10 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::optional<strata::bench::Flags> flags = strata::bench::ParseFlags(argc, argv);
   if (!flags) {
-    fmt::print(stderr, "usage: {} [--iterations=N] [--seconds=S] [--only=tcp|shm]\n", argv[0]);
+    fmt::print(stderr,
+               "usage: {} [--iterations=N] [--seconds=S] [--only=tcp|shm|transports|daemons] "
+               "[--chunks=N (<= {})] [--repetitions=N (<= 100)] [--daemon_logs] [--prefault]\n",
+               argv[0], strata::bench::kMaxDaemonChunks);
     return 2;
   }
   if (!flags->serve.empty()) return strata::bench::Serve(*strata::bench::FindRow(flags->serve));

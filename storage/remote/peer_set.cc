@@ -126,6 +126,20 @@ class PeerSet::Impl {
     return it != links_.end() && it->second.state == PeerState::kUp;
   }
 
+  std::optional<PeerId> FindAdmitted(std::string_view name) const {
+    absl::MutexLock lock(&mu_);
+    std::optional<PeerId> found;
+    bool found_outbound = false;
+    for (const auto& [id, link] : links_) {
+      if (link.state != PeerState::kUp || (link.node_id != name && link.address != name)) continue;
+      if (!found || (link.outbound && !found_outbound)) {
+        found = id;
+        found_outbound = link.outbound;
+      }
+    }
+    return found;
+  }
+
   std::vector<PeerId> PeersServing(uint64_t layout) const {
     absl::MutexLock lock(&mu_);
     // node id -> (link, outbound)
@@ -496,6 +510,9 @@ void PeerSet::Stop() { impl_->Stop(); }
 void PeerSet::AddPeer(std::string address) { impl_->AddPeer(std::move(address)); }
 void PeerSet::RemovePeer(std::string_view address) { impl_->RemovePeer(address); }
 bool PeerSet::Admitted(PeerId peer) const { return impl_->Admitted(peer); }
+std::optional<PeerId> PeerSet::FindAdmitted(std::string_view name) const {
+  return impl_->FindAdmitted(name);
+}
 std::vector<PeerId> PeerSet::PeersServing(uint64_t layout) const {
   return impl_->PeersServing(layout);
 }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,6 +88,9 @@ class PeerSet {
   void RemovePeer(std::string_view address);
 
   bool Admitted(PeerId peer) const;
+  // The admitted link to the peer named `name` (its node id, or the address it was dialled at or
+  // dialled from), the one we dialled when there are two; nullopt when none is up.
+  std::optional<PeerId> FindAdmitted(std::string_view name) const;
   // One admitted link per peer node serving `layout` (or naming no layouts: it serves any), the
   // one we dialled when there are two.
   std::vector<PeerId> PeersServing(uint64_t layout) const;

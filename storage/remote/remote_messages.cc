@@ -77,6 +77,58 @@ bool ReadChunk(ByteReader& reader, RemoteChunk& chunk) {
          reader.U32(chunk.num_tokens);
 }
 
+void WriteRanges(ByteWriter& writer, const std::vector<RemoteRange>& ranges) {
+  writer.U32(static_cast<uint32_t>(ranges.size()));
+  for (const RemoteRange& range : ranges) {
+    writer.U64(range.offset);
+    writer.U64(range.length);
+  }
+}
+
+bool ReadRanges(ByteReader& reader, std::vector<RemoteRange>& ranges) {
+  uint32_t count = 0;
+  if (!reader.U32(count) || count > kMaxChunkRanges || count > reader.left() / 16) return false;
+  ranges.resize(count);
+  for (RemoteRange& range : ranges) {
+    if (!reader.U64(range.offset) || !reader.U64(range.length)) return false;
+  }
+  return true;
+}
+
+void WriteLayout(ByteWriter& writer, const KvLayout& layout) {
+  writer.String(layout.model_id);
+  writer.U8(static_cast<uint8_t>(layout.kind));
+  writer.U32(layout.num_layers);
+  writer.U32(layout.num_kv_heads);
+  writer.U32(layout.head_dim);
+  writer.U8(static_cast<uint8_t>(layout.dtype));
+  writer.U32(layout.tp_rank);
+  writer.U32(layout.tp_world_size);
+  writer.U8(static_cast<uint8_t>(layout.positional));
+  writer.U32(layout.chunk_tokens);
+}
+
+bool ReadLayout(ByteReader& reader, KvLayout& layout) {
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t positional = 0;
+  if (!reader.String(layout.model_id, kMaxTextBytes) || !reader.U8(kind) ||
+      !reader.U32(layout.num_layers) || !reader.U32(layout.num_kv_heads) ||
+      !reader.U32(layout.head_dim) || !reader.U8(dtype) || !reader.U32(layout.tp_rank) ||
+      !reader.U32(layout.tp_world_size) || !reader.U8(positional) ||
+      !reader.U32(layout.chunk_tokens)) {
+    return false;
+  }
+  absl::StatusOr<KvKind> parsed_kind = KvKindFromValue(kind);
+  absl::StatusOr<KvDtype> parsed_dtype = KvDtypeFromValue(dtype);
+  absl::StatusOr<PositionalFormat> parsed_positional = PositionalFormatFromValue(positional);
+  if (!parsed_kind.ok() || !parsed_dtype.ok() || !parsed_positional.ok()) return false;
+  layout.kind = *parsed_kind;
+  layout.dtype = *parsed_dtype;
+  layout.positional = *parsed_positional;
+  return layout.Validate().ok();
+}
+
 }  // namespace
 
 std::string EncodeQuery(const QueryRequest& request) {
@@ -107,11 +159,7 @@ std::string EncodeLeaseReply(const LeaseReply& reply) {
     writer.I32(leased.code);
     if (leased.code != 0) continue;
     WriteChunk(writer, leased.chunk);
-    writer.U32(static_cast<uint32_t>(leased.ranges.size()));
-    for (const RemoteRange& range : leased.ranges) {
-      writer.U64(range.offset);
-      writer.U64(range.length);
-    }
+    WriteRanges(writer, leased.ranges);
   }
   return writer.Take();
 }
@@ -172,18 +220,9 @@ absl::StatusOr<LeaseReply> DecodeLeaseReply(std::string_view payload) {
     uint32_t code = 0;
     if (!reader->U32(code)) return internal::Malformed("remote lease reply");
     leased.code = static_cast<int32_t>(code);
-    if (leased.code == 0) {
-      uint32_t ranges = 0;
-      if (!ReadChunk(*reader, leased.chunk) || !reader->U32(ranges) || ranges > kMaxChunkRanges ||
-          ranges > reader->left() / 16) {
-        return internal::Malformed("remote lease reply");
-      }
-      leased.ranges.resize(ranges);
-      for (RemoteRange& range : leased.ranges) {
-        if (!reader->U64(range.offset) || !reader->U64(range.length)) {
-          return internal::Malformed("remote lease reply");
-        }
-      }
+    if (leased.code == 0 &&
+        (!ReadChunk(*reader, leased.chunk) || !ReadRanges(*reader, leased.ranges))) {
+      return internal::Malformed("remote lease reply");
     }
   }
   if (!reader->empty()) return internal::Malformed("remote lease reply");
@@ -198,6 +237,64 @@ absl::StatusOr<ReleaseRequest> DecodeRelease(std::string_view payload) {
     return internal::Malformed("remote release request");
   }
   return request;
+}
+
+std::string EncodePush(const PushRequest& request) {
+  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kPush));
+  WriteLayout(writer, request.layout);
+  writer.U32(static_cast<uint32_t>(request.chunks.size()));
+  for (const PushedChunk& pushed : request.chunks) {
+    WriteKey(writer, pushed.key);
+    WriteChunk(writer, pushed.chunk);
+    WriteRanges(writer, pushed.ranges);
+  }
+  return writer.Take();
+}
+
+std::string EncodePushReply(const PushReply& reply) {
+  ByteWriter writer = internal::StartMessage(ReplyTypeOf(RemoteMessage::kPush));
+  writer.U32(static_cast<uint32_t>(reply.codes.size()));
+  for (int32_t code : reply.codes) writer.I32(code);
+  return writer.Take();
+}
+
+absl::StatusOr<PushRequest> DecodePush(std::string_view payload) {
+  std::optional<ByteReader> reader = internal::OpenMessage(payload, TypeOf(RemoteMessage::kPush));
+  PushRequest request;
+  uint32_t count = 0;
+  // Every chunk takes at least 35 bytes (a key of 11, a description of 20, a range count).
+  if (!reader || !ReadLayout(*reader, request.layout) || !reader->U32(count) ||
+      count > kMaxChainChunks || count > reader->left() / 35) {
+    return internal::Malformed("remote push");
+  }
+  const uint64_t fingerprint = request.layout.Fingerprint();
+  request.chunks.resize(count);
+  for (PushedChunk& pushed : request.chunks) {
+    if (!ReadKey(*reader, pushed.key) || pushed.key.layout_fingerprint() != fingerprint ||
+        !ReadChunk(*reader, pushed.chunk) || !ReadRanges(*reader, pushed.ranges)) {
+      return internal::Malformed("remote push");
+    }
+  }
+  if (!reader->empty()) return internal::Malformed("remote push");
+  return request;
+}
+
+absl::StatusOr<PushReply> DecodePushReply(std::string_view payload) {
+  std::optional<ByteReader> reader =
+      internal::OpenMessage(payload, ReplyTypeOf(RemoteMessage::kPush));
+  PushReply reply;
+  uint32_t count = 0;
+  if (!reader || !reader->U32(count) || count > kMaxChainChunks || count > reader->left() / 4) {
+    return internal::Malformed("remote push reply");
+  }
+  reply.codes.resize(count);
+  for (int32_t& code : reply.codes) {
+    uint32_t value = 0;
+    if (!reader->U32(value)) return internal::Malformed("remote push reply");
+    code = static_cast<int32_t>(value);
+  }
+  if (!reader->empty()) return internal::Malformed("remote push reply");
+  return reply;
 }
 
 }  // namespace strata::storage::remote

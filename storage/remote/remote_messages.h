@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
+#include "core/kv_layout.h"
 #include "storage/remote/peer_messages.h"
 
 namespace strata::storage::remote {
@@ -28,6 +29,7 @@ enum class RemoteMessage : uint8_t {
   kQuery = kFirstApplicationMessage,
   kLease = kFirstApplicationMessage + 1,
   kRelease = kFirstApplicationMessage + 2,
+  kPush = kFirstApplicationMessage + 3,
 };
 
 // What a peer knows of a chunk it holds.
@@ -70,16 +72,37 @@ struct ReleaseRequest {
   uint64_t lease_id = 0;
 };
 
+// "Take these chunks of `layout`: read them from my arena." The pusher holds them leased until
+// the answer; the receiver reserves pages, reads, checks each checksum and commits. Each chunk is
+// answered alone: OK (stored), kAlreadyExists (held already), or why it failed.
+struct PushedChunk {
+  ChunkKey key;
+  RemoteChunk chunk;
+  std::vector<RemoteRange> ranges;  // in the pusher's region
+};
+struct PushRequest {
+  KvLayout layout;
+  std::vector<PushedChunk> chunks;
+};
+struct PushReply {
+  std::vector<int32_t> codes;  // absl::StatusCode per chunk
+};
+
 std::string EncodeQuery(const QueryRequest& request);
 std::string EncodeQueryReply(const QueryReply& reply);
 std::string EncodeLease(const LeaseRequest& request);
 std::string EncodeLeaseReply(const LeaseReply& reply);
 std::string EncodeRelease(const ReleaseRequest& request);
+std::string EncodePush(const PushRequest& request);
+std::string EncodePushReply(const PushReply& reply);
 
 absl::StatusOr<QueryRequest> DecodeQuery(std::string_view payload);
 absl::StatusOr<QueryReply> DecodeQueryReply(std::string_view payload);
 absl::StatusOr<LeaseRequest> DecodeLease(std::string_view payload);
 absl::StatusOr<LeaseReply> DecodeLeaseReply(std::string_view payload);
 absl::StatusOr<ReleaseRequest> DecodeRelease(std::string_view payload);
+// Also checks the layout (KvLayout::Validate) and that every key is of it.
+absl::StatusOr<PushRequest> DecodePush(std::string_view payload);
+absl::StatusOr<PushReply> DecodePushReply(std::string_view payload);
 
 }  // namespace strata::storage::remote

@@ -75,5 +75,35 @@ TEST(RemoteMessagesTest, TruncationsTypesAndHostileCountsAreRefused) {
           .ok());
 }
 
+TEST(RemoteMessagesTest, PushRoundTripsAndChecksItsLayout) {
+  KvLayout layout = testing::SmallLayout("push");
+  const ChunkKey key = SyntheticKey(layout, 1);
+  PushRequest sent{.layout = layout};
+  sent.chunks.push_back({.key = key,
+                         .chunk = {.payload_bytes = 4096, .payload_checksum = 9, .num_tokens = 16},
+                         .ranges = {{.offset = 8192, .length = 4096}}});
+  auto push = DecodePush(EncodePush(sent));
+  ASSERT_TRUE(push.ok()) << push.status();
+  EXPECT_EQ(push->layout, layout);
+  ASSERT_EQ(push->chunks.size(), 1u);
+  EXPECT_EQ(push->chunks[0].key, key);
+  EXPECT_EQ(push->chunks[0].ranges[0].offset, 8192u);
+  auto reply = DecodePushReply(EncodePushReply({.codes = {0, 6}}));
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->codes, (std::vector<int32_t>{0, 6}));
+
+  // A key of another layout, an unusable layout: refused before anything is reserved.
+  PushRequest foreign = sent;
+  foreign.chunks[0].key = SyntheticKey(layout.Fingerprint() + 1, 1);
+  EXPECT_FALSE(DecodePush(EncodePush(foreign)).ok());
+  PushRequest unusable = sent;
+  unusable.layout.num_layers = 0;
+  EXPECT_FALSE(DecodePush(EncodePush(unusable)).ok());
+  const std::string whole = EncodePush(sent);
+  for (size_t size = 0; size < whole.size(); ++size) {
+    EXPECT_FALSE(DecodePush(whole.substr(0, size)).ok()) << size;
+  }
+}
+
 }  // namespace
 }  // namespace strata::storage::remote

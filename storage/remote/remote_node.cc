@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/synchronization/notification.h"
 #include "core/status_util.h"
+#include "fmt/format.h"
 
 namespace strata::storage::remote {
 
@@ -13,6 +15,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
     return absl::InvalidArgumentError("remote: a cluster token is required to talk to peers");
   }
   std::unique_ptr<RemoteNode> node(new RemoteNode());
+  node->host_ = &store.host();
   node->server_ = std::make_unique<RemoteServer>(store.host(), RemoteServerOptions{});
   PeerSetOptions peer_options;
   peer_options.cluster_token = options.cluster_token;
@@ -43,6 +46,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
     absl::MutexLock lock(&node->mu_);
     node->transport_ = std::move(*transport);
   }
+  node->server_->Attach(started);
   node->peers_->Start(started);
   node->node_id_ = node->peers_->node_id();
   if (tier != nullptr) tier->Attach(started, node->peers_.get(), arena);
@@ -59,6 +63,79 @@ void RemoteNode::Stop() {
   // PeerSet and the server until it is gone), then they go.
   peers_->Stop();
   transport_.reset();
+}
+
+absl::StatusOr<MoveResult> RemoteNode::Push(std::string_view target, const KvLayout& layout,
+                                            std::span<const ChunkKey> keys,
+                                            std::chrono::milliseconds timeout) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("remote: stopped");
+  const std::optional<PeerId> peer = peers_->FindAdmitted(target);
+  if (!peer.has_value()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "remote: no peer named '{}' is up ('strata peers' lists them by node id and address)",
+        target));
+  }
+  const uint64_t fingerprint = layout.Fingerprint();
+  MoveResult result;
+  PushRequest request{.layout = layout};
+  std::vector<ChunkLease> leases;  // held until the peer has read the chunks
+  for (const ChunkKey& key : keys) {
+    if (key.layout_fingerprint() != fingerprint) {
+      return absl::InvalidArgumentError(fmt::format("remote: chunk {} is not of layout {}",
+                                                    key.ToString(), layout.DebugString()));
+    }
+    absl::StatusOr<std::optional<ChunkLease>> lease = host_->AcquireForCopy(key, timeout);
+    if (!lease.ok()) return lease.status();
+    if (!lease->has_value()) {
+      ++result.missing_chunks;
+      continue;
+    }
+    PushedChunk pushed{.key = key,
+                       .chunk = {.payload_bytes = (*lease)->size_bytes(),
+                                 .payload_checksum = (*lease)->checksum(),
+                                 .num_tokens = (*lease)->num_tokens()}};
+    for (const ArenaRange& range : (*lease)->ranges()) {
+      pushed.ranges.push_back({.offset = range.offset, .length = range.size_bytes});
+    }
+    request.chunks.push_back(std::move(pushed));
+    leases.push_back(std::move(**lease));
+  }
+  if (request.chunks.empty()) return result;
+
+  absl::Notification answered;
+  absl::StatusOr<std::string> answer;
+  transport_->Call(*peer, EncodePush(request), std::chrono::steady_clock::now() + timeout,
+                   [&](absl::StatusOr<std::string> reply) {
+                     answer = std::move(reply);
+                     answered.Notify();
+                   });
+  answered.WaitForNotification();  // the transport completes every call by its deadline
+  absl::StatusOr<PushReply> reply =
+      answer.ok() ? DecodePushReply(*answer) : absl::StatusOr<PushReply>(answer.status());
+  if (!reply.ok()) return Annotate(reply.status(), fmt::format("remote: push to {}", target));
+  if (reply->codes.size() != request.chunks.size()) {
+    return absl::DataLossError("remote: the peer answered a push for another number of chunks");
+  }
+  absl::Status first_failure;
+  uint64_t failures = 0;
+  for (size_t i = 0; i < reply->codes.size(); ++i) {
+    const auto code = static_cast<absl::StatusCode>(reply->codes[i]);
+    if (code == absl::StatusCode::kOk) {
+      ++result.moved_chunks;
+    } else if (code == absl::StatusCode::kAlreadyExists) {
+      ++result.already_in_target;
+    } else if (++failures == 1) {
+      first_failure = absl::Status(
+          code, fmt::format("remote: {} failed on {}", request.chunks[i].key.ToString(), target));
+    }
+  }
+  if (failures > 0) {
+    return Annotate(first_failure,
+                    fmt::format("{} of {} chunks were not pushed ({} were)", failures,
+                                request.chunks.size(), result.moved_chunks));
+  }
+  return result;
 }
 
 std::vector<PeerInfo> RemoteNode::Peers() const {

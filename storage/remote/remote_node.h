@@ -57,9 +57,19 @@ class RemoteNode {
   std::vector<PeerInfo> Peers() const;
   RemoteServerStats ServerStats() const { return server_->Stats(); }
 
+  // Copies `keys` (chunks of `layout` in this node's host tier) into the host tier of the peer
+  // named `target` (its node id or address): the peer reads them from this node's arena, checks
+  // and commits them; this node keeps its copies. Blocks up to `timeout`. kFailedPrecondition
+  // when no such peer is up, kInvalidArgument for keys of another layout; when chunks fail, the
+  // first failure, with how many. moved_chunks counts what the peer committed.
+  absl::StatusOr<MoveResult> Push(std::string_view target, const KvLayout& layout,
+                                  std::span<const ChunkKey> keys,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
  private:
   RemoteNode() = default;
 
+  HostTier* host_ = nullptr;
   std::unique_ptr<RemoteServer> server_;
   std::unique_ptr<PeerSet> peers_;
   std::string listen_address_;

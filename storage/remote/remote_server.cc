@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "fmt/format.h"
+#include "storage/host/payload_view.h"
+#include "storage/remote/internal/piece_pairing.h"
 #include "storage/remote/remote_messages.h"
 
 namespace strata::storage::remote {
@@ -18,7 +20,7 @@ constexpr auto kDescribeLease = std::chrono::seconds(1);
 RemoteServer::RemoteServer(HostTier& host, RemoteServerOptions options)
     : host_(host), options_(options) {}
 
-void RemoteServer::Handle(PeerId /*peer*/, std::string request, Transport::Reply reply) {
+void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply reply) {
   absl::StatusOr<uint8_t> type = MessageType(request);
   absl::StatusOr<std::string> answer = absl::InternalError("remote: unanswered");
   if (!type.ok()) {
@@ -34,6 +36,9 @@ void RemoteServer::Handle(PeerId /*peer*/, std::string request, Transport::Reply
       case RemoteMessage::kRelease:
         answer = Release(request);
         break;
+      case RemoteMessage::kPush:
+        Push(peer, request, std::move(reply));
+        return;
       default:
         answer = absl::InvalidArgumentError(fmt::format("remote: unknown message type {}", *type));
     }
@@ -122,6 +127,114 @@ absl::StatusOr<std::string> RemoteServer::Release(std::string_view request) {
     }
   }
   return std::string();  // the leases go as `released` does, outside the lock
+}
+
+namespace {
+
+// A Push being read: one reservation per chunk read, answered when the last read is done.
+struct PushRound {
+  absl::Mutex mu;
+  std::vector<int32_t> codes;
+  std::vector<std::optional<WriteReservation>> reservations;
+  std::vector<uint64_t> checksums;
+  size_t reading = 0;
+  Transport::Reply reply;
+};
+
+int32_t CodeOf(const absl::Status& status) { return static_cast<int32_t>(status.code()); }
+
+}  // namespace
+
+void RemoteServer::Push(PeerId peer, std::string_view request, Transport::Reply reply) {
+  absl::StatusOr<PushRequest> push = DecodePush(request);
+  Transport* transport = transport_.load(std::memory_order_acquire);
+  if (!push.ok() || transport == nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.refused;
+    }
+    std::move(reply)(push.ok() ? absl::UnavailableError("remote: not serving pushes yet")
+                               : push.status());
+    return;
+  }
+  const size_t count = push->chunks.size();
+  auto round = std::make_shared<PushRound>();
+  round->codes.assign(count, 0);
+  round->reservations.resize(count);
+  round->checksums.resize(count);
+  round->reply = std::move(reply);
+  std::vector<std::vector<Segment>> reads(count);
+  for (size_t i = 0; i < count; ++i) {
+    const PushedChunk& pushed = push->chunks[i];
+    const uint32_t tokens = pushed.chunk.num_tokens;
+    if (tokens == 0 || tokens > push->layout.chunk_tokens ||
+        pushed.chunk.payload_bytes != push->layout.chunk_bytes(tokens)) {
+      round->codes[i] = CodeOf(absl::InvalidArgumentError("size does not match the layout"));
+      continue;
+    }
+    absl::StatusOr<ReserveResult> reserved =
+        host_.Reserve(push->layout, pushed.key, {.num_tokens = tokens});
+    if (!reserved.ok()) {
+      round->codes[i] = CodeOf(reserved.status());
+      continue;
+    }
+    if (reserved->outcome != ReserveOutcome::kReserved) {
+      round->codes[i] = static_cast<int32_t>(reserved->outcome == ReserveOutcome::kAlreadyPresent
+                                                 ? absl::StatusCode::kAlreadyExists
+                                                 : absl::StatusCode::kAborted);
+      continue;
+    }
+    const MutablePayloadView pages = reserved->reservation.payload();
+    std::vector<std::span<std::byte>> parts;
+    for (size_t r = 0; r < pages.ranges().size(); ++r) parts.push_back(pages.range_bytes(r));
+    absl::StatusOr<std::vector<Segment>> segments = internal::PairPieces(pushed.ranges, parts);
+    if (!segments.ok()) {
+      host_.Abort(std::move(reserved->reservation));
+      round->codes[i] = CodeOf(segments.status());
+      continue;
+    }
+    reads[i] = *std::move(segments);
+    round->reservations[i] = std::move(reserved->reservation);
+    round->checksums[i] = pushed.chunk.payload_checksum;
+    ++round->reading;
+  }
+  if (round->reading == 0) {
+    std::move(round->reply)(EncodePushReply({.codes = round->codes}));
+    return;
+  }
+  const Deadline deadline = Clock::now() + options_.push_timeout;
+  for (size_t i = 0; i < count; ++i) {
+    if (!round->reservations[i].has_value()) continue;
+    transport->Read(peer, reads[i], deadline, [this, round, i](absl::Status read) {
+      WriteReservation reservation = *std::move(round->reservations[i]);
+      absl::Status stored = read;
+      if (stored.ok() &&
+          ChecksumRanges(host_.arena_base(), reservation.ranges()) != round->checksums[i]) {
+        stored = absl::DataLossError("remote: a pushed chunk failed its checksum");
+      }
+      if (stored.ok()) {
+        stored = host_.Commit(std::move(reservation), round->checksums[i]);
+      } else {
+        host_.Abort(std::move(reservation));
+      }
+      Transport::Reply reply;
+      std::vector<int32_t> codes;
+      {
+        absl::MutexLock lock(&round->mu);
+        round->codes[i] = CodeOf(stored);
+        if (--round->reading > 0) return;
+        reply = std::move(round->reply);
+        codes = round->codes;
+      }
+      uint64_t received = 0;
+      for (int32_t code : codes) received += code == 0 ? 1 : 0;
+      {
+        absl::MutexLock lock(&mu_);
+        stats_.chunks_received += received;
+      }
+      std::move(reply)(EncodePushReply({.codes = std::move(codes)}));
+    });
+  }
 }
 
 void RemoteServer::SweepExpired() {

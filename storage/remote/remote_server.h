@@ -1,8 +1,9 @@
-// RemoteServer answers peers' remote-tier messages (remote_messages.h) from this daemon's host
+// RemoteServer answers peers' remote-tier messages (remote_messages.h) with this daemon's host
 // tier: Query (the leading chunks of a chain the host tier holds, with size, checksum and
 // tokens), Lease (leases chunks for the requester to read from the arena, answering where their
-// bytes lie) and Release. Chunks held only below the host tier are not served yet: a peer sees
-// them as misses.
+// bytes lie), Release, and Push (a peer hands over chunks: the server reserves pages, reads the
+// bytes from the peer's arena itself, checks each checksum and commits). Chunks held only below
+// the host tier are not served yet: a peer sees them as misses.
 //
 // Leases are HostTier::AcquireForCopy leases (a copy, not a load: no hit counted, the eviction
 // policy untouched), kept by lease id until Release or their deadline; expired entries are swept
@@ -10,9 +11,12 @@
 // beyond that a Lease is answered kResourceExhausted.
 //
 // Threading: Handle runs on the transport's thread; it takes the host tier's locks briefly and
-// never waits for I/O. Thread-safe. The host tier must outlive the server.
+// never waits for I/O (a Push's reads complete on that thread later). Thread-safe. The host tier
+// must outlive the server; Attach gives it the transport it reads pushed chunks through (pushes
+// are refused kUnavailable before).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -27,6 +31,8 @@ namespace strata::storage::remote {
 struct RemoteServerOptions {
   // Longest lease a peer may ask for.
   std::chrono::milliseconds max_lease{30'000};
+  // How long reading a pushed batch from the pusher may take.
+  std::chrono::milliseconds push_timeout{30'000};
   size_t max_lease_sets = 4096;
 };
 
@@ -34,12 +40,15 @@ struct RemoteServerStats {
   uint64_t queries = 0;
   uint64_t chunks_leased = 0;
   uint64_t lease_sets_held = 0;
-  uint64_t refused = 0;  // malformed or over the limit
+  uint64_t refused = 0;          // malformed or over the limit
+  uint64_t chunks_received = 0;  // pushed by peers and committed here
 };
 
 class RemoteServer {
  public:
   RemoteServer(HostTier& host, RemoteServerOptions options);
+
+  void Attach(Transport* transport) { transport_.store(transport, std::memory_order_release); }
 
   // For PeerSetOptions::on_call: answers one remote-tier message.
   void Handle(PeerId peer, std::string request, Transport::Reply reply);
@@ -55,10 +64,13 @@ class RemoteServer {
   absl::StatusOr<std::string> Query(std::string_view request);
   absl::StatusOr<std::string> Lease(std::string_view request);
   absl::StatusOr<std::string> Release(std::string_view request);
+  // Answers through `reply` once every pushed chunk is committed or failed.
+  void Push(PeerId peer, std::string_view request, Transport::Reply reply);
   void SweepExpired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HostTier& host_;
   const RemoteServerOptions options_;
+  std::atomic<Transport*> transport_{nullptr};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LeaseSet> lease_sets_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "storage/host/payload_view.h"
+#include "storage/remote/internal/piece_pairing.h"
 
 namespace strata::storage::remote {
 namespace {
@@ -20,40 +20,6 @@ absl::Status StatusFromCode(int32_t code, std::string_view what) {
     return absl::InternalError(fmt::format("{}: the peer answered code {}", what, code));
   }
   return absl::Status(static_cast<absl::StatusCode>(code), std::string(what));
-}
-
-// The pieces of one chunk's read: its bytes at `ranges` in the peer's region, into `parts` of
-// ours, split where either side's pieces end. kDataLoss when the two do not add up to the same
-// size.
-absl::StatusOr<std::vector<Segment>> PairPieces(std::span<const RemoteRange> ranges,
-                                                LowerTier::MutableParts parts) {
-  std::vector<Segment> segments;
-  size_t part = 0;
-  uint64_t part_used = 0;
-  for (const RemoteRange& range : ranges) {
-    uint64_t range_used = 0;
-    while (range_used < range.length) {
-      while (part < parts.size() && part_used == parts[part].size()) {
-        ++part;
-        part_used = 0;
-      }
-      if (part == parts.size()) break;
-      const uint64_t take = std::min(range.length - range_used, parts[part].size() - part_used);
-      segments.push_back({.remote_offset = range.offset + range_used,
-                          .local = parts[part].subspan(part_used, take)});
-      range_used += take;
-      part_used += take;
-    }
-    if (range_used != range.length) {
-      return absl::DataLossError("remote: the peer's chunk is larger than its destination");
-    }
-  }
-  uint64_t left = part < parts.size() ? parts[part].size() - part_used : 0;
-  for (size_t i = part + 1; i < parts.size(); ++i) left += parts[i].size();
-  if (left != 0) {
-    return absl::DataLossError("remote: the peer's chunk is smaller than its destination");
-  }
-  return segments;
 }
 
 }  // namespace
@@ -106,6 +72,8 @@ void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done) {
     std::move(done)(0);
     return;
   }
+  // A peer answers at most kMaxChainChunks keys: longer chains are asked about their start.
+  if (chain.size() > kMaxChainChunks) chain.resize(kMaxChainChunks);
   auto round = std::make_shared<QueryRound>(serving.size(), std::move(done));
   auto shared_chain = std::make_shared<const std::vector<ChunkKey>>(std::move(chain));
   const std::string request = EncodeQuery({.chain = *shared_chain});
@@ -190,7 +158,8 @@ std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const Chu
                                                 std::span<const MutableParts> destinations,
                                                 std::span<const size_t> indices) {
   std::vector<absl::Status> results(indices.size());
-  const Deadline deadline = Clock::now() + options_.fetch_timeout;
+  const Clock::time_point started = Clock::now();
+  const Deadline deadline = started + options_.fetch_timeout;
   LeaseRequest request{.lease_ms = static_cast<uint32_t>(options_.fetch_timeout.count())};
   for (size_t index : indices) request.keys.push_back(keys[index]);
 
@@ -210,61 +179,74 @@ std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const Chu
   if (!reply.ok()) {
     const absl::Status failed = Annotate(reply.status(), "remote tier: lease");
     std::fill(results.begin(), results.end(), failed);
+    if (options_.on_fetch) options_.on_fetch(Clock::now() - started, false);
     absl::MutexLock lock(&mu_);
     stats_.io_errors += indices.size();
     return results;
   }
 
-  // One Read per chunk, all in flight together; each chunk fails alone.
-  absl::BlockingCounter reads(static_cast<int>(indices.size()));
+  // One Read per chunk, all in flight together; each chunk fails alone. Each chunk's checksum is
+  // checked on this thread as soon as its read has landed, while the later reads still run.
+  struct Arrivals {
+    absl::Mutex mu;
+    std::vector<size_t> landed ABSL_GUARDED_BY(mu);  // chunks whose reads completed, in order
+  } arrivals;
+  size_t reading = 0;
   for (size_t j = 0; j < indices.size(); ++j) {
     const LeasedChunk& chunk = reply->chunks[j];
     const std::optional<ChunkInfo> expected = Lookup(keys[indices[j]]);
     absl::StatusOr<std::vector<Segment>> segments =
         chunk.code != 0 ? absl::StatusOr<std::vector<Segment>>(
                               StatusFromCode(chunk.code, "remote tier: the peer's lease"))
-                        : PairPieces(chunk.ranges, destinations[indices[j]]);
+                        : internal::PairPieces(chunk.ranges, destinations[indices[j]]);
     if (segments.ok() &&
         (!expected || expected->payload_checksum != chunk.chunk.payload_checksum)) {
       segments = absl::AbortedError("remote tier: the peer holds another version of the chunk");
     }
     if (!segments.ok()) {
       results[j] = segments.status();
-      reads.DecrementCount();
       continue;
     }
-    transport_->Read(peer, *segments, deadline, [&results, &reads, j](absl::Status status) {
+    ++reading;
+    transport_->Read(peer, *segments, deadline, [&results, &arrivals, j](absl::Status status) {
+      absl::MutexLock lock(&arrivals.mu);
       results[j] = std::move(status);
-      reads.DecrementCount();
+      arrivals.landed.push_back(j);
     });
   }
-  reads.Wait();  // every Read completes by its deadline; then the transport lets go of our pages
-  transport_->Call(peer, EncodeRelease({.lease_id = reply->lease_id}), deadline,
-                   [](absl::StatusOr<std::string>) {});
-
   std::byte* base = arena_.data();
   uint64_t read_bytes = 0;
   uint64_t corrupt = 0;
-  uint64_t failed = 0;
-  for (size_t j = 0; j < indices.size(); ++j) {
-    if (results[j].ok()) {
-      std::vector<ArenaRange> ranges;
-      for (std::span<std::byte> part : destinations[indices[j]]) {
-        ranges.push_back(
-            {.offset = static_cast<uint64_t>(part.data() - base), .size_bytes = part.size()});
-      }
-      if (ChecksumRanges(base, ranges) != reply->chunks[j].chunk.payload_checksum) {
-        results[j] = absl::DataLossError(
-            fmt::format("remote tier: chunk {} from peer {} failed its checksum",
-                        keys[indices[j]].ToString(), peer));
-        ++corrupt;
-      } else {
-        read_bytes += reply->chunks[j].chunk.payload_bytes;
-        continue;
-      }
+  // Every Read completes by its deadline; once it has, the transport no longer touches its pages.
+  for (size_t checked = 0; checked < reading; ++checked) {
+    size_t j = 0;
+    {
+      absl::MutexLock lock(&arrivals.mu);
+      arrivals.mu.Await(absl::Condition(
+          +[](std::vector<size_t>* landed) { return !landed->empty(); }, &arrivals.landed));
+      j = arrivals.landed.back();
+      arrivals.landed.pop_back();
     }
-    ++failed;
+    if (!results[j].ok()) continue;
+    std::vector<ArenaRange> ranges;
+    for (std::span<std::byte> part : destinations[indices[j]]) {
+      ranges.push_back(
+          {.offset = static_cast<uint64_t>(part.data() - base), .size_bytes = part.size()});
+    }
+    if (ChecksumRanges(base, ranges) != reply->chunks[j].chunk.payload_checksum) {
+      results[j] =
+          absl::DataLossError(fmt::format("remote tier: chunk {} from peer {} failed its checksum",
+                                          keys[indices[j]].ToString(), peer));
+      ++corrupt;
+    } else {
+      read_bytes += reply->chunks[j].chunk.payload_bytes;
+    }
   }
+  transport_->Call(peer, EncodeRelease({.lease_id = reply->lease_id}), deadline,
+                   [](absl::StatusOr<std::string>) {});
+  uint64_t failed = 0;
+  for (const absl::Status& result : results) failed += result.ok() ? 0 : 1;
+  if (options_.on_fetch) options_.on_fetch(Clock::now() - started, failed == 0);
   absl::MutexLock lock(&mu_);
   stats_.reads += indices.size() - failed;
   stats_.read_bytes += read_bytes;

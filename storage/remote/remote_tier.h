@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -50,6 +51,10 @@ struct RemoteTierOptions {
   // Chunks remembered from peers' answers, and for how long.
   size_t remembered_chunks = 1u << 16;
   std::chrono::seconds remembered_for{30};
+  // Told of every fetch from one peer (a batch of chunks): how long it took, from the lease
+  // request to the last byte checked, and whether every chunk arrived. On the fetching thread;
+  // may be empty.
+  std::function<void(std::chrono::nanoseconds took, bool ok)> on_fetch;
 };
 
 class RemoteTier final : public LowerTier {

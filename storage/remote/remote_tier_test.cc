@@ -236,10 +236,13 @@ TEST_F(RemoteTierTest, TheStoreLocatesRemoteChunksByAskingThePeers) {
         later = std::move(tiers);
         done.Notify();
       });
-  ASSERT_FALSE(now.has_value());
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(later, (std::vector<Tier>{Tier::kHost, Tier::kHost, Tier::kRemote, Tier::kRemote,
-                                      Tier::kRemote, Tier::kRemote}));
+  // Usually answered later; at once when the peer answered before the call returned.
+  if (!now.has_value()) {
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    now = std::move(later);
+  }
+  EXPECT_EQ(*now, (std::vector<Tier>{Tier::kHost, Tier::kHost, Tier::kRemote, Tier::kRemote,
+                                     Tier::kRemote, Tier::kRemote}));
   // A chain the host tier covers is answered at once, without asking.
   std::optional<std::vector<Tier>> covered =
       b_->store().LocatePrefixOrAsk(b_->Chain(2), [](std::vector<Tier>) { FAIL(); });

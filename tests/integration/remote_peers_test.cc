@@ -16,6 +16,7 @@
 #include "core/key_hasher.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/test_layout.h"
@@ -227,6 +228,59 @@ TEST(RemotePeers, APeerKilledBeforeTheLoadFailsItCleanly) {
   EXPECT_EQ(LoadAndCheck(*b.engine, own, [](uint32_t i) { return 60 + i; }),
             std::vector<int>(2, 0));
   EXPECT_EQ(b.process().Stop().code, 0);
+}
+
+TEST(RemotePeers, AnOperatorCopiesChunksIntoAPeersHostTier) {
+  const std::string token = TokenFile("push", "secret-push");
+  // B dials nobody: whatever its engine finds, its own host tier holds.
+  Node b = StartNode(token, {});
+  ASSERT_TRUE(b.engine);
+  std::vector<uint32_t> tokens(4 * 64);
+  std::iota(tokens.begin(), tokens.end(), 7000);
+  const std::vector<ChunkKey> keys = KeyHasher::Create(Layout(), {})->PrefixKeys(tokens, {});
+  Node a = StartNode(token, {b.peer.remote_address}, keys, 40);
+  ASSERT_TRUE(a.engine);
+  v1::ListPeersResponse peers_of_a;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    grpc::ClientContext context;
+    peers_of_a.Clear();
+    ASSERT_TRUE(a.process().control().ListPeers(&context, {}, &peers_of_a).ok());
+    if (peers_of_a.peers_size() == 1 && peers_of_a.peers(0).state() == v1::Peer::STATE_UP) break;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  ASSERT_EQ(peers_of_a.peers_size(), 1);
+  const std::string b_node = peers_of_a.peers(0).node_id();
+
+  v1::MoveRequest move;
+  *move.mutable_selector()->mutable_layout() = ToProto(Layout());
+  move.mutable_selector()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  move.set_target(v1::TIER_HOST);
+  move.set_target_instance(b_node);
+  {
+    grpc::ClientContext context;
+    v1::MoveResponse moved;
+    const grpc::Status status = a.process().control().Move(&context, move, &moved);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(moved.moved_chunks(), 4u);
+    EXPECT_EQ(moved.missing_chunks(), 0u);
+  }
+  EXPECT_EQ(LookupHits(*b.engine, keys), 4u);
+  EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 40 + i; }),
+            std::vector<int>(4, 0));
+  {  // Again: B holds them all already.
+    grpc::ClientContext context;
+    v1::MoveResponse moved;
+    ASSERT_TRUE(a.process().control().Move(&context, move, &moved).ok());
+    EXPECT_EQ(moved.moved_chunks(), 0u);
+    EXPECT_EQ(moved.already_in_target(), 4u);
+  }
+  {  // A peer nobody knows.
+    grpc::ClientContext context;
+    v1::MoveResponse moved;
+    move.set_target_instance("nobody:1");
+    EXPECT_EQ(a.process().control().Move(&context, move, &moved).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
 }
 
 }  // namespace

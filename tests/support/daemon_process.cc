@@ -47,6 +47,11 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
   std::vector<std::string> args = {STRATA_STRATAD_PATH, "--config",
                                    (daemon->dir_ / "stratad.toml").string()};
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  if (!options.network_namespace.empty()) {
+    // `ip netns exec` enters the namespace and remounts /sys for it, where UCX finds its network
+    // devices; it then execs stratad (same pid).
+    args.insert(args.begin(), {"/usr/sbin/ip", "netns", "exec", options.network_namespace});
+  }
   const std::string log_path = (daemon->dir_ / "stratad.log").string();
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
@@ -56,6 +61,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     argv.push_back(nullptr);
     FILE* log = std::freopen(log_path.c_str(), "w", stderr);
     if (log == nullptr) _exit(126);
+
     ::execv(argv[0], argv.data());
     _exit(127);
   }
@@ -68,8 +74,12 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     std::smatch match;
     const std::string log = daemon->Log();
     if (std::regex_search(log, match, serving)) {
+      // Loopback in another network namespace is not ours: dial its Unix socket there.
+      const std::string target = options.network_namespace.empty()
+                                     ? "127.0.0.1:" + match[1].str()
+                                     : "unix:" + (daemon->dir_ / "control.sock").string();
       daemon->stub_ = v1::StrataControl::NewStub(
-          grpc::CreateChannel("127.0.0.1:" + match[1].str(), grpc::InsecureChannelCredentials()));
+          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
       return daemon;
     }
     int status = 0;

@@ -27,6 +27,9 @@ struct DaemonProcessOptions {
   std::vector<std::string> extra_args;
   // Appended to the generated config file (whole TOML tables, e.g. "[disk]\n...").
   std::string extra_toml;
+  // A network namespace made with `ip netns add` (its name) to run the daemon in; empty: the
+  // test's own. The control stub then dials the daemon's Unix control socket.
+  std::string network_namespace;
 };
 
 struct ExitInfo {
