@@ -213,6 +213,14 @@ absl::Status EngineSession::Prefetch(const v1::PrefetchRequest& request,
   absl::StatusOr<uint32_t> queued = store_->Prefetch(*layout_, *keys);
   if (!queued.ok()) return queued.status();
   response.set_queued_chunks(*queued);
+  // Chunks only peers hold: the remote tier asks them in the background and what they hold is
+  // queued then (not counted in this answer). No peer to ask: nothing more to do.
+  auto chain = std::make_shared<const std::vector<ChunkKey>>(*std::move(keys));
+  (void)store_->LocatePrefixOrAsk(
+      *chain, [store = store_, layout = layout_, chain](std::vector<storage::Tier>) {
+        // Best effort: a full queue or a stopped store leaves the chunks to the load.
+        (void)store->Prefetch(*layout, *chain);
+      });
   return absl::OkStatus();
 }
 

@@ -94,7 +94,8 @@ class EngineSession {
   absl::Status Commit(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Abort(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
-  // Queues the chain's lower-tier chunks for promotion and answers at once (no disk I/O).
+  // Queues the chain's lower-tier chunks for promotion and answers at once (no disk I/O); chunks
+  // only peers hold are queued once the remote tier has asked them.
   absl::Status Prefetch(const v1::PrefetchRequest& request, v1::PrefetchResponse& response);
 
   // Checks a batch of `items` against the per-request limit and, when it adds handles, against

@@ -230,6 +230,28 @@ TEST(RemotePeers, APeerKilledBeforeTheLoadFailsItCleanly) {
   EXPECT_EQ(b.process().Stop().code, 0);
 }
 
+TEST(RemotePeers, APrefetchBringsAPeersChunksBeforeTheLoad) {
+  const std::string token = TokenFile("prefetch", "secret-prefetch");
+  const std::vector<ChunkKey> keys = Keys(4, 300'000);
+  Node a = StartNode(token, {}, keys, 90);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  // Once A is admitted, B's Prefetch has the chunks promoted in the background.
+  uint64_t in_host = 0;
+  for (int attempt = 0; attempt < 200 && in_host < keys.size(); ++attempt) {
+    ASSERT_TRUE(b.engine->Call(test_support::PrefetchRequest(keys)).ok());
+    std::this_thread::sleep_for(milliseconds(25));
+    absl::StatusOr<v1::TierStats> host = b.process().HostStats();
+    ASSERT_TRUE(host.ok()) << host.status();
+    in_host = host->chunks();
+  }
+  ASSERT_EQ(in_host, keys.size()) << b.process().Log();
+  // The load finds them in B's host tier: nothing is fetched again.
+  EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 90 + i; }),
+            std::vector<int>(4, 0));
+}
+
 TEST(RemotePeers, AnOperatorCopiesChunksIntoAPeersHostTier) {
   const std::string token = TokenFile("push", "secret-push");
   // B dials nobody: whatever its engine finds, its own host tier holds.
