@@ -5,6 +5,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
+#include "storage/remote/internal/wire_status.h"
 
 namespace strata::storage::remote {
 
@@ -126,8 +127,9 @@ absl::StatusOr<MoveResult> RemoteNode::Push(std::string_view target, const KvLay
     } else if (code == absl::StatusCode::kAlreadyExists) {
       ++result.already_in_target;
     } else if (++failures == 1) {
-      first_failure = absl::Status(
-          code, fmt::format("remote: {} failed on {}", request.chunks[i].key.ToString(), target));
+      first_failure = internal::StatusFromWire(
+          reply->codes[i],
+          fmt::format("remote: {} failed on {}", request.chunks[i].key.ToString(), target));
     }
   }
   if (failures > 0) {

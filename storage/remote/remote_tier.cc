@@ -9,18 +9,12 @@
 #include "spdlog/spdlog.h"
 #include "storage/host/payload_view.h"
 #include "storage/remote/internal/piece_pairing.h"
+#include "storage/remote/internal/wire_status.h"
 
 namespace strata::storage::remote {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::Status StatusFromCode(int32_t code, std::string_view what) {
-  if (code <= 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::InternalError(fmt::format("{}: the peer answered code {}", what, code));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), std::string(what));
-}
 
 }  // namespace
 
@@ -197,7 +191,7 @@ std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const Chu
     const std::optional<ChunkInfo> expected = Lookup(keys[indices[j]]);
     absl::StatusOr<std::vector<Segment>> segments =
         chunk.code != 0 ? absl::StatusOr<std::vector<Segment>>(
-                              StatusFromCode(chunk.code, "remote tier: the peer's lease"))
+                              internal::StatusFromWire(chunk.code, "remote tier: the peer's lease"))
                         : internal::PairPieces(chunk.ranges, destinations[indices[j]]);
     if (segments.ok() &&
         (!expected || expected->payload_checksum != chunk.chunk.payload_checksum)) {

@@ -30,6 +30,7 @@
 #include "storage/remote/data_path.h"
 #include "storage/remote/internal/socket_address.h"
 #include "storage/remote/internal/ucx_wire.h"
+#include "storage/remote/internal/wire_status.h"
 
 namespace strata::storage::remote {
 namespace {
@@ -61,13 +62,6 @@ absl::Status UcsError(ucs_status_t status, std::string_view context) {
     default:
       return absl::UnavailableError(message);
   }
-}
-
-absl::Status StatusFromWire(int32_t code, std::string_view message) {
-  if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::InternalError(fmt::format("peer sent status code {}: {}", code, message));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), std::string(message));
 }
 
 // The boot id of this host: two transports with equal ids share a machine (and its memory).
@@ -1194,7 +1188,7 @@ void UcxTransport::Impl::HandleCallReply(const void* header, size_t header_lengt
                   return;
                 }
                 if (code != 0) {
-                  Fail(id, StatusFromWire(code, *bytes));
+                  Fail(id, internal::StatusFromWire(code, *bytes));
                   return;
                 }
                 auto op = ops_.find(id);
@@ -1245,8 +1239,8 @@ void UcxTransport::Impl::HandleWriteAck(const void* header, size_t header_length
   if (it == ops_.end() || it->second.kind != OpKind::kWrite) return;
   if (ack->code != 0) {
     Fail(ack->request_id,
-         StatusFromWire(ack->code,
-                        fmt::format("ucx transport: the peer refused segment {}", ack->segment)));
+         internal::StatusFromWire(
+             ack->code, fmt::format("ucx transport: the peer refused segment {}", ack->segment)));
     return;
   }
   SegmentDone(ack->request_id, ack->segment);
@@ -1276,10 +1270,11 @@ void UcxTransport::Impl::HandleReadData(const void* header, size_t header_length
   Op& op = it->second;
   if (answer->segment >= op.segments.size() || op.segment_done[answer->segment]) return;
   if (answer->code != 0) {
-    Fail(id, StatusFromWire(answer->code, fmt::format("{}{}",
-                                                      "ucx transport: the peer refused to read "
-                                                      "segment ",
-                                                      answer->segment)));
+    Fail(id, internal::StatusFromWire(answer->code,
+                                      fmt::format("{}{}",
+                                                  "ucx transport: the peer refused to read "
+                                                  "segment ",
+                                                  answer->segment)));
     return;
   }
   const Segment& segment = op.segments[answer->segment];
