@@ -191,6 +191,9 @@ void EngineSession::AnswerLookup(const std::vector<storage::Tier>& tiers, size_t
                                  const std::string& tenant, uint64_t tokens,
                                  v1::LookupChainResponse& response) {
   response.set_hit_chunks(static_cast<uint32_t>(tiers.size()));
+  const auto below_host = std::find_if(tiers.begin(), tiers.end(),
+                                       [](storage::Tier t) { return t != storage::Tier::kHost; });
+  response.set_host_chunks(static_cast<uint32_t>(below_host - tiers.begin()));
   if (lookups_ == nullptr) return;
   // The tokens the chain covers, as the engine counted them (its last chunk may be partial);
   // full chunks when it did not say, and never more (a count past them is the engine's error,

@@ -77,12 +77,14 @@ std::vector<uint32_t> PromptTokens(const Prompt& prompt) {
 
 std::string RequestResult::ToJson() const {
   return fmt::format(
-      "{{\"request\":\"{}\",\"prompt_tokens\":{},\"matched_tokens\":{},\"failed_blocks\":{},"
+      "{{\"request\":\"{}\",\"prompt_tokens\":{},\"matched_tokens\":{},\"load_async\":{},"
+      "\"failed_blocks\":{},"
       "\"recomputed_tokens\":{},\"wrong_values\":{},\"lookup_us\":{},\"load_us\":{},"
       "\"save_us\":{},\"step_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
       "\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
-      request_id, prompt_tokens, matched_tokens, failed_blocks, recomputed_tokens, wrong_values,
-      lookup_us, load_us, save_us, step_us, bytes_loaded, bytes_saved, load_status, save_status);
+      request_id, prompt_tokens, matched_tokens, load_async, failed_blocks, recomputed_tokens,
+      wrong_values, lookup_us, load_us, save_us, step_us, bytes_loaded, bytes_saved, load_status,
+      save_status);
 }
 
 struct SimEngine::Impl {
@@ -101,6 +103,29 @@ struct SimEngine::Impl {
         size_t{options.num_blocks} * options.block_size * l.num_kv_heads * l.head_dim;
     return plane * per_plane +
            ((size_t{block} * options.block_size + slot) * l.num_kv_heads + head) * l.head_dim + dim;
+  }
+
+  // An asynchronous load of `request_id`: empty steps (nothing scheduled, as while vLLM's
+  // request waits for its KV) until the worker reports it, within twice the io timeout.
+  // Returns its failed blocks; every block of [0, matched) when it was never reported.
+  std::vector<int32_t> WaitForAsyncLoad(const std::string& request_id,
+                                        const std::vector<int32_t>& blocks, uint32_t matched) {
+    std::vector<int32_t> failed;
+    const auto deadline = Clock::now() + 2 * std::chrono::milliseconds(options.io_timeout_ms);
+    while (Clock::now() < deadline) {
+      (void)worker->StartLoadKv(scheduler->BuildConnectorMeta({}));
+      (void)worker->WaitForSave();
+      const connector::FinishedRequests done = worker->GetFinished({});
+      const std::vector<int32_t> errors = worker->GetBlockIdsWithLoadErrors();
+      failed.insert(failed.end(), errors.begin(), errors.end());
+      if (std::find(done.finished_recving.begin(), done.finished_recving.end(), request_id) !=
+          done.finished_recving.end()) {
+        return failed;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return {blocks.begin(),
+            blocks.begin() + (matched + options.block_size - 1) / options.block_size};
   }
 
   void Compute(uint32_t layer, const std::vector<uint32_t>& tokens,
@@ -168,6 +193,7 @@ absl::StatusOr<std::unique_ptr<SimEngine>> SimEngine::Create(const SimEngineOpti
   connector_options.lookup_budget = std::chrono::milliseconds(options.lookup_budget_ms);
   connector_options.io_timeout = std::chrono::milliseconds(options.io_timeout_ms);
   connector_options.store_partial_chunks = options.store_partial;
+  connector_options.async_loads = options.async_loads;
   connector_options.device_backend = storage::DeviceBackend::kHost;
   absl::StatusOr<std::unique_ptr<connector::SchedulerConnector>> scheduler =
       connector::SchedulerConnector::Create(connector_options);
@@ -228,6 +254,7 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   const auto looked_up = Clock::now();
   const uint32_t matched = static_cast<uint32_t>(match.num_tokens);
   result.matched_tokens = matched;
+  result.load_async = match.load_async;
   if (o.precompute) {
     for (uint32_t layer = 0; layer < o.layout.num_layers; ++layer) {
       e.Compute(layer, tokens, blocks, matched, length);
@@ -236,6 +263,12 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
 
   const auto step_start = Clock::now();
   (void)e.scheduler->UpdateStateAfterAlloc(result.request_id, blocks, match.num_tokens);
+  std::vector<int32_t> failed;  // blocks whose load failed
+  Clock::time_point loaded = step_start;
+  if (match.load_async) {
+    failed = e.WaitForAsyncLoad(result.request_id, blocks, matched);
+    loaded = Clock::now();
+  }
   connector::SchedulerStep step;
   step.requests.push_back({.request_id = result.request_id,
                            .kind = connector::ScheduledKind::kNew,
@@ -244,7 +277,6 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
                            .block_ids = blocks});
   const connector::ConnectorMetadata metadata = e.scheduler->BuildConnectorMeta(step);
   const absl::Status started = e.worker->StartLoadKv(metadata);
-  Clock::time_point loaded = step_start;
   Clock::duration saving{0};  // inside SaveKvLayer and WaitForSave
   const auto save_layer = [&](uint32_t layer) {
     const auto save_start = Clock::now();
@@ -253,7 +285,7 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   };
   for (uint32_t layer = 0; layer < o.layout.num_layers; ++layer) {
     (void)e.worker->WaitForLayerLoad(layer);
-    if (layer + 1 == o.layout.num_layers) loaded = Clock::now();
+    if (layer + 1 == o.layout.num_layers && !match.load_async) loaded = Clock::now();
     if (o.layer_delay_us > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(o.layer_delay_us));
     if (!o.precompute) {
@@ -270,8 +302,10 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   const absl::Status saved = e.worker->WaitForSave();
   const auto step_end = Clock::now();
   saving += step_end - wait_start;
-  std::vector<int32_t> failed = e.worker->GetBlockIdsWithLoadErrors();
+  const std::vector<int32_t> step_failed = e.worker->GetBlockIdsWithLoadErrors();
+  failed.insert(failed.end(), step_failed.begin(), step_failed.end());
   std::sort(failed.begin(), failed.end());
+  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
   result.wrong_values = e.Verify(tokens, blocks, matched, failed);
   for (uint32_t p = 0; p < matched; ++p) {  // recompute what failed to load
     if (!std::binary_search(failed.begin(), failed.end(), blocks[p / o.block_size])) continue;

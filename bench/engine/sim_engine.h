@@ -45,17 +45,23 @@ struct SimEngineOptions {
   uint32_t lookup_budget_ms = 20;
   uint32_t io_timeout_ms = 5000;
   bool store_partial = false;
+  // ConnectorOptions::async_loads: a hit the daemon must first bring up from its disk (or a
+  // peer) loads between steps; the engine then runs empty steps until the worker reports it.
+  bool async_loads = false;
 };
 
 struct RequestResult {
   std::string request_id;
   uint64_t prompt_tokens = 0;
   uint64_t matched_tokens = 0;
+  bool load_async = false;
   uint64_t failed_blocks = 0;
   uint64_t recomputed_tokens = 0;
   uint64_t wrong_values = 0;
   uint64_t lookup_us = 0;  // GetNumNewMatchedTokens (key hashing + one socket round trip)
-  uint64_t load_us = 0;    // StartLoadKv .. WaitForLayerLoad(last layer)
+  // StartLoadKv .. WaitForLayerLoad(last layer); for an asynchronous load, from the step that
+  // sent it to the step whose GetFinished reported it.
+  uint64_t load_us = 0;
   // Time inside SaveKvLayer and WaitForSave: the store path's copies and its commit (its
   // PrepareStore is in StartLoadKv, in load_us), never the engine's compute. With precompute
   // the save copies all run inside it; otherwise they may overlap the compute of later layers.

@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--lookup-budget-ms", options.lookup_budget_ms);
   app.add_option("--io-timeout-ms", options.io_timeout_ms);
   app.add_flag("--store-partial", options.store_partial);
+  app.add_flag("--async-loads", options.async_loads,
+               "load hits below the daemon's host tier between steps");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("sim_engine"));
 

@@ -307,9 +307,9 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
   return response;
 }
 
-absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> keys,
-                                                   milliseconds timeout,
-                                                   const LookupOrigin& origin) {
+absl::StatusOr<LookupHit> EngineClient::LookupChain(std::span<const ChunkKey> keys,
+                                                    milliseconds timeout,
+                                                    const LookupOrigin& origin) {
   const MonoTime deadline = DeadlineIn(timeout);
   google::protobuf::Arena arena;
   auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
@@ -320,7 +320,10 @@ absl::StatusOr<uint32_t> EngineClient::LookupChain(std::span<const ChunkKey> key
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kLookup, deadline));
-  return std::min<uint32_t>(response.lookup().hit_chunks(), static_cast<uint32_t>(keys.size()));
+  const uint32_t chunks =
+      std::min<uint32_t>(response.lookup().hit_chunks(), static_cast<uint32_t>(keys.size()));
+  return LookupHit{.chunks = chunks,
+                   .host_chunks = std::min(response.lookup().host_chunks(), chunks)};
 }
 
 absl::StatusOr<uint32_t> EngineClient::Prefetch(std::span<const ChunkKey> keys,

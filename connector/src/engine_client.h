@@ -168,6 +168,13 @@ struct LookupOrigin {
   uint32_t tokens = 0;      // tokens the keys' chunks cover; 0: every chunk full
 };
 
+// A lookup's answer: the leading chunks the daemon has, and of those the leading ones in its
+// host tier (a load of the rest waits for a lower tier: disk, or a peer).
+struct LookupHit {
+  uint32_t chunks = 0;
+  uint32_t host_chunks = 0;  // <= chunks
+};
+
 class EngineClient {
  public:
   // Validates the options (layout, socket path); does not connect. kInvalidArgument otherwise.
@@ -181,10 +188,10 @@ class EngineClient {
   // Drops the session, if any (as a failed call would). The next call may reconnect at once.
   void Disconnect();
 
-  // How many leading keys of `keys` the daemon has.
-  absl::StatusOr<uint32_t> LookupChain(std::span<const ChunkKey> keys,
-                                       std::chrono::milliseconds timeout,
-                                       const LookupOrigin& origin = {});
+  // How many leading keys of `keys` the daemon has, and where.
+  absl::StatusOr<LookupHit> LookupChain(std::span<const ChunkKey> keys,
+                                        std::chrono::milliseconds timeout,
+                                        const LookupOrigin& origin = {});
   // Asks the daemon to promote the disk-resident chunks of `keys`' cached prefix into its host
   // tier in the background; returns how many chunks it queued (it answers before any disk I/O).
   // The daemon's errors (kResourceExhausted: its prefetch queue is full) and the call's.

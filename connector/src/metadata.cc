@@ -1,10 +1,10 @@
 // ConnectorMetadata's wire form and ConnectorOptions::Validate.
 //
-// Encoding (little-endian): "STCM", u32 version (1), u32 block_size, u32 chunk_tokens, then the
+// Encoding (little-endian): "STCM", u32 version (2), u32 block_size, u32 chunk_tokens, then the
 // loads, the saves (each a u32 count of TransferSpecs) and the finished request ids (u32 count of
 // strings). A string is a u32 length and its bytes; a TransferSpec is request_id, tokens (u32
 // count of u32), tenant_salt, lora_name, i64 token_begin, i64 token_end, block_ids (u32 count of
-// i32), u8 fail. Nothing follows the last field.
+// i32), u8 flags (bit 0: fail, bit 1: async). Nothing follows the last field.
 #include <cstring>
 #include <string>
 
@@ -16,7 +16,9 @@ namespace strata::connector {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'T', 'C', 'M'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr uint8_t kFail = 1;
+constexpr uint8_t kAsync = 2;
 
 void WriteSpec(ByteWriter& w, const TransferSpec& spec) {
   w.String(spec.request_id);
@@ -26,17 +28,18 @@ void WriteSpec(ByteWriter& w, const TransferSpec& spec) {
   w.I64(spec.token_begin);
   w.I64(spec.token_end);
   w.Array(spec.block_ids);
-  w.U8(spec.fail ? 1 : 0);
+  w.U8((spec.fail ? kFail : 0) | (spec.async ? kAsync : 0));
 }
 
 bool ReadSpec(ByteReader& r, TransferSpec& spec) {
-  uint8_t fail;
+  uint8_t flags;
   if (!r.String(spec.request_id) || !r.Array(spec.tokens) || !r.String(spec.tenant_salt) ||
       !r.String(spec.lora_name) || !r.I64(spec.token_begin) || !r.I64(spec.token_end) ||
-      !r.Array(spec.block_ids) || !r.U8(fail) || fail > 1) {
+      !r.Array(spec.block_ids) || !r.U8(flags) || (flags & ~(kFail | kAsync)) != 0) {
     return false;
   }
-  spec.fail = fail == 1;
+  spec.fail = (flags & kFail) != 0;
+  spec.async = (flags & kAsync) != 0;
   return true;
 }
 

@@ -62,6 +62,7 @@ struct PyOptions {
   bool enable_save = true;
   bool store_partial_chunks = false;
   bool verify_checksums = true;
+  bool async_loads = false;
   std::string device_backend = "auto";
   int device_ordinal = 0;
 
@@ -91,6 +92,7 @@ struct PyOptions {
     o.enable_save = enable_save;
     o.store_partial_chunks = store_partial_chunks;
     o.verify_checksums = verify_checksums;
+    o.async_loads = async_loads;
     o.device_backend = Take(storage::ParseDeviceBackend(device_backend));
     o.device_ordinal = device_ordinal;
     Check(o.Validate());
@@ -113,6 +115,7 @@ py::dict SpecToDict(const TransferSpec& spec) {
   d["num_tokens"] = spec.tokens.size();
   d["block_ids"] = spec.block_ids;
   d["fail"] = spec.fail;
+  d["async"] = spec.async;
   return d;
 }
 
@@ -167,6 +170,7 @@ PYBIND11_MODULE(strata_connector, m) {
       .def_readwrite("enable_save", &PyOptions::enable_save)
       .def_readwrite("store_partial_chunks", &PyOptions::store_partial_chunks)
       .def_readwrite("verify_checksums", &PyOptions::verify_checksums)
+      .def_readwrite("async_loads", &PyOptions::async_loads)
       .def_readwrite("device_backend", &PyOptions::device_backend)
       .def_readwrite("device_ordinal", &PyOptions::device_ordinal)
       .def("validate", [](const PyOptions& o) { (void)o.ToOptions(); });
@@ -276,6 +280,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["lookups"] = st.lookups;
         d["lookup_failures"] = st.lookup_failures;
         d["lookup_hit_tokens"] = st.lookup_hit_tokens;
+        d["async_loads_offered"] = st.async_loads_offered;
         d["prefetches"] = st.prefetches;
         d["prefetch_failures"] = st.prefetch_failures;
         d["prefetch_chunks"] = st.prefetch_chunks;
@@ -372,6 +377,8 @@ PYBIND11_MODULE(strata_connector, m) {
         d["chunks_save_failed"] = st.chunks_save_failed;
         d["chunks_corrupt"] = st.chunks_corrupt;
         d["bytes_saved"] = st.bytes_saved;
+        d["async_requests_loaded"] = st.async_requests_loaded;
+        d["async_requests_in_flight"] = st.async_requests_in_flight;
         d["connected"] = st.connected;
         return d;
       });

@@ -24,6 +24,7 @@ struct RequestState {
   // The last GetNumNewMatchedTokens: where its tokens start and how many it offered.
   int64_t lookup_computed = 0;
   int64_t matched = 0;
+  bool load_async = false;  // what the last GetNumNewMatchedTokens said
   // Per chunk: the last lookup found it cached (a save skips it).
   std::vector<bool> known_cached;
   std::vector<int32_t> block_ids;
@@ -65,8 +66,10 @@ struct SchedulerConnector::Impl {
   }
 
   // A load that could not be planned: the worker reports blocks [begin, end) as failed.
+  // `async`: the engine was promised an asynchronous load, and waits for the workers to report
+  // the request.
   TransferSpec FailedLoad(std::string_view request_id, std::span<const int32_t> block_ids,
-                          int64_t begin, int64_t end) const {
+                          int64_t begin, int64_t end, bool async = false) const {
     TransferSpec spec;
     spec.request_id = std::string(request_id);
     spec.block_ids.assign(block_ids.begin(), block_ids.end());
@@ -74,7 +77,22 @@ struct SchedulerConnector::Impl {
     spec.token_begin = std::min(begin, covered);
     spec.token_end = std::min(end, covered);
     spec.fail = true;
+    spec.async = async;
     return spec;
+  }
+
+  // Drops a finished request. An asynchronous load planned for it still goes to the workers,
+  // failed (nothing is read), because the engine frees the blocks of a request that waits for
+  // one only when the workers report it; a synchronous one is dropped with the request.
+  void ForgetLocked(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = requests.find(request_id);
+    if (it == requests.end()) return;
+    std::optional<TransferSpec>& load = it->second.pending_load;
+    if (load.has_value() && load->async) {
+      load->fail = true;
+      orphan_loads.push_back(std::move(*load));
+    }
+    requests.erase(it);
   }
 };
 
@@ -111,7 +129,7 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   // prompt's end.
   const int64_t ceiling = std::min(std::min(num_chunks * chunk, prompt_len), prompt_len - 1);
 
-  uint32_t hit_chunks = 0;
+  internal::LookupHit hit;
   bool looked_up = false;
   if (s.options.enable_load && first_chunk < num_chunks && ceiling > num_computed_tokens) {
     const KeyExtras extras{request.tenant_salt, request.lora_name};
@@ -120,22 +138,26 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
     const std::span<const ChunkKey> wanted = std::span(keys).subspan(first_chunk);
     // The tokens the looked-up chunks cover: the last keyed chunk may be partial.
     const int64_t covered = std::min(num_chunks * chunk, prompt_len) - first_chunk * chunk;
-    absl::StatusOr<uint32_t> hits = s.client->LookupChain(
+    absl::StatusOr<internal::LookupHit> hits = s.client->LookupChain(
         wanted, s.options.lookup_budget,
         {.tenant = request.tenant_salt, .tokens = static_cast<uint32_t>(covered)});
     looked_up = true;
     absl::MutexLock lock(&s.mu);
     ++s.stats.lookups;
     if (hits.ok()) {
-      hit_chunks = *hits;
+      hit = *hits;
     } else {
       ++s.stats.lookup_failures;
     }
   }
 
-  const int64_t hit_end = std::min((first_chunk + hit_chunks) * chunk, prompt_len);
+  const int64_t hit_end = std::min((first_chunk + hit.chunks) * chunk, prompt_len);
   const int64_t usable = std::min(hit_end, prompt_len - 1);
-  const int64_t matched = hit_chunks > 0 ? std::max<int64_t>(0, usable - num_computed_tokens) : 0;
+  const int64_t matched = hit.chunks > 0 ? std::max<int64_t>(0, usable - num_computed_tokens) : 0;
+  // Asynchronous when a chunk the load reads is not in the daemon's host tier.
+  const int64_t host_end = (first_chunk + hit.host_chunks) * chunk;
+  const bool load_async =
+      s.options.async_loads && matched > 0 && host_end < num_computed_tokens + matched;
 
   absl::MutexLock lock(&s.mu);
   RequestState& state = s.requests[std::string(request.request_id)];
@@ -149,11 +171,13 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   state.lora_name = std::string(request.lora_name);
   state.lookup_computed = num_computed_tokens;
   state.matched = matched;
+  state.load_async = load_async;
   if (looked_up) {
-    for (int64_t c = first_chunk; c < first_chunk + hit_chunks; ++c) state.known_cached[c] = true;
+    for (int64_t c = first_chunk; c < first_chunk + hit.chunks; ++c) state.known_cached[c] = true;
   }
   s.stats.lookup_hit_tokens += matched;
-  return {matched, false};
+  if (load_async) ++s.stats.async_loads_offered;
+  return {matched, load_async};
 }
 
 uint32_t SchedulerConnector::Prefetch(const RequestInfo& request) {
@@ -199,13 +223,13 @@ absl::Status SchedulerConnector::UpdateStateAfterAlloc(std::string_view request_
   const int64_t begin = state.lookup_computed;
   const int64_t end = begin + num_external_tokens;
   if (num_external_tokens > state.matched) {
-    state.pending_load = s.FailedLoad(request_id, block_ids, begin, end);
+    state.pending_load = s.FailedLoad(request_id, block_ids, begin, end, state.load_async);
     return absl::InvalidArgumentError(
         fmt::format("request {}: {} external tokens, but the lookup offered {}", request_id,
                     num_external_tokens, state.matched));
   }
   if (static_cast<int64_t>(block_ids.size()) * s.options.block_size < end) {
-    state.pending_load = s.FailedLoad(request_id, block_ids, begin, end);
+    state.pending_load = s.FailedLoad(request_id, block_ids, begin, end, state.load_async);
     return absl::InvalidArgumentError(
         fmt::format("request {}: {} blocks of {} tokens do not cover positions up to {}",
                     request_id, block_ids.size(), s.options.block_size, end));
@@ -219,6 +243,7 @@ absl::Status SchedulerConnector::UpdateStateAfterAlloc(std::string_view request_
   spec.token_begin = begin;
   spec.token_end = end;
   spec.block_ids.assign(block_ids.begin(), block_ids.begin() + CeilDiv(end, s.options.block_size));
+  spec.async = state.load_async;
   state.pending_load = std::move(spec);
   return absl::OkStatus();
 }
@@ -232,7 +257,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
   meta.finished_request_ids = step.finished_request_ids;
 
   absl::MutexLock lock(&s.mu);
-  for (const std::string& id : step.finished_request_ids) s.requests.erase(id);
+  for (const std::string& id : step.finished_request_ids) s.ForgetLocked(id);
 
   for (auto& [id, state] : s.requests) {
     if (state.pending_load.has_value()) {
@@ -302,7 +327,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
 bool SchedulerConnector::RequestFinished(std::string_view request_id,
                                          std::span<const int32_t> /*block_ids*/) {
   absl::MutexLock lock(&impl_->mu);
-  impl_->requests.erase(std::string(request_id));
+  impl_->ForgetLocked(std::string(request_id));
   return false;
 }
 

@@ -396,6 +396,56 @@ TEST(SchedulerConnectorDiskTest, PrefetchBringsDiskChunksIntoTheHostTierInTheBac
   EXPECT_EQ(stats.prefetch_chunks, 3u);
 }
 
+// With async_loads, a hit that reaches below the host tier is offered as an asynchronous load
+// (and planned as one); a hit wholly in the host tier, or any hit without the option, is not.
+TEST(SchedulerConnectorDiskTest, HitsBelowTheHostTierAreOfferedAsAsynchronousLoads) {
+  TestDaemon daemon({.capacity_bytes = 4 * 4096,
+                     .policy = "lru",
+                     .disk_capacity_bytes = 4ull << 20,
+                     .disk_segment_bytes = 1ull << 20});
+  ASSERT_TRUE(daemon.Start().ok());
+  ConnectorOptions options = Options(daemon.socket_path());
+  options.async_loads = true;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(3 * kChunk + 5);
+  Populate(*daemon.tier(), prompt, 3);
+  const auto other = Prompt(4 * kChunk, 50000);
+  Populate(*daemon.tier(), other, 4);  // pushes the prompt's chunks to disk
+
+  MatchResult match =
+      scheduler->GetNumNewMatchedTokens({.request_id = "d", .prompt_tokens = prompt}, 0);
+  EXPECT_EQ(match.num_tokens, 3 * kChunk);
+  EXPECT_TRUE(match.load_async);
+  ASSERT_TRUE(scheduler->UpdateStateAfterAlloc("d", Blocks(13), match.num_tokens).ok());
+  ConnectorMetadata meta = scheduler->BuildConnectorMeta({});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  EXPECT_TRUE(meta.loads[0].async);
+  EXPECT_FALSE(meta.loads[0].fail);
+  EXPECT_EQ(scheduler->Stats().async_loads_offered, 1u);
+
+  // In the host tier: synchronous, with the option or without it.
+  match = scheduler->GetNumNewMatchedTokens({.request_id = "h", .prompt_tokens = other}, 0);
+  EXPECT_EQ(match.num_tokens, 4 * kChunk - 1);
+  EXPECT_FALSE(match.load_async);
+  options.async_loads = false;
+  auto sync_only = *SchedulerConnector::Create(options);
+  match = sync_only->GetNumNewMatchedTokens({.request_id = "d", .prompt_tokens = prompt}, 0);
+  EXPECT_EQ(match.num_tokens, 3 * kChunk);
+  EXPECT_FALSE(match.load_async);
+
+  // A request that finishes before its asynchronous load was sent: the load still goes out,
+  // failed, so that the workers report the request the engine keeps blocks for.
+  match = scheduler->GetNumNewMatchedTokens({.request_id = "a", .prompt_tokens = prompt}, 0);
+  ASSERT_TRUE(match.load_async);
+  ASSERT_TRUE(scheduler->UpdateStateAfterAlloc("a", Blocks(13), match.num_tokens).ok());
+  EXPECT_FALSE(scheduler->RequestFinished("a", Blocks(13)));
+  meta = scheduler->BuildConnectorMeta({.finished_request_ids = {"a"}});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  EXPECT_EQ(meta.loads[0].request_id, "a");
+  EXPECT_TRUE(meta.loads[0].async);
+  EXPECT_TRUE(meta.loads[0].fail);
+}
+
 TEST(SchedulerConnectorDiskTest, PrefetchIsAHintThatNeverFails) {
   TestDaemon daemon;  // no disk tier, not started yet
   ManualClock clock;
@@ -502,6 +552,7 @@ TEST(ConnectorMetadataTest, RoundTripsAndRejectsCorruption) {
                         .block_ids = {5, 6, 7},
                         .fail = false});
   meta.loads.push_back({.request_id = "b", .token_end = 4, .block_ids = {1}, .fail = true});
+  meta.loads.push_back({.request_id = "d", .token_end = 8, .block_ids = {2, 3}, .async = true});
   meta.saves.push_back(
       {.request_id = "c", .tokens = Prompt(512), .token_end = 512, .block_ids = Blocks(32)});
   meta.finished_request_ids = {"x", "y"};
@@ -522,6 +573,11 @@ TEST(ConnectorMetadataTest, RoundTripsAndRejectsCorruption) {
   wrong_version[4] = 9;
   EXPECT_THAT(ConnectorMetadata::Deserialize(wrong_version).status().message(),
               ::testing::HasSubstr("version"));
+  std::string unknown_flag = bytes;
+  const size_t flags_at = unknown_flag.find("d") + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 8;  // spec "d"'s
+  ASSERT_EQ(unknown_flag[flags_at], '\x02');
+  unknown_flag[flags_at] = '\x04';
+  EXPECT_FALSE(ConnectorMetadata::Deserialize(unknown_flag).ok());
   std::string huge_count = bytes;
   huge_count[16] = '\xff';  // the load count
   huge_count[17] = '\xff';

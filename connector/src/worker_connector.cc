@@ -1,9 +1,12 @@
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "connector/src/async_loader.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/load_pipeline.h"
 #include "connector/src/log.h"
@@ -18,7 +21,8 @@ namespace strata::connector {
 
 // The worker composes its two pipelines over one session: StartLoadKv starts the step's loads
 // (LoadPipeline) and reserves its saves (SavePipeline); the per-layer calls go to one or the
-// other; WaitForSave closes both.
+// other; WaitForSave closes both. Asynchronous loads go to the AsyncLoader (its own session and
+// thread); GetFinished reports them.
 struct WorkerConnector::Impl {
   Impl(const ConnectorOptions& o, std::unique_ptr<storage::DeviceRuntime> r, KeyHasher h)
       : options(o), runtime(std::move(r)), hasher(std::move(h)) {}
@@ -34,6 +38,14 @@ struct WorkerConnector::Impl {
   // the arena mappings its step holds and the engine's memory.
   std::unique_ptr<internal::LoadPipeline> load;
   std::unique_ptr<internal::SavePipeline> save;
+  // Null unless options.async_loads.
+  std::unique_ptr<internal::AsyncLoader> async_load;
+  // Failed blocks of asynchronous loads that GetFinished reported, for the next
+  // GetBlockIdsWithLoadErrors.
+  std::vector<int32_t> async_failed_blocks;
+  // Asynchronous loads that reached a worker without a loader (the scheduler and this worker
+  // disagree on async_loads): failed at once, reported by the next GetFinished.
+  std::vector<std::string> async_without_loader;
 
   const KvLayout& layout() const { return options.layout; }
   absl::Status CheckLayer(uint32_t layer) const {
@@ -80,12 +92,19 @@ absl::StatusOr<std::unique_ptr<WorkerConnector>> WorkerConnector::Create(
       impl->load, internal::LoadPipeline::Create(impl->options, *rt, impl->hasher, *impl->client));
   STRATA_ASSIGN_OR_RETURN(
       impl->save, internal::SavePipeline::Create(impl->options, *rt, impl->hasher, *impl->client));
+  if (options.async_loads) {
+    client_options.engine_id = options.engine_id + "/async-load";
+    STRATA_ASSIGN_OR_RETURN(
+        impl->async_load,
+        internal::AsyncLoader::Create(impl->options, *rt, impl->hasher, client_options));
+  }
   return std::unique_ptr<WorkerConnector>(new WorkerConnector(std::move(impl)));
 }
 
 absl::Status WorkerConnector::RegisterKvCaches(std::span<const LayerKvCache> layers) {
   Impl& s = *impl_;
-  if (s.load->in_flight() || s.save->in_flight()) {
+  if (s.load->in_flight() || s.save->in_flight() ||
+      (s.async_load != nullptr && s.async_load->in_flight() > 0)) {
     return absl::FailedPreconditionError(
         "kv caches can only be registered between steps (a load or save is in flight)");
   }
@@ -119,11 +138,29 @@ absl::Status WorkerConnector::StartLoadKv(const ConnectorMetadata& metadata,
         "metadata for blocks of {} and chunks of {} tokens; this worker has {} and {}",
         metadata.block_size, metadata.chunk_tokens, s.options.block_size, s.layout().chunk_tokens));
   }
+  // Asynchronous loads go to the loader. Every one is reported by a GetFinished, failed when it
+  // cannot run (the problems above, or no loader because the scheduler and this worker disagree
+  // on async_loads): the engine waits for that.
+  std::vector<TransferSpec> loads, async_loads;
+  for (const TransferSpec& spec : metadata.loads)
+    (spec.async ? async_loads : loads).push_back(spec);
+  if (!async_loads.empty() && s.async_load == nullptr) {
+    for (TransferSpec& spec : async_loads) {
+      s.load->Fail(spec);
+      s.async_without_loader.push_back(std::move(spec.request_id));
+    }
+    async_loads.clear();
+    problem.Update(absl::FailedPreconditionError(
+        "asynchronous loads for a worker created without async_loads: their blocks are "
+        "recomputed"));
+  }
   if (!problem.ok()) {
-    for (const TransferSpec& spec : metadata.loads) s.load->Fail(spec);
+    for (const TransferSpec& spec : loads) s.load->Fail(spec);
+    if (s.async_load != nullptr) s.async_load->SubmitFailed(std::move(async_loads));
     return problem;
   }
-  s.load->Start(*s.cache, metadata.loads, step);
+  if (!async_loads.empty()) s.async_load->Submit(*s.cache, std::move(async_loads));
+  s.load->Start(*s.cache, loads, step);
   if (!metadata.saves.empty() && s.options.enable_save) s.save->Plan(*s.cache, metadata.saves);
   return absl::OkStatus();
 }
@@ -148,25 +185,52 @@ absl::Status WorkerConnector::WaitForSave() {
 
 FinishedRequests WorkerConnector::GetFinished(
     std::span<const std::string> /*finished_request_ids*/) {
-  return {};
+  Impl& s = *impl_;
+  FinishedRequests done{.finished_recving = std::move(s.async_without_loader)};
+  s.async_without_loader.clear();
+  if (s.async_load == nullptr) return done;
+  internal::AsyncLoadsOver over = s.async_load->TakeFinished();
+  s.async_failed_blocks.insert(s.async_failed_blocks.end(), over.failed_blocks.begin(),
+                               over.failed_blocks.end());
+  done.finished_recving.insert(done.finished_recving.end(),
+                               std::make_move_iterator(over.request_ids.begin()),
+                               std::make_move_iterator(over.request_ids.end()));
+  return done;
 }
 
 std::vector<int32_t> WorkerConnector::GetBlockIdsWithLoadErrors() {
-  return impl_->load->TakeFailedBlocks();
+  Impl& s = *impl_;
+  std::vector<int32_t> blocks = s.load->TakeFailedBlocks();
+  if (s.async_failed_blocks.empty()) return blocks;
+  blocks.insert(blocks.end(), s.async_failed_blocks.begin(), s.async_failed_blocks.end());
+  s.async_failed_blocks.clear();
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  return blocks;
 }
 
 WorkerStats WorkerConnector::Stats() const {
   const internal::LoadStats& load = impl_->load->stats();
   const internal::SaveStats& save = impl_->save->stats();
-  return {.chunks_loaded = load.chunks_loaded,
-          .chunks_failed = load.chunks_failed,
-          .bytes_loaded = load.bytes_loaded,
-          .chunks_saved = save.chunks_saved,
-          .chunks_already_present = save.chunks_already_present,
-          .chunks_save_failed = save.chunks_save_failed,
-          .chunks_corrupt = load.chunks_corrupt,
-          .bytes_saved = save.bytes_saved,
-          .connected = impl_->client->connected()};
+  WorkerStats stats{.chunks_loaded = load.chunks_loaded,
+                    .chunks_failed = load.chunks_failed,
+                    .bytes_loaded = load.bytes_loaded,
+                    .chunks_saved = save.chunks_saved,
+                    .chunks_already_present = save.chunks_already_present,
+                    .chunks_save_failed = save.chunks_save_failed,
+                    .chunks_corrupt = load.chunks_corrupt,
+                    .bytes_saved = save.bytes_saved,
+                    .connected = impl_->client->connected()};
+  if (const internal::AsyncLoader* async = impl_->async_load.get(); async != nullptr) {
+    const internal::LoadStats more = async->stats();
+    stats.chunks_loaded += more.chunks_loaded;
+    stats.chunks_failed += more.chunks_failed;
+    stats.bytes_loaded += more.bytes_loaded;
+    stats.chunks_corrupt += more.chunks_corrupt;
+    stats.async_requests_loaded = async->requests_over();
+    stats.async_requests_in_flight = async->in_flight();
+  }
+  return stats;
 }
 
 const storage::DeviceRuntime& WorkerConnector::runtime() const { return *impl_->runtime; }

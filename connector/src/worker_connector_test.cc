@@ -219,6 +219,41 @@ class Engine {
     return run;
   }
 
+  // An asynchronous load of `tokens`' hit into fresh blocks, as vLLM drives one: the load goes
+  // out with a step that schedules nothing else, then empty steps run until GetFinished reports
+  // the request (bounded). `before_load` runs before the step that sends the load.
+  Run RunAsyncLoad(const std::string& id, const std::vector<uint32_t>& tokens,
+                   std::function<void()> before_load = {}) {
+    Run run;
+    const int64_t num_blocks = (static_cast<int64_t>(tokens.size()) + kBlock - 1) / kBlock;
+    run.blocks.assign(free_blocks_.end() - num_blocks, free_blocks_.end());
+    free_blocks_.resize(free_blocks_.size() - num_blocks);
+    const MatchResult match =
+        scheduler_->GetNumNewMatchedTokens({.request_id = id, .prompt_tokens = tokens}, 0);
+    run.matched = match.num_tokens;
+    EXPECT_TRUE(match.load_async);
+    EXPECT_TRUE(scheduler_->UpdateStateAfterAlloc(id, run.blocks, run.matched).ok());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    int count = 0;  // steps
+    bool reported = false;
+    while (!reported && std::chrono::steady_clock::now() < deadline) {
+      ConnectorMetadata meta = scheduler_->BuildConnectorMeta({});
+      run.steps.push_back(meta);
+      if (count++ == 0 && before_load) before_load();
+      EXPECT_TRUE(worker_->StartLoadKv(meta).ok());
+      EXPECT_TRUE(worker_->WaitForSave().ok());
+      const FinishedRequests done = worker_->GetFinished({});
+      EXPECT_TRUE(done.finished_sending.empty());
+      for (const std::string& r : done.finished_recving) reported = reported || r == id;
+      const auto failed = worker_->GetBlockIdsWithLoadErrors();
+      run.failed_blocks.insert(run.failed_blocks.end(), failed.begin(), failed.end());
+      if (!reported) std::this_thread::sleep_for(milliseconds(1));
+    }
+    EXPECT_TRUE(reported) << "the asynchronous load of " << id << " was never reported";
+    scheduler_->RequestFinished(id, run.blocks);
+    return run;
+  }
+
   SchedulerConnector& scheduler() { return *scheduler_; }
   WorkerConnector& worker() { return *worker_; }
   const ConnectorOptions& options() const { return options_; }
@@ -584,6 +619,91 @@ TEST_F(WorkerConnectorTest, MisuseIsRejectedAndLoadsAreReportedFailed) {
   ASSERT_TRUE(engine.worker().WaitForSave().ok());
   EXPECT_THAT(engine.worker().GetBlockIdsWithLoadErrors(),
               ElementsAreArray({4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+// Asynchronous loads (ConnectorOptions::async_loads) over a daemon whose host tier holds four
+// chunks, above a disk tier.
+class WorkerConnectorAsyncTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(daemon_.Start().ok());
+    Engine a(daemon_.socket_path());
+    a.RunPrompt("a", prompt_);
+    a.RunPrompt("a2", Prompt(64, 50000));  // pushes the prompt's chunks to disk
+    daemon_.store()->Flush();
+  }
+  static void Async(ConnectorOptions& o) { o.async_loads = true; }
+
+  TestDaemon daemon_{{.capacity_bytes = 4 * 4096,
+                      .policy = "lru",
+                      .disk_capacity_bytes = 4ull << 20,
+                      .disk_segment_bytes = 1ull << 20}};
+  const std::vector<uint32_t> prompt_ = Prompt(64);
+};
+
+TEST_F(WorkerConnectorAsyncTest, ADiskHitLoadsBetweenStepsByteExact) {
+  Engine b(daemon_.socket_path(), Async, nullptr, Form::kStacked, 4);
+  const Engine::Run run = b.RunAsyncLoad("b", prompt_);
+  EXPECT_EQ(run.matched, 63);
+  EXPECT_TRUE(run.failed_blocks.empty());
+  EXPECT_THAT(b.WrongPositions(prompt_, run.blocks, 0, 63), ::testing::IsEmpty());
+  ASSERT_FALSE(run.steps.empty());
+  ASSERT_EQ(run.steps[0].loads.size(), 1u);
+  EXPECT_TRUE(run.steps[0].loads[0].async);
+  const WorkerStats stats = b.worker().Stats();
+  EXPECT_EQ(stats.chunks_loaded, 4u);
+  EXPECT_EQ(stats.async_requests_loaded, 1u);
+  EXPECT_EQ(stats.async_requests_in_flight, 0u);
+  EXPECT_EQ(daemon_.tier()->Stats().active_leases, 0u) << "leases released";
+  // Back in the host tier: the next hit of the prompt is synchronous.
+  EXPECT_FALSE(b.scheduler()
+                   .GetNumNewMatchedTokens({.request_id = "c", .prompt_tokens = prompt_}, 0)
+                   .load_async);
+}
+
+TEST_F(WorkerConnectorAsyncTest, TheDaemonGoneBeforeTheLoadFailsEveryBlockAndStillReports) {
+  Engine b(daemon_.socket_path(), Async, nullptr, Form::kStacked, 5);
+  const Engine::Run run = b.RunAsyncLoad("b", prompt_, [&] { daemon_.Stop(); });
+  EXPECT_EQ(run.matched, 63);
+  std::vector<int32_t> failed = run.failed_blocks;
+  std::sort(failed.begin(), failed.end());
+  EXPECT_EQ(failed, BlocksOf(run.blocks, 0, 63));
+  EXPECT_EQ(b.worker().Stats().async_requests_in_flight, 0u);
+  EXPECT_EQ(b.worker().Stats().async_requests_loaded, 1u);
+}
+
+TEST_F(WorkerConnectorAsyncTest, AWorkerWithoutAsyncLoadsFailsAndReportsThem) {
+  Engine scheduler_side(daemon_.socket_path(), Async);
+  Engine worker_side(daemon_.socket_path());  // async_loads off
+  const std::vector<int32_t> blocks = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+  const MatchResult match = scheduler_side.scheduler().GetNumNewMatchedTokens(
+      {.request_id = "m", .prompt_tokens = prompt_}, 0);
+  ASSERT_TRUE(match.load_async);
+  ASSERT_TRUE(scheduler_side.scheduler().UpdateStateAfterAlloc("m", blocks, match.num_tokens).ok());
+  const ConnectorMetadata meta = scheduler_side.scheduler().BuildConnectorMeta({});
+  EXPECT_EQ(worker_side.worker().StartLoadKv(meta).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(worker_side.worker().WaitForSave().ok());
+  EXPECT_THAT(worker_side.worker().GetFinished({}).finished_recving, ElementsAreArray({"m"}));
+  EXPECT_THAT(worker_side.worker().GetBlockIdsWithLoadErrors(), ElementsAreArray(blocks));
+}
+
+TEST_F(WorkerConnectorAsyncTest, AWorkerDestroyedWithLoadsInFlightLeavesNothingBehind) {
+  for (int i = 0; i < 3; ++i) {
+    Engine b(daemon_.socket_path(), Async, nullptr, Form::kStacked, 6 + i);
+    const MatchResult match =
+        b.scheduler().GetNumNewMatchedTokens({.request_id = "x", .prompt_tokens = prompt_}, 0);
+    if (!match.load_async) break;  // an earlier round promoted the chunks
+    std::vector<int32_t> blocks(16);
+    std::iota(blocks.begin(), blocks.end(), 20);
+    ASSERT_TRUE(b.scheduler().UpdateStateAfterAlloc("x", blocks, match.num_tokens).ok());
+    ASSERT_TRUE(b.worker().StartLoadKv(b.scheduler().BuildConnectorMeta({})).ok());
+    // b goes out of scope with the load queued or in flight.
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (daemon_.tier()->Stats().active_leases > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  EXPECT_EQ(daemon_.tier()->Stats().active_leases, 0u) << "the sessions' leases were released";
 }
 
 }  // namespace

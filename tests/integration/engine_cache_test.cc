@@ -158,6 +158,38 @@ TEST_F(EngineCacheTest, EngineKilledMidStoreLeavesTheDaemonHealthy) {
   EXPECT_EQ(next.size(), 1u);
 }
 
+// Asynchronous loads against stratad with a disk tier: a hit the daemon holds on disk loads
+// between steps (the engine runs empty steps until its worker reports the request), byte-exact;
+// once the chunks are back in memory the same hit is synchronous again.
+TEST_F(EngineCacheTest, DiskHitsLoadAsynchronouslyAndByteExact) {
+  daemon_->Stop();
+  const std::filesystem::path disk_dir = std::filesystem::path(::testing::TempDir()) /
+                                         ("strata-async-disk-" + std::to_string(getpid()));
+  std::filesystem::remove_all(disk_dir);
+  StartDaemon({.host_capacity = "4MiB",  // eight 512 KiB chunks
+               .extra_toml = fmt::format("[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"64MiB\"\n"
+                                         "segment_bytes = \"4MiB\"\n",
+                                         disk_dir.string())});
+  const std::string socket = daemon_->engine_socket();
+  RunEngine(socket, {"--prompt", "20:1024"});
+  RunEngine(socket, {"--prompt", "21:4096"});  // sixteen chunks push the first four to disk
+
+  const std::vector<std::string> lines =
+      RunEngine(socket, {"--prompt", "20:1024", "--prompt", "20:1024", "--async-loads"});
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(Field(lines[0], "load_async"), -1) << "a JSON bool";
+  EXPECT_NE(lines[0].find("\"load_async\":true"), std::string::npos) << lines[0];
+  EXPECT_EQ(Field(lines[0], "matched_tokens"), 1023);
+  EXPECT_EQ(Field(lines[0], "failed_blocks"), 0) << lines[0];
+  EXPECT_EQ(Field(lines[0], "wrong_values"), 0) << lines[0];
+  EXPECT_NE(lines[1].find("\"load_async\":false"), std::string::npos)
+      << "promoted by the first load: a host-tier hit, synchronous " << lines[1];
+  EXPECT_EQ(Field(lines[1], "matched_tokens"), 1023);
+  EXPECT_EQ(Field(lines[1], "wrong_values"), 0) << lines[1];
+  daemon_->Stop();
+  std::filesystem::remove_all(disk_dir);
+}
+
 TEST_F(EngineCacheTest, DaemonKilledMidLoadThenRestartedNeverServesWrongKv) {
   const std::string socket = daemon_->engine_socket();
   RunEngine(socket, {"--prompt", "10:2048"});

@@ -79,6 +79,15 @@ struct ConnectorOptions {
   // as its [host] verify_every_n_loads says (every load by default).
   bool verify_checksums = true;
 
+  // Loads that would wait for a lower tier run between steps instead of inside one. true: a hit
+  // whose chunks are not all in the daemon's host tier (some are on its disk, or on a peer) is
+  // offered as an asynchronous load (MatchResult::load_async): the worker leases and copies it
+  // in the background while the engine runs other requests, and reports the request through
+  // GetFinished once its blocks hold the KV. Host-tier hits stay synchronous and layer-pipelined.
+  // false: every load runs inside the step that schedules it (an engine that does not handle
+  // load_async, e.g. the C API's callers, keeps this).
+  bool async_loads = false;
+
   // Worker only: how bytes move (storage/device/device_runtime_factory.h).
   storage::DeviceBackend device_backend = storage::DeviceBackend::kAuto;
   int device_ordinal = 0;
@@ -104,8 +113,10 @@ struct MatchResult {
   // Tokens beyond num_computed_tokens that the engine may load from the cache (see
   // SchedulerConnector::GetNumNewMatchedTokens for the exact rule).
   int64_t num_tokens = 0;
-  // Always false: loads run inside the forward pass, layer by layer (StartLoadKv /
-  // WaitForLayerLoad), not between scheduler steps.
+  // The load runs between steps (ConnectorOptions::async_loads and a hit that is not all in the
+  // daemon's host tier): the engine allocates the blocks, keeps the request waiting, and
+  // schedules it once a worker's GetFinished reports it in finished_recving. false: the load
+  // runs inside the forward pass, layer by layer (StartLoadKv / WaitForLayerLoad).
   bool load_async = false;
 };
 
@@ -156,6 +167,10 @@ struct TransferSpec {
   // Loads only: the scheduler could not plan this load (an engine bug, e.g. a load nobody
   // promised); the worker reports every block of [token_begin, token_end) as failed.
   bool fail = false;
+  // Loads only: an asynchronous load (MatchResult::load_async). The worker runs it in the
+  // background and reports the request in FinishedRequests::finished_recving when it is over,
+  // with its failed blocks (if any) in the GetBlockIdsWithLoadErrors call that follows.
+  bool async = false;
 
   friend bool operator==(const TransferSpec&, const TransferSpec&) = default;
 };
@@ -177,12 +192,13 @@ struct ConnectorMetadata {
 };
 
 struct SchedulerStats {
-  uint64_t lookups = 0;            // lookup round trips sent
-  uint64_t lookup_failures = 0;    // lookups that reported 0 hits for want of an answer
-  uint64_t lookup_hit_tokens = 0;  // sum of MatchResult::num_tokens
-  uint64_t prefetches = 0;         // Prefetch round trips sent
-  uint64_t prefetch_failures = 0;  // of those, unanswered or refused (queue full, ...)
-  uint64_t prefetch_chunks = 0;    // chunks the daemon queued for promotion
+  uint64_t lookups = 0;              // lookup round trips sent
+  uint64_t lookup_failures = 0;      // lookups that reported 0 hits for want of an answer
+  uint64_t lookup_hit_tokens = 0;    // sum of MatchResult::num_tokens
+  uint64_t async_loads_offered = 0;  // lookups that answered with load_async
+  uint64_t prefetches = 0;           // Prefetch round trips sent
+  uint64_t prefetch_failures = 0;    // of those, unanswered or refused (queue full, ...)
+  uint64_t prefetch_chunks = 0;      // chunks the daemon queued for promotion
   uint64_t loads_planned = 0;
   uint64_t saves_planned = 0;
   bool connected = false;
@@ -239,7 +255,10 @@ class SchedulerConnector {
 
   // The request finished; its state is dropped. Returns whether its blocks must stay allocated
   // until the workers finish saving them: always false, because saves complete inside the step
-  // that scheduled them (WaitForSave), before the engine can finish or free the request.
+  // that scheduled them (WaitForSave), before the engine can finish or free the request. A
+  // request that waits for an asynchronous load keeps its blocks by the engine's own rule (vLLM
+  // frees them once a worker reports it in finished_recving); a load planned for it but not yet
+  // sent goes out failed, so that the workers still report it.
   bool RequestFinished(std::string_view request_id, std::span<const int32_t> block_ids);
 
   SchedulerStats Stats() const;
@@ -280,8 +299,12 @@ struct StepOptions {
 
 struct FinishedRequests {
   // Requests whose saves were asynchronous and are now done (always empty: saves complete in
-  // WaitForSave), and whose loads were asynchronous and are now done (always empty).
+  // WaitForSave).
   std::vector<std::string> finished_sending;
+  // Requests whose asynchronous loads are over, loaded or failed (every such request is
+  // reported exactly once, also when it finished or was aborted meanwhile: the engine frees its
+  // blocks only then). Their failed blocks come from the GetBlockIdsWithLoadErrors call that
+  // follows this GetFinished.
   std::vector<std::string> finished_recving;
 };
 
@@ -294,6 +317,8 @@ struct WorkerStats {
   uint64_t chunks_save_failed = 0;  // reserved but aborted or not committed
   uint64_t chunks_corrupt = 0;      // loaded, but their bytes did not match their checksum
   uint64_t bytes_saved = 0;
+  uint64_t async_requests_loaded = 0;  // asynchronous loads over (failed ones included)
+  uint64_t async_requests_in_flight = 0;
   bool connected = false;
 };
 
@@ -335,9 +360,12 @@ class WorkerConnector {
   // every layer. On return the engine may reuse every block of the step.
   absl::Status WaitForSave();
 
-  // Notes requests that finished on this worker; see FinishedRequests.
+  // The asynchronous loads that are over since the last call (see FinishedRequests). Does not
+  // wait. `finished_request_ids`: requests the engine finished; nothing to do for them (an
+  // asynchronous load always runs to its end and is reported).
   FinishedRequests GetFinished(std::span<const std::string> finished_request_ids);
   // Blocks whose load failed since the last call (sorted, unique); the engine recomputes them.
+  // Includes the failed blocks of every asynchronous load that GetFinished has reported.
   std::vector<int32_t> GetBlockIdsWithLoadErrors();
 
   WorkerStats Stats() const;

@@ -136,6 +136,9 @@ def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOption
     kv_role = _get(transfer, "kv_role", "kv_both")
     o.enable_load = kv_role != "kv_producer"
     o.enable_save = kv_role != "kv_consumer"
+    # vLLM handles asynchronous loads: hits the daemon must first bring up from its disk (or a
+    # peer) load between steps instead of stalling the forward pass.
+    o.async_loads = True
     # Explicit settings win.
     for key, value in extra.items():
         if not hasattr(o, key):
@@ -254,17 +257,28 @@ class StrataConnector:
 
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[Optional[set[str]], Optional[set[str]]]:
-        """Saves and loads complete inside the step (wait_for_save / wait_for_layer_load), so
-        nothing is ever pending across steps."""
-        if self._worker is not None:
+        """(finished_sending, finished_recving): saves complete inside the step (wait_for_save),
+        so nothing is ever sending; finished_recving names the requests whose asynchronous loads
+        are over (loaded, or failed: their blocks come from the get_block_ids_with_load_errors
+        call that follows). Never raises: a failure reports nothing this step, and the loads
+        stay pending for the next call."""
+        if self._worker is None:
+            return None, None
+        try:
             sending, recving = self._worker.get_finished(sorted(finished_req_ids or ()))
-            return (set(sending) or None, set(recving) or None)
-        return None, None
+        except Exception as error:
+            self._warn_once("get_finished", error)
+            return None, None
+        return (set(sending) or None, set(recving) or None)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         if self._worker is None:
             return set()
-        return set(self._worker.get_block_ids_with_load_errors())
+        try:
+            return set(self._worker.get_block_ids_with_load_errors())
+        except Exception as error:
+            self._warn_once("get_block_ids_with_load_errors", error)
+            return set()
 
     def shutdown(self) -> None:
         self._worker = None

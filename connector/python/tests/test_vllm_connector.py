@@ -148,16 +148,58 @@ class FakeEngine:
                 wrong.append(p)
         return wrong
 
-    def run(self, request_id, tokens, before_worker=None, per_step=1 << 30):
+    def step(self, output, before_worker=None, computing=()):
+        """One engine step: the scheduler's metadata (pickled, as between processes) through
+        the worker; `computing` is (tokens, blocks, begin, end) of what the forward computes.
+        Returns (finished_recving, load errors) as the model runner collects them."""
+        meta = self.scheduler.build_connector_meta(output)
+        meta = pickle.loads(pickle.dumps(meta))  # scheduler -> worker process
+        self.metadata.append(meta)
+        if before_worker:
+            before_worker(meta)
+        self.worker.bind_connector_metadata(meta)
+        self.worker.start_load_kv(SimpleNamespace())
+        for name in self.kv:
+            self.worker.wait_for_layer_load(name)
+            if computing:
+                self.compute(*computing, name)
+            self.worker.save_kv_layer(name, self.kv[name], None)
+        self.worker.wait_for_save()
+        _, recving = self.worker.get_finished(set(output.finished_req_ids))
+        errors = self.worker.get_block_ids_with_load_errors()
+        self.worker.clear_connector_metadata()
+        return recving or set(), errors
+
+    def wait_for_async_load(self, request_id, blocks, matched, before_worker=None):
+        """vLLM's WAITING_FOR_REMOTE_KVS: empty steps until the workers report the request;
+        returns the tokens to count as computed (up to the first failed block) and the errors."""
+        errors, deadline = set(), time.monotonic() + 10
+        while time.monotonic() < deadline:
+            recving, new_errors = self.step(idle_output(), before_worker)
+            before_worker = None
+            errors |= new_errors
+            if request_id in recving:
+                failed = [i for i, b in enumerate(blocks) if b in errors]
+                return (min(matched, failed[0] * BLOCK) if failed else matched), errors
+            time.sleep(0.002)
+        raise AssertionError(f"asynchronous load of {request_id} never reported")
+
+    def run(self, request_id, tokens, before_worker=None, per_step=1 << 30, expect_async=None):
         """Prefills a prompt the way vLLM does; returns (matched, blocks, load errors)."""
         request = SimpleNamespace(request_id=request_id, prompt_token_ids=list(tokens),
                                   cache_salt=None, lora_request=None, num_tokens=len(tokens))
         matched, load_async = self.scheduler.get_num_new_matched_tokens(request, 0)
-        assert load_async is False
+        if expect_async is not None:
+            assert load_async is expect_async, (load_async, expect_async)
+        self.last_load_async = load_async
         num_blocks = (len(tokens) + BLOCK - 1) // BLOCK
         blocks, self.free = self.free[:num_blocks], self.free[num_blocks:]
         self.scheduler.update_state_after_alloc(request, KVCacheBlocks(blocks), matched)
         computed, errors, first = matched, set(), True
+        if load_async:
+            computed, errors = self.wait_for_async_load(request_id, blocks, matched,
+                                                        before_worker)
+            before_worker = None
         while computed < len(tokens):
             scheduled = min(per_step, len(tokens) - computed)
             if first:
@@ -174,25 +216,24 @@ class FakeEngine:
             output = SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=cached,
                                      num_scheduled_tokens={request_id: scheduled},
                                      finished_req_ids=set())
-            meta = self.scheduler.build_connector_meta(output)
-            meta = pickle.loads(pickle.dumps(meta))  # scheduler -> worker process
-            self.metadata.append(meta)
-            if before_worker:
-                before_worker(meta)
-            self.worker.bind_connector_metadata(meta)
-            self.worker.start_load_kv(SimpleNamespace())
-            for name in self.kv:
-                self.worker.wait_for_layer_load(name)
-                self.compute(tokens, blocks, computed, computed + scheduled, name)
-                self.worker.save_kv_layer(name, self.kv[name], None)
-            self.worker.wait_for_save()
-            errors |= self.worker.get_block_ids_with_load_errors()
-            self.worker.clear_connector_metadata()
+            recving, new_errors = self.step(output, before_worker,
+                                            (tokens, blocks, computed, computed + scheduled))
+            before_worker = None
+            assert not recving, recving
+            errors |= new_errors
             computed += scheduled
         keep, params = self.scheduler.request_finished(request, blocks)
         assert keep is False and params is None
         assert self.worker.get_finished({request_id}) == (None, None)
         return matched, blocks, errors
+
+
+def idle_output():
+    """A step that schedules nothing (every request waits)."""
+    return SimpleNamespace(
+        scheduled_new_reqs=[], num_scheduled_tokens={}, finished_req_ids=set(),
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_from_preemption=[],
+                                              new_block_ids=[], num_computed_tokens=[]))
 
 
 class DaemonProcess:
@@ -359,6 +400,71 @@ class PrefetchTest(unittest.TestCase):
         engine = FakeEngine(fake_vllm_config(self.daemon.socket_path))
         self.assertEqual(engine.scheduler.prefetch(queued), 0)
         self.assertEqual(engine.scheduler.get_kv_connector_stats()["prefetch_failures"], 0)
+
+
+class AsyncLoadTest(unittest.TestCase):
+    """Hits the daemon holds on its disk load between steps (vLLM's asynchronous loads)."""
+
+    def setUp(self):
+        self.daemon = DaemonProcess(capacity_bytes=4 * 4096, disk_bytes=4 << 20, policy="lru")
+        self.daemon.start()
+        self.addCleanup(self.daemon.close)
+        self.config = fake_vllm_config(self.daemon.socket_path)
+        self.prompt = list(range(100, 164))  # 4 chunks
+        a = FakeEngine(self.config)
+        a.run("a", self.prompt)
+        a.run("a2", list(range(5000, 5064)))  # pushes the prompt's chunks to disk
+
+    def test_a_disk_hit_loads_asynchronously_and_byte_exact(self):
+        b = FakeEngine(self.config, seed=7)
+        matched, blocks, errors = b.run("b", self.prompt, expect_async=True)
+        self.assertEqual((matched, errors), (63, set()))
+        self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
+        self.assertTrue(b.metadata[0].native.loads[0]["async"])
+        stats = b.worker.get_kv_connector_stats()
+        self.assertEqual((stats["async_requests_loaded"], stats["async_requests_in_flight"]),
+                         (1, 0))
+        self.assertEqual(stats["chunks_loaded"], 4)
+        self.assertEqual(b.scheduler.get_kv_connector_stats()["async_loads_offered"], 1)
+        # Now in the host tier: the same prompt hits synchronously.
+        matched, blocks, errors = b.run("b2", self.prompt, expect_async=False)
+        self.assertEqual((matched, errors), (63, set()))
+        self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
+
+    def test_async_loads_can_be_turned_off(self):
+        b = FakeEngine(fake_vllm_config(self.daemon.socket_path, async_loads=False), seed=3)
+        matched, blocks, errors = b.run("b", self.prompt, expect_async=False)
+        self.assertEqual((matched, errors), (63, set()))
+        self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
+
+    def test_daemon_gone_before_an_async_load_reports_the_request_and_its_blocks(self):
+        b = FakeEngine(self.config, seed=5)
+        matched, blocks, errors = b.run("b", self.prompt, expect_async=True,
+                                        before_worker=lambda meta: self.daemon.stop())
+        self.assertEqual(errors, blocks_of(blocks, 0, 63))
+        self.assertEqual(matched, 63, "offered; then recomputed from the first failed block")
+        self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
+        self.assertEqual(b.worker.get_kv_connector_stats()["async_requests_in_flight"], 0)
+
+    def test_an_aborted_waiting_request_is_still_reported(self):
+        b = FakeEngine(self.config, seed=9)
+        request = SimpleNamespace(request_id="gone", prompt_token_ids=list(self.prompt),
+                                  cache_salt=None, lora_request=None, num_tokens=64)
+        matched, load_async = b.scheduler.get_num_new_matched_tokens(request, 0)
+        self.assertEqual((matched, load_async), (63, True))
+        b.scheduler.update_state_after_alloc(request, KVCacheBlocks(list(range(16))), matched)
+        # Aborted before the step that would send the load: it goes out failed, and is reported.
+        self.assertEqual(b.scheduler.request_finished(request, list(range(16))), (False, None))
+        finished = idle_output()
+        finished.finished_req_ids = {"gone"}
+        recving, errors = b.step(finished)
+        deadline = time.monotonic() + 10
+        while "gone" not in recving and time.monotonic() < deadline:
+            time.sleep(0.002)
+            recving, more = b.step(idle_output())
+            errors |= more
+        self.assertIn("gone", recving)
+        self.assertEqual(errors, set(range(16)))
 
 
 class NoDaemonTest(unittest.TestCase):
