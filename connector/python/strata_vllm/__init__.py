@@ -1,4 +1,5 @@
-"""Strata's vLLM integration: a KVConnectorBase_V1-shaped connector over the strata_connector
+"""Strata's vLLM integration: the KV connector vLLM loads by name (``kv_connector``
+"StrataConnector", ``kv_connector_module_path`` "strata_vllm") over the strata_connector
 binding."""
 
 from strata_vllm.connector import (
@@ -6,15 +7,17 @@ from strata_vllm.connector import (
     WORKER,
     StrataConnector,
     StrataConnectorMetadata,
-    make_vllm_connector_class,
+    StrataKVConnectorStats,
     options_from_vllm_config,
 )
+from strata_vllm.vllm_types import VLLM_AVAILABLE
 
 __all__ = [
     "SCHEDULER",
+    "VLLM_AVAILABLE",
     "WORKER",
     "StrataConnector",
     "StrataConnectorMetadata",
-    "make_vllm_connector_class",
+    "StrataKVConnectorStats",
     "options_from_vllm_config",
 ]

@@ -1,36 +1,33 @@
-"""A vLLM KV connector (KVConnectorBase_V1 shape) backed by the Strata daemon.
+"""The vLLM KV connector backed by the Strata daemon.
 
-StrataConnector has the methods, names and signatures of vLLM's
-``vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1`` and delegates to the
-``strata_connector`` binding of the C++ connector (connector/include/strata/connector.h). It does
-not import vLLM (or torch, unless the KV caches live on a CUDA device): every vLLM object it
-receives is used by duck typing, so it runs against any object with the same attributes. To plug
-it into vLLM, mix it with the real base class::
+vLLM loads it by name, unmodified::
 
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-    StrataVllmConnector = make_vllm_connector_class(KVConnectorBase_V1)
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "StrataConnector",
+        "kv_connector_module_path": "strata_vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"socket_path": "/run/strata/engine.sock"}}'
+
+``StrataConnector`` subclasses vLLM's ``KVConnectorBase_V1`` when vLLM is importable (see
+strata_vllm.vllm_types) and is duck-typed otherwise, with the same methods, names and signatures.
+It delegates to the ``strata_connector`` binding of the C++ connector
+(connector/include/strata/connector.h). It imports neither vLLM nor torch unless they are there
+(torch only when the KV caches live on a CUDA device): every vLLM object it receives is used by
+duck typing.
 
 Configuration comes from ``vllm_config.kv_transfer_config.kv_connector_extra_config`` (keys
 named like strata_connector.ConnectorOptions fields, e.g. ``socket_path``, ``hash_algorithm``,
-``chunk_tokens``, ``lookup_budget_ms``) over what the model, cache and parallel configs say.
+``chunk_tokens``, ``lookup_budget_ms``, ``async_loads``) over what the model, cache and parallel
+configs say.
 
-The connector never takes the engine down: every call into the binding is guarded; an error is
-logged once per kind and the engine carries on (lookups report 0 hits, failed loads come back
-from get_block_ids_with_load_errors and are recomputed).
+The connector never takes the engine down: every public method is guarded. A failure is logged
+once per method and the method returns its documented fallback: lookups report 0 hits, failed
+loads come back from get_block_ids_with_load_errors and are recomputed, saves are skipped.
 
-Prefetch of queued requests: the daemon can bring a request's chunks back from its disk tier
-while the request waits, so that its later lookup and load find them in memory. vLLM's
-KVConnectorBase_V1 has no hook for a request entering the waiting queue (its scheduler-side
-methods are get_num_new_matched_tokens, which vLLM expects to be free of side effects,
-update_state_after_alloc, build_connector_meta, update_connector_output, request_finished and
-take_events), so the adapter does not prefetch by itself. An engine integration that wants it
-calls ``connector.prefetch(request)`` from the scheduler thread when it queues a request, e.g.
-from a Scheduler subclass's ``add_request`` after the base class has queued it::
+Asynchronous loads: a hit the daemon must first bring up from its disk (or a peer) is offered as
+an asynchronous load; the worker reports it through get_finished (README, "Asynchronous loads").
 
-    class StrataScheduler(Scheduler):
-        def add_request(self, request):
-            super().add_request(request)
-            self.connector.prefetch(request)
+Prefetch of queued requests: vLLM calls ``on_new_request`` when a request enters its queue; the
+connector then asks the daemon to bring the request's disk-held chunks into memory in the
+background, so that its later lookup and load find them there (``prefetch``).
 
 Threading: vLLM calls the scheduler-side methods from its scheduler thread and the worker-side
 methods from each worker's model-runner thread; one instance serves one role.
@@ -39,10 +36,13 @@ methods from each worker's model-runner thread; one instance serves one role.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import strata_connector as _sc
+
+from strata_vllm.vllm_types import CONNECTOR_BASES, METADATA_BASES, KVConnectorStats
 
 logger = logging.getLogger("strata_vllm")
 
@@ -100,7 +100,7 @@ def _tensor_tuple(tensor: Any) -> tuple[int, list[int], list[int]]:
     return int(tensor.data_ptr()), [int(s) for s in tensor.shape], [int(s) for s in tensor.stride()]
 
 
-class StrataConnectorMetadata:
+class StrataConnectorMetadata(*METADATA_BASES):
     """The per-step metadata (KVConnectorMetadata shape): wraps the binding's
     ConnectorMetadata, which pickles as its compact binary form."""
 
@@ -149,10 +149,57 @@ def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOption
     return o
 
 
-class StrataConnector:
-    """KVConnectorBase_V1-shaped connector (see the module docstring)."""
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _guarded(fallback: Callable[[], Any]) -> Callable[[_Method], _Method]:
+    """Makes a public method return fallback() instead of raising (logged once per method)."""
+
+    def wrap(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def guarded(self: "StrataConnector", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as error:  # the engine must never go down for the cache
+                self._warn_once(method.__name__, error)
+                return fallback()
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
+
+
+def _none() -> None:
+    return None
+
+
+class StrataKVConnectorStats(KVConnectorStats):
+    """The connector's counters over one interval (vLLM's KVConnectorStats): ``data`` maps a
+    counter name (the binding's stats() keys: chunks_loaded, bytes_saved, lookups, ...) to how
+    much it grew. Workers' stats aggregate by summing."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> "StrataKVConnectorStats":
+        for key, value in (other.data or {}).items():
+            self.data[key] = self.data.get(key, 0) + value
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        return dict(self.data)
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
+    """vLLM's KVConnectorBase_V1 over the Strata daemon (see the module docstring)."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
+        if CONNECTOR_BASES:
+            # vLLM's base keeps the configs and the role (and logs that the API is experimental).
+            super().__init__(vllm_config, role, kv_cache_config)
         self._vllm_config = vllm_config
         self._kv_cache_config = kv_cache_config
         self._role_value = _role_value(role)
@@ -163,6 +210,8 @@ class StrataConnector:
         self._worker: Optional[_sc.WorkerConnector] = None
         self._layer_index: dict[str, int] = {}
         self._warned: set[str] = set()
+        self._stats_reported: dict[str, int] = {}
+        self.use_eagle_prefix_cache_hashing = False
         if self._role_value == SCHEDULER:
             self._scheduler = _sc.SchedulerConnector(self._options)
 
@@ -171,6 +220,27 @@ class StrataConnector:
     @property
     def role(self) -> Any:
         return self._role
+
+    @property
+    def prefer_cross_layer_blocks(self) -> bool:
+        """False: the connector copies per layer, so that a layer's loads overlap the
+        attention of the layers before it."""
+        return False
+
+    @property
+    def supports_eagle_prefix_cache_hashing(self) -> bool:
+        """False: chunk keys are the connector's own (core/key_hasher), whatever vLLM's
+        prefix-cache hashes are."""
+        return False
+
+    def set_eagle_prefix_cache_hashing(self, enabled: bool) -> None:
+        self.use_eagle_prefix_cache_hashing = enabled
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: a cache, best effort; saves complete inside their step (a dropped one is a
+        later miss), so nothing is handed off when a request completes."""
+        return False
 
     def _warn_once(self, what: str, error: BaseException) -> None:
         if what not in self._warned:
@@ -202,7 +272,11 @@ class StrataConnector:
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
         """kv_caches: layer name -> the layer's paged KV, in layer order: one tensor
         [2, num_blocks, block_size, kv_heads, head_dim] (FlashAttention), a (K, V) pair of
-        [num_blocks, block_size, kv_heads, head_dim] tensors, or an MLA latent tensor."""
+        [num_blocks, block_size, kv_heads, head_dim] tensors, or an MLA latent tensor.
+
+        Raises on caches the connector cannot use (a shape, stride or dtype that does not match
+        the model's layout): that is a configuration error, found at start-up, not a cache
+        failure; every later call is guarded."""
         layers = []
         device = None
         for index, (name, cache) in enumerate(kv_caches.items()):
@@ -222,121 +296,183 @@ class StrataConnector:
         self._worker = _sc.WorkerConnector(self._options)
         self._worker.register_kv_caches(layers)
 
+    def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
+        """Not used: vLLM calls it only for connectors that prefer cross-layer blocks."""
+        raise NotImplementedError("the strata connector registers per-layer caches")
+
+    def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
+        """Nothing to set: the connector copies between the engine and the daemon's arena."""
+        return None
+
+    @_guarded(_none)
+    def handle_preemptions(self, kv_connector_metadata: Any) -> None:
+        """Nothing to do: saves complete inside their step, so a preempted request's blocks
+        are never read after the step that scheduled them."""
+        return None
+
+    @_guarded(_none)
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """On failure the C++ side has already failed the loads' blocks."""
         if self._worker is None or self._connector_metadata is None:
             return
-        try:
-            self._worker.start_load_kv(self._connector_metadata.native, self._engine_stream())
-        except Exception as error:  # the C++ side has already failed the loads' blocks
-            self._warn_once("start_load_kv", error)
+        self._worker.start_load_kv(self._connector_metadata.native, self._engine_stream())
 
+    @_guarded(_none)
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._worker is None:
             return
-        try:
-            self._worker.wait_for_layer_load(self._layer_index[layer_name])
-        except Exception as error:
-            self._warn_once("wait_for_layer_load", error)
+        self._worker.wait_for_layer_load(self._layer_index[layer_name])
 
+    @_guarded(_none)
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
         if self._worker is None:
             return
-        try:
-            self._worker.save_kv_layer(self._layer_index[layer_name], self._engine_stream())
-        except Exception as error:
-            self._warn_once("save_kv_layer", error)
+        self._worker.save_kv_layer(self._layer_index[layer_name], self._engine_stream())
 
+    @_guarded(_none)
     def wait_for_save(self) -> None:
         if self._worker is None:
             return
-        try:
-            self._worker.wait_for_save()
-        except Exception as error:
-            self._warn_once("wait_for_save", error)
+        self._worker.wait_for_save()
 
+    @_guarded(lambda: (None, None))
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[Optional[set[str]], Optional[set[str]]]:
         """(finished_sending, finished_recving): saves complete inside the step (wait_for_save),
         so nothing is ever sending; finished_recving names the requests whose asynchronous loads
         are over (loaded, or failed: their blocks come from the get_block_ids_with_load_errors
-        call that follows). Never raises: a failure reports nothing this step, and the loads
-        stay pending for the next call."""
+        call that follows). Fallback (None, None): the loads stay pending for the next call."""
         if self._worker is None:
             return None, None
-        try:
-            sending, recving = self._worker.get_finished(sorted(finished_req_ids or ()))
-        except Exception as error:
-            self._warn_once("get_finished", error)
-            return None, None
+        sending, recving = self._worker.get_finished(sorted(finished_req_ids or ()))
         return (set(sending) or None, set(recving) or None)
 
+    @_guarded(set)
     def get_block_ids_with_load_errors(self) -> set[int]:
         if self._worker is None:
             return set()
-        try:
-            return set(self._worker.get_block_ids_with_load_errors())
-        except Exception as error:
-            self._warn_once("get_block_ids_with_load_errors", error)
-            return set()
+        return set(self._worker.get_block_ids_with_load_errors())
 
     def shutdown(self) -> None:
         self._worker = None
         self._scheduler = None
 
-    def get_kv_connector_stats(self) -> Optional[dict]:
-        if self._worker is not None:
-            return self._worker.stats()
-        if self._scheduler is not None:
-            return self._scheduler.stats()
+    @_guarded(_none)
+    def get_kv_connector_stats(self) -> Optional[StrataKVConnectorStats]:
+        """What the counters of this role's connector grew by since the last call; None when
+        nothing changed."""
+        now = {key: int(value) for key, value in self.stats().items()
+               if not isinstance(value, bool)}
+        grown = {key: value - self._stats_reported.get(key, 0) for key, value in now.items()}
+        self._stats_reported = now
+        stats = StrataKVConnectorStats(data={k: v for k, v in grown.items() if v})
+        return None if stats.is_empty() else stats
+
+    def stats(self) -> dict[str, Any]:
+        """This role's counters since the connector started (the binding's stats(): loads,
+        saves, lookups, prefetches, asynchronous loads, connected); {} after shutdown."""
+        source = self._worker if self._worker is not None else self._scheduler
+        return dict(source.stats()) if source is not None else {}
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict[str, Any]] = None
+                                 ) -> Optional[StrataKVConnectorStats]:
+        """The stats object vLLM rebuilds from the data the workers sent."""
+        return StrataKVConnectorStats(data=dict(data or {}))
+
+    def get_kv_connector_kv_cache_events(self) -> None:
+        """None: the daemon publishes KV events itself (README, "KV events")."""
+        return None
+
+    def get_handshake_metadata(self) -> None:
+        return None
+
+    def build_connector_worker_meta(self) -> None:
+        return None
+
+    def set_xfer_handshake_metadata(self, metadata: dict[int, Any]) -> None:
+        return None
+
+    def set_xfer_handshake_metadata_pp_aware(self, metadata: dict[tuple[int, int], Any]) -> None:
+        return None
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict[Any, Any],
+                           labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]) -> None:
+        """None: the daemon serves its own Prometheus metrics (README, "Metrics")."""
+        return None
+
+    def get_finished_count(self) -> Optional[int]:
+        """None: every worker reports its own asynchronous loads (vLLM waits for all)."""
         return None
 
     # ---- scheduler side --------------------------------------------------------------------
 
+    def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
+        return None
+
+    @_guarded(lambda: (0, False))
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int, bool]:
+        """(tokens the cache adds, whether they load asynchronously); fallback (0, False)."""
         if self._scheduler is None:
             return 0, False
         salt, lora = _request_extras(request)
-        try:
-            tokens, load_async = self._scheduler.get_num_new_matched_tokens(
-                str(request.request_id), list(request.prompt_token_ids),
-                int(num_computed_tokens), salt, lora)
-        except Exception as error:
-            self._warn_once("get_num_new_matched_tokens", error)
-            return 0, False
+        tokens, load_async = self._scheduler.get_num_new_matched_tokens(
+            str(request.request_id), list(request.prompt_token_ids),
+            int(num_computed_tokens), salt, lora)
         return int(tokens), bool(load_async)
 
+    @_guarded(lambda: 0)
     def prefetch(self, request: Any) -> int:
         """Asks the daemon to promote the chunks of a queued request's prompt that it holds only
-        on disk (see the module docstring for when to call it). One round trip bounded by
-        lookup_budget_ms; does not record the request. Returns how many chunks the daemon
-        queued: 0 on the worker role, when nothing needed promotion, or when the daemon could
-        not take the hint (a prefetch never raises)."""
+        on disk (or on peers). One round trip bounded by lookup_budget_ms; does not record the
+        request. Returns how many chunks the daemon queued: 0 on the worker role, when nothing
+        needed promotion, or when the daemon could not take the hint (a prefetch never
+        raises)."""
         if self._scheduler is None:
             return 0
         salt, lora = _request_extras(request)
-        try:
-            return int(self._scheduler.prefetch(str(request.request_id),
-                                                list(request.prompt_token_ids), salt, lora))
-        except Exception as error:
-            self._warn_once("prefetch", error)
-            return 0
+        return int(self._scheduler.prefetch(str(request.request_id),
+                                            list(request.prompt_token_ids), salt, lora))
 
+    def on_new_request(self, request: Any) -> None:
+        """vLLM queued a request: prefetch it (a hint; never raises)."""
+        self.prefetch(request)
+
+    @_guarded(_none)
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
+        """On failure the load is planned as failed: the worker reports its blocks for
+        recompute (and, for an asynchronous load, the request)."""
         if self._scheduler is None:
             return
-        try:
-            self._scheduler.update_state_after_alloc(
-                str(request.request_id), _flat_block_ids(blocks), int(num_external_tokens))
-        except Exception as error:
-            # The load is planned as failed: the worker reports its blocks for recompute.
-            self._warn_once("update_state_after_alloc", error)
+        self._scheduler.update_state_after_alloc(
+            str(request.request_id), _flat_block_ids(blocks), int(num_external_tokens))
 
     def build_connector_meta(self, scheduler_output: Any) -> StrataConnectorMetadata:
+        """Never raises. When the scheduler output cannot be read, the step's metadata still
+        carries the loads planned so far (without saves): the engine reads those blocks this
+        step, so they must be loaded or reported as failed."""
         if self._scheduler is None:
             return StrataConnectorMetadata()
+        try:
+            requests = self._scheduled_requests(scheduler_output)
+            finished = sorted(str(r) for r in
+                              (_get(scheduler_output, "finished_req_ids", None) or ()))
+        except Exception as error:
+            self._warn_once("build_connector_meta (reading the scheduler output)", error)
+            requests, finished = [], []
+        try:
+            return StrataConnectorMetadata(
+                self._scheduler.build_connector_meta(requests, finished))
+        except Exception as error:
+            self._warn_once("build_connector_meta", error)
+            return StrataConnectorMetadata()
+
+    def _scheduled_requests(self, scheduler_output: Any) -> list[Any]:
         num_scheduled = dict(_get(scheduler_output, "num_scheduled_tokens", None) or {})
         requests = []
         for new in _get(scheduler_output, "scheduled_new_reqs", None) or []:
@@ -352,13 +488,7 @@ class StrataConnector:
             requests.append(_sc.ScheduledRequest(
                 req_id, "resumed" if resumed else "running", int(computed),
                 int(num_scheduled.get(req_id, 0)), _flat_block_ids(new_blocks)))
-        finished = sorted(str(r) for r in (_get(scheduler_output, "finished_req_ids", None) or ()))
-        try:
-            native = self._scheduler.build_connector_meta(requests, finished)
-        except Exception as error:
-            self._warn_once("build_connector_meta", error)
-            native = _sc.ConnectorMetadata()
-        return StrataConnectorMetadata(native)
+        return requests
 
     @staticmethod
     def _cached_requests(cached: Any) -> Iterable[tuple[str, int, Any, bool]]:
@@ -382,28 +512,33 @@ class StrataConnector:
     def update_connector_output(self, connector_output: Any) -> None:
         return None
 
+    @_guarded(lambda: (False, None))
     def request_finished(self, request: Any,
                          block_ids: list[int]) -> tuple[bool, Optional[dict[str, Any]]]:
+        """(False, None): the blocks may be freed now (saves completed inside their steps)."""
         if self._scheduler is None:
             return False, None
-        try:
-            keep = self._scheduler.request_finished(str(request.request_id),
-                                                    _flat_block_ids(block_ids))
-        except Exception as error:
-            self._warn_once("request_finished", error)
-            keep = False
+        keep = self._scheduler.request_finished(str(request.request_id),
+                                                _flat_block_ids(block_ids))
         return bool(keep), None
 
     def take_events(self) -> Iterable[Any]:
         return ()
 
+    def has_pending_push_work(self) -> bool:
+        return False
+
+    def reset_cache(self) -> None:
+        """None: the daemon's cache is shared by every engine on the node; clearing it is an
+        operator's call (strata clear), not one engine's."""
+        return None
+
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
         return None
 
-
-def make_vllm_connector_class(base: type) -> type:
-    """StrataConnector mixed with vLLM's KVConnectorBase_V1 (passed in, so this module never
-    imports vLLM). The mixin's __init__ runs; the base's is skipped on purpose (it only stores
-    the same configuration and logs an 'experimental API' warning)."""
-    return type("StrataVllmConnector", (StrataConnector, base), {})
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
+        """True: wait_for_layer_load / save_kv_layer run between layers, which a full CUDA
+        graph's replay would skip."""
+        return True

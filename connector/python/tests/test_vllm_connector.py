@@ -9,18 +9,24 @@ stored. The daemon is the real engine-session server in another process
 """
 
 import ctypes
+import inspect
 import os
 import pickle
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import textwrap
+import threading
 import time
 import unittest
 from types import SimpleNamespace
 
 import strata_connector
 import strata_vllm
-from strata_vllm import StrataConnector, StrataConnectorMetadata
+from strata_vllm import StrataConnector, StrataConnectorMetadata, StrataKVConnectorStats
 
 LAYERS = 2
 HEADS = 2
@@ -290,14 +296,14 @@ class VllmConnectorTest(unittest.TestCase):
         matched, blocks, errors = a.run("a", prompt)
         self.assertEqual(matched, 0)
         self.assertEqual(errors, set())
-        self.assertEqual(a.worker.get_kv_connector_stats()["chunks_saved"], 4)
+        self.assertEqual(a.worker.stats()["chunks_saved"], 4)
 
         b = FakeEngine(self.config(), seed=7)
         matched, blocks, errors = b.run("b", prompt)
         self.assertEqual(matched, 64)
         self.assertEqual(errors, set())
         self.assertEqual(b.wrong_positions(prompt, blocks, 0, 70), [])
-        self.assertEqual(b.worker.get_kv_connector_stats()["chunks_loaded"], 4)
+        self.assertEqual(b.worker.stats()["chunks_loaded"], 4)
         loads = b.metadata[0].native.loads
         self.assertEqual(len(loads), 1)
         self.assertEqual((loads[0]["token_begin"], loads[0]["token_end"]), (0, 64))
@@ -320,7 +326,7 @@ class VllmConnectorTest(unittest.TestCase):
         a = FakeEngine(self.config())
         a.run("a", prompt, per_step=20)
         self.assertEqual([len(m.native.saves) for m in a.metadata], [1, 1, 1])
-        self.assertEqual(a.worker.get_kv_connector_stats()["chunks_saved"], 3)
+        self.assertEqual(a.worker.stats()["chunks_saved"], 3)
         b = FakeEngine(self.config(), seed=11)
         matched, blocks, errors = b.run("b", prompt)
         self.assertEqual(matched, 47)
@@ -357,7 +363,7 @@ class VllmConnectorTest(unittest.TestCase):
         self.assertEqual(matched, 63)
         self.assertEqual(consumer.wrong_positions(prompt, blocks, 0, 64), [])
         consumer.run("c2", list(range(1000, 1064)))
-        self.assertEqual(consumer.worker.get_kv_connector_stats()["chunks_saved"], 0)
+        self.assertEqual(consumer.worker.stats()["chunks_saved"], 0)
 
 
 class PrefetchTest(unittest.TestCase):
@@ -382,7 +388,7 @@ class PrefetchTest(unittest.TestCase):
         matched, blocks, errors = b.run("b", prompt)
         self.assertEqual((matched, errors), (63, set()))
         self.assertEqual(b.wrong_positions(prompt, blocks, 0, 64), [])
-        stats = b.scheduler.get_kv_connector_stats()
+        stats = b.scheduler.stats()
         self.assertEqual((stats["prefetches"], stats["prefetch_failures"],
                           stats["prefetch_chunks"]), (1, 0, 4))
         self.assertEqual(b.worker.prefetch(queued), 0, "the worker role does not prefetch")
@@ -395,11 +401,11 @@ class PrefetchTest(unittest.TestCase):
         queued = SimpleNamespace(request_id="q", prompt_token_ids=list(range(64)),
                                  cache_salt="salt", lora_request=None)
         self.assertEqual(absent.scheduler.prefetch(queued), 0)
-        self.assertEqual(absent.scheduler.get_kv_connector_stats()["prefetch_failures"], 1)
+        self.assertEqual(absent.scheduler.stats()["prefetch_failures"], 1)
         # Nothing on disk for it: answered, nothing queued.
         engine = FakeEngine(fake_vllm_config(self.daemon.socket_path))
         self.assertEqual(engine.scheduler.prefetch(queued), 0)
-        self.assertEqual(engine.scheduler.get_kv_connector_stats()["prefetch_failures"], 0)
+        self.assertEqual(engine.scheduler.stats()["prefetch_failures"], 0)
 
 
 class AsyncLoadTest(unittest.TestCase):
@@ -421,11 +427,11 @@ class AsyncLoadTest(unittest.TestCase):
         self.assertEqual((matched, errors), (63, set()))
         self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
         self.assertTrue(b.metadata[0].native.loads[0]["async"])
-        stats = b.worker.get_kv_connector_stats()
+        stats = b.worker.stats()
         self.assertEqual((stats["async_requests_loaded"], stats["async_requests_in_flight"]),
                          (1, 0))
         self.assertEqual(stats["chunks_loaded"], 4)
-        self.assertEqual(b.scheduler.get_kv_connector_stats()["async_loads_offered"], 1)
+        self.assertEqual(b.scheduler.stats()["async_loads_offered"], 1)
         # Now in the host tier: the same prompt hits synchronously.
         matched, blocks, errors = b.run("b2", self.prompt, expect_async=False)
         self.assertEqual((matched, errors), (63, set()))
@@ -444,7 +450,7 @@ class AsyncLoadTest(unittest.TestCase):
         self.assertEqual(errors, blocks_of(blocks, 0, 63))
         self.assertEqual(matched, 63, "offered; then recomputed from the first failed block")
         self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, 64), [])
-        self.assertEqual(b.worker.get_kv_connector_stats()["async_requests_in_flight"], 0)
+        self.assertEqual(b.worker.stats()["async_requests_in_flight"], 0)
 
     def test_an_aborted_waiting_request_is_still_reported(self):
         b = FakeEngine(self.config, seed=9)
@@ -478,7 +484,7 @@ class NoDaemonTest(unittest.TestCase):
         matched, blocks, errors = engine.run("r", list(range(64)))
         self.assertLess(time.monotonic() - start, 2.0)
         self.assertEqual((matched, errors), (0, set()))
-        self.assertFalse(engine.scheduler.get_kv_connector_stats()["connected"])
+        self.assertFalse(engine.scheduler.stats()["connected"])
 
 
 class AdapterShapeTest(unittest.TestCase):
@@ -521,22 +527,6 @@ class AdapterShapeTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             strata_connector.ConnectorMetadata.deserialize(b"not metadata")
 
-    def test_mixes_with_a_vllm_base_class(self):
-        class KVConnectorBase_V1:  # stands in for vLLM's
-            def has_connector_metadata(self):
-                return "base"
-
-            def take_events(self):
-                return ["base"]
-
-        cls = strata_vllm.make_vllm_connector_class(KVConnectorBase_V1)
-        connector = cls(fake_vllm_config("/tmp/x.sock"), "SCHEDULER", None)
-        self.assertIsInstance(connector, KVConnectorBase_V1)
-        self.assertEqual(connector.take_events(), ())  # ours wins
-        self.assertEqual(connector.get_num_new_matched_tokens(
-            SimpleNamespace(request_id="r", prompt_token_ids=[1] * 40, cache_salt=None,
-                            lora_request=None), 0), (0, False))
-
     def test_binding_errors_are_exceptions(self):
         options = strata_connector.ConnectorOptions()
         with self.assertRaises(ValueError):
@@ -555,6 +545,285 @@ class AdapterShapeTest(unittest.TestCase):
         scheduler = strata_connector.SchedulerConnector(options)
         with self.assertRaises(strata_connector.StrataError):
             scheduler.update_state_after_alloc("unknown", [1, 2], 16)
+
+
+# KVConnectorBase_V1's methods and their parameters (self excluded), as vLLM's
+# vllm/distributed/kv_transfer/kv_connector/v1/base.py defines them at commit
+# 003df2961dd8830c317a61f9745ccd557da9fa06. "*" marks a classmethod, "**kwargs" a catch-all.
+VLLM_BASE_METHODS = {
+    "__init__": ["vllm_config", "role", "kv_cache_config"],
+    "set_eagle_prefix_cache_hashing": ["enabled"],
+    "bind_connector_metadata": ["connector_metadata"],
+    "clear_connector_metadata": [],
+    "has_connector_metadata": [],
+    "register_kv_caches": ["kv_caches"],
+    "register_cross_layers_kv_cache": ["kv_cache", "attn_backend"],
+    "set_host_xfer_buffer_ops": ["copy_operation"],
+    "handle_preemptions": ["kv_connector_metadata"],
+    "start_load_kv": ["forward_context", "**kwargs"],
+    "wait_for_layer_load": ["layer_name"],
+    "save_kv_layer": ["layer_name", "kv_layer", "attn_metadata", "**kwargs"],
+    "wait_for_save": [],
+    "get_finished": ["finished_req_ids"],
+    "get_block_ids_with_load_errors": [],
+    "shutdown": [],
+    "get_kv_connector_stats": [],
+    "get_kv_connector_kv_cache_events": [],
+    "get_handshake_metadata": [],
+    "build_connector_worker_meta": [],
+    "bind_gpu_block_pool": ["gpu_block_pool"],
+    "get_num_new_matched_tokens": ["request", "num_computed_tokens"],
+    "update_state_after_alloc": ["request", "blocks", "num_external_tokens"],
+    "build_connector_meta": ["scheduler_output"],
+    "on_new_request": ["request"],
+    "update_connector_output": ["connector_output"],
+    "request_finished": ["request", "block_ids"],
+    "take_events": [],
+    "has_pending_push_work": [],
+    "get_required_kvcache_layout": ["*", "vllm_config"],
+    "requires_piecewise_for_cudagraph": ["*", "extra_config"],
+    "get_finished_count": [],
+    "build_kv_connector_stats": ["*", "data"],
+    "set_xfer_handshake_metadata": ["metadata"],
+    "set_xfer_handshake_metadata_pp_aware": ["metadata"],
+    "build_prom_metrics": ["*", "vllm_config", "metric_types", "labelnames",
+                           "per_engine_labelvalues"],
+    "reset_cache": [],
+}
+VLLM_BASE_PROPERTIES = ["prefer_cross_layer_blocks", "supports_eagle_prefix_cache_hashing",
+                        "requires_kv_delivery", "role"]
+# Abstract in the base: vLLM cannot instantiate a connector that lacks one.
+VLLM_ABSTRACT_METHODS = ["start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+                         "get_num_new_matched_tokens", "update_state_after_alloc",
+                         "build_connector_meta"]
+
+
+def write_vllm_stand_in(root):
+    """A vllm package with the base module's classes as the table above describes them (vLLM
+    itself cannot be installed here): KVConnectorBase_V1 with its abstract methods,
+    KVConnectorMetadata, and the metrics module's KVConnectorStats."""
+    v1 = os.path.join(root, "vllm", "distributed", "kv_transfer", "kv_connector", "v1")
+    os.makedirs(v1)
+    for d in ("vllm", "vllm/distributed", "vllm/distributed/kv_transfer",
+              "vllm/distributed/kv_transfer/kv_connector",
+              "vllm/distributed/kv_transfer/kv_connector/v1"):
+        open(os.path.join(root, d, "__init__.py"), "w").close()
+    abstract = "".join(f"    @abstractmethod\n    def {name}(self, *args, **kwargs):\n"
+                       f"        raise NotImplementedError\n"
+                       for name in VLLM_ABSTRACT_METHODS)
+    with open(os.path.join(v1, "base.py"), "w") as f:
+        f.write("from abc import ABC, abstractmethod\n\n"
+                "class KVConnectorMetadata(ABC):\n    pass\n\n"
+                "class KVConnectorBase_V1(ABC):\n"
+                "    def __init__(self, vllm_config, role, kv_cache_config):\n"
+                "        self._connector_metadata = None\n"
+                "        self._vllm_config = vllm_config\n"
+                "        self._kv_transfer_config = vllm_config.kv_transfer_config\n"
+                "        self._kv_cache_config = kv_cache_config\n"
+                "        self._role = role\n"
+                "        self.base_initialized = True\n" + abstract)
+    with open(os.path.join(v1, "metrics.py"), "w") as f:
+        f.write("from dataclasses import dataclass, field\n\n"
+                "@dataclass\nclass KVConnectorStats:\n"
+                "    data: dict = field(default_factory=dict)\n")
+
+
+class VllmConformanceTest(unittest.TestCase):
+
+    def test_every_base_method_with_its_parameters(self):
+        for name, params in VLLM_BASE_METHODS.items():
+            with self.subTest(method=name):
+                self.assertTrue(hasattr(StrataConnector, name), name)
+                member = inspect.getattr_static(StrataConnector, name)
+                is_classmethod = isinstance(member, classmethod)
+                self.assertEqual(is_classmethod, params[:1] == ["*"], name)
+                expected = [p for p in params if p != "*"]
+                signature = inspect.signature(getattr(StrataConnector, name))
+                got = []
+                for p in signature.parameters.values():
+                    if p.name == "self":
+                        continue
+                    got.append("**kwargs" if p.kind is p.VAR_KEYWORD else p.name)
+                self.assertEqual(got, expected, name)
+        for name in VLLM_BASE_PROPERTIES:
+            self.assertIsInstance(inspect.getattr_static(StrataConnector, name), property, name)
+
+    def test_vllm_loads_it_by_module_path_and_class_name(self):
+        """What KVConnectorFactory does with kv_connector_module_path / kv_connector, in a
+        process where a vllm package is importable."""
+        root = tempfile.mkdtemp(prefix="strata-vllm-stand-in-")
+        self.addCleanup(shutil.rmtree, root, True)
+        write_vllm_stand_in(root)
+        script = textwrap.dedent("""
+            import importlib, sys
+            from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+                KVConnectorBase_V1, KVConnectorMetadata)
+            from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+            import test_vllm_connector as t
+            cls = getattr(importlib.import_module("strata_vllm"), "StrataConnector")
+            assert issubclass(cls, KVConnectorBase_V1), cls.__mro__
+            import strata_vllm
+            assert strata_vllm.VLLM_AVAILABLE
+            config = t.fake_vllm_config("/nonexistent/engine.sock", lookup_budget_ms=20)
+            scheduler = cls(config, "SCHEDULER", None)
+            assert scheduler.base_initialized
+            request = t.SimpleNamespace(request_id="r", prompt_token_ids=[1] * 40,
+                                        cache_salt=None, lora_request=None)
+            assert scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
+            meta = scheduler.build_connector_meta(t.idle_output())
+            assert isinstance(meta, KVConnectorMetadata), type(meta).__mro__
+            stats = cls.build_kv_connector_stats({"chunks_loaded": 3})
+            assert isinstance(stats, KVConnectorStats)
+            assert stats.reduce() == {"chunks_loaded": 3}
+            worker = cls(config, "WORKER", None)
+            worker.shutdown()
+            print("loaded", cls.__name__)
+            """)
+        env = dict(os.environ)
+        here = os.path.dirname(os.path.abspath(__file__))
+        env["PYTHONPATH"] = os.pathsep.join([root, here, env.get("PYTHONPATH", "")])
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("loaded StrataConnector", result.stdout)
+
+    def test_duck_typed_without_vllm(self):
+        self.assertFalse(strata_vllm.VLLM_AVAILABLE, "vLLM is not installed in this environment")
+        self.assertEqual(StrataConnector.__bases__, (object,))
+        self.assertTrue(StrataConnector.requires_piecewise_for_cudagraph({}))
+        self.assertIsNone(StrataConnector.get_required_kvcache_layout(None))
+
+
+class GarbageServer:
+    """A Unix socket that answers every connection with bytes that are not the engine
+    protocol, for as long as it runs."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(0.5)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"\xff\x00garbage" * 64)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stopping = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+class NeverTakesTheEngineDownTest(unittest.TestCase):
+    """Every public method against a daemon that answers garbage, or was killed, returns its
+    documented fallback."""
+
+    def setUp(self):
+        self.daemon = DaemonProcess()
+        self.daemon.start()
+        self.addCleanup(self.daemon.close)
+        self.prompt = list(range(300, 364))
+        FakeEngine(fake_vllm_config(self.daemon.socket_path)).run("seed", self.prompt)
+
+    def planned_load(self, blocks):
+        """Metadata with a load of the prompt's hit, planned by a scheduler of the real daemon."""
+        scheduler = FakeEngine(fake_vllm_config(self.daemon.socket_path), seed=3).scheduler
+        request = SimpleNamespace(request_id="r", prompt_token_ids=list(self.prompt),
+                                  cache_salt=None, lora_request=None)
+        self.assertEqual(scheduler.get_num_new_matched_tokens(request, 0), (63, False))
+        scheduler.update_state_after_alloc(request, KVCacheBlocks(blocks), 63)
+        return pickle.loads(pickle.dumps(scheduler.build_connector_meta(idle_output())))
+
+    def check_fallbacks(self, engine, blocks, meta):
+        request = SimpleNamespace(request_id="r", prompt_token_ids=list(self.prompt),
+                                  cache_salt=None, lora_request=None)
+        s, w = engine.scheduler, engine.worker
+        self.assertEqual(s.get_num_new_matched_tokens(request, 0), (0, False))
+        self.assertEqual(s.prefetch(request), 0)
+        self.assertIsNone(s.on_new_request(request))
+        self.assertIsNone(s.update_state_after_alloc(request, KVCacheBlocks(blocks), 16))
+        self.assertEqual(len(s.build_connector_meta(idle_output()).native.loads), 1,
+                         "the unplannable load goes out failed")
+        self.assertEqual(s.request_finished(request, blocks), (False, None))
+        w.bind_connector_metadata(meta)
+        self.assertIsNone(w.start_load_kv(SimpleNamespace()))
+        for name in engine.kv:
+            self.assertIsNone(w.wait_for_layer_load(name))
+            self.assertIsNone(w.save_kv_layer(name, engine.kv[name], None))
+        self.assertIsNone(w.wait_for_save())
+        self.assertEqual(w.get_finished(set()), (None, None))
+        self.assertEqual(w.get_block_ids_with_load_errors(), blocks_of(blocks, 0, 63))
+        self.assertIsNone(w.handle_preemptions(meta))
+        w.clear_connector_metadata()
+        self.assertIsInstance(w.get_kv_connector_stats(), (StrataKVConnectorStats, type(None)))
+
+    def test_a_daemon_that_answers_garbage(self):
+        path = os.path.join(self.daemon.dir, "garbage.sock")
+        server = GarbageServer(path)
+        self.addCleanup(server.close)
+        engine = FakeEngine(fake_vllm_config(path, lookup_budget_ms=200))
+        blocks = list(range(40, 56))
+        self.check_fallbacks(engine, blocks, self.planned_load(blocks))
+
+    def test_a_daemon_killed_before_the_load(self):
+        engine = FakeEngine(fake_vllm_config(self.daemon.socket_path), seed=5)
+        blocks = list(range(40, 56))
+        meta = self.planned_load(blocks)
+        self.daemon.proc.send_signal(signal.SIGKILL)
+        self.daemon.proc.wait(timeout=30)
+        self.check_fallbacks(engine, blocks, meta)
+
+    def test_an_unreadable_scheduler_output_still_sends_the_planned_loads(self):
+        engine = FakeEngine(fake_vllm_config(self.daemon.socket_path), seed=7)
+        request = SimpleNamespace(request_id="r", prompt_token_ids=list(self.prompt),
+                                  cache_salt=None, lora_request=None)
+        blocks = list(range(16))
+        self.assertEqual(engine.scheduler.get_num_new_matched_tokens(request, 0), (63, False))
+        engine.scheduler.update_state_after_alloc(request, KVCacheBlocks(blocks), 63)
+        bad = idle_output()
+        bad.scheduled_new_reqs = [SimpleNamespace(req_id="r", block_ids=([1], [2]),
+                                                  num_computed_tokens=63)]  # two KV groups
+        meta = engine.scheduler.build_connector_meta(bad)
+        self.assertEqual([load["request_id"] for load in meta.native.loads], ["r"])
+        self.assertEqual(meta.native.saves, [])
+
+
+class StatsTest(unittest.TestCase):
+
+    def test_stats_are_what_grew_since_the_last_call(self):
+        daemon = DaemonProcess()
+        daemon.start()
+        self.addCleanup(daemon.close)
+        engine = FakeEngine(fake_vllm_config(daemon.socket_path))
+        self.assertIsNone(engine.worker.get_kv_connector_stats())
+        engine.run("a", list(range(64)))
+        first = engine.worker.get_kv_connector_stats()
+        self.assertIsInstance(first, StrataKVConnectorStats)
+        self.assertEqual(first.data["chunks_saved"], 4)
+        self.assertIsNone(engine.worker.get_kv_connector_stats(), "nothing grew since")
+        engine.run("b", list(range(1000, 1064)))
+        second = engine.worker.get_kv_connector_stats()
+        total = StrataConnector.build_kv_connector_stats(dict(first.data)).aggregate(second)
+        self.assertEqual(total.reduce()["chunks_saved"], 8)
+        self.assertFalse(total.is_empty())
+        total.reset()
+        self.assertTrue(total.is_empty())
+        lookups = engine.scheduler.get_kv_connector_stats()
+        self.assertEqual(lookups.data["lookups"], 2)
 
 
 if __name__ == "__main__":

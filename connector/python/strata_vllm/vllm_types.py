@@ -1,0 +1,56 @@
+"""vLLM's KV-connector types when vLLM is importable, and stand-ins of the same shape when not.
+
+The connector subclasses what this module resolves: ``CONNECTOR_BASES`` is
+``(KVConnectorBase_V1,)`` with vLLM installed and ``()`` without it (the adapter then works by
+duck typing, e.g. in tests or a process that only drives the binding); likewise
+``METADATA_BASES`` for ``KVConnectorMetadata``. ``KVConnectorStats`` is vLLM's class, or a
+dataclass with its fields and methods (``data``, ``reset``, ``aggregate``, ``reduce``,
+``is_empty``).
+
+The shapes were taken from vLLM's ``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` and
+``metrics.py`` at commit 003df2961dd8830c317a61f9745ccd557da9fa06 (the table in
+``tests/test_vllm_connector.py`` lists the methods and their parameters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+    )
+
+    CONNECTOR_BASES: tuple[type, ...] = (KVConnectorBase_V1,)
+    METADATA_BASES: tuple[type, ...] = (KVConnectorMetadata,)
+except ImportError:
+    CONNECTOR_BASES = ()
+    METADATA_BASES = ()
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+except ImportError:
+
+    @dataclass
+    class KVConnectorStats:  # type: ignore[no-redef]
+        """Stand-in for vLLM's KVConnectorStats: a container of telemetry sent from the
+        workers to the logger process."""
+
+        data: dict[str, Any] = field(default_factory=dict)
+
+        def reset(self) -> None:
+            raise NotImplementedError
+
+        def aggregate(self, other: "KVConnectorStats") -> "KVConnectorStats":
+            raise NotImplementedError
+
+        def reduce(self) -> dict[str, int | float]:
+            raise NotImplementedError
+
+        def is_empty(self) -> bool:
+            raise NotImplementedError
+
+
+VLLM_AVAILABLE = bool(CONNECTOR_BASES)
