@@ -161,6 +161,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.max_sessions = config.engine.max_sessions;
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();
+  if (daemon->remote_ != nullptr) {
+    const storage::remote::RemoteNode* node = daemon->remote_.get();
+    sessions.node = {
+        .node_id = node->node_id(),
+        .remote_address = node->listen_address(),
+        .is_admitted_peer = [node](std::string_view name) { return node->HasAdmittedPeer(name); }};
+  }
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
       EngineSessionServer::Create(std::move(sessions));
   if (!server.ok()) return Annotate(server.status(), "engine session server");

@@ -30,6 +30,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       tenants_(resources.tenants),
       lookups_(resources.lookups),
       kv_event_token_ids_(resources.kv_event_token_ids),
+      node_(resources.node),
       limits_(limits) {}
 
 EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
@@ -127,6 +128,10 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   out->set_layout_fingerprint(fingerprint_);
   out->set_daemon_version(STRATA_VERSION);
   out->set_kv_event_token_ids(kv_event_token_ids_);
+  if (node_ != nullptr) {
+    out->set_node_id(node_->node_id);
+    out->set_remote_address(node_->remote_address);
+  }
   *reply.response.mutable_status() = ToProto(absl::OkStatus());
   reply.attach_arena_fd = true;
   return reply;
@@ -170,6 +175,7 @@ absl::StatusOr<bool> EngineSession::Lookup(uint64_t request_id,
                                            v1::LookupChainResponse& response) {
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
+  if (absl::Status known = CheckSourceNode(request.source_node()); !known.ok()) return known;
   std::optional<std::vector<storage::Tier>> tiers = store_->LocatePrefixOrAsk(
       *keys,
       [completions = completions_, session_id = id_, request_id](std::vector<storage::Tier> found) {
@@ -185,6 +191,19 @@ absl::StatusOr<bool> EngineSession::Lookup(uint64_t request_id,
   }
   AnswerLookup(*tiers, keys->size(), request.tenant(), request.tokens(), response);
   return true;
+}
+
+absl::Status EngineSession::CheckSourceNode(std::string_view source) const {
+  if (source.empty()) return absl::OkStatus();
+  if (node_ == nullptr || node_->is_admitted_peer == nullptr) {
+    return absl::NotFoundError(fmt::format(
+        "the KV was produced on node '{}', but this daemon has no remote tier to fetch it with",
+        source));
+  }
+  if (source == node_->node_id || node_->is_admitted_peer(source)) return absl::OkStatus();
+  return absl::NotFoundError(fmt::format(
+      "the KV was produced on node '{}', which is not an admitted peer of this node ('{}')", source,
+      node_->node_id));
 }
 
 void EngineSession::AnswerLookup(const std::vector<storage::Tier>& tiers, size_t num_keys,

@@ -24,6 +24,7 @@
 #include "core/kv_layout.h"
 #include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
+#include "daemon/node_identity.h"
 #include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tiered_store.h"
@@ -43,6 +44,9 @@ struct SessionResources {
   // KV events carry token ids: the handshake asks the connector to send each stored chunk's
   // tokens, and PrepareStore hands them to the host tier.
   bool kv_event_token_ids = false;
+  // The node among its peers (handshake; LookupChainRequest.source_node). Nullable (no remote
+  // tier); not owned; must outlive the session.
+  const NodeIdentity* node = nullptr;
 };
 
 struct EngineSessionLimits {
@@ -82,6 +86,8 @@ class EngineSession {
   absl::StatusOr<bool> Lookup(uint64_t request_id, const v1::LookupChainRequest& request,
                               v1::LookupChainResponse& response);
   // The lookup's answer (hit chunks) and its accounting, from the tiers its chain was found in.
+  // OK for no source or a known one; kNotFound naming the node otherwise.
+  absl::Status CheckSourceNode(std::string_view source) const;
   void AnswerLookup(const std::vector<storage::Tier>& tiers, size_t num_keys,
                     const std::string& tenant, uint64_t tokens, v1::LookupChainResponse& response);
   // Leases the chain's chunks; false when the load was deferred (no response yet).
@@ -117,6 +123,7 @@ class EngineSession {
   const TenantDirectory* const tenants_;
   LookupAccounting* const lookups_;
   const bool kv_event_token_ids_;
+  const NodeIdentity* const node_;
   const EngineSessionLimits limits_;
 
   bool handshaken_ = false;

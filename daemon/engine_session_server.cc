@@ -257,7 +257,8 @@ void EngineSessionServer::Accept() {
                                .completions = completions_,
                                .tenants = options_.tenants,
                                .lookups = options_.lookups,
-                               .kv_event_token_ids = options_.kv_event_token_ids};
+                               .kv_event_token_ids = options_.kv_event_token_ids,
+                               .node = &options_.node};
     sessions_.emplace(id,
                       std::make_unique<Session>(id, std::move(fd), std::move(resources), limits));
     ++total_sessions_;

@@ -33,6 +33,7 @@
 #include "core/scoped_fd.h"
 #include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
+#include "daemon/node_identity.h"
 #include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -51,6 +52,8 @@ struct EngineSessionServerOptions {
   LookupAccounting* lookups = nullptr;
   // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).
   bool kv_event_token_ids = false;
+  // The node among its peers; default: no remote tier.
+  NodeIdentity node;
   uint32_t max_sessions = 256;
   // Peer uids accepted besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;

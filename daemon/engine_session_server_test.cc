@@ -120,6 +120,57 @@ TEST_F(EngineSessionServerTest, StoreThenLoadThroughTheSharedArena) {
   EXPECT_EQ(tier_->Stats().active_leases, 0u);
 }
 
+// Disaggregated prefill: the handshake names the node, and a lookup naming the node that
+// produced the KV is refused (NOT_FOUND) unless that node is this one or an admitted peer.
+TEST_F(EngineSessionServerTest, TheNodeIdentityAndTheSourceNodeOfALookup) {
+  RawEngineClient plain(server_->socket_path());
+  absl::StatusOr<v1::EngineResponse> hello = plain.Handshake(TestLayout());
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->handshake().node_id(), "") << "no remote tier";
+  v1::EngineRequest named = test_support::LookupRequest(Keys(2));
+  named.mutable_lookup()->set_source_node("prefill-a");
+  absl::StatusOr<v1::EngineResponse> refused = plain.Call(named);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status().code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(refused->status().message(), HasSubstr("no remote tier"));
+
+  server_->Stop();
+  std::vector<std::string> asked;
+  server_ =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "engine2.sock").string(),
+                                    .store = store_.get(),
+                                    .node = {.node_id = "decode-b",
+                                             .remote_address = "10.0.0.2:7100",
+                                             .is_admitted_peer = [&asked](std::string_view name) {
+                                               asked.emplace_back(name);
+                                               return name == "prefill-a";
+                                             }}});
+  server_->Start();
+  RawEngineClient engine(server_->socket_path());
+  hello = engine.Handshake(TestLayout());
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->handshake().node_id(), "decode-b");
+  EXPECT_EQ(hello->handshake().remote_address(), "10.0.0.2:7100");
+  Store(engine, Keys(2), 0x10);
+  for (const std::string source : {"prefill-a", "decode-b", ""}) {
+    v1::EngineRequest lookup = test_support::LookupRequest(Keys(3));
+    lookup.mutable_lookup()->set_source_node(source);
+    absl::StatusOr<v1::EngineResponse> found = engine.Call(lookup);
+    ASSERT_TRUE(found.ok());
+    EXPECT_EQ(found->status().code(), 0) << source << ": " << found->status().message();
+    EXPECT_EQ(found->lookup().hit_chunks(), 2u) << source;
+  }
+  named.mutable_lookup()->set_source_node("stranger");
+  refused = engine.Call(named);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status().code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(refused->status().message(), HasSubstr("'stranger', which is not an admitted peer"));
+  EXPECT_EQ(asked, (std::vector<std::string>{"prefill-a", "stranger"}))
+      << "the node itself and an empty source need no peer";
+  // The session goes on serving after the refusal.
+  EXPECT_EQ(engine.Call(test_support::LookupRequest(Keys(3)))->lookup().hit_chunks(), 2u);
+}
+
 TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   // A tier of 8 one-page chunks where tenant "a" may keep 2 once it is full.
   const TenantDirectory tenants({{"a", 2 * 4096}});

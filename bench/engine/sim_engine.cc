@@ -78,13 +78,14 @@ std::vector<uint32_t> PromptTokens(const Prompt& prompt) {
 std::string RequestResult::ToJson() const {
   return fmt::format(
       "{{\"request\":\"{}\",\"prompt_tokens\":{},\"matched_tokens\":{},\"load_async\":{},"
+      "\"daemon_node\":\"{}\","
       "\"failed_blocks\":{},"
       "\"recomputed_tokens\":{},\"wrong_values\":{},\"lookup_us\":{},\"load_us\":{},"
       "\"save_us\":{},\"step_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
       "\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
-      request_id, prompt_tokens, matched_tokens, load_async, failed_blocks, recomputed_tokens,
-      wrong_values, lookup_us, load_us, save_us, step_us, bytes_loaded, bytes_saved, load_status,
-      save_status);
+      request_id, prompt_tokens, matched_tokens, load_async, daemon_node, failed_blocks,
+      recomputed_tokens, wrong_values, lookup_us, load_us, save_us, step_us, bytes_loaded,
+      bytes_saved, load_status, save_status);
 }
 
 struct SimEngine::Impl {
@@ -193,7 +194,8 @@ absl::StatusOr<std::unique_ptr<SimEngine>> SimEngine::Create(const SimEngineOpti
   connector_options.lookup_budget = std::chrono::milliseconds(options.lookup_budget_ms);
   connector_options.io_timeout = std::chrono::milliseconds(options.io_timeout_ms);
   connector_options.store_partial_chunks = options.store_partial;
-  connector_options.async_loads = options.async_loads;
+  connector_options.async_loads =
+      options.async_loads || options.kv_transfer == connector::KvTransfer::kReceive;
   connector_options.device_backend = storage::DeviceBackend::kHost;
   absl::StatusOr<std::unique_ptr<connector::SchedulerConnector>> scheduler =
       connector::SchedulerConnector::Create(connector_options);
@@ -249,8 +251,12 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
 
   const connector::WorkerStats before = e.worker->Stats();
   const auto start = Clock::now();
-  const connector::MatchResult match = e.scheduler->GetNumNewMatchedTokens(
-      {.request_id = result.request_id, .prompt_tokens = tokens}, 0);
+  const connector::MatchResult match =
+      e.scheduler->GetNumNewMatchedTokens({.request_id = result.request_id,
+                                           .prompt_tokens = tokens,
+                                           .kv_transfer = o.kv_transfer,
+                                           .source_node = o.source_node},
+                                          0);
   const auto looked_up = Clock::now();
   const uint32_t matched = static_cast<uint32_t>(match.num_tokens);
   result.matched_tokens = matched;
@@ -316,6 +322,9 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   }
   e.scheduler->BuildConnectorMeta({.finished_request_ids = {result.request_id}});
   e.scheduler->RequestFinished(result.request_id, blocks);
+  if (o.kv_transfer == connector::KvTransfer::kSend) {
+    result.daemon_node = e.scheduler->DaemonNode().node_id;
+  }
 
   const connector::WorkerStats after = e.worker->Stats();
   result.failed_blocks = failed.size();

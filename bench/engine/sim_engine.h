@@ -48,6 +48,10 @@ struct SimEngineOptions {
   // ConnectorOptions::async_loads: a hit the daemon must first bring up from its disk (or a
   // peer) loads between steps; the engine then runs empty steps until the worker reports it.
   bool async_loads = false;
+  // Disaggregated prefill: kSend prefills for a decoder (the partial last chunk is saved too);
+  // kReceive loads what node `source_node` prefilled (asynchronously).
+  connector::KvTransfer kv_transfer = connector::KvTransfer::kNone;
+  std::string source_node;
 };
 
 struct RequestResult {
@@ -55,6 +59,8 @@ struct RequestResult {
   uint64_t prompt_tokens = 0;
   uint64_t matched_tokens = 0;
   bool load_async = false;
+  // kSend: the daemon's node id, which the decoder names as its source (remote_engine_id).
+  std::string daemon_node;
   uint64_t failed_blocks = 0;
   uint64_t recomputed_tokens = 0;
   uint64_t wrong_values = 0;

@@ -34,7 +34,16 @@ int main(int argc, char** argv) {
   app.add_flag("--store-partial", options.store_partial);
   app.add_flag("--async-loads", options.async_loads,
                "load hits below the daemon's host tier between steps");
+  std::string kv_transfer = "none";
+  app.add_option("--kv-transfer", kv_transfer,
+                 "disaggregated prefill: send (prefill for a decoder) or receive (load what "
+                 "--source-node prefilled)")
+      ->check(CLI::IsMember({"none", "send", "receive"}));
+  app.add_option("--source-node", options.source_node, "the prefiller daemon's node id");
   CLI11_PARSE(app, argc, argv);
+  options.kv_transfer = kv_transfer == "send"      ? strata::connector::KvTransfer::kSend
+                        : kv_transfer == "receive" ? strata::connector::KvTransfer::kReceive
+                                                   : strata::connector::KvTransfer::kNone;
   spdlog::set_default_logger(spdlog::stderr_color_mt("sim_engine"));
 
   std::vector<Prompt> prompts;

@@ -106,6 +106,11 @@ uint64_t EngineClient::generation() const {
   return generation_;
 }
 
+DaemonNode EngineClient::daemon_node() const {
+  absl::MutexLock lock(&mu_);
+  return daemon_node_;
+}
+
 uint64_t EngineClient::session_id() const {
   absl::MutexLock lock(&mu_);
   return session_id_;
@@ -257,6 +262,7 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
   generation_ = generation;
   session_id_ = body.session_id();
   send_token_ids_ = body.kv_event_token_ids();
+  daemon_node_ = {.node_id = body.node_id(), .remote_address = body.remote_address()};
   next_request_id_ = 2;
   return absl::OkStatus();
 }
@@ -317,6 +323,7 @@ absl::StatusOr<LookupHit> EngineClient::LookupChain(std::span<const ChunkKey> ke
   STRATA_RETURN_IF_ERROR(ToProto(keys, *lookup.mutable_chain()));
   lookup.set_tenant(std::string(origin.tenant));
   lookup.set_tokens(origin.tokens);
+  lookup.set_source_node(std::string(origin.source_node));
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(*request, v1::EngineResponse::kLookup, deadline));

@@ -162,10 +162,20 @@ struct EngineClientStats {
   uint64_t requests = 0;          // requests sent (handshakes excluded)
 };
 
-// Who a lookup is for, for the daemon's lookup accounting (LookupChainRequest).
+// Who a lookup is for, for the daemon's lookup accounting (LookupChainRequest), and where its KV
+// comes from.
 struct LookupOrigin {
   std::string_view tenant;  // the request's tenant salt, "" for none
   uint32_t tokens = 0;      // tokens the keys' chunks cover; 0: every chunk full
+  // Disaggregated prefill: the node that produced the KV; the daemon answers kNotFound when it
+  // is not an admitted peer. Empty: any.
+  std::string_view source_node;
+};
+
+// The daemon's node among its peers (HandshakeResponse); empty without a remote tier.
+struct DaemonNode {
+  std::string node_id;
+  std::string remote_address;
 };
 
 // A lookup's answer: the leading chunks the daemon has, and of those the leading ones in its
@@ -224,6 +234,8 @@ class EngineClient {
   uint64_t generation() const;
   // The current session's daemon-assigned id; 0 when disconnected.
   uint64_t session_id() const;
+  // What the last successful handshake said of the daemon's node ({} before the first).
+  DaemonNode daemon_node() const;
   EngineClientStats stats() const;
   const KvLayout& layout() const { return options_.layout; }
 
@@ -255,6 +267,7 @@ class EngineClient {
   uint64_t session_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The current session's daemon wants StoreItem token ids (HandshakeResponse).
   bool send_token_ids_ ABSL_GUARDED_BY(mu_) = false;
+  DaemonNode daemon_node_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   MonoTime next_attempt_ ABSL_GUARDED_BY(mu_){0};
   std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_);

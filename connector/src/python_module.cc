@@ -107,6 +107,13 @@ ScheduledKind ParseKind(const std::string& kind) {
   throw py::value_error("kind must be 'new', 'running' or 'resumed', not '" + kind + "'");
 }
 
+KvTransfer ParseKvTransfer(const std::string& name) {
+  if (name == "none") return KvTransfer::kNone;
+  if (name == "send") return KvTransfer::kSend;
+  if (name == "receive") return KvTransfer::kReceive;
+  throw py::value_error("kv_transfer must be 'none', 'send' or 'receive', not '" + name + "'");
+}
+
 py::dict SpecToDict(const TransferSpec& spec) {
   py::dict d;
   d["request_id"] = spec.request_id;
@@ -230,17 +237,37 @@ PYBIND11_MODULE(strata_connector, m) {
           "get_num_new_matched_tokens",
           [](SchedulerConnector& s, const std::string& request_id,
              const std::vector<uint32_t>& prompt_tokens, int64_t num_computed_tokens,
-             const std::string& tenant_salt, const std::string& lora_name) {
+             const std::string& tenant_salt, const std::string& lora_name,
+             const std::string& kv_transfer, const std::string& source_node) {
+            const KvTransfer transfer = ParseKvTransfer(kv_transfer);
             MatchResult result;
             {
               py::gil_scoped_release release;
-              result = s.GetNumNewMatchedTokens({request_id, prompt_tokens, tenant_salt, lora_name},
+              result = s.GetNumNewMatchedTokens({.request_id = request_id,
+                                                 .prompt_tokens = prompt_tokens,
+                                                 .tenant_salt = tenant_salt,
+                                                 .lora_name = lora_name,
+                                                 .kv_transfer = transfer,
+                                                 .source_node = source_node},
                                                 num_computed_tokens);
             }
             return py::make_tuple(result.num_tokens, result.load_async);
           },
           py::arg("request_id"), py::arg("prompt_tokens"), py::arg("num_computed_tokens"),
-          py::arg("tenant_salt") = "", py::arg("lora_name") = "")
+          py::arg("tenant_salt") = "", py::arg("lora_name") = "", py::arg("kv_transfer") = "none",
+          py::arg("source_node") = "")
+      .def(
+          "daemon_node",
+          [](SchedulerConnector& s) {
+            NodeAddress node;
+            {
+              py::gil_scoped_release release;
+              node = s.DaemonNode();
+            }
+            return py::make_tuple(node.node_id, node.remote_address);
+          },
+          "(node_id, remote_address) of the daemon among its peers; empty strings without a "
+          "remote tier")
       .def(
           "prefetch",
           [](SchedulerConnector& s, const std::string& request_id,
@@ -281,6 +308,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["lookup_failures"] = st.lookup_failures;
         d["lookup_hit_tokens"] = st.lookup_hit_tokens;
         d["async_loads_offered"] = st.async_loads_offered;
+        d["unknown_sources"] = st.unknown_sources;
         d["prefetches"] = st.prefetches;
         d["prefetch_failures"] = st.prefetch_failures;
         d["prefetch_chunks"] = st.prefetch_chunks;

@@ -6,9 +6,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/log.h"
+#include "core/fmt_absl.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "strata/connector.h"
@@ -19,6 +21,8 @@ namespace {
 // What the scheduler remembers of one request between its calls.
 struct RequestState {
   std::vector<uint32_t> tokens;  // the prompt
+  // Its partial last chunk has a key (store_partial_chunks, or a disaggregated prefill).
+  bool partial = false;
   std::string tenant_salt;
   std::string lora_name;
   // The last GetNumNewMatchedTokens: where its tokens start and how many it offered.
@@ -47,18 +51,23 @@ struct SchedulerConnector::Impl {
 
   absl::Mutex mu;
   absl::flat_hash_map<std::string, RequestState> requests ABSL_GUARDED_BY(mu);
+  // Source nodes the daemon did not know, logged once each (bounded).
+  absl::flat_hash_set<std::string> unknown_sources_logged ABSL_GUARDED_BY(mu);
   // Loads that failed to plan for requests the scheduler did not know.
   std::vector<TransferSpec> orphan_loads ABSL_GUARDED_BY(mu);
   SchedulerStats stats ABSL_GUARDED_BY(mu);
 
   int64_t chunk_tokens() const { return options.layout.chunk_tokens; }
-  PartialChunk partial() const {
-    return options.store_partial_chunks ? PartialChunk::kInclude : PartialChunk::kExclude;
+  // Whether a request's partial last chunk has a key.
+  bool Partial(KvTransfer transfer) const {
+    return options.store_partial_chunks || transfer != KvTransfer::kNone;
+  }
+  static PartialChunk ToPartialChunk(bool partial) {
+    return partial ? PartialChunk::kInclude : PartialChunk::kExclude;
   }
   // Chunks of a prompt of `prompt_len` tokens that carry keys.
-  int64_t NumChunks(int64_t prompt_len) const {
-    return options.store_partial_chunks ? CeilDiv(prompt_len, chunk_tokens())
-                                        : prompt_len / chunk_tokens();
+  int64_t NumChunks(int64_t prompt_len, bool partial) const {
+    return partial ? CeilDiv(prompt_len, chunk_tokens()) : prompt_len / chunk_tokens();
   }
   // The end of the chunk holding position `position` (the last chunk may be partial).
   int64_t ChunkEnd(int64_t position, int64_t prompt_len) const {
@@ -121,7 +130,9 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   Impl& s = *impl_;
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_tokens.size());
   const int64_t chunk = s.chunk_tokens();
-  const int64_t num_chunks = s.NumChunks(prompt_len);
+  const bool partial = s.Partial(request.kv_transfer);
+  const bool receive = request.kv_transfer == KvTransfer::kReceive;
+  const int64_t num_chunks = s.NumChunks(prompt_len, partial);
   num_computed_tokens = std::max<int64_t>(num_computed_tokens, 0);
   // Chunks wholly inside what the engine has are not looked up.
   const int64_t first_chunk = num_computed_tokens / chunk;
@@ -134,13 +145,15 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   if (s.options.enable_load && first_chunk < num_chunks && ceiling > num_computed_tokens) {
     const KeyExtras extras{request.tenant_salt, request.lora_name};
     const std::vector<ChunkKey> keys =
-        s.hasher.PrefixKeys(request.prompt_tokens, extras, s.partial());
+        s.hasher.PrefixKeys(request.prompt_tokens, extras, Impl::ToPartialChunk(partial));
     const std::span<const ChunkKey> wanted = std::span(keys).subspan(first_chunk);
     // The tokens the looked-up chunks cover: the last keyed chunk may be partial.
     const int64_t covered = std::min(num_chunks * chunk, prompt_len) - first_chunk * chunk;
-    absl::StatusOr<internal::LookupHit> hits = s.client->LookupChain(
-        wanted, s.options.lookup_budget,
-        {.tenant = request.tenant_salt, .tokens = static_cast<uint32_t>(covered)});
+    absl::StatusOr<internal::LookupHit> hits =
+        s.client->LookupChain(wanted, s.options.lookup_budget,
+                              {.tenant = request.tenant_salt,
+                               .tokens = static_cast<uint32_t>(covered),
+                               .source_node = receive ? request.source_node : ""});
     looked_up = true;
     absl::MutexLock lock(&s.mu);
     ++s.stats.lookups;
@@ -148,6 +161,16 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
       hit = *hits;
     } else {
       ++s.stats.lookup_failures;
+      if (hits.status().code() == absl::StatusCode::kNotFound && receive) {
+        ++s.stats.unknown_sources;
+        if (s.unknown_sources_logged.size() < 64 &&
+            s.unknown_sources_logged.insert(std::string(request.source_node)).second) {
+          Log().error(
+              "strata connector: request {} was prefilled elsewhere, but {}; its prompt "
+              "is recomputed",
+              request.request_id, hits.status().message());
+        }
+      }
     }
   }
 
@@ -156,8 +179,9 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   const int64_t matched = hit.chunks > 0 ? std::max<int64_t>(0, usable - num_computed_tokens) : 0;
   // Asynchronous when a chunk the load reads is not in the daemon's host tier.
   const int64_t host_end = (first_chunk + hit.host_chunks) * chunk;
+  // A received prefill comes from a peer: asynchronous whatever the tier says.
   const bool load_async =
-      s.options.async_loads && matched > 0 && host_end < num_computed_tokens + matched;
+      s.options.async_loads && matched > 0 && (receive || host_end < num_computed_tokens + matched);
 
   absl::MutexLock lock(&s.mu);
   RequestState& state = s.requests[std::string(request.request_id)];
@@ -166,6 +190,10 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
     state.tokens.assign(request.prompt_tokens.begin(), request.prompt_tokens.end());
     state.known_cached.assign(num_chunks, false);
     state.next_save_chunk = 0;
+  }
+  if (state.partial != partial) {
+    state.partial = partial;
+    state.known_cached.resize(num_chunks, false);
   }
   state.tenant_salt = std::string(request.tenant_salt);
   state.lora_name = std::string(request.lora_name);
@@ -184,8 +212,8 @@ uint32_t SchedulerConnector::Prefetch(const RequestInfo& request) {
   Impl& s = *impl_;
   if (!s.options.enable_load) return 0;
   const KeyExtras extras{request.tenant_salt, request.lora_name};
-  const std::vector<ChunkKey> keys =
-      s.hasher.PrefixKeys(request.prompt_tokens, extras, s.partial());
+  const std::vector<ChunkKey> keys = s.hasher.PrefixKeys(
+      request.prompt_tokens, extras, Impl::ToPartialChunk(s.Partial(request.kv_transfer)));
   if (keys.empty()) return 0;
   absl::StatusOr<uint32_t> queued = s.client->Prefetch(keys, s.options.lookup_budget);
   absl::MutexLock lock(&s.mu);
@@ -280,7 +308,9 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
       fresh.tokens = request.prompt_tokens;
       fresh.tenant_salt = request.tenant_salt;
       fresh.lora_name = request.lora_name;
-      fresh.known_cached.assign(s.NumChunks(static_cast<int64_t>(fresh.tokens.size())), false);
+      fresh.partial = s.options.store_partial_chunks;
+      fresh.known_cached.assign(
+          s.NumChunks(static_cast<int64_t>(fresh.tokens.size()), fresh.partial), false);
       it = s.requests.emplace(request.request_id, std::move(fresh)).first;
     }
     RequestState& state = it->second;
@@ -296,7 +326,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
     const int64_t computed =
         std::min(request.num_computed_tokens + request.num_scheduled_tokens, prompt_len);
     int64_t end_chunk = computed / chunk;
-    if (s.options.store_partial_chunks && computed == prompt_len && prompt_len % chunk != 0) {
+    if (state.partial && computed == prompt_len && prompt_len % chunk != 0) {
       ++end_chunk;
     }
     int64_t begin_chunk = state.next_save_chunk;
@@ -329,6 +359,15 @@ bool SchedulerConnector::RequestFinished(std::string_view request_id,
   absl::MutexLock lock(&impl_->mu);
   impl_->ForgetLocked(std::string(request_id));
   return false;
+}
+
+NodeAddress SchedulerConnector::DaemonNode() {
+  internal::DaemonNode node = impl_->client->daemon_node();
+  if (node.node_id.empty() && !impl_->client->connected()) {
+    (void)impl_->client->Connect(impl_->options.lookup_budget);
+    node = impl_->client->daemon_node();
+  }
+  return {.node_id = std::move(node.node_id), .remote_address = std::move(node.remote_address)};
 }
 
 SchedulerStats SchedulerConnector::Stats() const {

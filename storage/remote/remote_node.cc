@@ -140,6 +140,11 @@ absl::StatusOr<MoveResult> RemoteNode::Push(std::string_view target, const KvLay
   return result;
 }
 
+bool RemoteNode::HasAdmittedPeer(std::string_view name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return !stopped_ && peers_->FindAdmitted(name).has_value();
+}
+
 std::vector<PeerInfo> RemoteNode::Peers() const {
   absl::ReaderMutexLock lock(&mu_);
   if (stopped_) return {};

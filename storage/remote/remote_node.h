@@ -55,6 +55,9 @@ class RemoteNode {
   const std::string& node_id() const { return node_id_; }
   // The peers and their traffic; none once stopped. Thread-safe.
   std::vector<PeerInfo> Peers() const;
+  // Whether an admitted peer is named `name` (its node id or an address of its link); false
+  // once stopped. Thread-safe.
+  bool HasAdmittedPeer(std::string_view name) const;
   RemoteServerStats ServerStats() const { return server_->Stats(); }
 
   // Copies `keys` (chunks of `layout` in this node's host tier) into the host tier of the peer

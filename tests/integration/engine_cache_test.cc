@@ -4,13 +4,13 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <regex>
 #include <thread>
 
 #include "core/fmt_absl.h"
 #include "gtest/gtest.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/sim_engine_process.h"
 #include "tests/support/subprocess.h"
 
 namespace strata {
@@ -18,42 +18,11 @@ namespace {
 
 using std::chrono::milliseconds;
 using test_support::DaemonProcess;
+using test_support::JsonInt;
+using test_support::RunSimEngine;
+using test_support::SimEngineJsonLines;
+using test_support::StartSimEngine;
 using test_support::Subprocess;
-
-// The integer value of "name": in a JSON line, or -1.
-int64_t Field(const std::string& line, const std::string& name) {
-  std::smatch match;
-  if (std::regex_search(line, match, std::regex("\"" + name + "\":(-?\\d+)"))) {
-    return std::stoll(match[1].str());
-  }
-  return -1;
-}
-
-// The JSON lines of a sim_engine's stdout.
-std::vector<std::string> JsonLines(const Subprocess& engine) {
-  std::vector<std::string> lines;
-  for (std::string& line : engine.StdoutLines()) {
-    if (line.starts_with("{")) lines.push_back(std::move(line));
-  }
-  return lines;
-}
-
-std::unique_ptr<Subprocess> Engine(const std::string& socket, std::vector<std::string> args) {
-  std::vector<std::string> argv = {STRATA_SIM_ENGINE_PATH, "--socket", socket};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return std::make_unique<Subprocess>(std::move(argv));
-}
-
-// Runs an engine to completion; fails the test unless it exits 0. Returns its request lines
-// (the summary excluded).
-std::vector<std::string> RunEngine(const std::string& socket, std::vector<std::string> args) {
-  std::unique_ptr<Subprocess> engine = Engine(socket, std::move(args));
-  const std::optional<int> code = engine->Wait(milliseconds(60'000));
-  EXPECT_EQ(code, 0) << engine->Stdout() << engine->Stderr();
-  std::vector<std::string> lines = JsonLines(*engine);
-  if (!lines.empty() && lines.back().find("\"summary\"") != std::string::npos) lines.pop_back();
-  return lines;
-}
 
 class EngineCacheTest : public ::testing::Test {
  protected:
@@ -67,51 +36,53 @@ class EngineCacheTest : public ::testing::Test {
 };
 
 TEST_F(EngineCacheTest, ColdStoreThenWarmLoadInAnotherProcessIsByteExact) {
-  const std::vector<std::string> cold = RunEngine(daemon_->engine_socket(), {"--prompt", "1:1000"});
+  const std::vector<std::string> cold =
+      RunSimEngine(daemon_->engine_socket(), {"--prompt", "1:1000"});
   ASSERT_EQ(cold.size(), 1u);
-  EXPECT_EQ(Field(cold[0], "matched_tokens"), 0);
+  EXPECT_EQ(JsonInt(cold[0], "matched_tokens"), 0);
 
-  const std::vector<std::string> warm = RunEngine(daemon_->engine_socket(), {"--prompt", "1:1000"});
+  const std::vector<std::string> warm =
+      RunSimEngine(daemon_->engine_socket(), {"--prompt", "1:1000"});
   ASSERT_EQ(warm.size(), 1u);
-  EXPECT_EQ(Field(warm[0], "matched_tokens"), 768) << "three full 256-token chunks";
-  EXPECT_EQ(Field(warm[0], "failed_blocks"), 0);
-  EXPECT_EQ(Field(warm[0], "wrong_values"), 0);
+  EXPECT_EQ(JsonInt(warm[0], "matched_tokens"), 768) << "three full 256-token chunks";
+  EXPECT_EQ(JsonInt(warm[0], "failed_blocks"), 0);
+  EXPECT_EQ(JsonInt(warm[0], "wrong_values"), 0);
 }
 
 TEST_F(EngineCacheTest, TwoEnginesShareOneCopyOfEachChunk) {
   std::unique_ptr<Subprocess> a =
-      Engine(daemon_->engine_socket(), {"--prompt", "2:2048", "--engine-id", "a"});
+      StartSimEngine(daemon_->engine_socket(), {"--prompt", "2:2048", "--engine-id", "a"});
   std::unique_ptr<Subprocess> b =
-      Engine(daemon_->engine_socket(), {"--prompt", "2:2048", "--engine-id", "b"});
+      StartSimEngine(daemon_->engine_socket(), {"--prompt", "2:2048", "--engine-id", "b"});
   EXPECT_EQ(a->Wait(milliseconds(60'000)), 0) << a->Stderr();
   EXPECT_EQ(b->Wait(milliseconds(60'000)), 0) << b->Stderr();
   absl::StatusOr<v1::TierStats> stats = daemon_->HostStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->chunks(), 8u) << "one copy of each chunk, whoever stored it";
 
-  const std::vector<std::string> c = RunEngine(daemon_->engine_socket(), {"--prompt", "2:2048"});
-  EXPECT_EQ(Field(c[0], "matched_tokens"), 2047) << "all but the last token, which vLLM computes";
-  EXPECT_EQ(Field(c[0], "wrong_values"), 0);
+  const std::vector<std::string> c = RunSimEngine(daemon_->engine_socket(), {"--prompt", "2:2048"});
+  EXPECT_EQ(JsonInt(c[0], "matched_tokens"), 2047) << "all but the last token, which vLLM computes";
+  EXPECT_EQ(JsonInt(c[0], "wrong_values"), 0);
 }
 
 TEST_F(EngineCacheTest, PartialPrefixHitsAndOddLengths) {
-  RunEngine(daemon_->engine_socket(), {"--prompt", "3:1024"});
-  const std::vector<std::string> longer = RunEngine(
+  RunSimEngine(daemon_->engine_socket(), {"--prompt", "3:1024"});
+  const std::vector<std::string> longer = RunSimEngine(
       daemon_->engine_socket(), {"--prompt", "3:1800", "--prompt", "3:700", "--prompt", "4:900"});
   ASSERT_EQ(longer.size(), 3u);
-  EXPECT_EQ(Field(longer[0], "matched_tokens"), 1024);
-  EXPECT_EQ(Field(longer[1], "matched_tokens"), 512) << "a shorter prompt of the same prefix";
-  EXPECT_EQ(Field(longer[2], "matched_tokens"), 0) << "another prefix";
-  for (const std::string& line : longer) EXPECT_EQ(Field(line, "wrong_values"), 0) << line;
+  EXPECT_EQ(JsonInt(longer[0], "matched_tokens"), 1024);
+  EXPECT_EQ(JsonInt(longer[1], "matched_tokens"), 512) << "a shorter prompt of the same prefix";
+  EXPECT_EQ(JsonInt(longer[2], "matched_tokens"), 0) << "another prefix";
+  for (const std::string& line : longer) EXPECT_EQ(JsonInt(line, "wrong_values"), 0) << line;
 }
 
 TEST_F(EngineCacheTest, SeparateKvTensorsAndAnotherBlockSize) {
-  RunEngine(daemon_->engine_socket(),
-            {"--prompt", "5:1300", "--separate-kv", "--block-size", "32"});
+  RunSimEngine(daemon_->engine_socket(),
+               {"--prompt", "5:1300", "--separate-kv", "--block-size", "32"});
   const std::vector<std::string> warm =
-      RunEngine(daemon_->engine_socket(), {"--prompt", "5:1300", "--block-size", "32"});
-  EXPECT_EQ(Field(warm[0], "matched_tokens"), 1280);
-  EXPECT_EQ(Field(warm[0], "wrong_values"), 0);
+      RunSimEngine(daemon_->engine_socket(), {"--prompt", "5:1300", "--block-size", "32"});
+  EXPECT_EQ(JsonInt(warm[0], "matched_tokens"), 1280);
+  EXPECT_EQ(JsonInt(warm[0], "wrong_values"), 0);
 }
 
 TEST_F(EngineCacheTest, EvictionUnderPressureWhileLoadsHoldLeases) {
@@ -119,18 +90,18 @@ TEST_F(EngineCacheTest, EvictionUnderPressureWhileLoadsHoldLeases) {
   // writer streams 64 other chunks through the tier.
   daemon_->Stop();
   StartDaemon({.host_capacity = "8MiB"});
-  RunEngine(daemon_->engine_socket(), {"--prompt", "6:2049"});
+  RunSimEngine(daemon_->engine_socket(), {"--prompt", "6:2049"});
   std::unique_ptr<Subprocess> reader =
-      Engine(daemon_->engine_socket(),
-             {"--prompt", "6:2049", "--repeat", "6", "--layer-delay-us", "30000"});
+      StartSimEngine(daemon_->engine_socket(),
+                     {"--prompt", "6:2049", "--repeat", "6", "--layer-delay-us", "30000"});
   std::unique_ptr<Subprocess> writer =
-      Engine(daemon_->engine_socket(), {"--prompt", "100:4096", "--prompt", "101:4096", "--prompt",
-                                        "102:4096", "--prompt", "103:4096"});
+      StartSimEngine(daemon_->engine_socket(), {"--prompt", "100:4096", "--prompt", "101:4096",
+                                                "--prompt", "102:4096", "--prompt", "103:4096"});
   EXPECT_EQ(writer->Wait(milliseconds(60'000)), 0) << writer->Stderr();
   EXPECT_EQ(reader->Wait(milliseconds(60'000)), 0) << reader->Stderr();
-  const std::vector<std::string> lines = JsonLines(*reader);
+  const std::vector<std::string> lines = SimEngineJsonLines(*reader);
   EXPECT_EQ(lines.size(), 7u);
-  for (const std::string& line : lines) EXPECT_EQ(Field(line, "wrong_values"), 0) << line;
+  for (const std::string& line : lines) EXPECT_EQ(JsonInt(line, "wrong_values"), 0) << line;
   absl::StatusOr<v1::TierStats> stats = daemon_->HostStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_GT(stats->evictions(), 0u);
@@ -138,7 +109,7 @@ TEST_F(EngineCacheTest, EvictionUnderPressureWhileLoadsHoldLeases) {
 }
 
 TEST_F(EngineCacheTest, EngineKilledMidStoreLeavesTheDaemonHealthy) {
-  std::unique_ptr<Subprocess> engine = Engine(
+  std::unique_ptr<Subprocess> engine = StartSimEngine(
       daemon_->engine_socket(),
       {"--prompt", "7:4096", "--prompt", "8:4096", "--repeat", "50", "--layer-delay-us", "2000"});
   std::this_thread::sleep_for(milliseconds(300));
@@ -154,7 +125,8 @@ TEST_F(EngineCacheTest, EngineKilledMidStoreLeavesTheDaemonHealthy) {
   EXPECT_EQ(stats->leases(), 0u);
   EXPECT_EQ(stats->used_bytes(), stats->chunks() * (512u << 10))
       << "only committed chunks hold pages";
-  const std::vector<std::string> next = RunEngine(daemon_->engine_socket(), {"--prompt", "9:600"});
+  const std::vector<std::string> next =
+      RunSimEngine(daemon_->engine_socket(), {"--prompt", "9:600"});
   EXPECT_EQ(next.size(), 1u);
 }
 
@@ -171,30 +143,30 @@ TEST_F(EngineCacheTest, DiskHitsLoadAsynchronouslyAndByteExact) {
                                          "segment_bytes = \"4MiB\"\n",
                                          disk_dir.string())});
   const std::string socket = daemon_->engine_socket();
-  RunEngine(socket, {"--prompt", "20:1024"});
-  RunEngine(socket, {"--prompt", "21:4096"});  // sixteen chunks push the first four to disk
+  RunSimEngine(socket, {"--prompt", "20:1024"});
+  RunSimEngine(socket, {"--prompt", "21:4096"});  // sixteen chunks push the first four to disk
 
   const std::vector<std::string> lines =
-      RunEngine(socket, {"--prompt", "20:1024", "--prompt", "20:1024", "--async-loads"});
+      RunSimEngine(socket, {"--prompt", "20:1024", "--prompt", "20:1024", "--async-loads"});
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(Field(lines[0], "load_async"), -1) << "a JSON bool";
+  EXPECT_EQ(JsonInt(lines[0], "load_async"), -1) << "a JSON bool";
   EXPECT_NE(lines[0].find("\"load_async\":true"), std::string::npos) << lines[0];
-  EXPECT_EQ(Field(lines[0], "matched_tokens"), 1023);
-  EXPECT_EQ(Field(lines[0], "failed_blocks"), 0) << lines[0];
-  EXPECT_EQ(Field(lines[0], "wrong_values"), 0) << lines[0];
+  EXPECT_EQ(JsonInt(lines[0], "matched_tokens"), 1023);
+  EXPECT_EQ(JsonInt(lines[0], "failed_blocks"), 0) << lines[0];
+  EXPECT_EQ(JsonInt(lines[0], "wrong_values"), 0) << lines[0];
   EXPECT_NE(lines[1].find("\"load_async\":false"), std::string::npos)
       << "promoted by the first load: a host-tier hit, synchronous " << lines[1];
-  EXPECT_EQ(Field(lines[1], "matched_tokens"), 1023);
-  EXPECT_EQ(Field(lines[1], "wrong_values"), 0) << lines[1];
+  EXPECT_EQ(JsonInt(lines[1], "matched_tokens"), 1023);
+  EXPECT_EQ(JsonInt(lines[1], "wrong_values"), 0) << lines[1];
   daemon_->Stop();
   std::filesystem::remove_all(disk_dir);
 }
 
 TEST_F(EngineCacheTest, DaemonKilledMidLoadThenRestartedNeverServesWrongKv) {
   const std::string socket = daemon_->engine_socket();
-  RunEngine(socket, {"--prompt", "10:2048"});
-  std::unique_ptr<Subprocess> engine =
-      Engine(socket, {"--prompt", "10:2048", "--repeat", "60", "--layer-delay-us", "15000"});
+  RunSimEngine(socket, {"--prompt", "10:2048"});
+  std::unique_ptr<Subprocess> engine = StartSimEngine(
+      socket, {"--prompt", "10:2048", "--repeat", "60", "--layer-delay-us", "15000"});
   std::this_thread::sleep_for(milliseconds(700));
   daemon_->Kill();
   // The first daemon's directory holds the socket path: keep it until the test ends.
@@ -202,17 +174,17 @@ TEST_F(EngineCacheTest, DaemonKilledMidLoadThenRestartedNeverServesWrongKv) {
   std::this_thread::sleep_for(milliseconds(700));
   StartDaemon({.engine_socket = socket});
   EXPECT_EQ(engine->Wait(milliseconds(60'000)), 0) << engine->Stderr();
-  std::vector<std::string> lines = JsonLines(*engine);
+  std::vector<std::string> lines = SimEngineJsonLines(*engine);
   ASSERT_GE(lines.size(), 61u);
   int64_t outage_requests = 0;
   for (size_t i = 0; i + 1 < lines.size(); ++i) {
-    EXPECT_EQ(Field(lines[i], "wrong_values"), 0) << lines[i];
-    if (Field(lines[i], "matched_tokens") == 0 || Field(lines[i], "failed_blocks") > 0) {
+    EXPECT_EQ(JsonInt(lines[i], "wrong_values"), 0) << lines[i];
+    if (JsonInt(lines[i], "matched_tokens") == 0 || JsonInt(lines[i], "failed_blocks") > 0) {
       ++outage_requests;
     }
   }
   EXPECT_GT(outage_requests, 0) << "the outage was noticed";
-  EXPECT_EQ(Field(lines[lines.size() - 2], "matched_tokens"), 2047)
+  EXPECT_EQ(JsonInt(lines[lines.size() - 2], "matched_tokens"), 2047)
       << "the connector reconnected and the new daemon serves again";
 }
 
@@ -221,9 +193,10 @@ TEST_F(EngineCacheTest, GarbageFromOneClientDoesNotDisturbEngines) {
   ASSERT_TRUE(garbage.connected());
   const char junk[] = "\x10\x00\x00\x00not a protobuf!!";
   ASSERT_GT(::write(garbage.fd(), junk, sizeof(junk) - 1), 0);
-  RunEngine(daemon_->engine_socket(), {"--prompt", "11:600"});
-  const std::vector<std::string> warm = RunEngine(daemon_->engine_socket(), {"--prompt", "11:600"});
-  EXPECT_EQ(Field(warm[0], "matched_tokens"), 512);
+  RunSimEngine(daemon_->engine_socket(), {"--prompt", "11:600"});
+  const std::vector<std::string> warm =
+      RunSimEngine(daemon_->engine_socket(), {"--prompt", "11:600"});
+  EXPECT_EQ(JsonInt(warm[0], "matched_tokens"), 512);
   absl::StatusOr<v1::EngineResponse> refusal = garbage.Receive();
   ASSERT_TRUE(refusal.ok()) << refusal.status();
   EXPECT_EQ(refusal->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));

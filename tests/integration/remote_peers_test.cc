@@ -19,6 +19,7 @@
 #include "proto/convert.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/sim_engine_process.h"
 #include "tests/support/test_layout.h"
 
 namespace strata {
@@ -53,17 +54,18 @@ struct Peer {
   std::string remote_address;  // where peers reach it
 };
 
-// A daemon with the remote tier on, dialling `peers`.
+// A daemon with the remote tier on, dialling `peers`; `node_id` empty: the default.
 Peer StartPeer(const std::string& token_file, const std::vector<std::string>& peers,
-               uint32_t lookup_budget_us = 200'000) {
+               uint32_t lookup_budget_us = 200'000, const std::string& node_id = "") {
   std::string peer_list;
   for (const std::string& peer : peers) peer_list += fmt::format("\"{}\", ", peer);
   test_support::DaemonProcessOptions options{
       .host_capacity = "16MiB",
       .extra_toml = fmt::format(
           "[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
-          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n",
-          token_file, lookup_budget_us, peer_list)};
+          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n{}",
+          token_file, lookup_budget_us, peer_list,
+          node_id.empty() ? "" : fmt::format("node_id = \"{}\"\n", node_id))};
   absl::StatusOr<std::unique_ptr<DaemonProcess>> process = DaemonProcess::Start(options);
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return {};
@@ -303,6 +305,57 @@ TEST(RemotePeers, AnOperatorCopiesChunksIntoAPeersHostTier) {
     EXPECT_EQ(a.process().control().Move(&context, move, &moved).error_code(),
               grpc::StatusCode::FAILED_PRECONDITION);
   }
+}
+
+// Disaggregated prefill through two stratad and two sim_engines, on the path the vLLM adapter
+// drives: the prefiller on A (kv_transfer send) stores the whole prompt, partial last chunk
+// included, and names A's node; the decoder on B (kv_transfer receive from that node) loads every
+// prompt token but the last asynchronously, fetched by B's daemon from A, byte-exact. A decoder
+// naming a node B has not admitted recomputes, with the reason in its log.
+TEST(RemotePeers, PrefillOnOneNodeDecodeOnAnother) {
+  const std::string token = TokenFile("pd", "secret-pd");
+  Peer a = StartPeer(token, {}, 200'000, "prefill-a");
+  ASSERT_TRUE(a.process);
+  Peer b = StartPeer(token, {a.remote_address}, 200'000, "decode-b");
+  ASSERT_TRUE(b.process);
+  // B admits A within a moment: until then a lookup naming A is refused.
+  RawEngineClient probe(b.process->engine_socket());
+  ASSERT_TRUE(probe.Handshake(Layout()).ok());
+  bool admitted = false;
+  for (int attempt = 0; attempt < 200 && !admitted; ++attempt) {
+    v1::EngineRequest lookup = test_support::LookupRequest(Keys(1, 0));
+    lookup.mutable_lookup()->set_source_node("prefill-a");
+    absl::StatusOr<v1::EngineResponse> answer = probe.Call(std::move(lookup));
+    admitted = answer.ok() && answer->status().code() == 0;
+    if (!admitted) std::this_thread::sleep_for(milliseconds(25));
+  }
+  ASSERT_TRUE(admitted) << b.process->Log();
+
+  const std::vector<std::string> prefill = test_support::RunSimEngine(
+      a.process->engine_socket(), {"--prompt", "40:1000", "--kv-transfer", "send"});
+  ASSERT_EQ(prefill.size(), 1u);
+  EXPECT_EQ(test_support::JsonString(prefill[0], "daemon_node"), "prefill-a") << prefill[0];
+  EXPECT_EQ(test_support::JsonInt(prefill[0], "matched_tokens"), 0);
+
+  const std::vector<std::string> decode = test_support::RunSimEngine(
+      b.process->engine_socket(),
+      {"--prompt", "40:1000", "--kv-transfer", "receive", "--source-node", "prefill-a"});
+  ASSERT_EQ(decode.size(), 1u);
+  EXPECT_NE(decode[0].find("\"load_async\":true"), std::string::npos) << decode[0];
+  EXPECT_EQ(test_support::JsonInt(decode[0], "matched_tokens"), 999) << decode[0];
+  EXPECT_EQ(test_support::JsonInt(decode[0], "failed_blocks"), 0) << decode[0];
+  EXPECT_EQ(test_support::JsonInt(decode[0], "wrong_values"), 0) << decode[0];
+
+  std::unique_ptr<test_support::Subprocess> stranger = test_support::StartSimEngine(
+      b.process->engine_socket(),
+      {"--prompt", "40:1000", "--kv-transfer", "receive", "--source-node", "nobody"});
+  ASSERT_EQ(stranger->Wait(milliseconds(60'000)), 0) << stranger->Stderr();
+  const std::vector<std::string> lines = test_support::SimEngineJsonLines(*stranger);
+  ASSERT_GE(lines.size(), 1u);
+  EXPECT_EQ(test_support::JsonInt(lines[0], "matched_tokens"), 0) << lines[0];
+  EXPECT_EQ(test_support::JsonInt(lines[0], "wrong_values"), 0) << lines[0];
+  EXPECT_NE(stranger->Stderr().find("'nobody', which is not an admitted peer"), std::string::npos)
+      << stranger->Stderr();
 }
 
 }  // namespace

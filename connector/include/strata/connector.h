@@ -101,12 +101,35 @@ struct ConnectorOptions {
 
 // ---- Scheduler side ------------------------------------------------------------------------
 
+// A request's part in a disaggregated prefill ("PD": one engine prefills, another decodes;
+// vLLM's kv_transfer_params).
+enum class KvTransfer {
+  kNone,
+  // do_remote_decode: this engine prefills a request that another engine decodes. The prompt's
+  // partial last chunk is saved too: the decoder loads every token but the last.
+  kSend,
+  // do_remote_prefill: the engine on node `source_node` prefilled it. The lookup covers the
+  // partial last chunk and names that node (a node the daemon has not admitted as a peer gives
+  // 0 tokens: the engine recomputes), and the load is asynchronous (with async_loads).
+  kReceive,
+};
+
 // A request as GetNumNewMatchedTokens sees it. Views; copied as needed.
 struct RequestInfo {
   std::string_view request_id;
   std::span<const uint32_t> prompt_tokens;
   std::string_view tenant_salt;  // vLLM: request.cache_salt; empty for none
   std::string_view lora_name;    // vLLM: request.lora_request.lora_name; empty for the base model
+  KvTransfer kv_transfer = KvTransfer::kNone;
+  std::string_view source_node;  // kReceive: the node id of the prefiller's daemon
+};
+
+// Where the daemon's peers reach it (its [remote] node id and listen address); empty when it has
+// no remote tier. A prefiller hands these to the decoder (vLLM's remote_engine_id, remote_host,
+// remote_port).
+struct NodeAddress {
+  std::string node_id;
+  std::string remote_address;  // host:port
 };
 
 struct MatchResult {
@@ -196,6 +219,7 @@ struct SchedulerStats {
   uint64_t lookup_failures = 0;      // lookups that reported 0 hits for want of an answer
   uint64_t lookup_hit_tokens = 0;    // sum of MatchResult::num_tokens
   uint64_t async_loads_offered = 0;  // lookups that answered with load_async
+  uint64_t unknown_sources = 0;      // kReceive lookups whose source node the daemon did not know
   uint64_t prefetches = 0;           // Prefetch round trips sent
   uint64_t prefetch_failures = 0;    // of those, unanswered or refused (queue full, ...)
   uint64_t prefetch_chunks = 0;      // chunks the daemon queued for promotion
@@ -260,6 +284,11 @@ class SchedulerConnector {
   // frees them once a worker reports it in finished_recving); a load planned for it but not yet
   // sent goes out failed, so that the workers still report it.
   bool RequestFinished(std::string_view request_id, std::span<const int32_t> block_ids);
+
+  // The daemon's node among its peers, for a prefiller to name to its decoders. Connects first
+  // (bounded by lookup_budget) when no session has told it yet; empty when the daemon has no
+  // remote tier or cannot be reached.
+  NodeAddress DaemonNode();
 
   SchedulerStats Stats() const;
 

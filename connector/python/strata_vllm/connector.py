@@ -96,6 +96,40 @@ def _request_extras(request: Any) -> tuple[str, str]:
     return str(salt), str(lora_name)
 
 
+class MalformedTransferParams(ValueError):
+    """A request's kv_transfer_params that the connector cannot act on."""
+
+
+def _kv_transfer(request: Any) -> tuple[str, str]:
+    """(kv_transfer, source_node) of a request's kv_transfer_params, in the shape vLLM's
+    NixlConnector uses: "send" for do_remote_decode (this engine prefills for a decoder),
+    "receive" with remote_engine_id for do_remote_prefill, "none" without params. Raises
+    MalformedTransferParams naming what is wrong."""
+    params = _get(request, "kv_transfer_params")
+    if params is None:
+        return "none", ""
+    if not isinstance(params, dict):
+        raise MalformedTransferParams(f"not a dict but {type(params).__name__}")
+    decode, prefill = params.get("do_remote_decode", False), params.get("do_remote_prefill", False)
+    for name, value in (("do_remote_decode", decode), ("do_remote_prefill", prefill)):
+        if not isinstance(value, bool):
+            raise MalformedTransferParams(f"{name} is {value!r}, not a bool")
+    if decode and prefill:
+        raise MalformedTransferParams("both do_remote_decode and do_remote_prefill are set")
+    if decode:
+        return "send", ""
+    if not prefill:
+        return "none", ""
+    source = params.get("remote_engine_id")
+    if not isinstance(source, str) or not source:
+        raise MalformedTransferParams(f"remote_engine_id is {source!r}, not a node id")
+    port = params.get("remote_port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool)
+                             or not 0 < port < 65536):
+        raise MalformedTransferParams(f"remote_port is {port!r}")
+    return "receive", source
+
+
 def _tensor_tuple(tensor: Any) -> tuple[int, list[int], list[int]]:
     return int(tensor.data_ptr()), [int(s) for s in tensor.shape], [int(s) for s in tensor.stride()]
 
@@ -416,13 +450,24 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     @_guarded(lambda: (0, False))
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int, bool]:
-        """(tokens the cache adds, whether they load asynchronously); fallback (0, False)."""
+        """(tokens the cache adds, whether they load asynchronously); fallback (0, False).
+
+        Disaggregated prefill: a request whose kv_transfer_params say do_remote_prefill loads
+        its prompt from the prefiller's node (remote_engine_id) asynchronously; malformed
+        params are logged as an error and the request recomputes (0, False)."""
         if self._scheduler is None:
             return 0, False
         salt, lora = _request_extras(request)
+        try:
+            kv_transfer, source = _kv_transfer(request)
+        except MalformedTransferParams as error:
+            logger.error("strata connector: request %s has malformed kv_transfer_params (%s): "
+                         "%r; its prompt is recomputed", request.request_id, error,
+                         _get(request, "kv_transfer_params"))
+            return 0, False
         tokens, load_async = self._scheduler.get_num_new_matched_tokens(
             str(request.request_id), list(request.prompt_token_ids),
-            int(num_computed_tokens), salt, lora)
+            int(num_computed_tokens), salt, lora, kv_transfer, source)
         return int(tokens), bool(load_async)
 
     @_guarded(lambda: 0)
@@ -515,12 +560,33 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     @_guarded(lambda: (False, None))
     def request_finished(self, request: Any,
                          block_ids: list[int]) -> tuple[bool, Optional[dict[str, Any]]]:
-        """(False, None): the blocks may be freed now (saves completed inside their steps)."""
+        """(keep_blocks, kv_transfer_params). The blocks may always be freed now: saves
+        completed inside their steps, into the daemon's memory. For a request this engine
+        prefilled for a decoder (do_remote_decode), the params tell the decoder where the KV
+        is, in NixlConnector's shape: do_remote_prefill, remote_engine_id (the node id of this
+        engine's daemon), remote_host and remote_port (where that daemon's peers reach it) and
+        remote_block_ids (empty: Strata finds KV by content, not by block). None when the
+        daemon has no remote tier (logged: the decoder then recomputes)."""
         if self._scheduler is None:
             return False, None
         keep = self._scheduler.request_finished(str(request.request_id),
                                                 _flat_block_ids(block_ids))
-        return bool(keep), None
+        try:
+            kv_transfer, _ = _kv_transfer(request)
+        except MalformedTransferParams:
+            kv_transfer = "none"  # already logged by get_num_new_matched_tokens
+        if kv_transfer != "send":
+            return bool(keep), None
+        node_id, address = self._scheduler.daemon_node()
+        if not node_id:
+            self._warn_once("request_finished (kv_transfer_params)", RuntimeError(
+                "the daemon has no remote tier ([remote] listen_address): a decoder cannot "
+                "fetch this prefill"))
+            return bool(keep), None
+        host, _, port = address.rpartition(":")
+        return bool(keep), {"do_remote_prefill": True, "do_remote_decode": False,
+                            "remote_engine_id": node_id, "remote_host": host.strip("[]"),
+                            "remote_port": int(port), "remote_block_ids": []}
 
     def take_events(self) -> Iterable[Any]:
         return ()

@@ -190,10 +190,13 @@ class FakeEngine:
             time.sleep(0.002)
         raise AssertionError(f"asynchronous load of {request_id} never reported")
 
-    def run(self, request_id, tokens, before_worker=None, per_step=1 << 30, expect_async=None):
-        """Prefills a prompt the way vLLM does; returns (matched, blocks, load errors)."""
+    def run(self, request_id, tokens, before_worker=None, per_step=1 << 30, expect_async=None,
+            kv_transfer_params=None):
+        """Prefills a prompt the way vLLM does; returns (matched, blocks, load errors). The
+        params request_finished returned are in self.finished_params."""
         request = SimpleNamespace(request_id=request_id, prompt_token_ids=list(tokens),
-                                  cache_salt=None, lora_request=None, num_tokens=len(tokens))
+                                  cache_salt=None, lora_request=None, num_tokens=len(tokens),
+                                  kv_transfer_params=kv_transfer_params)
         matched, load_async = self.scheduler.get_num_new_matched_tokens(request, 0)
         if expect_async is not None:
             assert load_async is expect_async, (load_async, expect_async)
@@ -228,8 +231,8 @@ class FakeEngine:
             assert not recving, recving
             errors |= new_errors
             computed += scheduled
-        keep, params = self.scheduler.request_finished(request, blocks)
-        assert keep is False and params is None
+        keep, self.finished_params = self.scheduler.request_finished(request, blocks)
+        assert keep is False
         assert self.worker.get_finished({request_id}) == (None, None)
         return matched, blocks, errors
 
@@ -245,14 +248,17 @@ def idle_output():
 class DaemonProcess:
     """connector_test_daemon in a child process."""
 
-    def __init__(self, capacity_bytes=64 << 20, disk_bytes=0, policy=None):
+    def __init__(self, capacity_bytes=64 << 20, disk_bytes=0, policy=None, node_id=None,
+                 peers=()):
         binary = os.environ.get("STRATA_TEST_DAEMON")
         if not binary:
             raise unittest.SkipTest("STRATA_TEST_DAEMON is not set (run through ctest)")
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="strata-py-")
         self.socket_path = os.path.join(self.dir, "engine.sock")
-        self.args = [str(capacity_bytes), "4096", str(disk_bytes)] + ([policy] if policy else [])
+        self.args = [str(capacity_bytes), "4096", str(disk_bytes), policy or "-"]
+        if node_id:
+            self.args += [node_id, ",".join(peers)]
         self.proc = None
 
     def start(self):
@@ -471,6 +477,83 @@ class AsyncLoadTest(unittest.TestCase):
             errors |= more
         self.assertIn("gone", recving)
         self.assertEqual(errors, set(range(16)))
+
+
+class DisaggregatedPrefillTest(unittest.TestCase):
+    """vLLM's PD flow through kv_transfer_params (NixlConnector's shape), against a daemon that
+    plays node "node-p" and admits peer "node-q" (the two-daemon path over UCX is
+    remote_peers_test's PrefillOnOneNodeDecodeOnAnother)."""
+
+    def setUp(self):
+        self.daemon = DaemonProcess(node_id="node-p", peers=["node-q"])
+        self.daemon.start()
+        self.addCleanup(self.daemon.close)
+        self.prompt = list(range(700, 770))  # four full chunks and six tokens
+
+    def test_the_prefiller_names_its_node_and_the_decoder_loads_the_whole_prompt(self):
+        prefiller = FakeEngine(fake_vllm_config(self.daemon.socket_path, kv_role="kv_producer"))
+        prefiller.run("p", self.prompt, kv_transfer_params={"do_remote_decode": True})
+        self.assertEqual(prefiller.finished_params, {
+            "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "node-p",
+            "remote_host": "127.0.0.1", "remote_port": 7100, "remote_block_ids": []})
+        self.assertEqual(prefiller.worker.stats()["chunks_saved"], 5, "the partial chunk too")
+
+        decoder = FakeEngine(fake_vllm_config(self.daemon.socket_path, kv_role="kv_consumer"),
+                             seed=4)
+        matched, blocks, errors = decoder.run("d", self.prompt, expect_async=True,
+                                              kv_transfer_params=prefiller.finished_params)
+        self.assertEqual((matched, errors), (69, set()), "every token but the last")
+        self.assertEqual(decoder.wrong_positions(self.prompt, blocks, 0, 70), [])
+        self.assertIsNone(decoder.finished_params)
+        # Without params the same prompt is an ordinary hit (no partial chunk).
+        matched, _, _ = decoder.run("d2", self.prompt)
+        self.assertEqual(matched, 64)
+
+    def test_a_decoder_naming_an_unknown_node_recomputes(self):
+        FakeEngine(fake_vllm_config(self.daemon.socket_path)).run(
+            "p", self.prompt, kv_transfer_params={"do_remote_decode": True})
+        decoder = FakeEngine(fake_vllm_config(self.daemon.socket_path), seed=2)
+        params = {"do_remote_prefill": True, "remote_engine_id": "nobody"}
+        matched, blocks, errors = decoder.run("d", self.prompt, expect_async=False,
+                                              kv_transfer_params=params)
+        self.assertEqual((matched, errors), (0, set()))
+        self.assertEqual(decoder.wrong_positions(self.prompt, blocks, 0, 70), [])
+        self.assertEqual(decoder.scheduler.stats()["unknown_sources"], 1)
+        # An admitted peer is a known source (the KV is not there: nothing to load).
+        params["remote_engine_id"] = "node-q"
+        matched, _, _ = decoder.run("d2", list(range(9000, 9070)), kv_transfer_params=params)
+        self.assertEqual(matched, 0)
+        self.assertEqual(decoder.scheduler.stats()["unknown_sources"], 1)
+
+    def test_malformed_params_are_logged_and_the_request_recomputes(self):
+        FakeEngine(fake_vllm_config(self.daemon.socket_path)).run("seed", self.prompt)
+        decoder = FakeEngine(fake_vllm_config(self.daemon.socket_path), seed=6)
+        for params in ("not a dict", {"do_remote_prefill": "yes"},
+                       {"do_remote_prefill": True},
+                       {"do_remote_prefill": True, "remote_engine_id": 5},
+                       {"do_remote_prefill": True, "remote_engine_id": "node-p",
+                        "remote_port": 70000},
+                       {"do_remote_prefill": True, "do_remote_decode": True,
+                        "remote_engine_id": "node-p"}):
+            with self.subTest(params=params):
+                request = SimpleNamespace(request_id="m", prompt_token_ids=list(self.prompt),
+                                          cache_salt=None, lora_request=None,
+                                          kv_transfer_params=params)
+                with self.assertLogs("strata_vllm", "ERROR") as logs:
+                    self.assertEqual(
+                        decoder.scheduler.get_num_new_matched_tokens(request, 0), (0, False))
+                self.assertIn("malformed kv_transfer_params", logs.output[0])
+                self.assertEqual(decoder.scheduler.request_finished(request, []), (False, None))
+
+    def test_a_prefiller_without_a_remote_tier_hands_no_params(self):
+        plain = DaemonProcess()
+        plain.start()
+        self.addCleanup(plain.close)
+        prefiller = FakeEngine(fake_vllm_config(plain.socket_path, kv_role="kv_producer"))
+        with self.assertLogs("strata_vllm", "WARNING") as logs:
+            prefiller.run("p", self.prompt, kv_transfer_params={"do_remote_decode": True})
+        self.assertIsNone(prefiller.finished_params)
+        self.assertIn("no remote tier", logs.output[0])
 
 
 class NoDaemonTest(unittest.TestCase):

@@ -7,11 +7,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/clock.h"
@@ -40,6 +43,11 @@ struct TestDaemonOptions {
   // and Prefetch requests are served.
   uint64_t disk_capacity_bytes = 0;
   uint64_t disk_segment_bytes = 1ull << 20;
+  // The node among its peers (disaggregated prefill): its id and address, and the node ids it
+  // admits as peers. Empty node_id: no remote tier.
+  std::string node_id;
+  std::string remote_address = "127.0.0.1:7100";
+  std::vector<std::string> admitted_peers;
 };
 
 class TestDaemon {
@@ -92,11 +100,20 @@ class TestDaemon {
       if (!store.ok()) return store.status();
       store_ = std::move(*store);
     }
+    daemon::NodeIdentity node;
+    if (!options_.node_id.empty()) {
+      node = {.node_id = options_.node_id,
+              .remote_address = options_.remote_address,
+              .is_admitted_peer = [peers = options_.admitted_peers](std::string_view name) {
+                return std::find(peers.begin(), peers.end(), name) != peers.end();
+              }};
+    }
     auto server =
         daemon::EngineSessionServer::Create({.socket_path = socket_path_,
                                              .store = store_.get(),
                                              .lookups = &lookups_,
-                                             .kv_event_token_ids = options_.kv_event_token_ids});
+                                             .kv_event_token_ids = options_.kv_event_token_ids,
+                                             .node = std::move(node)});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     server_->Start();

@@ -1,12 +1,16 @@
 // connector_test_daemon: runs TestDaemon (the daemon's real engine-session server over a small
 // host tier, and over a disk tier of DISK_BYTES when that is given and not 0) on a socket path,
 // for tests in other processes (the Python adapter's tests).
-//   connector_test_daemon SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY]]]]
+//   connector_test_daemon SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY
+//                         [NODE_ID [ADMITTED_PEER,...]]]]]]
+// NODE_ID gives the daemon a node identity (as a remote tier would; "" or "-": none) and the
+// comma-separated node ids it admits as peers, for disaggregated-prefill tests.
 // Prints "ready" on stdout once it listens; exits cleanly on SIGTERM, SIGINT or end of stdin.
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,7 +26,8 @@ void OnSignal(int) { stop_requested = 1; }
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY]]]]\n",
+                 "usage: %s SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY "
+                 "[NODE_ID [ADMITTED_PEER,...]]]]]]\n",
                  argv[0]);
     return 2;
   }
@@ -30,7 +35,16 @@ int main(int argc, char** argv) {
   if (argc > 2) options.capacity_bytes = std::strtoull(argv[2], nullptr, 10);
   if (argc > 3) options.page_bytes = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10));
   if (argc > 4) options.disk_capacity_bytes = std::strtoull(argv[4], nullptr, 10);
-  if (argc > 5) options.policy = argv[5];
+  if (argc > 5 && std::string(argv[5]) != "-") options.policy = argv[5];
+  if (argc > 6 && std::string(argv[6]) != "-") options.node_id = argv[6];
+  if (argc > 7) {
+    std::string peers = argv[7];
+    for (size_t start = 0; start <= peers.size();) {
+      const size_t comma = std::min(peers.find(',', start), peers.size());
+      if (comma > start) options.admitted_peers.push_back(peers.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
   strata::connector::testing::TestDaemon daemon(options, argv[1]);
   if (absl::Status started = daemon.Start(); !started.ok()) {
     std::fprintf(stderr, "connector_test_daemon: %s\n", std::string(started.message()).c_str());

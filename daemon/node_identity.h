@@ -1,0 +1,25 @@
+// NodeIdentity is what an engine session knows of its daemon's place in the cluster, for engines
+// that hand KV from one node to another (disaggregated prefill, "PD"): the node id and address
+// its peers reach it by (sent to connectors at handshake, so a prefiller can name its node to the
+// decoder), and whether a node id names a peer this daemon has admitted (a decoder's lookup
+// names the node that prefilled). Empty when the daemon has no remote tier.
+//
+// Thread-safety: is_admitted_peer is called from the session thread and must be thread-safe.
+// Ownership: a value; is_admitted_peer borrows whatever it queries, which must outlive every
+// session.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace strata::daemon {
+
+struct NodeIdentity {
+  std::string node_id;         // empty: no remote tier
+  std::string remote_address;  // host:port peers dial
+  // Null when there is no remote tier (then no node id is admitted).
+  std::function<bool(std::string_view node_id)> is_admitted_peer;
+};
+
+}  // namespace strata::daemon
