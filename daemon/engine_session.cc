@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/fmt_absl.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
+#include "spdlog/spdlog.h"
 
 namespace strata::daemon {
 namespace {
@@ -359,9 +361,11 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
       continue;
     }
     *placement->mutable_status() = ToProto(absl::OkStatus());
+    const std::chrono::milliseconds hold(item.hold_ms());
     switch (reserved->outcome) {
       case storage::ReserveOutcome::kAlreadyPresent:
         placement->set_disposition(v1::STORE_DISPOSITION_ALREADY_PRESENT);
+        if (hold.count() > 0) Hold(*key, hold);
         break;
       case storage::ReserveOutcome::kInProgress:
         placement->set_disposition(v1::STORE_DISPOSITION_IN_PROGRESS);
@@ -374,6 +378,7 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
         placement->set_size_bytes(reservation.size_bytes());
         SetExtents(reservation.ranges(), placement->mutable_extents());
         reservations_.emplace(handle, std::move(reservation));
+        if (hold.count() > 0) holds_.emplace(handle, hold);
         break;
       }
     }
@@ -392,6 +397,14 @@ absl::StatusOr<storage::WriteReservation> EngineSession::TakeReservation(uint64_
   return reservation;
 }
 
+void EngineSession::Hold(const ChunkKey& key, std::chrono::milliseconds hold) {
+  const auto ttl = std::min<std::chrono::nanoseconds>(hold, limits_.max_lease);
+  absl::Status pinned = host_tier_->Pin(key, {.kind = storage::PinKind::kSoft, .ttl = ttl});
+  if (!pinned.ok()) {
+    spdlog::debug("engine session {}: holding chunk {}: {}", id_, key.ToString(), pinned.message());
+  }
+}
+
 absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
                                    v1::HandlesResponse& response) {
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
@@ -402,12 +415,20 @@ absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
                     request.handles_size()));
   }
   for (int i = 0; i < request.handles_size(); ++i) {
-    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(request.handles(i));
+    const uint64_t handle = request.handles(i);
+    absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
     const std::optional<uint64_t> checksum =
         with_checksums ? std::optional<uint64_t>(request.checksums(i)) : std::nullopt;
-    *response.add_statuses() =
-        ToProto(reservation.ok() ? host_tier_->Commit(std::move(*reservation), checksum)
-                                 : reservation.status());
+    std::optional<ChunkKey> key;
+    if (reservation.ok()) key = reservation->key();
+    const absl::Status committed = reservation.ok()
+                                       ? host_tier_->Commit(std::move(*reservation), checksum)
+                                       : reservation.status();
+    if (auto hold = holds_.find(handle); hold != holds_.end()) {
+      if (committed.ok() && key.has_value()) Hold(*key, hold->second);
+      holds_.erase(hold);
+    }
+    *response.add_statuses() = ToProto(committed);
   }
   return absl::OkStatus();
 }
@@ -417,6 +438,7 @@ absl::Status EngineSession::Abort(const v1::HandlesRequest& request,
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
   for (uint64_t handle : request.handles()) {
     absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
+    holds_.erase(handle);
     if (reservation.ok()) host_tier_->Abort(std::move(*reservation));
     *response.add_statuses() = ToProto(reservation.status());
   }

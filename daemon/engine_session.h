@@ -86,6 +86,9 @@ class EngineSession {
   absl::StatusOr<bool> Lookup(uint64_t request_id, const v1::LookupChainRequest& request,
                               v1::LookupChainResponse& response);
   // The lookup's answer (hit chunks) and its accounting, from the tiers its chain was found in.
+  // Soft-pins the committed chunk `key` for `hold` (capped by the longest lease); a failure
+  // (the chunk was evicted meanwhile) is only logged: a hold is best effort.
+  void Hold(const ChunkKey& key, std::chrono::milliseconds hold);
   // OK for no source or a known one; kNotFound naming the node otherwise.
   absl::Status CheckSourceNode(std::string_view source) const;
   void AnswerLookup(const std::vector<storage::Tier>& tiers, size_t num_keys,
@@ -142,6 +145,8 @@ class EngineSession {
 
   uint64_t next_handle_ = 1;
   absl::flat_hash_map<uint64_t, storage::WriteReservation> reservations_;
+  // Reservations whose chunk is held once committed (StoreItem.hold_ms), by handle.
+  absl::flat_hash_map<uint64_t, std::chrono::milliseconds> holds_;
   absl::flat_hash_map<uint64_t, storage::ChunkLease> leases_;
 };
 

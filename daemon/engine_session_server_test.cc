@@ -171,6 +171,34 @@ TEST_F(EngineSessionServerTest, TheNodeIdentityAndTheSourceNodeOfALookup) {
   EXPECT_EQ(engine.Call(test_support::LookupRequest(Keys(3)))->lookup().hit_chunks(), 2u);
 }
 
+// StoreItem.hold_ms soft-pins a chunk once committed (and one already present); an aborted
+// reservation holds nothing.
+TEST_F(EngineSessionServerTest, AHeldChunkIsSoftPinnedOnceCommitted) {
+  RawEngineClient engine(server_->socket_path());
+  ASSERT_TRUE(engine.Handshake(TestLayout()).ok());
+  const uint64_t chunk_bytes = TestLayout().chunk_bytes(16);
+  ASSERT_TRUE(engine.Store(Keys(2), 16, 0x20, /*commit=*/true, "", {}, 60'000).ok());
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 2 * chunk_bytes);
+  // Uncommitted, then aborted: no hold.
+  const std::vector<ChunkKey> others = Keys(2, 5000);
+  absl::StatusOr<std::vector<uint64_t>> open =
+      engine.Store(others, 16, 0x30, /*commit=*/false, "", {}, 60'000);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 2 * chunk_bytes) << "not committed yet";
+  v1::EngineRequest abort;
+  for (uint64_t handle : *open) abort.mutable_abort()->add_handles(handle);
+  ASSERT_TRUE(engine.Call(abort).ok());
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 2 * chunk_bytes);
+  // Already present (stored without a hold): storing it again with one holds it.
+  ASSERT_TRUE(engine.Store(others, 16, 0x30).ok());
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 2 * chunk_bytes);
+  ASSERT_TRUE(engine.Store(others, 16, 0x30, /*commit=*/true, "", {}, 60'000).ok());
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 4 * chunk_bytes);
+  // Holds end: the tier's clock passes them.
+  clock_.Advance(std::chrono::seconds(61));
+  EXPECT_EQ(tier_->Stats().soft_pinned_bytes, 0u);
+}
+
 TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   // A tier of 8 one-page chunks where tenant "a" may keep 2 once it is full.
   const TenantDirectory tenants({{"a", 2 * 4096}});

@@ -391,6 +391,7 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
     out->set_num_tokens(item.num_tokens);
     if (!item.parent.empty()) ToProto(item.parent, out->mutable_parent());
     if (!item.tenant.empty()) out->set_tenant(item.tenant);
+    out->set_hold_ms(item.hold_ms);
   }
   absl::MutexLock lock(&mu_);
   // Connected first, so a store that opens a session already knows whether to send tokens (a

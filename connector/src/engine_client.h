@@ -123,6 +123,8 @@ struct StoreItem {
   ChunkKey parent;  // empty for the first chunk of a chain
   // The request's tenant salt ("" for none): the daemon may bound each tenant's share.
   std::string tenant;
+  // Keep the committed chunk in the daemon's host tier at least this long (StoreItem.hold_ms).
+  uint32_t hold_ms = 0;
   // The chunk's tokens (num_tokens of them): sent only when the daemon asked at handshake (it
   // publishes KV events with token ids), so they cost nothing otherwise. Must outlive the call.
   std::span<const uint32_t> token_ids;

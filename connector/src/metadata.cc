@@ -1,11 +1,12 @@
 // ConnectorMetadata's wire form and ConnectorOptions::Validate.
 //
-// Encoding (little-endian): "STCM", u32 version (2), u32 block_size, u32 chunk_tokens, then the
+// Encoding (little-endian): "STCM", u32 version (3), u32 block_size, u32 chunk_tokens, then the
 // loads, the saves (each a u32 count of TransferSpecs) and the finished request ids (u32 count of
 // strings). A string is a u32 length and its bytes; a TransferSpec is request_id, tokens (u32
 // count of u32), tenant_salt, lora_name, i64 token_begin, i64 token_end, block_ids (u32 count of
-// i32), u8 flags (bit 0: fail, bit 1: async). Nothing follows the last field.
+// i32), u8 flags (bit 0: fail, bit 1: async), u32 hold_ms. Nothing follows the last field.
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/byte_codec.h"
@@ -16,7 +17,7 @@ namespace strata::connector {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'T', 'C', 'M'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr uint8_t kFail = 1;
 constexpr uint8_t kAsync = 2;
 
@@ -29,13 +30,15 @@ void WriteSpec(ByteWriter& w, const TransferSpec& spec) {
   w.I64(spec.token_end);
   w.Array(spec.block_ids);
   w.U8((spec.fail ? kFail : 0) | (spec.async ? kAsync : 0));
+  w.U32(spec.hold_ms);
 }
 
 bool ReadSpec(ByteReader& r, TransferSpec& spec) {
   uint8_t flags;
   if (!r.String(spec.request_id) || !r.Array(spec.tokens) || !r.String(spec.tenant_salt) ||
       !r.String(spec.lora_name) || !r.I64(spec.token_begin) || !r.I64(spec.token_end) ||
-      !r.Array(spec.block_ids) || !r.U8(flags) || (flags & ~(kFail | kAsync)) != 0) {
+      !r.Array(spec.block_ids) || !r.U8(flags) || (flags & ~(kFail | kAsync)) != 0 ||
+      !r.U32(spec.hold_ms)) {
     return false;
   }
   spec.fail = (flags & kFail) != 0;
@@ -45,8 +48,9 @@ bool ReadSpec(ByteReader& r, TransferSpec& spec) {
 
 bool ReadSpecs(ByteReader& r, std::vector<TransferSpec>& specs) {
   uint32_t count;
-  // Every spec takes at least 45 bytes: a bound on the count before allocating.
-  if (!r.U32(count) || count > r.left() / 45) return false;
+  // Every spec takes at least 41 bytes (4 + 4 + 4 + 4 + 8 + 8 + 4 + 1 + 4, all empty): a bound
+  // on the count before allocating.
+  if (!r.U32(count) || count > r.left() / 41) return false;
   specs.resize(count);
   for (TransferSpec& spec : specs) {
     if (!ReadSpec(r, spec)) return false;
@@ -111,6 +115,9 @@ absl::Status ConnectorOptions::Validate() const {
   }
   if (io_timeout.count() <= 0) {
     return absl::InvalidArgumentError("connector: io_timeout must be positive");
+  }
+  if (transfer_hold.count() < 0 || transfer_hold.count() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError("connector: transfer_hold must be 0 or more ms, in 32 bits");
   }
   if (reconnect_min_backoff.count() <= 0 || reconnect_max_backoff < reconnect_min_backoff) {
     return absl::InvalidArgumentError("connector: reconnect backoff must satisfy 0 < min <= max");

@@ -67,6 +67,7 @@ void SavePipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
            .num_tokens = transfer.chunk_tokens,
            .parent = c > 0 ? chain[c - 1] : ChunkKey(),
            .tenant = spec.tenant_salt,
+           .hold_ms = spec.hold_ms,
            .token_ids = std::span(spec.tokens).subspan(c * chunk, transfer.chunk_tokens)});
       pending.push_back(std::move(transfer));
     }

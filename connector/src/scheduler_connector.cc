@@ -23,6 +23,8 @@ struct RequestState {
   std::vector<uint32_t> tokens;  // the prompt
   // Its partial last chunk has a key (store_partial_chunks, or a disaggregated prefill).
   bool partial = false;
+  // Prefilled for another engine's decode (KvTransfer::kSend): its chunks are held.
+  bool send = false;
   std::string tenant_salt;
   std::string lora_name;
   // The last GetNumNewMatchedTokens: where its tokens start and how many it offered.
@@ -197,6 +199,7 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   }
   state.tenant_salt = std::string(request.tenant_salt);
   state.lora_name = std::string(request.lora_name);
+  state.send = request.kv_transfer == KvTransfer::kSend;
   state.lookup_computed = num_computed_tokens;
   state.matched = matched;
   state.load_async = load_async;
@@ -330,7 +333,11 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
       ++end_chunk;
     }
     int64_t begin_chunk = state.next_save_chunk;
-    while (begin_chunk < end_chunk && state.known_cached[begin_chunk]) ++begin_chunk;
+    // Cached chunks need no save, unless the decoder will fetch them: saving one that is
+    // present writes nothing and holds it.
+    while (begin_chunk < end_chunk && state.known_cached[begin_chunk] && !state.send) {
+      ++begin_chunk;
+    }
     state.next_save_chunk = std::max(state.next_save_chunk, end_chunk);
     if (begin_chunk >= end_chunk) continue;
     const int64_t token_end = std::min(end_chunk * chunk, prompt_len);
@@ -348,6 +355,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
     spec.token_begin = begin_chunk * chunk;
     spec.token_end = token_end;
     spec.block_ids.assign(state.block_ids.begin(), state.block_ids.begin() + blocks_needed);
+    if (state.send) spec.hold_ms = static_cast<uint32_t>(s.options.transfer_hold.count());
     meta.saves.push_back(std::move(spec));
   }
   s.stats.saves_planned += meta.saves.size();

@@ -553,8 +553,11 @@ TEST(ConnectorMetadataTest, RoundTripsAndRejectsCorruption) {
                         .fail = false});
   meta.loads.push_back({.request_id = "b", .token_end = 4, .block_ids = {1}, .fail = true});
   meta.loads.push_back({.request_id = "d", .token_end = 8, .block_ids = {2, 3}, .async = true});
-  meta.saves.push_back(
-      {.request_id = "c", .tokens = Prompt(512), .token_end = 512, .block_ids = Blocks(32)});
+  meta.saves.push_back({.request_id = "c",
+                        .tokens = Prompt(512),
+                        .token_end = 512,
+                        .block_ids = Blocks(32),
+                        .hold_ms = 30'000});
   meta.finished_request_ids = {"x", "y"};
   const std::string bytes = meta.Serialize();
   auto back = ConnectorMetadata::Deserialize(bytes);

@@ -85,15 +85,18 @@ absl::StatusOr<v1::EngineResponse> RawEngineClient::Handshake(const KvLayout& la
   return Call(request);
 }
 
-absl::StatusOr<std::vector<uint64_t>> RawEngineClient::Store(
-    const std::vector<ChunkKey>& keys, uint32_t num_tokens, uint8_t fill, bool commit,
-    std::string_view tenant, std::span<const uint32_t> chain_tokens) {
+absl::StatusOr<std::vector<uint64_t>> RawEngineClient::Store(const std::vector<ChunkKey>& keys,
+                                                             uint32_t num_tokens, uint8_t fill,
+                                                             bool commit, std::string_view tenant,
+                                                             std::span<const uint32_t> chain_tokens,
+                                                             uint32_t hold_ms) {
   v1::EngineRequest store;
   for (size_t i = 0; i < keys.size(); ++i) {
     v1::StoreItem* item = store.mutable_prepare_store()->add_items();
     *item->mutable_key() = ToProto(keys[i]);
     item->set_num_tokens(num_tokens);
     item->set_tenant(std::string(tenant));
+    item->set_hold_ms(hold_ms);
     if (!chain_tokens.empty()) {
       if (i > 0) *item->mutable_parent() = ToProto(keys[i - 1]);
       const std::span<const uint32_t> tokens = chain_tokens.subspan(i * num_tokens, num_tokens);

@@ -48,11 +48,13 @@ class RawEngineClient {
   // Reserves `keys` (full chunks of `num_tokens`), fills chunk i with byte `fill + i`, and
   // commits unless `commit` is false. Returns the handles reserved, or the first error. With
   // `chain_tokens` (the tokens of the whole chain), item i also carries its parent keys[i - 1]
-  // and its tokens [i * num_tokens, (i + 1) * num_tokens) as token_ids.
+  // and its tokens [i * num_tokens, (i + 1) * num_tokens) as token_ids. `hold_ms`: each item's
+  // StoreItem.hold_ms.
   absl::StatusOr<std::vector<uint64_t>> Store(const std::vector<ChunkKey>& keys,
                                               uint32_t num_tokens, uint8_t fill, bool commit = true,
                                               std::string_view tenant = "",
-                                              std::span<const uint32_t> chain_tokens = {});
+                                              std::span<const uint32_t> chain_tokens = {},
+                                              uint32_t hold_ms = 0);
 
  private:
   ScopedFd fd_;

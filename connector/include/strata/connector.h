@@ -88,6 +88,11 @@ struct ConnectorOptions {
   // load_async, e.g. the C API's callers, keeps this).
   bool async_loads = false;
 
+  // How long the daemon keeps the chunks of a prompt prefilled for another engine's decode
+  // (KvTransfer::kSend) in its memory at least, so that the decoder's daemon finds them there
+  // (a soft pin that expires: nothing leaks when the decoder never comes).
+  std::chrono::milliseconds transfer_hold{30'000};
+
   // Worker only: how bytes move (storage/device/device_runtime_factory.h).
   storage::DeviceBackend device_backend = storage::DeviceBackend::kAuto;
   int device_ordinal = 0;
@@ -190,6 +195,9 @@ struct TransferSpec {
   // Loads only: the scheduler could not plan this load (an engine bug, e.g. a load nobody
   // promised); the worker reports every block of [token_begin, token_end) as failed.
   bool fail = false;
+  // Saves only: how long the daemon keeps the saved chunks in memory at least (a prefill for
+  // another engine's decode: ConnectorOptions::transfer_hold); 0: no hold.
+  uint32_t hold_ms = 0;
   // Loads only: an asynchronous load (MatchResult::load_async). The worker runs it in the
   // background and reports the request in FinishedRequests::finished_recving when it is over,
   // with its failed blocks (if any) in the GetBlockIdsWithLoadErrors call that follows.

@@ -497,6 +497,8 @@ class DisaggregatedPrefillTest(unittest.TestCase):
             "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "node-p",
             "remote_host": "127.0.0.1", "remote_port": 7100, "remote_block_ids": []})
         self.assertEqual(prefiller.worker.stats()["chunks_saved"], 5, "the partial chunk too")
+        self.assertEqual({save["hold_ms"] for save in prefiller.metadata[0].native.saves},
+                         {30000}, "held for the decoder")
 
         decoder = FakeEngine(fake_vllm_config(self.daemon.socket_path, kv_role="kv_consumer"),
                              seed=4)
