@@ -8,6 +8,9 @@
 //                       their loads); the connector's socket Lookup round trip for a 32K-token
 //                       prompt (p50 / p99); gRPC Lookup throughput as a ratio to a trivial
 //                       unary call (Health) in the same run; the daemon's RSS beyond its arena.
+//   strata-bench pd     a disaggregated prefill through two daemons over UCX: transfer GB/s
+//                       against ucx_perftest, and the transfer exposed after a modelled
+//                       prefill (pd_command.h).
 //   strata-bench trace  replays a request trace (the production conversation trace, or a
 //                       synthetic multi-round-QA or RAG one) against the host tier under every
 //                       eviction policy and capacity, next to Belady's bound (trace_command.h).
@@ -20,12 +23,12 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
-#include <regex>
 #include <sstream>
 #include <thread>
 
 #include "CLI/CLI.hpp"
 #include "bench/engine/sim_engine.h"
+#include "bench/pd/pd_command.h"
 #include "bench/support/model_layouts.h"
 #include "bench/trace/trace_command.h"
 #include "core/fmt_absl.h"
@@ -36,6 +39,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/json_fields.h"
 #include "tests/support/subprocess.h"
 
 namespace strata::bench {
@@ -43,6 +47,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using test_support::JsonInt;
 
 struct MrqaOptions {
   uint32_t engines = 2;
@@ -76,14 +81,6 @@ double MemcpyGbps() {
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
-}
-
-int64_t Field(const std::string& line, const std::string& name) {
-  std::smatch match;
-  if (std::regex_search(line, match, std::regex("\"" + name + "\":(-?\\d+)"))) {
-    return std::stoll(match[1].str());
-  }
-  return -1;
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -186,13 +183,13 @@ int RunMrqa(const MrqaOptions& o) {
     for (const std::string& line : engine->StdoutLines()) {
       if (!line.starts_with("{\"request\"")) continue;
       ++requests;
-      prompt_tokens += Field(line, "prompt_tokens");
-      matched_tokens += Field(line, "matched_tokens");
-      wrong += Field(line, "wrong_values");
-      failed_blocks += Field(line, "failed_blocks");
+      prompt_tokens += JsonInt(line, "prompt_tokens");
+      matched_tokens += JsonInt(line, "matched_tokens");
+      wrong += JsonInt(line, "wrong_values");
+      failed_blocks += JsonInt(line, "failed_blocks");
       // A window counts only when its request moved bytes that way (the windows overlap).
-      const int64_t loaded = Field(line, "bytes_loaded"), l_us = Field(line, "load_us");
-      const int64_t saved = Field(line, "bytes_saved"), s_us = Field(line, "save_us");
+      const int64_t loaded = JsonInt(line, "bytes_loaded"), l_us = JsonInt(line, "load_us");
+      const int64_t saved = JsonInt(line, "bytes_saved"), s_us = JsonInt(line, "save_us");
       if (loaded > 0) {
         bytes_loaded += loaded;
         load_us += l_us;
@@ -351,7 +348,18 @@ int main(int argc, char** argv) {
   trace->add_option("--policy", t.policies, "policies to replay (default: all)")->delimiter(',');
   trace->add_option("--plot", t.plot_png, "write a PNG of hit ratio against capacity (gnuplot)");
   trace->add_option("--threads", t.threads)->capture_default_str();
+  strata::bench::PdOptions p;
+  CLI::App* pd = app.add_subcommand("pd", "a disaggregated prefill through two daemons");
+  pd->add_option("--prompt-tokens", p.prompt_tokens)->capture_default_str();
+  pd->add_option("--geometry", p.geometry, "llama8b or small")->capture_default_str();
+  pd->add_option("--chunk-tokens", p.chunk_tokens)->capture_default_str();
+  pd->add_option("--transports", p.transports, "UCX_TLS, e.g. tcp or shm")->capture_default_str();
+  pd->add_option("--net-devices", p.net_devices)->capture_default_str();
+  pd->add_option("--peak-tflops", p.peak_tflops)->capture_default_str();
+  pd->add_option("--utilisation", p.utilisation)->capture_default_str();
+  pd->add_option("--runs", p.runs)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (trace->parsed()) return strata::bench::RunTraceCommand(t);
+  if (pd->parsed()) return strata::bench::RunPdCommand(p);
   return strata::bench::RunMrqa(o);
 }

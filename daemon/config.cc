@@ -174,6 +174,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         if (key == "node_id") s = ReadString(value, name, c.remote.node_id);
         if (key == "lookup_budget_us") s = ReadUint(value, name, c.remote.lookup_budget_us);
         if (key == "fetch_timeout_ms") s = ReadUint(value, name, c.remote.fetch_timeout_ms);
+        if (key == "pd_lookup_budget_ms") {
+          s = ReadUint(value, name, c.remote.pd_lookup_budget_ms);
+        }
         if (key == "transports") s = ReadString(value, name, c.remote.transports);
         if (key == "net_devices") s = ReadString(value, name, c.remote.net_devices);
       } else if (section == "daemon") {
@@ -283,6 +286,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   }
   if (c.remote.fetch_timeout_ms == 0)
     return Bad("config: remote.fetch_timeout_ms must be positive");
+  if (c.remote.pd_lookup_budget_ms == 0 || c.remote.pd_lookup_budget_ms > 60'000) {
+    return Bad("config: remote.pd_lookup_budget_ms must lie in 1..60000");
+  }
   static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                  "error", "critical", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), c.log.level) == std::end(kLevels)) {
@@ -330,14 +336,16 @@ std::string ConfigToToml(const DaemonConfig& c) {
       {"events",
        toml::table{{"zmq_endpoint", c.events.zmq_endpoint}, {"zmq_topic", c.events.zmq_topic}}},
       {"metrics", toml::table{{"listen_address", c.metrics.listen_address}}},
-      {"remote", toml::table{{"listen_address", c.remote.listen_address},
-                             {"peers", peers},
-                             {"cluster_token_file", c.remote.cluster_token_file},
-                             {"node_id", c.remote.node_id},
-                             {"lookup_budget_us", static_cast<int64_t>(c.remote.lookup_budget_us)},
-                             {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
-                             {"transports", c.remote.transports},
-                             {"net_devices", c.remote.net_devices}}},
+      {"remote",
+       toml::table{{"listen_address", c.remote.listen_address},
+                   {"peers", peers},
+                   {"cluster_token_file", c.remote.cluster_token_file},
+                   {"node_id", c.remote.node_id},
+                   {"lookup_budget_us", static_cast<int64_t>(c.remote.lookup_budget_us)},
+                   {"pd_lookup_budget_ms", static_cast<int64_t>(c.remote.pd_lookup_budget_ms)},
+                   {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
+                   {"transports", c.remote.transports},
+                   {"net_devices", c.remote.net_devices}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
   if (!c.host.tenant_quotas.empty()) {

@@ -26,9 +26,10 @@
 //             default) disables the remote tier), peers (array of "host:port" to dial),
 //             cluster_token_file (a file holding the token every peer shares; required with a
 //             listen_address), node_id ("" : hostname:port), lookup_budget_us (how long an
-//             engine's Lookup waits for peers' answers, default 1000), fetch_timeout_ms
-//             (default 5000), transports (UCX_TLS, "" UCX's default), net_devices
-//             (UCX_NET_DEVICES, "" UCX's default)
+//             engine's Lookup waits for peers' answers, default 1000),
+//             pd_lookup_budget_ms (the same for a decoder's Lookup naming the node that
+//             prefilled its KV, default 200), fetch_timeout_ms (default 5000), transports
+//             (UCX_TLS, "" UCX's default), net_devices (UCX_NET_DEVICES, "" UCX's default)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -120,6 +121,8 @@ struct DaemonConfig {
     std::string cluster_token_file;
     std::string node_id;
     uint32_t lookup_budget_us = 1000;
+    // A disaggregated decode's lookup knows its KV is on a peer: it may wait longer for it.
+    uint32_t pd_lookup_budget_ms = 200;
     uint32_t fetch_timeout_ms = 5000;
     std::string transports;
     std::string net_devices;

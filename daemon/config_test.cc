@@ -84,6 +84,7 @@ transports = "tcp"
   EXPECT_EQ(config->remote.node_id, "node-1");
   EXPECT_EQ(config->remote.lookup_budget_us, 500u);
   EXPECT_EQ(config->remote.fetch_timeout_ms, 5000u);
+  EXPECT_EQ(config->remote.pd_lookup_budget_ms, 200u);
   EXPECT_EQ(config->remote.transports, "tcp");
   EXPECT_TRUE(ValidateConfig(*config).ok());
   DaemonConfig no_ring = *config;

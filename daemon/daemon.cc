@@ -166,7 +166,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
     sessions.node = {
         .node_id = node->node_id(),
         .remote_address = node->listen_address(),
-        .is_admitted_peer = [node](std::string_view name) { return node->HasAdmittedPeer(name); }};
+        .is_admitted_peer = [node](std::string_view name) { return node->HasAdmittedPeer(name); },
+        .source_lookup_budget = std::chrono::milliseconds(config.remote.pd_lookup_budget_ms)};
   }
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
       EngineSessionServer::Create(std::move(sessions));

@@ -178,12 +178,16 @@ absl::StatusOr<bool> EngineSession::Lookup(uint64_t request_id,
   absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(request.chain());
   if (!keys.ok()) return keys.status();
   if (absl::Status known = CheckSourceNode(request.source_node()); !known.ok()) return known;
+  const std::chrono::microseconds budget = request.source_node().empty() || node_ == nullptr
+                                               ? std::chrono::microseconds(0)
+                                               : node_->source_lookup_budget;
   std::optional<std::vector<storage::Tier>> tiers = store_->LocatePrefixOrAsk(
       *keys,
       [completions = completions_, session_id = id_, request_id](std::vector<storage::Tier> found) {
         completions->Post(
             {.session_id = session_id, .request_id = request_id, .result = std::move(found)});
-      });
+      },
+      budget);
   if (!tiers.has_value()) {
     pending_ = PendingRequest{.request_id = request_id,
                               .num_keys = keys->size(),

@@ -9,6 +9,7 @@
 // session.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,9 @@ struct NodeIdentity {
   std::string remote_address;  // host:port peers dial
   // Null when there is no remote tier (then no node id is admitted).
   std::function<bool(std::string_view node_id)> is_admitted_peer;
+  // How long a lookup naming its source node may wait for the peers' answers (it knows its KV
+  // is on a peer); 0: the remote tier's own lookup budget.
+  std::chrono::microseconds source_lookup_budget{0};
 };
 
 }  // namespace strata::daemon

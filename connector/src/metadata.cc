@@ -116,6 +116,9 @@ absl::Status ConnectorOptions::Validate() const {
   if (io_timeout.count() <= 0) {
     return absl::InvalidArgumentError("connector: io_timeout must be positive");
   }
+  if (transfer_lookup_budget.count() <= 0) {
+    return absl::InvalidArgumentError("connector: transfer_lookup_budget must be positive");
+  }
   if (transfer_hold.count() < 0 || transfer_hold.count() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("connector: transfer_hold must be 0 or more ms, in 32 bits");
   }

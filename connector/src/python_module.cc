@@ -56,6 +56,7 @@ struct PyOptions {
   uint32_t lookup_budget_ms = 20;
   uint32_t io_timeout_ms = 5000;
   uint32_t transfer_hold_ms = 30'000;
+  uint32_t transfer_lookup_budget_ms = 1000;
   uint32_t reconnect_min_backoff_ms = 100;
   uint32_t reconnect_max_backoff_ms = 1000;
   uint32_t lease_ms = 0;
@@ -95,6 +96,7 @@ struct PyOptions {
     o.verify_checksums = verify_checksums;
     o.async_loads = async_loads;
     o.transfer_hold = std::chrono::milliseconds(transfer_hold_ms);
+    o.transfer_lookup_budget = std::chrono::milliseconds(transfer_lookup_budget_ms);
     o.device_backend = Take(storage::ParseDeviceBackend(device_backend));
     o.device_ordinal = device_ordinal;
     Check(o.Validate());
@@ -182,6 +184,7 @@ PYBIND11_MODULE(strata_connector, m) {
       .def_readwrite("verify_checksums", &PyOptions::verify_checksums)
       .def_readwrite("async_loads", &PyOptions::async_loads)
       .def_readwrite("transfer_hold_ms", &PyOptions::transfer_hold_ms)
+      .def_readwrite("transfer_lookup_budget_ms", &PyOptions::transfer_lookup_budget_ms)
       .def_readwrite("device_backend", &PyOptions::device_backend)
       .def_readwrite("device_ordinal", &PyOptions::device_ordinal)
       .def("validate", [](const PyOptions& o) { (void)o.ToOptions(); });

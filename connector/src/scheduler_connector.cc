@@ -151,11 +151,11 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
     const std::span<const ChunkKey> wanted = std::span(keys).subspan(first_chunk);
     // The tokens the looked-up chunks cover: the last keyed chunk may be partial.
     const int64_t covered = std::min(num_chunks * chunk, prompt_len) - first_chunk * chunk;
-    absl::StatusOr<internal::LookupHit> hits =
-        s.client->LookupChain(wanted, s.options.lookup_budget,
-                              {.tenant = request.tenant_salt,
-                               .tokens = static_cast<uint32_t>(covered),
-                               .source_node = receive ? request.source_node : ""});
+    absl::StatusOr<internal::LookupHit> hits = s.client->LookupChain(
+        wanted, receive ? s.options.transfer_lookup_budget : s.options.lookup_budget,
+        {.tenant = request.tenant_salt,
+         .tokens = static_cast<uint32_t>(covered),
+         .source_node = receive ? request.source_node : ""});
     looked_up = true;
     absl::MutexLock lock(&s.mu);
     ++s.stats.lookups;

@@ -29,7 +29,7 @@
 namespace strata::storage::remote {
 
 struct RemoteServerOptions {
-  // Longest lease a peer may ask for.
+  // Longest lease granted; a peer asking for more gets this much.
   std::chrono::milliseconds max_lease{30'000};
   // How long reading a pushed batch from the pusher may take.
   std::chrono::milliseconds push_timeout{30'000};

@@ -56,7 +56,8 @@ void RemoteTier::Attach(Transport* transport, PeerSet* peers, std::span<std::byt
   attached_.store(true, std::memory_order_release);
 }
 
-void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done) {
+void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done,
+                       std::chrono::microseconds budget) {
   if (!attached_.load(std::memory_order_acquire) || chain.empty()) {
     std::move(done)(0);
     return;
@@ -71,7 +72,7 @@ void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done) {
   auto round = std::make_shared<QueryRound>(serving.size(), std::move(done));
   auto shared_chain = std::make_shared<const std::vector<ChunkKey>>(std::move(chain));
   const std::string request = EncodeQuery({.chain = *shared_chain});
-  const Deadline deadline = Clock::now() + options_.lookup_budget;
+  const Deadline deadline = Clock::now() + (budget.count() > 0 ? budget : options_.lookup_budget);
   for (PeerId peer : serving) {
     transport_->Call(peer, request, deadline,
                      [this, round, peer, shared_chain](absl::StatusOr<std::string> reply) {
@@ -88,8 +89,10 @@ void RemoteTier::Query(std::vector<ChunkKey> chain, QueryDone done) {
   }
 }
 
-void RemoteTier::Discover(std::vector<ChunkKey> chain, DiscoverDone done) {
-  Query(std::move(chain), [done = std::move(done)](size_t) mutable { std::move(done)(); });
+void RemoteTier::Discover(std::vector<ChunkKey> chain, std::chrono::microseconds budget,
+                          DiscoverDone done) {
+  Query(
+      std::move(chain), [done = std::move(done)](size_t) mutable { std::move(done)(); }, budget);
 }
 
 void RemoteTier::Remember(PeerId peer, std::span<const ChunkKey> chain,

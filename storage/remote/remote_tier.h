@@ -67,14 +67,17 @@ class RemoteTier final : public LowerTier {
 
   using QueryDone = absl::AnyInvocable<void(size_t remote_prefix) &&>;
   // Asks the peers serving `chain`'s layout which of its leading chunks they hold; `done` gets
-  // the longest run any peer holds (starting at chain[0]), within the lookup budget. `done` runs
-  // on the transport's or the timer's thread, or at once when no peer serves the layout.
-  void Query(std::vector<ChunkKey> chain, QueryDone done);
+  // the longest run any peer holds (starting at chain[0]), within `budget` (0: the options'
+  // lookup budget). `done` runs on the transport's or the timer's thread, or at once when no
+  // peer serves the layout.
+  void Query(std::vector<ChunkKey> chain, QueryDone done,
+             std::chrono::microseconds budget = std::chrono::microseconds(0));
 
   Tier tier() const override { return Tier::kRemote; }
   // Discover is Query, for the store's LocatePrefixOrAsk.
   bool discovers() const override { return true; }
-  void Discover(std::vector<ChunkKey> chain, DiscoverDone done) override;
+  void Discover(std::vector<ChunkKey> chain, std::chrono::microseconds budget,
+                DiscoverDone done) override;
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override;
   std::vector<absl::Status> ReadBatch(std::span<const ChunkKey> keys,

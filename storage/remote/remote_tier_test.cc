@@ -41,6 +41,7 @@ class Daemon {
     bool remote_tier = false;
     bool faulty = false;
     std::chrono::microseconds lookup_budget = 2s;
+    std::chrono::milliseconds fetch_timeout = 3s;
   };
 
   Daemon(Options options, std::shared_ptr<const KvLayout> layout) : layout_(std::move(layout)) {
@@ -49,8 +50,8 @@ class Daemon {
                           .page_bytes = 4096,
                           .arena_name = "strata-remote-tier-test"};
     if (options.remote_tier) {
-      auto tier = std::make_unique<RemoteTier>(
-          RemoteTierOptions{.lookup_budget = options.lookup_budget, .fetch_timeout = 3s});
+      auto tier = std::make_unique<RemoteTier>(RemoteTierOptions{
+          .lookup_budget = options.lookup_budget, .fetch_timeout = options.fetch_timeout});
       remote_ = tier.get();
       store_options.lower.push_back(std::move(tier));
     }
@@ -176,13 +177,15 @@ class Daemon {
 
 class RemoteTierTest : public ::testing::Test {
  protected:
-  void Start(bool faulty = false, std::chrono::microseconds budget = 2s) {
+  void Start(bool faulty = false, std::chrono::microseconds budget = 2s,
+             std::chrono::milliseconds fetch_timeout = 3s) {
     a_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "a"}, layout_);
     b_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "b",
                                                   .dial = {a_->address()},
                                                   .remote_tier = true,
                                                   .faulty = faulty,
-                                                  .lookup_budget = budget},
+                                                  .lookup_budget = budget,
+                                                  .fetch_timeout = fetch_timeout},
                                   layout_);
     ASSERT_TRUE(b_->PeerUp());
   }
@@ -221,6 +224,19 @@ TEST_F(RemoteTierTest, AChunkStoredThroughAIsFoundAndLoadedByteExactThroughB) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(a_->server().Stats().lease_sets_held, 0u);
+}
+
+// A fetch timeout longer than the lease a peer grants (30 s) asks for a longer lease: the peer
+// grants its longest instead of refusing the fetch.
+TEST_F(RemoteTierTest, ALongerFetchTimeoutThanThePeersLongestLeaseStillLoads) {
+  Start(/*faulty=*/false, 2s, /*fetch_timeout=*/60s);
+  for (uint64_t id = 0; id < 2; ++id) a_->Store(id);
+  const std::vector<ChunkKey> chain = b_->Chain(2);
+  EXPECT_EQ(b_->Query(chain), 2u);
+  LoadLeases loaded = b_->Load(chain);
+  ASSERT_TRUE(loaded.failure.ok()) << loaded.failure;
+  ASSERT_EQ(loaded.leases.size(), 2u);
+  for (uint64_t id = 0; id < 2; ++id) EXPECT_TRUE(b_->Holds(loaded.leases[id], id)) << id;
 }
 
 TEST_F(RemoteTierTest, TheStoreLocatesRemoteChunksByAskingThePeers) {

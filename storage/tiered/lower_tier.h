@@ -88,9 +88,13 @@ class LowerTier {
   virtual bool discovers() const { return false; }
   using DiscoverDone = absl::AnyInvocable<void() &&>;
   // Asks where the tier's chunks are known (peers) about `chain`, so that Lookup then finds
-  // what it learnt, and calls `done` once it has an answer or its budget ran out, on a thread of
-  // its own (or at once when there is no one to ask). Never blocks. Only for discovers() tiers.
-  virtual void Discover(std::vector<ChunkKey> /*chain*/, DiscoverDone done) { std::move(done)(); }
+  // what it learnt, and calls `done` once it has an answer or its budget ran out (`budget`, or
+  // the tier's own when it is 0), on a thread of its own (or at once when there is no one to
+  // ask). Never blocks. Only for discovers() tiers.
+  virtual void Discover(std::vector<ChunkKey> /*chain*/, std::chrono::microseconds /*budget*/,
+                        DiscoverDone done) {
+    std::move(done)();
+  }
 
   // Registers memory that transfers will use (the host arena), so the tier can skip pinning it
   // per request; an empty span unregisters. A refusal leaves the tier working unregistered.

@@ -176,7 +176,8 @@ std::vector<Tier> TieredStore::LocatePrefix(std::span<const ChunkKey> chain) con
 }
 
 std::optional<std::vector<Tier>> TieredStore::LocatePrefixOrAsk(std::span<const ChunkKey> chain,
-                                                                LocateDone done) {
+                                                                LocateDone done,
+                                                                std::chrono::microseconds budget) {
   std::vector<Tier> located = LocatePrefix(chain);
   std::vector<LowerTier*> asking;
   for (LowerTier* below : lower_) {
@@ -193,7 +194,7 @@ std::optional<std::vector<Tier>> TieredStore::LocatePrefixOrAsk(std::span<const 
   auto round = std::make_shared<Round>(asking.size() + 1, std::move(done));
   auto keys = std::make_shared<const std::vector<ChunkKey>>(chain.begin(), chain.end());
   for (LowerTier* below : asking) {
-    below->Discover(*keys, [this, round, keys] {
+    below->Discover(*keys, budget, [this, round, keys] {
       if (round->waiting.fetch_sub(1) == 1) std::move(round->done)(LocatePrefix(*keys));
     });
   }

@@ -168,8 +168,10 @@ class TieredStore {
   // find within their budget. When the tiers in memory cover the whole chain or no tier asks, the
   // answer is returned at once (`done` never called); otherwise nullopt, and `done` gets the
   // answer on the asking tier's thread once every such tier has answered. Never blocks.
-  std::optional<std::vector<Tier>> LocatePrefixOrAsk(std::span<const ChunkKey> chain,
-                                                     LocateDone done);
+  // `budget`: how long the asking tiers may ask (0: their own budget).
+  std::optional<std::vector<Tier>> LocatePrefixOrAsk(
+      std::span<const ChunkKey> chain, LocateDone done,
+      std::chrono::microseconds budget = std::chrono::microseconds(0));
 
   // Every tier that holds `key` now, top down (a chunk staged for its demotion counts as in the
   // tier it is written to). In memory only.

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <optional>
-#include <regex>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -32,22 +31,6 @@ std::vector<std::string> SimEngineJsonLines(const Subprocess& engine) {
     if (line.starts_with("{")) lines.push_back(std::move(line));
   }
   return lines;
-}
-
-int64_t JsonInt(const std::string& line, const std::string& name) {
-  std::smatch match;
-  if (std::regex_search(line, match, std::regex("\"" + name + "\":(-?\\d+)"))) {
-    return std::stoll(match[1].str());
-  }
-  return -1;
-}
-
-std::string JsonString(const std::string& line, const std::string& name) {
-  std::smatch match;
-  if (std::regex_search(line, match, std::regex("\"" + name + "\":\"([^\"]*)\""))) {
-    return match[1].str();
-  }
-  return "";
 }
 
 }  // namespace strata::test_support

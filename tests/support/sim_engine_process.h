@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/json_fields.h"
 #include "tests/support/subprocess.h"
 
 namespace strata::test_support {
@@ -24,10 +25,5 @@ std::unique_ptr<Subprocess> StartSimEngine(const std::string& socket,
 std::vector<std::string> RunSimEngine(const std::string& socket, std::vector<std::string> args);
 // The JSON lines of an engine's stdout (its requests, then its summary).
 std::vector<std::string> SimEngineJsonLines(const Subprocess& engine);
-
-// The integer value of "name" in a JSON line; -1 when it has none.
-int64_t JsonInt(const std::string& line, const std::string& name);
-// The string value of "name" in a JSON line (no escapes); "" when it has none.
-std::string JsonString(const std::string& line, const std::string& name);
 
 }  // namespace strata::test_support

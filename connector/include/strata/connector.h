@@ -92,6 +92,10 @@ struct ConnectorOptions {
   // (KvTransfer::kSend) in its memory at least, so that the decoder's daemon finds them there
   // (a soft pin that expires: nothing leaks when the decoder never comes).
   std::chrono::milliseconds transfer_hold{30'000};
+  // The lookup budget of a request whose KV another engine prefilled (KvTransfer::kReceive): its
+  // daemon asks the prefiller's for up to its [remote] pd_lookup_budget_ms (200 by default), so
+  // this must be longer.
+  std::chrono::milliseconds transfer_lookup_budget{1000};
 
   // Worker only: how bytes move (storage/device/device_runtime_factory.h).
   storage::DeviceBackend device_backend = storage::DeviceBackend::kAuto;
