@@ -15,6 +15,7 @@ packages=(
   prometheus-cpp-dev libzmq3-dev libmsgpack-dev pybind11-dev python3-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev prometheus fio gnuplot-nox python3-cbor2 python3-msgpack openssl
+  python3-yaml
   iproute2
   redis-server
 )
