@@ -311,7 +311,8 @@ TEST(RemotePeers, AnOperatorCopiesChunksIntoAPeersHostTier) {
 // drives: the prefiller on A (kv_transfer send) stores the whole prompt, partial last chunk
 // included, and names A's node; the decoder on B (kv_transfer receive from that node) loads every
 // prompt token but the last asynchronously, fetched by B's daemon from A, byte-exact. A decoder
-// naming a node B has not admitted recomputes, with the reason in its log.
+// naming a node B has not admitted recomputes, with the reason in its log; so does one whose
+// prefiller's daemon died.
 TEST(RemotePeers, PrefillOnOneNodeDecodeOnAnother) {
   const std::string token = TokenFile("pd", "secret-pd");
   Peer a = StartPeer(token, {}, 200'000, "prefill-a");
@@ -356,6 +357,19 @@ TEST(RemotePeers, PrefillOnOneNodeDecodeOnAnother) {
   EXPECT_EQ(test_support::JsonInt(lines[0], "wrong_values"), 0) << lines[0];
   EXPECT_NE(stranger->Stderr().find("'nobody', which is not an admitted peer"), std::string::npos)
       << stranger->Stderr();
+
+  // The prefiller's daemon dies after a prefill: the decoder recomputes, and serves nothing wrong.
+  const std::vector<std::string> second = test_support::RunSimEngine(
+      a.process->engine_socket(), {"--prompt", "41:1000", "--kv-transfer", "send"});
+  ASSERT_EQ(second.size(), 1u);
+  a.process->Kill();
+  const std::vector<std::string> orphan = test_support::RunSimEngine(
+      b.process->engine_socket(),
+      {"--prompt", "41:1000", "--kv-transfer", "receive", "--source-node", "prefill-a"});
+  ASSERT_EQ(orphan.size(), 1u);
+  EXPECT_EQ(test_support::JsonInt(orphan[0], "wrong_values"), 0) << orphan[0];
+  EXPECT_EQ(test_support::JsonInt(orphan[0], "bytes_loaded"), 0)
+      << "nothing can come from a dead node: the prompt is recomputed " << orphan[0];
 }
 
 }  // namespace
