@@ -104,6 +104,7 @@ void RemoteTier::Remember(PeerId peer, std::span<const ChunkKey> chain,
     oldest_.push_back(chain[i]);
     remembered_[chain[i]] =
         Remembered{.peer = peer, .chunk = held[i], .until = until, .age = std::prev(oldest_.end())};
+    remembered_bytes_ += held[i].payload_bytes;
   }
   while (remembered_.size() > options_.remembered_chunks) Forget(oldest_.front());
 }
@@ -112,6 +113,7 @@ void RemoteTier::Forget(const ChunkKey& key) {
   auto it = remembered_.find(key);
   if (it == remembered_.end()) return;
   oldest_.erase(it->second.age);
+  remembered_bytes_ -= it->second.chunk.payload_bytes;
   remembered_.erase(it);
 }
 
@@ -281,9 +283,7 @@ LowerTierStats RemoteTier::Stats() const {
   absl::MutexLock lock(&mu_);
   LowerTierStats stats = stats_;
   stats.chunks = remembered_.size();
-  for (const auto& [key, remembered] : remembered_) {
-    stats.payload_bytes += remembered.chunk.payload_bytes;
-  }
+  stats.payload_bytes = remembered_bytes_;
   return stats;
 }
 

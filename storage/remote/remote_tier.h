@@ -113,7 +113,8 @@ class RemoteTier final : public LowerTier {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ChunkKey, Remembered> remembered_ ABSL_GUARDED_BY(mu_);
-  std::list<ChunkKey> oldest_ ABSL_GUARDED_BY(mu_);  // remembered keys, oldest first
+  uint64_t remembered_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their payload bytes
+  std::list<ChunkKey> oldest_ ABSL_GUARDED_BY(mu_);     // remembered keys, oldest first
   LowerTierStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

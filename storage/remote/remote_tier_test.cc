@@ -217,6 +217,8 @@ TEST_F(RemoteTierTest, AChunkStoredThroughAIsFoundAndLoadedByteExactThroughB) {
   const LowerTierStats stats = b_->remote().Stats();
   EXPECT_EQ(stats.reads, 8u);
   EXPECT_EQ(stats.read_bytes, 8 * b_->ChunkBytes());
+  EXPECT_EQ(stats.chunks, 8u) << "what A said it holds is remembered";
+  EXPECT_EQ(stats.payload_bytes, 8 * b_->ChunkBytes());
   EXPECT_EQ(stats.checksum_failures, 0u);
   EXPECT_EQ(a_->server().Stats().chunks_leased, 8u);
   // B let A's leases go.
