@@ -56,9 +56,10 @@ struct WorkerConnector::Impl {
 
 WorkerConnector::WorkerConnector(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-// Nothing more is copied or committed: the engine may already be freeing its memory. The
-// pipelines wait for copies in flight; closing the session makes the daemon abort the open
-// reservations and release the leases.
+// Nothing more is committed. The pipelines wait for copies in flight, and the asynchronous
+// loader for its load in flight (which may still copy into the engine's caches: they must
+// outlive the connector); closing the sessions makes the daemon abort the open reservations and
+// release the leases.
 WorkerConnector::~WorkerConnector() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerConnector>> WorkerConnector::Create(

@@ -261,10 +261,13 @@ class Engine {
  private:
   const Form form_;
   ConnectorOptions options_;
-  std::unique_ptr<SchedulerConnector> scheduler_;
-  std::unique_ptr<WorkerConnector> worker_;
+  // The engine's KV: declared before the worker, so it is freed after the worker, whose
+  // asynchronous loads may still be copying into it until it is destroyed (as an engine frees
+  // its caches only once its connector has shut down).
   std::vector<std::vector<std::byte>> buffers_;
   std::vector<int32_t> free_blocks_;
+  std::unique_ptr<SchedulerConnector> scheduler_;
+  std::unique_ptr<WorkerConnector> worker_;
 };
 
 std::vector<int32_t> BlocksOf(const std::vector<int32_t>& blocks, int64_t begin, int64_t end) {

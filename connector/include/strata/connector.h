@@ -365,7 +365,10 @@ struct WorkerStats {
 
 // The worker side, one per engine worker (GPU / TP rank). Not thread-safe: vLLM calls every
 // method from the worker's model-runner thread. Owns its daemon session, the arena mapping and
-// the DeviceRuntime (its copy streams run on their own threads or CUDA streams).
+// the DeviceRuntime (its copy streams run on their own threads or CUDA streams). The engine's
+// caches (RegisterKvCaches) must stay valid until the connector is destroyed: an asynchronous
+// load may copy into them until then. The destructor waits for the asynchronous load in flight
+// (its daemon round trips are bounded by io_timeout) and drops those not started.
 //
 // A step: StartLoadKv(metadata) -> WaitForLayerLoad(i) / SaveKvLayer(i) for each layer i ->
 // WaitForSave() -> GetBlockIdsWithLoadErrors(). Methods that report kInvalidArgument or
