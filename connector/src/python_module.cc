@@ -1,8 +1,9 @@
 // strata_connector: the Python binding of the C++ connector (strata/connector.h), for the vLLM
-// adapter in connector/python/strata_vllm. Thin: values are converted at the boundary, blocking
-// calls release the GIL, and a non-OK status becomes an exception (ValueError for invalid
-// arguments, strata_connector.StrataError otherwise). Tensors are passed as (data_ptr, shape,
-// strides) tuples, so the binding needs no torch.
+// adapter in connector/python/strata_vllm, and of the page store (strata/page_store.h), for the
+// SGLang HiCache backend in connector/python/strata_sglang. Thin: values are converted at the
+// boundary, blocking calls release the GIL, and a non-OK status becomes an exception (ValueError
+// for invalid arguments, strata_connector.StrataError otherwise). Tensors are passed as (data_ptr,
+// shape, strides) tuples, so the binding needs no torch.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,6 +14,7 @@
 
 #include "core/kv_layout.h"
 #include "strata/connector.h"
+#include "strata/page_store.h"
 
 namespace py = pybind11;
 
@@ -35,11 +37,9 @@ T Take(absl::StatusOr<T> value) {
   return std::move(*value);
 }
 
-// Python-facing options: the layout flattened, durations in milliseconds, enums as names (the
-// layout's are parsed by core/kv_layout.h, so torch's dtype names such as "torch.bfloat16" work).
-struct PyOptions {
-  std::string socket_path;
-  std::string engine_id = "engine";
+// A layout flattened for Python, enums as names (parsed by core/kv_layout.h, so torch's dtype
+// names such as "torch.bfloat16" work). Both option classes below carry one.
+struct PyLayoutFields {
   std::string model_id;
   std::string kv_kind = KvKindName(KvLayout().kind);
   uint32_t num_layers = 0;
@@ -49,6 +49,28 @@ struct PyOptions {
   uint32_t tp_rank = 0;
   uint32_t tp_world_size = 1;
   std::string positional = PositionalFormatName(KvLayout().positional);
+
+  // ValueError naming an unknown enum name.
+  KvLayout ToLayout(uint32_t chunk_tokens) const {
+    KvLayout layout;
+    layout.model_id = model_id;
+    layout.kind = Take(ParseKvKind(kv_kind));
+    layout.dtype = Take(ParseKvDtype(dtype));
+    layout.positional = Take(ParsePositionalFormat(positional));
+    layout.num_layers = num_layers;
+    layout.num_kv_heads = num_kv_heads;
+    layout.head_dim = head_dim;
+    layout.tp_rank = tp_rank;
+    layout.tp_world_size = tp_world_size;
+    layout.chunk_tokens = chunk_tokens;
+    return layout;
+  }
+};
+
+// Python-facing connector options: the layout flattened, durations in milliseconds.
+struct PyOptions : PyLayoutFields {
+  std::string socket_path;
+  std::string engine_id = "engine";
   uint32_t chunk_tokens = KvLayout::kDefaultChunkTokens;
   std::string hash_algorithm = "xxh3_128";
   std::string hash_seed = "0";
@@ -72,16 +94,7 @@ struct PyOptions {
     ConnectorOptions o;
     o.socket_path = socket_path;
     o.engine_id = engine_id;
-    o.layout.model_id = model_id;
-    o.layout.kind = Take(ParseKvKind(kv_kind));
-    o.layout.dtype = Take(ParseKvDtype(dtype));
-    o.layout.positional = Take(ParsePositionalFormat(positional));
-    o.layout.num_layers = num_layers;
-    o.layout.num_kv_heads = num_kv_heads;
-    o.layout.head_dim = head_dim;
-    o.layout.tp_rank = tp_rank;
-    o.layout.tp_world_size = tp_world_size;
-    o.layout.chunk_tokens = chunk_tokens;
+    o.layout = ToLayout(chunk_tokens);
     o.hashing.algorithm = Take(ParseHashAlgorithm(hash_algorithm));
     o.hashing.seed = hash_seed;
     o.block_size = block_size;
@@ -103,6 +116,46 @@ struct PyOptions {
     return o;
   }
 };
+
+// Python-facing page-store options: one page's layout flattened (page_tokens is its
+// chunk_tokens), durations in milliseconds.
+struct PyPageStoreOptions : PyLayoutFields {
+  std::string socket_path;
+  std::string engine_id = "sglang";
+  uint32_t page_tokens = 0;
+  uint32_t lookup_budget_ms = 20;
+  uint32_t io_timeout_ms = 5000;
+  uint32_t reconnect_min_backoff_ms = 100;
+  uint32_t reconnect_max_backoff_ms = 1000;
+  uint32_t lease_ms = 0;
+
+  PageStoreOptions ToOptions() const {
+    PageStoreOptions o;
+    o.socket_path = socket_path;
+    o.engine_id = engine_id;
+    o.layout = ToLayout(page_tokens);
+    o.lookup_budget = std::chrono::milliseconds(lookup_budget_ms);
+    o.io_timeout = std::chrono::milliseconds(io_timeout_ms);
+    o.reconnect_min_backoff = std::chrono::milliseconds(reconnect_min_backoff_ms);
+    o.reconnect_max_backoff = std::chrono::milliseconds(reconnect_max_backoff_ms);
+    o.lease_ms = lease_ms;
+    Check(o.Validate());
+    return o;
+  }
+};
+
+// Pages as Python gives them: per page a list of (address, size_bytes) segments.
+using PySegments = std::vector<std::pair<uintptr_t, uint64_t>>;
+
+std::vector<HostPage> ToPages(const std::vector<PySegments>& pages) {
+  std::vector<HostPage> out(pages.size());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    for (const auto& [address, size_bytes] : pages[i]) {
+      out[i].segments.push_back({reinterpret_cast<std::byte*>(address), size_bytes});
+    }
+  }
+  return out;
+}
 
 ScheduledKind ParseKind(const std::string& kind) {
   if (kind == "new") return ScheduledKind::kNew;
@@ -414,6 +467,102 @@ PYBIND11_MODULE(strata_connector, m) {
         d["bytes_saved"] = st.bytes_saved;
         d["async_requests_loaded"] = st.async_requests_loaded;
         d["async_requests_in_flight"] = st.async_requests_in_flight;
+        d["connected"] = st.connected;
+        return d;
+      });
+
+  py::class_<PyPageStoreOptions>(m, "PageStoreOptions")
+      .def(py::init<>())
+      .def_readwrite("socket_path", &PyPageStoreOptions::socket_path)
+      .def_readwrite("engine_id", &PyPageStoreOptions::engine_id)
+      .def_readwrite("model_id", &PyPageStoreOptions::model_id)
+      .def_readwrite("kv_kind", &PyPageStoreOptions::kv_kind)
+      .def_readwrite("num_layers", &PyPageStoreOptions::num_layers)
+      .def_readwrite("num_kv_heads", &PyPageStoreOptions::num_kv_heads)
+      .def_readwrite("head_dim", &PyPageStoreOptions::head_dim)
+      .def_readwrite("dtype", &PyPageStoreOptions::dtype)
+      .def_readwrite("tp_rank", &PyPageStoreOptions::tp_rank)
+      .def_readwrite("tp_world_size", &PyPageStoreOptions::tp_world_size)
+      .def_readwrite("positional", &PyPageStoreOptions::positional)
+      .def_readwrite("page_tokens", &PyPageStoreOptions::page_tokens)
+      .def_readwrite("lookup_budget_ms", &PyPageStoreOptions::lookup_budget_ms)
+      .def_readwrite("io_timeout_ms", &PyPageStoreOptions::io_timeout_ms)
+      .def_readwrite("reconnect_min_backoff_ms", &PyPageStoreOptions::reconnect_min_backoff_ms)
+      .def_readwrite("reconnect_max_backoff_ms", &PyPageStoreOptions::reconnect_max_backoff_ms)
+      .def_readwrite("lease_ms", &PyPageStoreOptions::lease_ms)
+      .def("validate", [](const PyPageStoreOptions& o) { (void)o.ToOptions(); })
+      .def("page_bytes", [](const PyPageStoreOptions& o) {
+        const PageStoreOptions options = o.ToOptions();
+        return options.layout.chunk_bytes(options.layout.chunk_tokens);
+      });
+
+  // Host memory goes in as integer addresses and byte lengths, so no torch is needed. Every
+  // call releases the GIL while it talks to the daemon and copies.
+  py::class_<PageStore>(m, "PageStore")
+      .def(py::init([](const PyPageStoreOptions& options) {
+             return Take(PageStore::Create(options.ToOptions()));
+           }),
+           py::arg("options"))
+      .def_property_readonly("page_bytes", &PageStore::page_bytes)
+      .def(
+          "key_of",
+          [](const PageStore& s, const std::string& key) { return s.KeyOf(key).ToString(); },
+          py::arg("key"), "The daemon key (ChunkKey text form) of page key `key`.")
+      .def(
+          "exists",
+          [](PageStore& s, const std::vector<std::string>& keys) {
+            absl::StatusOr<size_t> n;
+            {
+              py::gil_scoped_release release;
+              n = s.Exists(keys);
+            }
+            return Take(std::move(n));
+          },
+          py::arg("keys"),
+          "How many leading keys the daemon has; StrataError when it cannot be asked.")
+      .def(
+          "put",
+          [](PageStore& s, const std::vector<std::string>& keys,
+             const std::vector<PySegments>& pages) {
+            const std::vector<HostPage> host_pages = ToPages(pages);
+            absl::StatusOr<std::vector<bool>> stored;
+            {
+              py::gil_scoped_release release;
+              stored = s.Put(keys, host_pages);
+            }
+            return Take(std::move(stored));
+          },
+          py::arg("keys"), py::arg("pages"),
+          "Stores each page (a list of (address, size_bytes) segments) under its key; one flag "
+          "per page.")
+      .def(
+          "get",
+          [](PageStore& s, const std::vector<std::string>& keys,
+             const std::vector<PySegments>& pages) {
+            const std::vector<HostPage> host_pages = ToPages(pages);
+            absl::StatusOr<std::vector<bool>> found;
+            {
+              py::gil_scoped_release release;
+              found = s.Get(keys, host_pages);
+            }
+            return Take(std::move(found));
+          },
+          py::arg("keys"), py::arg("pages"),
+          "Copies the pages of `keys` into host memory; one flag per page (verified bytes). "
+          "The first missing or failed page ends the run.")
+      .def("stats", [](const PageStore& s) {
+        const PageStoreStats st = s.Stats();
+        py::dict d;
+        d["lookups"] = st.lookups;
+        d["lookup_failures"] = st.lookup_failures;
+        d["pages_stored"] = st.pages_stored;
+        d["pages_already_present"] = st.pages_already_present;
+        d["pages_store_failed"] = st.pages_store_failed;
+        d["pages_loaded"] = st.pages_loaded;
+        d["pages_missing"] = st.pages_missing;
+        d["pages_corrupt"] = st.pages_corrupt;
+        d["bytes_stored"] = st.bytes_stored;
+        d["bytes_loaded"] = st.bytes_loaded;
         d["connected"] = st.connected;
         return d;
       });
