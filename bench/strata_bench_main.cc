@@ -358,6 +358,8 @@ int main(int argc, char** argv) {
   pd->add_option("--peak-tflops", p.peak_tflops)->capture_default_str();
   pd->add_option("--utilisation", p.utilisation)->capture_default_str();
   pd->add_option("--runs", p.runs)->capture_default_str();
+  pd->add_option("--prefault", p.prefault, "the daemons allocate their arenas at start-up")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (trace->parsed()) return strata::bench::RunTraceCommand(t);
   if (pd->parsed()) return strata::bench::RunPdCommand(p);

@@ -16,6 +16,7 @@
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
+#include "grpcpp/client_context.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/json_fields.h"
 #include "tests/support/raw_engine_client.h"
@@ -51,6 +52,7 @@ absl::StatusOr<std::unique_ptr<test_support::DaemonProcess>> StartDaemon(
     const std::string& node_id, const std::string& dial) {
   return test_support::DaemonProcess::Start(
       {.host_capacity = capacity,
+       .prefault = o.prefault,
        .extra_toml =
            fmt::format("[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
                        "node_id = \"{}\"\ntransports = \"{}\"\nnet_devices = \"{}\"\npeers = [{}]\n"
@@ -85,6 +87,18 @@ bool AwaitAdmission(const std::string& socket, const KvLayout& layout) {
     std::this_thread::sleep_for(milliseconds(25));
   }
   return false;
+}
+
+// Removes every chunk the daemon holds (control Clear).
+absl::Status ClearAll(test_support::DaemonProcess& daemon) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::ClearRequest request;
+  request.set_all(true);
+  v1::ClearResponse response;
+  const grpc::Status status = daemon.control().Clear(&context, request, &response);
+  return status.ok() ? absl::OkStatus()
+                     : absl::UnavailableError(fmt::format("Clear: {}", status.error_message()));
 }
 
 // Runs one sim_engine request to its end; its request line, or the reason it failed.
@@ -156,6 +170,12 @@ int RunPdCommand(const PdOptions& o) {
       "120000"};
   std::vector<Run> runs;
   for (uint32_t r = 0; r < o.runs; ++r) {
+    for (auto* daemon : {&*prefill_daemon, &*decode_daemon}) {
+      if (absl::Status cleared = ClearAll(**daemon); r > 0 && !cleared.ok()) {
+        std::cerr << fmt::format("strata-bench pd: {}\n", cleared);
+        return 1;
+      }
+    }
     const std::string prompt = fmt::format("{}:{}", 500 + r, o.prompt_tokens);
     std::vector<std::string> prefill_args = {
         "--socket",         (*prefill_daemon)->engine_socket(),
@@ -205,7 +225,7 @@ int RunPdCommand(const PdOptions& o) {
       perftest.ok() ? fmt::format("{:.2f}", transfer_gbps / *perftest) : "null";
   std::cout << fmt::format(
       "{{\"workload\": {{\"name\": \"pd\", \"prompt_tokens\": {}, \"geometry\": \"{}\", "
-      "\"kv_bytes\": {}, \"transports\": \"{}\", \"runs\": {}, \"cpu\": {}}},\n"
+      "\"kv_bytes\": {}, \"transports\": \"{}\", \"runs\": {}, \"prefault\": {}, \"cpu\": {}}},\n"
       " \"cost_model\": {{\"modelled\": true, \"gpu\": \"H100 SXM, {} TFLOPS dense BF16 at {:.0f}% "
       "utilisation\", \"flops_per_layer\": {:.3e}, \"layer_ms\": {:.1f}, \"prefill_ms\": "
       "{:.0f}}},\n"
@@ -214,9 +234,9 @@ int RunPdCommand(const PdOptions& o) {
       " \"exposed_transfer_ms\": {:.0f}, \"exposed_share_of_transfer\": 1.0, "
       "\"exposed_share_of_ttft\": {:.3f}, \"modelled_ttft_ms\": {:.0f},\n"
       " \"wrong_values\": {}}}\n",
-      o.prompt_tokens, o.geometry, kv_bytes, o.transports, runs.size(), JsonString(CpuModel()),
-      o.peak_tflops, o.utilisation * 100, LayerFlops(o.prompt_tokens), layer_ms,
-      modelled_prefill_ms,
+      o.prompt_tokens, o.geometry, kv_bytes, o.transports, runs.size(), o.prefault,
+      JsonString(CpuModel()), o.peak_tflops, o.utilisation * 100, LayerFlops(o.prompt_tokens),
+      layer_ms, modelled_prefill_ms,
       perftest.ok() ? fmt::format("{:.2f}", *perftest)
                     : JsonString(std::string(perftest.status().message())),
       transfer_gbps, ratio, exposed, exposed / ttft_ms, ttft_ms, wrong);
