@@ -7,7 +7,9 @@
 //                       the same run (store: the engines' save calls and commits alone, after
 //                       their loads); the connector's socket Lookup round trip for a 32K-token
 //                       prompt (p50 / p99); gRPC Lookup throughput as a ratio to a trivial
-//                       unary call (Health) in the same run; the daemon's RSS beyond its arena.
+//                       unary call (Health) in the same run; the daemon's RSS beyond its arena;
+//                       with --disk-ttft, the TTFT of a batch whose hits are mostly on disk,
+//                       synchronous against asynchronous loads (mrqa/disk_ttft.h).
 //   strata-bench pd     a disaggregated prefill through two daemons over UCX: transfer GB/s
 //                       against ucx_perftest, and the transfer exposed after a modelled
 //                       prefill (pd_command.h).
@@ -28,6 +30,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/engine/sim_engine.h"
+#include "bench/mrqa/disk_ttft.h"
 #include "bench/pd/pd_command.h"
 #include "bench/support/model_layouts.h"
 #include "bench/trace/trace_command.h"
@@ -64,6 +67,8 @@ struct MrqaOptions {
   bool prefault = false;
   uint32_t lookup_samples = 2000;
   double grpc_seconds = 2.0;
+  // Also measure TTFT with most hits on disk, sync against async loads (bench/mrqa/disk_ttft.h).
+  bool disk_ttft = false;
   uint32_t grpc_threads = 2;
 };
 
@@ -280,6 +285,18 @@ int RunMrqa(const MrqaOptions& o) {
 
   const double load_gbps = load_us == 0 ? 0 : bytes_loaded / (load_us * 1e3);
   const double store_gbps = save_us == 0 ? 0 : bytes_saved / (save_us * 1e3);
+  // TTFT with most hits on disk, synchronous against asynchronous loads (its own daemons).
+  std::string disk_ttft = "null";
+  if (o.disk_ttft) {
+    absl::StatusOr<std::string> measured =
+        MeasureDiskTtft({.geometry = o.geometry, .chunk_tokens = o.chunk_tokens});
+    if (!measured.ok()) {
+      std::cerr << fmt::format("strata-bench: disk TTFT: {}\n", measured.status());
+      return 1;
+    }
+    disk_ttft = *measured;
+    std::cerr << "disk TTFT: " << disk_ttft << "\n";
+  }
   std::cout << fmt::format(
       "{{\n"
       "  \"workload\": {{\"name\": \"mrqa\", \"engines\": {}, \"users\": {}, \"rounds\": {}, "
@@ -301,7 +318,8 @@ int RunMrqa(const MrqaOptions& o) {
       "{:.0f}, "
       "\"lookup_keys_ratio\": {:.3f}, \"lookup_32k_tokens_qps\": {:.0f}, \"lookup_tokens_ratio\": "
       "{:.3f}}},\n"
-      "  \"daemon\": {{\"rss_beyond_arena_mib\": {:.1f}, \"exit_code\": {}, \"stop_ms\": {}}}\n"
+      "  \"daemon\": {{\"rss_beyond_arena_mib\": {:.1f}, \"exit_code\": {}, \"stop_ms\": {}}},\n"
+      "  \"disk_ttft\": {}\n"
       "}}\n",
       o.engines, o.users, o.rounds, o.prefault, o.doc_tokens, o.question_tokens, o.answer_tokens,
       o.geometry, layout->bytes_per_token(), o.chunk_tokens, requests, workload_seconds,
@@ -311,7 +329,8 @@ int RunMrqa(const MrqaOptions& o) {
       store_gbps / memcpy_gbps, Percentile(per_request_store_gbps, 0.5), lookup_hit,
       Percentile(lookup_us, 0.5), Percentile(lookup_us, 0.99), lookup_us.size(), o.grpc_threads,
       health_qps, lookup_keys_qps, lookup_keys_qps / health_qps, lookup_tokens_qps,
-      lookup_tokens_qps / health_qps, daemon_rss / 1048576.0, exit.code, exit.stop_time.count());
+      lookup_tokens_qps / health_qps, daemon_rss / 1048576.0, exit.code, exit.stop_time.count(),
+      disk_ttft);
   return wrong == 0 ? 0 : 3;
 }
 
@@ -337,6 +356,8 @@ int main(int argc, char** argv) {
   mrqa->add_option("--lookup-samples", o.lookup_samples)->capture_default_str();
   mrqa->add_option("--grpc-seconds", o.grpc_seconds)->capture_default_str();
   mrqa->add_option("--grpc-threads", o.grpc_threads)->capture_default_str();
+  mrqa->add_flag("--disk-ttft", o.disk_ttft,
+                 "also: TTFT of a batch whose hits are mostly on disk, sync against async loads");
   strata::bench::TraceCommandOptions t{.trace_file = STRATA_DEFAULT_TRACE};
   CLI::App* trace = app.add_subcommand("trace", "eviction policies replayed on a request trace");
   trace->add_option("--workload", t.workload, "conversation, mrqa or rag")->capture_default_str();

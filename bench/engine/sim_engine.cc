@@ -81,10 +81,10 @@ std::string RequestResult::ToJson() const {
       "\"daemon_node\":\"{}\","
       "\"failed_blocks\":{},"
       "\"recomputed_tokens\":{},\"wrong_values\":{},\"lookup_us\":{},\"load_us\":{},"
-      "\"save_us\":{},\"step_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
+      "\"save_us\":{},\"step_us\":{},\"ttft_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
       "\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
       request_id, prompt_tokens, matched_tokens, load_async, daemon_node, failed_blocks,
-      recomputed_tokens, wrong_values, lookup_us, load_us, save_us, step_us, bytes_loaded,
+      recomputed_tokens, wrong_values, lookup_us, load_us, save_us, step_us, ttft_us, bytes_loaded,
       bytes_saved, load_status, save_status);
 }
 
@@ -337,6 +337,119 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   result.load_status = started.ok() ? "OK" : std::string(started.message());
   result.save_status = saved.ok() ? "OK" : std::string(saved.message());
   return result;
+}
+
+absl::StatusOr<std::vector<RequestResult>> SimEngine::RunBatch(const std::vector<Prompt>& prompts) {
+  Impl& e = *impl_;
+  const SimEngineOptions& o = e.options;
+  struct Request {
+    RequestResult result;
+    std::vector<uint32_t> tokens;
+    std::vector<int32_t> blocks;
+    uint32_t computed = 0;  // tokens with KV once its load is over
+    bool ready = false;     // its KV is loaded (or it loads inside the step that computes it)
+    bool done = false;
+  };
+  std::vector<Request> batch(prompts.size());
+  std::shuffle(e.block_order.begin(), e.block_order.end(), e.rng);
+  size_t next_block = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request& r = batch[i];
+    r.tokens = PromptTokens(prompts[i]);
+    const size_t num_blocks = (r.tokens.size() + o.block_size - 1) / o.block_size;
+    if (next_block + num_blocks > o.num_blocks) {
+      return absl::ResourceExhaustedError(
+          fmt::format("the batch needs more than the engine's {} blocks", o.num_blocks));
+    }
+    r.blocks.assign(e.block_order.begin() + next_block,
+                    e.block_order.begin() + next_block + num_blocks);
+    next_block += num_blocks;
+    r.result.request_id = fmt::format("{}-req-{}", o.engine_id, e.next_request++);
+    r.result.prompt_tokens = r.tokens.size();
+  }
+  for (std::vector<uint16_t>& layer : e.cache) std::fill(layer.begin(), layer.end(), 0xdead);
+
+  const auto start = Clock::now();
+  for (Request& r : batch) {
+    const auto t0 = Clock::now();
+    const connector::MatchResult match = e.scheduler->GetNumNewMatchedTokens(
+        {.request_id = r.result.request_id, .prompt_tokens = r.tokens}, 0);
+    r.result.lookup_us = Micros(Clock::now() - t0);
+    r.result.matched_tokens = match.num_tokens;
+    r.result.load_async = match.load_async;
+    r.computed = static_cast<uint32_t>(match.num_tokens);
+    r.ready = !match.load_async;
+    (void)e.scheduler->UpdateStateAfterAlloc(r.result.request_id, r.blocks, match.num_tokens);
+  }
+  std::vector<int32_t> failed;  // every failed block of the batch, sorted
+  const auto deadline =
+      start + 2 * std::chrono::milliseconds(o.io_timeout_ms) + std::chrono::seconds(10);
+  while (std::any_of(batch.begin(), batch.end(), [](const Request& r) { return !r.done; })) {
+    if (Clock::now() > deadline) return absl::DeadlineExceededError("the batch never finished");
+    connector::SchedulerStep step;
+    std::vector<Request*> scheduled;
+    for (Request& r : batch) {
+      if (!r.ready || r.done) continue;
+      scheduled.push_back(&r);
+      step.requests.push_back(
+          {.request_id = r.result.request_id,
+           .kind = connector::ScheduledKind::kNew,
+           .num_computed_tokens = r.computed,
+           .num_scheduled_tokens = static_cast<int64_t>(r.result.prompt_tokens - r.computed),
+           .block_ids = r.blocks});
+    }
+    (void)e.worker->StartLoadKv(e.scheduler->BuildConnectorMeta(step));
+    for (uint32_t layer = 0; layer < o.layout.num_layers; ++layer) {
+      (void)e.worker->WaitForLayerLoad(layer);
+      if (o.layer_delay_us > 0 && !scheduled.empty()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(o.layer_delay_us));
+      }
+      for (Request* r : scheduled) {
+        e.Compute(layer, r->tokens, r->blocks, r->computed,
+                  static_cast<uint32_t>(r->tokens.size()));
+      }
+      (void)e.worker->SaveKvLayer(layer);
+    }
+    (void)e.worker->WaitForSave();
+    const connector::FinishedRequests over = e.worker->GetFinished({});
+    const std::vector<int32_t> errors = e.worker->GetBlockIdsWithLoadErrors();
+    failed.insert(failed.end(), errors.begin(), errors.end());
+    std::sort(failed.begin(), failed.end());
+    const auto now = Clock::now();
+    for (Request* r : scheduled) {
+      r->done = true;
+      r->result.ttft_us = Micros(now - start);
+    }
+    for (const std::string& id : over.finished_recving) {
+      for (Request& r : batch) {
+        if (r.result.request_id != id) continue;
+        r.ready = true;
+        // Computed up to its first failed block, as vLLM truncates an asynchronous load.
+        for (uint32_t p = 0; p < r.computed; p += o.block_size) {
+          if (std::binary_search(failed.begin(), failed.end(), r.blocks[p / o.block_size])) {
+            r.computed = p;
+            break;
+          }
+        }
+      }
+    }
+    if (scheduled.empty() && over.finished_recving.empty()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::vector<RequestResult> results;
+  for (Request& r : batch) {
+    const uint32_t matched = static_cast<uint32_t>(r.result.matched_tokens);
+    r.result.wrong_values = e.Verify(r.tokens, r.blocks, matched, failed);
+    r.result.failed_blocks = std::count_if(r.blocks.begin(), r.blocks.end(), [&](int32_t b) {
+      return std::binary_search(failed.begin(), failed.end(), b);
+    });
+    r.result.load_status = r.result.save_status = "OK";
+    e.scheduler->BuildConnectorMeta({.finished_request_ids = {r.result.request_id}});
+    e.scheduler->RequestFinished(r.result.request_id, r.blocks);
+    results.push_back(std::move(r.result));
+  }
+  return results;
 }
 
 connector::WorkerStats SimEngine::worker_stats() const { return impl_->worker->Stats(); }

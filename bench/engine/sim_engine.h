@@ -73,6 +73,9 @@ struct RequestResult {
   // the save copies all run inside it; otherwise they may overlap the compute of later layers.
   uint64_t save_us = 0;
   uint64_t step_us = 0;  // the whole step after the lookup
+  // RunBatch: from the batch's start (every request arrives then) to the end of the step that
+  // computed the request's prompt, i.e. its first token. 0 for Run.
+  uint64_t ttft_us = 0;
   uint64_t bytes_loaded = 0;
   uint64_t bytes_saved = 0;
   std::string load_status;
@@ -89,6 +92,13 @@ class SimEngine {
   ~SimEngine();
 
   RequestResult Run(const Prompt& prompt);
+  // The prompts arrive together and are served as one engine batch, as vLLM's scheduler would:
+  // every request is looked up; each step computes every request whose KV is ready (host-tier
+  // hits at once; asynchronous loads once the worker reports them), while asynchronous loads
+  // proceed between steps. With async_loads off every load runs in the first step, which then
+  // waits for the slowest (a disk promotion). Results in prompt order, with ttft_us. A batch
+  // needs distinct blocks for every prompt (kResourceExhausted beyond num_blocks).
+  absl::StatusOr<std::vector<RequestResult>> RunBatch(const std::vector<Prompt>& prompts);
   connector::WorkerStats worker_stats() const;
 
  private:

@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
                  "--source-node prefilled)")
       ->check(CLI::IsMember({"none", "send", "receive"}));
   app.add_option("--source-node", options.source_node, "the prefiller daemon's node id");
+  bool batch = false;
+  app.add_flag("--batch", batch,
+               "serve each repetition of the prompt list as one batch arriving at once "
+               "(ttft_us per request)");
   CLI11_PARSE(app, argc, argv);
   options.kv_transfer = kv_transfer == "send"      ? strata::connector::KvTransfer::kSend
                         : kv_transfer == "receive" ? strata::connector::KvTransfer::kReceive
@@ -68,8 +72,18 @@ int main(int argc, char** argv) {
   }
   uint64_t wrong = 0, tokens = 0, matched = 0, failed = 0;
   for (uint32_t r = 0; r < repeat; ++r) {
-    for (const Prompt& prompt : prompts) {
-      const RequestResult result = (*engine)->Run(prompt);
+    std::vector<RequestResult> results;
+    if (batch) {
+      absl::StatusOr<std::vector<RequestResult>> served = (*engine)->RunBatch(prompts);
+      if (!served.ok()) {
+        std::cerr << fmt::format("sim_engine: {}\n", served.status());
+        return 2;
+      }
+      results = *std::move(served);
+    } else {
+      for (const Prompt& prompt : prompts) results.push_back((*engine)->Run(prompt));
+    }
+    for (const RequestResult& result : results) {
       std::cout << result.ToJson() << std::endl;
       wrong += result.wrong_values;
       tokens += result.prompt_tokens;

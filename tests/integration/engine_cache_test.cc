@@ -162,6 +162,39 @@ TEST_F(EngineCacheTest, DiskHitsLoadAsynchronouslyAndByteExact) {
   std::filesystem::remove_all(disk_dir);
 }
 
+// A batch (sim_engine --batch) of a disk hit and a host hit with asynchronous loads: the host
+// hit is computed in the first step, the disk hit once its load is over, in a later step; both
+// byte-exact.
+TEST_F(EngineCacheTest, ABatchComputesHostHitsWhileDiskHitsLoad) {
+  daemon_->Stop();
+  const std::filesystem::path disk_dir = std::filesystem::path(::testing::TempDir()) /
+                                         ("strata-batch-disk-" + std::to_string(getpid()));
+  std::filesystem::remove_all(disk_dir);
+  StartDaemon({.host_capacity = "8MiB",  // sixteen 512 KiB chunks
+               .extra_toml = fmt::format("[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"64MiB\"\n"
+                                         "segment_bytes = \"4MiB\"\n",
+                                         disk_dir.string())});
+  const std::string socket = daemon_->engine_socket();
+  RunSimEngine(socket, {"--prompt", "30:1024"});
+  RunSimEngine(socket, {"--prompt", "31:8192"});  // thirty-two chunks push the first four out
+  RunSimEngine(socket, {"--prompt", "32:1024"});
+
+  const std::vector<std::string> lines = RunSimEngine(
+      socket, {"--batch", "--async-loads", "--prompt", "30:1024", "--prompt", "32:1024"});
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("\"load_async\":true"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("\"load_async\":false"), std::string::npos) << lines[1];
+  for (const std::string& line : lines) {
+    EXPECT_EQ(JsonInt(line, "matched_tokens"), 1023) << line;
+    EXPECT_EQ(JsonInt(line, "failed_blocks"), 0) << line;
+    EXPECT_EQ(JsonInt(line, "wrong_values"), 0) << line;
+  }
+  EXPECT_GT(JsonInt(lines[0], "ttft_us"), JsonInt(lines[1], "ttft_us"))
+      << "the host hit's first token came in an earlier step";
+  daemon_->Stop();
+  std::filesystem::remove_all(disk_dir);
+}
+
 TEST_F(EngineCacheTest, DaemonKilledMidLoadThenRestartedNeverServesWrongKv) {
   const std::string socket = daemon_->engine_socket();
   RunSimEngine(socket, {"--prompt", "10:2048"});
