@@ -164,6 +164,22 @@ struct EngineClientStats {
   uint64_t requests = 0;          // requests sent (handshakes excluded)
 };
 
+// The session options of a front end whose options name the daemon's socket, the engine, the
+// layout, the reconnect backoffs and the clock (ConnectorOptions, PageStoreOptions); the caller
+// adds hooks where it maps arenas.
+template <class FrontEndOptions>
+EngineClientOptions SessionOptions(const FrontEndOptions& options, bool map_arena) {
+  EngineClientOptions session;
+  session.socket_path = options.socket_path;
+  session.engine_id = options.engine_id;
+  session.layout = options.layout;
+  session.map_arena = map_arena;
+  session.reconnect_min_backoff = options.reconnect_min_backoff;
+  session.reconnect_max_backoff = options.reconnect_max_backoff;
+  session.clock = options.clock;
+  return session;
+}
+
 // Who a lookup is for, for the daemon's lookup accounting (LookupChainRequest), and where its KV
 // comes from.
 struct LookupOrigin {

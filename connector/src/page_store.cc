@@ -121,14 +121,7 @@ absl::Status PageStoreOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<PageStore>> PageStore::Create(const PageStoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  EngineClientOptions client_options;
-  client_options.socket_path = options.socket_path;
-  client_options.engine_id = options.engine_id;
-  client_options.layout = options.layout;
-  client_options.map_arena = true;
-  client_options.reconnect_min_backoff = options.reconnect_min_backoff;
-  client_options.reconnect_max_backoff = options.reconnect_max_backoff;
-  client_options.clock = options.clock;
+  EngineClientOptions client_options = internal::SessionOptions(options, /*map_arena=*/true);
   absl::StatusOr<std::unique_ptr<EngineClient>> client =
       EngineClient::Create(std::move(client_options));
   if (!client.ok()) return client.status();

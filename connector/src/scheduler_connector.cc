@@ -114,14 +114,8 @@ absl::StatusOr<std::unique_ptr<SchedulerConnector>> SchedulerConnector::Create(
     const ConnectorOptions& options) {
   STRATA_RETURN_IF_ERROR(options.Validate());
   STRATA_ASSIGN_OR_RETURN(KeyHasher hasher, KeyHasher::Create(options.layout, options.hashing));
-  internal::EngineClientOptions client_options;
-  client_options.socket_path = options.socket_path;
-  client_options.engine_id = options.engine_id;
-  client_options.layout = options.layout;
-  client_options.map_arena = false;
-  client_options.reconnect_min_backoff = options.reconnect_min_backoff;
-  client_options.reconnect_max_backoff = options.reconnect_max_backoff;
-  client_options.clock = options.clock;
+  const internal::EngineClientOptions client_options =
+      internal::SessionOptions(options, /*map_arena=*/false);
   STRATA_ASSIGN_OR_RETURN(auto client, internal::EngineClient::Create(client_options));
   return std::unique_ptr<SchedulerConnector>(new SchedulerConnector(
       std::make_unique<Impl>(options, std::move(hasher), std::move(client))));

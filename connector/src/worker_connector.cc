@@ -73,14 +73,8 @@ absl::StatusOr<std::unique_ptr<WorkerConnector>> WorkerConnector::Create(
   }
   auto impl = std::make_unique<Impl>(options, std::move(runtime), std::move(hasher));
   storage::DeviceRuntime* rt = impl->runtime.get();
-  internal::EngineClientOptions client_options;
-  client_options.socket_path = options.socket_path;
-  client_options.engine_id = options.engine_id;
-  client_options.layout = options.layout;
-  client_options.map_arena = true;
-  client_options.reconnect_min_backoff = options.reconnect_min_backoff;
-  client_options.reconnect_max_backoff = options.reconnect_max_backoff;
-  client_options.clock = options.clock;
+  internal::EngineClientOptions client_options =
+      internal::SessionOptions(options, /*map_arena=*/true);
   client_options.hooks.on_map = [rt](void* base, uint64_t size) {
     return rt->RegisterHostMemory(base, size);
   };
