@@ -3,10 +3,15 @@
 SHELL := /bin/bash
 BUILD ?= build/release
 ASAN_BUILD ?= build/asan
+FUZZ_BUILD ?= build/fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := peer_messages_fuzz disk_record_fuzz engine_request_fuzz connector_metadata_fuzz \
+  config_fuzz control_lookup_fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run demo test test-release test-asan bench check-format format clean
+.PHONY: all deps configure build run demo test test-release test-asan test-fuzz fuzz fuzz-build bench \
+  check-format format clean
 
 all: build
 
@@ -30,7 +35,7 @@ demo: build
 # Release build + every test (GPU tests skip themselves without a device), then the unit tests
 # again under AddressSanitizer and UndefinedBehaviorSanitizer. Each run ends with what it skipped
 # and why (scripts/test_summary.py): a skip is never counted as a pass.
-test: test-release test-asan
+test: test-release test-asan test-fuzz
 
 test-release: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
@@ -44,6 +49,38 @@ test-asan: deps
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
 	@python3 scripts/test_summary.py $(ASAN_BUILD)
+
+# libFuzzer targets (tests/fuzz, clang + ASan + UBSan): built alone in $(FUZZ_BUILD).
+fuzz-build: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSTRATA_BUILD_FUZZ=ON \
+	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_TESTS=OFF \
+	  -DSTRATA_BUILD_INTEGRATION_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(FUZZ_BUILD) --target $(FUZZ_TARGETS) -j$(JOBS)
+
+# Each fuzz target for $(1) seconds (more libFuzzer flags: $(2)) over a scratch copy of its corpus
+# (tests/fuzz/corpus/<t>);
+# any crash, sanitizer report, leak, timeout or out-of-memory fails, its input left in
+# $(FUZZ_BUILD)/findings/<t>/.
+define run_fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  work=$(FUZZ_BUILD)/fuzz-corpus/$$t; found=$(FUZZ_BUILD)/findings/$$t; \
+	  rm -rf $$work; mkdir -p $$work $$found; cp tests/fuzz/corpus/$$t/* $$work/; \
+	  echo "== $$t ($(1)s)"; \
+	  $(FUZZ_BUILD)/tests/fuzz/$$t -max_total_time=$(1) $(2) -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 -artifact_prefix=$$found/ $$work > $$found/log.txt 2>&1 \
+	    || { tail -60 $$found/log.txt; echo "FAIL: $$t (input in $$found/)"; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" $$found/log.txt; \
+	done
+endef
+
+# A fixed seed: the same mutations on every run, so a run of `make test` that passed here does
+# not fail later for an input no one has seen; `make fuzz` explores with fresh seeds.
+test-fuzz: fuzz-build
+	$(call run_fuzz,15,-seed=1)
+
+fuzz: fuzz-build
+	$(call run_fuzz,$(FUZZ_SECONDS))
 
 # Micro-benchmarks (Release); each prints its figures and same-run baselines. disk_tier_bench
 # takes its own flags (it runs fio beside the tier in the same run), and so does remote_bench (it

@@ -16,6 +16,10 @@ function(strata_apply_target_options target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>)
+  # clang's -Wall has -Woverloaded-virtual, which gRPC's generated raw-method mixins trip
+  # (WithRawCallbackMethod_Lookup); GCC keeps it out of -Wall.
+  target_compile_options(${target} PRIVATE
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wno-overloaded-virtual>)
   # CUDA sources (kernels/ only): device-side warnings are errors, and the host compiler sees the
   # same warning set as our C++ sources. Whole-program compilation (no relocatable device code).
   target_compile_options(${target} PRIVATE
@@ -97,4 +101,19 @@ function(strata_cc_bench)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} benchmark::benchmark)
   strata_apply_target_options(${ARG_NAME})
+endfunction()
+
+# strata_cc_fuzz(NAME n SRCS a_fuzz.cc ... DEPS dep ...): a libFuzzer binary (STRATA_BUILD_FUZZ,
+# clang only). Its libraries are instrumented through STRATA_SANITIZE (fuzzer-no-link,...); the
+# target itself links libFuzzer's main.
+function(strata_cc_fuzz)
+  if(NOT STRATA_BUILD_FUZZ)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+  strata_apply_target_options(${ARG_NAME})
+  target_compile_options(${ARG_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(${ARG_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
 endfunction()

@@ -28,8 +28,10 @@ std::string SocketDir(const ConfigEnvironment& env) {
 }
 
 // Reads `node` into `out` as a byte size (integer or unit string).
+// Integers only: toml++ converts a float to an integer too, with undefined behaviour out of range
+// (found by tests/fuzz/config_fuzz).
 absl::Status ReadBytes(const toml::node& node, std::string_view key, uint64_t& out) {
-  if (auto v = node.value<int64_t>()) {
+  if (auto v = node.is_integer() ? node.value<int64_t>() : std::nullopt) {
     if (*v < 0) return Bad(fmt::format("config: {} must not be negative", key));
     out = static_cast<uint64_t>(*v);
     return absl::OkStatus();
@@ -45,7 +47,7 @@ absl::Status ReadBytes(const toml::node& node, std::string_view key, uint64_t& o
 
 template <typename T>
 absl::Status ReadUint(const toml::node& node, std::string_view key, T& out) {
-  auto v = node.value<int64_t>();
+  auto v = node.is_integer() ? node.value<int64_t>() : std::nullopt;
   if (!v || *v < 0 || static_cast<uint64_t>(*v) > std::numeric_limits<T>::max()) {
     return Bad(fmt::format("config: {} must be an integer in [0, {}]", key,
                            std::numeric_limits<T>::max()));

@@ -114,6 +114,9 @@ TEST(DaemonConfig, BadTomlIsAClearError) {
             std::string::npos);
   EXPECT_NE(code_and_message("[host\n").find("line"), std::string::npos);
   EXPECT_NE(code_and_message("[host]\nlease_ms = -4\n").find("lease_ms"), std::string::npos);
+  // Floats are not integers, not even huge ones (found by tests/fuzz/config_fuzz).
+  EXPECT_NE(code_and_message("[host]\npage_bytes = 4e96\n").find("byte size"), std::string::npos);
+  EXPECT_NE(code_and_message("[host]\nlease_ms = 1.5\n").find("lease_ms"), std::string::npos);
 }
 
 TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {

@@ -200,7 +200,16 @@ absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionL
   {
     google::protobuf::io::StringOutputStream others_stream(&others);
     google::protobuf::io::CodedOutputStream others_out(&others_stream);
-    for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    while (true) {
+      const int before = in.CurrentPosition();
+      const uint32_t tag = in.ReadTag();
+      if (tag == 0) {
+        // The end of the bytes, or a tag that does not parse (truncated, or field 0).
+        if (before != static_cast<int>(flat.size())) return malformed;
+        break;
+      }
+      // A tag is a 32-bit varint: longer encodings are malformed (ReadTag would keep its low bits).
+      if (in.CurrentPosition() - before > 5) return malformed;
       if (tag != kKeysTag) {
         if (!WireFormatLite::SkipField(&in, tag, &others_out)) return malformed;
         continue;

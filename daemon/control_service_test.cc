@@ -233,10 +233,13 @@ TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {
   for (int i = 0; i < 65537; ++i) *too_many_keys.add_keys() = one;
   EXPECT_EQ(Lookup(too_many_keys, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  // Bytes that are no LookupRequest: a truncated key, and a field with a bad wire type.
+  // Bytes that are no LookupRequest: a truncated key, a field with a bad wire type, a zero tag,
+  // and (found by tests/fuzz/control_lookup_fuzz) a tag cut short and a tag longer than 5 bytes.
   grpc::GenericStub generic(channel_);
   const std::string whole = short_digest.SerializeAsString();
-  for (const std::string& bytes : {whole.substr(0, whole.size() - 2), std::string("\x0f\x01")}) {
+  for (const std::string& bytes :
+       {whole.substr(0, whole.size() - 2), std::string("\x0f\x01"), std::string("\x00\x01", 2),
+        std::string("\x8c\xf5"), std::string("\xe0\xf5\xff\xff\xff\xff\x08\x0a")}) {
     grpc::Slice slice(bytes);
     grpc::ByteBuffer request(&slice, 1), reply;
     grpc::ClientContext context;

@@ -16,6 +16,8 @@ packages=(
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev prometheus fio gnuplot-nox python3-cbor2 python3-msgpack openssl
   python3-yaml
+  # fuzzing (make test-fuzz): clang with libFuzzer
+  clang libclang-rt-14-dev
   iproute2
   redis-server
 )

@@ -188,6 +188,7 @@ std::optional<std::vector<Tier>> TieredStore::LocatePrefixOrAsk(std::span<const 
   // tier answered before the loop ends (none had anyone to ask), the answer is returned here and
   // `done` is never called; otherwise the last answer locates the chain again and calls `done`.
   struct Round {
+    Round(size_t count, LocateDone on_done) : waiting(count), done(std::move(on_done)) {}
     std::atomic<size_t> waiting;
     LocateDone done;
   };

@@ -1,0 +1,44 @@
+// Fuzzes the control API's raw Lookup decoder (daemon/control_service.cc: ParseLookupRequest and
+// ReadChunkKey), which decodes a LookupRequest's keys straight from the gRPC wire bytes instead of
+// going through the generated parser. The decoder is internal to control_service.cc, so this
+// file includes it; nothing of ControlService is constructed.
+//
+// Input: the bytes of a LookupRequest as a client sends them. Invariants: a malformed request is
+// kInvalidArgument; a request the raw decoder accepts is one the generated parser accepts too,
+// with the same keys (FromProto of each) and the same other fields.
+#include "daemon/control_service.cc"  // NOLINT(build/include): the decoder is file-local
+
+#include <cstddef>
+#include <cstdint>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+#include "tests/fuzz/fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace v1 = strata::v1;
+  grpc::Slice slice(data, size);
+  const grpc::ByteBuffer buffer(&slice, 1);
+  const strata::daemon::SelectionLimits limits{.max_tokens = 1u << 16, .max_keys = 256};
+  v1::LookupRequest fields;
+  std::vector<strata::ChunkKey> keys;
+  const absl::Status status = strata::daemon::ParseLookupRequest(buffer, limits, fields, keys);
+  if (!status.ok()) {
+    FUZZ_CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    return 0;
+  }
+  FUZZ_CHECK(keys.size() <= limits.max_keys);
+  FUZZ_CHECK(!fields.keys_size());
+
+  v1::LookupRequest generated;
+  FUZZ_CHECK(generated.ParseFromArray(data, static_cast<int>(size)));
+  FUZZ_CHECK(static_cast<size_t>(generated.keys_size()) == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    absl::StatusOr<strata::ChunkKey> key = strata::FromProto(generated.keys(static_cast<int>(i)));
+    FUZZ_CHECK(key.ok() && *key == keys[i]);
+  }
+  generated.clear_keys();
+  FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(generated, fields));
+  return 0;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under tests/fuzz/corpus/<target>/seed-* (small valid inputs).
+
+Run from anywhere: python3 tests/fuzz/make_seeds.py. The encodings follow the formats documented
+in the parsers' headers (core/byte_codec.h, storage/remote/peer_messages.h, connector/src/metadata.cc,
+storage/disk/record_format.h, core/frame_io.h, proto/strata/v1/engine.proto); a seed that a format
+change makes invalid is still a valid fuzz input, only a weaker starting point.
+"""
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def s(text):  # byte_codec string: u32 length + bytes
+    b = text.encode() if isinstance(text, str) else text
+    return struct.pack("<I", len(b)) + b
+
+
+def u64s(values):
+    return struct.pack("<I", len(values)) + b"".join(struct.pack("<Q", v) for v in values)
+
+
+# ---- peer_messages_fuzz: type byte + byte_codec fields ----
+write("peer_messages_fuzz", "handshake",
+      b"\x01" + struct.pack("<I", 1) + s("token") + s("node-a") + s("10.0.0.1:7100") +
+      u64s([0x1122334455667788]))
+write("peer_messages_fuzz", "handshake-reply", b"\x01" + s("node-b") + u64s([1, 2]))
+write("peer_messages_fuzz", "ping", b"\x02")
+write("peer_messages_fuzz", "release", b"\x12" + struct.pack("<Q", 42))
+write("peer_messages_fuzz", "push-reply", b"\x13" + struct.pack("<Iii", 2, 0, 6))
+write("peer_messages_fuzz", "query-empty", b"\x10" + struct.pack("<I", 0))
+
+# ---- connector_metadata_fuzz: "STCM", u32 version 3, block_size, chunk_tokens, specs ----
+def spec(request_id, tokens, begin, end, blocks, flags=0, hold=0):
+    return (s(request_id) + struct.pack("<I", len(tokens)) +
+            b"".join(struct.pack("<I", t) for t in tokens) + s("") + s("") +
+            struct.pack("<qq", begin, end) + struct.pack("<I", len(blocks)) +
+            b"".join(struct.pack("<i", b) for b in blocks) + struct.pack("<BI", flags, hold))
+
+header = b"STCM" + struct.pack("<III", 3, 16, 16)
+write("connector_metadata_fuzz", "empty", header + struct.pack("<III", 0, 0, 0))
+write("connector_metadata_fuzz", "load-save",
+      header + struct.pack("<I", 1) + spec("req-1", list(range(32)), 0, 32, [0, 1]) +
+      struct.pack("<I", 1) + spec("req-2", list(range(16)), 0, 16, [3], flags=2, hold=100) +
+      struct.pack("<I", 1) + s("req-0"))
+
+# ---- disk_record_fuzz: mode byte + input ----
+key = struct.pack("<BBQ", 1, 1, 0xABCDEF) + bytes(range(16))  # xxh3_128, prefix namespace
+block = bytearray(4096)
+struct.pack_into("<QIIQQQIHH", block, 0, 0x314B534454525453, 1, 4096, 4096, 0, 0xABCDEF, 16,
+                 len(key), 0)
+block[48:48 + len(key)] = key
+write("disk_record_fuzz", "header-fixed-checksum", b"\x01" + bytes(block[:256]))
+write("disk_record_fuzz", "header", b"\x00" + bytes(block[:256]))
+write("disk_record_fuzz", "key", b"\x02" + key)
+write("disk_record_fuzz", "segment-name", b"\x03segment-0000000042.log")
+write("disk_record_fuzz", "segment", b"\x04" + bytes(block) + bytes(4096))
+
+# ---- config_fuzz: TOML documents ----
+write("config_fuzz", "empty", "")
+write("config_fuzz", "host", '[host]\ncapacity = "64MiB"\npage_bytes = 4096\n')
+write("config_fuzz", "logging", '[logging]\nlevel = "debug"\n')
+
+
+# ---- engine_request_fuzz: frames of EngineRequest (protobuf wire format) ----
+def varint(v):
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def field(num, payload):  # length-delimited
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def vfield(num, v):
+    return varint(num << 3) + varint(v)
+
+
+def frame(msg):
+    return struct.pack("<I", len(msg)) + msg
+
+
+layout = (field(1, b"test-model") + vfield(2, 2) + vfield(3, 2) + vfield(4, 16) + vfield(5, 1) +
+          vfield(6, 16))
+handshake = vfield(1, 1) + field(2, vfield(1, 2) + field(2, b"engine-0") + field(3, layout))
+chain = vfield(1, 1) + vfield(2, 1) + b"\x19" + struct.pack("<Q", 0xABCDEF) + field(4, bytes(32))
+lookup = vfield(1, 2) + field(3, field(2, chain) + vfield(4, 32))
+load = vfield(1, 3) + field(4, field(3, chain))
+commit = vfield(1, 4) + field(6, field(1, varint(1) + varint(2)))
+write("engine_request_fuzz", "handshake", frame(handshake))
+write("engine_request_fuzz", "session", frame(handshake) + frame(lookup) + frame(load) +
+      frame(commit))
+write("engine_request_fuzz", "truncated", frame(handshake)[:7])
