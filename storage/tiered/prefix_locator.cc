@@ -3,9 +3,11 @@
 namespace strata::storage {
 
 bool HeldBy(LowerTiers lower, const Demoter* staged, const LowerTier& tier, const ChunkKey& key) {
-  if (tier.Contains(key)) return true;
-  // Staged chunks are on their way to the nearest tier, the first one.
-  return &tier == lower.front() && staged != nullptr && staged->IsStaged(key);
+  // Staged chunks are on their way to the nearest tier, the first one. Asked before the tier:
+  // the demoter unstages a chunk only once the tier shows it, so a chunk whose write ends between
+  // the two questions is found by the second (asked the other way round, it was in neither).
+  if (&tier == lower.front() && staged != nullptr && staged->IsStaged(key)) return true;
+  return tier.Contains(key);
 }
 
 LowerTier* FindBelow(LowerTiers lower, const Demoter* staged, const ChunkKey& key) {
