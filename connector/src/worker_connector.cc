@@ -133,12 +133,21 @@ absl::Status WorkerConnector::StartLoadKv(const ConnectorMetadata& metadata,
         "metadata for blocks of {} and chunks of {} tokens; this worker has {} and {}",
         metadata.block_size, metadata.chunk_tokens, s.options.block_size, s.layout().chunk_tokens));
   }
-  // Asynchronous loads go to the loader. Every one is reported by a GetFinished, failed when it
-  // cannot run (the problems above, or no loader because the scheduler and this worker disagree
-  // on async_loads): the engine waits for that.
-  std::vector<TransferSpec> loads, async_loads;
-  for (const TransferSpec& spec : metadata.loads)
-    (spec.async ? async_loads : loads).push_back(spec);
+  // Asynchronous loads go to the loader (which keeps copies of them). Every one is reported by a
+  // GetFinished, failed when it cannot run (the problems above, or no loader because the
+  // scheduler and this worker disagree on async_loads): the engine waits for that. The
+  // synchronous ones are read in place, copied apart only when the two kinds are mixed.
+  std::vector<TransferSpec> async_loads, sync_loads;
+  for (const TransferSpec& spec : metadata.loads) {
+    if (spec.async) async_loads.push_back(spec);
+  }
+  std::span<const TransferSpec> loads = metadata.loads;
+  if (!async_loads.empty()) {
+    for (const TransferSpec& spec : metadata.loads) {
+      if (!spec.async) sync_loads.push_back(spec);
+    }
+    loads = sync_loads;
+  }
   if (!async_loads.empty() && s.async_load == nullptr) {
     for (TransferSpec& spec : async_loads) {
       s.load->Fail(spec);

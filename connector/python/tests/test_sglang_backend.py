@@ -13,8 +13,6 @@ import inspect
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -22,6 +20,7 @@ import unittest
 from types import SimpleNamespace
 
 import strata_connector
+from stand_in import run_with_stand_in
 import strata_sglang
 from strata_sglang import StrataHiCacheStorage, options_from_storage_config
 from strata_sglang.backend import _indices
@@ -218,11 +217,7 @@ class SGLangInterfaceTest(unittest.TestCase):
             assert storage.batch_get_v1(["a"], t.page_indices([0])) == [False]
             print("loaded", type(storage).__name__)
             """)
-        env = dict(os.environ)
-        here = os.path.dirname(os.path.abspath(__file__))
-        env["PYTHONPATH"] = os.pathsep.join([root, here, env.get("PYTHONPATH", "")])
-        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                text=True, timeout=60)
+        result = run_with_stand_in(root, script)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("loaded StrataHiCacheStorage", result.stdout)
 

@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import textwrap
 import threading
@@ -25,6 +24,7 @@ import unittest
 from types import SimpleNamespace
 
 import strata_connector
+from stand_in import run_with_stand_in
 import strata_vllm
 from strata_vllm import StrataConnector, StrataConnectorMetadata, StrataKVConnectorStats
 
@@ -764,11 +764,7 @@ class VllmConformanceTest(unittest.TestCase):
             worker.shutdown()
             print("loaded", cls.__name__)
             """)
-        env = dict(os.environ)
-        here = os.path.dirname(os.path.abspath(__file__))
-        env["PYTHONPATH"] = os.pathsep.join([root, here, env.get("PYTHONPATH", "")])
-        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                text=True, timeout=60)
+        result = run_with_stand_in(root, script)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("loaded StrataConnector", result.stdout)
 
