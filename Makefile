@@ -5,12 +5,13 @@ BUILD ?= build/release
 ASAN_BUILD ?= build/asan
 FUZZ_BUILD ?= build/fuzz
 FUZZ_SECONDS ?= 600
+SOAK_SECONDS ?= 1800
 FUZZ_TARGETS := peer_messages_fuzz disk_record_fuzz engine_request_fuzz connector_metadata_fuzz \
   config_fuzz control_lookup_fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run demo test test-release test-asan test-fuzz fuzz fuzz-build bench \
+.PHONY: all deps configure build run demo test test-release test-asan test-fuzz fuzz fuzz-build soak bench \
   check-format format clean
 
 all: build
@@ -38,7 +39,7 @@ demo: build
 test: test-release test-asan test-fuzz
 
 test-release: build
-	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE soak
 	@python3 scripts/test_summary.py $(BUILD)
 
 test-asan: deps
@@ -81,6 +82,13 @@ test-fuzz: fuzz-build
 
 fuzz: fuzz-build
 	$(call run_fuzz,$(FUZZ_SECONDS))
+
+# The soak (tests/soak): engines and a daemon with a disk tier under random SIGKILLs, disk fills
+# and tenant clears for $(SOAK_SECONDS) seconds, every invariant checked all along; prints its
+# report and fails on any violation. Runs as root for its loop-mounted disk (else it says that
+# disk fills were skipped).
+soak: build
+	@$(BUILD)/tests/soak/strata_soak --seconds $(SOAK_SECONDS) $(ARGS)
 
 # Micro-benchmarks (Release); each prints its figures and same-run baselines. disk_tier_bench
 # takes its own flags (it runs fio beside the tier in the same run), and so does remote_bench (it

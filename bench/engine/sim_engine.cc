@@ -254,6 +254,7 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   const connector::MatchResult match =
       e.scheduler->GetNumNewMatchedTokens({.request_id = result.request_id,
                                            .prompt_tokens = tokens,
+                                           .tenant_salt = o.tenant_salt,
                                            .kv_transfer = o.kv_transfer,
                                            .source_node = o.source_node},
                                           0);
@@ -372,8 +373,11 @@ absl::StatusOr<std::vector<RequestResult>> SimEngine::RunBatch(const std::vector
   const auto start = Clock::now();
   for (Request& r : batch) {
     const auto t0 = Clock::now();
-    const connector::MatchResult match = e.scheduler->GetNumNewMatchedTokens(
-        {.request_id = r.result.request_id, .prompt_tokens = r.tokens}, 0);
+    const connector::MatchResult match =
+        e.scheduler->GetNumNewMatchedTokens({.request_id = r.result.request_id,
+                                             .prompt_tokens = r.tokens,
+                                             .tenant_salt = o.tenant_salt},
+                                            0);
     r.result.lookup_us = Micros(Clock::now() - t0);
     r.result.matched_tokens = match.num_tokens;
     r.result.load_async = match.load_async;

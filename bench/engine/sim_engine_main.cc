@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
                  "--source-node prefilled)")
       ->check(CLI::IsMember({"none", "send", "receive"}));
   app.add_option("--source-node", options.source_node, "the prefiller daemon's node id");
+  app.add_option("--tenant", options.tenant_salt, "every request's tenant salt (cache_salt)");
   bool batch = false;
   app.add_flag("--batch", batch,
                "serve each repetition of the prompt list as one batch arriving at once "

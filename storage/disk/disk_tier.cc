@@ -472,8 +472,24 @@ absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes
       STRATA_RETURN_IF_ERROR(StartSegment());
       continue;
     }
-    if (segments_.at(*emptiest).live_bytes > 0) return emptiest;
-    RetireLocked(*emptiest);
+    const Segment& segment = segments_.at(*emptiest);
+    if (segment.live_bytes == 0) {
+      RetireLocked(*emptiest);
+      continue;
+    }
+    // Copying a mostly-live segment forward writes more than it frees: a full tier whose dead
+    // space is spread thin would copy several segments' worth per Put. While live data takes
+    // more than 4/5 of the limit, the policy's next victim goes instead (its record turns dead,
+    // which may empty a segment or make one cheap to copy).
+    if (segment.live_bytes * 2 > segment.size_bytes && stats_.live_bytes > limit / 5 * 4) {
+      const std::optional<ChunkId> victim = policy_->PopVictim();
+      if (victim.has_value()) {
+        ++stats_.evictions;
+        STRATA_RETURN_IF_ERROR(DropLocked(by_policy_id_.at(*victim), /*popped=*/true));
+        continue;
+      }
+    }
+    return emptiest;
   }
   return std::nullopt;
 }

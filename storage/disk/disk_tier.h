@@ -43,9 +43,12 @@
 // preallocation and index stay within capacity_bytes. A Put that needs space evicts chunks
 // chosen by the EvictionPolicy, deletes segments with no live record and, when dead records
 // still take the space, compacts the sealed segment with the fewest live bytes (copies its live
-// records forward and deletes it), or evicts its chunks when that cannot be done. Compact() does
-// the same to every mostly-dead segment. Reads go on throughout: a reader holds a reference to its
-// segment's file, which stays readable until the last reference is gone.
+// records forward and deletes it), or evicts its chunks when that cannot be done. When that
+// segment is mostly live and live data takes more than 4/5 of the limit, the policy's next
+// victims go first (copying would write more than it frees), until a segment empties or turns
+// cheap to copy: a full tier copies at most 4 bytes per byte it frees, usually far less. Compact()
+// does the same to every mostly-dead segment. Reads go on throughout: a reader holds a reference to
+// its segment's file, which stays readable until the last reference is gone.
 //
 // Failures: an I/O error, short read or checksum mismatch on Read makes that chunk kDataLoss;
 // it is counted and dropped (the engine recomputes). A Put that finds no space (capacity, or
@@ -144,6 +147,7 @@ struct DiskTierStats {
   uint64_t checksum_failures = 0;
   uint64_t evictions = 0;
   uint64_t compacted_segments = 0;
+  uint64_t compacted_bytes = 0;    // records copied forward by compaction
   uint64_t recovered_records = 0;  // re-indexed at Open
   uint64_t dropped_records = 0;    // index entries dropped at Open, or torn / corrupt on read
 

@@ -109,6 +109,7 @@ absl::StatusOr<bool> DiskTier::MoveRecords(uint64_t segment_id, const SegmentFil
     it->second.entry = new_entry;
     segments_.at(segment_id).live_bytes -= record_bytes;
     segments_.at(new_entry.segment_id).live_bytes += record_bytes;
+    stats_.compacted_bytes += record_bytes;
   }
   // The moved entries must be durable before the only other copy of their bytes goes.
   STRATA_RETURN_IF_ERROR(index_->Sync());

@@ -225,6 +225,32 @@ TEST_P(DiskTierTest, CapacityIsNeverExceededAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(PutChunk(**tier, 1000, 2 << 20).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_P(DiskTierTest, AFullTierWithDeadSpaceSpreadThinEvictsRatherThanCopyingLiveSegments) {
+  options_.capacity_bytes = 12 << 20;
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  constexpr uint64_t kSize = 100000;  // 10 records per 1 MiB segment
+  uint64_t next = 0;
+  for (; next < 100; ++next) ASSERT_TRUE(PutChunk(**tier, next, kSize).ok()) << next;
+  uint64_t put_bytes = 0;
+  // From now on the coldest chunk (the least recently read) is one per segment: after each Put,
+  // every other resident chunk is read, so the LRU victims leave each segment nearly all live.
+  for (int round = 0; round < 60; ++round, ++next) {
+    ASSERT_TRUE(PutChunk(**tier, next, kSize).ok()) << next;
+    put_bytes += kSize;
+    for (uint64_t id = 0; id < next; ++id) {
+      if (id % 10 != static_cast<uint64_t>(round) % 10 && (*tier)->Contains(KeyOf(id))) {
+        ASSERT_TRUE(ReadChunk(**tier, id, kSize).ok()) << id;
+      }
+    }
+  }
+  const DiskTierStats stats = (*tier)->stats();
+  EXPECT_LE(stats.disk_bytes + stats.index_bytes, options_.capacity_bytes);
+  // Copying whichever segment is emptiest would copy ~9 records per record freed here.
+  EXPECT_LE(stats.compacted_bytes, 4 * put_bytes) << stats.compacted_segments << " segments";
+  EXPECT_EQ(stats.io_errors, 0u);
+}
+
 // Payloads and DiskPuts for a PutBatch of chunks `ids` of `size` bytes each.
 struct Batch {
   Batch(std::span<const uint64_t> ids, uint64_t size) {

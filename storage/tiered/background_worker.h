@@ -6,7 +6,8 @@
 // Push queues an item; an `urgent` one is taken ahead of every normal item (behind the urgent ones
 // before it). The thread takes up to max_batch items of one lane at a time and hands them to
 // `process`, with no lock held. Flush returns once every item pushed before it is processed (or
-// dropped). DropQueued drops what is queued but not yet taken, handing it to `dropped`. Stop runs
+// dropped). DropQueued drops what is queued but not yet taken, handing it to `dropped`;
+// DropQueuedIf drops those a predicate selects and waits for the batch in progress. Stop runs
 // or drops what is queued (on_stop), waits for the batch in progress and joins; Push refuses from
 // then on. SetHeld(true) keeps the thread from taking items until a Flush or Stop asks for them
 // (tests use it to keep work queued).
@@ -39,6 +40,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 
 namespace strata::storage {
@@ -123,6 +125,42 @@ class BackgroundWorker {
       doomed = TakeQueued();
     }
     return Drop(std::move(doomed));
+  }
+
+  // Drops every queued item `doomed` selects (handing them to `dropped`), then waits for the
+  // batch in progress, if any, to be processed: on return, no item pushed before the call that
+  // `doomed` selects is queued or being processed. Returns how many were dropped.
+  uint64_t DropQueuedIf(absl::FunctionRef<bool(const Item&)> doomed) {
+    Taken taken;
+    uint64_t batch_in_progress = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      for (std::deque<Queued>* lane : {&urgent_, &queue_}) {
+        std::deque<Queued> kept;
+        for (Queued& queued : *lane) {
+          if (doomed(queued.item)) {
+            taken.Add(std::move(queued));
+          } else {
+            kept.push_back(std::move(queued));
+          }
+        }
+        lane->swap(kept);
+      }
+      batch_in_progress = batches_taken_ > batches_done_ ? batches_taken_ : 0;
+    }
+    const uint64_t dropped = Drop(std::move(taken));
+    if (batch_in_progress != 0) {
+      struct Arg {
+        BackgroundWorker* worker;
+        uint64_t batch;
+      } arg{this, batch_in_progress};
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Arg* a)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->worker->batches_done_ >= a->batch; },
+          &arg));
+    }
+    return dropped;
   }
 
   // Refuses further pushes, runs or drops what is queued (options.on_stop), waits for the batch
@@ -226,10 +264,14 @@ class BackgroundWorker {
           batch.Add(std::move(lane->front()));
           lane->pop_front();
         }
+        ++batches_taken_;
       }
       process_(std::span(batch.items));
       batch.items.clear();
-      Finish(batch.seqs);
+      absl::MutexLock lock(&mu_);
+      for (uint64_t seq : batch.seqs) unfinished_.erase(seq);
+      batch.seqs.clear();
+      ++batches_done_;
     }
   }
 
@@ -245,6 +287,9 @@ class BackgroundWorker {
   std::set<uint64_t> unfinished_ ABSL_GUARDED_BY(mu_);
   // The latest pushed_ a Flush waits for: held items up to it are taken anyway.
   uint64_t flush_target_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches the thread took, and those it finished processing (one at a time).
+  uint64_t batches_taken_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 

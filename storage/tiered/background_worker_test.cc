@@ -187,6 +187,45 @@ TEST(BackgroundWorkerTest, DropQueuedHandsTheQueueToDroppedAndFlushCountsIt) {
   EXPECT_THAT(recorder.dropped, ElementsAre(3, 2));
 }
 
+TEST(BackgroundWorkerTest, DropQueuedIfDropsTheSelectedItemsAndWaitsForTheBatchInProgress) {
+  Recorder recorder;
+  Gate gate;
+  BackgroundWorker<int> worker({.thread_name = "strata-test"}, recorder.Process(&gate),
+                               recorder.Dropped());
+  ASSERT_TRUE(worker.Push(1));
+  ASSERT_TRUE(recorder.AwaitEntered());  // item 1 is taken; the rest stay queued
+  for (int i = 2; i <= 5; ++i) ASSERT_TRUE(worker.Push(int{i}, /*urgent=*/i == 4));
+  std::atomic<bool> returned{false};
+  std::future<uint64_t> dropped = std::async(std::launch::async, [&] {
+    const uint64_t count = worker.DropQueuedIf([](const int& item) { return item % 2 == 0; });
+    returned = true;
+    return count;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(returned) << "returned while item 1 was still being processed";
+  gate.Open();
+  EXPECT_EQ(dropped.get(), 2u);
+  worker.Flush();
+  EXPECT_EQ(worker.pending(), 0u);
+  absl::MutexLock lock(&recorder.mu);
+  EXPECT_THAT(recorder.dropped, ElementsAre(4, 2));
+  std::vector<int> processed;
+  for (const std::vector<int>& batch : recorder.batches) {
+    processed.insert(processed.end(), batch.begin(), batch.end());
+  }
+  EXPECT_THAT(processed, ElementsAre(1, 3, 5));
+}
+
+TEST(BackgroundWorkerTest, DropQueuedIfOnAnIdleWorkerReturnsAtOnce) {
+  Recorder recorder;
+  BackgroundWorker<int> worker({.thread_name = "strata-test"}, recorder.Process(),
+                               recorder.Dropped());
+  EXPECT_EQ(worker.DropQueuedIf([](const int&) { return true; }), 0u);
+  ASSERT_TRUE(worker.Push(7));
+  worker.Flush();
+  EXPECT_EQ(worker.DropQueuedIf([](const int&) { return true; }), 0u);
+}
+
 TEST(BackgroundWorkerTest, StopRunsOrDropsTheQueueAsConfigured) {
   for (const auto on_stop : {BackgroundWorkerOptions::OnStop::kRunQueued,
                              BackgroundWorkerOptions::OnStop::kDropQueued}) {

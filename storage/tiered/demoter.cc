@@ -19,8 +19,10 @@ absl::StatusOr<std::unique_ptr<Demoter>> Demoter::Create(LowerTier* disk,
 Demoter::Demoter(LowerTier* disk, const DemoterOptions& options)
     : disk_(disk),
       options_(options),
-      worker_({.thread_name = "strata-demoter", .max_batch = options.max_batch_chunks},
-              [this](std::span<Queued> batch) { WriteBatch(batch); }) {}
+      worker_(
+          {.thread_name = "strata-demoter", .max_batch = options.max_batch_chunks},
+          [this](std::span<Queued> batch) { WriteBatch(batch); },
+          [this](std::span<Queued> dropped) { Unstage(dropped); }) {}
 
 Demoter::~Demoter() { Stop(); }
 
@@ -79,6 +81,10 @@ bool Demoter::IsStaged(const ChunkKey& key) const {
 
 void Demoter::Flush() { worker_.Flush(); }
 
+uint64_t Demoter::Discard(absl::FunctionRef<bool(const ChunkKey&)> doomed) {
+  return worker_.DropQueuedIf([&](const Queued& queued) { return doomed(queued.key); });
+}
+
 void Demoter::SetHeld(bool held) { worker_.SetHeld(held); }
 
 void Demoter::Stop() { worker_.Stop(); }
@@ -88,11 +94,7 @@ void Demoter::WriteBatch(std::span<Queued> batch) {
   parts.reserve(batch.size());
   std::vector<LowerTier::Put> puts;
   puts.reserve(batch.size());
-  uint64_t batch_staged_bytes = 0;
-  for (const Queued& item : batch) {
-    parts.push_back(item.staged->payload());
-    batch_staged_bytes += item.staged->bytes.size();
-  }
+  for (const Queued& item : batch) parts.push_back(item.staged->payload());
   for (size_t i = 0; i < batch.size(); ++i) {
     puts.push_back({.key = batch[i].key,
                     .payload = std::span(&parts[i], 1),
@@ -100,15 +102,19 @@ void Demoter::WriteBatch(std::span<Queued> batch) {
                     .num_tokens = batch[i].staged->num_tokens});
   }
   for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
+  // Written (the disk tier shows them now) or failed.
+  Unstage(batch);
+}
+
+void Demoter::Unstage(std::span<const Queued> items) {
   absl::MutexLock lock(&mu_);
-  // Written (the disk tier shows them now) or failed: no longer staged, unless evicted again
-  // meanwhile. A reader holding a buffer keeps it alive past the budget; the budget bounds what
-  // the demoter holds.
-  for (const Queued& item : batch) {
+  // No longer staged, unless evicted again meanwhile. A reader holding a buffer keeps it alive
+  // past the budget; the budget bounds what the demoter holds.
+  for (const Queued& item : items) {
     auto it = staged_.find(item.key);
     if (it != staged_.end() && it->second == item.staged) staged_.erase(it);
+    staged_bytes_ -= item.staged->bytes.size();
   }
-  staged_bytes_ -= batch_staged_bytes;
 }
 
 }  // namespace strata::storage

@@ -21,7 +21,7 @@
 // it. Only while another thread's OnEvicted copies the payload is a chunk in neither tier (a
 // lookup then misses it: the engine recomputes; never wrong KV, keys name their content).
 // Flush() waits for every demotion queued so far; callers that need the disk tier to hold them
-// (Drain, Clear) call it first.
+// (Drain) call it first. Discard() drops the queued demotions of chunks about to be cleared.
 //
 // Lifetime: Stop() (also run by the destructor) stops queueing, writes everything queued and
 // joins the thread; evictions after it (or racing with it) are written synchronously, so no
@@ -41,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
@@ -88,6 +89,11 @@ class Demoter final : public EvictionListener {
 
   // Returns once every demotion queued before the call is written (or has failed), held or not.
   void Flush();
+  // Drops the queued demotions of the chunks `doomed` selects (Clear removes them: writing them
+  // first would be wasted), then waits for the write in progress. On return none of the chunks
+  // it selects that were evicted before the call is staged or being written. Returns how many
+  // were dropped.
+  uint64_t Discard(absl::FunctionRef<bool(const ChunkKey&)> doomed);
   // For tests that need chunks to stay staged: while held, the demoter's thread writes queued
   // chunks only when a Flush or Stop asks for them; evictions still stage and queue (within
   // max_queued_bytes). Releasing the hold lets the queue drain in the background again.
@@ -111,6 +117,8 @@ class Demoter final : public EvictionListener {
   Demoter(LowerTier* disk, const DemoterOptions& options);
   // Writes one batch (on the worker's thread) and unstages it.
   void WriteBatch(std::span<Queued> batch);
+  // Takes written, failed or dropped chunks out of staged_ and the budget.
+  void Unstage(std::span<const Queued> items);
   void Count(const absl::Status& status);
 
   LowerTier* const disk_;

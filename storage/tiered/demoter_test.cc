@@ -238,6 +238,30 @@ TEST_P(DemoterTest, ChunksWaitingForTheirDiskWriteAreFoundAndPromotedFromStaging
   EXPECT_TRUE(host.tier->CheckConsistency().ok());
 }
 
+TEST_P(DemoterTest, DiscardDropsQueuedDemotionsSoTheyNeverReachTheDisk) {
+  auto disk = OpenTier();
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DemoterFixture host(disk->get(), {.max_queued_bytes = 4 << 20});
+  ASSERT_TRUE(host.Open().ok());
+  host.mover->SetHeld(true);  // evictions stay queued
+  std::vector<ChunkKey> chain;
+  for (uint64_t id = 0; id < 6; ++id) {
+    ASSERT_TRUE(host.Store(id).ok()) << id;
+    chain.push_back(SyntheticKey(host.layout, id));
+  }
+  ASSERT_TRUE(host.mover->IsStaged(chain[0]));
+  ASSERT_TRUE(host.mover->IsStaged(chain[1]));
+  EXPECT_EQ(host.mover->Discard([&](const ChunkKey& key) { return key == chain[0]; }), 1u);
+  EXPECT_FALSE(host.mover->IsStaged(chain[0]));
+  EXPECT_TRUE(host.mover->IsStaged(chain[1]));
+  host.mover->SetHeld(false);
+  host.mover->Flush();
+  EXPECT_FALSE(host.DiskHolds(0)) << "a discarded demotion was written";
+  EXPECT_TRUE(host.DiskHolds(1));
+  EXPECT_EQ(host.mover->failed(), 0u);
+  EXPECT_TRUE(host.tier->CheckConsistency().ok());
+}
+
 using PromoterTest = DiskTierTest;
 
 TEST_P(PromoterTest, PrefetchPromotesDiskOnlyChunksInTheBackground) {

@@ -418,8 +418,9 @@ absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,
       removed = host_->RemoveAll();
     }
   }
-  // Demotions queued before the call land first, so they are cleared with the rest.
-  if (demoter_ != nullptr && tier != Tier::kHost) demoter_->Flush();
+  // Demotions queued before the call are dropped, and the one being written lands first, so
+  // nothing cleared reaches a lower tier afterwards.
+  if (demoter_ != nullptr && tier != Tier::kHost) demoter_->Discard(doomed);
   for (LowerTier* below : lower_) {
     if (tier.has_value() && *tier != below->tier()) continue;
     absl::StatusOr<RemoveResult> from_below = below->RemoveIf(doomed);

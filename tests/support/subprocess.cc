@@ -54,16 +54,21 @@ Subprocess::~Subprocess() {
 }
 
 std::optional<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
-  if (pid_ <= 0) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+  while (pid_ > 0) {
+    if (std::optional<int> code = Poll()) return code;
     if (std::chrono::steady_clock::now() > deadline) {
       Kill(SIGKILL);
       return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  return std::nullopt;
+}
+
+std::optional<int> Subprocess::Poll() {
+  int status = 0;
+  if (pid_ <= 0 || ::waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

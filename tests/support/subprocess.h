@@ -23,6 +23,8 @@ class Subprocess {
   // Waits for the exit; nullopt on timeout (the process is then killed). The exit code, or
   // 128 + signal for a process killed by a signal.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
+  // The exit code (as Wait's) once it has exited; nullopt while it runs (left running).
+  std::optional<int> Poll();
   void Kill(int signal_number);
   std::string Stdout() const;
   std::string Stderr() const;
