@@ -1,6 +1,7 @@
 #include "kernels/quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -29,6 +30,117 @@ absl::Status CheckBits(int bits) {
 template <class T>
 float At(const ConstMatrixView& x, int64_t r, int64_t c) {
   return ToFloat(static_cast<const T*>(x.data)[r * x.row_stride + c]);
+}
+
+// x^ of one code: code * scale + zero (asymmetric) or int8(code) * scale (symmetric; adding a zero
+// of 0 would turn -0 into +0).
+template <bool kAsymmetric>
+inline float DequantValue(uint8_t code, float scale, float zero) {
+  if constexpr (kAsymmetric) return static_cast<float>(code) * scale + zero;
+  return static_cast<float>(static_cast<int8_t>(code)) * scale;
+}
+
+struct DequantizeArgs {
+  const QuantParams& params;
+  std::span<const uint32_t> codes;
+  std::span<const float> scales;
+  std::span<const float> zeros;
+  const MatrixView& out;
+};
+
+// Dequantize's loops, written so that the compiler vectorizes them: per row, the packed codes are
+// spread to one byte per element (code c of a row sits in byte c * kBits / 8 of the little-endian
+// words, LSB first), then each element is x^ of its code over contiguous spans of the row, its
+// scale and zero constant along a group (kPerToken) or read from the group row (kPerChannel).
+// Always inlined, so that each CPU path below compiles them for its own instruction set.
+template <class T, int kBits, bool kAsymmetric>
+[[gnu::always_inline]] inline void DequantizeRows(const DequantizeArgs& a) {
+  static_assert(std::endian::native == std::endian::little, "codes are read as bytes");
+  constexpr int kPerByte = 8 / kBits;
+  constexpr unsigned kMask = (1u << kBits) - 1u;
+  const int64_t cols = a.out.cols;
+  const int64_t group_size = a.params.group_size;
+  const auto* packed = reinterpret_cast<const uint8_t*>(a.codes.data());
+  std::vector<uint8_t> spread(kBits == 8 ? 0 : static_cast<size_t>(cols));
+  for (int64_t r = 0; r < a.out.rows; ++r) {
+    const uint8_t* row_packed = packed + r * cols / kPerByte;
+    const uint8_t* q = row_packed;
+    if constexpr (kBits != 8) {
+      uint8_t* s = spread.data();
+      for (int64_t j = 0; j < cols / kPerByte; ++j) {
+        const unsigned byte = row_packed[j];
+        for (int k = 0; k < kPerByte; ++k) {
+          s[j * kPerByte + k] = static_cast<uint8_t>((byte >> (k * kBits)) & kMask);
+        }
+      }
+      q = s;
+    }
+    T* o = static_cast<T*>(a.out.data) + r * a.out.row_stride;
+    if (a.params.axis == QuantAxis::kPerToken) {
+      const int64_t groups = cols / group_size;
+      const float* s = a.scales.data() + r * groups;
+      const float* z = kAsymmetric ? a.zeros.data() + r * groups : nullptr;
+      for (int64_t g = 0; g < groups; ++g) {
+        const float scale = s[g], zero = kAsymmetric ? z[g] : 0.0f;
+        const uint8_t* gq = q + g * group_size;
+        T* go = o + g * group_size;
+        for (int64_t k = 0; k < group_size; ++k) {
+          go[k] = FromFloat<T>(DequantValue<kAsymmetric>(gq[k], scale, zero));
+        }
+      }
+    } else {
+      const float* s = a.scales.data() + (r / group_size) * cols;
+      const float* z = kAsymmetric ? a.zeros.data() + (r / group_size) * cols : nullptr;
+      for (int64_t c = 0; c < cols; ++c) {
+        o[c] = FromFloat<T>(DequantValue<kAsymmetric>(q[c], s[c], kAsymmetric ? z[c] : 0.0f));
+      }
+    }
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void DequantizeAs(const DequantizeArgs& a) {
+  if (a.params.scheme == QuantScheme::kSymmetric) {
+    DequantizeRows<T, 8, false>(a);
+  } else if (a.params.bits == 8) {
+    DequantizeRows<T, 8, true>(a);
+  } else if (a.params.bits == 4) {
+    DequantizeRows<T, 4, true>(a);
+  } else {
+    DequantizeRows<T, 2, true>(a);
+  }
+}
+
+[[gnu::always_inline]] inline void DequantizeAny(const DequantizeArgs& a) {
+  switch (a.out.dtype) {
+    case KvDtype::kBfloat16:
+      DequantizeAs<Bf16>(a);
+      break;
+    case KvDtype::kFloat16:
+      DequantizeAs<Fp16>(a);
+      break;
+    default:
+      DequantizeAs<float>(a);
+  }
+}
+
+// The CPU paths: the same loops compiled for the baseline instruction set and, on x86-64, for
+// AVX2. Both run the same fp32 operations (no contraction into fused multiply-adds: the library
+// builds with -ffp-contract=off), so their results are identical bit for bit.
+using DequantizeFn = void (*)(const DequantizeArgs&);
+
+void DequantizeBaseline(const DequantizeArgs& a) { DequantizeAny(a); }
+
+#if defined(__x86_64__)
+[[gnu::target("avx2")]] void DequantizeAvx2(const DequantizeArgs& a) { DequantizeAny(a); }
+DequantizeFn Avx2OrNull() { return __builtin_cpu_supports("avx2") ? DequantizeAvx2 : nullptr; }
+#else
+DequantizeFn Avx2OrNull() { return nullptr; }
+#endif
+
+// The function of `path`, or null when this build or CPU lacks it.
+DequantizeFn PathFunction(internal::DequantizePath path) {
+  return path == internal::DequantizePath::kBaseline ? DequantizeBaseline : Avx2OrNull();
 }
 
 }  // namespace
@@ -147,34 +259,32 @@ absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<
   return absl::OkStatus();
 }
 
+namespace internal {
+
+bool DequantizePathAvailable(DequantizePath path) { return PathFunction(path) != nullptr; }
+
+absl::Status DequantizeOnPath(DequantizePath path, const QuantParams& p,
+                              std::span<const uint32_t> codes, std::span<const float> scales,
+                              std::span<const float> zeros, const MatrixView& out) {
+  const DequantizeFn dequantize = PathFunction(path);
+  if (dequantize == nullptr) {
+    return absl::FailedPreconditionError("dequantize: this CPU path is not available");
+  }
+  STRATA_RETURN_IF_ERROR(ValidateDequantize(p, out, codes.size(), scales.size(), zeros.size()));
+  dequantize(DequantizeArgs{p, codes, scales, zeros, out});
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
 absl::Status Dequantize(const QuantParams& p, std::span<const uint32_t> codes,
                         std::span<const float> scales, std::span<const float> zeros,
                         const MatrixView& out) {
-  STRATA_RETURN_IF_ERROR(
-      internal::ValidateDequantize(p, out, codes.size(), scales.size(), zeros.size()));
-  const bool asymmetric = p.scheme == QuantScheme::kAsymmetric;
-  const int per_word = 32 / p.bits;
-  const uint32_t mask = (1u << p.bits) - 1u;
-  const int64_t words_per_row = out.cols / per_word;
-  DispatchFloatDtype(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t r = 0; r < out.rows; ++r) {
-      T* row = static_cast<T*>(out.data) + r * out.row_stride;
-      for (int64_t c = 0; c < out.cols; ++c) {
-        const uint32_t word = codes[static_cast<size_t>(r * words_per_row + c / per_word)];
-        const uint32_t code = (word >> ((c % per_word) * p.bits)) & mask;
-        const auto g = static_cast<size_t>(GroupOf(p, out.cols, r, c));
-        float v;
-        if (asymmetric) {
-          v = static_cast<float>(code) * scales[g] + zeros[g];
-        } else {
-          v = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(code))) * scales[g];
-        }
-        row[c] = FromFloat<T>(v);
-      }
-    }
-  });
-  return absl::OkStatus();
+  static const internal::DequantizePath fastest =
+      internal::DequantizePathAvailable(internal::DequantizePath::kAvx2)
+          ? internal::DequantizePath::kAvx2
+          : internal::DequantizePath::kBaseline;
+  return internal::DequantizeOnPath(fastest, p, codes, scales, zeros, out);
 }
 
 absl::Status PackCodes(int bits, std::span<const uint16_t> codes, std::span<uint32_t> packed) {

@@ -1,6 +1,8 @@
 #include "kernels/quant.h"
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -171,6 +173,53 @@ TEST(QuantPackTest, PackUnpackRoundTripsBitExactly) {
   EXPECT_EQ(PackCodes(3, codes, one).code(), absl::StatusCode::kInvalidArgument);
   std::vector<uint32_t> two(2);
   EXPECT_EQ(UnpackCodes(4, two, codes).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
+  using internal::DequantizePath;
+  if (!internal::DequantizePathAvailable(DequantizePath::kAvx2)) {
+    GTEST_SKIP() << "this CPU (or build) has no AVX2 path to compare with the baseline";
+  }
+  // Random codes, and scales and zeros that include zeros, subnormals, huge values, infinities
+  // and NaNs, so that every rounding and special case of the output conversions is reached.
+  std::mt19937_64 rng(5);
+  const float specials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
+                            65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
+  auto random_float = [&] {
+    if (rng() % 8 == 0) return specials[rng() % std::size(specials)];
+    return std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                      static_cast<int>(rng() % 60) - 40);
+  };
+  const int64_t rows = 64, cols = 96;
+  for (const QuantCase& c :
+       std::vector<QuantCase>{{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
+                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
+                              {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
+                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, {}},
+                              {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, {}},
+                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 2, {}},
+                              {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
+                              {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}}) {
+    const QuantParams params{c.scheme, c.axis, c.bits, 32};
+    const QuantizedSizes sizes = *QuantizedSizesFor(params, rows, cols);
+    std::vector<uint32_t> codes(static_cast<size_t>(sizes.code_words));
+    for (uint32_t& word : codes) word = static_cast<uint32_t>(rng());
+    std::vector<float> scales(static_cast<size_t>(sizes.num_groups)), zeros(scales.size());
+    for (float& v : scales) v = random_float();
+    for (float& v : zeros) v = random_float();
+    for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
+      HostTensor baseline(dtype, rows * cols), avx2(dtype, rows * cols);
+      for (auto [path, out] : {std::pair{DequantizePath::kBaseline, &baseline},
+                               std::pair{DequantizePath::kAvx2, &avx2}}) {
+        ASSERT_TRUE(internal::DequantizeOnPath(path, params, codes, scales, zeros,
+                                               MatrixView::Dense(out->data(), dtype, rows, cols))
+                        .ok());
+      }
+      EXPECT_EQ(
+          0, std::memcmp(baseline.data(), avx2.data(), static_cast<size_t>(baseline.size_bytes())))
+          << "bits " << c.bits << " dtype " << DtypeName(dtype);
+    }
+  }
 }
 
 TEST(QuantValidationTest, RejectsBadShapesAndSizes) {

@@ -1,0 +1,142 @@
+// Codec micro-benchmarks (Release): each codec of storage/codec on one 32 MiB chunk of Llama-3.1-8B
+// geometry (32 layers, 8 KV heads x 128, 256 tokens) in bf16 or fp16, holding shaped KV
+// (storage/codec/testing/shaped_kv.h: outlier key channels, per-token value scales).
+//
+// BM_Codec/<codec>/<dtype>/<group_size> prints, as counters:
+//   ratio                raw bytes / encoded bytes (frame included)
+//   rel_err, max_abs     relative Frobenius and max absolute error of a decode, shaped KV
+//   gauss_rel_err        the same relative error on N(0, 1) KV (ALGORITHMS.md 5a's figures)
+//   encode_GBps          raw bytes encoded per second
+//   decode_GBps          raw (output) bytes decoded per second by Decode, checksums included
+//   decode_layer_GBps    the same through DecodeLayer, one call per layer
+//   memcpy_GBps          a memcpy of the raw chunk into a separate buffer, timed in the same
+//                        iterations (the bound a decode into memory could reach)
+//   decode_x_memcpy      decode_GBps / memcpy_GBps
+// Every figure is per thread CPU second on one core (CLOCK_THREAD_CPUTIME_ID), so a loaded
+// machine slows the wall clock but not the figures; output buffers are prefaulted.
+//   <dtype>: 0 bf16, 1 fp16. <group_size>: CodecParams::group_size (0: the codec's default).
+#include <time.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/check.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/testing/shaped_kv.h"
+
+namespace strata::storage {
+namespace {
+
+constexpr uint32_t kTokens = 256;
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+KvLayout Llama8bLayout(KvDtype dtype) {
+  KvLayout layout;
+  layout.model_id = "meta-llama/Llama-3.1-8B";
+  layout.num_layers = 32;
+  layout.num_kv_heads = 8;
+  layout.head_dim = 128;
+  layout.dtype = dtype;
+  layout.chunk_tokens = kTokens;
+  return layout;
+}
+
+// Payloads are generated once per (dtype, shape) and shared by every benchmark.
+const std::vector<std::byte>& Payload(const KvLayout& layout, testing::KvShape shape) {
+  static std::map<std::tuple<KvDtype, testing::KvShape>, std::vector<std::byte>> cache;
+  auto [it, inserted] = cache.try_emplace({layout.dtype, shape});
+  if (inserted) it->second = testing::MakeKv(layout, kTokens, shape, 42);
+  return it->second;
+}
+
+void BM_Codec(benchmark::State& state, std::string_view codec_name) {
+  const KvLayout layout =
+      Llama8bLayout(state.range(0) == 0 ? KvDtype::kBfloat16 : KvDtype::kFloat16);
+  const CodecParams params{.group_size = static_cast<uint32_t>(state.range(1))};
+  const Codec& codec = **CodecRegistry::Find(codec_name);
+  const std::vector<std::byte>& payload = Payload(layout, testing::KvShape::kShaped);
+  const uint64_t raw_bytes = payload.size();
+  std::vector<std::byte> decoded(raw_bytes, std::byte{1});
+  std::vector<std::byte> copied(raw_bytes, std::byte{1});
+  std::vector<std::byte> layer_out(layout.layer_bytes(kTokens), std::byte{1});
+
+  // Errors, outside the timed loop.
+  {
+    const std::vector<std::byte>& gauss = Payload(layout, testing::KvShape::kGaussian);
+    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, kTokens, gauss, params);
+    STRATA_CHECK(encoded.ok() && codec.Decode(layout, *encoded, decoded).ok());
+    state.counters["gauss_rel_err"] =
+        testing::CompareKv(layout.dtype, gauss, decoded).relative_frobenius;
+  }
+
+  double encode_s = 0, decode_s = 0, layer_s = 0, memcpy_s = 0;
+  uint64_t encoded_bytes = 0;
+  for (auto _ : state) {
+    double t0 = ThreadCpuSeconds();
+    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, kTokens, payload, params);
+    double t1 = ThreadCpuSeconds();
+    STRATA_CHECK(encoded.ok());
+    encode_s += t1 - t0;
+    encoded_bytes = encoded->size();
+
+    t0 = ThreadCpuSeconds();
+    STRATA_CHECK(codec.Decode(layout, *encoded, decoded).ok());
+    benchmark::ClobberMemory();
+    t1 = ThreadCpuSeconds();
+    decode_s += t1 - t0;
+
+    t0 = ThreadCpuSeconds();
+    for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+      STRATA_CHECK(codec.DecodeLayer(layout, *encoded, layer, layer_out).ok());
+      benchmark::ClobberMemory();
+    }
+    t1 = ThreadCpuSeconds();
+    layer_s += t1 - t0;
+
+    t0 = ThreadCpuSeconds();
+    std::memcpy(copied.data(), payload.data(), raw_bytes);
+    benchmark::ClobberMemory();
+    t1 = ThreadCpuSeconds();
+    memcpy_s += t1 - t0;
+  }
+  const testing::KvError error = testing::CompareKv(layout.dtype, payload, decoded);
+  const double bytes = double(raw_bytes) * double(state.iterations());
+  state.counters["ratio"] = double(raw_bytes) / double(encoded_bytes);
+  state.counters["rel_err"] = error.relative_frobenius;
+  state.counters["max_abs"] = error.max_abs;
+  state.counters["encode_GBps"] = bytes / encode_s / 1e9;
+  state.counters["decode_GBps"] = bytes / decode_s / 1e9;
+  state.counters["decode_layer_GBps"] = bytes / layer_s / 1e9;
+  state.counters["memcpy_GBps"] = bytes / memcpy_s / 1e9;
+  state.counters["decode_x_memcpy"] = memcpy_s / decode_s;
+  state.SetLabel(std::string(codec_name) + (state.range(0) == 0 ? " bf16" : " fp16"));
+}
+
+void Register(const char* name, std::vector<std::vector<int64_t>> args) {
+  auto* bench =
+      benchmark::RegisterBenchmark((std::string("BM_Codec/") + name).c_str(),
+                                   [name](benchmark::State& state) { BM_Codec(state, name); });
+  for (const std::vector<int64_t>& a : args) bench->Args(a);
+  bench->Iterations(6)->Unit(benchmark::kMillisecond);
+}
+
+const bool kRegistered = [] {
+  Register("int8", {{0, 0}, {1, 0}});
+  Register("kivi4", {{0, 0}, {1, 0}, {0, 128}});
+  Register("kivi2", {{0, 0}, {1, 0}});
+  return true;
+}();
+
+}  // namespace
+}  // namespace strata::storage
+
+BENCHMARK_MAIN();

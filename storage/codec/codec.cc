@@ -1,0 +1,17 @@
+#include "storage/codec/codec.h"
+
+namespace strata::storage {
+
+std::string_view CodecIdName(CodecId id) {
+  switch (id) {
+    case CodecId::kInt8:
+      return "int8";
+    case CodecId::kKivi4:
+      return "kivi4";
+    case CodecId::kKivi2:
+      return "kivi2";
+  }
+  return "unknown";
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,87 @@
+// Codec: one way of compressing a chunk's KV (ALGORITHMS.md section 5), behind the Compress /
+// Decompress control API and the compressed loads of issue 16.
+//
+// A codec encodes a chunk's layer-major payload (core/kv_layout.h: [layer][plane][token][kv_head]
+// [head_dim] in the layout's dtype) into one self-describing byte buffer: an encoded-chunk frame
+// (encoded_chunk.h: magic, format version, codec id, parameters, layout fingerprint, sizes,
+// checksums) followed by one section per layer, so that one layer decodes on its own while the
+// previous one is consumed. Decoding checks the frame before it reads anything: bytes that are not
+// a frame, or a frame of another codec or layout, are kInvalidArgument; a truncated frame or one
+// whose checksums fail is kDataLoss. A decoder never reads or writes outside the spans it is given,
+// whatever the bytes hold.
+//
+// Each codec states the error it promises in its header (quant_codec.h). Lossy codecs bound the
+// error per element; the bound holds for finite inputs (a group holding an infinity or a NaN
+// decodes to unspecified finite or non-finite values, never out of bounds).
+//
+// Thread-safety: codecs are immutable; every method may be called from any thread concurrently.
+// Ownership: CodecRegistry (codec_registry.h) owns every codec for the life of the process.
+// Encode returns a buffer the caller owns; Decode writes only into the caller's span.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/kv_layout.h"
+
+namespace strata::storage {
+
+// Stored in every encoded frame: values never change meaning once released.
+enum class CodecId : uint16_t {
+  kInt8 = 1,
+  kKivi4 = 2,
+  kKivi2 = 3,
+};
+
+// The codec's registry name ("int8", "kivi4", "kivi2"), or "unknown" for a value that names none.
+std::string_view CodecIdName(CodecId id);
+
+// The parameters a caller may choose per Compress call. Each codec says which it reads; a codec
+// given a parameter it does not take, or a value it cannot use, answers kInvalidArgument.
+struct CodecParams {
+  // kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the default (32).
+  // int8 takes none (0): it scales per token and head.
+  uint32_t group_size = 0;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  virtual CodecId id() const = 0;
+  // The registry name: CodecIdName(id()).
+  std::string_view name() const { return CodecIdName(id()); }
+  // The promise this codec makes about a decoded element, in one line for operators (ListChunks,
+  // the CLI); the exact statement is in the codec's header.
+  virtual std::string_view error_bound() const = 0;
+
+  // Encodes the first `num_tokens` tokens' chunk of `layout`: `payload` holds exactly
+  // layout.chunk_bytes(num_tokens) bytes, aligned to the dtype's size. Returns the encoded frame.
+  // kInvalidArgument for an invalid layout, a dtype the codec cannot read, num_tokens outside
+  // [1, chunk_tokens], a payload of another size or alignment, or bad params.
+  virtual absl::StatusOr<std::vector<std::byte>> Encode(const KvLayout& layout, uint32_t num_tokens,
+                                                        std::span<const std::byte> payload,
+                                                        const CodecParams& params) const = 0;
+
+  // Decodes a whole frame into `out`, which must hold exactly layout.chunk_bytes(num_tokens) bytes
+  // (num_tokens from the frame: EncodedChunk::Parse), aligned to the dtype's size; `encoded`
+  // must be 4-byte aligned. kInvalidArgument for bytes that are not a frame of this codec and
+  // layout, or a bad output span; kDataLoss for a truncated or corrupted frame. On failure `out`
+  // holds unspecified bytes (layers before the failing one may be decoded).
+  virtual absl::Status Decode(const KvLayout& layout, std::span<const std::byte> encoded,
+                              std::span<std::byte> out) const = 0;
+
+  // Decodes layer `layer` of a frame into `out` (exactly layout.layer_bytes(num_tokens) bytes):
+  // the bytes Decode writes at layout.plane_offset(layer, 0, num_tokens). Same errors as Decode,
+  // plus kInvalidArgument for a layer outside the layout. Checks the frame and this layer's
+  // checksum only.
+  virtual absl::Status DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
+                                   uint32_t layer, std::span<std::byte> out) const = 0;
+};
+
+}  // namespace strata::storage

@@ -1,0 +1,52 @@
+#include "storage/codec/codec_registry.h"
+
+#include <array>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "fmt/format.h"
+#include "storage/codec/quant_codec.h"
+
+namespace strata::storage {
+namespace {
+
+const std::array<const Codec*, 3>& Codecs() {
+  static const QuantCodec int8(CodecId::kInt8);
+  static const QuantCodec kivi4(CodecId::kKivi4);
+  static const QuantCodec kivi2(CodecId::kKivi2);
+  static const std::array<const Codec*, 3> codecs = {&int8, &kivi4, &kivi2};
+  return codecs;
+}
+
+std::string KnownNames() {
+  std::string names;
+  for (const Codec* codec : Codecs()) {
+    if (!names.empty()) names += ", ";
+    names += codec->name();
+  }
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<const Codec*> CodecRegistry::Find(std::string_view name) {
+  std::string lower(name);
+  absl::AsciiStrToLower(&lower);
+  for (const Codec* codec : Codecs()) {
+    if (codec->name() == lower) return codec;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown codec '{}' (known: {})", name, KnownNames()));
+}
+
+absl::StatusOr<const Codec*> CodecRegistry::Find(CodecId id) {
+  for (const Codec* codec : Codecs()) {
+    if (codec->id() == id) return codec;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown codec id {} (known: {})", static_cast<uint16_t>(id), KnownNames()));
+}
+
+std::span<const Codec* const> CodecRegistry::All() { return Codecs(); }
+
+}  // namespace strata::storage

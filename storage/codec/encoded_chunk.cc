@@ -1,0 +1,171 @@
+#include "storage/codec/encoded_chunk.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "core/byte_codec.h"
+#include "core/check.h"
+#include "core/xxh3_dispatch.h"
+#include "fmt/format.h"
+
+namespace strata::storage {
+namespace {
+
+constexpr uint64_t kChecksumOffset = 4;
+constexpr uint64_t kChecksummedFrom = 12;
+constexpr uint64_t kVersionOffset = 12;
+constexpr uint64_t kNumLayersOffset = 28;
+
+uint64_t Hash(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+template <class T>
+T Load(std::span<const std::byte> bytes, uint64_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+absl::Status Truncated(uint64_t have, uint64_t need, std::string_view what) {
+  return absl::DataLossError(
+      fmt::format("encoded chunk truncated: {} bytes, {} needs {}", have, what, need));
+}
+
+}  // namespace
+
+EncodedChunkWriter::EncodedChunkWriter(const EncodedChunkHeader& header,
+                                       std::span<const uint64_t> section_bytes)
+    : header_(header) {
+  STRATA_CHECK(section_bytes.size() == header.num_layers);
+  offsets_.reserve(section_bytes.size() + 1);
+  offsets_.push_back(EncodedFrameOverheadBytes(header.num_layers));
+  for (const uint64_t bytes : section_bytes) offsets_.push_back(offsets_.back() + bytes);
+  header_.encoded_bytes = offsets_.back();
+  frame_.resize(header_.encoded_bytes);
+}
+
+std::span<std::byte> EncodedChunkWriter::section(uint32_t layer) {
+  return std::span(frame_).subspan(offsets_[layer], offsets_[layer + 1] - offsets_[layer]);
+}
+
+std::vector<std::byte> EncodedChunkWriter::Finish() && {
+  ByteWriter out;
+  out.U32(kEncodedMagic);
+  out.U64(0);  // header checksum, below
+  out.Raw(&kEncodedFormatVersion, sizeof(kEncodedFormatVersion));
+  const auto codec = static_cast<uint16_t>(header_.codec);
+  out.Raw(&codec, sizeof(codec));
+  out.U64(header_.layout_fingerprint);
+  out.U32(header_.num_tokens);
+  out.U32(header_.num_layers);
+  out.U32(header_.group_size);
+  out.U64(header_.decoded_bytes);
+  out.U64(header_.encoded_bytes);
+  for (uint32_t layer = 0; layer < header_.num_layers; ++layer) {
+    out.U64(offsets_[layer + 1] - offsets_[layer]);
+    out.U64(Hash(section(layer)));
+  }
+  const std::string head = std::move(out).Take();
+  STRATA_CHECK(head.size() == offsets_[0]);
+  std::memcpy(frame_.data(), head.data(), head.size());
+  const uint64_t checksum =
+      Hash(std::span(frame_).subspan(kChecksummedFrom, head.size() - kChecksummedFrom));
+  std::memcpy(frame_.data() + kChecksumOffset, &checksum, sizeof(checksum));
+  return std::move(frame_);
+}
+
+absl::StatusOr<EncodedChunk> EncodedChunk::Parse(std::span<const std::byte> encoded) {
+  if (encoded.size() < sizeof(kEncodedMagic) || Load<uint32_t>(encoded, 0) != kEncodedMagic) {
+    return absl::InvalidArgumentError(fmt::format(
+        "not an encoded chunk: {} bytes without the frame's magic \"SKVC\"", encoded.size()));
+  }
+  if (encoded.size() < kVersionOffset + sizeof(uint16_t)) {
+    return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
+  }
+  if (const auto version = Load<uint16_t>(encoded, kVersionOffset);
+      version != kEncodedFormatVersion) {
+    return absl::InvalidArgumentError(
+        fmt::format("encoded chunk format version {}; this build reads version {}", version,
+                    kEncodedFormatVersion));
+  }
+  if (encoded.size() < kEncodedHeaderBytes) {
+    return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
+  }
+  const auto num_layers = Load<uint32_t>(encoded, kNumLayersOffset);
+  const uint64_t overhead = EncodedFrameOverheadBytes(num_layers);
+  if (encoded.size() < overhead) {
+    return Truncated(encoded.size(), overhead, fmt::format("a table of {} layers", num_layers));
+  }
+  const uint64_t checksum = Hash(encoded.subspan(kChecksummedFrom, overhead - kChecksummedFrom));
+  if (checksum != Load<uint64_t>(encoded, kChecksumOffset)) {
+    return absl::DataLossError("encoded chunk header checksum mismatch");
+  }
+
+  EncodedChunk chunk;
+  EncodedChunkHeader& h = chunk.header_;
+  ByteReader in(std::string_view(reinterpret_cast<const char*>(encoded.data()), overhead)
+                    .substr(kVersionOffset + sizeof(uint16_t)));
+  uint16_t codec = 0;
+  STRATA_CHECK(in.Raw(&codec, sizeof(codec)) && in.U64(h.layout_fingerprint) &&
+               in.U32(h.num_tokens) && in.U32(h.num_layers) && in.U32(h.group_size) &&
+               in.U64(h.decoded_bytes) && in.U64(h.encoded_bytes));
+  h.codec = static_cast<CodecId>(codec);
+  if (h.encoded_bytes > encoded.size()) {
+    return Truncated(encoded.size(), h.encoded_bytes, "the frame");
+  }
+  if (h.encoded_bytes < encoded.size()) {
+    return absl::InvalidArgumentError(fmt::format("{} bytes follow the {}-byte encoded chunk",
+                                                  encoded.size() - h.encoded_bytes,
+                                                  h.encoded_bytes));
+  }
+  chunk.sections_.reserve(num_layers);
+  chunk.checksums_.reserve(num_layers);
+  uint64_t offset = overhead;
+  for (uint32_t layer = 0; layer < num_layers; ++layer) {
+    uint64_t size = 0, section_checksum = 0;
+    STRATA_CHECK(in.U64(size) && in.U64(section_checksum));
+    if (size > encoded.size() - offset) {
+      return absl::DataLossError(
+          fmt::format("encoded chunk layer {} ({} bytes at {}) overruns the {}-byte frame", layer,
+                      size, offset, encoded.size()));
+    }
+    chunk.sections_.push_back(encoded.subspan(offset, size));
+    chunk.checksums_.push_back(section_checksum);
+    offset += size;
+  }
+  if (offset != encoded.size()) {
+    return absl::DataLossError(
+        fmt::format("encoded chunk sections end at {}, the frame at {}", offset, encoded.size()));
+  }
+  return chunk;
+}
+
+absl::Status EncodedChunk::VerifySection(uint32_t layer) const {
+  if (Hash(sections_[layer]) != checksums_[layer]) {
+    return absl::DataLossError(fmt::format("encoded chunk layer {} checksum mismatch", layer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EncodedChunk::CheckWrittenBy(CodecId codec, const KvLayout& layout) const {
+  if (header_.codec != codec) {
+    return absl::InvalidArgumentError(fmt::format(
+        "encoded chunk was written by codec {} (id {}), not {}", CodecIdName(header_.codec),
+        static_cast<uint16_t>(header_.codec), CodecIdName(codec)));
+  }
+  if (header_.layout_fingerprint != layout.Fingerprint()) {
+    return absl::InvalidArgumentError(
+        fmt::format("encoded chunk was written for layout fingerprint {:016x}, not {:016x} ({})",
+                    header_.layout_fingerprint, layout.Fingerprint(), layout.DebugString()));
+  }
+  if (header_.num_layers != layout.num_layers || header_.num_tokens == 0 ||
+      header_.num_tokens > layout.chunk_tokens ||
+      header_.decoded_bytes != layout.chunk_bytes(header_.num_tokens)) {
+    return absl::DataLossError(fmt::format(
+        "encoded chunk header ({} layers, {} tokens, {} decoded bytes) disagrees with its layout "
+        "({})",
+        header_.num_layers, header_.num_tokens, header_.decoded_bytes, layout.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::storage

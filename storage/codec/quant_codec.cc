@@ -1,0 +1,304 @@
+#include "storage/codec/quant_codec.h"
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/check.h"
+#include "core/fmt_absl.h"
+#include "core/status_macros.h"
+#include "core/status_util.h"
+#include "fmt/format.h"
+#include "kernels/dtype.h"
+#include "kernels/quant.h"
+#include "kernels/tensor_view.h"
+
+namespace strata::storage {
+namespace {
+
+using kernels::QuantAxis;
+using kernels::QuantParams;
+using kernels::QuantScheme;
+
+constexpr uint32_t kDefaultGroupSize = 32;
+
+// One plane of a layer: how it is quantized and the sizes of its parts in the layer's section.
+struct PlanePlan {
+  QuantParams params;
+  int64_t quantized_rows = 0;  // leading tokens that are quantized
+  int64_t residual_rows = 0;   // trailing tokens kept raw (kivi keys)
+  kernels::QuantizedSizes sizes;
+
+  uint64_t code_bytes() const { return static_cast<uint64_t>(sizes.code_words) * 4; }
+  uint64_t scale_bytes() const { return static_cast<uint64_t>(sizes.num_groups) * 4; }
+  uint64_t zero_bytes() const {
+    return params.scheme == QuantScheme::kAsymmetric ? scale_bytes() : 0;
+  }
+};
+
+struct LayerPlan {
+  KvDtype dtype = KvDtype::kBfloat16;
+  int64_t cols = 0;          // num_kv_heads * head_dim
+  uint64_t token_bytes = 0;  // raw bytes of one token of one plane
+  uint64_t plane_bytes = 0;  // raw bytes of one plane
+  uint64_t layer_bytes = 0;  // raw bytes of one layer
+  uint64_t section_bytes = 0;
+  uint32_t group_size = 0;  // as the frame stores it
+  uint32_t num_planes = 0;
+  std::array<PlanePlan, 2> planes;
+};
+
+bool Aligned(const void* p, uint64_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& layout,
+                               uint32_t num_tokens, uint32_t group_size) {
+  const std::string_view name = CodecIdName(id);
+  if (!kernels::IsFloatDtype(layout.dtype)) {
+    return absl::InvalidArgumentError(
+        fmt::format("codec {} reads fp16, bf16 or fp32 KV, not {}", name, DtypeName(layout.dtype)));
+  }
+  if (num_tokens == 0 || num_tokens > layout.chunk_tokens) {
+    return absl::InvalidArgumentError(fmt::format("codec {}: num_tokens {} is outside [1, {}]",
+                                                  name, num_tokens, layout.chunk_tokens));
+  }
+  LayerPlan plan;
+  plan.dtype = layout.dtype;
+  plan.cols = int64_t{layout.num_kv_heads} * layout.head_dim;
+  plan.token_bytes = layout.plane_token_bytes();
+  plan.plane_bytes = plan.token_bytes * num_tokens;
+  plan.layer_bytes = layout.layer_bytes(num_tokens);
+  plan.num_planes = layout.planes_per_layer();
+  if (!kivi) {
+    if (group_size != 0) {
+      return absl::InvalidArgumentError(fmt::format(
+          "codec {} takes no group_size (it scales per token and head), got {}", name, group_size));
+    }
+    for (uint32_t p = 0; p < plan.num_planes; ++p) {
+      plan.planes[p].params = {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8,
+                               int64_t{layout.head_dim}};
+      plan.planes[p].quantized_rows = num_tokens;
+    }
+  } else {
+    plan.group_size = group_size == 0 ? kDefaultGroupSize : group_size;
+    const int64_t g = plan.group_size;
+    if (plan.cols % g != 0) {
+      return absl::InvalidArgumentError(fmt::format(
+          "codec {}: group_size {} does not divide the {} channels of a plane (num_kv_heads * "
+          "head_dim)",
+          name, g, plan.cols));
+    }
+    // Keys (or an MLA latent) per channel, whole groups of tokens; values per token.
+    PlanePlan& keys = plan.planes[0];
+    keys.params = {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, bits, g};
+    keys.quantized_rows = num_tokens / g * g;
+    keys.residual_rows = num_tokens - keys.quantized_rows;
+    plan.planes[1].params = {QuantScheme::kAsymmetric, QuantAxis::kPerToken, bits, g};
+    plan.planes[1].quantized_rows = num_tokens;
+  }
+  for (uint32_t p = 0; p < plan.num_planes; ++p) {
+    PlanePlan& plane = plan.planes[p];
+    // The shape rules (whole groups, whole code words) checked on one group's worth of rows, so
+    // that they do not depend on num_tokens.
+    const int64_t probe_rows =
+        plane.params.axis == QuantAxis::kPerChannel ? plane.params.group_size : 1;
+    STRATA_RETURN_IF_ERROR(
+        Annotate(kernels::QuantizedSizesFor(plane.params, probe_rows, plan.cols).status(),
+                 fmt::format("codec {} on layout {}", name, layout.DebugString())));
+    if (plane.quantized_rows > 0) {
+      STRATA_ASSIGN_OR_RETURN(
+          plane.sizes, kernels::QuantizedSizesFor(plane.params, plane.quantized_rows, plan.cols));
+    }
+    plan.section_bytes += plane.code_bytes() + plane.scale_bytes() + plane.zero_bytes() +
+                          plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
+  }
+  return plan;
+}
+
+// The spans of one plane's parts, laid out from `base` in section order.
+template <class Byte>
+struct PlaneParts {
+  PlaneParts(const PlanePlan& plane, Byte* base)
+      : codes(reinterpret_cast<Word*>(base), static_cast<size_t>(plane.sizes.code_words)),
+        scales(reinterpret_cast<Float*>(base + plane.code_bytes()),
+               static_cast<size_t>(plane.sizes.num_groups)),
+        zeros(reinterpret_cast<Float*>(base + plane.code_bytes() + plane.scale_bytes()),
+              plane.zero_bytes() / 4),
+        residual(base + plane.code_bytes() + plane.scale_bytes() + plane.zero_bytes()) {}
+
+  using Word = std::conditional_t<std::is_const_v<Byte>, const uint32_t, uint32_t>;
+  using Float = std::conditional_t<std::is_const_v<Byte>, const float, float>;
+  std::span<Word> codes;
+  std::span<Float> scales;
+  std::span<Float> zeros;
+  Byte* residual;
+};
+
+absl::Status EncodeLayer(const LayerPlan& plan, const std::byte* in, std::span<std::byte> section) {
+  std::byte* out = section.data();
+  for (uint32_t p = 0; p < plan.num_planes; ++p) {
+    const PlanePlan& plane = plan.planes[p];
+    PlaneParts<std::byte> parts(plane, out);
+    if (plane.quantized_rows > 0) {
+      STRATA_RETURN_IF_ERROR(kernels::Quantize(
+          plane.params,
+          kernels::ConstMatrixView::Dense(in, plan.dtype, plane.quantized_rows, plan.cols),
+          parts.codes, parts.scales, parts.zeros));
+    }
+    const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
+    std::memcpy(parts.residual, in + plan.plane_bytes - residual_bytes, residual_bytes);
+    out = parts.residual + residual_bytes;
+    in += plan.plane_bytes;
+  }
+  STRATA_CHECK(out == section.data() + section.size());
+  return absl::OkStatus();
+}
+
+absl::Status DecodeLayerSection(const LayerPlan& plan, std::span<const std::byte> section,
+                                std::byte* out) {
+  const std::byte* in = section.data();
+  for (uint32_t p = 0; p < plan.num_planes; ++p) {
+    const PlanePlan& plane = plan.planes[p];
+    const PlaneParts<const std::byte> parts(plane, in);
+    if (plane.quantized_rows > 0) {
+      STRATA_RETURN_IF_ERROR(kernels::Dequantize(
+          plane.params, parts.codes, parts.scales, parts.zeros,
+          kernels::MatrixView::Dense(out, plan.dtype, plane.quantized_rows, plan.cols)));
+    }
+    const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
+    std::memcpy(out + plan.plane_bytes - residual_bytes, parts.residual, residual_bytes);
+    in = parts.residual + residual_bytes;
+    out += plan.plane_bytes;
+  }
+  return absl::OkStatus();
+}
+
+// A frame of this codec for `layout`, parsed and checked, with its plan.
+struct Opened {
+  EncodedChunk chunk;
+  LayerPlan plan;
+};
+
+absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& layout,
+                            std::span<const std::byte> encoded) {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  if (!Aligned(encoded.data(), 4)) {
+    return absl::InvalidArgumentError("encoded chunk bytes must be 4-byte aligned");
+  }
+  STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, EncodedChunk::Parse(encoded));
+  STRATA_RETURN_IF_ERROR(chunk.CheckWrittenBy(id, layout));
+  const EncodedChunkHeader& header = chunk.header();
+  absl::StatusOr<LayerPlan> plan =
+      Plan(id, bits, kivi, layout, header.num_tokens, header.group_size);
+  if (!plan.ok()) {
+    return absl::DataLossError(
+        fmt::format("encoded chunk parameters do not fit its layout: {}", plan.status().message()));
+  }
+  for (uint32_t layer = 0; layer < header.num_layers; ++layer) {
+    if (chunk.section(layer).size() != plan->section_bytes) {
+      return absl::DataLossError(
+          fmt::format("encoded chunk layer {} holds {} bytes, its parameters make {}", layer,
+                      chunk.section(layer).size(), plan->section_bytes));
+    }
+  }
+  return Opened{std::move(chunk), *std::move(plan)};
+}
+
+absl::Status CheckOutput(std::span<const std::byte> out, uint64_t expected_bytes, KvDtype dtype) {
+  if (out.size() != expected_bytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("decode output holds {} bytes, the encoded chunk decodes to {}", out.size(),
+                    expected_bytes));
+  }
+  if (!Aligned(out.data(), DtypeSizeBytes(dtype))) {
+    return absl::InvalidArgumentError(
+        fmt::format("decode output is not aligned to its dtype {}", DtypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+QuantCodec::QuantCodec(CodecId id)
+    : id_(id),
+      bits_(id == CodecId::kKivi2   ? 2
+            : id == CodecId::kKivi4 ? 4
+                                    : 8),
+      kivi_(id != CodecId::kInt8) {
+  STRATA_CHECK(id == CodecId::kInt8 || id == CodecId::kKivi4 || id == CodecId::kKivi2);
+}
+
+std::string_view QuantCodec::error_bound() const {
+  switch (id_) {
+    case CodecId::kInt8:
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = max|x| / 127 per token "
+             "and head";
+    case CodecId::kKivi4:
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 15 per "
+             "group (keys: group_size tokens of a channel; values: group_size channels of a "
+             "token); residual keys exact";
+    case CodecId::kKivi2:
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 3 per "
+             "group (keys: group_size tokens of a channel; values: group_size channels of a "
+             "token); residual keys exact";
+  }
+  return "";
+}
+
+absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout,
+                                                          uint32_t num_tokens,
+                                                          std::span<const std::byte> payload,
+                                                          const CodecParams& params) const {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  STRATA_ASSIGN_OR_RETURN(const LayerPlan plan,
+                          Plan(id_, bits_, kivi_, layout, num_tokens, params.group_size));
+  if (payload.size() != layout.chunk_bytes(num_tokens)) {
+    return absl::InvalidArgumentError(
+        fmt::format("codec {}: payload holds {} bytes, a chunk of {} tokens is {}", name(),
+                    payload.size(), num_tokens, layout.chunk_bytes(num_tokens)));
+  }
+  if (!Aligned(payload.data(), DtypeSizeBytes(layout.dtype))) {
+    return absl::InvalidArgumentError(
+        fmt::format("codec {}: payload is not aligned to its dtype", name()));
+  }
+  const EncodedChunkHeader header{.codec = id_,
+                                  .layout_fingerprint = layout.Fingerprint(),
+                                  .num_tokens = num_tokens,
+                                  .num_layers = layout.num_layers,
+                                  .group_size = plan.group_size,
+                                  .decoded_bytes = payload.size()};
+  const std::vector<uint64_t> section_bytes(layout.num_layers, plan.section_bytes);
+  EncodedChunkWriter writer(header, section_bytes);
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    STRATA_RETURN_IF_ERROR(
+        EncodeLayer(plan, payload.data() + layer * plan.layer_bytes, writer.section(layer)));
+  }
+  return std::move(writer).Finish();
+}
+
+absl::Status QuantCodec::Decode(const KvLayout& layout, std::span<const std::byte> encoded,
+                                std::span<std::byte> out) const {
+  STRATA_ASSIGN_OR_RETURN(const Opened opened, Open(id_, bits_, kivi_, layout, encoded));
+  STRATA_RETURN_IF_ERROR(CheckOutput(out, opened.chunk.header().decoded_bytes, layout.dtype));
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    STRATA_RETURN_IF_ERROR(opened.chunk.VerifySection(layer));
+    STRATA_RETURN_IF_ERROR(DecodeLayerSection(opened.plan, opened.chunk.section(layer),
+                                              out.data() + layer * opened.plan.layer_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantCodec::DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
+                                     uint32_t layer, std::span<std::byte> out) const {
+  STRATA_ASSIGN_OR_RETURN(const Opened opened, Open(id_, bits_, kivi_, layout, encoded));
+  if (layer >= layout.num_layers) {
+    return absl::InvalidArgumentError(
+        fmt::format("layer {} of a {}-layer chunk", layer, layout.num_layers));
+  }
+  STRATA_RETURN_IF_ERROR(CheckOutput(out, opened.plan.layer_bytes, layout.dtype));
+  STRATA_RETURN_IF_ERROR(opened.chunk.VerifySection(layer));
+  return DecodeLayerSection(opened.plan, opened.chunk.section(layer), out.data());
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,74 @@
+// QuantCodec: the quantizing codecs `int8`, `kivi4` and `kivi2` (ALGORITHMS.md section 5a), built
+// on the CPU quantization reference in kernels/quant.h (its math, rounding and code packing).
+//
+// Each plane of a layer (K and V for MHA, the latent for MLA) is a matrix [num_tokens, C] with
+// C = num_kv_heads * head_dim channels, quantized in groups with fp32 scales (and zeros):
+//   int8   symmetric, 8 bits, one group per token and head (head_dim channels), every plane:
+//          s = max|x| / 127, q = clamp(rint(x / s), -127, 127), x^ = q * s.
+//   kivi4, kivi2   asymmetric, b = 4 or 2 bits, group size G (CodecParams::group_size, default 32,
+//          which must divide C): s = (max - min) / (2^b - 1), q = clamp(rint((x - min) / s), 0,
+//          2^b - 1), x^ = q * s + min.
+//          Keys, and an MLA latent, per channel: a group is G consecutive tokens of one channel;
+//          the last num_tokens mod G tokens (KIVI's residual) are kept unquantized, in the
+//          layout's dtype. Values per token: a group is G consecutive channels of one token.
+// rint rounds half to even; a constant group gets s = 0 and decodes exactly.
+//
+// Error bound. For a finite input element x of a group with scale s, decoded as y:
+//     |x - y| <= s/2 * (1 + 1e-3) + ulp(y)/2,
+// where ulp(y)/2 is the rounding of x^ to the layout's dtype (half a unit in the last place of y in
+// fp16 or bf16; 0 for fp32). Residual keys decode bit for bit.
+//
+// Layouts: dtype fp16, bf16 or fp32; C a multiple of 4 (int8) or of G and of 32/b (kivi).
+// Anything else is kInvalidArgument from Encode.
+//
+// Encoded layer section (encoded_chunk.h frames it): for each plane in order, its codes (packed
+// 32/b per little-endian uint32, least significant bits first, row-major over [token][channel]),
+// its scales (fp32: int8 [token][kv_head]; kivi keys [token / G][channel]; kivi values
+// [token][channel / G]), its zeros (kivi only, shaped as its scales), then its residual tokens
+// (kivi keys only, raw). Ratio over a 16-bit payload, before the residual and the frame:
+// int8 2 / (1 + 4 / head_dim), 1.94x at head_dim 128; kivi<b> 16 / (b + 64 / G), kivi4 2.67x and
+// kivi2 4.0x at G = 32, 3.56x and 6.4x at G = 128.
+//
+// Encode runs kernels::Quantize per plane; Decode runs kernels::Dequantize, whose loops the
+// compiler vectorizes (with an AVX2 build of them on x86-64 CPUs that have it), after checking the
+// layer's checksum.
+// Thread-safety and ownership as for every Codec (codec.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/kv_layout.h"
+#include "storage/codec/codec.h"
+#include "storage/codec/encoded_chunk.h"
+
+namespace strata::storage {
+
+class QuantCodec final : public Codec {
+ public:
+  // id: CodecId::kInt8, kKivi4 or kKivi2 (checked).
+  explicit QuantCodec(CodecId id);
+
+  CodecId id() const override { return id_; }
+  std::string_view error_bound() const override;
+
+  absl::StatusOr<std::vector<std::byte>> Encode(const KvLayout& layout, uint32_t num_tokens,
+                                                std::span<const std::byte> payload,
+                                                const CodecParams& params) const override;
+  absl::Status Decode(const KvLayout& layout, std::span<const std::byte> encoded,
+                      std::span<std::byte> out) const override;
+  absl::Status DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
+                           uint32_t layer, std::span<std::byte> out) const override;
+
+ private:
+  CodecId id_;
+  int bits_;
+  bool kivi_;  // kivi grouping (asymmetric, keys per channel); else int8
+};
+
+}  // namespace strata::storage

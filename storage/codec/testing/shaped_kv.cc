@@ -1,0 +1,84 @@
+#include "storage/codec/testing/shaped_kv.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/check.h"
+#include "kernels/dtype.h"
+
+namespace strata::storage::testing {
+namespace {
+
+void Store(KvDtype dtype, std::byte* payload, uint64_t i, float v) {
+  kernels::DispatchFloatDtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T value = kernels::FromFloat<T>(v);
+    std::memcpy(payload + i * sizeof(T), &value, sizeof(T));
+  });
+}
+
+}  // namespace
+
+std::vector<std::byte> MakeKv(const KvLayout& layout, uint32_t num_tokens, KvShape shape,
+                              uint64_t seed) {
+  STRATA_CHECK(kernels::IsFloatDtype(layout.dtype));
+  std::vector<std::byte> payload(layout.chunk_bytes(num_tokens));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::bernoulli_distribution outlier(1.0 / 16);
+  const uint64_t channels = uint64_t{layout.num_kv_heads} * layout.head_dim;
+  std::vector<float> channel_scale(channels), channel_offset(channels), token_scale(num_tokens);
+  uint64_t i = 0;
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    for (uint32_t plane = 0; plane < layout.planes_per_layer(); ++plane) {
+      const bool keys = plane == 0;
+      if (shape == KvShape::kShaped) {
+        for (uint64_t c = 0; c < channels; ++c) {
+          channel_scale[c] = outlier(rng) ? 12.0f : 1.0f;
+          channel_offset[c] = normal(rng);
+        }
+        for (float& r : token_scale) r = std::exp(0.75f * normal(rng));
+      }
+      for (uint32_t t = 0; t < num_tokens; ++t) {
+        for (uint64_t c = 0; c < channels; ++c, ++i) {
+          const float z = normal(rng);
+          float v = z;
+          if (shape == KvShape::kShaped) {
+            v = keys ? channel_scale[c] * (z + channel_offset[c]) : token_scale[t] * z;
+          }
+          Store(layout.dtype, payload.data(), i, v);
+        }
+      }
+    }
+  }
+  return payload;
+}
+
+float ElementAt(KvDtype dtype, std::span<const std::byte> payload, uint64_t i) {
+  return kernels::DispatchFloatDtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T value;
+    std::memcpy(&value, payload.data() + i * sizeof(T), sizeof(T));
+    return kernels::ToFloat(value);
+  });
+}
+
+KvError CompareKv(KvDtype dtype, std::span<const std::byte> original,
+                  std::span<const std::byte> decoded) {
+  STRATA_CHECK(original.size() == decoded.size());
+  const uint64_t n = original.size() / DtypeSizeBytes(dtype);
+  double err2 = 0, norm2 = 0;
+  KvError error;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double x = ElementAt(dtype, original, i);
+    const double d = x - ElementAt(dtype, decoded, i);
+    err2 += d * d;
+    norm2 += x * x;
+    error.max_abs = std::max(error.max_abs, std::fabs(d));
+  }
+  error.relative_frobenius = norm2 > 0 ? std::sqrt(err2 / norm2) : std::sqrt(err2);
+  return error;
+}
+
+}  // namespace strata::storage::testing

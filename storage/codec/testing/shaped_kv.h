@@ -1,0 +1,42 @@
+// Test and benchmark support for the codecs: synthetic chunk payloads and error statistics.
+// Test-only code (library strata_codec_testing); pure functions, thread-safe.
+//
+// Payloads are layer-major chunks of `layout` (core/kv_layout.h) holding `num_tokens` tokens, each
+// value drawn in fp32 and rounded once to the layout's dtype (fp16, bf16 or fp32):
+//   kGaussian  every element N(0, 1), independent.
+//   kShaped    KV shaped as KIVI and CacheGen describe real models':
+//              keys (plane 0; an MLA latent too) K[l,t,h,d] = s[l,h,d] * (z + o[l,h,d]): outlier
+//              channels, each channel independently with probability 1/16, have s = 12, the others
+//              s = 1; o ~ N(0, 1) is a per-channel offset fixed across tokens; z ~ N(0, 1).
+//              values (plane 1) V[l,t,h,d] = r[l,t] * z: a per-token scale r = exp(N(0, 0.75^2))
+//              shared by every head and channel of the token; z ~ N(0, 1).
+// The same (layout, num_tokens, kind, seed) gives the same bytes on every run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/kv_layout.h"
+
+namespace strata::storage::testing {
+
+enum class KvShape { kGaussian, kShaped };
+
+std::vector<std::byte> MakeKv(const KvLayout& layout, uint32_t num_tokens, KvShape shape,
+                              uint64_t seed);
+
+// Element i of a payload in the layout's dtype, as fp32.
+float ElementAt(KvDtype dtype, std::span<const std::byte> payload, uint64_t i);
+
+// Errors of `decoded` against `original` (payloads of the same layout and size):
+// ||x - y||_F / ||x||_F over all elements, and max |x - y|.
+struct KvError {
+  double relative_frobenius = 0;
+  double max_abs = 0;
+};
+KvError CompareKv(KvDtype dtype, std::span<const std::byte> original,
+                  std::span<const std::byte> decoded);
+
+}  // namespace strata::storage::testing
