@@ -31,7 +31,41 @@ function(strata_apply_target_options target)
         -fno-sanitize-recover=all>)
     target_link_options(${target} PUBLIC -fsanitize=${STRATA_SANITIZE})
   endif()
+  # Under ThreadSanitizer each executable reports abseil's locks and gRPC's hand-offs to TSan
+  # (below).
+  if(TARGET strata_tsan_annotations)
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      target_link_libraries(${target} PRIVATE strata_tsan_annotations)
+    endif()
+  endif()
 endfunction()
+
+# ThreadSanitizer (STRATA_SANITIZE=thread, `make test-tsan`). Debian's abseil and gRPC are not
+# built with TSan, so absl::Mutex, CondVar and Notification, and gRPC's completion queues,
+# synchronize nothing that TSan can see: every access under a Mutex would be reported as a race.
+# tests/tsan/ defines their entry points in each executable, in TSan's annotations around the
+# libraries' own; the executable exports them so that the shared libraries (gRPC's locks and
+# calls) bind to them too. No link dependency on gRPC: its wrappers are reached only through it.
+if(STRATA_SANITIZE MATCHES "(^|,)thread(,|$)")
+  add_library(strata_tsan_annotations OBJECT
+    ${PROJECT_SOURCE_DIR}/tests/tsan/absl_sync_annotations.cc
+    ${PROJECT_SOURCE_DIR}/tests/tsan/grpc_annotations.cc)
+  target_link_libraries(strata_tsan_annotations PUBLIC absl::synchronization absl::time
+    ${CMAKE_DL_LIBS})
+  target_include_directories(strata_tsan_annotations PRIVATE
+    $<TARGET_PROPERTY:gRPC::grpc,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_compile_features(strata_tsan_annotations PUBLIC cxx_std_20)
+  target_compile_options(strata_tsan_annotations PRIVATE -Wall -Wextra -Werror
+    -fsanitize=${STRATA_SANITIZE})
+  foreach(symbols _ZN4absl*5Mutex* _ZN4absl*7CondVar* _ZN4absl*12Notification*
+                  _ZNK4absl*12Notification* grpc_call_start_batch grpc_server_request_call
+                  grpc_server_request_registered_call grpc_completion_queue_next
+                  grpc_completion_queue_pluck)
+    target_link_options(strata_tsan_annotations INTERFACE
+      "LINKER:--export-dynamic-symbol=${symbols}")
+  endforeach()
+endif()
 
 # strata_cc_library(NAME n SRCS a.cc ... HDRS a.h ... CUDA_SRCS k.cu ... DEPS dep ...)
 # A library without sources becomes an INTERFACE library.

@@ -92,6 +92,12 @@ class PeerSet::Impl {
       stopping_ = true;
     }
     if (thread_.joinable()) thread_.join();
+    // From here on nothing calls the transport (its handlers may still run until it is destroyed:
+    // they find no transport to call), and the calls under way finish first.
+    absl::MutexLock lock(&mu_);
+    transport_ = nullptr;
+    mu_.Await(absl::Condition(
+        +[](int* uses) { return *uses == 0; }, &transport_uses_));
   }
 
   void AddPeer(std::string address) {
@@ -106,10 +112,8 @@ class PeerSet::Impl {
 
   void RemovePeer(std::string_view address) {
     PeerId link = 0;
-    Transport* transport = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      transport = transport_;
       auto it = std::find_if(dials_.begin(), dials_.end(),
                              [&](const Dial& dial) { return dial.address == address; });
       if (it == dials_.end()) return;
@@ -117,7 +121,7 @@ class PeerSet::Impl {
       dials_.erase(it);
       if (link != 0) links_.erase(link);
     }
-    if (link != 0 && transport != nullptr) transport->Disconnect(link);
+    if (link != 0) WithTransport([&](Transport& transport) { transport.Disconnect(link); });
   }
 
   bool Admitted(PeerId peer) const {
@@ -164,14 +168,9 @@ class PeerSet::Impl {
 
   std::vector<PeerInfo> List() const {
     absl::flat_hash_map<PeerId, PeerStats> traffic;
-    Transport* transport = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      transport = transport_;
-    }
-    if (transport != nullptr) {
-      for (PeerStats& stats : transport->Peers()) traffic[stats.id] = std::move(stats);
-    }
+    WithTransport([&](Transport& transport) {
+      for (PeerStats& stats : transport.Peers()) traffic[stats.id] = std::move(stats);
+    });
     absl::MutexLock lock(&mu_);
     std::vector<PeerInfo> peers;
     auto describe = [&](const Link& link) {
@@ -242,6 +241,21 @@ class PeerSet::Impl {
   void OnPeerDown(PeerId id, const absl::Status& why);
   void OnCall(PeerId id, std::string request, Transport::Reply reply);
   void AnswerHandshake(PeerId id, std::string_view request, Transport::Reply reply);
+  // Calls `use` with the transport, unless Stop has begun (then not at all); Stop waits for the
+  // calls under way. The maintenance thread, which Stop joins, reads transport_ directly.
+  template <typename Use>
+  void WithTransport(Use use) const {
+    Transport* transport = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (transport_ == nullptr) return;
+      transport = transport_;
+      ++transport_uses_;
+    }
+    use(*transport);
+    absl::MutexLock lock(&mu_);
+    --transport_uses_;
+  }
   // Marks the dial of `address` failed and schedules its next attempt (lock held).
   void DialFailed(const std::string& address, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -250,7 +264,8 @@ class PeerSet::Impl {
   // Set by Start, before the maintenance thread and any handshake reads it.
   std::string node_id_;
   mutable absl::Mutex mu_;
-  Transport* transport_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Transport* transport_ ABSL_GUARDED_BY(mu_) = nullptr;  // null before Start and after Stop
+  mutable int transport_uses_ ABSL_GUARDED_BY(mu_) = 0;  // WithTransport calls under way
   absl::flat_hash_map<PeerId, Link> links_ ABSL_GUARDED_BY(mu_);
   std::vector<Dial> dials_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -367,10 +382,8 @@ void PeerSet::Impl::DialFailed(const std::string& address, const absl::Status& w
 void PeerSet::Impl::OnHandshakeReply(PeerId id, absl::StatusOr<std::string> reply) {
   absl::StatusOr<HandshakeReply> admitted =
       reply.ok() ? DecodeHandshakeReply(*reply) : absl::StatusOr<HandshakeReply>(reply.status());
-  Transport* transport = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    transport = transport_;
     auto link = links_.find(id);
     if (link == links_.end()) return;
     if (admitted.ok()) {
@@ -396,14 +409,12 @@ void PeerSet::Impl::OnHandshakeReply(PeerId id, absl::StatusOr<std::string> repl
     links_.erase(link);
     DialFailed(address, why);
   }
-  transport->Disconnect(id);
+  WithTransport([&](Transport& transport) { transport.Disconnect(id); });
 }
 
 void PeerSet::Impl::OnPong(PeerId id, const absl::Status& status) {
-  Transport* transport = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    transport = transport_;
     auto link = links_.find(id);
     if (link == links_.end()) return;
     link->second.ping_in_flight = false;
@@ -416,7 +427,7 @@ void PeerSet::Impl::OnPong(PeerId id, const absl::Status& status) {
     spdlog::warn("peers: dropping {}: {} pings missed ({})", link->second.address,
                  link->second.missed_pings, status);
   }
-  transport->Disconnect(id);
+  WithTransport([&](Transport& transport) { transport.Disconnect(id); });
 }
 
 void PeerSet::Impl::OnPeerUp(PeerId id, std::string_view address) {

@@ -17,8 +17,10 @@
 //
 // Lifecycle: construct, hand TransportHandlers() to the transport when creating it, then Start
 // with that transport. To shut down: Stop, then destroy the transport (its handlers call into the
-// PeerSet until it is gone), then the PeerSet. Thread-safety: every method is thread-safe; handlers
-// run on the transport's thread and only take the PeerSet's lock briefly.
+// PeerSet until it is gone), then the PeerSet. Once Stop returns the PeerSet calls its transport
+// no more, so a wrapper started in its place (FaultInjectingTransport) may be destroyed before the
+// transport it wraps. Thread-safety: every method is thread-safe; handlers run on the transport's
+// thread and only take the PeerSet's lock briefly.
 #pragma once
 
 #include <chrono>

@@ -323,10 +323,13 @@ TEST_P(UcxTransportTest, UnknownPeersAndDeadAddressesFailFast) {
 TEST_P(UcxTransportTest, APeerThatGoesAwayFailsItsRequestsAndIsReported) {
   Node server;
   Node client;
+  // Written on the server's transport thread; read here once that thread is joined.
   std::vector<Transport::Reply> held;
+  absl::Notification call_held;
   Transport::Handlers server_handlers;
   server_handlers.on_call = [&](PeerId, std::string, Transport::Reply reply) {
     held.push_back(std::move(reply));
+    if (!call_held.HasBeenNotified()) call_held.Notify();
   };
   Start(server, true, std::move(server_handlers));
   absl::Notification down;
@@ -341,7 +344,7 @@ TEST_P(UcxTransportTest, APeerThatGoesAwayFailsItsRequestsAndIsReported) {
 
   Outcome pending;
   client.transport->Call(peer, "hold", In(60s), pending.Reply());
-  for (int i = 0; i < 400 && held.empty(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(call_held.WaitForNotificationWithTimeout(absl::Seconds(2)));
   server.transport.reset();  // the server goes away with the call unanswered
   EXPECT_EQ(pending.Wait().code(), absl::StatusCode::kUnavailable) << pending.status;
   ASSERT_TRUE(down.WaitForNotificationWithTimeout(absl::Seconds(20)));
@@ -366,16 +369,19 @@ TEST_P(UcxTransportTest, DestroyingTheTransportCancelsWhatIsInFlight) {
   Node server;
   Node client;
   Transport::Handlers handlers;
+  // Written on the server's transport thread; read here once that thread is joined.
   std::vector<Transport::Reply> held;
+  absl::Notification call_held;
   handlers.on_call = [&](PeerId, std::string, Transport::Reply reply) {
     held.push_back(std::move(reply));
+    if (!call_held.HasBeenNotified()) call_held.Notify();
   };
   Start(server, true, std::move(handlers));
   Start(client, false);
   const PeerId peer = Dial(client, server);
   Outcome pending;
   client.transport->Call(peer, "hold", In(60s), pending.Reply());
-  for (int i = 0; i < 400 && held.empty(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(call_held.WaitForNotificationWithTimeout(absl::Seconds(2)));
   client.transport.reset();
   EXPECT_EQ(pending.Wait(absl::Seconds(1)).code(), absl::StatusCode::kCancelled);
   // A reply through a transport that is gone is dropped, not a crash.
