@@ -9,7 +9,7 @@ packages=(
   # control plane
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # storage engine
-  liburing-dev librocksdb-dev libucx-dev ucx-utils libxxhash-dev libssl-dev
+  liburing-dev librocksdb-dev libucx-dev ucx-utils libxxhash-dev libssl-dev libzstd-dev
   # common libraries
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   prometheus-cpp-dev libzmq3-dev libmsgpack-dev pybind11-dev python3-dev

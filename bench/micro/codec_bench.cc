@@ -2,7 +2,7 @@
 // geometry (32 layers, 8 KV heads x 128, 256 tokens) in bf16 or fp16, holding shaped KV
 // (storage/codec/testing/shaped_kv.h: outlier key channels, per-token value scales).
 //
-// BM_Codec/<codec>/<dtype>/<group_size> prints, as counters:
+// BM_Codec/<codec>/<dtype>/<group_size>/<bits> prints, as counters:
 //   ratio                raw bytes / encoded bytes (frame included)
 //   rel_err, max_abs     relative Frobenius and max absolute error of a decode, shaped KV
 //   gauss_rel_err        the same relative error on N(0, 1) KV (ALGORITHMS.md 5a's figures)
@@ -12,9 +12,12 @@
 //   memcpy_GBps          a memcpy of the raw chunk into a separate buffer, timed in the same
 //                        iterations (the bound a decode into memory could reach)
 //   decode_x_memcpy      decode_GBps / memcpy_GBps
+//   x_quantizer          cachegen only: the bytes its quantizer alone would take (codes packed at
+//                        <bits>, scales and zeros: CacheGenCodec::QuantizedOnlyBytes) / encoded
+//                        bytes, i.e. what the entropy stage saves (issue 16's target: >= 1.3)
 // Every figure is per thread CPU second on one core (CLOCK_THREAD_CPUTIME_ID), so a loaded
 // machine slows the wall clock but not the figures; output buffers are prefaulted.
-//   <dtype>: 0 bf16, 1 fp16. <group_size>: CodecParams::group_size (0: the codec's default).
+//   <dtype>: 0 bf16, 1 fp16. <group_size>, <bits>: CodecParams (0: the codec's default).
 #include <time.h>
 
 #include <cstring>
@@ -25,6 +28,7 @@
 
 #include "benchmark/benchmark.h"
 #include "core/check.h"
+#include "storage/codec/cachegen_codec.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/testing/shaped_kv.h"
 
@@ -61,7 +65,8 @@ const std::vector<std::byte>& Payload(const KvLayout& layout, testing::KvShape s
 void BM_Codec(benchmark::State& state, std::string_view codec_name) {
   const KvLayout layout =
       Llama8bLayout(state.range(0) == 0 ? KvDtype::kBfloat16 : KvDtype::kFloat16);
-  const CodecParams params{.group_size = static_cast<uint32_t>(state.range(1))};
+  const CodecParams params{.group_size = static_cast<uint32_t>(state.range(1)),
+                           .bits = static_cast<uint32_t>(state.range(2))};
   const Codec& codec = **CodecRegistry::Find(codec_name);
   const std::vector<std::byte>& payload = Payload(layout, testing::KvShape::kShaped);
   const uint64_t raw_bytes = payload.size();
@@ -118,6 +123,12 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
   state.counters["decode_layer_GBps"] = bytes / layer_s / 1e9;
   state.counters["memcpy_GBps"] = bytes / memcpy_s / 1e9;
   state.counters["decode_x_memcpy"] = memcpy_s / decode_s;
+  if (codec.id() == CodecId::kCacheGen) {
+    const absl::StatusOr<uint64_t> quantized =
+        CacheGenCodec::QuantizedOnlyBytes(layout, kTokens, params);
+    STRATA_CHECK(quantized.ok());
+    state.counters["x_quantizer"] = double(*quantized) / double(encoded_bytes);
+  }
   state.SetLabel(std::string(codec_name) + (state.range(0) == 0 ? " bf16" : " fp16"));
 }
 
@@ -130,9 +141,10 @@ void Register(const char* name, std::vector<std::vector<int64_t>> args) {
 }
 
 const bool kRegistered = [] {
-  Register("int8", {{0, 0}, {1, 0}});
-  Register("kivi4", {{0, 0}, {1, 0}, {0, 128}});
-  Register("kivi2", {{0, 0}, {1, 0}});
+  Register("int8", {{0, 0, 0}, {1, 0, 0}});
+  Register("kivi4", {{0, 0, 0}, {1, 0, 0}, {0, 128, 0}});
+  Register("kivi2", {{0, 0, 0}, {1, 0, 0}});
+  Register("cachegen", {{0, 0, 8}, {1, 0, 8}, {0, 0, 4}, {0, 0, 2}, {0, 128, 8}});
   return true;
 }();
 

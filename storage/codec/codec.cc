@@ -10,6 +10,8 @@ std::string_view CodecIdName(CodecId id) {
       return "kivi4";
     case CodecId::kKivi2:
       return "kivi2";
+    case CodecId::kCacheGen:
+      return "cachegen";
   }
   return "unknown";
 }

@@ -10,9 +10,9 @@
 // whose checksums fail is kDataLoss. A decoder never reads or writes outside the spans it is given,
 // whatever the bytes hold.
 //
-// Each codec states the error it promises in its header (quant_codec.h). Lossy codecs bound the
-// error per element; the bound holds for finite inputs (a group holding an infinity or a NaN
-// decodes to unspecified finite or non-finite values, never out of bounds).
+// Each codec states the error it promises in its header (quant_codec.h, cachegen_codec.h). Lossy
+// codecs bound the error per element; the bound holds for finite inputs (a group holding an
+// infinity or a NaN decodes to unspecified finite or non-finite values, never out of bounds).
 //
 // Thread-safety: codecs are immutable; every method may be called from any thread concurrently.
 // Ownership: CodecRegistry (codec_registry.h) owns every codec for the life of the process.
@@ -36,17 +36,23 @@ enum class CodecId : uint16_t {
   kInt8 = 1,
   kKivi4 = 2,
   kKivi2 = 3,
+  kCacheGen = 4,
 };
 
-// The codec's registry name ("int8", "kivi4", "kivi2"), or "unknown" for a value that names none.
+// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen"), or "unknown" for a value that
+// names none.
 std::string_view CodecIdName(CodecId id);
 
 // The parameters a caller may choose per Compress call. Each codec says which it reads; a codec
 // given a parameter it does not take, or a value it cannot use, answers kInvalidArgument.
 struct CodecParams {
   // kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the default (32).
+  // cachegen: channels per group of one token; 0 picks every channel of the plane.
   // int8 takes none (0): it scales per token and head.
   uint32_t group_size = 0;
+  // cachegen: bits per code, 2, 4 or 8; 0 picks the default (cachegen_codec.h). The other codecs
+  // fix their bits and take none (0).
+  uint32_t bits = 0;
 };
 
 class Codec {

@@ -5,16 +5,18 @@
 
 #include "absl/strings/ascii.h"
 #include "fmt/format.h"
+#include "storage/codec/cachegen_codec.h"
 #include "storage/codec/quant_codec.h"
 
 namespace strata::storage {
 namespace {
 
-const std::array<const Codec*, 3>& Codecs() {
+const std::array<const Codec*, 4>& Codecs() {
   static const QuantCodec int8(CodecId::kInt8);
   static const QuantCodec kivi4(CodecId::kKivi4);
   static const QuantCodec kivi2(CodecId::kKivi2);
-  static const std::array<const Codec*, 3> codecs = {&int8, &kivi4, &kivi2};
+  static const CacheGenCodec cachegen;
+  static const std::array<const Codec*, 4> codecs = {&int8, &kivi4, &kivi2, &cachegen};
   return codecs;
 }
 

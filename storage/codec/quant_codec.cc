@@ -12,6 +12,7 @@
 #include "kernels/dtype.h"
 #include "kernels/quant.h"
 #include "kernels/tensor_view.h"
+#include "storage/codec/codec_checks.h"
 
 namespace strata::storage {
 namespace {
@@ -47,10 +48,6 @@ struct LayerPlan {
   uint32_t num_planes = 0;
   std::array<PlanePlan, 2> planes;
 };
-
-bool Aligned(const void* p, uint64_t alignment) {
-  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
-}
 
 absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& layout,
                                uint32_t num_tokens, uint32_t group_size) {
@@ -182,12 +179,7 @@ struct Opened {
 
 absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& layout,
                             std::span<const std::byte> encoded) {
-  STRATA_RETURN_IF_ERROR(layout.Validate());
-  if (!Aligned(encoded.data(), 4)) {
-    return absl::InvalidArgumentError("encoded chunk bytes must be 4-byte aligned");
-  }
-  STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, EncodedChunk::Parse(encoded));
-  STRATA_RETURN_IF_ERROR(chunk.CheckWrittenBy(id, layout));
+  STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, internal::OpenFrame(id, layout, encoded));
   const EncodedChunkHeader& header = chunk.header();
   absl::StatusOr<LayerPlan> plan =
       Plan(id, bits, kivi, layout, header.num_tokens, header.group_size);
@@ -203,19 +195,6 @@ absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& lay
     }
   }
   return Opened{std::move(chunk), *std::move(plan)};
-}
-
-absl::Status CheckOutput(std::span<const std::byte> out, uint64_t expected_bytes, KvDtype dtype) {
-  if (out.size() != expected_bytes) {
-    return absl::InvalidArgumentError(
-        fmt::format("decode output holds {} bytes, the encoded chunk decodes to {}", out.size(),
-                    expected_bytes));
-  }
-  if (!Aligned(out.data(), DtypeSizeBytes(dtype))) {
-    return absl::InvalidArgumentError(
-        fmt::format("decode output is not aligned to its dtype {}", DtypeName(dtype)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -242,6 +221,8 @@ std::string_view QuantCodec::error_bound() const {
       return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 3 per "
              "group (keys: group_size tokens of a channel; values: group_size channels of a "
              "token); residual keys exact";
+    case CodecId::kCacheGen:
+      break;  // not a QuantCodec (the constructor checks)
   }
   return "";
 }
@@ -251,17 +232,13 @@ absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout
                                                           std::span<const std::byte> payload,
                                                           const CodecParams& params) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
+  if (params.bits != 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("codec {} takes no bits (it has {}), got {}", name(), bits_, params.bits));
+  }
   STRATA_ASSIGN_OR_RETURN(const LayerPlan plan,
                           Plan(id_, bits_, kivi_, layout, num_tokens, params.group_size));
-  if (payload.size() != layout.chunk_bytes(num_tokens)) {
-    return absl::InvalidArgumentError(
-        fmt::format("codec {}: payload holds {} bytes, a chunk of {} tokens is {}", name(),
-                    payload.size(), num_tokens, layout.chunk_bytes(num_tokens)));
-  }
-  if (!Aligned(payload.data(), DtypeSizeBytes(layout.dtype))) {
-    return absl::InvalidArgumentError(
-        fmt::format("codec {}: payload is not aligned to its dtype", name()));
-  }
+  STRATA_RETURN_IF_ERROR(internal::CheckPayload(name(), layout, num_tokens, payload));
   const EncodedChunkHeader header{.codec = id_,
                                   .layout_fingerprint = layout.Fingerprint(),
                                   .num_tokens = num_tokens,
@@ -280,7 +257,8 @@ absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout
 absl::Status QuantCodec::Decode(const KvLayout& layout, std::span<const std::byte> encoded,
                                 std::span<std::byte> out) const {
   STRATA_ASSIGN_OR_RETURN(const Opened opened, Open(id_, bits_, kivi_, layout, encoded));
-  STRATA_RETURN_IF_ERROR(CheckOutput(out, opened.chunk.header().decoded_bytes, layout.dtype));
+  STRATA_RETURN_IF_ERROR(
+      internal::CheckOutput(out, opened.chunk.header().decoded_bytes, layout.dtype));
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     STRATA_RETURN_IF_ERROR(opened.chunk.VerifySection(layer));
     STRATA_RETURN_IF_ERROR(DecodeLayerSection(opened.plan, opened.chunk.section(layer),
@@ -292,11 +270,8 @@ absl::Status QuantCodec::Decode(const KvLayout& layout, std::span<const std::byt
 absl::Status QuantCodec::DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
                                      uint32_t layer, std::span<std::byte> out) const {
   STRATA_ASSIGN_OR_RETURN(const Opened opened, Open(id_, bits_, kivi_, layout, encoded));
-  if (layer >= layout.num_layers) {
-    return absl::InvalidArgumentError(
-        fmt::format("layer {} of a {}-layer chunk", layer, layout.num_layers));
-  }
-  STRATA_RETURN_IF_ERROR(CheckOutput(out, opened.plan.layer_bytes, layout.dtype));
+  STRATA_RETURN_IF_ERROR(internal::CheckLayer(layout, layer));
+  STRATA_RETURN_IF_ERROR(internal::CheckOutput(out, opened.plan.layer_bytes, layout.dtype));
   STRATA_RETURN_IF_ERROR(opened.chunk.VerifySection(layer));
   return DecodeLayerSection(opened.plan, opened.chunk.section(layer), out.data());
 }
