@@ -16,47 +16,24 @@
 #include "storage/codec/code_stream.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
+#include "storage/codec/testing/codec_test_util.h"
 #include "storage/codec/testing/shaped_kv.h"
 
 namespace strata::storage {
 namespace {
 
+using testing::CodecTestLayout;
+using testing::DecodeOrDie;
 using testing::ElementAt;
+using testing::EncodeOrDie;
+using testing::HalfUlp;
 using testing::KvShape;
 using testing::MakeKv;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 constexpr auto kDataLoss = absl::StatusCode::kDataLoss;
 
-KvLayout Layout(KvDtype dtype, uint32_t layers = 2, uint32_t heads = 2, uint32_t head_dim = 64,
-                uint32_t chunk_tokens = 64) {
-  KvLayout layout;
-  layout.model_id = "cachegen-test";
-  layout.num_layers = layers;
-  layout.num_kv_heads = heads;
-  layout.head_dim = head_dim;
-  layout.dtype = dtype;
-  layout.chunk_tokens = chunk_tokens;
-  return layout;
-}
-
 const Codec& CacheGen() { return **CodecRegistry::Find("cachegen"); }
-
-std::vector<std::byte> EncodeOrDie(const KvLayout& layout, uint32_t num_tokens,
-                                   std::span<const std::byte> payload, CodecParams params = {}) {
-  absl::StatusOr<std::vector<std::byte>> encoded =
-      CacheGen().Encode(layout, num_tokens, payload, params);
-  EXPECT_TRUE(encoded.ok()) << encoded.status();
-  return encoded.ok() ? *std::move(encoded) : std::vector<std::byte>{};
-}
-
-std::vector<std::byte> DecodeOrDie(const KvLayout& layout, uint32_t num_tokens,
-                                   std::span<const std::byte> encoded) {
-  std::vector<std::byte> out(layout.chunk_bytes(num_tokens));
-  const absl::Status status = CacheGen().Decode(layout, encoded, out);
-  EXPECT_TRUE(status.ok()) << status;
-  return out;
-}
 
 // ---- The entropy stage alone.
 
@@ -113,7 +90,7 @@ TEST(CodeStreamTest, RoundTripsCodesBitExactly) {
 
 TEST(CodeStreamTest, RoundTripsTheQuantizersCodesOfShapedKvBitExactly) {
   // The codec's own path: kernels::Quantize per token over all channels, offsets from its scales.
-  const KvLayout layout = Layout(KvDtype::kBfloat16, 1, 8, 128, 256);
+  const KvLayout layout = CodecTestLayout("cachegen-test", KvDtype::kBfloat16, 1, 8, 128, 256);
   const std::vector<std::byte> payload = MakeKv(layout, 256, KvShape::kShaped, 4);
   for (int bits : {2, 4, 8}) {
     for (int plane = 0; plane < 2; ++plane) {
@@ -201,9 +178,10 @@ TEST(CodeStreamTest, BadStreamsAreDataLossAndBadShapesInvalidArgument) {
 // ---- Parameters.
 
 TEST(CacheGenTest, BadParametersAreInvalidArgument) {
-  const KvLayout layout = Layout(KvDtype::kBfloat16);
+  const KvLayout layout = CodecTestLayout("cachegen-test", KvDtype::kBfloat16);
   const std::vector<std::byte> payload = MakeKv(layout, 64, KvShape::kGaussian, 1);
-  auto encode = [&](CodecParams params, const KvLayout& l = Layout(KvDtype::kBfloat16)) {
+  auto encode = [&](CodecParams params,
+                    const KvLayout& l = CodecTestLayout("cachegen-test", KvDtype::kBfloat16)) {
     return CacheGen().Encode(l, 64, payload, params).status().code();
   };
   for (uint32_t bits : {1u, 3u, 5u, 16u, 32u}) EXPECT_EQ(encode({.bits = bits}), kInvalid) << bits;
@@ -214,7 +192,7 @@ TEST(CacheGenTest, BadParametersAreInvalidArgument) {
   // 2-bit codes of groups of 8 channels fill whole words per token (128 * 2 bits); a plane of 8
   // channels does not.
   EXPECT_EQ(encode({.group_size = 8, .bits = 2}), absl::StatusCode::kOk);
-  const KvLayout narrow = Layout(KvDtype::kFloat32, 1, 1, 8);
+  const KvLayout narrow = CodecTestLayout("cachegen-test", KvDtype::kFloat32, 1, 1, 8);
   EXPECT_EQ(CacheGen()
                 .Encode(narrow, 64, MakeKv(narrow, 64, KvShape::kGaussian, 1), {.bits = 2})
                 .status()
@@ -240,16 +218,6 @@ TEST(CacheGenTest, BadParametersAreInvalidArgument) {
 
 // ---- Round trips within the quantizer's bound.
 
-// Half a unit in the last place of y in `dtype` (0 for fp32).
-double HalfUlp(KvDtype dtype, float y) {
-  if (dtype == KvDtype::kFloat32) return 0;
-  const int precision = dtype == KvDtype::kBfloat16 ? 8 : 11;
-  const int min_exponent = dtype == KvDtype::kBfloat16 ? -126 : -14;
-  int exponent = 0;
-  std::frexp(std::fabs(y), &exponent);
-  return std::ldexp(1.0, std::max(exponent - 1, min_exponent) - precision);
-}
-
 struct RoundTripCase {
   KvDtype dtype;
   uint32_t bits;
@@ -262,7 +230,7 @@ class CacheGenRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(CacheGenRoundTripTest, DecodesWithinTheBoundAndLayersMatchTheWhole) {
   const RoundTripCase& c = GetParam();
-  KvLayout layout = Layout(c.dtype, 3);
+  KvLayout layout = CodecTestLayout("cachegen-test", c.dtype, 3);
   if (c.kind == KvKind::kMlaLatent) {
     layout.kind = KvKind::kMlaLatent;
     layout.num_kv_heads = 1;
@@ -270,8 +238,9 @@ TEST_P(CacheGenRoundTripTest, DecodesWithinTheBoundAndLayersMatchTheWhole) {
   }
   const CodecParams params{.group_size = c.group_size, .bits = c.bits};
   const std::vector<std::byte> original = MakeKv(layout, c.num_tokens, KvShape::kShaped, 7);
-  const std::vector<std::byte> encoded = EncodeOrDie(layout, c.num_tokens, original, params);
-  const std::vector<std::byte> decoded = DecodeOrDie(layout, c.num_tokens, encoded);
+  const std::vector<std::byte> encoded =
+      EncodeOrDie(CacheGen(), layout, c.num_tokens, original, params);
+  const std::vector<std::byte> decoded = DecodeOrDie(CacheGen(), layout, c.num_tokens, encoded);
 
   // s = (max - min) / (2^bits - 1) per token over group channels of a plane, in fp32.
   const uint64_t cols = uint64_t{layout.num_kv_heads} * layout.head_dim;
@@ -332,17 +301,19 @@ INSTANTIATE_TEST_SUITE_P(Cases, CacheGenRoundTripTest, ::testing::ValuesIn(Round
 
 TEST(CacheGenTest, ConstantAndNonFiniteTokensStayInBounds) {
   // A constant chunk decodes exactly; infinities and NaNs decode to something, without a crash.
-  const KvLayout layout = Layout(KvDtype::kFloat32, 1);
+  const KvLayout layout = CodecTestLayout("cachegen-test", KvDtype::kFloat32, 1);
   std::vector<float> values(layout.chunk_bytes(64) / 4, -3.25f);
   std::vector<std::byte> payload(values.size() * 4);
   std::memcpy(payload.data(), values.data(), payload.size());
-  EXPECT_EQ(DecodeOrDie(layout, 64, EncodeOrDie(layout, 64, payload)), payload);
+  EXPECT_EQ(DecodeOrDie(CacheGen(), layout, 64, EncodeOrDie(CacheGen(), layout, 64, payload)),
+            payload);
   values[5] = INFINITY;
   values[300] = NAN;
   values[9000] = -INFINITY;
   std::memcpy(payload.data(), values.data(), payload.size());
   for (uint32_t bits : {2u, 8u}) {
-    DecodeOrDie(layout, 64, EncodeOrDie(layout, 64, payload, {.bits = bits}));
+    DecodeOrDie(CacheGen(), layout, 64,
+                EncodeOrDie(CacheGen(), layout, 64, payload, {.bits = bits}));
   }
 }
 
@@ -351,24 +322,14 @@ TEST(CacheGenTest, ConstantAndNonFiniteTokensStayInBounds) {
 class CacheGenFrameTest : public ::testing::Test {
  protected:
   CacheGenFrameTest()
-      : layout_(Layout(KvDtype::kBfloat16, 3)),
+      : layout_(CodecTestLayout("cachegen-test", KvDtype::kBfloat16, 3)),
         payload_(MakeKv(layout_, 40, KvShape::kShaped, 5)),
-        encoded_(EncodeOrDie(layout_, 40, payload_, {.bits = 4})),
+        encoded_(EncodeOrDie(CacheGen(), layout_, 40, payload_, {.bits = 4})),
         out_(layout_.chunk_bytes(40)) {}
 
-  // Decode and every DecodeLayer of `bytes`, copied into a buffer of exactly their size (so ASan
-  // sees any read past it), must fail; Decode with `code`.
   void ExpectRejected(std::span<const std::byte> bytes, absl::StatusCode code,
                       const std::string& what) {
-    const std::vector<std::byte> copy(bytes.begin(), bytes.end());
-    const absl::Status status = CacheGen().Decode(layout_, copy, out_);
-    EXPECT_EQ(status.code(), code) << what << ": " << status;
-    std::vector<std::byte> layer_out(layout_.layer_bytes(40));
-    for (uint32_t layer = 0; layer < layout_.num_layers; ++layer) {
-      EXPECT_NE(CacheGen().DecodeLayer(layout_, copy, layer, layer_out).code(),
-                absl::StatusCode::kOk)
-          << what << " layer " << layer;
-    }
+    testing::ExpectRejected(CacheGen(), layout_, 40, bytes, code, what);
   }
 
   // A frame with valid checksums whose layer sections are `sections`.
@@ -416,29 +377,7 @@ TEST_F(CacheGenFrameTest, CorruptedBytesAreRefusedAndOtherLayersStillDecode) {
     const bool identity = i < 4 || (i >= 12 && i < 14);
     ExpectRejected(bad, identity ? kInvalid : kDataLoss, "header byte " + std::to_string(i));
   }
-  const EncodedChunk chunk = *EncodedChunk::Parse(encoded_);
-  const std::vector<std::byte> whole = DecodeOrDie(layout_, 40, encoded_);
-  std::mt19937_64 rng(9);
-  std::vector<std::byte> layer_out(layout_.layer_bytes(40));
-  for (int trial = 0; trial < 40; ++trial) {
-    const uint32_t layer = static_cast<uint32_t>(rng() % layout_.num_layers);
-    const std::span<const std::byte> section = chunk.section(layer);
-    std::vector<std::byte> bad = encoded_;
-    bad[static_cast<uint64_t>(section.data() - encoded_.data()) + rng() % section.size()] ^=
-        std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
-    EXPECT_EQ(CacheGen().Decode(layout_, bad, out_).code(), kDataLoss);
-    for (uint32_t other = 0; other < layout_.num_layers; ++other) {
-      const absl::Status status = CacheGen().DecodeLayer(layout_, bad, other, layer_out);
-      if (other == layer) {
-        EXPECT_EQ(status.code(), kDataLoss);
-      } else {
-        ASSERT_TRUE(status.ok()) << status;
-        EXPECT_EQ(0,
-                  std::memcmp(layer_out.data(), whole.data() + layout_.plane_offset(other, 0, 40),
-                              layer_out.size()));
-      }
-    }
-  }
+  testing::ExpectCorruptSectionsFailAlone(CacheGen(), layout_, 40, encoded_, 40, 9);
 }
 
 TEST_F(CacheGenFrameTest, ForeignBytesAndOtherCodecsFramesAreInvalidArgument) {
@@ -500,7 +439,7 @@ TEST_F(CacheGenFrameTest, WellFormedFramesWithImpossibleSectionsAreDataLoss) {
 
 TEST(CacheGenRatioTest, EntropyStageShrinksShapedKvAtLeast1_3xBelowTheQuantizerAlone) {
   // Llama-3.1-8B geometry (8 KV heads x 128, bf16), 4 layers of a 256-token chunk.
-  const KvLayout layout = Layout(KvDtype::kBfloat16, 4, 8, 128, 256);
+  const KvLayout layout = CodecTestLayout("cachegen-test", KvDtype::kBfloat16, 4, 8, 128, 256);
   const std::vector<std::byte> payload = MakeKv(layout, 256, KvShape::kShaped, 3);
   const struct {
     uint32_t bits;
@@ -509,7 +448,7 @@ TEST(CacheGenRatioTest, EntropyStageShrinksShapedKvAtLeast1_3xBelowTheQuantizerA
   } cases[] = {{8, 0, 1.3}, {4, 0, 1.45}, {2, 0, 1.2}};
   for (const auto& c : cases) {
     const CodecParams params{.group_size = c.group_size, .bits = c.bits};
-    const std::vector<std::byte> encoded = EncodeOrDie(layout, 256, payload, params);
+    const std::vector<std::byte> encoded = EncodeOrDie(CacheGen(), layout, 256, payload, params);
     const uint64_t quantized = *CacheGenCodec::QuantizedOnlyBytes(layout, 256, params);
     const double ratio = static_cast<double>(quantized) / static_cast<double>(encoded.size());
     EXPECT_GE(ratio, c.min_ratio) << c.bits << " bits";
@@ -523,7 +462,7 @@ TEST(CacheGenRatioTest, EntropyStageShrinksShapedKvAtLeast1_3xBelowTheQuantizerA
   for (const auto& [bits, max_growth] : {std::pair{2u, 1.07}, {4u, 1.0}, {8u, 1.0}}) {
     const CodecParams params{.bits = bits};
     EXPECT_LE(
-        static_cast<double>(EncodeOrDie(layout, 256, gauss, params).size()),
+        static_cast<double>(EncodeOrDie(CacheGen(), layout, 256, gauss, params).size()),
         max_growth * static_cast<double>(*CacheGenCodec::QuantizedOnlyBytes(layout, 256, params)))
         << bits;
   }

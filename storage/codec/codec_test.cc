@@ -10,12 +10,17 @@
 #include "storage/codec/codec.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
+#include "storage/codec/testing/codec_test_util.h"
 #include "storage/codec/testing/shaped_kv.h"
 
 namespace strata::storage {
 namespace {
 
+using testing::CodecTestLayout;
+using testing::DecodeOrDie;
 using testing::ElementAt;
+using testing::EncodeOrDie;
+using testing::HalfUlp;
 using ::testing::HasSubstr;
 using testing::KvShape;
 using testing::MakeKv;
@@ -23,49 +28,10 @@ using testing::MakeKv;
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 constexpr auto kDataLoss = absl::StatusCode::kDataLoss;
 
-KvLayout Layout(KvDtype dtype, uint32_t layers = 2, uint32_t heads = 2, uint32_t head_dim = 64,
-                uint32_t chunk_tokens = 64) {
-  KvLayout layout;
-  layout.model_id = "codec-test";
-  layout.num_layers = layers;
-  layout.num_kv_heads = heads;
-  layout.head_dim = head_dim;
-  layout.dtype = dtype;
-  layout.chunk_tokens = chunk_tokens;
-  return layout;
-}
-
 const Codec& Get(std::string_view name) {
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(name);
   EXPECT_TRUE(codec.ok()) << codec.status();
   return **codec;
-}
-
-std::vector<std::byte> EncodeOrDie(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
-                                   std::span<const std::byte> payload,
-                                   const CodecParams& params = {}) {
-  absl::StatusOr<std::vector<std::byte>> encoded =
-      codec.Encode(layout, num_tokens, payload, params);
-  EXPECT_TRUE(encoded.ok()) << encoded.status();
-  return encoded.ok() ? *std::move(encoded) : std::vector<std::byte>{};
-}
-
-std::vector<std::byte> DecodeOrDie(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
-                                   std::span<const std::byte> encoded) {
-  std::vector<std::byte> out(layout.chunk_bytes(num_tokens));
-  const absl::Status status = codec.Decode(layout, encoded, out);
-  EXPECT_TRUE(status.ok()) << status;
-  return out;
-}
-
-// Half a unit in the last place of y in `dtype` (0 for fp32): the rounding of x^ to the dtype.
-double HalfUlp(KvDtype dtype, float y) {
-  if (dtype == KvDtype::kFloat32) return 0;
-  const int precision = dtype == KvDtype::kBfloat16 ? 8 : 11;  // significand bits
-  const int min_exponent = dtype == KvDtype::kBfloat16 ? -126 : -14;
-  int exponent = 0;
-  std::frexp(std::fabs(y), &exponent);  // |y| = m * 2^exponent, m in [0.5, 1)
-  return std::ldexp(1.0, std::max(exponent - 1, min_exponent) - precision);
 }
 
 // The scale of every element's group, recomputed from the definitions in quant_codec.h (fp32
@@ -165,7 +131,7 @@ TEST(CodecRegistryTest, UnknownNamesAndIdsAreInvalidArgumentListingTheKnownNames
 }
 
 TEST(CodecParamsTest, BadParametersAndInputsAreInvalidArgument) {
-  const KvLayout layout = Layout(KvDtype::kBfloat16);
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kBfloat16);
   const std::vector<std::byte> payload = MakeKv(layout, 64, KvShape::kGaussian, 1);
   auto encode = [&](std::string_view codec, const KvLayout& l, uint32_t tokens,
                     std::span<const std::byte> bytes, CodecParams params) {
@@ -178,7 +144,7 @@ TEST(CodecParamsTest, BadParametersAndInputsAreInvalidArgument) {
   EXPECT_EQ(encode("kivi2", layout, 64, payload, {.group_size = 256}).code(), kInvalid);
   EXPECT_TRUE(encode("kivi4", layout, 64, payload, {.group_size = 64}).ok());
   // 2-bit codes of 8 channels do not fill a 32-bit word.
-  const KvLayout narrow = Layout(KvDtype::kFloat32, 1, 1, 8);
+  const KvLayout narrow = CodecTestLayout("codec-test", KvDtype::kFloat32, 1, 1, 8);
   EXPECT_EQ(
       encode("kivi2", narrow, 64, MakeKv(narrow, 64, KvShape::kGaussian, 1), {.group_size = 8})
           .code(),
@@ -186,7 +152,9 @@ TEST(CodecParamsTest, BadParametersAndInputsAreInvalidArgument) {
   // Token counts, payload sizes, alignment, dtypes, layouts.
   EXPECT_EQ(encode("int8", layout, 0, {}, {}).code(), kInvalid);
   EXPECT_EQ(encode("int8", layout, 65,
-                   MakeKv(Layout(KvDtype::kBfloat16, 2, 2, 64, 65), 65, KvShape::kGaussian, 1), {})
+                   MakeKv(CodecTestLayout("codec-test", KvDtype::kBfloat16, 2, 2, 64, 65), 65,
+                          KvShape::kGaussian, 1),
+                   {})
                 .code(),
             kInvalid);
   EXPECT_EQ(encode("int8", layout, 63, payload, {}).code(), kInvalid);
@@ -217,7 +185,7 @@ class CodecRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(CodecRoundTripTest, DecodesWithinTheBoundAndLayersMatchTheWhole) {
   const RoundTripCase& c = GetParam();
-  KvLayout layout = Layout(c.dtype);
+  KvLayout layout = CodecTestLayout("codec-test", c.dtype);
   if (c.kind == KvKind::kMlaLatent) {
     layout.kind = KvKind::kMlaLatent;
     layout.num_kv_heads = 1;
@@ -267,7 +235,7 @@ TEST(CodecAlgorithmsTest, RelativeErrorOnGaussianDataMatchesTheSimulation) {
   // fp32 KV, so that only the quantization error counts. ALGORITHMS.md: G = 32 gives int4 ~7.8 %
   // and int2 ~39 %. int8 here is symmetric over a head (64 channels), not asymmetric over 32:
   // the uniform model gives (rms of max|x| over 64 normals, ~2.6) / 127 / sqrt(12) ~ 0.59 %.
-  const KvLayout layout = Layout(KvDtype::kFloat32, 2, 2, 64, 256);
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat32, 2, 2, 64, 256);
   const std::vector<std::byte> original = MakeKv(layout, 256, KvShape::kGaussian, 11);
   const struct {
     const char* codec;
@@ -292,7 +260,7 @@ std::span<const std::byte> FirstSection(std::span<const std::byte> encoded) {
 TEST(CodecAlgorithmsTest, Int8RoundsHalfToEvenAndStoresSignedCodesAndFp32Scales) {
   // One token, one head of 4 channels: max|x| = 127 gives scale 1, so x / scale is exact and
   // 2.5 -> 2, 3.5 -> 4, -2.5 -> -2 (torch.round, rintf).
-  const KvLayout layout = Layout(KvDtype::kFloat32, 1, 1, 4, 1);
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat32, 1, 1, 4, 1);
   const float keys[4] = {127.0f, 2.5f, 3.5f, -2.5f};
   const float values[4] = {-254.0f, 1.0f, 3.0f, 5.0f};  // scale 2: 0.5, 1.5, 2.5 -> 0, 2, 2
   std::vector<std::byte> payload(32);
@@ -321,7 +289,7 @@ TEST(CodecAlgorithmsTest, Int8RoundsHalfToEvenAndStoresSignedCodesAndFp32Scales)
 TEST(CodecAlgorithmsTest, KiviPacksCodesLsbFirstAndRoundsHalfToEven) {
   // 16 tokens of one 16-channel head, group 16. Value token 0 is 0..15 (min 0, max 15: scale 1,
   // codes 0..15); token 1 is 0, 15 then 2.5, 3.5, ... (half-way codes round to even).
-  const KvLayout layout = Layout(KvDtype::kFloat32, 1, 1, 16, 16);
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat32, 1, 1, 16, 16);
   std::vector<float> floats(2 * 16 * 16, 1.0f);
   float* values = floats.data() + 16 * 16;
   for (int c = 0; c < 16; ++c) values[c] = static_cast<float>(c);
@@ -354,7 +322,7 @@ TEST(CodecAlgorithmsTest, KiviPacksCodesLsbFirstAndRoundsHalfToEven) {
 }
 
 TEST(CodecAlgorithmsTest, ConstantChunksDecodeExactly) {
-  const KvLayout layout = Layout(KvDtype::kFloat16);
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat16);
   std::vector<std::byte> payload(layout.chunk_bytes(64));
   const uint16_t minus_3_25 = 0xc280;  // fp16 -3.25
   for (size_t i = 0; i < payload.size(); i += 2) std::memcpy(&payload[i], &minus_3_25, 2);
@@ -366,7 +334,7 @@ TEST(CodecAlgorithmsTest, ConstantChunksDecodeExactly) {
 
 TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
   // Llama-3.1-8B geometry (8 KV heads x 128, bf16), 2 layers of a 256-token chunk.
-  KvLayout layout = Layout(KvDtype::kBfloat16, 2, 8, 128, 256);
+  KvLayout layout = CodecTestLayout("codec-test", KvDtype::kBfloat16, 2, 8, 128, 256);
   const uint64_t t = 256, c = 1024, heads = 8, raw = layout.chunk_bytes(256);
   const std::vector<std::byte> payload = MakeKv(layout, 256, KvShape::kShaped, 3);
   const uint64_t frame = EncodedFrameOverheadBytes(2);
@@ -398,24 +366,15 @@ TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
 class CodecFrameTest : public ::testing::Test {
  protected:
   CodecFrameTest()
-      : layout_(Layout(KvDtype::kBfloat16, 3)),
+      : layout_(CodecTestLayout("codec-test", KvDtype::kBfloat16, 3)),
         codec_(Get("kivi4")),
         payload_(MakeKv(layout_, 40, KvShape::kShaped, 5)),
         encoded_(EncodeOrDie(codec_, layout_, 40, payload_)),
         out_(layout_.chunk_bytes(40)) {}
 
-  // Decode and every DecodeLayer of `bytes`, copied into a buffer of exactly their size (so
-  // ASan sees any read past it). All must fail with `code`.
   void ExpectRejected(std::span<const std::byte> bytes, absl::StatusCode code,
                       const std::string& what) {
-    const std::vector<std::byte> copy(bytes.begin(), bytes.end());
-    const absl::Status status = codec_.Decode(layout_, copy, out_);
-    EXPECT_EQ(status.code(), code) << what << ": " << status;
-    std::vector<std::byte> layer_out(layout_.layer_bytes(40));
-    for (uint32_t layer = 0; layer < layout_.num_layers; ++layer) {
-      EXPECT_NE(codec_.DecodeLayer(layout_, copy, layer, layer_out).code(), absl::StatusCode::kOk)
-          << what << " layer " << layer;
-    }
+    testing::ExpectRejected(codec_, layout_, 40, bytes, code, what);
   }
 
   const KvLayout layout_;
@@ -449,31 +408,7 @@ TEST_F(CodecFrameTest, EveryCorruptedHeaderByteIsRefused) {
 }
 
 TEST_F(CodecFrameTest, CorruptedSectionsAreDataLossAndOtherLayersStillDecode) {
-  absl::StatusOr<EncodedChunk> chunk = EncodedChunk::Parse(encoded_);
-  ASSERT_TRUE(chunk.ok());
-  const std::vector<std::byte> whole = DecodeOrDie(codec_, layout_, 40, encoded_);
-  std::mt19937_64 rng(9);
-  for (int trial = 0; trial < 20; ++trial) {
-    const uint32_t layer = static_cast<uint32_t>(rng() % layout_.num_layers);
-    const std::span<const std::byte> section = chunk->section(layer);
-    std::vector<std::byte> bad = encoded_;
-    const uint64_t at =
-        static_cast<uint64_t>(section.data() - encoded_.data()) + rng() % section.size();
-    bad[at] ^= std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
-    EXPECT_EQ(codec_.Decode(layout_, bad, out_).code(), kDataLoss);
-    std::vector<std::byte> layer_out(layout_.layer_bytes(40));
-    for (uint32_t other = 0; other < layout_.num_layers; ++other) {
-      const absl::Status status = codec_.DecodeLayer(layout_, bad, other, layer_out);
-      if (other == layer) {
-        EXPECT_EQ(status.code(), kDataLoss);
-      } else {
-        ASSERT_TRUE(status.ok()) << status;
-        EXPECT_EQ(0,
-                  std::memcmp(layer_out.data(), whole.data() + layout_.plane_offset(other, 0, 40),
-                              layer_out.size()));
-      }
-    }
-  }
+  testing::ExpectCorruptSectionsFailAlone(codec_, layout_, 40, encoded_, 20, 9);
 }
 
 TEST_F(CodecFrameTest, ForeignBytesOtherCodecsAndOtherLayoutsAreInvalidArgument) {
