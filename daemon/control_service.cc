@@ -10,7 +10,6 @@
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "openssl/crypto.h"
@@ -132,6 +131,15 @@ absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
       fmt::format("page token '{}' was not produced by this daemon", token));
 }
 
+// in.ReadTag() that refuses (false) a tag longer than 5 bytes, as the generated parser does: a tag
+// is a 32-bit varint, and ReadTag would keep the low bits of a longer encoding. `tag` is 0 at the
+// end of the bytes or the limit, and for a tag that does not parse.
+bool ReadShortTag(google::protobuf::io::CodedInputStream& in, uint32_t& tag) {
+  const int before = in.CurrentPosition();
+  tag = in.ReadTag();
+  return in.CurrentPosition() - before <= 5;
+}
+
 // Decodes one v1::ChunkKey message of `length` bytes at the stream's position, field by field
 // (no message, no string). INVALID_ARGUMENT for bytes that do not parse or a malformed key.
 absl::StatusOr<ChunkKey> ReadChunkKey(google::protobuf::io::CodedInputStream& in, uint32_t length) {
@@ -141,7 +149,7 @@ absl::StatusOr<ChunkKey> ReadChunkKey(google::protobuf::io::CodedInputStream& in
   uint32_t algorithm = 0, key_namespace = 0;
   uint64_t fingerprint = 0;
   std::string_view digest;
-  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+  for (uint32_t tag = 0; ReadShortTag(in, tag) && tag != 0;) {
     const auto type = WireFormatLite::GetTagWireType(tag);
     switch (WireFormatLite::GetTagFieldNumber(tag)) {
       case v1::ChunkKey::kAlgorithmFieldNumber:
@@ -172,7 +180,11 @@ absl::StatusOr<ChunkKey> ReadChunkKey(google::protobuf::io::CodedInputStream& in
         continue;
       }
       default:
-        if (!WireFormatLite::SkipField(&in, tag)) return malformed;
+        // Groups are skipped by reading their tags unchecked: refused, no client sends them.
+        if (type == WireFormatLite::WIRETYPE_START_GROUP ||
+            type == WireFormatLite::WIRETYPE_END_GROUP || !WireFormatLite::SkipField(&in, tag)) {
+          return malformed;
+        }
     }
   }
   if (!in.ConsumedEntireMessage()) return malformed;
@@ -196,34 +208,36 @@ absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionL
                                                         WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
   // A key takes at least 20 bytes on the wire (16-byte digest).
   keys.reserve(std::min<size_t>(flat.size() / 20, limits.max_keys));
+  // Every other field is copied as it came and parsed by the generated parser, which checks it.
   std::string others;
-  {
-    google::protobuf::io::StringOutputStream others_stream(&others);
-    google::protobuf::io::CodedOutputStream others_out(&others_stream);
-    while (true) {
-      const int before = in.CurrentPosition();
-      const uint32_t tag = in.ReadTag();
-      if (tag == 0) {
-        // The end of the bytes, or a tag that does not parse (truncated, or field 0).
-        if (before != static_cast<int>(flat.size())) return malformed;
-        break;
-      }
-      // A tag is a 32-bit varint: longer encodings are malformed (ReadTag would keep its low bits).
-      if (in.CurrentPosition() - before > 5) return malformed;
-      if (tag != kKeysTag) {
-        if (!WireFormatLite::SkipField(&in, tag, &others_out)) return malformed;
-        continue;
-      }
-      if (keys.size() == limits.max_keys) {
-        return absl::InvalidArgumentError(
-            fmt::format("more than {} keys; the limit is {}", limits.max_keys, limits.max_keys));
-      }
-      uint32_t length = 0;
-      if (!in.ReadVarint32(&length)) return malformed;
-      absl::StatusOr<ChunkKey> key = ReadChunkKey(in, length);
-      if (!key.ok()) return key.status();
-      keys.push_back(*key);
+  while (true) {
+    const int before = in.CurrentPosition();
+    uint32_t tag = 0;
+    if (!ReadShortTag(in, tag)) return malformed;
+    if (tag == 0) {
+      // The end of the bytes, or a tag that does not parse (truncated, or field 0).
+      if (before != static_cast<int>(flat.size())) return malformed;
+      break;
     }
+    if (tag != kKeysTag) {
+      if (!WireFormatLite::SkipField(&in, tag)) return malformed;
+      others.append(reinterpret_cast<const char*>(flat.begin()) + before,
+                    static_cast<size_t>(in.CurrentPosition() - before));
+      continue;
+    }
+    if (keys.size() == limits.max_keys) {
+      return absl::InvalidArgumentError(
+          fmt::format("more than {} keys; the limit is {}", limits.max_keys, limits.max_keys));
+    }
+    uint32_t length = 0;
+    // A key may not run past the bytes: ReadTag takes their end for the end of the key.
+    if (!in.ReadVarint32(&length) ||
+        length > flat.size() - static_cast<size_t>(in.CurrentPosition())) {
+      return malformed;
+    }
+    absl::StatusOr<ChunkKey> key = ReadChunkKey(in, length);
+    if (!key.ok()) return key.status();
+    keys.push_back(*key);
   }
   if (in.CurrentPosition() != static_cast<int>(flat.size()) || !fields.ParseFromString(others)) {
     return malformed;

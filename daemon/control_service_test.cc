@@ -234,12 +234,22 @@ TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {
   EXPECT_EQ(Lookup(too_many_keys, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   // Bytes that are no LookupRequest: a truncated key, a field with a bad wire type, a zero tag,
-  // and (found by tests/fuzz/control_lookup_fuzz) a tag cut short and a tag longer than 5 bytes.
+  // and (found by tests/fuzz/control_lookup_fuzz) a tag cut short, a tag longer than 5 bytes, one
+  // inside an unknown group or a key, and a key longer than the bytes left; a group inside a key
+  // is refused too.
   grpc::GenericStub generic(channel_);
   const std::string whole = short_digest.SerializeAsString();
+  const auto keys_field = [](const std::string& key, size_t claimed_extra = 0) {
+    std::string field = {'\x2a', static_cast<char>(key.size() + claimed_extra)};
+    field.append(key);
+    return field;
+  };
+  const std::string overlong_tag("\x88\x80\x80\x80\x80\x00\x01", 7);  // field 1 in 6 bytes
   for (const std::string& bytes :
        {whole.substr(0, whole.size() - 2), std::string("\x0f\x01"), std::string("\x00\x01", 2),
-        std::string("\x8c\xf5"), std::string("\xe0\xf5\xff\xff\xff\xff\x08\x0a")}) {
+        std::string("\x8c\xf5"), std::string("\xe0\xf5\xff\xff\xff\xff\x08\x0a"),
+        "\x63" + overlong_tag + "\x64", keys_field(overlong_tag + one.SerializeAsString()),
+        keys_field(one.SerializeAsString() + "\x2b\x2c"), keys_field(one.SerializeAsString(), 5)}) {
     grpc::Slice slice(bytes);
     grpc::ByteBuffer request(&slice, 1), reply;
     grpc::ClientContext context;
