@@ -10,6 +10,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # storage engine
   liburing-dev librocksdb-dev libucx-dev ucx-utils libxxhash-dev libssl-dev libzstd-dev
+  # codecs: xkv's eigendecomposition
+  libeigen3-dev
   # common libraries
   libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev
   prometheus-cpp-dev libzmq3-dev libmsgpack-dev pybind11-dev python3-dev

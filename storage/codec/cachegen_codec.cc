@@ -249,16 +249,15 @@ absl::StatusOr<std::vector<std::byte>> CacheGenCodec::Encode(const KvLayout& lay
                                                              std::span<const std::byte> payload,
                                                              const CodecParams& params) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
+  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(kName, params));
   STRATA_ASSIGN_OR_RETURN(const Plan plan,
                           MakePlan(layout, num_tokens, BitsOf(params), params.group_size));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(kName, layout, num_tokens, payload));
   CodeStreamEncoder encoder;
   std::vector<std::vector<std::byte>> sections;
-  std::vector<uint64_t> section_bytes;
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> section,
                             EncodeLayer(plan, payload.data() + layer * plan.layer_bytes, encoder));
-    section_bytes.push_back(section.size());
     sections.push_back(std::move(section));
   }
   const EncodedChunkHeader header{.codec = id(),
@@ -267,11 +266,7 @@ absl::StatusOr<std::vector<std::byte>> CacheGenCodec::Encode(const KvLayout& lay
                                   .num_layers = layout.num_layers,
                                   .group_size = plan.group_size,
                                   .decoded_bytes = payload.size()};
-  EncodedChunkWriter writer(header, section_bytes);
-  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
-    std::memcpy(writer.section(layer).data(), sections[layer].data(), sections[layer].size());
-  }
-  return std::move(writer).Finish();
+  return EncodedChunkWriter::Assemble(header, sections);
 }
 
 absl::Status CacheGenCodec::Decode(const KvLayout& layout, std::span<const std::byte> encoded,

@@ -12,6 +12,8 @@ std::string_view CodecIdName(CodecId id) {
       return "kivi2";
     case CodecId::kCacheGen:
       return "cachegen";
+    case CodecId::kXkv:
+      return "xkv";
   }
   return "unknown";
 }

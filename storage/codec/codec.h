@@ -37,10 +37,11 @@ enum class CodecId : uint16_t {
   kKivi4 = 2,
   kKivi2 = 3,
   kCacheGen = 4,
+  kXkv = 5,
 };
 
-// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen"), or "unknown" for a value that
-// names none.
+// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen", "xkv"), or "unknown" for a value
+// that names none.
 std::string_view CodecIdName(CodecId id);
 
 // The parameters a caller may choose per Compress call. Each codec says which it reads; a codec
@@ -48,11 +49,15 @@ std::string_view CodecIdName(CodecId id);
 struct CodecParams {
   // kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the default (32).
   // cachegen: channels per group of one token; 0 picks every channel of the plane.
+  // xkv: consecutive layers factored together; 0 picks the default (4).
   // int8 takes none (0): it scales per token and head.
   uint32_t group_size = 0;
   // cachegen: bits per code, 2, 4 or 8; 0 picks the default (cachegen_codec.h). The other codecs
   // fix their bits and take none (0).
   uint32_t bits = 0;
+  // xkv: the share of each group's energy (squared singular values) its rank keeps, in (0, 1]; 0
+  // picks the default (0.99). The other codecs take none (0).
+  float energy = 0;
 };
 
 class Codec {

@@ -49,6 +49,12 @@ absl::Status CheckOutput(std::span<const std::byte> out, uint64_t expected_bytes
   return absl::OkStatus();
 }
 
+absl::Status CheckNoEnergy(std::string_view codec, const CodecParams& params) {
+  if (params.energy == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      fmt::format("codec {} takes no energy (only xkv does), got {}", codec, params.energy));
+}
+
 absl::Status CheckLayer(const KvLayout& layout, uint32_t layer) {
   if (layer >= layout.num_layers) {
     return absl::InvalidArgumentError(

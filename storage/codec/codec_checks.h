@@ -31,6 +31,9 @@ absl::StatusOr<EncodedChunk> OpenFrame(CodecId codec, const KvLayout& layout,
 // A decode output of exactly `expected_bytes`, aligned to `dtype`; kInvalidArgument otherwise.
 absl::Status CheckOutput(std::span<const std::byte> out, uint64_t expected_bytes, KvDtype dtype);
 
+// kInvalidArgument naming `codec` when params.energy is set (only xkv takes it).
+absl::Status CheckNoEnergy(std::string_view codec, const CodecParams& params);
+
 // kInvalidArgument when `layer` is outside the layout.
 absl::Status CheckLayer(const KvLayout& layout, uint32_t layer);
 

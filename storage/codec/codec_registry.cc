@@ -7,16 +7,18 @@
 #include "fmt/format.h"
 #include "storage/codec/cachegen_codec.h"
 #include "storage/codec/quant_codec.h"
+#include "storage/codec/xkv_codec.h"
 
 namespace strata::storage {
 namespace {
 
-const std::array<const Codec*, 4>& Codecs() {
+const std::array<const Codec*, 5>& Codecs() {
   static const QuantCodec int8(CodecId::kInt8);
   static const QuantCodec kivi4(CodecId::kKivi4);
   static const QuantCodec kivi2(CodecId::kKivi2);
   static const CacheGenCodec cachegen;
-  static const std::array<const Codec*, 4> codecs = {&int8, &kivi4, &kivi2, &cachegen};
+  static const XkvCodec xkv;
+  static const std::array<const Codec*, 5> codecs = {&int8, &kivi4, &kivi2, &cachegen, &xkv};
   return codecs;
 }
 

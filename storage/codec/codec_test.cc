@@ -117,7 +117,7 @@ TEST(CodecRegistryTest, FindsEveryCodecByNameAndId) {
     EXPECT_EQ(*CodecRegistry::Find(codec->id()), codec);
     EXPECT_FALSE(codec->error_bound().empty());
   }
-  EXPECT_THAT(names, ::testing::ElementsAre("int8", "kivi4", "kivi2", "cachegen"));
+  EXPECT_THAT(names, ::testing::ElementsAre("int8", "kivi4", "kivi2", "cachegen", "xkv"));
   EXPECT_EQ(*CodecRegistry::Find("KIVI4"), *CodecRegistry::Find("kivi4"));
 }
 

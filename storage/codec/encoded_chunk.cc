@@ -73,6 +73,18 @@ std::vector<std::byte> EncodedChunkWriter::Finish() && {
   return std::move(frame_);
 }
 
+std::vector<std::byte> EncodedChunkWriter::Assemble(
+    const EncodedChunkHeader& header, std::span<const std::vector<std::byte>> sections) {
+  STRATA_CHECK(sections.size() == header.num_layers);
+  std::vector<uint64_t> section_bytes;
+  for (const std::vector<std::byte>& section : sections) section_bytes.push_back(section.size());
+  EncodedChunkWriter writer(header, section_bytes);
+  for (uint32_t layer = 0; layer < header.num_layers; ++layer) {
+    std::memcpy(writer.section(layer).data(), sections[layer].data(), sections[layer].size());
+  }
+  return std::move(writer).Finish();
+}
+
 absl::StatusOr<EncodedChunk> EncodedChunk::Parse(std::span<const std::byte> encoded) {
   if (encoded.size() < sizeof(kEncodedMagic) || Load<uint32_t>(encoded, 0) != kEncodedMagic) {
     return absl::InvalidArgumentError(fmt::format(

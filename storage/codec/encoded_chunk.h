@@ -65,6 +65,10 @@ class EncodedChunkWriter {
   // Writes the layer table (sizes and section checksums) and the header; returns the frame.
   std::vector<std::byte> Finish() &&;
 
+  // The frame of sections already encoded, one per layer of header.num_layers, in layer order.
+  static std::vector<std::byte> Assemble(const EncodedChunkHeader& header,
+                                         std::span<const std::vector<std::byte>> sections);
+
  private:
   EncodedChunkHeader header_;
   std::vector<uint64_t> offsets_;  // num_layers + 1 section boundaries

@@ -222,6 +222,7 @@ std::string_view QuantCodec::error_bound() const {
              "group (keys: group_size tokens of a channel; values: group_size channels of a "
              "token); residual keys exact";
     case CodecId::kCacheGen:
+    case CodecId::kXkv:
       break;  // not a QuantCodec (the constructor checks)
   }
   return "";
@@ -236,6 +237,7 @@ absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout
     return absl::InvalidArgumentError(
         fmt::format("codec {} takes no bits (it has {}), got {}", name(), bits_, params.bits));
   }
+  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(name(), params));
   STRATA_ASSIGN_OR_RETURN(const LayerPlan plan,
                           Plan(id_, bits_, kivi_, layout, num_tokens, params.group_size));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(name(), layout, num_tokens, payload));
