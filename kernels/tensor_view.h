@@ -23,6 +23,17 @@ constexpr int64_t SaturatingMul(int64_t a, int64_t b) {
   return r;
 }
 
+// clang warns that the read-only views below declare a conversion to their own type (the
+// enable_if keeps it from ever being chosen); GCC does not know the warning.
+#if defined(__clang__)
+#define STRATA_ALLOW_SELF_CONVERSION_BEGIN \
+  _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored \"-Wclass-conversion\"")
+#define STRATA_ALLOW_SELF_CONVERSION_END _Pragma("clang diagnostic pop")
+#else
+#define STRATA_ALLOW_SELF_CONVERSION_BEGIN
+#define STRATA_ALLOW_SELF_CONVERSION_END
+#endif
+
 // A row-major matrix [rows, cols] with a row stride (elements, >= cols).
 template <class Ptr>
 struct BasicMatrixView {
@@ -38,11 +49,13 @@ struct BasicMatrixView {
     return {data, dtype, rows, cols, cols, SaturatingMul(rows, cols)};
   }
   // A mutable view converts to a read-only one. (A template, so that the read-only view declares
-  // no conversion to its own type.)
+  // no usable conversion to its own type.)
+  STRATA_ALLOW_SELF_CONVERSION_BEGIN
   template <class P = Ptr, std::enable_if_t<std::is_same_v<P, void*>, int> = 0>
   operator BasicMatrixView<const void*>() const {
     return {data, dtype, rows, cols, row_stride, extent_elems};
   }
+  STRATA_ALLOW_SELF_CONVERSION_END
 };
 using MatrixView = BasicMatrixView<void*>;
 using ConstMatrixView = BasicMatrixView<const void*>;
@@ -68,10 +81,12 @@ struct BasicHeadsView {
             head_dim,   SaturatingMul(num_heads, head_dim),
             head_dim,   SaturatingMul(num_tokens, SaturatingMul(num_heads, head_dim))};
   }
+  STRATA_ALLOW_SELF_CONVERSION_BEGIN
   template <class P = Ptr, std::enable_if_t<std::is_same_v<P, void*>, int> = 0>
   operator BasicHeadsView<const void*>() const {
     return {data, dtype, num_tokens, num_heads, head_dim, token_stride, head_stride, extent_elems};
   }
+  STRATA_ALLOW_SELF_CONVERSION_END
 };
 using HeadsView = BasicHeadsView<void*>;
 using ConstHeadsView = BasicHeadsView<const void*>;

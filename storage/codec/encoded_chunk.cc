@@ -80,6 +80,7 @@ std::vector<std::byte> EncodedChunkWriter::Assemble(
   for (const std::vector<std::byte>& section : sections) section_bytes.push_back(section.size());
   EncodedChunkWriter writer(header, section_bytes);
   for (uint32_t layer = 0; layer < header.num_layers; ++layer) {
+    if (sections[layer].empty()) continue;  // an empty vector's data() may be null
     std::memcpy(writer.section(layer).data(), sections[layer].data(), sections[layer].size());
   }
   return std::move(writer).Finish();

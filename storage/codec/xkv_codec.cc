@@ -192,7 +192,7 @@ std::vector<std::vector<std::byte>> EncodeGroup(const Shape& s, uint32_t g,
           for (uint32_t j = 0; j < f.rank; ++j, out += 2) PutFp16(out, f.u(t, j));
         }
         out += PadTo4(2ull * s.tokens * f.rank) - 2ull * s.tokens * f.rank;
-        std::memcpy(out, f.scales.data(), 4ull * f.rank);
+        if (f.rank > 0) std::memcpy(out, f.scales.data(), 4ull * f.rank);
         out += 4ull * f.rank;
       }
     }

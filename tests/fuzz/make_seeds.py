@@ -105,3 +105,15 @@ write("engine_request_fuzz", "handshake", frame(handshake))
 write("engine_request_fuzz", "session", frame(handshake) + frame(lookup) + frame(load) +
       frame(commit))
 write("engine_request_fuzz", "truncated", frame(handshake)[:7])
+
+# ---- codec_frame_fuzz: mode, codec index, layout index, tokens, group_size, bits, mutations ----
+# Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv (CodecRegistry::All()).
+for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv"]):
+    for layout in range(4):
+        write("codec_frame_fuzz", f"{name}-layout{layout}", bytes([0, codec, layout, 255, 0, 0]))
+    # A bit flipped in layer 1's section with the checksums recomputed; low-rank KV.
+    write("codec_frame_fuzz", f"{name}-mutated", bytes([5, codec, 0, 31, 0, 0]) +
+          struct.pack("<IB", 0x600, 0x10))
+write("codec_frame_fuzz", "cachegen-4bit-groups", bytes([0, 3, 0, 63, 64, 4]))
+write("codec_frame_fuzz", "xkv-groups-of-1", bytes([4, 4, 1, 39, 1, 0]))
+write("codec_frame_fuzz", "raw-magic", bytes([2, 0, 0, 0, 0, 0]) + b"SKVC" + bytes(60))

@@ -1,0 +1,152 @@
+// Fuzzes the codecs' decoders (storage/codec: EncodedChunk::Parse and every codec's Decode and
+// DecodeLayer), which read encoded chunks that come back from disk or from a peer.
+//
+// Input: byte 0 a mode (bit 0: after mutating, recompute the frame's checksums so that the
+// mutated sections reach the codec's own parser; bit 1: decode the bytes after byte 5 as a frame,
+// with no encoding; bit 2: low-rank rather than shaped KV); byte 1 the codec (an index into
+// CodecRegistry::All()); byte 2 one of four small layouts (MHA bf16, fp16 and fp32, MLA bf16);
+// byte 3 the token count; bytes 4-5 CodecParams group_size and bits; then mutations of 5 bytes
+// each (a little-endian u32 offset into the frame, modulo its size, and a byte XORed there).
+// The payload is storage/codec/testing/shaped_kv.h's, seeded by byte 3.
+//
+// Invariants: Encode is OK or kInvalidArgument; an unmutated frame decodes, and every layer alone
+// decodes to the same bytes; any frame decodes OK, kInvalidArgument or kDataLoss (and ASan checks
+// that nothing is read or written outside the spans given); when Decode succeeds every DecodeLayer
+// succeeds with the same bytes as Decode's.
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/encoded_chunk.h"
+#include "storage/codec/testing/shaped_kv.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+using strata::KvDtype;
+using strata::KvKind;
+using strata::KvLayout;
+namespace storage = strata::storage;
+
+KvLayout FuzzLayout(uint8_t choice) {
+  struct Shape {
+    KvKind kind;
+    KvDtype dtype;
+    uint32_t layers, heads, head_dim, chunk_tokens;
+  };
+  static constexpr Shape kShapes[] = {
+      {KvKind::kMha, KvDtype::kBfloat16, 2, 2, 64, 64},
+      {KvKind::kMha, KvDtype::kFloat16, 3, 1, 32, 40},
+      {KvKind::kMha, KvDtype::kFloat32, 2, 2, 32, 32},
+      {KvKind::kMlaLatent, KvDtype::kBfloat16, 2, 1, 64, 48},
+  };
+  const Shape& s = kShapes[choice % 4];
+  KvLayout layout;
+  layout.model_id = "codec-frame-fuzz";
+  layout.kind = s.kind;
+  layout.dtype = s.dtype;
+  layout.num_layers = s.layers;
+  layout.num_kv_heads = s.heads;
+  layout.head_dim = s.head_dim;
+  layout.chunk_tokens = s.chunk_tokens;
+  return layout;
+}
+
+template <class T>
+T Load(const std::vector<std::byte>& f, uint64_t offset) {
+  T value;
+  std::memcpy(&value, f.data() + offset, sizeof(T));
+  return value;
+}
+
+// Rewrites each section's checksum and the header checksum (encoded_chunk.h's format) when the
+// frame's layer table fits in it; otherwise leaves the frame as it is.
+void FixChecksums(std::vector<std::byte>& f) {
+  if (f.size() < storage::kEncodedHeaderBytes) return;
+  const auto layers = Load<uint32_t>(f, 28);
+  const uint64_t table_end = storage::EncodedFrameOverheadBytes(layers);
+  if (layers > f.size() || table_end > f.size()) return;
+  uint64_t offset = table_end;
+  for (uint32_t l = 0; l < layers; ++l) {
+    const uint64_t entry = storage::kEncodedHeaderBytes + storage::kEncodedLayerEntryBytes * l;
+    const auto size = Load<uint64_t>(f, entry);
+    if (size > f.size() - offset) return;
+    const uint64_t hash = XXH3_64bits(f.data() + offset, size);
+    std::memcpy(f.data() + entry + 8, &hash, 8);
+    offset += size;
+  }
+  const uint64_t hash = XXH3_64bits(f.data() + 12, table_end - 12);
+  std::memcpy(f.data() + 4, &hash, 8);
+}
+
+bool DecodeErrorCode(const absl::Status& status) {
+  return status.ok() || status.code() == absl::StatusCode::kInvalidArgument ||
+         status.code() == absl::StatusCode::kDataLoss;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 6) return 0;
+  const uint8_t mode = data[0];
+  const std::span<const storage::Codec* const> codecs = storage::CodecRegistry::All();
+  const storage::Codec& codec = *codecs[data[1] % codecs.size()];
+  const KvLayout layout = FuzzLayout(data[2]);
+  const uint32_t num_tokens = 1 + data[3] % layout.chunk_tokens;
+  const storage::CodecParams params{.group_size = data[4], .bits = data[5]};
+
+  std::vector<std::byte> frame;
+  const bool raw = (mode & 2) != 0;
+  if (raw) {
+    frame.assign(reinterpret_cast<const std::byte*>(data + 6),
+                 reinterpret_cast<const std::byte*>(data + size));
+  } else {
+    const std::vector<std::byte> payload = storage::testing::MakeKv(
+        layout, num_tokens,
+        (mode & 4) ? storage::testing::KvShape::kLowRank : storage::testing::KvShape::kShaped,
+        data[3]);
+    absl::StatusOr<std::vector<std::byte>> encoded =
+        codec.Encode(layout, num_tokens, payload, params);
+    if (!encoded.ok()) {
+      FUZZ_CHECK(encoded.status().code() == absl::StatusCode::kInvalidArgument);
+      return 0;
+    }
+    frame = *std::move(encoded);
+    for (size_t i = 6; i + 5 <= size; i += 5) {
+      uint32_t offset = 0;
+      std::memcpy(&offset, data + i, 4);
+      frame[offset % frame.size()] ^= static_cast<std::byte>(data[i + 4]);
+    }
+    if (mode & 1) FixChecksums(frame);
+  }
+  const bool mutated = raw || size > 6;
+
+  // Decode's output is sized from the frame's own token count when it parses.
+  absl::StatusOr<storage::EncodedChunk> parsed = storage::EncodedChunk::Parse(frame);
+  FUZZ_CHECK(DecodeErrorCode(parsed.status()));
+  const uint32_t frame_tokens =
+      parsed.ok() && parsed->header().num_tokens <= layout.chunk_tokens
+          ? parsed->header().num_tokens
+          : num_tokens;
+  std::vector<std::byte> out(layout.chunk_bytes(frame_tokens));
+  const absl::Status decoded = codec.Decode(layout, frame, out);
+  FUZZ_CHECK(DecodeErrorCode(decoded));
+  FUZZ_CHECK(decoded.ok() || mutated);
+
+  std::vector<std::byte> layer_out(layout.layer_bytes(frame_tokens));
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    const absl::Status status = codec.DecodeLayer(layout, frame, layer, layer_out);
+    FUZZ_CHECK(DecodeErrorCode(status));
+    if (decoded.ok()) {
+      FUZZ_CHECK(status.ok());
+      FUZZ_CHECK(std::memcmp(layer_out.data(), out.data() + layer * layer_out.size(),
+                             layer_out.size()) == 0);
+    }
+  }
+  return 0;
+}
