@@ -24,11 +24,24 @@
 // machine slows the wall clock but not the figures; output buffers are prefaulted.
 //   <dtype>: 0 bf16, 1 fp16. <group_size>, <bits>: CodecParams (0: the codec's default).
 //   <shape>: 0 shaped, 1 low-rank. <energy>: xkv's CodecParams::energy in thousandths (0: 0.99).
+//
+// An operator's own KV: --kv-file=PATH --kv-layout=layers=N,kv_heads=N,head_dim=N,dtype=D[,kind=K]
+// runs every codec on the file instead: one chunk's layer-major payload (core/kv_layout.h:
+// [layer][plane][token][kv_head][head_dim] in the dtype) of any number of tokens (the file's size
+// over the bytes per token). <dtype> and <shape> are then ignored; a codec that cannot take the
+// layout reports why. Example, a dump of 256 tokens of Llama-3.1-8B:
+//   codec_bench --kv-file=kv.bin --kv-layout=layers=32,kv_heads=8,head_dim=128,dtype=bf16
 #include <time.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -36,6 +49,9 @@
 
 #include "benchmark/benchmark.h"
 #include "core/check.h"
+#include "core/fmt_absl.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
 #include "kernels/paged_attention.h"
 #include "storage/codec/cachegen_codec.h"
 #include "storage/codec/codec_registry.h"
@@ -65,22 +81,23 @@ KvLayout Llama8bLayout(KvDtype dtype) {
 }
 
 // Layer 0's attention output for `queries` ([n, num_kv_heads, head_dim] fp32) over the chunk's
-// 256 tokens of K and V, unmasked, as fp32.
+// tokens (layout.chunk_tokens) of K and V, unmasked, as fp32. MHA layouts only.
 std::vector<float> AttentionOutput(const KvLayout& layout, std::span<const std::byte> payload,
                                    std::span<const float> queries) {
+  const uint32_t tokens = layout.chunk_tokens;
   const int64_t heads = layout.num_kv_heads, dim = layout.head_dim;
   const int64_t n = static_cast<int64_t>(queries.size()) / (heads * dim);
-  std::vector<std::byte> k(payload.begin(), payload.begin() + layout.plane_offset(0, 1, kTokens));
-  std::vector<std::byte> v(payload.begin() + layout.plane_offset(0, 1, kTokens),
-                           payload.begin() + layout.layer_bytes(kTokens));
-  const int64_t extent = kTokens * heads * dim;
+  std::vector<std::byte> k(payload.begin(), payload.begin() + layout.plane_offset(0, 1, tokens));
+  std::vector<std::byte> v(payload.begin() + layout.plane_offset(0, 1, tokens),
+                           payload.begin() + layout.layer_bytes(tokens));
+  const int64_t extent = tokens * heads * dim;
   std::vector<float> out(queries.size());
-  const int32_t block_table[] = {0}, seq_lens[] = {kTokens};
+  const int32_t block_table[] = {0}, seq_lens[] = {static_cast<int32_t>(tokens)};
   const int32_t query_start_loc[] = {0, static_cast<int32_t>(n)};
   kernels::PagedAttentionArgs args{
       .q = kernels::ConstHeadsView::Dense(queries.data(), KvDtype::kFloat32, n, heads, dim),
       .out = kernels::HeadsView::Dense(out.data(), KvDtype::kFloat32, n, heads, dim),
-      .kv_spec = kernels::PagedKvSpec::Contiguous(layout.dtype, 2, 1, kTokens, heads, dim),
+      .kv_spec = kernels::PagedKvSpec::Contiguous(layout.dtype, 2, 1, tokens, heads, dim),
       .kv = kernels::PagedKvLayer::FromSeparatePlanes(k.data(), extent, v.data(), extent),
       .block_table = block_table,
       .max_blocks_per_seq = 1,
@@ -107,34 +124,111 @@ double AttentionError(const KvLayout& layout, std::span<const std::byte> origina
   return std::sqrt(err2 / norm2);
 }
 
+// A user's KV (--kv-file, --kv-layout): one layer-major chunk payload; its token count is the
+// file's size over the layout's bytes per token (layout.chunk_tokens is set to it).
+struct UserKv {
+  KvLayout layout;
+  std::vector<std::byte> payload;
+};
+std::optional<UserKv>& User() {
+  static std::optional<UserKv> user;
+  return user;
+}
+
+// "layers=32,kv_heads=8,head_dim=128,dtype=bf16,kind=mha" (model= and positional= too).
+absl::StatusOr<KvLayout> ParseLayoutSpec(std::string_view spec) {
+  KvLayout layout;
+  layout.model_id = "kv-file";
+  while (!spec.empty()) {
+    const std::string_view field = spec.substr(0, spec.find(','));
+    spec.remove_prefix(std::min(spec.size(), field.size() + 1));
+    const size_t equals = field.find('=');
+    const std::string_view key = field.substr(0, equals);
+    const std::string_view value =
+        equals == std::string_view::npos ? std::string_view() : field.substr(equals + 1);
+    uint32_t number = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    const bool numeric = error == std::errc() && end == value.data() + value.size();
+    if (key == "layers" && numeric) {
+      layout.num_layers = number;
+    } else if (key == "kv_heads" && numeric) {
+      layout.num_kv_heads = number;
+    } else if (key == "head_dim" && numeric) {
+      layout.head_dim = number;
+    } else if (key == "dtype") {
+      STRATA_ASSIGN_OR_RETURN(layout.dtype, ParseKvDtype(value));
+    } else if (key == "kind") {
+      STRATA_ASSIGN_OR_RETURN(layout.kind, ParseKvKind(value));
+    } else if (key == "positional") {
+      STRATA_ASSIGN_OR_RETURN(layout.positional, ParsePositionalFormat(value));
+    } else if (key == "model") {
+      layout.model_id = std::string(value);
+    } else {
+      return absl::InvalidArgumentError(fmt::format(
+          "--kv-layout: '{}' is not one of layers=N, kv_heads=N, head_dim=N, dtype=, kind=, "
+          "positional=, model=",
+          field));
+    }
+  }
+  return layout;
+}
+
+absl::StatusOr<UserKv> LoadUserKv(const std::string& path, std::string_view spec) {
+  UserKv user;
+  STRATA_ASSIGN_OR_RETURN(user.layout, ParseLayoutSpec(spec));
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(fmt::format("--kv-file: cannot open {}", path));
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const uint64_t per_token = user.layout.bytes_per_token();
+  if (per_token == 0 || bytes.empty() || bytes.size() % per_token != 0 ||
+      bytes.size() / per_token > (1u << 20)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--kv-file: {} holds {} bytes, not a whole number (1 or more) of {}-byte tokens of {}",
+        path, bytes.size(), per_token, user.layout.DebugString()));
+  }
+  user.layout.chunk_tokens = static_cast<uint32_t>(bytes.size() / per_token);
+  STRATA_RETURN_IF_ERROR(user.layout.Validate());
+  user.payload.resize(bytes.size());
+  std::memcpy(user.payload.data(), bytes.data(), bytes.size());
+  return user;
+}
+
 // Payloads are generated once per (dtype, shape) and shared by every benchmark.
 const std::vector<std::byte>& Payload(const KvLayout& layout, testing::KvShape shape) {
   static std::map<std::tuple<KvDtype, testing::KvShape>, std::vector<std::byte>> cache;
   auto [it, inserted] = cache.try_emplace({layout.dtype, shape});
-  if (inserted) it->second = testing::MakeKv(layout, kTokens, shape, 42);
+  if (inserted) it->second = testing::MakeKv(layout, layout.chunk_tokens, shape, 42);
   return it->second;
 }
 
 void BM_Codec(benchmark::State& state, std::string_view codec_name) {
+  const std::optional<UserKv>& user = User();
   const KvLayout layout =
-      Llama8bLayout(state.range(0) == 0 ? KvDtype::kBfloat16 : KvDtype::kFloat16);
+      user ? user->layout
+           : Llama8bLayout(state.range(0) == 0 ? KvDtype::kBfloat16 : KvDtype::kFloat16);
+  const uint32_t tokens = layout.chunk_tokens;
   const CodecParams params{.group_size = static_cast<uint32_t>(state.range(1)),
                            .bits = static_cast<uint32_t>(state.range(2)),
                            .energy = static_cast<float>(state.range(4)) / 1000};
   const Codec& codec = **CodecRegistry::Find(codec_name);
   const bool low_rank = state.range(3) == 1;
   const std::vector<std::byte>& payload =
-      Payload(layout, low_rank ? testing::KvShape::kLowRank : testing::KvShape::kShaped);
+      user ? user->payload
+           : Payload(layout, low_rank ? testing::KvShape::kLowRank : testing::KvShape::kShaped);
   const uint64_t raw_bytes = payload.size();
   std::vector<std::byte> decoded(raw_bytes, std::byte{1});
   std::vector<std::byte> copied(raw_bytes, std::byte{1});
-  std::vector<std::byte> layer_out(layout.layer_bytes(kTokens), std::byte{1});
+  std::vector<std::byte> layer_out(layout.layer_bytes(tokens), std::byte{1});
 
   // Errors, outside the timed loop.
   {
     const std::vector<std::byte>& gauss = Payload(layout, testing::KvShape::kGaussian);
-    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, kTokens, gauss, params);
-    STRATA_CHECK(encoded.ok() && codec.Decode(layout, *encoded, decoded).ok());
+    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, tokens, gauss, params);
+    if (!encoded.ok()) {  // a codec that cannot take this layout or these parameters
+      state.SkipWithError(std::string(encoded.status().message()).c_str());
+      return;
+    }
+    STRATA_CHECK(codec.Decode(layout, *encoded, decoded).ok());
     state.counters["gauss_rel_err"] =
         testing::CompareKv(layout.dtype, gauss, decoded).relative_frobenius;
   }
@@ -143,7 +237,7 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
   uint64_t encoded_bytes = 0;
   for (auto _ : state) {
     double t0 = ThreadCpuSeconds();
-    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, kTokens, payload, params);
+    absl::StatusOr<std::vector<std::byte>> encoded = codec.Encode(layout, tokens, payload, params);
     double t1 = ThreadCpuSeconds();
     STRATA_CHECK(encoded.ok());
     encode_s += t1 - t0;
@@ -174,7 +268,9 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
   state.counters["ratio"] = double(raw_bytes) / double(encoded_bytes);
   state.counters["rel_err"] = error.relative_frobenius;
   state.counters["max_abs"] = error.max_abs;
-  state.counters["attn_rel_err"] = AttentionError(layout, payload, decoded);
+  if (layout.kind == KvKind::kMha) {
+    state.counters["attn_rel_err"] = AttentionError(layout, payload, decoded);
+  }
   state.counters["encode_GBps"] = bytes / encode_s / 1e9;
   state.counters["decode_GBps"] = bytes / decode_s / 1e9;
   state.counters["decode_layer_GBps"] = bytes / layer_s / 1e9;
@@ -182,13 +278,13 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
   state.counters["decode_x_memcpy"] = memcpy_s / decode_s;
   if (codec.id() == CodecId::kCacheGen) {
     const absl::StatusOr<uint64_t> quantized =
-        CacheGenCodec::QuantizedOnlyBytes(layout, kTokens, params);
+        CacheGenCodec::QuantizedOnlyBytes(layout, tokens, params);
     STRATA_CHECK(quantized.ok());
     state.counters["x_quantizer"] = double(*quantized) / double(encoded_bytes);
   }
   if (codec.id() == CodecId::kXkv) {
     const absl::StatusOr<std::vector<uint32_t>> ranks =
-        XkvCodec::Ranks(layout, *codec.Encode(layout, kTokens, payload, params));
+        XkvCodec::Ranks(layout, *codec.Encode(layout, tokens, payload, params));
     STRATA_CHECK(ranks.ok());
     double k = 0, v = 0;
     for (size_t i = 0; i < ranks->size(); i += 2) {
@@ -198,8 +294,10 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
     state.counters["rank_k"] = k / double(ranks->size() / 2);
     state.counters["rank_v"] = v / double(ranks->size() / 2);
   }
-  state.SetLabel(std::string(codec_name) + (state.range(0) == 0 ? " bf16" : " fp16") +
-                 (low_rank ? " low-rank" : " shaped"));
+  state.SetLabel(std::string(codec_name) +
+                 (user ? " kv-file"
+                       : std::string(state.range(0) == 0 ? " bf16" : " fp16") +
+                             (low_rank ? " low-rank" : " shaped")));
 }
 
 void Register(const char* name, std::vector<std::vector<int64_t>> args) {
@@ -210,7 +308,15 @@ void Register(const char* name, std::vector<std::vector<int64_t>> args) {
   bench->Iterations(6)->Unit(benchmark::kMillisecond);
 }
 
-const bool kRegistered = [] {
+void RegisterAll() {
+  if (User()) {  // the user's KV, in its own dtype: each codec at its defaults, and a few variants
+    Register("int8", {{0, 0, 0, 0, 0}});
+    Register("kivi4", {{0, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
+    Register("kivi2", {{0, 0, 0, 0, 0}});
+    Register("cachegen", {{0, 0, 8, 0, 0}, {0, 0, 4, 0, 0}});
+    Register("xkv", {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 999}});
+    return;
+  }
   Register("int8", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
   Register("kivi4", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
   Register("kivi2", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
@@ -219,10 +325,38 @@ const bool kRegistered = [] {
   Register(
       "xkv",
       {{0, 0, 0, 1, 0}, {0, 0, 0, 1, 999}, {0, 0, 0, 1, 900}, {0, 8, 0, 1, 0}, {0, 0, 0, 0, 0}});
-  return true;
-}();
+}
 
 }  // namespace
 }  // namespace strata::storage
 
-BENCHMARK_MAIN();
+// Takes --kv-file=PATH and --kv-layout=SPEC out of the arguments; Google Benchmark reads the rest.
+int main(int argc, char** argv) {
+  std::string kv_file, kv_layout;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--kv-file=")) {
+      kv_file = arg.substr(10);
+    } else if (arg.starts_with("--kv-layout=")) {
+      kv_layout = arg.substr(12);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (!kv_file.empty() || !kv_layout.empty()) {
+    absl::StatusOr<strata::storage::UserKv> user = strata::storage::LoadUserKv(kv_file, kv_layout);
+    if (!user.ok()) {
+      std::fprintf(stderr, "codec_bench: %s\n", std::string(user.status().message()).c_str());
+      return 2;
+    }
+    strata::storage::User() = *std::move(user);
+  }
+  strata::storage::RegisterAll();
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

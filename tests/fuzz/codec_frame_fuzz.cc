@@ -129,10 +129,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Decode's output is sized from the frame's own token count when it parses.
   absl::StatusOr<storage::EncodedChunk> parsed = storage::EncodedChunk::Parse(frame);
   FUZZ_CHECK(DecodeErrorCode(parsed.status()));
-  const uint32_t frame_tokens =
-      parsed.ok() && parsed->header().num_tokens <= layout.chunk_tokens
-          ? parsed->header().num_tokens
-          : num_tokens;
+  const uint32_t frame_tokens = parsed.ok() && parsed->header().num_tokens <= layout.chunk_tokens
+                                    ? parsed->header().num_tokens
+                                    : num_tokens;
   std::vector<std::byte> out(layout.chunk_bytes(frame_tokens));
   const absl::Status decoded = codec.Decode(layout, frame, out);
   FUZZ_CHECK(DecodeErrorCode(decoded));
