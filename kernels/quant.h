@@ -81,8 +81,8 @@ absl::Status ValidateDequantize(const QuantParams& params, const ConstMatrixView
                                 size_t code_words, size_t num_scales, size_t num_zeros);
 
 // The CPU code paths of Dequantize: the same loops built for the compiler's baseline instruction
-// set and, on x86-64, for AVX2. Dequantize takes the fastest path the CPU has; the results are
-// identical bit for bit (the tests compare them).
+// set and, on x86-64, for AVX2 (with F16C's fp16 conversions). Dequantize takes the fastest path
+// the CPU has; the results are identical bit for bit (the tests compare them).
 enum class DequantizePath : uint8_t { kBaseline = 1, kAvx2 = 2 };
 bool DequantizePathAvailable(DequantizePath path);
 // Dequantize on `path`; kFailedPrecondition when this CPU (or build) lacks it.
