@@ -1,0 +1,107 @@
+// TinyTransformer: a small decoder-only transformer on CPU, the correctness oracle of the
+// position-independent reuse work (issue 17, ALGORITHMS.md section 3). Random weights from a seed,
+// Llama-shaped: token embedding, then per layer RMSNorm, Q/K/V projections with grouped-query
+// attention, RoPE (kernels/rope.h), causal softmax attention, the output projection and a
+// SiLU-gated MLP, each with a residual; no logits (the final hidden states are what reuse is judged
+// by).
+//
+// Attention runs through the kernels' CPU references over a NoPE cache: keys are kept before RoPE
+// and kernels::PagedAttention rotates each query and key at its own position (MEPIC's fused-RoPE
+// path), one token per block so that every cached token carries its own position. With
+// `rotate_explicitly`, queries and keys are rotated first (kernels::ApplyRope) and attention runs
+// with no RoPE: the standard path the fused one must equal.
+//
+// Two entry points:
+//   - Prefill: a whole prompt at positions first_position.., every token attending to those
+//     before it (what an engine computes with no cache);
+//   - Extend: new tokens attending to a given context (cached or computed KV of earlier tokens,
+//     each at its own position) and causally to each other: chunked prefill, and reuse of cached
+//     chunks at positions they were not computed at.
+// Pure functions of the weights; thread-safe after Create.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/rope.h"
+
+namespace strata::testing {
+
+struct TinyConfig {
+  int64_t layers = 3;
+  int64_t q_heads = 4;
+  int64_t kv_heads = 2;  // GQA: q_heads / kv_heads query heads share one KV head
+  int64_t head_dim = 32;
+  int64_t ffn_dim = 256;
+  int64_t vocab = 512;
+  double rope_theta = 10000.0;
+  int64_t max_position = 4096;
+  uint64_t seed = 1;
+
+  int64_t hidden() const { return q_heads * head_dim; }
+  int64_t kv_width() const { return kv_heads * head_dim; }
+};
+
+// The KV of some tokens, per layer: keys before RoPE (NoPE) and values, [token][kv_heads][head_dim]
+// fp32, and each token's position.
+struct TinyKv {
+  std::vector<std::vector<float>> keys;    // [layer]
+  std::vector<std::vector<float>> values;  // [layer]
+  std::vector<int64_t> positions;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(positions.size()); }
+  // The tokens [begin, end) of this KV.
+  TinyKv Slice(int64_t begin, int64_t end) const;
+  // This KV followed by `other`'s tokens.
+  TinyKv Concat(const TinyKv& other) const;
+  // The same KV at other positions (keys stay NoPE: moving a chunk is only new positions).
+  TinyKv AtPositions(int64_t first_position) const;
+};
+
+struct TinyOutput {
+  std::vector<float> hidden;  // [token][hidden]: the last layer's output
+  TinyKv kv;                  // the new tokens' KV
+};
+
+class TinyTransformer {
+ public:
+  // kInvalidArgument for non-positive sizes, q_heads not a multiple of kv_heads, an odd head_dim.
+  static absl::StatusOr<TinyTransformer> Create(const TinyConfig& config);
+
+  const TinyConfig& config() const { return config_; }
+
+  // The whole prompt at positions [first_position, first_position + tokens.size()).
+  absl::StatusOr<TinyOutput> Prefill(std::span<const uint32_t> tokens, int64_t first_position = 0,
+                                     bool rotate_explicitly = false) const;
+
+  // `tokens` at positions [first_position, ...), attending to every token of `context` (at its
+  // positions) and causally to each other. kInvalidArgument for a context of another model
+  // shape, a token outside the vocabulary or a position outside [0, max_position).
+  absl::StatusOr<TinyOutput> Extend(const TinyKv& context, std::span<const uint32_t> tokens,
+                                    int64_t first_position, bool rotate_explicitly = false) const;
+
+ private:
+  TinyTransformer(TinyConfig config, kernels::RopeTable rope)
+      : config_(config), rope_(std::move(rope)) {}
+
+  // Attention of queries `q` (the last query_positions.size() tokens of `kv`) over `kv`'s
+  // layer `layer`, causally.
+  absl::Status Attend(std::span<const float> q, const TinyKv& kv, int64_t layer,
+                      std::span<const int64_t> query_positions, bool rotate_explicitly,
+                      std::span<float> out) const;
+
+  struct Layer {
+    std::vector<float> attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  TinyConfig config_;
+  kernels::RopeTable rope_;
+  std::vector<float> embedding_;  // [vocab][hidden]
+  std::vector<Layer> layers_;
+};
+
+// ||a - b||_F / ||b||_F.
+double RelativeDifference(std::span<const float> a, std::span<const float> b);
+
+}  // namespace strata::testing
