@@ -26,13 +26,10 @@ bool Under(const std::string& path, const std::string& dir) {
   return !dir.empty() && path.starts_with(dir);
 }
 
-}  // namespace
-
-absl::StatusOr<ProcessUsage> ReadProcessUsage(pid_t pid, const std::string& owned_dir) {
-  const std::filesystem::path proc = fmt::format("/proc/{}", pid);
-  ProcessUsage usage;
+// VmRSS and Threads from /proc/PID/status into `usage`; kNotFound when the process is gone.
+absl::Status ReadStatus(const std::filesystem::path& proc, ProcessUsage& usage) {
   std::ifstream status(proc / "status");
-  if (!status) return absl::NotFoundError(fmt::format("process {} is gone", pid));
+  if (!status) return absl::NotFoundError(fmt::format("{} is gone", proc.string()));
   for (std::string line; std::getline(status, line);) {
     if (line.starts_with("VmRSS:")) {
       std::istringstream fields(line.substr(6));
@@ -43,6 +40,21 @@ absl::StatusOr<ProcessUsage> ReadProcessUsage(pid_t pid, const std::string& owne
       usage.threads = std::stoull(line.substr(8));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ReadRssBytes(pid_t pid) {
+  ProcessUsage usage;
+  if (absl::Status s = ReadStatus(fmt::format("/proc/{}", pid), usage); !s.ok()) return s;
+  return usage.rss_bytes;
+}
+
+absl::StatusOr<ProcessUsage> ReadProcessUsage(pid_t pid, const std::string& owned_dir) {
+  const std::filesystem::path proc = fmt::format("/proc/{}", pid);
+  ProcessUsage usage;
+  if (absl::Status s = ReadStatus(proc, usage); !s.ok()) return s;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(proc / "fd", ec)) {
     std::error_code gone;

@@ -34,6 +34,10 @@ struct ProcessUsage {
 // kNotFound when the process is gone, kInternal when /proc cannot be read.
 absl::StatusOr<ProcessUsage> ReadProcessUsage(pid_t pid, const std::string& owned_dir);
 
+// The process's VmRSS alone (one small read of /proc/PID/status, for frequent sampling);
+// kNotFound when the process is gone.
+absl::StatusOr<uint64_t> ReadRssBytes(pid_t pid);
+
 // "socket 12, memfd 3, ..." for a report.
 std::string DescribeFds(const ProcessUsage& usage);
 

@@ -511,8 +511,8 @@ SoakReport Soak::Run() {
       next_mass_kill = After(options_.min_mass_kill_gap, options_.max_mass_kill_gap);
     }
     if (daemon_ != nullptr) {
-      absl::StatusOr<ProcessUsage> usage = ReadProcessUsage(daemon_->pid(), disk_dir_);
-      if (usage.ok()) report_.rss_high_water = std::max(report_.rss_high_water, usage->rss_bytes);
+      const absl::StatusOr<uint64_t> rss = ReadRssBytes(daemon_->pid());
+      if (rss.ok()) report_.rss_high_water = std::max(report_.rss_high_water, *rss);
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
