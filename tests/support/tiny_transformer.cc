@@ -154,6 +154,8 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
   }
   output.kv.positions.resize(static_cast<size_t>(n));
   std::iota(output.kv.positions.begin(), output.kv.positions.end(), first_position);
+  std::vector<int64_t> all_positions = context.positions;
+  all_positions.insert(all_positions.end(), output.kv.positions.begin(), output.kv.positions.end());
 
   std::vector<float> normed(static_cast<size_t>(h)), q(static_cast<size_t>(n * h));
   std::vector<float> attn(static_cast<size_t>(n * h)), projected(static_cast<size_t>(h));
@@ -167,12 +169,12 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
       MatVec(normed.data(), w.wk, h, kvw, keys.data() + t * kvw);
       MatVec(normed.data(), w.wv, h, kvw, values.data() + t * kvw);
     }
-    TinyKv all = context;
-    all.keys[l].insert(all.keys[l].end(), keys.begin(), keys.end());
-    all.values[l].insert(all.values[l].end(), values.begin(), values.end());
-    all.positions.insert(all.positions.end(), output.kv.positions.begin(),
-                         output.kv.positions.end());
-    STRATA_RETURN_IF_ERROR(Attend(q, all, l, output.kv.positions, rotate_explicitly, attn));
+    // This layer's context followed by the new tokens.
+    std::vector<float> all_keys = context.keys[l], all_values = context.values[l];
+    all_keys.insert(all_keys.end(), keys.begin(), keys.end());
+    all_values.insert(all_values.end(), values.begin(), values.end());
+    STRATA_RETURN_IF_ERROR(Attend(q, std::move(all_keys), std::move(all_values), all_positions,
+                                  output.kv.positions, rotate_explicitly, attn));
     for (int64_t t = 0; t < n; ++t) {
       float* xt = x.data() + t * h;
       MatVec(attn.data() + t * h, w.wo, h, h, projected.data());
@@ -191,15 +193,14 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
   return output;
 }
 
-absl::Status TinyTransformer::Attend(std::span<const float> q, const TinyKv& kv, int64_t layer,
+absl::Status TinyTransformer::Attend(std::span<const float> q, std::vector<float> keys,
+                                     std::vector<float> values, std::span<const int64_t> positions,
                                      std::span<const int64_t> query_positions,
                                      bool rotate_explicitly, std::span<float> out) const {
   const TinyConfig& c = config_;
-  const int64_t total = kv.num_tokens();
+  const auto total = static_cast<int64_t>(positions.size());
   const auto n = static_cast<int64_t>(query_positions.size());
   std::vector<float> queries(q.begin(), q.end());
-  std::vector<float> keys = kv.keys[static_cast<size_t>(layer)];
-  std::vector<float> values = kv.values[static_cast<size_t>(layer)];
   kernels::RopeTableView rope = rope_.view();
   if (rotate_explicitly) {
     const auto q_view =
@@ -207,7 +208,7 @@ absl::Status TinyTransformer::Attend(std::span<const float> q, const TinyKv& kv,
     STRATA_RETURN_IF_ERROR(kernels::ApplyRope(rope_, q_view, q_view, query_positions));
     const auto k_view =
         kernels::HeadsView::Dense(keys.data(), KvDtype::kFloat32, total, c.kv_heads, c.head_dim);
-    STRATA_RETURN_IF_ERROR(kernels::ApplyRope(rope_, k_view, k_view, kv.positions));
+    STRATA_RETURN_IF_ERROR(kernels::ApplyRope(rope_, k_view, k_view, positions));
     rope = {};
   }
   // One token per block, so that each cached token has its own position.
@@ -228,7 +229,7 @@ absl::Status TinyTransformer::Attend(std::span<const float> q, const TinyKv& kv,
       .seq_lens = seq_lens,
       .query_start_loc = query_start_loc,
       .query_positions = query_positions,
-      .block_positions = kv.positions,
+      .block_positions = positions,
       .rope = rope,
       .causal = true};
   return kernels::PagedAttention(args);

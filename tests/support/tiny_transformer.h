@@ -86,11 +86,12 @@ class TinyTransformer {
   TinyTransformer(TinyConfig config, kernels::RopeTable rope)
       : config_(config), rope_(std::move(rope)) {}
 
-  // Attention of queries `q` (the last query_positions.size() tokens of `kv`) over `kv`'s
-  // layer `layer`, causally.
-  absl::Status Attend(std::span<const float> q, const TinyKv& kv, int64_t layer,
-                      std::span<const int64_t> query_positions, bool rotate_explicitly,
-                      std::span<float> out) const;
+  // Attention of queries `q` (the last query_positions.size() of the tokens) over one layer's
+  // `keys` and `values` ([token][kv_heads][head_dim], taken: rotated in place when
+  // rotate_explicitly) at `positions`, causally.
+  absl::Status Attend(std::span<const float> q, std::vector<float> keys, std::vector<float> values,
+                      std::span<const int64_t> positions, std::span<const int64_t> query_positions,
+                      bool rotate_explicitly, std::span<float> out) const;
 
   struct Layer {
     std::vector<float> attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
