@@ -87,6 +87,7 @@ struct PyOptions : PyLayoutFields {
   bool store_partial_chunks = false;
   bool verify_checksums = true;
   bool async_loads = false;
+  int32_t null_block_id = -1;
   std::string device_backend = "auto";
   int device_ordinal = 0;
 
@@ -108,6 +109,7 @@ struct PyOptions : PyLayoutFields {
     o.store_partial_chunks = store_partial_chunks;
     o.verify_checksums = verify_checksums;
     o.async_loads = async_loads;
+    o.null_block_id = null_block_id;
     o.transfer_hold = std::chrono::milliseconds(transfer_hold_ms);
     o.transfer_lookup_budget = std::chrono::milliseconds(transfer_lookup_budget_ms);
     o.device_backend = Take(storage::ParseDeviceBackend(device_backend));
@@ -236,6 +238,7 @@ PYBIND11_MODULE(strata_connector, m) {
       .def_readwrite("store_partial_chunks", &PyOptions::store_partial_chunks)
       .def_readwrite("verify_checksums", &PyOptions::verify_checksums)
       .def_readwrite("async_loads", &PyOptions::async_loads)
+      .def_readwrite("null_block_id", &PyOptions::null_block_id)
       .def_readwrite("transfer_hold_ms", &PyOptions::transfer_hold_ms)
       .def_readwrite("transfer_lookup_budget_ms", &PyOptions::transfer_lookup_budget_ms)
       .def_readwrite("device_backend", &PyOptions::device_backend)
@@ -246,16 +249,16 @@ PYBIND11_MODULE(strata_connector, m) {
       .def(py::init([](std::string request_id, const std::string& kind, int64_t num_computed_tokens,
                        int64_t num_scheduled_tokens, std::vector<int32_t> block_ids,
                        std::vector<uint32_t> prompt_tokens, std::string tenant_salt,
-                       std::string lora_name) {
-             return ScheduledRequest{std::move(request_id),  ParseKind(kind),
-                                     num_computed_tokens,    num_scheduled_tokens,
-                                     std::move(block_ids),   std::move(prompt_tokens),
-                                     std::move(tenant_salt), std::move(lora_name)};
+                       std::string lora_name, int64_t save_limit_tokens) {
+             return ScheduledRequest{
+                 std::move(request_id),  ParseKind(kind),      num_computed_tokens,
+                 num_scheduled_tokens,   std::move(block_ids), std::move(prompt_tokens),
+                 std::move(tenant_salt), std::move(lora_name), save_limit_tokens};
            }),
            py::arg("request_id"), py::arg("kind"), py::arg("num_computed_tokens"),
            py::arg("num_scheduled_tokens"), py::arg("block_ids") = std::vector<int32_t>{},
            py::arg("prompt_tokens") = std::vector<uint32_t>{}, py::arg("tenant_salt") = "",
-           py::arg("lora_name") = "")
+           py::arg("lora_name") = "", py::arg("save_limit_tokens") = -1)
       .def_readonly("request_id", &ScheduledRequest::request_id)
       .def_readonly("num_computed_tokens", &ScheduledRequest::num_computed_tokens)
       .def_readonly("num_scheduled_tokens", &ScheduledRequest::num_scheduled_tokens)
@@ -345,6 +348,12 @@ PYBIND11_MODULE(strata_connector, m) {
             Check(s.UpdateStateAfterAlloc(request_id, block_ids, num_external_tokens));
           },
           py::arg("request_id"), py::arg("block_ids"), py::arg("num_external_tokens"))
+      .def(
+          "make_load_async",
+          [](SchedulerConnector& s, const std::string& request_id) {
+            Check(s.MakeLoadAsync(request_id));
+          },
+          py::arg("request_id"))
       .def(
           "build_connector_meta",
           [](SchedulerConnector& s, std::vector<ScheduledRequest> requests,

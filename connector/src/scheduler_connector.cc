@@ -76,6 +76,16 @@ struct SchedulerConnector::Impl {
     return std::min((position / chunk_tokens() + 1) * chunk_tokens(), prompt_len);
   }
 
+  // The first of `block_ids[0, end_block)` after the last null block (ConnectorOptions::
+  // null_block_id): a sliding-window group's blocks before it were freed. 0 when none is null.
+  int64_t FirstLiveBlock(std::span<const int32_t> block_ids, int64_t end_block) const {
+    if (options.null_block_id < 0) return 0;
+    for (int64_t b = end_block; b > 0; --b) {
+      if (block_ids[b - 1] == options.null_block_id) return b;
+    }
+    return 0;
+  }
+
   // A load that could not be planned: the worker reports blocks [begin, end) as failed.
   // `async`: the engine was promised an asynchronous load, and waits for the workers to report
   // the request.
@@ -259,17 +269,41 @@ absl::Status SchedulerConnector::UpdateStateAfterAlloc(std::string_view request_
         fmt::format("request {}: {} blocks of {} tokens do not cover positions up to {}",
                     request_id, block_ids.size(), s.options.block_size, end));
   }
+  // Positions in null blocks need no KV: the engine never reads them.
+  const int64_t block_size = s.options.block_size;
+  const int64_t live_begin =
+      std::max(begin, s.FirstLiveBlock(block_ids, CeilDiv(end, block_size)) * block_size);
+  if (live_begin >= end) {
+    // Nothing to copy; an asynchronous load still goes out (empty) so the workers report it.
+    if (state.load_async) state.pending_load = s.FailedLoad(request_id, {}, 0, 0, true);
+    return absl::OkStatus();
+  }
   const int64_t prompt_len = static_cast<int64_t>(state.tokens.size());
   TransferSpec spec;
   spec.request_id = std::string(request_id);
   spec.tokens.assign(state.tokens.begin(), state.tokens.begin() + s.ChunkEnd(end - 1, prompt_len));
   spec.tenant_salt = state.tenant_salt;
   spec.lora_name = state.lora_name;
-  spec.token_begin = begin;
+  spec.token_begin = live_begin;
   spec.token_end = end;
   spec.block_ids.assign(block_ids.begin(), block_ids.begin() + CeilDiv(end, s.options.block_size));
   spec.async = state.load_async;
   state.pending_load = std::move(spec);
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerConnector::MakeLoadAsync(std::string_view request_id) {
+  Impl& s = *impl_;
+  if (!s.options.async_loads) {
+    return absl::FailedPreconditionError("connector: asynchronous loads are off (async_loads)");
+  }
+  absl::MutexLock lock(&s.mu);
+  auto it = s.requests.find(std::string(request_id));
+  if (it == s.requests.end()) {
+    return absl::NotFoundError(fmt::format("request {}: no lookup recorded it", request_id));
+  }
+  if (!it->second.load_async && it->second.matched > 0) ++s.stats.async_loads_offered;
+  it->second.load_async = it->second.matched > 0;
   return absl::OkStatus();
 }
 
@@ -320,8 +354,9 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
     if (!s.options.enable_save) continue;
 
     const int64_t prompt_len = static_cast<int64_t>(state.tokens.size());
-    const int64_t computed =
+    int64_t computed =
         std::min(request.num_computed_tokens + request.num_scheduled_tokens, prompt_len);
+    if (request.save_limit_tokens >= 0) computed = std::min(computed, request.save_limit_tokens);
     int64_t end_chunk = computed / chunk;
     if (state.partial && computed == prompt_len && prompt_len % chunk != 0) {
       ++end_chunk;
@@ -341,6 +376,10 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
                  request.request_id, state.block_ids.size(), token_end);
       continue;
     }
+    // A chunk that spans a null block lost part of its KV: save from the chunk after it.
+    const int64_t live_block = s.FirstLiveBlock(state.block_ids, blocks_needed);
+    begin_chunk = std::max(begin_chunk, CeilDiv(live_block * s.options.block_size, chunk));
+    if (begin_chunk >= end_chunk) continue;
     TransferSpec spec;
     spec.request_id = request.request_id;
     spec.tokens.assign(state.tokens.begin(), state.tokens.begin() + token_end);

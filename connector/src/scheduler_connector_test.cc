@@ -268,6 +268,93 @@ TEST_F(SchedulerConnectorTest, SavesFollowChunkedPrefillAndBlockChanges) {
   EXPECT_TRUE(meta.saves.empty());
 }
 
+// A sliding-window KV-cache group: blocks that fell out of the window are the null block.
+TEST(SchedulerConnectorNullBlockTest, NullBlocksAreNeitherSavedNorLoaded) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  ConnectorOptions options = Options(daemon.socket_path());
+  options.null_block_id = 0;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(70);
+
+  // Chunked prefill: step 1 computes 20 tokens; by step 2 the window has freed blocks 0..2
+  // (positions 0..11), which chunk 0 spans (saved in step 1, before) and chunk 1 does not.
+  ASSERT_EQ(
+      scheduler->GetNumNewMatchedTokens({.request_id = "w", .prompt_tokens = prompt}, 0).num_tokens,
+      0);
+  auto meta = scheduler->BuildConnectorMeta({.requests = {{.request_id = "w",
+                                                           .kind = ScheduledKind::kNew,
+                                                           .num_computed_tokens = 0,
+                                                           .num_scheduled_tokens = 20,
+                                                           .block_ids = Blocks(5)}}});
+  ASSERT_EQ(meta.saves.size(), 1u);
+  EXPECT_EQ(meta.saves[0].token_begin, 0);
+  // Step 2 gets every block again (a resumed request), the first five of them null: chunk 1
+  // (positions 16..31) spans block 4, which is null, so only chunks 2 and 3 are saved.
+  std::vector<int32_t> windowed = Blocks(18);
+  std::fill(windowed.begin(), windowed.begin() + 5, 0);
+  meta = scheduler->BuildConnectorMeta({.requests = {{.request_id = "w",
+                                                      .kind = ScheduledKind::kResumed,
+                                                      .num_computed_tokens = 20,
+                                                      .num_scheduled_tokens = 50,
+                                                      .block_ids = windowed}}});
+  ASSERT_EQ(meta.saves.size(), 1u);
+  EXPECT_EQ(meta.saves[0].token_begin, 32);
+  EXPECT_EQ(meta.saves[0].token_end, 64);
+
+  // A load into a window that freed its first blocks copies from the first live block on.
+  Populate(*daemon.tier(), prompt, 4);
+  ASSERT_EQ(
+      scheduler->GetNumNewMatchedTokens({.request_id = "l", .prompt_tokens = prompt}, 0).num_tokens,
+      64);
+  std::vector<int32_t> loaded = Blocks(18);
+  std::fill(loaded.begin(), loaded.begin() + 6, 0);
+  ASSERT_TRUE(scheduler->UpdateStateAfterAlloc("l", loaded, 64).ok());
+  meta = scheduler->BuildConnectorMeta({});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  EXPECT_EQ(meta.loads[0].token_begin, 24);
+  EXPECT_EQ(meta.loads[0].token_end, 64);
+  EXPECT_FALSE(meta.loads[0].fail);
+
+  // Without null_block_id, block 0 is a block like any other.
+  auto plain = *SchedulerConnector::Create(Options(daemon.socket_path()));
+  ASSERT_EQ(
+      plain->GetNumNewMatchedTokens({.request_id = "p", .prompt_tokens = prompt}, 0).num_tokens,
+      64);
+  ASSERT_TRUE(plain->UpdateStateAfterAlloc("p", loaded, 64).ok());
+  meta = plain->BuildConnectorMeta({});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  EXPECT_EQ(meta.loads[0].token_begin, 0);
+}
+
+// vLLM's num_publishable_block_hashes: positions past the fence are saved once it lifts.
+TEST_F(SchedulerConnectorTest, SavesWaitForTheSaveLimit) {
+  const auto prompt = Prompt(70);
+  ASSERT_EQ(Match(prompt, 0, "f"), 0);
+  auto meta = scheduler_->BuildConnectorMeta({.requests = {{.request_id = "f",
+                                                            .kind = ScheduledKind::kNew,
+                                                            .num_computed_tokens = 0,
+                                                            .num_scheduled_tokens = 70,
+                                                            .block_ids = Blocks(18),
+                                                            .save_limit_tokens = 20}}});
+  ASSERT_EQ(meta.saves.size(), 1u);
+  EXPECT_EQ(meta.saves[0].token_end, 16);
+  meta = scheduler_->BuildConnectorMeta({.requests = {{.request_id = "f",
+                                                       .kind = ScheduledKind::kRunning,
+                                                       .num_computed_tokens = 70,
+                                                       .num_scheduled_tokens = 1,
+                                                       .save_limit_tokens = 0}}});
+  EXPECT_TRUE(meta.saves.empty()) << "a fence never goes back over what was saved";
+  meta = scheduler_->BuildConnectorMeta({.requests = {{.request_id = "f",
+                                                       .kind = ScheduledKind::kRunning,
+                                                       .num_computed_tokens = 71,
+                                                       .num_scheduled_tokens = 1,
+                                                       .save_limit_tokens = 68}}});
+  ASSERT_EQ(meta.saves.size(), 1u);
+  EXPECT_EQ(meta.saves[0].token_begin, 16);
+  EXPECT_EQ(meta.saves[0].token_end, 64);
+}
+
 TEST_F(SchedulerConnectorTest, SkipsChunksTheLookupFoundAndKnowsNewRequestsFromTheStep) {
   const auto prompt = Prompt(64);
   Populate(*daemon_.tier(), prompt, 2);
@@ -444,6 +531,33 @@ TEST(SchedulerConnectorDiskTest, HitsBelowTheHostTierAreOfferedAsAsynchronousLoa
   EXPECT_EQ(meta.loads[0].request_id, "a");
   EXPECT_TRUE(meta.loads[0].async);
   EXPECT_TRUE(meta.loads[0].fail);
+}
+
+// A hybrid engine's groups load a request together: a host-tier hit made asynchronous.
+TEST(SchedulerConnectorDiskTest, AHostHitCanBeMadeAsynchronous) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.Start().ok());
+  ConnectorOptions options = Options(daemon.socket_path());
+  options.async_loads = true;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(3 * kChunk + 5);
+  Populate(*daemon.tier(), prompt, 3);
+  EXPECT_EQ(scheduler->MakeLoadAsync("h").code(), absl::StatusCode::kNotFound);
+  MatchResult match =
+      scheduler->GetNumNewMatchedTokens({.request_id = "h", .prompt_tokens = prompt}, 0);
+  ASSERT_FALSE(match.load_async);
+  ASSERT_TRUE(scheduler->MakeLoadAsync("h").ok());
+  ASSERT_TRUE(scheduler->UpdateStateAfterAlloc("h", Blocks(13), match.num_tokens).ok());
+  const ConnectorMetadata meta = scheduler->BuildConnectorMeta({});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  EXPECT_TRUE(meta.loads[0].async);
+  EXPECT_FALSE(meta.loads[0].fail);
+  EXPECT_EQ(scheduler->Stats().async_loads_offered, 1u);
+
+  options.async_loads = false;
+  auto sync_only = *SchedulerConnector::Create(options);
+  sync_only->GetNumNewMatchedTokens({.request_id = "h", .prompt_tokens = prompt}, 0);
+  EXPECT_EQ(sync_only->MakeLoadAsync("h").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(SchedulerConnectorDiskTest, PrefetchIsAHintThatNeverFails) {

@@ -88,6 +88,12 @@ struct ConnectorOptions {
   // load_async, e.g. the C API's callers, keeps this).
   bool async_loads = false;
 
+  // A block id that names no block: vLLM's null block (id 0), which stands for a block a
+  // sliding-window KV-cache group has freed because it fell out of the window. A chunk that
+  // spans such a block is never saved (its KV is gone), and a load copies nothing into one (the
+  // engine never reads it). -1: every block id is a real block (the C API's engines, SGLang).
+  int32_t null_block_id = -1;
+
   // How long the daemon keeps the chunks of a prompt prefilled for another engine's decode
   // (KvTransfer::kSend) in its memory at least, so that the decoder's daemon finds them there
   // (a soft pin that expires: nothing leaks when the decoder never comes).
@@ -172,6 +178,11 @@ struct ScheduledRequest {
   std::vector<uint32_t> prompt_tokens;
   std::string tenant_salt;
   std::string lora_name;
+  // Positions at and beyond this are not saved this step, though computed: their KV is not all
+  // there yet (vLLM's num_publishable_block_hashes fence: with EAGLE prefix-cache hashing, the
+  // draft model's KV of the last positions comes a step later). They are saved in the step that
+  // lifts the fence. -1: no fence.
+  int64_t save_limit_tokens = -1;
 };
 
 struct SchedulerStep {
@@ -282,6 +293,14 @@ class SchedulerConnector {
   absl::Status UpdateStateAfterAlloc(std::string_view request_id,
                                      std::span<const int32_t> block_ids,
                                      int64_t num_external_tokens);
+
+  // Makes the load that the last GetNumNewMatchedTokens offered for `request_id` asynchronous,
+  // though its chunks are all in the host tier. A hybrid engine (several KV-cache groups, one
+  // connector each) loads a request's groups together: when one group's hit must come up from a
+  // lower tier, every group's load runs between steps, so that every group's worker reports the
+  // request through GetFinished. Call it before UpdateStateAfterAlloc. kFailedPrecondition
+  // without async_loads; kNotFound for a request no lookup recorded.
+  absl::Status MakeLoadAsync(std::string_view request_id);
 
   // The metadata of one step: the loads planned since the last call, and saves of the prompt's
   // chunks that this step completes (a chunk is saved once every one of its tokens has KV by the

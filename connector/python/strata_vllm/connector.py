@@ -29,6 +29,12 @@ Prefetch of queued requests: vLLM calls ``on_new_request`` when a request enters
 connector then asks the daemon to bring the request's disk-held chunks into memory in the
 background, so that its later lookup and load find them there (``prefetch``).
 
+Hybrid models (vLLM's hybrid memory allocator, ``SupportsHMA``): each KV-cache group has its own
+native connector, layout and key space (strata_vllm.kv_groups). A request's hit is the shortest
+of its groups' hits; when one group's load must wait for a lower tier, every group's does, and
+the worker reports the request once every group has loaded it. Saves follow vLLM's
+``num_publishable_block_hashes`` fence when EAGLE prefix-cache hashing is on.
+
 Threading: vLLM calls the scheduler-side methods from its scheduler thread and the worker-side
 methods from each worker's model-runner thread; one instance serves one role.
 """
@@ -42,6 +48,13 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import strata_connector as _sc
 
+from strata_vllm.kv_groups import (
+    VLLM_NULL_BLOCK_ID,
+    KvGroup,
+    UnsupportedKvCacheGroup,
+    group_block_ids,
+    kv_cache_groups,
+)
 from strata_vllm.vllm_types import CONNECTOR_BASES, METADATA_BASES, KVConnectorStats
 
 logger = logging.getLogger("strata_vllm")
@@ -73,20 +86,6 @@ def _dtype_name(dtype: Any) -> str:
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default) if obj is not None else default
-
-
-def _flat_block_ids(block_ids: Any) -> list[int]:
-    """vLLM gives block ids per KV-cache group (tuple of lists) or flat; one group is supported."""
-    if block_ids is None:
-        return []
-    if hasattr(block_ids, "get_block_ids"):  # KVCacheBlocks
-        block_ids = block_ids.get_block_ids()
-    block_ids = list(block_ids)
-    if block_ids and isinstance(block_ids[0], (list, tuple)):
-        if len(block_ids) > 1:
-            raise ValueError("strata connector supports one KV-cache group")
-        block_ids = list(block_ids[0])
-    return [int(b) for b in block_ids]
 
 
 def _request_extras(request: Any) -> tuple[str, str]:
@@ -135,14 +134,19 @@ def _tensor_tuple(tensor: Any) -> tuple[int, list[int], list[int]]:
 
 
 class StrataConnectorMetadata(*METADATA_BASES):
-    """The per-step metadata (KVConnectorMetadata shape): wraps the binding's
-    ConnectorMetadata, which pickles as its compact binary form."""
+    """The per-step metadata (KVConnectorMetadata shape): the binding's ConnectorMetadata of
+    each KV-cache group, each pickled as its compact binary form."""
 
-    def __init__(self, native: Optional[_sc.ConnectorMetadata] = None):
-        self.native = native if native is not None else _sc.ConnectorMetadata()
+    def __init__(self, *natives: _sc.ConnectorMetadata):
+        self.natives = list(natives) or [_sc.ConnectorMetadata()]
+
+    @property
+    def native(self) -> _sc.ConnectorMetadata:
+        """The first group's metadata (the only one's, for a model with one group)."""
+        return self.natives[0]
 
     def __reduce__(self):
-        return (StrataConnectorMetadata, (self.native,))
+        return (StrataConnectorMetadata, tuple(self.natives))
 
 
 def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOptions:
@@ -181,6 +185,32 @@ def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOption
     if role == SCHEDULER:
         o.tp_rank = int(extra.get("scheduler_tp_rank", 0)) if "scheduler_tp_rank" in extra else 0
     return o
+
+
+def group_options(vllm_config: Any, role: int, group: KvGroup) -> _sc.ConnectorOptions:
+    """The options of one KV-cache group of a hybrid model: the model's, with the group's
+    layout (its layers, KV shape and dtype), block size and key space."""
+    o = options_from_vllm_config(vllm_config, role)
+    o.model_id = group.model_id(o.model_id)
+    o.kv_kind = "mla" if group.use_mla else "mha"
+    o.num_layers = len(group.layer_names)
+    o.num_kv_heads = 1 if group.use_mla else group.num_kv_heads
+    o.head_dim = group.head_size
+    if group.dtype is not None and o.dtype != "fp8_e4m3":
+        o.dtype = _dtype_name(group.dtype)  # an fp8 cache's spec says its storage type, uint8
+    o.block_size = group.block_size
+    o.null_block_id = VLLM_NULL_BLOCK_ID
+    return o
+
+
+def kv_cache_groups_or_none(kv_cache_config: Any, chunk_tokens: int) -> Any:
+    """kv_cache_groups(), with a model whose groups cannot be cached logged (once, as an
+    error) and served by no group: [] (every lookup a miss, nothing saved)."""
+    try:
+        return kv_cache_groups(kv_cache_config, chunk_tokens)
+    except UnsupportedKvCacheGroup as error:
+        logger.error("strata connector: %s; the connector serves nothing", error)
+        return []
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -238,16 +268,30 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         self._kv_cache_config = kv_cache_config
         self._role_value = _role_value(role)
         self._role = role
-        self._options = options_from_vllm_config(vllm_config, self._role_value)
         self._connector_metadata: Optional[StrataConnectorMetadata] = None
-        self._scheduler: Optional[_sc.SchedulerConnector] = None
-        self._worker: Optional[_sc.WorkerConnector] = None
-        self._layer_index: dict[str, int] = {}
         self._warned: set[str] = set()
         self._stats_reported: dict[str, int] = {}
         self.use_eagle_prefix_cache_hashing = False
+        # One native connector per KV-cache group (one, unless the model is hybrid): their
+        # options, and (scheduler) their scheduler connectors or (worker, once the caches are
+        # registered) their worker connectors. No groups: a model the connector cannot cache.
+        model_options = options_from_vllm_config(vllm_config, self._role_value)
+        self._groups = kv_cache_groups_or_none(kv_cache_config, model_options.chunk_tokens)
+        if self._groups is None:
+            self._options = [model_options]
+        else:
+            self._options = [group_options(vllm_config, self._role_value, g)
+                             for g in self._groups]
+        self._schedulers: list[_sc.SchedulerConnector] = []
+        self._workers: list[_sc.WorkerConnector] = []
+        self._layer_index: dict[str, tuple[int, int]] = {}  # name -> (group, layer in group)
+        # Scheduler: the requests seen, for their save fence; worker: per request, the groups
+        # whose asynchronous load has been reported.
+        self._requests: dict[str, Any] = {}
+        self._hash_block_size = int(_get(_get(vllm_config, "cache_config"), "block_size", 16))
+        self._recv_reported: dict[str, int] = {}
         if self._role_value == SCHEDULER:
-            self._scheduler = _sc.SchedulerConnector(self._options)
+            self._schedulers = [_sc.SchedulerConnector(o) for o in self._options]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -282,7 +326,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             logger.warning("strata connector: %s failed: %s", what, error)
 
     def _engine_stream(self) -> Optional[int]:
-        if self._worker is None or self._worker.backend != "cuda":
+        if not self._workers or self._workers[0].backend != "cuda":
             return None
         import torch  # only for CUDA engines, which have it
 
@@ -311,24 +355,34 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         Raises on caches the connector cannot use (a shape, stride or dtype that does not match
         the model's layout): that is a configuration error, found at start-up, not a cache
         failure; every later call is guarded."""
-        layers = []
-        device = None
-        for index, (name, cache) in enumerate(kv_caches.items()):
-            self._layer_index[name] = index
-            if isinstance(cache, (list, tuple)):
-                key, value = cache
-                layers.append((_tensor_tuple(key), _tensor_tuple(value)))
-                device = device or _get(key, "device")
-            else:
-                layers.append((_tensor_tuple(cache), None))
-                device = device or _get(cache, "device")
-        if self._options.device_backend == "auto":
-            self._options.device_backend = (
-                "cuda" if _get(device, "type", "cpu") == "cuda" else "host")
-        if self._options.device_backend == "cuda":
-            self._options.device_ordinal = int(_get(device, "index", 0) or 0)
-        self._worker = _sc.WorkerConnector(self._options)
-        self._worker.register_kv_caches(layers)
+        if self._groups is None:
+            names_per_group = [list(kv_caches)]
+        else:
+            names_per_group = [[n for n in g.layer_names if n in kv_caches] for g in self._groups]
+        workers = []
+        for group, (names, options) in enumerate(zip(names_per_group, self._options)):
+            layers = []
+            device = None
+            for index, name in enumerate(names):
+                self._layer_index[name] = (group, index)
+                cache = kv_caches[name]
+                if isinstance(cache, (list, tuple)):
+                    key, value = cache
+                    layers.append((_tensor_tuple(key), _tensor_tuple(value)))
+                    device = device or _get(key, "device")
+                else:
+                    layers.append((_tensor_tuple(cache), None))
+                    device = device or _get(cache, "device")
+            if options.device_backend == "auto":
+                options.device_backend = (
+                    "cuda" if _get(device, "type", "cpu") == "cuda" else "host")
+            if options.device_backend == "cuda":
+                options.device_ordinal = int(_get(device, "index", 0) or 0)
+            options.num_layers = len(layers)
+            worker = _sc.WorkerConnector(options)
+            worker.register_kv_caches(layers)
+            workers.append(worker)
+        self._workers = workers
 
     def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
         """Not used: vLLM calls it only for connectors that prefer cross-layer blocks."""
@@ -347,28 +401,35 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     @_guarded(_none)
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """On failure the C++ side has already failed the loads' blocks."""
-        if self._worker is None or self._connector_metadata is None:
+        if not self._workers or self._connector_metadata is None:
             return
-        self._worker.start_load_kv(self._connector_metadata.native, self._engine_stream())
+        natives = self._connector_metadata.natives
+        if len(natives) != len(self._workers):
+            raise ValueError(f"metadata of {len(natives)} KV-cache groups for "
+                             f"{len(self._workers)}")
+        stream = self._engine_stream()
+        for worker, native in zip(self._workers, natives):
+            worker.start_load_kv(native, stream)
 
     @_guarded(_none)
     def wait_for_layer_load(self, layer_name: str) -> None:
-        if self._worker is None:
+        if not self._workers:
             return
-        self._worker.wait_for_layer_load(self._layer_index[layer_name])
+        group, index = self._layer_index[layer_name]
+        self._workers[group].wait_for_layer_load(index)
 
     @_guarded(_none)
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        if self._worker is None:
+        if not self._workers:
             return
-        self._worker.save_kv_layer(self._layer_index[layer_name], self._engine_stream())
+        group, index = self._layer_index[layer_name]
+        self._workers[group].save_kv_layer(index, self._engine_stream())
 
     @_guarded(_none)
     def wait_for_save(self) -> None:
-        if self._worker is None:
-            return
-        self._worker.wait_for_save()
+        for worker in self._workers:
+            worker.wait_for_save()
 
     @_guarded(lambda: (None, None))
     def get_finished(self, finished_req_ids: set[str]
@@ -376,21 +437,32 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         """(finished_sending, finished_recving): saves complete inside the step (wait_for_save),
         so nothing is ever sending; finished_recving names the requests whose asynchronous loads
         are over (loaded, or failed: their blocks come from the get_block_ids_with_load_errors
-        call that follows). Fallback (None, None): the loads stay pending for the next call."""
-        if self._worker is None:
-            return None, None
-        sending, recving = self._worker.get_finished(sorted(finished_req_ids or ()))
-        return (set(sending) or None, set(recving) or None)
+        call that follows). A hybrid model's request is reported once every group has
+        loaded it. Fallback (None, None): the loads stay pending for the next call."""
+        finished = sorted(finished_req_ids or ())
+        sending, recving = set(), set()
+        for worker in self._workers:
+            group_sending, group_recving = worker.get_finished(finished)
+            sending.update(group_sending)
+            for req_id in group_recving:
+                reported = self._recv_reported.get(req_id, 0) + 1
+                if reported == len(self._workers):
+                    self._recv_reported.pop(req_id, None)
+                    recving.add(req_id)
+                else:
+                    self._recv_reported[req_id] = reported
+        return (sending or None, recving or None)
 
     @_guarded(set)
     def get_block_ids_with_load_errors(self) -> set[int]:
-        if self._worker is None:
-            return set()
-        return set(self._worker.get_block_ids_with_load_errors())
+        errors: set[int] = set()
+        for worker in self._workers:
+            errors.update(worker.get_block_ids_with_load_errors())
+        return errors
 
     def shutdown(self) -> None:
-        self._worker = None
-        self._scheduler = None
+        self._workers = []
+        self._schedulers = []
 
     @_guarded(_none)
     def get_kv_connector_stats(self) -> Optional[StrataKVConnectorStats]:
@@ -405,9 +477,16 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
 
     def stats(self) -> dict[str, Any]:
         """This role's counters since the connector started (the binding's stats(): loads,
-        saves, lookups, prefetches, asynchronous loads, connected); {} after shutdown."""
-        source = self._worker if self._worker is not None else self._scheduler
-        return dict(source.stats()) if source is not None else {}
+        saves, lookups, prefetches, asynchronous loads, connected), summed over KV-cache
+        groups ("connected": every group's connection is up); {} after shutdown."""
+        total: dict[str, Any] = {}
+        for source in self._workers or self._schedulers:
+            for key, value in source.stats().items():
+                if isinstance(value, bool):
+                    total[key] = total.get(key, True) and value
+                else:
+                    total[key] = total.get(key, 0) + value
+        return total
 
     @classmethod
     def build_kv_connector_stats(cls, data: Optional[dict[str, Any]] = None
@@ -454,8 +533,11 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
 
         Disaggregated prefill: a request whose kv_transfer_params say do_remote_prefill loads
         its prompt from the prefiller's node (remote_engine_id) asynchronously; malformed
-        params are logged as an error and the request recomputes (0, False)."""
-        if self._scheduler is None:
+        params are logged as an error and the request recomputes (0, False).
+
+        A hybrid model's hit is its groups' shortest; when any group's load is asynchronous,
+        every group's is."""
+        if not self._schedulers:
             return 0, False
         salt, lora = _request_extras(request)
         try:
@@ -465,10 +547,18 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                          "%r; its prompt is recomputed", request.request_id, error,
                          _get(request, "kv_transfer_params"))
             return 0, False
-        tokens, load_async = self._scheduler.get_num_new_matched_tokens(
-            str(request.request_id), list(request.prompt_token_ids),
-            int(num_computed_tokens), salt, lora, kv_transfer, source)
-        return int(tokens), bool(load_async)
+        req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
+        self._requests[req_id] = request
+        matches = [s.get_num_new_matched_tokens(req_id, prompt, int(num_computed_tokens), salt,
+                                                lora, kv_transfer, source)
+                   for s in self._schedulers]
+        tokens = min(int(t) for t, _ in matches)
+        load_async = tokens > 0 and any(a for _, a in matches)
+        if load_async:
+            for scheduler, (_, group_async) in zip(self._schedulers, matches):
+                if not group_async:
+                    scheduler.make_load_async(req_id)
+        return tokens, load_async
 
     @_guarded(lambda: 0)
     def prefetch(self, request: Any) -> int:
@@ -477,11 +567,9 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         request. Returns how many chunks the daemon queued: 0 on the worker role, when nothing
         needed promotion, or when the daemon could not take the hint (a prefetch never
         raises)."""
-        if self._scheduler is None:
-            return 0
         salt, lora = _request_extras(request)
-        return int(self._scheduler.prefetch(str(request.request_id),
-                                            list(request.prompt_token_ids), salt, lora))
+        req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
+        return sum(int(s.prefetch(req_id, prompt, salt, lora)) for s in self._schedulers)
 
     def on_new_request(self, request: Any) -> None:
         """vLLM queued a request: prefetch it (a hint; never raises)."""
@@ -492,16 +580,20 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                                  num_external_tokens: int) -> None:
         """On failure the load is planned as failed: the worker reports its blocks for
         recompute (and, for an asynchronous load, the request)."""
-        if self._scheduler is None:
+        if not self._schedulers:
             return
-        self._scheduler.update_state_after_alloc(
-            str(request.request_id), _flat_block_ids(blocks), int(num_external_tokens))
+        req_id = str(request.request_id)
+        self._requests[req_id] = request
+        per_group = group_block_ids(blocks, len(self._schedulers))
+        for scheduler, block_ids in zip(self._schedulers, per_group):
+            scheduler.update_state_after_alloc(req_id, block_ids, int(num_external_tokens))
 
     def build_connector_meta(self, scheduler_output: Any) -> StrataConnectorMetadata:
         """Never raises. When the scheduler output cannot be read, the step's metadata still
         carries the loads planned so far (without saves): the engine reads those blocks this
         step, so they must be loaded or reported as failed."""
-        if self._scheduler is None:
+        groups = len(self._schedulers)
+        if not groups:
             return StrataConnectorMetadata()
         try:
             requests = self._scheduled_requests(scheduler_output)
@@ -509,30 +601,49 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                               (_get(scheduler_output, "finished_req_ids", None) or ()))
         except Exception as error:
             self._warn_once("build_connector_meta (reading the scheduler output)", error)
-            requests, finished = [], []
-        try:
-            return StrataConnectorMetadata(
-                self._scheduler.build_connector_meta(requests, finished))
-        except Exception as error:
-            self._warn_once("build_connector_meta", error)
-            return StrataConnectorMetadata()
+            requests, finished = [[] for _ in range(groups)], []
+        for req_id in finished:
+            self._requests.pop(req_id, None)
+        natives = []
+        for group, scheduler in enumerate(self._schedulers):
+            try:
+                natives.append(scheduler.build_connector_meta(requests[group], finished))
+            except Exception as error:
+                self._warn_once("build_connector_meta", error)
+                natives.append(_sc.ConnectorMetadata())
+        return StrataConnectorMetadata(*natives)
 
-    def _scheduled_requests(self, scheduler_output: Any) -> list[Any]:
+    def _save_limit(self, req_id: str) -> int:
+        """vLLM's publication fence: with EAGLE prefix-cache hashing, only the leading
+        num_publishable_block_hashes blocks hold all their KV (the draft model's comes a step
+        later), and a content-addressed store must not save past them. -1: no fence."""
+        request = self._requests.get(req_id)
+        if not self.use_eagle_prefix_cache_hashing or request is None:
+            return -1
+        return int(_get(request, "num_publishable_block_hashes", 0)) * self._hash_block_size
+
+    def _scheduled_requests(self, scheduler_output: Any) -> list[list[Any]]:
+        """The step's scheduled requests, one list per KV-cache group (each with its blocks)."""
+        groups = len(self._schedulers)
         num_scheduled = dict(_get(scheduler_output, "num_scheduled_tokens", None) or {})
-        requests = []
+        requests: list[list[Any]] = [[] for _ in range(groups)]
         for new in _get(scheduler_output, "scheduled_new_reqs", None) or []:
             req_id = str(new.req_id)
-            salt = _get(new, "cache_salt") or ""
-            lora = _get(new, "lora_request")
-            requests.append(_sc.ScheduledRequest(
-                req_id, "new", int(new.num_computed_tokens), int(num_scheduled.get(req_id, 0)),
-                _flat_block_ids(new.block_ids), list(_get(new, "prompt_token_ids", None) or []),
-                str(salt), str(_get(lora, "lora_name", "") or "")))
+            salt = str(_get(new, "cache_salt") or "")
+            lora = str(_get(_get(new, "lora_request"), "lora_name", "") or "")
+            prompt = list(_get(new, "prompt_token_ids", None) or [])
+            limit = self._save_limit(req_id)
+            for group, block_ids in enumerate(group_block_ids(new.block_ids, groups)):
+                requests[group].append(_sc.ScheduledRequest(
+                    req_id, "new", int(new.num_computed_tokens),
+                    int(num_scheduled.get(req_id, 0)), block_ids, prompt, salt, lora, limit))
         for req_id, computed, new_blocks, resumed in self._cached_requests(
                 _get(scheduler_output, "scheduled_cached_reqs")):
-            requests.append(_sc.ScheduledRequest(
-                req_id, "resumed" if resumed else "running", int(computed),
-                int(num_scheduled.get(req_id, 0)), _flat_block_ids(new_blocks)))
+            limit = self._save_limit(req_id)
+            for group, block_ids in enumerate(group_block_ids(new_blocks, groups)):
+                requests[group].append(_sc.ScheduledRequest(
+                    req_id, "resumed" if resumed else "running", int(computed),
+                    int(num_scheduled.get(req_id, 0)), block_ids, save_limit_tokens=limit))
         return requests
 
     @staticmethod
@@ -567,17 +678,29 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         engine's daemon), remote_host and remote_port (where that daemon's peers reach it) and
         remote_block_ids (empty: Strata finds KV by content, not by block). None when the
         daemon has no remote tier (logged: the decoder then recomputes)."""
-        if self._scheduler is None:
+        return self.request_finished_all_groups(request, block_ids)
+
+    @_guarded(lambda: (False, None))
+    def request_finished_all_groups(self, request: Any, block_ids: Any
+                                    ) -> tuple[bool, Optional[dict[str, Any]]]:
+        """request_finished for a hybrid model (vLLM's SupportsHMA): block_ids holds each
+        KV-cache group's blocks. Nothing is saved here (saves completed inside their steps,
+        within the num_publishable_block_hashes fence), so the blocks may be freed now."""
+        if not self._schedulers:
             return False, None
-        keep = self._scheduler.request_finished(str(request.request_id),
-                                                _flat_block_ids(block_ids))
+        req_id = str(request.request_id)
+        self._requests.pop(req_id, None)
+        per_group = group_block_ids(block_ids, len(self._schedulers))
+        keep = False
+        for scheduler, ids in zip(self._schedulers, per_group):
+            keep = scheduler.request_finished(req_id, ids) or keep
         try:
             kv_transfer, _ = _kv_transfer(request)
         except MalformedTransferParams:
             kv_transfer = "none"  # already logged by get_num_new_matched_tokens
         if kv_transfer != "send":
             return bool(keep), None
-        node_id, address = self._scheduler.daemon_node()
+        node_id, address = self._schedulers[0].daemon_node()
         if not node_id:
             self._warn_once("request_finished (kv_transfer_params)", RuntimeError(
                 "the daemon has no remote tier ([remote] listen_address): a decoder cannot "

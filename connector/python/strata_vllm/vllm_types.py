@@ -1,7 +1,8 @@
 """vLLM's KV-connector types when vLLM is importable, and stand-ins of the same shape when not.
 
 The connector subclasses what this module resolves: ``CONNECTOR_BASES`` is
-``(KVConnectorBase_V1,)`` with vLLM installed and ``()`` without it (the adapter then works by
+``(KVConnectorBase_V1, SupportsHMA)`` with vLLM installed (``SupportsHMA`` where the installed
+vLLM has it) and ``()`` without it (the adapter then works by
 duck typing, e.g. in tests or a process that only drives the binding); likewise
 ``METADATA_BASES`` for ``KVConnectorMetadata``. ``KVConnectorStats`` is vLLM's class, or a
 dataclass with its fields and methods (``data``, ``reset``, ``aggregate``, ``reduce``,
@@ -25,6 +26,12 @@ try:
 
     CONNECTOR_BASES: tuple[type, ...] = (KVConnectorBase_V1,)
     METADATA_BASES: tuple[type, ...] = (KVConnectorMetadata,)
+    try:  # hybrid models: vLLM keeps its hybrid allocator on only for connectors with it
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+        CONNECTOR_BASES += (SupportsHMA,)
+    except ImportError:
+        pass
 except ImportError:
     CONNECTOR_BASES = ()
     METADATA_BASES = ()

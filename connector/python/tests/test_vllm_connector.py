@@ -674,6 +674,8 @@ VLLM_BASE_METHODS = {
     "build_prom_metrics": ["*", "vllm_config", "metric_types", "labelnames",
                            "per_engine_labelvalues"],
     "reset_cache": [],
+    # SupportsHMA, in the same module.
+    "request_finished_all_groups": ["request", "block_ids"],
 }
 VLLM_BASE_PROPERTIES = ["prefer_cross_layer_blocks", "supports_eagle_prefix_cache_hashing",
                         "requires_kv_delivery", "role"]
@@ -699,6 +701,10 @@ def write_vllm_stand_in(root):
     with open(os.path.join(v1, "base.py"), "w") as f:
         f.write("from abc import ABC, abstractmethod\n\n"
                 "class KVConnectorMetadata(ABC):\n    pass\n\n"
+                "class SupportsHMA(ABC):\n"
+                "    @abstractmethod\n"
+                "    def request_finished_all_groups(self, request, block_ids):\n"
+                "        raise NotImplementedError\n\n"
                 "class KVConnectorBase_V1(ABC):\n"
                 "    def __init__(self, vllm_config, role, kv_cache_config):\n"
                 "        self._connector_metadata = None\n"
@@ -746,7 +752,9 @@ class VllmConformanceTest(unittest.TestCase):
             from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
             import test_vllm_connector as t
             cls = getattr(importlib.import_module("strata_vllm"), "StrataConnector")
+            from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
             assert issubclass(cls, KVConnectorBase_V1), cls.__mro__
+            assert issubclass(cls, SupportsHMA), cls.__mro__
             import strata_vllm
             assert strata_vllm.VLLM_AVAILABLE
             config = t.fake_vllm_config("/nonexistent/engine.sock", lookup_budget_ms=20)
