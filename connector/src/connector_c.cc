@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -21,7 +22,8 @@ struct strata_scheduler {
 };
 struct strata_worker {
   std::unique_ptr<strata::connector::WorkerConnector> impl;
-  std::vector<int32_t> pending_errors;  // fetched from the worker, not yet handed out
+  std::vector<int32_t> pending_errors;        // fetched from the worker, not yet handed out
+  std::vector<std::string> pending_finished;  // likewise, for strata_worker_get_finished
 };
 struct strata_metadata {
   strata::connector::ConnectorMetadata impl;
@@ -134,6 +136,7 @@ absl::StatusOr<ConnectorOptions> ToOptions(const strata_connector_options* in) {
   out.enable_save = in->enable_save != 0;
   out.store_partial_chunks = in->store_partial_chunks != 0;
   out.verify_checksums = in->verify_checksums != 0;
+  out.async_loads = in->async_loads != 0;
   if (in->device_backend != nullptr) {
     auto backend = strata::storage::ParseDeviceBackend(in->device_backend);
     if (!backend.ok()) return backend.status();
@@ -187,6 +190,7 @@ void strata_options_init(strata_connector_options* options) {
   options->enable_save = defaults.enable_save ? 1 : 0;
   options->store_partial_chunks = defaults.store_partial_chunks ? 1 : 0;
   options->verify_checksums = defaults.verify_checksums ? 1 : 0;
+  options->async_loads = defaults.async_loads ? 1 : 0;
   options->device_backend = "auto";
   options->device_ordinal = 0;
 }
@@ -436,6 +440,45 @@ strata_status strata_worker_wait_for_save(strata_worker* worker) {
   return Guard([&] {
     STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
     return FromStatus(worker->impl->WaitForSave());
+  });
+}
+
+strata_status strata_worker_get_finished(strata_worker* worker,
+                                         const char* const* finished_request_ids,
+                                         size_t num_finished, char* out, size_t capacity,
+                                         size_t* out_bytes, size_t* out_count) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(worker != nullptr, "worker is NULL");
+    STRATA_C_REQUIRE(out_bytes != nullptr && out_count != nullptr,
+                     "out_bytes or out_count is NULL");
+    STRATA_C_REQUIRE(finished_request_ids != nullptr || num_finished == 0,
+                     "finished_request_ids is NULL");
+    std::vector<std::string> finished;
+    finished.reserve(num_finished);
+    for (size_t i = 0; i < num_finished; ++i) {
+      STRATA_C_REQUIRE(finished_request_ids[i] != nullptr, "a finished request id is NULL");
+      finished.emplace_back(finished_request_ids[i]);
+    }
+    std::vector<std::string> fresh = worker->impl->GetFinished(finished).finished_recving;
+    std::vector<std::string>& pending = worker->pending_finished;
+    pending.insert(pending.end(), std::make_move_iterator(fresh.begin()),
+                   std::make_move_iterator(fresh.end()));
+    size_t bytes = 0;
+    for (const std::string& id : pending) bytes += id.size() + 1;
+    *out_bytes = bytes;
+    *out_count = pending.size();
+    if (capacity < bytes) {
+      return Fail(STRATA_OUT_OF_RANGE,
+                  fmt::format("{} request ids pending take {} bytes; the buffer holds {}",
+                              pending.size(), bytes, capacity));
+    }
+    STRATA_C_REQUIRE(out != nullptr || pending.empty(), "out is NULL");
+    for (const std::string& id : pending) {
+      std::memcpy(out, id.c_str(), id.size() + 1);
+      out += id.size() + 1;
+    }
+    pending.clear();
+    return STRATA_OK;
   });
 }
 

@@ -51,6 +51,7 @@ TEST(ConnectorCTest, HeaderCompilesAsCAndInitGivesDefaults) {
   EXPECT_EQ(options.chunk_tokens, 256u);
   EXPECT_EQ(options.lookup_budget_ms, 20u);
   EXPECT_EQ(options.enable_load, 1);
+  EXPECT_EQ(options.async_loads, 0);
   EXPECT_STREQ(options.hash_algorithm, "xxh3_128");
 }
 
@@ -356,6 +357,69 @@ TEST(ConnectorCTest, PrefetchPromotesDiskChunksThatTheLoadThenReads) {
   EXPECT_EQ(b.Step("b", prompt, blocks), 31);
   EXPECT_TRUE(b.Holds(blocks, 31, 0x1234));
   EXPECT_EQ(daemon.store()->Stats().lower.at(0).reads, disk_reads);
+}
+
+// Asynchronous loads through the C ABI: a hit on the daemon's disk is offered asynchronously,
+// the worker loads it in the background, and strata_worker_get_finished reports the request
+// once its blocks hold the KV (ids that do not fit the buffer stay pending).
+TEST(ConnectorCTest, AsynchronousLoadsAreReportedByGetFinished) {
+  TestDaemon daemon({.capacity_bytes = 2 * 4096,
+                     .policy = "lru",
+                     .disk_capacity_bytes = 4ull << 20,
+                     .disk_segment_bytes = 1ull << 20});
+  ASSERT_TRUE(daemon.Start().ok());
+  strata_connector_options options = Options(daemon.socket_path());
+  const std::vector<uint32_t> prompt = Prompt(32, 500);
+  std::vector<int32_t> blocks(8);
+  std::iota(blocks.begin(), blocks.end(), 3);
+  CEngine a(options, 0x1234);
+  EXPECT_EQ(a.Step("a", prompt, blocks), 0);
+  EXPECT_EQ(a.Step("a2", Prompt(32, 9000), blocks), 0);  // pushes the prompt's chunks to disk
+
+  options.async_loads = 1;
+  CEngine b(options, 0);
+  int64_t matched = 0;
+  int32_t load_async = 0;
+  ASSERT_EQ(
+      strata_scheduler_get_num_new_matched_tokens(b.scheduler(), "b", prompt.data(), prompt.size(),
+                                                  0, nullptr, nullptr, &matched, &load_async),
+      STRATA_OK);
+  ASSERT_EQ(matched, 31);
+  ASSERT_EQ(load_async, 1);
+  ASSERT_EQ(strata_scheduler_update_state_after_alloc(b.scheduler(), "b", blocks.data(),
+                                                      blocks.size(), matched),
+            STRATA_OK);
+  strata_metadata* meta = nullptr;
+  ASSERT_EQ(strata_scheduler_build_meta(b.scheduler(), nullptr, 0, nullptr, 0, &meta), STRATA_OK);
+  ASSERT_EQ(strata_worker_start_load_kv(b.worker(), meta, 0, 0), STRATA_OK);
+  ASSERT_EQ(strata_worker_wait_for_save(b.worker()), STRATA_OK);
+  strata_metadata_destroy(meta);
+
+  // Empty steps until the worker reports the request (bounded: 10 s).
+  size_t bytes = 0;
+  size_t count = 0;
+  strata_status status = STRATA_OK;
+  for (int i = 0; i < 5000 && count == 0; ++i) {
+    status = strata_worker_get_finished(b.worker(), nullptr, 0, nullptr, 0, &bytes, &count);
+    if (count == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(status, STRATA_OUT_OF_RANGE) << "no room for the id: it stays pending";
+  EXPECT_EQ(bytes, 2u);
+  char ids[8];
+  ASSERT_EQ(strata_worker_get_finished(b.worker(), nullptr, 0, ids, sizeof(ids), &bytes, &count),
+            STRATA_OK);
+  EXPECT_EQ((std::string(ids, bytes)), std::string("b", 2));
+  EXPECT_TRUE(b.Holds(blocks, 31, 0x1234));
+  EXPECT_EQ(strata_worker_get_block_ids_with_load_errors(b.worker(), nullptr, 0, &count),
+            STRATA_OK);
+  EXPECT_EQ(count, 0u);
+  const char* finished[] = {"b"};
+  ASSERT_EQ(strata_worker_get_finished(b.worker(), finished, 1, ids, sizeof(ids), &bytes, &count),
+            STRATA_OK);
+  EXPECT_EQ(count, 0u) << "reported once";
+  EXPECT_EQ(strata_worker_get_finished(b.worker(), nullptr, 1, ids, sizeof(ids), &bytes, &count),
+            STRATA_INVALID_ARGUMENT);
 }
 
 TEST(ConnectorCTest, PrefetchArgumentsAndUnknownRequests) {

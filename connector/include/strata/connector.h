@@ -84,8 +84,8 @@ struct ConnectorOptions {
   // offered as an asynchronous load (MatchResult::load_async): the worker leases and copies it
   // in the background while the engine runs other requests, and reports the request through
   // GetFinished once its blocks hold the KV. Host-tier hits stay synchronous and layer-pipelined.
-  // false: every load runs inside the step that schedules it (an engine that does not handle
-  // load_async, e.g. the C API's callers, keeps this).
+  // false: every load runs inside the step that schedules it (for an engine that does not handle
+  // load_async).
   bool async_loads = false;
 
   // A block id that names no block: vLLM's null block (id 0), which stands for a block a

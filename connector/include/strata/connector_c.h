@@ -103,6 +103,9 @@ typedef struct strata_connector_options {
   int32_t enable_save;
   int32_t store_partial_chunks;
   int32_t verify_checksums;
+  /* Hits below the daemon's host tier load between steps: strata_worker_get_finished reports
+   * them (ConnectorOptions::async_loads). 0 by default. */
+  int32_t async_loads;
   /* Worker */
   const char* device_backend; /* "auto", "host" / "cpu", "cuda" */
   int32_t device_ordinal;
@@ -215,6 +218,18 @@ strata_status strata_worker_wait_for_layer_load(strata_worker* worker, uint32_t 
 strata_status strata_worker_save_kv_layer(strata_worker* worker, uint32_t layer,
                                           int32_t has_engine_stream, uintptr_t engine_stream);
 strata_status strata_worker_wait_for_save(strata_worker* worker);
+/* WorkerConnector::GetFinished, for engines that handle asynchronous loads (options.async_loads
+ * and a lookup that answered *out_load_async = 1). finished_request_ids (NULL when
+ * num_finished is 0) are the engine's requests that finished since the last call. Writes the ids
+ * of the requests whose asynchronous loads are over (loaded or failed; each reported once; their
+ * failed blocks come from the strata_worker_get_block_ids_with_load_errors call that follows)
+ * into `out`, each NUL-terminated, one after another: *out_bytes bytes, *out_count ids.
+ * STRATA_OUT_OF_RANGE with *out_bytes = the bytes needed when capacity is smaller: the ids stay
+ * pending for the next call. */
+strata_status strata_worker_get_finished(strata_worker* worker,
+                                         const char* const* finished_request_ids,
+                                         size_t num_finished, char* out, size_t capacity,
+                                         size_t* out_bytes, size_t* out_count);
 /* Block ids whose load failed since the last successful call, sorted. STRATA_OUT_OF_RANGE with
  * *out_count = the number pending when capacity is smaller (they stay pending). */
 strata_status strata_worker_get_block_ids_with_load_errors(strata_worker* worker, int32_t* out,
