@@ -144,6 +144,10 @@ void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::Mov
                       "Chunks promoted from a lower tier for engines' loads.",
                       counter,
                       {Value(counter, static_cast<double>(m.load_promoted), {})}});
+  families.push_back({"strata_peer_promoted_chunks_total",
+                      "Chunks promoted from a lower tier because a peer asked for them.",
+                      counter,
+                      {Value(counter, static_cast<double>(m.peer_promoted), {})}});
   if (!m.write_through) return;
   families.push_back(
       {"strata_write_through_chunks_total",

@@ -322,6 +322,13 @@ class HostTier {
   // key is a result (kAlreadyPresent / kInProgress), not an error.
   absl::StatusOr<ReserveResult> Reserve(const KvLayout& layout, const ChunkKey& key,
                                         const ReserveOptions& options);
+  // Reserve for a chunk of `size_bytes` without its layout: for promotions of a chunk whose size
+  // and token count a lower tier recorded when the chunk was stored (checked against its layout
+  // then), when the promoter knows no layout (a peer asking for a chunk held only on disk).
+  // kInvalidArgument: empty key, size or num_tokens of 0, a chunk larger than the tier; else as
+  // Reserve.
+  absl::StatusOr<ReserveResult> ReserveSized(const ChunkKey& key, uint64_t size_bytes,
+                                             const ReserveOptions& options);
 
   // Publishes the chunk: visible to lookups, tracked by the policy. Its checksum is
   // `writer_checksum` when the writer digested the payload as it wrote it, else the tier's own

@@ -74,7 +74,17 @@ absl::StatusOr<ReserveResult> HostTier::Reserve(const KvLayout& layout, const Ch
         fmt::format("host tier: reserve: num_tokens {} outside [1, {}]", options.num_tokens,
                     layout.chunk_tokens));
   }
-  const uint64_t size_bytes = layout.chunk_bytes(options.num_tokens);
+  return ReserveSized(key, layout.chunk_bytes(options.num_tokens), options);
+}
+
+absl::StatusOr<ReserveResult> HostTier::ReserveSized(const ChunkKey& key, uint64_t size_bytes,
+                                                     const ReserveOptions& options) {
+  if (key.empty()) return absl::InvalidArgumentError("host tier: reserve: empty chunk key");
+  if (size_bytes == 0 || options.num_tokens == 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("host tier: reserve of chunk {}: {} bytes of {} tokens", key.ToString(),
+                    size_bytes, options.num_tokens));
+  }
   if (size_bytes > options_.capacity_bytes) {
     return absl::InvalidArgumentError(
         fmt::format("host tier: reserve: a chunk of {} bytes exceeds the tier's capacity of {}",

@@ -269,6 +269,20 @@ TEST_F(HostTierTest, BadInputsAreInvalidArgument) {
   EXPECT_EQ(reserve_code(huge, SyntheticKey(huge, 2), 16), kInvalid);
   absl::Status too_big = tier->Reserve(huge, SyntheticKey(huge, 2), {.num_tokens = 16}).status();
   EXPECT_THAT(std::string(too_big.message()), HasSubstr("exceeds the tier's capacity"));
+  // Without a layout (a promotion at a lower tier's recorded size).
+  auto sized_code = [&](const ChunkKey& key, uint64_t bytes, uint32_t tokens) {
+    return tier->ReserveSized(key, bytes, {.num_tokens = tokens}).status().code();
+  };
+  EXPECT_EQ(sized_code(ChunkKey(), 4096, 16), kInvalid);
+  EXPECT_EQ(sized_code(Key(2), 0, 16), kInvalid);
+  EXPECT_EQ(sized_code(Key(2), 4096, 0), kInvalid);
+  EXPECT_EQ(sized_code(Key(2), 17 * kPage, 16), kInvalid);
+  auto sized = tier->ReserveSized(Key(3), 3000, {.num_tokens = 7});
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(sized->reservation.size_bytes(), 3000u);
+  EXPECT_EQ(tier->ReserveSized(Key(1), 4096, {.num_tokens = 16})->outcome,
+            ReserveOutcome::kAlreadyPresent);
+  tier->Abort(std::move(sized->reservation));
 
   EXPECT_EQ(tier->Acquire(ChunkKey()).status().code(), kInvalid);
   EXPECT_EQ(tier->Acquire(Key(1), seconds(0)).status().code(), kInvalid);

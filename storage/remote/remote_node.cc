@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   }
   std::unique_ptr<RemoteNode> node(new RemoteNode());
   node->host_ = &store.host();
-  node->server_ = std::make_unique<RemoteServer>(store.host(), RemoteServerOptions{});
+  node->server_ = std::make_unique<RemoteServer>(store.host(), ServingBelowHost(store));
   PeerSetOptions peer_options;
   peer_options.cluster_token = options.cluster_token;
   peer_options.node_id = options.node_id;

@@ -1,6 +1,7 @@
 // RemoteNode is a daemon's side of the cluster, in one piece: the UcxTransport over the host
 // arena (listening for peers), the PeerSet that dials, admits and health-checks them, the
-// RemoteServer that answers their remote-tier messages from this node's host tier, and the
+// RemoteServer that answers their remote-tier messages from this node's host tier (and its disk
+// tier, through the store), and the
 // RemoteTier (registered with the TieredStore by the caller) attached to both. The daemon
 // creates it from its [remote] configuration once the store exists.
 //

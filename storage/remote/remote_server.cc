@@ -17,6 +17,14 @@ constexpr auto kDescribeLease = std::chrono::seconds(1);
 
 }  // namespace
 
+RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions options) {
+  options.describe_below = [&store](const ChunkKey& key) { return store.DescribeBelowHost(key); };
+  options.promote_below = [&store](std::vector<ChunkKey> keys, absl::AnyInvocable<void() &&> done) {
+    return store.PromoteForPeer(std::move(keys), std::move(done));
+  };
+  return options;
+}
+
 RemoteServer::RemoteServer(HostTier& host, RemoteServerOptions options)
     : host_(host), options_(options) {}
 
@@ -31,8 +39,8 @@ void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply rep
         answer = Query(request);
         break;
       case RemoteMessage::kLease:
-        answer = Lease(request);
-        break;
+        Lease(request, std::move(reply));
+        return;
       case RemoteMessage::kRelease:
         answer = Release(request);
         break;
@@ -43,6 +51,10 @@ void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply rep
         answer = absl::InvalidArgumentError(fmt::format("remote: unknown message type {}", *type));
     }
   }
+  Answer(std::move(answer), std::move(reply));
+}
+
+void RemoteServer::Answer(absl::StatusOr<std::string> answer, Transport::Reply reply) {
   if (!answer.ok()) {
     absl::MutexLock lock(&mu_);
     ++stats_.refused;
@@ -54,15 +66,21 @@ absl::StatusOr<std::string> RemoteServer::Query(std::string_view request) {
   absl::StatusOr<QueryRequest> query = DecodeQuery(request);
   if (!query.ok()) return query.status();
   QueryReply reply;
-  const size_t held = host_.Lookup(query->chain);
-  for (size_t i = 0; i < held; ++i) {
-    absl::StatusOr<std::optional<ChunkLease>> lease =
-        host_.AcquireForCopy(query->chain[i], kDescribeLease);
-    if (!lease.ok() || !lease->has_value()) break;  // gone since Lookup: the run ends here
-    const ChunkLease& chunk = **lease;
-    reply.held.push_back({.payload_bytes = chunk.size_bytes(),
-                          .payload_checksum = chunk.checksum(),
-                          .num_tokens = chunk.num_tokens()});
+  for (const ChunkKey& key : query->chain) {
+    absl::StatusOr<std::optional<ChunkLease>> lease = host_.AcquireForCopy(key, kDescribeLease);
+    if (lease.ok() && lease->has_value()) {
+      const ChunkLease& chunk = **lease;
+      reply.held.push_back({.payload_bytes = chunk.size_bytes(),
+                            .payload_checksum = chunk.checksum(),
+                            .num_tokens = chunk.num_tokens()});
+      continue;
+    }
+    std::optional<LowerTier::ChunkInfo> below;
+    if (options_.describe_below) below = options_.describe_below(key);
+    if (!below.has_value()) break;  // the run ends at the first chunk held nowhere here
+    reply.held.push_back({.payload_bytes = below->payload_bytes,
+                          .payload_checksum = below->payload_checksum,
+                          .num_tokens = below->num_tokens});
   }
   {
     absl::MutexLock lock(&mu_);
@@ -71,19 +89,47 @@ absl::StatusOr<std::string> RemoteServer::Query(std::string_view request) {
   return EncodeQueryReply(reply);
 }
 
-absl::StatusOr<std::string> RemoteServer::Lease(std::string_view request) {
+void RemoteServer::Lease(std::string_view request, Transport::Reply reply) {
   absl::StatusOr<LeaseRequest> lease_request = DecodeLease(request);
-  if (!lease_request.ok()) return lease_request.status();
+  if (!lease_request.ok()) return Answer(lease_request.status(), std::move(reply));
   if (lease_request->lease_ms == 0) {
-    return absl::InvalidArgumentError("remote: a lease of 0 ms");
+    return Answer(absl::InvalidArgumentError("remote: a lease of 0 ms"), std::move(reply));
   }
+  std::vector<ChunkKey> below;
+  if (options_.describe_below && options_.promote_below) {
+    for (const ChunkKey& key : lease_request->keys) {
+      if (!host_.Contains(key) && options_.describe_below(key).has_value()) below.push_back(key);
+    }
+  }
+  if (below.empty()) return Answer(LeaseHeld(*lease_request), std::move(reply));
+  // The promotion's callback owns the request and the reply; when the store refuses (stopping),
+  // they come back here through `slot`.
+  auto slot = std::make_shared<std::optional<std::pair<LeaseRequest, Transport::Reply>>>(
+      std::make_pair(*std::move(lease_request), std::move(reply)));
+  const bool accepted = options_.promote_below(std::move(below), [this, slot]() mutable {
+    auto [leasing, answer_to] = std::move(**slot);
+    slot->reset();
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.leases_promoted;
+    }
+    Answer(LeaseHeld(leasing), std::move(answer_to));
+  });
+  if (!accepted && slot->has_value()) {
+    auto [leasing, answer_to] = std::move(**slot);
+    slot->reset();
+    Answer(LeaseHeld(leasing), std::move(answer_to));
+  }
+}
+
+absl::StatusOr<std::string> RemoteServer::LeaseHeld(const LeaseRequest& lease_request) {
   // A longer lease than this node grants is cut short, not refused: a requester whose reads
   // outlast it finds the lease expired at its release and fails those chunks.
   const std::chrono::milliseconds duration =
-      std::min(std::chrono::milliseconds(lease_request->lease_ms), options_.max_lease);
+      std::min(std::chrono::milliseconds(lease_request.lease_ms), options_.max_lease);
   LeaseSet set{.deadline = Clock::now() + duration};
   LeaseReply reply;
-  for (const ChunkKey& key : lease_request->keys) {
+  for (const ChunkKey& key : lease_request.keys) {
     LeasedChunk leased;
     absl::StatusOr<std::optional<ChunkLease>> lease = host_.AcquireForCopy(key, duration);
     if (!lease.ok()) {

@@ -1,9 +1,14 @@
 // RemoteServer answers peers' remote-tier messages (remote_messages.h) with this daemon's host
-// tier: Query (the leading chunks of a chain the host tier holds, with size, checksum and
-// tokens), Lease (leases chunks for the requester to read from the arena, answering where their
-// bytes lie), Release, and Push (a peer hands over chunks: the server reserves pages, reads the
-// bytes from the peer's arena itself, checks each checksum and commits). Chunks held only below
-// the host tier are not served yet: a peer sees them as misses.
+// tier: Query (the leading chunks of a chain this node holds, with size, checksum and tokens),
+// Lease (leases chunks for the requester to read from the arena, answering where their bytes
+// lie), Release, and Push (a peer hands over chunks: the server reserves pages, reads the bytes
+// from the peer's arena itself, checks each checksum and commits).
+//
+// Chunks held only below the host tier (on disk) are served too, when the options name the tiers
+// below (RemoteNode binds them to the TieredStore): Query describes them from the lower tier's
+// index, and a Lease that names any first has them promoted into the host tier on the store's
+// loads thread, then answers from there (a chunk that fails to come up is answered kAborted,
+// like one that left). Chunks this node knows only on other peers are never passed on.
 //
 // Leases are HostTier::AcquireForCopy leases (a copy, not a load: no hit counted, the eviction
 // policy untouched), kept by lease id until Release or their deadline; expired entries are swept
@@ -19,12 +24,19 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/host/host_tier.h"
+#include "storage/remote/remote_messages.h"
 #include "storage/remote/transport.h"
+#include "storage/tiered/lower_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::storage::remote {
 
@@ -34,6 +46,12 @@ struct RemoteServerOptions {
   // How long reading a pushed batch from the pusher may take.
   std::chrono::milliseconds push_timeout{30'000};
   size_t max_lease_sets = 4096;
+  // The tiers below the host tier, for chunks held only there; both empty: the host tier alone
+  // is served. describe_below answers from memory (TieredStore::DescribeBelowHost);
+  // promote_below brings chunks up off the caller's thread and calls its callback once they are
+  // up or failed, or answers false without calling it (TieredStore::PromoteForPeer).
+  std::function<std::optional<LowerTier::ChunkInfo>(const ChunkKey&)> describe_below;
+  std::function<bool(std::vector<ChunkKey>, absl::AnyInvocable<void() &&>)> promote_below;
 };
 
 struct RemoteServerStats {
@@ -42,7 +60,12 @@ struct RemoteServerStats {
   uint64_t lease_sets_held = 0;
   uint64_t refused = 0;          // malformed or over the limit
   uint64_t chunks_received = 0;  // pushed by peers and committed here
+  uint64_t leases_promoted = 0;  // Leases that first had chunks promoted from below the host tier
 };
+
+// `options` with describe_below / promote_below bound to `store`'s tiers below its host tier
+// (TieredStore::DescribeBelowHost, PromoteForPeer); the store must outlive the server's calls.
+RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions options = {});
 
 class RemoteServer {
  public:
@@ -62,11 +85,15 @@ class RemoteServer {
   };
 
   absl::StatusOr<std::string> Query(std::string_view request);
-  absl::StatusOr<std::string> Lease(std::string_view request);
+  // Answers through `reply`: at once, or once the chunks held only below the host tier are up.
+  void Lease(std::string_view request, Transport::Reply reply);
+  absl::StatusOr<std::string> LeaseHeld(const LeaseRequest& request);
   absl::StatusOr<std::string> Release(std::string_view request);
   // Answers through `reply` once every pushed chunk is committed or failed.
   void Push(PeerId peer, std::string_view request, Transport::Reply reply);
   void SweepExpired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `answer` through `reply`, counting a refusal.
+  void Answer(absl::StatusOr<std::string> answer, Transport::Reply reply);
 
   HostTier& host_;
   const RemoteServerOptions options_;

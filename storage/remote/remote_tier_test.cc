@@ -7,11 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "fmt/format.h"
 #include "storage/host/test_util.h"
 #include "storage/remote/fault_injecting_transport.h"
 #include "storage/remote/peer_set.h"
@@ -40,6 +44,7 @@ class Daemon {
     std::vector<std::string> dial;
     bool remote_tier = false;
     bool faulty = false;
+    bool disk = false;  // a disk tier under the host tier, served to peers
     std::chrono::microseconds lookup_budget = 2s;
     std::chrono::milliseconds fetch_timeout = 3s;
   };
@@ -49,6 +54,13 @@ class Daemon {
     store_options.host = {.capacity_bytes = 64 * ChunkBytes(),
                           .page_bytes = 4096,
                           .arena_name = "strata-remote-tier-test"};
+    if (options.disk) {
+      disk_dir_ = std::filesystem::temp_directory_path() /
+                  fmt::format("strata-remote-tier-test-{}-{}", getpid(), options.node_id);
+      store_options.disk = TieredDiskOptions{.directory = disk_dir_.string(),
+                                             .capacity_bytes = 4ull << 20,
+                                             .segment_bytes = 1ull << 20};
+    }
     if (options.remote_tier) {
       auto tier = std::make_unique<RemoteTier>(RemoteTierOptions{
           .lookup_budget = options.lookup_budget, .fetch_timeout = options.fetch_timeout});
@@ -58,7 +70,7 @@ class Daemon {
     auto store = TieredStore::Create(std::move(store_options));
     EXPECT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    server_ = std::make_unique<RemoteServer>(store_->host(), RemoteServerOptions{});
+    server_ = std::make_unique<RemoteServer>(store_->host(), ServingBelowHost(*store_));
 
     PeerSetOptions peer_options;
     peer_options.cluster_token = "token";
@@ -97,6 +109,7 @@ class Daemon {
     peers_.reset();
     server_.reset();
     store_.reset();
+    if (!disk_dir_.empty()) std::filesystem::remove_all(disk_dir_);
   }
 
   std::span<std::byte> arena() {
@@ -173,13 +186,14 @@ class Daemon {
   std::unique_ptr<PeerSet> peers_;
   std::unique_ptr<UcxTransport> transport_;
   std::unique_ptr<FaultInjectingTransport> faults_;
+  std::filesystem::path disk_dir_;
 };
 
 class RemoteTierTest : public ::testing::Test {
  protected:
   void Start(bool faulty = false, std::chrono::microseconds budget = 2s,
-             std::chrono::milliseconds fetch_timeout = 3s) {
-    a_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "a"}, layout_);
+             std::chrono::milliseconds fetch_timeout = 3s, bool a_has_disk = false) {
+    a_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "a", .disk = a_has_disk}, layout_);
     b_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "b",
                                                   .dial = {a_->address()},
                                                   .remote_tier = true,
@@ -322,6 +336,39 @@ TEST_F(RemoteTierTest, APeerThatNeverAnswersCostsTheLookupItsBudgetAndNoHits) {
   EXPECT_GE(took, 50ms);
   EXPECT_LT(took, 1s);
   EXPECT_EQ(b_->store().LocatePrefix(b_->Chain(4)), std::vector<Tier>{});
+}
+
+// A's chunks went to its disk (two of them; two are still in its host tier): B finds all four
+// and loads them byte-exact; A promotes the disk-held ones for B's lease first.
+TEST_F(RemoteTierTest, ChunksThePeerHoldsOnlyOnDiskAreFoundAndLoaded) {
+  Start(/*faulty=*/false, 2s, 3s, /*a_has_disk=*/true);
+  for (uint64_t id = 0; id < 4; ++id) a_->Store(id);
+  const std::vector<ChunkKey> chain = b_->Chain(4);
+  const std::vector<ChunkKey> on_disk(chain.begin() + 2, chain.end());
+  auto moved = a_->store().Move(on_disk, Tier::kDisk, layout_.get());
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(a_->store().LocatePrefix(chain),
+            std::vector<Tier>({Tier::kHost, Tier::kHost, Tier::kDisk, Tier::kDisk}));
+
+  EXPECT_EQ(b_->Query(chain), 4u);
+  LoadLeases loaded = b_->Load(chain);
+  ASSERT_TRUE(loaded.failure.ok()) << loaded.failure;
+  ASSERT_EQ(loaded.leases.size(), 4u);
+  for (uint64_t id = 0; id < 4; ++id) EXPECT_TRUE(b_->Holds(loaded.leases[id], id)) << id;
+  EXPECT_EQ(a_->server().Stats().leases_promoted, 1u);
+  EXPECT_EQ(a_->store().Stats().movement.peer_promoted, 2u);
+  EXPECT_TRUE(a_->store().host().Contains(chain[3])) << "promoted on A";
+}
+
+// A chunk A holds nowhere (neither tier) ends the run, disk tier or not.
+TEST_F(RemoteTierTest, AChunkOnNoTierOfThePeerEndsItsRun) {
+  Start(/*faulty=*/false, 2s, 3s, /*a_has_disk=*/true);
+  for (uint64_t id : {0, 1, 3}) a_->Store(id);
+  const std::vector<ChunkKey> chain = b_->Chain(4);
+  ASSERT_TRUE(a_->store().Move({&chain[1], 1}, Tier::kDisk, layout_.get()).ok());
+  EXPECT_EQ(b_->Query(chain), 2u);
+  EXPECT_EQ(a_->store().DescribeBelowHost(chain[2]), std::nullopt);
+  EXPECT_TRUE(a_->store().DescribeBelowHost(chain[1]).has_value());
 }
 
 TEST_F(RemoteTierTest, AChunkThePeerLostMeanwhileFailsAlone) {

@@ -40,17 +40,19 @@ struct PromotionSlot {
 };
 
 // Checks the chunk's size (`payload_bytes` of `num_tokens` tokens, found `where`) against
-// `layout` and reserves it in the host tier.
-absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout& layout,
+// `layout` and reserves it in the host tier; without a layout (null), reserves the size found.
+absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout* layout,
                                           const ChunkKey& key, uint64_t payload_bytes,
                                           uint32_t num_tokens, std::string_view where) {
-  if (num_tokens == 0 || layout.chunk_bytes(num_tokens) != payload_bytes) {
+  if (layout != nullptr && (num_tokens == 0 || layout->chunk_bytes(num_tokens) != payload_bytes)) {
     return absl::InvalidArgumentError(
         fmt::format("promote {}: {} bytes {} for {} tokens of a layout of {} bytes each",
-                    key.ToString(), payload_bytes, where, num_tokens, layout.bytes_per_token()));
+                    key.ToString(), payload_bytes, where, num_tokens, layout->bytes_per_token()));
   }
+  const ReserveOptions options{.num_tokens = num_tokens, .reused = true};
   STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
-                          host.Reserve(layout, key, {.num_tokens = num_tokens, .reused = true}));
+                          layout != nullptr ? host.Reserve(*layout, key, options)
+                                            : host.ReserveSized(key, payload_bytes, options));
   switch (reserved.outcome) {
     case ReserveOutcome::kAlreadyPresent:
       return PromotionSlot{.settled = PromoteOutcome::kAlreadyInHost};
@@ -64,7 +66,7 @@ absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout& layout
 
 // Promotes a chunk the demoter holds for its disk write from its staging buffer (a memcpy, no
 // disk read), with the checksum the host tier gave it when it was first committed.
-absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout& layout,
+absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout* layout,
                                                   const ChunkKey& key,
                                                   const StagedPayload& payload) {
   STRATA_ASSIGN_OR_RETURN(PromotionSlot slot, ReserveSlot(host, layout, key, payload.payload_bytes,
@@ -75,18 +77,11 @@ absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout
   return PromoteOutcome::kPromoted;
 }
 
-}  // namespace
-
-absl::StatusOr<PromoteOutcome> PromoteChunk(LowerTier& below, HostTier& host,
-                                            const KvLayout& layout, const ChunkKey& key,
-                                            const Demoter* staged) {
-  return PromoteRun(below, host, layout, {&key, 1}, staged).front();
-}
-
-std::vector<absl::StatusOr<PromoteOutcome>> PromoteRun(LowerTier& below, HostTier& host,
-                                                       const KvLayout& layout,
-                                                       std::span<const ChunkKey> keys,
-                                                       const Demoter* staged) {
+// PromoteRun, with the layout's size check when `layout` is set (PromoteRunAsRecorded: null).
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunChecked(LowerTier& below, HostTier& host,
+                                                              const KvLayout* layout,
+                                                              std::span<const ChunkKey> keys,
+                                                              const Demoter* staged) {
   std::vector<absl::StatusOr<PromoteOutcome>> results(keys.size(), PromoteOutcome::kNotBelow);
   // The chunks reserved for a disk read, with their reservations and record checksums.
   std::vector<size_t> reading;
@@ -142,6 +137,27 @@ std::vector<absl::StatusOr<PromoteOutcome>> PromoteRun(LowerTier& below, HostTie
         committed.ok() ? absl::StatusOr<PromoteOutcome>(PromoteOutcome::kPromoted) : committed;
   }
   return results;
+}
+
+}  // namespace
+
+absl::StatusOr<PromoteOutcome> PromoteChunk(LowerTier& below, HostTier& host,
+                                            const KvLayout& layout, const ChunkKey& key,
+                                            const Demoter* staged) {
+  return PromoteRunChecked(below, host, &layout, {&key, 1}, staged).front();
+}
+
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRun(LowerTier& below, HostTier& host,
+                                                       const KvLayout& layout,
+                                                       std::span<const ChunkKey> keys,
+                                                       const Demoter* staged) {
+  return PromoteRunChecked(below, host, &layout, keys, staged);
+}
+
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunAsRecorded(LowerTier& below, HostTier& host,
+                                                                 std::span<const ChunkKey> keys,
+                                                                 const Demoter* staged) {
+  return PromoteRunChecked(below, host, nullptr, keys, staged);
 }
 
 }  // namespace strata::storage

@@ -66,4 +66,11 @@ std::vector<absl::StatusOr<PromoteOutcome>> PromoteRun(LowerTier& below, HostTie
                                                        std::span<const ChunkKey> keys,
                                                        const Demoter* staged = nullptr);
 
+// PromoteRun without a layout: each chunk is reserved at the size and token count `below` (or
+// `staged`) recorded when it was stored, which was checked against its layout then. For
+// promotions whose caller knows no layout (a peer asking for a chunk held only on disk).
+std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunAsRecorded(LowerTier& below, HostTier& host,
+                                                                 std::span<const ChunkKey> keys,
+                                                                 const Demoter* staged = nullptr);
+
 }  // namespace strata::storage

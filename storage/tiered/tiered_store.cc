@@ -316,6 +316,51 @@ absl::StatusOr<uint32_t> TieredStore::Prefetch(const KvLayout& layout,
   return promoter_->Enqueue(layout, chain);
 }
 
+std::optional<LowerTier::ChunkInfo> TieredStore::DescribeBelowHost(const ChunkKey& key) const {
+  if (demoter_ != nullptr) {
+    if (std::shared_ptr<const StagedPayload> staged = demoter_->FindStaged(key)) {
+      return LowerTier::ChunkInfo{.payload_bytes = staged->payload_bytes,
+                                  .payload_checksum = staged->checksum,
+                                  .num_tokens = staged->num_tokens};
+    }
+  }
+  for (LowerTier* below : lower_) {
+    if (below->tier() == Tier::kRemote) continue;
+    if (std::optional<LowerTier::ChunkInfo> info = below->Lookup(key)) return info;
+  }
+  return std::nullopt;
+}
+
+bool TieredStore::PromoteForPeer(std::vector<ChunkKey> keys, absl::AnyInvocable<void() &&> done) {
+  return loads_->Submit(
+      [this, keys = std::move(keys), done = std::move(done)]() mutable {
+        // Runs of consecutive keys held by the same tier, read with one queue each.
+        size_t i = 0;
+        while (i < keys.size()) {
+          LowerTier* source = host_->Contains(keys[i]) ? nullptr : FindBelow(keys[i]);
+          if (source == nullptr || source->tier() == Tier::kRemote) {
+            ++i;
+            continue;
+          }
+          size_t end = i + 1;
+          while (end < keys.size() && end - i < kPromotionRunChunks &&
+                 !host_->Contains(keys[end]) && FindBelow(keys[end]) == source) {
+            ++end;
+          }
+          const std::span<const ChunkKey> run(keys.data() + i, end - i);
+          for (const absl::StatusOr<PromoteOutcome>& outcome :
+               PromoteRunAsRecorded(*source, *host_, run, demoter_.get())) {
+            if (outcome.ok() && *outcome == PromoteOutcome::kPromoted) {
+              peer_promoted_.fetch_add(1, std::memory_order_relaxed);
+            }
+          }
+          i = end;
+        }
+        std::move(done)();
+      },
+      /*urgent=*/true);
+}
+
 absl::StatusOr<MoveResult> TieredStore::Move(std::span<const ChunkKey> keys, Tier target,
                                              const KvLayout* layout) {
   if (!has(target)) {
@@ -487,6 +532,7 @@ TieredStoreStats TieredStore::Stats() const {
     movement.load_promoted_from[t] = load_promoted_[t].load(std::memory_order_relaxed);
     movement.load_promoted += movement.load_promoted_from[t];
   }
+  movement.peer_promoted = peer_promoted_.load(std::memory_order_relaxed);
   if (write_through_ != nullptr) {
     const WriteThroughStats w = write_through_->Stats();
     movement.write_through = true;

@@ -194,6 +194,17 @@ class TieredStore {
   // errors.
   absl::StatusOr<uint32_t> Prefetch(const KvLayout& layout, std::span<const ChunkKey> chain);
 
+  // For peers (the remote server), which name chunks by key alone. The description of `key`
+  // when a tier below the host tier other than the remote tier holds it (a peer's question is
+  // never passed on to other peers), or the demoter holds it for its write there. In memory
+  // only.
+  std::optional<LowerTier::ChunkInfo> DescribeBelowHost(const ChunkKey& key) const;
+  // Promotes those of `keys` that such a tier holds and the host tier lacks into the host tier,
+  // on the thread "strata-loads", at the size each was recorded with (PromoteRunAsRecorded),
+  // then calls `done` there, whatever the outcomes (the caller leases what arrived). false after
+  // Stop: `done` is dropped uncalled. Counted in MovementStats::peer_promoted.
+  bool PromoteForPeer(std::vector<ChunkKey> keys, absl::AnyInvocable<void() &&> done);
+
   // Moves `keys` into `target` (a chunk is never in no tier meanwhile). Into the host tier: the
   // chunk is promoted from the nearest lower tier holding it, then removed from every lower tier.
   // Into a lower tier: written there from the host tier (or, held only by another lower tier,
@@ -255,6 +266,7 @@ class TieredStore {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> async_loads_{0};
   std::array<std::atomic<uint64_t>, kTierCount> load_promoted_{};  // by the tier promoted from
+  std::atomic<uint64_t> peer_promoted_{0};
 };
 
 }  // namespace strata::storage

@@ -170,6 +170,43 @@ TEST_F(TieredStoreTest, AfterStopALowerTierLoadIsUnavailableAndLeasesNothing) {
   EXPECT_FALSE(store_->Submit([] {}));
 }
 
+// What a peer asking by key alone gets: descriptions of chunks below the host tier (the remote
+// tier's excluded: a peer's question is never passed on), and their promotion at the size each
+// was recorded with.
+TEST_F(TieredStoreTest, PeersGetDiskChunksDescribedAndPromotedWithoutALayout) {
+  OpenThreeTiers();
+  for (uint64_t id = 0; id < 6; ++id) Store(id);  // 0, 1 are evicted to disk
+  ASSERT_TRUE(store_->Move(Keys(5, 1), Tier::kRemote, &layout_).ok());
+  const std::optional<LowerTier::ChunkInfo> info = store_->DescribeBelowHost(Key(0));
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->payload_bytes, kChunkBytes);
+  EXPECT_EQ(info->num_tokens, 16u);
+  EXPECT_FALSE(store_->DescribeBelowHost(Key(4)).has_value()) << "in the host tier only";
+  EXPECT_FALSE(store_->DescribeBelowHost(Key(5)).has_value()) << "on the remote tier only";
+  EXPECT_FALSE(store_->DescribeBelowHost(Key(99)).has_value());
+
+  std::promise<void> done;
+  ASSERT_TRUE(store_->PromoteForPeer({Key(0), Key(4), Key(5), Key(1), Key(99)},
+                                     [&done]() mutable { done.set_value(); }));
+  ASSERT_EQ(done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(store_->host().Contains(Key(0)));
+  EXPECT_TRUE(store_->host().Contains(Key(1)));
+  EXPECT_FALSE(store_->host().Contains(Key(5))) << "not fetched from the remote tier";
+  EXPECT_EQ(store_->Stats().movement.peer_promoted, 2u);
+  bool deferred = true;
+  LoadLeases leased = Load(Keys(0, 2), deferred);
+  EXPECT_FALSE(deferred) << "host hits now";
+  ASSERT_EQ(leased.leases.size(), 2u);
+  EXPECT_TRUE(Holds(leased.leases[0], 0));
+  EXPECT_TRUE(Holds(leased.leases[1], 1));
+  leased.leases.clear();
+
+  store_->Stop();
+  bool called = false;
+  EXPECT_FALSE(store_->PromoteForPeer({Key(2)}, [&called] { called = true; }));
+  EXPECT_FALSE(called);
+}
+
 // A chunk evicted and still waiting for its disk write is on its way to disk, not missing.
 TEST_F(TieredStoreTest, MoveServesChunksStagedForTheirDiskWrite) {
   Open(/*with_disk=*/true, /*demotion_queue_bytes=*/1 << 20);
