@@ -54,18 +54,20 @@ struct Peer {
   std::string remote_address;  // where peers reach it
 };
 
-// A daemon with the remote tier on, dialling `peers`; `node_id` empty: the default.
+// A daemon with the remote tier on, dialling `peers`; `node_id` empty: the default; `more_toml`
+// is appended to its config (e.g. a [disk] table).
 Peer StartPeer(const std::string& token_file, const std::vector<std::string>& peers,
-               uint32_t lookup_budget_us = 200'000, const std::string& node_id = "") {
+               uint32_t lookup_budget_us = 200'000, const std::string& node_id = "",
+               const std::string& more_toml = "") {
   std::string peer_list;
   for (const std::string& peer : peers) peer_list += fmt::format("\"{}\", ", peer);
   test_support::DaemonProcessOptions options{
       .host_capacity = "16MiB",
       .extra_toml = fmt::format(
           "[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
-          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n{}",
+          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n{}{}",
           token_file, lookup_budget_us, peer_list,
-          node_id.empty() ? "" : fmt::format("node_id = \"{}\"\n", node_id))};
+          node_id.empty() ? "" : fmt::format("node_id = \"{}\"\n", node_id), more_toml)};
   absl::StatusOr<std::unique_ptr<DaemonProcess>> process = DaemonProcess::Start(options);
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return {};
@@ -305,6 +307,45 @@ TEST(RemotePeers, AnOperatorCopiesChunksIntoAPeersHostTier) {
     EXPECT_EQ(a.process().control().Move(&context, move, &moved).error_code(),
               grpc::StatusCode::FAILED_PRECONDITION);
   }
+}
+
+// A's chunks went to its disk (an operator's move): B still finds them on A and loads them
+// byte-exact; A promotes them for B's lease first.
+TEST(RemotePeers, ChunksAPeerHoldsOnlyOnDiskAreServed) {
+  const std::string token = TokenFile("disk", "secret-disk");
+  const std::filesystem::path disk =
+      std::filesystem::path(::testing::TempDir()) / fmt::format("strata-peer-disk-{}", ::getpid());
+  Node a{StartPeer(token, {}, 200'000, "",
+                   fmt::format("[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\n"
+                               "segment_bytes = \"1MiB\"\n",
+                               disk.string())),
+         nullptr};
+  ASSERT_TRUE(a.peer.process);
+  a.engine = std::make_unique<RawEngineClient>(a.process().engine_socket());
+  ASSERT_TRUE(a.engine->Handshake(Layout()).ok());
+  const std::vector<ChunkKey> keys = Keys(4, 3000);
+  ASSERT_TRUE(a.engine->Store(keys, 64, 90).ok());
+  v1::MoveRequest move;
+  *move.mutable_selector()->mutable_layout() = ToProto(Layout());
+  for (uint32_t token = 3000; token < 3000 + 4 * 64; ++token) {
+    move.mutable_selector()->add_tokens(token);
+  }
+  move.set_target(v1::TIER_DISK);
+  {
+    grpc::ClientContext context;
+    v1::MoveResponse moved;
+    const grpc::Status status = a.process().control().Move(&context, move, &moved);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(moved.moved_chunks(), 4u);
+  }
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 4), 4u) << b.process().Log();
+  EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 90 + i; }),
+            std::vector<int>(4, 0));
+  EXPECT_EQ(b.process().Stop().code, 0);
+  EXPECT_EQ(a.process().Stop().code, 0);
+  std::filesystem::remove_all(disk);
 }
 
 // Disaggregated prefill through two stratad and two sim_engines, on the path the vLLM adapter
