@@ -13,6 +13,10 @@
 //   strata-bench pd     a disaggregated prefill through two daemons over UCX: transfer GB/s
 //                       against ucx_perftest, and the transfer exposed after a modelled
 //                       prefill (pd_command.h).
+//   strata-bench route  the conversation trace over simulated instances with a host and a disk
+//                       tier each, routed round-robin, by longest prefix (Dynamo) and by
+//                       Strata's modelled TTFT: hit ratio, modelled TTFT, load imbalance
+//                       (route/route_command.h).
 //   strata-bench trace  replays a request trace (the production conversation trace, or a
 //                       synthetic multi-round-QA or RAG one) against the host tier under every
 //                       eviction policy and capacity, next to Belady's bound (trace_command.h).
@@ -32,6 +36,7 @@
 #include "bench/engine/sim_engine.h"
 #include "bench/mrqa/disk_ttft.h"
 #include "bench/pd/pd_command.h"
+#include "bench/route/route_command.h"
 #include "bench/support/model_layouts.h"
 #include "bench/trace/trace_command.h"
 #include "core/fmt_absl.h"
@@ -381,7 +386,21 @@ int main(int argc, char** argv) {
   pd->add_option("--runs", p.runs)->capture_default_str();
   pd->add_option("--prefault", p.prefault, "the daemons allocate their arenas at start-up")
       ->capture_default_str();
+  strata::bench::RouteCommandOptions r{.trace_file = STRATA_DEFAULT_TRACE};
+  CLI::App* route = app.add_subcommand("route", "routers compared on the conversation trace");
+  route->add_option("--trace-file", r.trace_file, "the conversation trace (Mooncake JSONL)")
+      ->capture_default_str();
+  route->add_option("--instances", r.instances)->capture_default_str();
+  route->add_option("--host-capacity", r.host_capacity, "per instance")->capture_default_str();
+  route->add_option("--disk-capacity", r.disk_capacity, "per instance")->capture_default_str();
+  route->add_option("--load-scale", r.load_scale, "arrival rate as a multiple of the trace's")
+      ->capture_default_str();
+  route->add_option("--geometry", r.geometry, "llama8b or small")->capture_default_str();
+  route->add_option("--prefill-us-per-token", r.prefill_us_per_token)->capture_default_str();
+  route->add_option("--host-gbps", r.host_gbps, "host tier into the engine")->capture_default_str();
+  route->add_option("--disk-gbps", r.disk_gbps, "disk tier into the engine")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (route->parsed()) return strata::bench::RunRouteCommand(r);
   if (trace->parsed()) return strata::bench::RunTraceCommand(t);
   if (pd->parsed()) return strata::bench::RunPdCommand(p);
   return strata::bench::RunMrqa(o);
