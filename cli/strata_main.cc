@@ -331,7 +331,8 @@ int Run(int argc, char** argv) {
     if (!selector.ok()) return Fail(selector.status());
     v1::LookupRequest request;
     if (selector->has_layout()) *request.mutable_layout() = selector->layout();
-    *request.mutable_tokens() = selector->tokens();
+    // As 4-byte words: the cheap encoding of a long prompt (see LookupRequest.tokens_fixed32).
+    request.mutable_tokens_fixed32()->Assign(selector->tokens().begin(), selector->tokens().end());
     *request.mutable_keys() = selector->keys();
     request.set_tenant_salt(selector->tenant_salt());
     request.set_lora_name(selector->lora_name());

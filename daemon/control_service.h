@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
@@ -109,9 +110,9 @@ class ControlService final
   void SetDraining() { draining_ = true; }
 
  private:
-  // `request` without its keys, which come decoded in `keys`.
+  // `request` without its keys and tokens, which come decoded in `keys` and `tokens`.
   absl::Status DoLookup(const v1::LookupRequest& request, std::vector<ChunkKey> keys,
-                        v1::LookupResponse& response);
+                        std::span<const uint32_t> tokens, v1::LookupResponse& response);
   absl::Status DoPin(const v1::PinRequest& request, v1::PinResponse& response);
   absl::Status DoUnpin(const v1::UnpinRequest& request, v1::UnpinResponse& response);
   absl::Status DoMove(const v1::MoveRequest& request, v1::MoveResponse& response);

@@ -169,6 +169,46 @@ TEST_F(ControlServiceTest, LookupByTokensCountsTheCachedPrefix) {
   EXPECT_EQ(response.matched_tokens(), 0u);
 }
 
+// tokens_fixed32 names the same chain as tokens; so do both spread over several fields, as a
+// client's encoder may send a repeated field in pieces.
+TEST_F(ControlServiceTest, LookupByFixed32TokensMatchesTokens) {
+  std::vector<uint32_t> tokens(40);
+  std::iota(tokens.begin(), tokens.end(), 300'000);  // three-byte varints
+  const std::vector<ChunkKey> keys = hasher_->PrefixKeys(tokens, {}, PartialChunk::kInclude);
+  StoreChunk(keys[0], 16);
+  StoreChunk(keys[1], 16);
+
+  v1::LookupRequest varint;
+  *varint.mutable_layout() = ToProto(TestLayout());
+  varint.mutable_tokens()->Assign(tokens.begin(), tokens.end());
+  v1::LookupRequest fixed;
+  *fixed.mutable_layout() = ToProto(TestLayout());
+  fixed.mutable_tokens_fixed32()->Assign(tokens.begin(), tokens.end());
+  v1::LookupResponse by_varint, by_fixed;
+  ASSERT_TRUE(Lookup(varint, by_varint).ok());
+  ASSERT_TRUE(Lookup(fixed, by_fixed).ok());
+  EXPECT_EQ(by_varint.matched_tokens(), 32u);
+  EXPECT_EQ(by_fixed.matched_tokens(), 32u);
+  EXPECT_EQ(by_fixed.total_chunks(), 3u);
+
+  // The same prompt in two pieces of tokens_fixed32: the wire bytes of two messages appended.
+  v1::LookupRequest head, tail;
+  *head.mutable_layout() = ToProto(TestLayout());
+  head.mutable_tokens_fixed32()->Assign(tokens.begin(), tokens.begin() + 20);
+  tail.mutable_tokens_fixed32()->Assign(tokens.begin() + 20, tokens.end());
+  v1::LookupRequest pieces;
+  ASSERT_TRUE(pieces.ParseFromString(head.SerializeAsString() + tail.SerializeAsString()));
+  v1::LookupResponse by_pieces;
+  ASSERT_TRUE(Lookup(pieces, by_pieces).ok());
+  EXPECT_EQ(by_pieces.matched_tokens(), 32u);
+  EXPECT_EQ(by_pieces.total_chunks(), 3u);
+
+  // A prompt whose chain differs in its second chunk matches one chunk only.
+  fixed.set_tokens_fixed32(20, 7);
+  ASSERT_TRUE(Lookup(fixed, by_fixed = {}).ok());
+  EXPECT_EQ(by_fixed.matched_tokens(), 16u);
+}
+
 TEST_F(ControlServiceTest, LookupByKeys) {
   std::vector<uint32_t> tokens(32, 5);
   const std::vector<ChunkKey> keys = hasher_->PrefixKeys(tokens, {});
@@ -220,6 +260,19 @@ TEST_F(ControlServiceTest, BadLookupsAreInvalidArgument) {
   *too_many.mutable_layout() = ToProto(TestLayout());
   for (int i = 0; i < 1001; ++i) too_many.add_tokens(i);
   EXPECT_EQ(Lookup(too_many, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  v1::LookupRequest both_token_fields;
+  *both_token_fields.mutable_layout() = ToProto(TestLayout());
+  both_token_fields.add_tokens(1);
+  both_token_fields.add_tokens_fixed32(1);
+  const grpc::Status both_status = Lookup(both_token_fields, response);
+  EXPECT_EQ(both_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(both_status.error_message(), ::testing::HasSubstr("not in both"));
+
+  v1::LookupRequest too_many_fixed32;
+  *too_many_fixed32.mutable_layout() = ToProto(TestLayout());
+  for (int i = 0; i < 1001; ++i) too_many_fixed32.add_tokens_fixed32(i);
+  EXPECT_EQ(Lookup(too_many_fixed32, response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   v1::LookupRequest short_digest;
   v1::ChunkKey* key = short_digest.add_keys();

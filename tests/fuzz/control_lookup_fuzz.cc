@@ -1,13 +1,15 @@
-// Fuzzes the control API's raw Lookup decoder (daemon/control_service.cc: ParseLookupRequest and
-// ReadChunkKey), which decodes a LookupRequest's keys straight from the gRPC wire bytes instead of
-// going through the generated parser. The decoder is internal to control_service.cc, so this
+// Fuzzes the control API's raw Lookup decoder (daemon/control_service.cc: ParseLookupRequest,
+// ReadChunkKey and ReadTokens), which decodes a LookupRequest's keys and tokens straight from the
+// gRPC wire bytes instead of going through the generated parser. The decoder is internal to control_service.cc, so this
 // file includes it; nothing of ControlService is constructed.
 //
 // Input: the bytes of a LookupRequest as a client sends them. Invariants: a malformed request is
 // kInvalidArgument; a request the raw decoder accepts is one the generated parser accepts too,
-// with the same keys (FromProto of each) and the same other fields.
+// with the same keys (FromProto of each), the same tokens (from tokens or tokens_fixed32, never
+// both) and the same other fields.
 #include "daemon/control_service.cc"  // NOLINT(build/include): the decoder is file-local
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,13 +25,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const strata::daemon::SelectionLimits limits{.max_tokens = 1u << 16, .max_keys = 256};
   v1::LookupRequest fields;
   std::vector<strata::ChunkKey> keys;
-  const absl::Status status = strata::daemon::ParseLookupRequest(buffer, limits, fields, keys);
+  std::vector<uint32_t> tokens;
+  const absl::Status status =
+      strata::daemon::ParseLookupRequest(buffer, limits, fields, keys, tokens);
   if (!status.ok()) {
     FUZZ_CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     return 0;
   }
   FUZZ_CHECK(keys.size() <= limits.max_keys);
-  FUZZ_CHECK(!fields.keys_size());
+  FUZZ_CHECK(!fields.keys_size() && !fields.tokens_size() && !fields.tokens_fixed32_size());
 
   v1::LookupRequest generated;
   FUZZ_CHECK(generated.ParseFromArray(data, static_cast<int>(size)));
@@ -38,7 +42,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<strata::ChunkKey> key = strata::FromProto(generated.keys(static_cast<int>(i)));
     FUZZ_CHECK(key.ok() && *key == keys[i]);
   }
+  FUZZ_CHECK(generated.tokens_size() == 0 || generated.tokens_fixed32_size() == 0);
+  const auto& expected =
+      generated.tokens_size() != 0 ? generated.tokens() : generated.tokens_fixed32();
+  FUZZ_CHECK(tokens.size() == static_cast<size_t>(expected.size()) &&
+             std::equal(tokens.begin(), tokens.end(), expected.begin()));
   generated.clear_keys();
+  generated.clear_tokens();
+  generated.clear_tokens_fixed32();
   FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(generated, fields));
   return 0;
 }

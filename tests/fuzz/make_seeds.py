@@ -106,6 +106,19 @@ write("engine_request_fuzz", "session", frame(handshake) + frame(lookup) + frame
       frame(commit))
 write("engine_request_fuzz", "truncated", frame(handshake)[:7])
 
+# ---- control_lookup_fuzz: LookupRequest (protobuf wire format): layout, tokens or keys ----
+# Field 2 (tokens) is packed varints, field 7 (tokens_fixed32) packed little-endian words; an
+# encoder may also send either unpacked, one element per tag.
+lookup_tokens = [1, 300, 70000, 4000000000]
+write("control_lookup_fuzz", "tokens-packed",
+      field(1, layout) + field(2, b"".join(varint(t) for t in lookup_tokens)))
+write("control_lookup_fuzz", "tokens-fixed32-packed",
+      field(1, layout) + field(7, b"".join(struct.pack("<I", t) for t in lookup_tokens)))
+write("control_lookup_fuzz", "tokens-unpacked",
+      field(1, layout) + b"".join(vfield(2, t) for t in lookup_tokens))
+write("control_lookup_fuzz", "tokens-fixed32-unpacked",
+      field(1, layout) + b"".join(varint(7 << 3 | 5) + struct.pack("<I", t) for t in lookup_tokens))
+
 # ---- codec_frame_fuzz: mode, codec index, layout index, tokens, group_size, bits, mutations ----
 # Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv (CodecRegistry::All()).
 for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv"]):

@@ -105,6 +105,15 @@ TEST_F(CliTest, PinLsMoveClearAndEventsGolden) {
   EXPECT_EQ(pin.code, 0) << pin.err;
   EXPECT_EQ(pin.out, "pinned 2 chunks (128.0 KiB); 0 not cached\n");
 
+  // The CLI sends a lookup's tokens as fixed32 words; the daemon hashes them to the same chain.
+  CliResult lookup = Cli({"lookup", "--tokens", TokenList(3 * 64 + 10)}, true);
+  EXPECT_EQ(lookup.code, 0) << lookup.err;
+  EXPECT_EQ(lookup.out, fmt::format("matched 192 tokens: 3 of 4 chunks cached\n"
+                                    "     0  host    {}\n"
+                                    "     1  host    {}\n"
+                                    "     2  host    {}\n",
+                                    keys_[0].ToString(), keys_[1].ToString(), keys_[2].ToString()));
+
   CliResult soft = Cli({"pin", "--soft", "--ttl-ms", "600000", "--key", keys_[2].ToString()});
   EXPECT_EQ(soft.code, 0) << soft.err;
   EXPECT_EQ(soft.out, "pinned 1 chunks (64.0 KiB); 0 not cached\n");
