@@ -271,11 +271,7 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
         run_first = i;
         run.clear();
         if (source != nullptr) {
-          size_t end = i + 1;
-          while (end < keys.size() && end - i < kPromotionRunChunks &&
-                 !host_->Contains(keys[end]) && FindBelow(keys[end]) == source) {
-            ++end;
-          }
+          const size_t end = PromotionRunEnd(keys, i, source);
           run = PromoteRun(*source, *host_, layout, keys.subspan(i, end - i), demoter_.get());
           run_source = source->tier();
         }
@@ -310,6 +306,16 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
   }
 }
 
+size_t TieredStore::PromotionRunEnd(std::span<const ChunkKey> keys, size_t first,
+                                    const LowerTier* source) const {
+  size_t end = first + 1;
+  while (end < keys.size() && end - first < kPromotionRunChunks && !host_->Contains(keys[end]) &&
+         FindBelow(keys[end]) == source) {
+    ++end;
+  }
+  return end;
+}
+
 absl::StatusOr<uint32_t> TieredStore::Prefetch(const KvLayout& layout,
                                                std::span<const ChunkKey> chain) {
   if (promoter_ == nullptr) return 0;
@@ -342,11 +348,7 @@ bool TieredStore::PromoteForPeer(std::vector<ChunkKey> keys, absl::AnyInvocable<
             ++i;
             continue;
           }
-          size_t end = i + 1;
-          while (end < keys.size() && end - i < kPromotionRunChunks &&
-                 !host_->Contains(keys[end]) && FindBelow(keys[end]) == source) {
-            ++end;
-          }
+          const size_t end = PromotionRunEnd(keys, i, source);
           const std::span<const ChunkKey> run(keys.data() + i, end - i);
           for (const absl::StatusOr<PromoteOutcome>& outcome :
                PromoteRunAsRecorded(*source, *host_, run, demoter_.get())) {

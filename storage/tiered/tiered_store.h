@@ -246,6 +246,10 @@ class TieredStore {
   LowerTier* FindTier(Tier tier) const;
   // The nearest lower tier holding `key` (its staged demotion counts); null when none does.
   LowerTier* FindBelow(const ChunkKey& key) const;
+  // The end of the run of keys that starts at keys[first] (which `source` holds): it goes on,
+  // up to kPromotionRunChunks keys, while the host tier lacks them and `source` holds them.
+  size_t PromotionRunEnd(std::span<const ChunkKey> keys, size_t first,
+                         const LowerTier* source) const;
   enum class MoveOutcome { kMoved, kAlreadyThere, kMissing };
   // Move of one chunk into `into` (null: the host tier).
   absl::StatusOr<MoveOutcome> MoveOne(const ChunkKey& key, LowerTier* into, const KvLayout* layout);

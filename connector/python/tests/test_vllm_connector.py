@@ -111,7 +111,35 @@ def kv_value(prefix_hash, layer, plane, elem):
     return (x * 0x5BD1E995) & 0xFFFF
 
 
-class FakeEngine:
+class EngineSteps:
+    """One engine step through both connector roles, for an engine with `scheduler`, `worker`,
+    `kv` (layer name -> tensor), `metadata` (a list) and `compute(tokens, blocks, begin, end,
+    layer_name)`."""
+
+    def step(self, output, before_worker=None, computing=()):
+        """One engine step: the scheduler's metadata (pickled, as between processes) through
+        the worker; `computing` is (tokens, blocks, begin, end) of what the forward computes.
+        Returns (finished_recving, load errors) as the model runner collects them."""
+        meta = self.scheduler.build_connector_meta(output)
+        meta = pickle.loads(pickle.dumps(meta))  # scheduler -> worker process
+        self.metadata.append(meta)
+        if before_worker:
+            before_worker(meta)
+        self.worker.bind_connector_metadata(meta)
+        self.worker.start_load_kv(SimpleNamespace())
+        for name in self.kv:
+            self.worker.wait_for_layer_load(name)
+            if computing:
+                self.compute(*computing, name)
+            self.worker.save_kv_layer(name, self.kv[name], None)
+        self.worker.wait_for_save()
+        _, recving = self.worker.get_finished(set(output.finished_req_ids))
+        errors = self.worker.get_block_ids_with_load_errors()
+        self.worker.clear_connector_metadata()
+        return recving or set(), errors
+
+
+class FakeEngine(EngineSteps):
     """One vLLM engine: a scheduler-role and a worker-role connector, paged KV, block pool."""
 
     def __init__(self, vllm_config, seed=1):
@@ -153,28 +181,6 @@ class FakeEngine:
             if not ok:
                 wrong.append(p)
         return wrong
-
-    def step(self, output, before_worker=None, computing=()):
-        """One engine step: the scheduler's metadata (pickled, as between processes) through
-        the worker; `computing` is (tokens, blocks, begin, end) of what the forward computes.
-        Returns (finished_recving, load errors) as the model runner collects them."""
-        meta = self.scheduler.build_connector_meta(output)
-        meta = pickle.loads(pickle.dumps(meta))  # scheduler -> worker process
-        self.metadata.append(meta)
-        if before_worker:
-            before_worker(meta)
-        self.worker.bind_connector_metadata(meta)
-        self.worker.start_load_kv(SimpleNamespace())
-        for name in self.kv:
-            self.worker.wait_for_layer_load(name)
-            if computing:
-                self.compute(*computing, name)
-            self.worker.save_kv_layer(name, self.kv[name], None)
-        self.worker.wait_for_save()
-        _, recving = self.worker.get_finished(set(output.finished_req_ids))
-        errors = self.worker.get_block_ids_with_load_errors()
-        self.worker.clear_connector_metadata()
-        return recving or set(), errors
 
     def wait_for_async_load(self, request_id, blocks, matched, before_worker=None):
         """vLLM's WAITING_FOR_REMOTE_KVS: empty steps until the workers report the request;

@@ -7,7 +7,6 @@ test_vllm_connector, so every load is checked byte for byte against what another
 stored. The daemon is the real engine-session server in another process.
 """
 
-import pickle
 import time
 import unittest
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from test_vllm_connector import (
     DIM,
     NUM_BLOCKS,
     DaemonProcess,
+    EngineSteps,
     FakeTensor,
     fake_vllm_config,
     idle_output,
@@ -73,7 +73,7 @@ def request_of(request_id, tokens, **fields):
                            **fields)
 
 
-class HybridEngine:
+class HybridEngine(EngineSteps):
     """A vLLM engine with a hybrid model: scheduler- and worker-role connectors, one block
     pool shared by the groups (block 0 is the null block, never handed out)."""
 
@@ -138,22 +138,6 @@ class HybridEngine:
                         wrong.add(p)
         return sorted(wrong)
 
-    def step(self, output, computing=()):
-        meta = pickle.loads(pickle.dumps(self.scheduler.build_connector_meta(output)))
-        self.metadata.append(meta)
-        self.worker.bind_connector_metadata(meta)
-        self.worker.start_load_kv(SimpleNamespace())
-        for name in self.kv:
-            self.worker.wait_for_layer_load(name)
-            if computing:
-                self.compute(*computing, name)
-            self.worker.save_kv_layer(name, self.kv[name], None)
-        self.worker.wait_for_save()
-        _, recving = self.worker.get_finished(set(output.finished_req_ids))
-        errors = self.worker.get_block_ids_with_load_errors()
-        self.worker.clear_connector_metadata()
-        return recving or set(), errors
-
     def run(self, request_id, tokens, window_nulls=0, request=None):
         """Prefills a prompt in one step, as vLLM does; the sliding-window group's first
         `window_nulls` blocks are null (vLLM allocates no block for KV outside the window).
@@ -179,7 +163,7 @@ class HybridEngine:
         output = SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=cached,
                                  num_scheduled_tokens={request_id: len(tokens) - matched},
                                  finished_req_ids=set())
-        recving, new_errors = self.step(output, (tokens, blocks, matched, len(tokens)))
+        recving, new_errors = self.step(output, computing=(tokens, blocks, matched, len(tokens)))
         reports += request_id in recving
         errors |= new_errors
         keep, _ = self.scheduler.request_finished_all_groups(request, tuple(blocks))
