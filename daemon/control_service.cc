@@ -327,8 +327,8 @@ absl::Status ParseLookupRequest(const grpc::ByteBuffer& buffer, const SelectionL
     const size_t tokens_before = tokens.size();
     if (const std::optional<bool> read = ReadTokens(in, tag, tokens); read.has_value()) {
       if (!*read) return malformed;
-      const bool fixed = WireFormatLite::GetTagFieldNumber(tag) ==
-                         v1::LookupRequest::kTokensFixed32FieldNumber;
+      const bool fixed =
+          WireFormatLite::GetTagFieldNumber(tag) == v1::LookupRequest::kTokensFixed32FieldNumber;
       (fixed ? fixed32_tokens : varint_tokens) += tokens.size() - tokens_before;
       continue;
     }

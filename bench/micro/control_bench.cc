@@ -180,7 +180,8 @@ void BM_LookupVsHealth(benchmark::State& state) {
     }
   } else {
     *request.mutable_layout() = ToProto(f.token_layout);
-    auto* tokens = state.range(0) == 1 ? request.mutable_tokens() : request.mutable_tokens_fixed32();
+    auto* tokens =
+        state.range(0) == 1 ? request.mutable_tokens() : request.mutable_tokens_fixed32();
     tokens->Assign(f.prompt.begin(), f.prompt.end());
   }
   using Clock = std::chrono::steady_clock;

@@ -1,7 +1,7 @@
 // Fuzzes the control API's raw Lookup decoder (daemon/control_service.cc: ParseLookupRequest,
 // ReadChunkKey and ReadTokens), which decodes a LookupRequest's keys and tokens straight from the
-// gRPC wire bytes instead of going through the generated parser. The decoder is internal to control_service.cc, so this
-// file includes it; nothing of ControlService is constructed.
+// gRPC wire bytes instead of going through the generated parser. The decoder is internal to
+// control_service.cc, so this file includes it; nothing of ControlService is constructed.
 //
 // Input: the bytes of a LookupRequest as a client sends them. Invariants: a malformed request is
 // kInvalidArgument; a request the raw decoder accepts is one the generated parser accepts too,

@@ -75,11 +75,11 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     const std::string log = daemon->Log();
     if (std::regex_search(log, match, serving)) {
       // Loopback in another network namespace is not ours: dial its Unix socket there.
-      const std::string target = options.network_namespace.empty()
-                                     ? "127.0.0.1:" + match[1].str()
-                                     : "unix:" + (daemon->dir_ / "control.sock").string();
+      daemon->control_target_ = options.network_namespace.empty()
+                                    ? "127.0.0.1:" + match[1].str()
+                                    : "unix:" + (daemon->dir_ / "control.sock").string();
       daemon->stub_ = v1::StrataControl::NewStub(
-          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+          grpc::CreateChannel(daemon->control_target_, grpc::InsecureChannelCredentials()));
       return daemon;
     }
     int status = 0;

@@ -50,6 +50,8 @@ class DaemonProcess {
   const std::filesystem::path& dir() const { return dir_; }
   pid_t pid() const { return pid_; }
   v1::StrataControl::Stub& control() { return *stub_; }
+  // The gRPC target control() dials ("127.0.0.1:PORT", or "unix:PATH" in another namespace).
+  const std::string& control_target() const { return control_target_; }
   std::string Log() const;
 
   // SIGTERM, then waits up to `timeout` for the exit (SIGKILL after it).
@@ -66,6 +68,7 @@ class DaemonProcess {
   std::filesystem::path dir_;
   std::string engine_socket_;
   pid_t pid_ = -1;
+  std::string control_target_;
   std::unique_ptr<v1::StrataControl::Stub> stub_;
 };
 

@@ -1,0 +1,27 @@
+// Conversions from a daemon's control API (its WatchEvents stream and its columnar ListChunks
+// pages, proto/strata/v1/control.proto) to the cluster index's plain events (chunk_event.h).
+// Pure functions; thread-safe.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/index/chunk_event.h"
+#include "strata/v1/control.pb.h"
+
+namespace strata::controller {
+
+// kInvalidArgument for TIER_UNSPECIFIED and values this controller does not know.
+absl::StatusOr<Tier> TierFromProto(v1::Tier tier);
+
+// One event of a WatchEvents stream. kInvalidArgument, naming the event's sequence number, for
+// an unknown tier, no event in its oneof, or a malformed key (Stored and Removed need one).
+absl::StatusOr<ChunkEvent> FromProto(const v1::ChunkEvent& event);
+
+// Appends a kStored event for each chunk of a columnar ListChunks page, in order. All or
+// nothing: kInvalidArgument, appending none, when the columns' lengths disagree, the digests do
+// not add up to the keys' digest sizes, or a key or tier does not convert.
+absl::Status AppendListedChunks(const v1::ChunkColumns& columns, std::vector<ChunkEvent>& out);
+
+}  // namespace strata::controller

@@ -1,0 +1,201 @@
+// The controller's feed of a daemon's chunks into the cluster index (controller/ingest), against
+// real stratad processes: a snapshot of what a daemon held before the feed started, its events
+// after, a Clear, two daemons holding different prefixes of one chain, a killed daemon whose
+// chunks leave the index after the unreachable timeout, and a restarted one (a new epoch: a
+// fresh snapshot, nothing stale).
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/index/cluster_index.h"
+#include "controller/ingest/daemon_feed.h"
+#include "core/key_hasher.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
+#include "tests/support/test_layout.h"
+
+namespace strata::controller {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+
+KvLayout FeedLayout() {
+  return test_support::SmallLayout({.model_id = "feed-model", .head_dim = 64, .chunk_tokens = 64});
+}
+
+std::vector<ChunkKey> Chain(size_t chunks) {
+  std::vector<uint32_t> tokens(chunks * 64);
+  std::iota(tokens.begin(), tokens.end(), 1000);
+  return KeyHasher::Create(FeedLayout(), {})->PrefixKeys(tokens, {});
+}
+
+// Polls `condition` for up to 10 s.
+bool Eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+// The prefix of `chain` the index says `instance` holds (0 when it is not among the hits).
+uint32_t HeldPrefix(const ClusterIndex& index, std::span<const ChunkKey> chain,
+                    const std::string& instance) {
+  for (const InstanceChainHit& hit : index.LookupChain(chain)) {
+    if (hit.instance_id == instance) return hit.prefix_chunks;
+  }
+  return 0;
+}
+
+class ControllerFeedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { index_ = *ClusterIndex::Create({.max_instances = 16, .shard_count = 4}); }
+
+  // A daemon and an engine session to store chunks through.
+  struct Node {
+    std::unique_ptr<DaemonProcess> daemon;
+    std::unique_ptr<RawEngineClient> engine;
+  };
+  Node StartNode(test_support::DaemonProcessOptions options = {}) {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+    EXPECT_TRUE(daemon.ok()) << daemon.status();
+    Node node{.daemon = *std::move(daemon)};
+    node.engine = std::make_unique<RawEngineClient>(node.daemon->engine_socket());
+    EXPECT_TRUE(node.engine->Handshake(FeedLayout()).ok());
+    return node;
+  }
+
+  // A feed of the daemon at gRPC `target`.
+  std::unique_ptr<DaemonFeed> Feed(const std::string& instance, const std::string& target,
+                                   std::chrono::milliseconds unreachable_timeout = 5s) {
+    absl::StatusOr<std::unique_ptr<DaemonFeed>> feed = DaemonFeed::Start(
+        {.instance_id = instance,
+         .channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials()),
+         .index = index_.get(),
+         .page_size = 3,  // several pages for a few chunks
+         .retry_delay = 50ms,
+         .unreachable_timeout = unreachable_timeout});
+    EXPECT_TRUE(feed.ok()) << feed.status();
+    return feed.ok() ? *std::move(feed) : nullptr;
+  }
+
+  std::unique_ptr<ClusterIndex> index_;
+};
+
+TEST_F(ControllerFeedTest, ASnapshotThenTheEventsThatFollow) {
+  Node node = StartNode();
+  const std::vector<ChunkKey> chain = Chain(8);
+  // Held before the feed starts: only the snapshot can tell the index.
+  ASSERT_TRUE(node.engine->Store({chain.begin(), chain.begin() + 5}, 64, 1).ok());
+
+  std::unique_ptr<DaemonFeed> feed = Feed("node-a", node.daemon->control_target());
+  ASSERT_NE(feed, nullptr);
+  ASSERT_TRUE(Eventually([&] { return feed->stats().following; }));
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-a"), 5u);
+  EXPECT_EQ(feed->stats().snapshots, 1u);
+  EXPECT_EQ(feed->stats().snapshot_chunks, 5u);
+
+  // Stored after: the stream's events.
+  ASSERT_TRUE(node.engine->Store({chain.begin() + 5, chain.end()}, 64, 2).ok());
+  ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 8; }));
+  EXPECT_GE(feed->stats().events_applied, 3u);
+
+  // A Clear empties the instance in the index too.
+  grpc::ClientContext context;
+  v1::ClearRequest clear;
+  clear.set_all(true);
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(node.daemon->control().Clear(&context, clear, &cleared).ok());
+  ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 0; }));
+  EXPECT_EQ(feed->stats().malformed_events, 0u);
+  EXPECT_EQ(feed->stats().snapshots, 1u) << "no gap, no second snapshot";
+
+  // The feed's end takes the instance out of the index.
+  feed.reset();
+  ASSERT_TRUE(node.engine->Store({chain.begin(), chain.begin() + 1}, 64, 3).ok());
+  EXPECT_EQ(index_->stats().instances, 0u);
+}
+
+TEST_F(ControllerFeedTest, TwoDaemonsHoldingDifferentPrefixes) {
+  Node a = StartNode();
+  Node b = StartNode();
+  const std::vector<ChunkKey> chain = Chain(6);
+  ASSERT_TRUE(a.engine->Store({chain.begin(), chain.begin() + 2}, 64, 1).ok());
+  std::unique_ptr<DaemonFeed> feed_a = Feed("node-a", a.daemon->control_target());
+  std::unique_ptr<DaemonFeed> feed_b = Feed("node-b", b.daemon->control_target());
+  ASSERT_TRUE(b.engine->Store(chain, 64, 1).ok());
+  ASSERT_TRUE(Eventually([&] {
+    const std::vector<InstanceChainHit> hits = index_->LookupChain(chain);
+    return hits.size() == 2 && hits[0].instance_id == "node-b" && hits[0].prefix_chunks == 6 &&
+           hits[1].instance_id == "node-a" && hits[1].prefix_chunks == 2;
+  }));
+  EXPECT_EQ(index_->LookupChain(chain)[0].chunks_per_tier[static_cast<size_t>(Tier::kHost)], 6u);
+}
+
+TEST_F(ControllerFeedTest, AKilledDaemonsChunksLeaveAfterTheTimeout) {
+  Node node = StartNode();
+  const std::vector<ChunkKey> chain = Chain(3);
+  ASSERT_TRUE(node.engine->Store(chain, 64, 1).ok());
+  std::unique_ptr<DaemonFeed> feed =
+      Feed("node-a", node.daemon->control_target(), /*unreachable_timeout=*/500ms);
+  ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 3; }));
+
+  node.engine.reset();
+  node.daemon->Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 0; }));
+  const auto gone_after = std::chrono::steady_clock::now() - killed;
+  EXPECT_GE(gone_after, 400ms) << "kept while the daemon may only be slow";
+  EXPECT_LT(gone_after, 5s);
+  EXPECT_EQ(feed->stats().unreachable_clears, 1u);
+  EXPECT_FALSE(feed->stats().following);
+  EXPECT_EQ(index_->stats().instances, 1u) << "still registered: it may come back";
+}
+
+// The daemon restarts behind the same control socket: the new epoch takes a fresh snapshot, in
+// which the first run's chunks are gone and the second run's are there.
+TEST_F(ControllerFeedTest, ARestartedDaemonIsSnapshottedAgainWithNothingStale) {
+  char dir[] = "/tmp/strata-feed-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = std::string(dir) + "/control.sock";
+  const test_support::DaemonProcessOptions options{.extra_args = {"--control-socket", socket}};
+  Node first = StartNode(options);
+  const std::vector<ChunkKey> chain = Chain(4);
+  ASSERT_TRUE(first.engine->Store(chain, 64, 1).ok());
+  std::unique_ptr<DaemonFeed> feed = Feed("node-a", "unix:" + socket);
+  ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 4; }));
+  const uint64_t first_epoch = feed->stats().epoch;
+
+  first.engine.reset();
+  first.daemon->Kill();
+  Node second = StartNode(options);
+  // A chain of its own (two chunks of token 7).
+  const std::vector<ChunkKey> other =
+      KeyHasher::Create(FeedLayout(), {})->PrefixKeys(std::vector<uint32_t>(128, 7), {});
+  ASSERT_TRUE(second.engine->Store(other, 64, 2).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return feed->stats().following && feed->stats().epoch != first_epoch &&
+           HeldPrefix(*index_, other, "node-a") == 2;
+  }));
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-a"), 0u) << "the first run's chunks are gone";
+  EXPECT_EQ(feed->stats().snapshots, 2u);
+  feed.reset();
+  second.daemon->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata::controller
