@@ -12,9 +12,9 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "control/chunk_selector.h"
 #include "core/clock.h"
 #include "core/key_hasher.h"
-#include "daemon/chunk_selector.h"
 #include "daemon/engine_session_server.h"
 #include "daemon/event_log.h"
 #include "daemon/lookup_accounting.h"
@@ -40,7 +40,7 @@ struct ControlServiceOptions {
   // How token selections are hashed (the daemon's key protocol configuration).
   KeyHasherOptions key_options;
   // Selections above these sizes are rejected with INVALID_ARGUMENT.
-  SelectionLimits limits;
+  control::SelectionLimits limits;
   // Callers over TCP must send "authorization: Bearer <token>" (UNAUTHENTICATED otherwise);
   // empty: no check. Unix-socket callers are never checked (file permissions guard them).
   std::string bearer_token;
@@ -121,7 +121,7 @@ class ControlService final
                             v1::MoveResponse& response);
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
-  absl::StatusOr<ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
+  absl::StatusOr<control::ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
   // Finishes the call with what `work` returns: run on the store's thread when a tier below the
   // host tier may make it wait for I/O, inline otherwise.
   grpc::ServerUnaryReactor* FinishFromStore(grpc::CallbackServerContext* context,

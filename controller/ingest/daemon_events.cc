@@ -23,6 +23,20 @@ absl::StatusOr<Tier> TierFromProto(v1::Tier tier) {
   }
 }
 
+v1::Tier TierToProto(Tier tier) {
+  switch (tier) {
+    case Tier::kDevice:
+      return v1::TIER_DEVICE;
+    case Tier::kHost:
+      return v1::TIER_HOST;
+    case Tier::kDisk:
+      return v1::TIER_DISK;
+    case Tier::kRemote:
+      return v1::TIER_REMOTE;
+  }
+  return v1::TIER_UNSPECIFIED;
+}
+
 absl::StatusOr<ChunkEvent> FromProto(const v1::ChunkEvent& event) {
   auto invalid = [&](absl::string_view what) {
     return absl::InvalidArgumentError(fmt::format("event {}: {}", event.sequence(), what));

@@ -1,6 +1,6 @@
-// Conversions from a daemon's control API (its WatchEvents stream and its columnar ListChunks
-// pages, proto/strata/v1/control.proto) to the cluster index's plain events (chunk_event.h).
-// Pure functions; thread-safe.
+// Conversions between the control API's types (proto/strata/v1/control.proto) and the cluster
+// index's (chunk_event.h): a daemon's WatchEvents stream and columnar ListChunks pages into the
+// index's events, and tiers both ways. Pure functions; thread-safe.
 #pragma once
 
 #include <vector>
@@ -14,6 +14,7 @@ namespace strata::controller {
 
 // kInvalidArgument for TIER_UNSPECIFIED and values this controller does not know.
 absl::StatusOr<Tier> TierFromProto(v1::Tier tier);
+v1::Tier TierToProto(Tier tier);
 
 // One event of a WatchEvents stream. kInvalidArgument, naming the event's sequence number, for
 // an unknown tier, no event in its oneof, or a malformed key (Stored and Removed need one).

@@ -1,33 +1,32 @@
-// Fuzzes the control API's raw Lookup decoder (daemon/control_service.cc: ParseLookupRequest,
-// ReadChunkKey and ReadTokens), which decodes a LookupRequest's keys and tokens straight from the
-// gRPC wire bytes instead of going through the generated parser. The decoder is internal to
-// control_service.cc, so this file includes it; nothing of ControlService is constructed.
+// Fuzzes the control API's raw Lookup decoder (control/lookup_request_decoder.h), which decodes
+// a LookupRequest's keys and tokens straight from the gRPC wire bytes instead of going through the
+// generated parser, for the daemon's Lookup and the controller's.
 //
 // Input: the bytes of a LookupRequest as a client sends them. Invariants: a malformed request is
 // kInvalidArgument; a request the raw decoder accepts is one the generated parser accepts too,
 // with the same keys (FromProto of each), the same tokens (from tokens or tokens_fixed32, never
 // both) and the same other fields.
-#include "daemon/control_service.cc"  // NOLINT(build/include): the decoder is file-local
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "control/lookup_request_decoder.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "proto/convert.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace v1 = strata::v1;
   grpc::Slice slice(data, size);
   const grpc::ByteBuffer buffer(&slice, 1);
-  const strata::daemon::SelectionLimits limits{.max_tokens = 1u << 16, .max_keys = 256};
+  const strata::control::SelectionLimits limits{.max_tokens = 1u << 16, .max_keys = 256};
   v1::LookupRequest fields;
   std::vector<strata::ChunkKey> keys;
   std::vector<uint32_t> tokens;
   const absl::Status status =
-      strata::daemon::ParseLookupRequest(buffer, limits, fields, keys, tokens);
+      strata::control::DecodeLookupRequest(buffer, limits, fields, keys, tokens);
   if (!status.ok()) {
     FUZZ_CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     return 0;

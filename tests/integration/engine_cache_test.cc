@@ -206,7 +206,9 @@ TEST_F(EngineCacheTest, DaemonKilledMidLoadThenRestartedNeverServesWrongKv) {
   const std::unique_ptr<DaemonProcess> first = std::move(daemon_);
   std::this_thread::sleep_for(milliseconds(700));
   StartDaemon({.engine_socket = socket});
-  EXPECT_EQ(engine->Wait(milliseconds(60'000)), 0) << engine->Stderr();
+  // About 5 s in Release and 52-54 s under ThreadSanitizer on the 2-core box (63 s once, beside
+  // another build): the bound leaves room for a slow machine.
+  EXPECT_EQ(engine->Wait(milliseconds(180'000)), 0) << engine->Stderr();
   std::vector<std::string> lines = SimEngineJsonLines(*engine);
   ASSERT_GE(lines.size(), 61u);
   int64_t outage_requests = 0;

@@ -1,11 +1,11 @@
-#include "daemon/chunk_selector.h"
+#include "control/chunk_selector.h"
 
 #include <algorithm>
 
 #include "fmt/format.h"
 #include "proto/convert.h"
 
-namespace strata::daemon {
+namespace strata::control {
 
 absl::StatusOr<ResolvedChunks> ResolveChunks(
     const v1::KvLayout* layout, std::span<const uint32_t> tokens, const KeyExtras& extras,
@@ -69,4 +69,4 @@ absl::StatusOr<ResolvedChunks> ResolveSelector(const v1::ChunkSelector& selector
                        selector.keys(), key_options, limits);
 }
 
-}  // namespace strata::daemon
+}  // namespace strata::control

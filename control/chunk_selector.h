@@ -1,5 +1,6 @@
 // Resolves the chunk selections of control requests (a token chain with its layout, or keys)
-// into chunk keys, with the daemon's key protocol. Pure functions; thread-safe.
+// into chunk keys, with the cluster's key protocol: the daemon and the controller answer the
+// same selections. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "google/protobuf/repeated_ptr_field.h"
 #include "strata/v1/control.pb.h"
 
-namespace strata::daemon {
+namespace strata::control {
 
 struct SelectionLimits {
   uint32_t max_tokens = 4u << 20;
@@ -46,4 +47,4 @@ absl::StatusOr<ResolvedChunks> ResolveSelector(const v1::ChunkSelector& selector
                                                const KeyHasherOptions& key_options,
                                                const SelectionLimits& limits);
 
-}  // namespace strata::daemon
+}  // namespace strata::control
