@@ -2,38 +2,42 @@
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "proto/convert.h"
 
 namespace strata::cli {
 
-absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,
-                                                     const ConnectOptions& options) {
-  if (address.empty()) return absl::InvalidArgumentError("--addr is empty");
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address,
+                                                           const ConnectOptions& options) {
+  if (address.empty()) return absl::InvalidArgumentError("the address is empty");
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.tls_ca_pem.empty() ? grpc::InsecureChannelCredentials()
                                  : grpc::SslCredentials({.pem_root_certs = options.tls_ca_pem});
-  return ControlClient(v1::StrataControl::NewStub(grpc::CreateChannel(address, credentials)),
-                       options);
+  return grpc::CreateChannel(address, credentials);
 }
 
-void ControlClient::Prepare(grpc::ClientContext& context) const {
-  if (!options_.bearer_token.empty()) {
-    context.AddMetadata("authorization", "Bearer " + options_.bearer_token);
-  }
+absl::StatusOr<ClusterClient> ClusterClient::Connect(const std::string& address,
+                                                     const ConnectOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);
+  if (!channel.ok()) return channel.status();
+  return ClusterClient(v1::StrataCluster::NewStub(*channel), options);
 }
 
-template <typename Request, typename Response>
-absl::StatusOr<Response> ControlClient::Call(grpc::Status (Stub::*method)(grpc::ClientContext*,
-                                                                          const Request&,
-                                                                          Response*),
-                                             const Request& request) {
-  grpc::ClientContext context;
-  Prepare(context);
-  context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
-  Response response;
-  grpc::Status status = (stub_.get()->*method)(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response;
+absl::StatusOr<v1::ClusterLookupResponse> ClusterClient::Lookup(const v1::LookupRequest& request) {
+  return CallUnary(*stub_, &Stub::Lookup, request, options_);
+}
+
+absl::StatusOr<v1::RouteResponse> ClusterClient::Route(const v1::RouteRequest& request) {
+  return CallUnary(*stub_, &Stub::Route, request, options_);
+}
+
+absl::StatusOr<v1::ListInstancesResponse> ClusterClient::ListInstances() {
+  return CallUnary(*stub_, &Stub::ListInstances, v1::ListInstancesRequest(), options_);
+}
+
+absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,
+                                                     const ConnectOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);
+  if (!channel.ok()) return channel.status();
+  return ControlClient(v1::StrataControl::NewStub(*channel), options);
 }
 
 absl::StatusOr<v1::HealthResponse> ControlClient::Health() {
@@ -80,7 +84,7 @@ absl::StatusOr<v1::DrainResponse> ControlClient::Drain() {
 absl::Status ControlClient::WatchEvents(uint64_t from_sequence,
                                         absl::FunctionRef<bool(const v1::ChunkEvent&)> on_event) {
   grpc::ClientContext context;
-  Prepare(context);
+  control::AttachBearerToken(context, options_.bearer_token);
   v1::WatchEventsRequest request;
   request.set_from_sequence(from_sequence);
   std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader =

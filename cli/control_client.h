@@ -1,6 +1,7 @@
 // ControlClient is the `strata` CLI's connection to a daemon's control API: a gRPC channel to
 // "host:port" or "unix:///path/to/control.sock", and one call per method with a deadline.
-// Not thread-safe (the CLI is single-threaded).
+// ClusterClient is its connection to strata-controller's cluster API (--controller), the same
+// way. Not thread-safe (the CLI is single-threaded).
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "control/bearer_auth.h"
+#include "grpcpp/channel.h"
+#include "proto/convert.h"
 #include "strata/v1/control.grpc.pb.h"
 
 namespace strata::cli {
@@ -19,6 +23,46 @@ struct ConnectOptions {
   std::string bearer_token;
   // PEM root certificate(s) that sign the daemon's: TLS when not empty.
   std::string tls_ca_pem;
+};
+
+// A channel to `address` with the options' TLS. kInvalidArgument for an empty address.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address,
+                                                           const ConnectOptions& options);
+
+// One unary call of `stub` with the options' deadline and bearer token; the server's status
+// (or kDeadlineExceeded / kUnavailable when it cannot be reached in time).
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CallUnary(Stub& stub,
+                                   grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                                   const Request& request, const ConnectOptions& options) {
+  grpc::ClientContext context;
+  control::AttachBearerToken(context, options.bearer_token);
+  context.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  Response response;
+  const grpc::Status status = (stub.*method)(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+class ClusterClient {
+ public:
+  // As OpenChannel.
+  static absl::StatusOr<ClusterClient> Connect(const std::string& address,
+                                               const ConnectOptions& options);
+
+  absl::StatusOr<v1::ClusterLookupResponse> Lookup(const v1::LookupRequest& request);
+  absl::StatusOr<v1::RouteResponse> Route(const v1::RouteRequest& request);
+  absl::StatusOr<v1::ListInstancesResponse> ListInstances();
+
+ private:
+  using Stub = v1::StrataCluster::Stub;
+
+  ClusterClient(std::unique_ptr<Stub> stub, ConnectOptions options)
+      : stub_(std::move(stub)), options_(std::move(options)) {}
+
+  std::unique_ptr<Stub> stub_;
+  ConnectOptions options_;
 };
 
 class ControlClient {
@@ -51,13 +95,12 @@ class ControlClient {
   ControlClient(std::unique_ptr<Stub> stub, ConnectOptions options)
       : stub_(std::move(stub)), options_(std::move(options)) {}
 
-  // The metadata every call carries.
-  void Prepare(grpc::ClientContext& context) const;
-
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
                                                              Response*),
-                                const Request& request);
+                                const Request& request) {
+    return CallUnary(*stub_, method, request, options_);
+  }
 
   std::unique_ptr<Stub> stub_;
   ConnectOptions options_;

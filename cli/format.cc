@@ -153,6 +153,52 @@ std::string FormatLookup(const v1::LookupResponse& lookup) {
   return out;
 }
 
+std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup) {
+  if (lookup.instances().empty()) {
+    return fmt::format("no instance holds the first of {} chunks\n", lookup.total_chunks());
+  }
+  std::string out =
+      fmt::format("{:<28} {:>14} {:>10}  {}\n", "instance", "chunks", "tokens", "tiers");
+  for (const v1::InstancePrefix& prefix : lookup.instances()) {
+    std::string tiers;
+    for (const v1::TierChunks& tier : prefix.tiers()) {
+      tiers +=
+          fmt::format("{}{} {}", tiers.empty() ? "" : ", ", tier.chunks(), TierName(tier.tier()));
+    }
+    out += fmt::format("{:<28} {:>14} {:>10}  {}\n", prefix.instance_id(),
+                       fmt::format("{} of {}", prefix.matched_chunks(), lookup.total_chunks()),
+                       prefix.matched_tokens(), tiers);
+  }
+  return out;
+}
+
+std::string FormatRoute(const v1::RouteResponse& route) {
+  std::string out =
+      fmt::format("{} prompt tokens; modelled TTFT in ms, lowest first\n", route.prompt_tokens());
+  out += fmt::format("{:>4}  {:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "rank", "instance",
+                     "ttft", "queue", "load", "prefill", "cached", "loaded");
+  int rank = 1;
+  for (const v1::RouteScore& score : route.ranked()) {
+    out += fmt::format("{:>4}  {:<28} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9} {:>9}\n", rank++,
+                       score.instance_id(), score.modelled_ttft_s() * 1e3, score.queue_s() * 1e3,
+                       score.load_s() * 1e3, score.prefill_s() * 1e3, score.cached_tokens(),
+                       score.loaded_tokens());
+  }
+  return out;
+}
+
+std::string FormatInstances(const v1::ListInstancesResponse& instances) {
+  if (instances.instances().empty()) return "no instance is registered\n";
+  std::string out = fmt::format("{:<28} {:<24} {:<9} {:>9} {:>9} {:>10}\n", "instance", "control",
+                                "indexed", "heard ms", "snapshots", "events");
+  for (const v1::InstanceInfo& info : instances.instances()) {
+    out += fmt::format("{:<28} {:<24} {:<9} {:>9} {:>9} {:>10}\n", info.instance_id(),
+                       info.control_endpoint(), info.following() ? "yes" : "no",
+                       info.ms_since_heartbeat(), info.snapshots(), info.events_applied());
+  }
+  return out;
+}
+
 std::string FormatPin(const v1::PinResponse& pin) {
   return fmt::format("pinned {} chunks ({}); {} not cached\n", pin.pinned_chunks(),
                      HumanBytes(pin.pinned_bytes()), pin.missing_chunks());

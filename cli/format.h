@@ -29,6 +29,12 @@ std::string FormatDrain(const v1::DrainResponse& drain);
 std::string FormatPeers(const v1::ListPeersResponse& peers);
 // `strata ls`: a table of chunks, then how to get the next page when there is one.
 std::string FormatChunks(const v1::ListChunksResponse& page);
+// `strata --controller ... lookup`: each instance's cached prefix, longest first, by tier.
+std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup);
+// `strata --controller ... route`: the candidates by modelled TTFT, with the score's parts.
+std::string FormatRoute(const v1::RouteResponse& route);
+// `strata --controller ... instances`: one line per registered daemon.
+std::string FormatInstances(const v1::ListInstancesResponse& instances);
 // `strata events`: one line per event.
 std::string FormatEvent(const v1::ChunkEvent& event);
 

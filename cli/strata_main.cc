@@ -159,6 +159,38 @@ struct SelectorFlags {
   }
 };
 
+// A Lookup of the selected chunks, every cached key returned. Tokens go as 4-byte words: the
+// cheap encoding of a long prompt (see LookupRequest.tokens_fixed32).
+v1::LookupRequest LookupRequestFor(const v1::ChunkSelector& selector) {
+  v1::LookupRequest request;
+  if (selector.has_layout()) *request.mutable_layout() = selector.layout();
+  request.mutable_tokens_fixed32()->Assign(selector.tokens().begin(), selector.tokens().end());
+  *request.mutable_keys() = selector.keys();
+  request.set_tenant_salt(selector.tenant_salt());
+  request.set_lora_name(selector.lora_name());
+  request.set_with_keys(true);
+  return request;
+}
+
+// "node-a=1200" -> a candidate with 1200 queued prefill tokens ("node-a": none queued). The
+// last '=' splits, so an instance id may hold one.
+absl::StatusOr<v1::RouteCandidate> ParseCandidate(std::string_view text) {
+  v1::RouteCandidate candidate;
+  const size_t equals = text.rfind('=');
+  candidate.set_instance_id(std::string(text.substr(0, equals)));
+  if (equals != std::string_view::npos) {
+    const std::string_view queued = text.substr(equals + 1);
+    uint64_t tokens = 0;
+    auto [end, ec] = std::from_chars(queued.data(), queued.data() + queued.size(), tokens);
+    if (ec != std::errc() || end != queued.data() + queued.size()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--candidate '{}': the queued tokens after '=' are not a number", text));
+    }
+    candidate.set_queued_prefill_tokens(tokens);
+  }
+  return candidate;
+}
+
 // Prints `response` as JSON or through `format`; the exit code.
 template <typename Response, typename Format>
 int Print(const absl::StatusOr<Response>& response, bool json, Format format);
@@ -176,7 +208,7 @@ int Print(const absl::StatusOr<Response>& response, bool json, Format format) {
 }
 
 int Run(int argc, char** argv) {
-  CLI::App app{"strata: operate a Strata KV-cache daemon"};
+  CLI::App app{"strata: operate a Strata KV-cache daemon, or (--controller) the cluster"};
   app.require_subcommand(1);
   std::string addr = "127.0.0.1:50051";
   bool json = false;
@@ -189,6 +221,10 @@ int Run(int argc, char** argv) {
   app.add_option("--token-file", token_file,
                  "file holding the bearer token the daemon requires over TCP");
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
+  std::string controller;
+  app.add_option("--controller", controller,
+                 "strata-controller's address, host:port: lookup asks the cluster; instances "
+                 "and route need it (--token-file and --tls-ca then apply to it)");
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
@@ -255,6 +291,17 @@ int Run(int argc, char** argv) {
   CLI::App* drain_cmd =
       app.add_subcommand("drain", "stop admitting new chunks (before a restart) and report");
 
+  CLI::App* instances_cmd =
+      app.add_subcommand("instances", "the daemons registered with the controller (--controller)");
+  CLI::App* route_cmd = app.add_subcommand(
+      "route", "rank candidate instances for a prompt by modelled TTFT (--controller)");
+  selector_flags.Register(route_cmd, /*with_keys=*/false);
+  std::vector<std::string> candidates;
+  route_cmd
+      ->add_option("--candidate", candidates,
+                   "an instance id, with its queued prefill tokens after '=' (repeatable)")
+      ->required();
+
   uint64_t from_sequence = 0, max_events = 0;
   CLI::App* events_cmd =
       app.add_subcommand("events", "follow KV events (Ctrl-C stops), resumable with --from");
@@ -320,6 +367,35 @@ int Run(int argc, char** argv) {
     if (!pem.ok()) return Fail(pem.status());
     connect.tls_ca_pem = *pem;
   }
+  if (controller.empty() && (*instances_cmd || *route_cmd)) {
+    return Fail(absl::InvalidArgumentError(
+        fmt::format("{} asks the controller: give --controller host:port",
+                    *instances_cmd ? "instances" : "route")));
+  }
+  if (!controller.empty()) {
+    if (!*lookup_cmd && !*instances_cmd && !*route_cmd) {
+      return Fail(absl::InvalidArgumentError(
+          "--controller goes with lookup, instances and route; the other commands ask a daemon "
+          "(--addr)"));
+    }
+    absl::StatusOr<ClusterClient> cluster = ClusterClient::Connect(controller, connect);
+    if (!cluster.ok()) return Fail(cluster.status());
+    if (*instances_cmd) return Print(cluster->ListInstances(), json, FormatInstances);
+    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+    if (!selector.ok()) return Fail(selector.status());
+    if (*lookup_cmd) {
+      return Print(cluster->Lookup(LookupRequestFor(*selector)), json, FormatClusterLookup);
+    }
+    v1::RouteRequest request;
+    *request.mutable_prompt() = LookupRequestFor(*selector);
+    request.mutable_prompt()->set_with_keys(false);
+    for (const std::string& text : candidates) {
+      absl::StatusOr<v1::RouteCandidate> candidate = ParseCandidate(text);
+      if (!candidate.ok()) return Fail(candidate.status());
+      *request.add_candidates() = *std::move(candidate);
+    }
+    return Print(cluster->Route(request), json, FormatRoute);
+  }
   absl::StatusOr<ControlClient> client = ControlClient::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
   if (*status_cmd) return Print(client->Health(), json, FormatHealth);
@@ -329,15 +405,7 @@ int Run(int argc, char** argv) {
   if (*lookup_cmd) {
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
     if (!selector.ok()) return Fail(selector.status());
-    v1::LookupRequest request;
-    if (selector->has_layout()) *request.mutable_layout() = selector->layout();
-    // As 4-byte words: the cheap encoding of a long prompt (see LookupRequest.tokens_fixed32).
-    request.mutable_tokens_fixed32()->Assign(selector->tokens().begin(), selector->tokens().end());
-    *request.mutable_keys() = selector->keys();
-    request.set_tenant_salt(selector->tenant_salt());
-    request.set_lora_name(selector->lora_name());
-    request.set_with_keys(true);
-    return Print(client->Lookup(request), json, FormatLookup);
+    return Print(client->Lookup(LookupRequestFor(*selector)), json, FormatLookup);
   }
   if (*pin_cmd || *unpin_cmd || *move_cmd) {
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();

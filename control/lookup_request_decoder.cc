@@ -17,6 +17,11 @@
 namespace strata::control {
 namespace {
 
+absl::Status BothTokenFields() {
+  return absl::InvalidArgumentError(
+      "a LookupRequest carries its tokens in tokens or in tokens_fixed32, not in both");
+}
+
 // in.ReadTag() that refuses (false) a tag longer than 5 bytes, as the generated parser does: a tag
 // is a 32-bit varint, and ReadTag would keep the low bits of a longer encoding. `tag` is 0 at the
 // end of the bytes or the limit, and for a tag that does not parse.
@@ -234,11 +239,14 @@ absl::Status DecodeLookupRequest(const grpc::ByteBuffer& buffer, const Selection
   if (in.CurrentPosition() != static_cast<int>(flat.size()) || !fields.ParseFromString(others)) {
     return malformed;
   }
-  if (varint_tokens != 0 && fixed32_tokens != 0) {
-    return absl::InvalidArgumentError(
-        "a LookupRequest carries its tokens in tokens or in tokens_fixed32, not in both");
-  }
+  if (varint_tokens != 0 && fixed32_tokens != 0) return BothTokenFields();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<const uint32_t>> PromptTokens(const v1::LookupRequest& request) {
+  if (request.tokens_size() != 0 && request.tokens_fixed32_size() != 0) return BothTokenFields();
+  const auto& field = request.tokens_size() != 0 ? request.tokens() : request.tokens_fixed32();
+  return std::span<const uint32_t>(field.data(), field.size());
 }
 
 }  // namespace strata::control

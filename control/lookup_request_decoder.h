@@ -6,6 +6,8 @@
 // same values (tests/fuzz/control_lookup_fuzz.cc checks this). Pure function; thread-safe.
 #pragma once
 
+#include <span>
+
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +18,11 @@
 #include "strata/v1/control.pb.h"
 
 namespace strata::control {
+
+// The tokens of a LookupRequest parsed by the generated parser (a prompt nested in another
+// message, as RouteRequest's): from `tokens` or `tokens_fixed32`. INVALID_ARGUMENT for tokens in
+// both fields, as DecodeLookupRequest.
+absl::StatusOr<std::span<const uint32_t>> PromptTokens(const v1::LookupRequest& request);
 
 // `fields` gets every field but keys and tokens, which go to `keys` and `tokens`.
 // INVALID_ARGUMENT for bytes that do not parse, a malformed key, more keys than `limits` allow,

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -13,6 +12,7 @@
 #include "core/chunk_key.h"
 #include "core/fmt_absl.h"
 #include "core/status_macros.h"
+#include "core/toml_fields.h"
 #include "fmt/format.h"
 #include "toml++/toml.h"
 
@@ -27,59 +27,15 @@ std::string SocketDir(const ConfigEnvironment& env) {
   return env.runtime_dir.empty() ? "./var/run/strata" : env.runtime_dir + "/strata";
 }
 
-// Reads `node` into `out` as a byte size (integer or unit string).
-// Integers only: toml++ converts a float to an integer too, with undefined behaviour out of range
-// (found by tests/fuzz/config_fuzz).
-absl::Status ReadBytes(const toml::node& node, std::string_view key, uint64_t& out) {
-  if (auto v = node.is_integer() ? node.value<int64_t>() : std::nullopt) {
-    if (*v < 0) return Bad(fmt::format("config: {} must not be negative", key));
-    out = static_cast<uint64_t>(*v);
-    return absl::OkStatus();
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(std::string_view list) {
+  std::vector<std::string> items;
+  for (std::string_view rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) items.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   }
-  if (auto s = node.value<std::string>()) {
-    absl::StatusOr<uint64_t> bytes = ParseByteSize(*s);
-    if (!bytes.ok()) return Bad(fmt::format("config: {}: {}", key, bytes.status().message()));
-    out = *bytes;
-    return absl::OkStatus();
-  }
-  return Bad(fmt::format("config: {} must be a byte size", key));
-}
-
-template <typename T>
-absl::Status ReadUint(const toml::node& node, std::string_view key, T& out) {
-  auto v = node.is_integer() ? node.value<int64_t>() : std::nullopt;
-  if (!v || *v < 0 || static_cast<uint64_t>(*v) > std::numeric_limits<T>::max()) {
-    return Bad(fmt::format("config: {} must be an integer in [0, {}]", key,
-                           std::numeric_limits<T>::max()));
-  }
-  out = static_cast<T>(*v);
-  return absl::OkStatus();
-}
-
-absl::Status ReadBool(const toml::node& node, std::string_view key, bool& out) {
-  if (!node.is_boolean()) return Bad(fmt::format("config: {} must be true or false", key));
-  out = *node.value<bool>();
-  return absl::OkStatus();
-}
-
-absl::Status ReadString(const toml::node& node, std::string_view key, std::string& out) {
-  auto v = node.value<std::string>();
-  if (!v) return Bad(fmt::format("config: {} must be a string", key));
-  out = *v;
-  return absl::OkStatus();
-}
-
-absl::Status ReadStrings(const toml::node& node, std::string_view key,
-                         std::vector<std::string>& out) {
-  const toml::array* array = node.as_array();
-  if (array == nullptr) return Bad(fmt::format("config: {} must be an array of strings", key));
-  out.clear();
-  for (const toml::node& element : *array) {
-    std::string text;
-    STRATA_RETURN_IF_ERROR(ReadString(element, key, text));
-    out.push_back(std::move(text));
-  }
-  return absl::OkStatus();
+  return items;
 }
 
 // Reads [host.tenant_quotas]: tenant = byte size.
@@ -90,7 +46,7 @@ absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
   for (const auto& [tenant, value] : *table) {
     uint64_t bytes = 0;
     const std::string name = fmt::format("{}.{}", key, tenant.str());
-    if (absl::Status s = ReadBytes(value, name, bytes); !s.ok()) return s;
+    if (absl::Status s = ReadTomlBytes(value, name, bytes); !s.ok()) return s;
     out[std::string(tenant.str())] = bytes;
   }
   return absl::OkStatus();
@@ -106,83 +62,93 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       const std::string name = section + "." + key;
       absl::Status s = Bad(fmt::format("config: unknown key '{}'", name));
       if (section == "host") {
-        if (key == "capacity_bytes") s = ReadBytes(value, name, c.host.capacity_bytes);
+        if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.host.capacity_bytes);
         if (key == "page_bytes") {
           uint64_t page = 0;
-          s = ReadBytes(value, name, page);
+          s = ReadTomlBytes(value, name, page);
           if (s.ok() && page > std::numeric_limits<uint32_t>::max()) {
             s = Bad("config: host.page_bytes must be below 4 GiB");
           }
           c.host.page_bytes = static_cast<uint32_t>(page);
         }
-        if (key == "use_hugepages") s = ReadBool(value, name, c.host.use_hugepages);
-        if (key == "prefault") s = ReadBool(value, name, c.host.prefault);
+        if (key == "use_hugepages") s = ReadTomlBool(value, name, c.host.use_hugepages);
+        if (key == "prefault") s = ReadTomlBool(value, name, c.host.prefault);
         if (key == "hard_pin_quota_bytes") {
           uint64_t quota = 0;
-          s = ReadBytes(value, name, quota);
+          s = ReadTomlBytes(value, name, quota);
           c.host.hard_pin_quota_bytes = quota;
         }
-        if (key == "lease_ms") s = ReadUint(value, name, c.host.lease_ms);
-        if (key == "verify_every_n_loads") s = ReadUint(value, name, c.host.verify_every_n_loads);
-        if (key == "policy") s = ReadString(value, name, c.host.policy);
+        if (key == "lease_ms") s = ReadTomlUint(value, name, c.host.lease_ms);
+        if (key == "verify_every_n_loads")
+          s = ReadTomlUint(value, name, c.host.verify_every_n_loads);
+        if (key == "policy") s = ReadTomlString(value, name, c.host.policy);
         if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
       } else if (section == "disk") {
-        if (key == "directory") s = ReadString(value, name, c.disk.directory);
-        if (key == "capacity_bytes") s = ReadBytes(value, name, c.disk.capacity_bytes);
-        if (key == "segment_bytes") s = ReadBytes(value, name, c.disk.segment_bytes);
+        if (key == "directory") s = ReadTomlString(value, name, c.disk.directory);
+        if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.disk.capacity_bytes);
+        if (key == "segment_bytes") s = ReadTomlBytes(value, name, c.disk.segment_bytes);
         if (key == "demotion_queue_bytes") {
-          s = ReadBytes(value, name, c.disk.demotion_queue_bytes);
+          s = ReadTomlBytes(value, name, c.disk.demotion_queue_bytes);
         }
-        if (key == "prefetch_queue_chunks") s = ReadUint(value, name, c.disk.prefetch_queue_chunks);
-        if (key == "write_through") s = ReadBool(value, name, c.disk.write_through);
+        if (key == "prefetch_queue_chunks")
+          s = ReadTomlUint(value, name, c.disk.prefetch_queue_chunks);
+        if (key == "write_through") s = ReadTomlBool(value, name, c.disk.write_through);
       } else if (section == "engine") {
-        if (key == "socket_path") s = ReadString(value, name, c.engine.socket_path);
-        if (key == "max_sessions") s = ReadUint(value, name, c.engine.max_sessions);
+        if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
+        if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
         if (key == "allowed_uids") {
           const toml::array* array = value.as_array();
           s = array ? absl::OkStatus() : Bad("config: engine.allowed_uids must be an array");
           if (array) c.engine.allowed_uids.clear();
           for (size_t i = 0; s.ok() && array && i < array->size(); ++i) {
             uint32_t uid = 0;
-            s = ReadUint((*array)[i], name, uid);
+            s = ReadTomlUint((*array)[i], name, uid);
             c.engine.allowed_uids.push_back(uid);
           }
         }
       } else if (section == "control") {
-        if (key == "listen_address") s = ReadString(value, name, c.control.listen_address);
-        if (key == "unix_socket_path") s = ReadString(value, name, c.control.unix_socket_path);
-        if (key == "tls_cert_path") s = ReadString(value, name, c.control.tls_cert_path);
-        if (key == "tls_key_path") s = ReadString(value, name, c.control.tls_key_path);
-        if (key == "auth_token_file") s = ReadString(value, name, c.control.auth_token_file);
+        if (key == "listen_address") s = ReadTomlString(value, name, c.control.listen_address);
+        if (key == "unix_socket_path") s = ReadTomlString(value, name, c.control.unix_socket_path);
+        if (key == "tls_cert_path") s = ReadTomlString(value, name, c.control.tls_cert_path);
+        if (key == "tls_key_path") s = ReadTomlString(value, name, c.control.tls_key_path);
+        if (key == "auth_token_file") s = ReadTomlString(value, name, c.control.auth_token_file);
         if (key == "event_ring_capacity") {
-          s = ReadUint(value, name, c.control.event_ring_capacity);
+          s = ReadTomlUint(value, name, c.control.event_ring_capacity);
         }
       } else if (section == "keys") {
-        if (key == "hash_algorithm") s = ReadString(value, name, c.keys.hash_algorithm);
-        if (key == "seed") s = ReadString(value, name, c.keys.seed);
+        if (key == "hash_algorithm") s = ReadTomlString(value, name, c.keys.hash_algorithm);
+        if (key == "seed") s = ReadTomlString(value, name, c.keys.seed);
       } else if (section == "log") {
-        if (key == "level") s = ReadString(value, name, c.log.level);
+        if (key == "level") s = ReadTomlString(value, name, c.log.level);
       } else if (section == "events") {
-        if (key == "zmq_endpoint") s = ReadString(value, name, c.events.zmq_endpoint);
-        if (key == "zmq_topic") s = ReadString(value, name, c.events.zmq_topic);
+        if (key == "zmq_endpoint") s = ReadTomlString(value, name, c.events.zmq_endpoint);
+        if (key == "zmq_topic") s = ReadTomlString(value, name, c.events.zmq_topic);
       } else if (section == "metrics") {
-        if (key == "listen_address") s = ReadString(value, name, c.metrics.listen_address);
+        if (key == "listen_address") s = ReadTomlString(value, name, c.metrics.listen_address);
       } else if (section == "remote") {
-        if (key == "listen_address") s = ReadString(value, name, c.remote.listen_address);
-        if (key == "peers") s = ReadStrings(value, name, c.remote.peers);
+        if (key == "listen_address") s = ReadTomlString(value, name, c.remote.listen_address);
+        if (key == "peers") s = ReadTomlStrings(value, name, c.remote.peers);
         if (key == "cluster_token_file") {
-          s = ReadString(value, name, c.remote.cluster_token_file);
+          s = ReadTomlString(value, name, c.remote.cluster_token_file);
         }
-        if (key == "node_id") s = ReadString(value, name, c.remote.node_id);
-        if (key == "lookup_budget_us") s = ReadUint(value, name, c.remote.lookup_budget_us);
-        if (key == "fetch_timeout_ms") s = ReadUint(value, name, c.remote.fetch_timeout_ms);
+        if (key == "node_id") s = ReadTomlString(value, name, c.remote.node_id);
+        if (key == "lookup_budget_us") s = ReadTomlUint(value, name, c.remote.lookup_budget_us);
+        if (key == "fetch_timeout_ms") s = ReadTomlUint(value, name, c.remote.fetch_timeout_ms);
         if (key == "pd_lookup_budget_ms") {
-          s = ReadUint(value, name, c.remote.pd_lookup_budget_ms);
+          s = ReadTomlUint(value, name, c.remote.pd_lookup_budget_ms);
         }
-        if (key == "transports") s = ReadString(value, name, c.remote.transports);
-        if (key == "net_devices") s = ReadString(value, name, c.remote.net_devices);
+        if (key == "transports") s = ReadTomlString(value, name, c.remote.transports);
+        if (key == "net_devices") s = ReadTomlString(value, name, c.remote.net_devices);
+      } else if (section == "cluster") {
+        if (key == "controllers") s = ReadTomlStrings(value, name, c.cluster.controllers);
+        if (key == "instance_id") s = ReadTomlString(value, name, c.cluster.instance_id);
+        if (key == "advertise_address") {
+          s = ReadTomlString(value, name, c.cluster.advertise_address);
+        }
+        if (key == "token_file") s = ReadTomlString(value, name, c.cluster.token_file);
+        if (key == "tls_ca_path") s = ReadTomlString(value, name, c.cluster.tls_ca_path);
       } else if (section == "daemon") {
-        if (key == "drain_timeout_ms") s = ReadUint(value, name, c.drain_timeout_ms);
+        if (key == "drain_timeout_ms") s = ReadTomlUint(value, name, c.drain_timeout_ms);
       } else {
         s = Bad(fmt::format("config: unknown section '{}'", section));
       }
@@ -217,13 +183,7 @@ DaemonConfig DefaultConfig(const ConfigEnvironment& env) {
 }
 
 absl::StatusOr<DaemonConfig> ApplyToml(std::string_view toml_text, DaemonConfig base) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text);
-  } catch (const toml::parse_error& error) {
-    return Bad(fmt::format("config: line {}: {}", error.source().begin.line,
-                           std::string(error.description())));
-  }
+  STRATA_ASSIGN_OR_RETURN(const toml::table root, ParseTomlText(toml_text));
   STRATA_RETURN_IF_ERROR(ApplyTable(root, base));
   return base;
 }
@@ -291,14 +251,16 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.remote.pd_lookup_budget_ms == 0 || c.remote.pd_lookup_budget_ms > 60'000) {
     return Bad("config: remote.pd_lookup_budget_ms must lie in 1..60000");
   }
-  static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
-                                                 "error", "critical", "off"};
-  if (std::find(std::begin(kLevels), std::end(kLevels), c.log.level) == std::end(kLevels)) {
+  if (!c.cluster.controllers.empty() && c.control.listen_address.empty() &&
+      c.cluster.advertise_address.empty()) {
     return Bad(
-        fmt::format("config: log.level '{}' is not one of trace, debug, info, warn, "
-                    "error, critical, off",
-                    c.log.level));
+        "config: cluster.controllers needs a control API the controller can dial "
+        "(control.listen_address or cluster.advertise_address)");
   }
+  for (const std::string& controller : c.cluster.controllers) {
+    if (controller.empty()) return Bad("config: cluster.controllers holds an empty address");
+  }
+  STRATA_RETURN_IF_ERROR(CheckLogLevel("log.level", c.log.level));
   return absl::OkStatus();
 }
 
@@ -307,6 +269,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
   for (uint32_t uid : c.engine.allowed_uids) uids.push_back(static_cast<int64_t>(uid));
   toml::array peers;
   for (const std::string& peer : c.remote.peers) peers.push_back(peer);
+  toml::array controllers;
+  for (const std::string& controller : c.cluster.controllers) controllers.push_back(controller);
   toml::table root{
       {"host",
        toml::table{{"capacity_bytes", static_cast<int64_t>(c.host.capacity_bytes)},
@@ -348,6 +312,11 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
                    {"transports", c.remote.transports},
                    {"net_devices", c.remote.net_devices}}},
+      {"cluster", toml::table{{"controllers", controllers},
+                              {"instance_id", c.cluster.instance_id},
+                              {"advertise_address", c.cluster.advertise_address},
+                              {"token_file", c.cluster.token_file},
+                              {"tls_ca_path", c.cluster.tls_ca_path}}},
       {"daemon", toml::table{{"drain_timeout_ms", static_cast<int64_t>(c.drain_timeout_ms)}}},
   };
   if (!c.host.tenant_quotas.empty()) {
@@ -373,7 +342,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   bool print_config = false;
   std::optional<std::string> host_capacity, engine_socket, listen, control_socket, log_level,
       hash_algorithm, seed, policy, disk_directory, disk_capacity, metrics_listen, tls_cert,
-      tls_key, auth_token_file, kv_events_endpoint, remote_listen, remote_peers, cluster_token_file;
+      tls_key, auth_token_file, kv_events_endpoint, remote_listen, remote_peers, cluster_token_file,
+      controllers, instance_id;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--host-capacity", host_capacity, "host tier size, e.g. 8GiB");
@@ -399,6 +369,9 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   app.add_option("--remote-peers", remote_peers, "peer daemons to dial, host:port,host:port");
   app.add_option("--cluster-token-file", cluster_token_file,
                  "file holding the token every peer daemon shares");
+  app.add_option("--controllers", controllers,
+                 "strata-controller addresses to register with, host:port,host:port");
+  app.add_option("--instance-id", instance_id, "this daemon's id in the cluster");
   bool no_metrics = false;
   app.add_flag("--no-metrics", no_metrics, "Serve no /metrics endpoint");
   try {
@@ -412,11 +385,8 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
 
   DaemonConfig config = DefaultConfig(env);
   if (!config_path.empty()) {
-    std::ifstream file(config_path);
-    if (!file) return Bad(fmt::format("cannot read config file '{}'", config_path));
-    std::stringstream text;
-    text << file.rdbuf();
-    STRATA_ASSIGN_OR_RETURN(config, ApplyToml(text.str(), std::move(config)));
+    STRATA_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(config_path));
+    STRATA_ASSIGN_OR_RETURN(config, ApplyToml(text, std::move(config)));
   }
   if (host_capacity) {
     STRATA_ASSIGN_OR_RETURN(config.host.capacity_bytes, ParseByteSize(*host_capacity));
@@ -439,14 +409,9 @@ absl::StatusOr<std::optional<DaemonConfig>> ParseCommandLine(int argc, char** ar
   if (tls_key) config.control.tls_key_path = *tls_key;
   if (auth_token_file) config.control.auth_token_file = *auth_token_file;
   if (remote_listen) config.remote.listen_address = *remote_listen;
-  if (remote_peers) {
-    config.remote.peers.clear();
-    for (std::string_view rest = *remote_peers; !rest.empty();) {
-      const size_t comma = rest.find(',');
-      if (comma != 0) config.remote.peers.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  if (remote_peers) config.remote.peers = SplitList(*remote_peers);
+  if (controllers) config.cluster.controllers = SplitList(*controllers);
+  if (instance_id) config.cluster.instance_id = *instance_id;
   if (cluster_token_file) config.remote.cluster_token_file = *cluster_token_file;
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   if (print_config) {

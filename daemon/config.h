@@ -30,6 +30,13 @@
 //             pd_lookup_budget_ms (the same for a decoder's Lookup naming the node that
 //             prefilled its KV, default 200), fetch_timeout_ms (default 5000), transports
 //             (UCX_TLS, "" UCX's default), net_devices (UCX_NET_DEVICES, "" UCX's default)
+//   [cluster] controllers (array of strata-controller "host:port", tried in order until one
+//             takes the registration; empty (the default): no cluster), instance_id ("" : the
+//             remote tier's node id, else "<hostname>:<control port>"), advertise_address (the
+//             control API address the controller dials; "" : control.listen_address with its
+//             bound port, a wildcard host replaced by the hostname), token_file (the bearer
+//             token the controller requires), tls_ca_path (the controller's TLS root; ""
+//             plaintext)
 //   [daemon]  drain_timeout_ms
 #pragma once
 
@@ -127,6 +134,13 @@ struct DaemonConfig {
     std::string transports;
     std::string net_devices;
   } remote;
+  struct Cluster {
+    std::vector<std::string> controllers;
+    std::string instance_id;
+    std::string advertise_address;
+    std::string token_file;
+    std::string tls_ca_path;
+  } cluster;
   uint32_t drain_timeout_ms = 5'000;
 };
 

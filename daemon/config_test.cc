@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include "daemon/cluster_membership.h"
 #include "gtest/gtest.h"
 
 namespace strata::daemon {
@@ -60,6 +61,12 @@ cluster_token_file = "/etc/strata/cluster-token"
 node_id = "node-1"
 lookup_budget_us = 500
 transports = "tcp"
+[cluster]
+controllers = ["10.0.0.9:50070", "10.0.0.10:50070"]
+instance_id = "node-1"
+advertise_address = "node-1.internal:50051"
+token_file = "/etc/strata/controller-token"
+tls_ca_path = "/etc/strata/ca.pem"
 )",
                                                   DefaultConfig(Env(1ull << 34)));
   ASSERT_TRUE(config.ok()) << config.status();
@@ -86,6 +93,12 @@ transports = "tcp"
   EXPECT_EQ(config->remote.fetch_timeout_ms, 5000u);
   EXPECT_EQ(config->remote.pd_lookup_budget_ms, 200u);
   EXPECT_EQ(config->remote.transports, "tcp");
+  EXPECT_EQ(config->cluster.controllers,
+            (std::vector<std::string>{"10.0.0.9:50070", "10.0.0.10:50070"}));
+  EXPECT_EQ(config->cluster.instance_id, "node-1");
+  EXPECT_EQ(config->cluster.advertise_address, "node-1.internal:50051");
+  EXPECT_EQ(config->cluster.token_file, "/etc/strata/controller-token");
+  EXPECT_EQ(config->cluster.tls_ca_path, "/etc/strata/ca.pem");
   EXPECT_TRUE(ValidateConfig(*config).ok());
   DaemonConfig no_ring = *config;
   no_ring.control.event_ring_capacity = 0;
@@ -157,6 +170,37 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c = DefaultConfig(Env(1ull << 34));
   c.remote.peers = {"10.0.0.2:7400"};  // peers with the remote tier off
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.cluster.controllers = {"10.0.0.9:50070"};
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.control.listen_address.clear();  // nothing the controller could dial
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.cluster.advertise_address = "unix:/run/strata/control.sock";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.cluster.controllers = {""};
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClusterRegistration, AdvertisesTheBoundControlPortAndAnId) {
+  DaemonConfig c = DefaultConfig(Env(1ull << 34));
+  c.control.listen_address = "127.0.0.1:0";
+  v1::RegisterInstanceRequest r = BuildRegistration(c, 50123, "", "");
+  EXPECT_EQ(r.control_endpoint(), "127.0.0.1:50123");
+  EXPECT_TRUE(r.instance_id().ends_with(":50123")) << r.instance_id();
+  EXPECT_EQ(r.engine_endpoint(), c.engine.socket_path);
+  EXPECT_EQ(r.peer_address(), "");
+
+  c.control.listen_address = "0.0.0.0:50051";  // a wildcard: the hostname is dialled
+  r = BuildRegistration(c, 50051, "node-7", "10.0.0.7:7400");
+  EXPECT_FALSE(r.control_endpoint().starts_with("0.0.0.0")) << r.control_endpoint();
+  EXPECT_EQ(r.instance_id(), "node-7") << "the remote tier's node id";
+  EXPECT_EQ(r.peer_address(), "10.0.0.7:7400");
+
+  c.cluster.instance_id = "chosen";
+  c.cluster.advertise_address = "node.example:6000";
+  r = BuildRegistration(c, 50051, "node-7", "");
+  EXPECT_EQ(r.instance_id(), "chosen");
+  EXPECT_EQ(r.control_endpoint(), "node.example:6000");
 }
 
 TEST(ParseCommandLine, FlagsOverrideAndHelpStops) {

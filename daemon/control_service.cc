@@ -6,22 +6,17 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "control/bearer_auth.h"
 #include "control/lookup_request_decoder.h"
+#include "control/unary_reactor.h"
 #include "daemon/metrics.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "openssl/crypto.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
 namespace {
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 // A WatchEvents call refused before it started.
 class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
@@ -144,21 +139,7 @@ ControlService::ControlService(ControlServiceOptions options)
 }
 
 absl::Status ControlService::Authorize(const grpc::CallbackServerContext& context) const {
-  if (options_.bearer_token.empty() || context.peer().rfind("unix:", 0) == 0) {
-    return absl::OkStatus();
-  }
-  const std::string expected = "Bearer " + options_.bearer_token;
-  const auto& metadata = context.client_metadata();
-  for (auto [it, end] = metadata.equal_range("authorization"); it != end; ++it) {
-    const grpc::string_ref& value = it->second;
-    // Compared in full whatever the content, so the time says nothing about the token.
-    if (value.size() == expected.size() &&
-        CRYPTO_memcmp(value.data(), expected.data(), expected.size()) == 0) {
-      return absl::OkStatus();
-    }
-  }
-  return absl::UnauthenticatedError(
-      "this daemon requires a bearer token over TCP (authorization: Bearer <token>)");
+  return control::CheckBearerToken(context, options_.bearer_token, "daemon");
 }
 
 absl::StatusOr<control::ResolvedChunks> ControlService::Resolve(
@@ -169,7 +150,7 @@ absl::StatusOr<control::ResolvedChunks> ControlService::Resolve(
 grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   const auto started = std::chrono::steady_clock::now();
   absl::Status status;
   v1::LookupRequest fields;
@@ -188,7 +169,7 @@ grpc::ServerUnaryReactor* ControlService::Lookup(grpc::CallbackServerContext* co
     lookup_latency_->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
-  return Finish(context, status);
+  return control::FinishUnary(context, status);
 }
 
 absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vector<ChunkKey> keys,
@@ -231,8 +212,8 @@ absl::Status ControlService::DoLookup(const v1::LookupRequest& request, std::vec
 grpc::ServerUnaryReactor* ControlService::Pin(grpc::CallbackServerContext* context,
                                               const v1::PinRequest* request,
                                               v1::PinResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, DoPin(*request, *response));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(context, DoPin(*request, *response));
 }
 
 absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinResponse& response) {
@@ -256,8 +237,8 @@ absl::Status ControlService::DoPin(const v1::PinRequest& request, v1::PinRespons
 grpc::ServerUnaryReactor* ControlService::Unpin(grpc::CallbackServerContext* context,
                                                 const v1::UnpinRequest* request,
                                                 v1::UnpinResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, DoUnpin(*request, *response));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(context, DoUnpin(*request, *response));
 }
 
 absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinResponse& response) {
@@ -277,7 +258,7 @@ absl::Status ControlService::DoUnpin(const v1::UnpinRequest& request, v1::UnpinR
 grpc::ServerUnaryReactor* ControlService::Move(grpc::CallbackServerContext* context,
                                                const v1::MoveRequest* request,
                                                v1::MoveResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   return FinishFromStore(context,
                          [this, request, response] { return DoMove(*request, *response); });
 }
@@ -333,7 +314,7 @@ absl::Status ControlService::DoMoveToPeer(const v1::MoveRequest& request,
 grpc::ServerUnaryReactor* ControlService::Clear(grpc::CallbackServerContext* context,
                                                 const v1::ClearRequest* request,
                                                 v1::ClearResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   return FinishFromStore(context,
                          [this, request, response] { return DoClear(*request, *response); });
 }
@@ -386,39 +367,41 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
 grpc::ServerUnaryReactor* ControlService::Compress(grpc::CallbackServerContext* context,
                                                    const v1::CompressRequest*,
                                                    v1::CompressResponse*) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, absl::UnimplementedError(
-                             "Compress: no KV codec is available yet (it arrives with the codec "
-                             "issue); nothing was compressed"));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(
+      context,
+      absl::UnimplementedError("Compress: no KV codec is available yet (it arrives with the codec "
+                               "issue); nothing was compressed"));
 }
 
 grpc::ServerUnaryReactor* ControlService::Decompress(grpc::CallbackServerContext* context,
                                                      const v1::DecompressRequest*,
                                                      v1::DecompressResponse*) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, absl::UnimplementedError(
-                             "Decompress: no KV codec is available yet (it arrives with the codec "
-                             "issue); no chunk is compressed"));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(
+      context, absl::UnimplementedError(
+                   "Decompress: no KV codec is available yet (it arrives with the codec "
+                   "issue); no chunk is compressed"));
 }
 
 grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* context,
                                                  const v1::HealthRequest*,
                                                  v1::HealthResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   response->set_status(draining_ ? v1::HealthResponse::SERVING_STATUS_DRAINING
                                  : v1::HealthResponse::SERVING_STATUS_SERVING);
   response->set_version(STRATA_VERSION);
   response->set_uptime_seconds(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::seconds>(SystemClock::Get()->Now() - started_)
           .count()));
-  return Finish(context, absl::OkStatus());
+  return control::FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControlService::ListPeers(grpc::CallbackServerContext* context,
                                                     const v1::ListPeersRequest*,
                                                     v1::ListPeersResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  if (options_.remote == nullptr) return Finish(context, absl::OkStatus());
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (options_.remote == nullptr) return control::FinishUnary(context, absl::OkStatus());
   response->set_remote_enabled(true);
   response->set_node_id(options_.remote->node_id());
   response->set_listen_address(options_.remote->listen_address());
@@ -447,13 +430,13 @@ grpc::ServerUnaryReactor* ControlService::ListPeers(grpc::CallbackServerContext*
     peer->set_last_error(info.last_error);
     for (uint64_t layout : info.layouts) peer->add_layouts(layout);
   }
-  return Finish(context, absl::OkStatus());
+  return control::FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   const storage::TieredStoreStats stats = options_.store->Stats();
   const storage::HostTierStats& host = stats.host;
   v1::TierStats* tier = response->add_tiers();
@@ -503,14 +486,14 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
       SetTotals(tally, *tenant->mutable_totals());
     }
   }
-  return Finish(context, absl::OkStatus());
+  return control::FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControlService::ListChunks(grpc::CallbackServerContext* context,
                                                      const v1::ListChunksRequest* request,
                                                      v1::ListChunksResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
-  return Finish(context, DoListChunks(*request, *response));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(context, DoListChunks(*request, *response));
 }
 
 absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
@@ -593,7 +576,7 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* context,
                                                 const v1::DrainRequest*,
                                                 v1::DrainResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return Finish(context, s);
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   options_.store->host().StopAdmitting();
   SetDraining();
   const storage::HostTierStats host = options_.store->host().Stats();

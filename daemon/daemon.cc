@@ -1,13 +1,11 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <span>
-#include <sstream>
 
+#include "control/secret_files.h"
 #include "core/fmt_absl.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
@@ -19,41 +17,6 @@ namespace strata::daemon {
 namespace {
 
 constexpr std::chrono::milliseconds kControlDrainGrace{500};
-
-// The whole file, or kInvalidArgument naming what could not be read.
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read {} '{}'", what, path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A secret kept in a file: its text without trailing whitespace; kInvalidArgument when the file
-// cannot be read or holds nothing.
-absl::StatusOr<std::string> ReadToken(const std::string& path, const char* what) {
-  absl::StatusOr<std::string> text = ReadFile(path, what);
-  if (!text.ok()) return text.status();
-  std::string token = *std::move(text);
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-    token.pop_back();
-  }
-  if (token.empty()) return absl::InvalidArgumentError(fmt::format("{} '{}' is empty", what, path));
-  return token;
-}
-
-// TLS credentials when a certificate is configured, else insecure ones (loopback by default).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
-    const DaemonConfig::Control& control) {
-  if (control.tls_cert_path.empty()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> cert = ReadFile(control.tls_cert_path, "TLS certificate");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFile(control.tls_key_path, "TLS key");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  return grpc::SslServerCredentials(options);
-}
 
 }  // namespace
 
@@ -107,7 +70,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   std::string cluster_token;
   if (remote) {
     absl::StatusOr<std::string> read =
-        ReadToken(config.remote.cluster_token_file, "cluster token file");
+        control::ReadToken(config.remote.cluster_token_file, "cluster token file");
     if (!read.ok()) return read.status();
     cluster_token = *std::move(read);
     auto& fetches = prometheus::BuildHistogram()
@@ -178,7 +141,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   if (!algorithm.ok()) return algorithm.status();
   std::string token;
   if (!config.control.auth_token_file.empty()) {
-    absl::StatusOr<std::string> read = ReadToken(config.control.auth_token_file, "token file");
+    absl::StatusOr<std::string> read =
+        control::ReadToken(config.control.auth_token_file, "token file");
     if (!read.ok()) return read.status();
     token = *std::move(read);
   }
@@ -212,7 +176,8 @@ absl::Status Daemon::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (!config_.control.listen_address.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-        TcpCredentials(config_.control);
+        control::ServerCredentialsFromFiles(config_.control.tls_cert_path,
+                                            config_.control.tls_key_path);
     if (!credentials.ok()) return credentials.status();
     builder.AddListeningPort(config_.control.listen_address, *credentials, &control_port_);
   }
@@ -251,6 +216,25 @@ absl::Status Daemon::Start() {
     }
   }
   sessions_->Start();
+  if (!config_.cluster.controllers.empty()) {
+    ClusterMembershipOptions membership{.controllers = config_.cluster.controllers};
+    membership.registration = BuildRegistration(
+        config_, control_port_, remote_ ? remote_->node_id() : std::string(), remote_address());
+    if (!config_.cluster.token_file.empty()) {
+      absl::StatusOr<std::string> token =
+          control::ReadToken(config_.cluster.token_file, "cluster.token_file");
+      if (!token.ok()) return token.status();
+      membership.bearer_token = *std::move(token);
+    }
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        control::ChannelCredentialsFromFile(config_.cluster.tls_ca_path);
+    if (!credentials.ok()) return credentials.status();
+    membership.credentials = *std::move(credentials);
+    absl::StatusOr<std::unique_ptr<ClusterMembership>> started =
+        ClusterMembership::Start(std::move(membership));
+    if (!started.ok()) return started.status();
+    membership_ = *std::move(started);
+  }
   spdlog::info("stratad {} serving: engines on {}, control on {}{}{}, host tier {} MiB",
                STRATA_VERSION, config_.engine.socket_path,
                config_.control.listen_address.empty() ? std::string("-")
@@ -263,6 +247,7 @@ absl::Status Daemon::Start() {
 void Daemon::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  membership_.reset();
   if (control_service_) control_service_->SetDraining();
   if (control_server_) {
     // In-flight control calls are short (in-memory); idle client channels would otherwise hold

@@ -1,7 +1,8 @@
 // Daemon owns stratad's subsystems and starts and stops them in order:
 //   start: event log -> tiered store (lower tiers recovered, host tier) -> engine session server
-//          -> gRPC control server (TCP and Unix socket) -> metrics endpoint
-//   stop:  mark draining -> gRPC shutdown (in-flight calls finish, bounded by the drain timeout)
+//          -> gRPC control server (TCP and Unix socket) -> metrics endpoint -> cluster membership
+//   stop:  leave the cluster (deregister) -> mark draining -> gRPC shutdown (in-flight calls
+//   finish, bounded by the drain timeout)
 //          -> session server stop (every session's leases released, reservations aborted)
 //          -> store stop (loads in flight finish, queued demotions written) -> store destroyed
 //          (arena unmapped)
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/cluster_membership.h"
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/engine_session_server.h"
@@ -77,6 +79,8 @@ class Daemon {
   std::unique_ptr<grpc::Server> control_server_;
   std::shared_ptr<NodeCollector> node_metrics_;
   std::unique_ptr<MetricsExposer> metrics_exposer_;
+  // Registered with the cluster's controller while serving (null without [cluster] controllers).
+  std::unique_ptr<ClusterMembership> membership_;
   int control_port_ = 0;
   bool stopped_ = false;
 };

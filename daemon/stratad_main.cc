@@ -1,15 +1,14 @@
 // stratad: the Strata KV-cache daemon. Configuration: embedded default < --config FILE < flags
 // (stratad --help). SIGTERM and SIGINT drain and stop it; exit status 0 after a clean stop.
 #include <malloc.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <cstdio>
 
 #include "absl/synchronization/mutex.h"
+#include "core/process_logging.h"
+#include "core/stop_signals.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/logging.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +27,7 @@ int main(int argc, char** argv) {
   // faulted them in again on the next call (Lookups by tokens at 0.30x a trivial call's rate;
   // 0.59-0.71x with 4 MiB). An arena keeps at most this much free at its top.
   mallopt(M_TRIM_THRESHOLD, 4 << 20);
+  const sigset_t signals = strata::BlockStopSignals();
   using strata::daemon::ConfigEnvironment;
   absl::StatusOr<std::optional<strata::daemon::DaemonConfig>> config =
       strata::daemon::ParseCommandLine(argc, argv, ConfigEnvironment::FromProcess());
@@ -36,15 +36,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!config->has_value()) return 0;
-  strata::daemon::SetUpLogging((*config)->log.level);
-
-  // Signals are taken synchronously by this thread; every other thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  strata::SetUpLogging("stratad", (*config)->log.level);
 
   absl::StatusOr<std::unique_ptr<strata::daemon::Daemon>> daemon =
       strata::daemon::Daemon::Create(**config);
@@ -56,9 +48,7 @@ int main(int argc, char** argv) {
     spdlog::critical("stratad: {}", std::string(started.message()));
     return 1;
   }
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  spdlog::info("stratad: {} received, draining", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("stratad: {} received, draining", strata::AwaitStopSignal(signals));
   (*daemon)->Stop();
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/time/time.h"
+#include "control/bearer_auth.h"
 #include "controller/ingest/daemon_events.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
@@ -207,9 +208,7 @@ void DaemonFeed::ClearWhileUnreachable() {
 }
 
 void DaemonFeed::PrepareContext(grpc::ClientContext& context, bool with_deadline) const {
-  if (!options_.bearer_token.empty()) {
-    context.AddMetadata("authorization", "Bearer " + options_.bearer_token);
-  }
+  control::AttachBearerToken(context, options_.bearer_token);
   if (with_deadline) context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
 }
 

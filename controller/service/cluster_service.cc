@@ -6,20 +6,17 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "control/bearer_auth.h"
 #include "control/lookup_request_decoder.h"
+#include "control/unary_reactor.h"
 #include "controller/ingest/daemon_events.h"
+#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/convert.h"
 
 namespace strata::controller {
 namespace {
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 void FillPrefix(const InstanceChainHit& hit, const control::ResolvedChunks& chunks,
                 v1::InstancePrefix& prefix) {
@@ -66,11 +63,9 @@ v1::ClusterLookupResponse ClusterLookup(const ClusterIndex& index,
   return response;
 }
 
-absl::StatusOr<v1::RouteResponse> RankCandidates(
-    const ClusterIndex& index, const control::ResolvedChunks& chunks, uint64_t prompt_tokens,
-    uint64_t bytes_per_token,
+absl::Status CheckCandidates(
     const google::protobuf::RepeatedPtrField<v1::RouteCandidate>& candidates,
-    const TtftModelOptions& model, uint32_t max_candidates) {
+    uint32_t max_candidates) {
   if (candidates.empty()) return absl::InvalidArgumentError("Route needs candidate instances");
   if (static_cast<uint32_t>(candidates.size()) > max_candidates) {
     return absl::InvalidArgumentError(
@@ -86,6 +81,15 @@ absl::StatusOr<v1::RouteResponse> RankCandidates(
           fmt::format("candidate '{}' is named twice", candidate.instance_id()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RouteResponse> RankCandidates(
+    const ClusterIndex& index, const control::ResolvedChunks& chunks, uint64_t prompt_tokens,
+    uint64_t bytes_per_token,
+    const google::protobuf::RepeatedPtrField<v1::RouteCandidate>& candidates,
+    const TtftModelOptions& model, uint32_t max_candidates) {
+  STRATA_RETURN_IF_ERROR(CheckCandidates(candidates, max_candidates));
   const std::vector<InstanceChainHit> hits = index.LookupChain(chunks.keys);
   absl::flat_hash_map<std::string_view, const InstanceChainHit*> hit_of;
   for (const InstanceChainHit& hit : hits) hit_of[hit.instance_id] = &hit;
@@ -120,56 +124,106 @@ absl::StatusOr<v1::RouteResponse> RankCandidates(
 
 ClusterService::ClusterService(ClusterServiceOptions options) : options_(std::move(options)) {}
 
+absl::Status ClusterService::Authorize(const grpc::CallbackServerContext& context) const {
+  return control::CheckBearerToken(context, options_.bearer_token, "controller");
+}
+
 grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
   v1::LookupRequest fields;
   std::vector<ChunkKey> keys;
   std::vector<uint32_t> tokens;
   if (absl::Status s =
           control::DecodeLookupRequest(*request, options_.limits, fields, keys, tokens);
       !s.ok()) {
-    return Finish(context, s);
+    return control::FinishUnary(context, s);
   }
   absl::StatusOr<control::ResolvedChunks> chunks =
       control::ResolveChunks(fields.has_layout() ? &fields.layout() : nullptr, tokens,
                              {.tenant_salt = fields.tenant_salt(), .lora_name = fields.lora_name()},
                              std::move(keys), options_.key_options, options_.limits);
-  if (!chunks.ok()) return Finish(context, chunks.status());
+  if (!chunks.ok()) return control::FinishUnary(context, chunks.status());
   bool own_buffer = false;
   const grpc::Status serialized = grpc::SerializationTraits<v1::ClusterLookupResponse>::Serialize(
       ClusterLookup(*options_.index, *chunks), response, &own_buffer);
-  return Finish(context, FromGrpcStatus(serialized));
+  return control::FinishUnary(context, FromGrpcStatus(serialized));
 }
 
 grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* context,
                                                 const v1::RouteRequest* request,
                                                 v1::RouteResponse* response) {
-  const v1::LookupRequest& prompt = request->prompt();
-  if (prompt.tokens_size() != 0 && prompt.tokens_fixed32_size() != 0) {
-    return Finish(context, absl::InvalidArgumentError(
-                               "a prompt carries its tokens in tokens or in tokens_fixed32, "
-                               "not in both"));
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  // Before the prompt is hashed: a bad candidate list costs nothing.
+  if (absl::Status s = CheckCandidates(request->candidates(), options_.max_candidates); !s.ok()) {
+    return control::FinishUnary(context, s);
   }
-  const auto& token_field = prompt.tokens_size() != 0 ? prompt.tokens() : prompt.tokens_fixed32();
-  const std::span<const uint32_t> tokens(token_field.data(), token_field.size());
+  const v1::LookupRequest& prompt = request->prompt();
+  absl::StatusOr<std::span<const uint32_t>> prompt_tokens = control::PromptTokens(prompt);
+  if (!prompt_tokens.ok()) return control::FinishUnary(context, prompt_tokens.status());
+  const std::span<const uint32_t> tokens = *prompt_tokens;
   if (tokens.empty()) {
-    return Finish(context,
-                  absl::InvalidArgumentError("Route needs the prompt's tokens, with their layout"));
+    return control::FinishUnary(
+        context, absl::InvalidArgumentError("Route needs the prompt's tokens, with their layout"));
   }
   absl::StatusOr<control::ResolvedChunks> chunks =
       control::ResolveChunks(prompt.has_layout() ? &prompt.layout() : nullptr, tokens,
                              {.tenant_salt = prompt.tenant_salt(), .lora_name = prompt.lora_name()},
                              prompt.keys(), options_.key_options, options_.limits);
-  if (!chunks.ok()) return Finish(context, chunks.status());
+  if (!chunks.ok()) return control::FinishUnary(context, chunks.status());
   // ResolveChunks validated the layout.
   const KvLayout layout = *strata::FromProto(prompt.layout());
   absl::StatusOr<v1::RouteResponse> ranked =
       RankCandidates(*options_.index, *chunks, tokens.size(), layout.bytes_per_token(),
                      request->candidates(), options_.model, options_.max_candidates);
-  if (!ranked.ok()) return Finish(context, ranked.status());
+  if (!ranked.ok()) return control::FinishUnary(context, ranked.status());
   *response = *std::move(ranked);
-  return Finish(context, absl::OkStatus());
+  return control::FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ClusterService::RegisterInstance(
+    grpc::CallbackServerContext* context, const v1::RegisterInstanceRequest* request,
+    v1::RegisterInstanceResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  absl::StatusOr<v1::RegisterInstanceResponse> registered = options_.registry->Register(*request);
+  if (registered.ok()) *response = *std::move(registered);
+  return control::FinishUnary(context, registered.status());
+}
+
+grpc::ServerUnaryReactor* ClusterService::Heartbeat(grpc::CallbackServerContext* context,
+                                                    const v1::HeartbeatRequest* request,
+                                                    v1::HeartbeatResponse* /*response*/) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(
+      context, options_.registry->Heartbeat(request->instance_id(), request->lease_id()));
+}
+
+grpc::ServerUnaryReactor* ClusterService::DeregisterInstance(
+    grpc::CallbackServerContext* context, const v1::DeregisterInstanceRequest* request,
+    v1::DeregisterInstanceResponse* /*response*/) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  return control::FinishUnary(
+      context, options_.registry->Deregister(request->instance_id(), request->lease_id()));
+}
+
+grpc::ServerUnaryReactor* ClusterService::QueryInstance(grpc::CallbackServerContext* context,
+                                                        const v1::QueryInstanceRequest* request,
+                                                        v1::InstanceInfo* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  absl::StatusOr<v1::InstanceInfo> info = options_.registry->Query(request->instance_id());
+  if (info.ok()) *response = *std::move(info);
+  return control::FinishUnary(context, info.status());
+}
+
+grpc::ServerUnaryReactor* ClusterService::ListInstances(grpc::CallbackServerContext* context,
+                                                        const v1::ListInstancesRequest* /*request*/,
+                                                        v1::ListInstancesResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  for (v1::InstanceInfo& info : options_.registry->List()) {
+    *response->add_instances() = std::move(info);
+  }
+  return control::FinishUnary(context, absl::OkStatus());
 }
 
 }  // namespace strata::controller

@@ -1,22 +1,27 @@
 // ClusterService: the controller's cluster-scope gRPC API (StrataCluster in control.proto):
 // Lookup (a prompt's cached prefix on every instance, with the tiers it lies in) and Route
 // (candidate instances ranked by modelled time-to-first-token), both answered from the
-// ClusterIndex. Token prompts are hashed here, with the cluster's key protocol, into the keys
-// the daemons' events carry.
+// ClusterIndex; and membership (RegisterInstance, Heartbeat, DeregisterInstance, QueryInstance,
+// ListInstances), answered by the InstanceRegistry. Over TCP every call must carry the bearer
+// token when one is configured (UNAUTHENTICATED otherwise), daemons' registrations included. Token
+// prompts are hashed here, with the cluster's key protocol, into the keys the daemons' events
+// carry.
 //
 // The answers are built by ClusterLookup and RankCandidates, plain functions tested without gRPC;
 // the service adds the wire: Lookup is served raw (control/lookup_request_decoder.h decodes it
 // as the daemon's Lookup does), Route through the generated parser (its prompt is nested).
 //
 // Threading: the service is stateless beyond its options; gRPC calls it from any thread, and the
-// index is thread-safe. The index must outlive the service.
+// index and the registry are thread-safe. Both must outlive the service.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "control/chunk_selector.h"
 #include "controller/index/cluster_index.h"
+#include "controller/membership/instance_registry.h"
 #include "controller/routing/ttft_model.h"
 #include "core/key_hasher.h"
 #include "google/protobuf/repeated_ptr_field.h"
@@ -26,7 +31,10 @@
 namespace strata::controller {
 
 struct ClusterServiceOptions {
-  const ClusterIndex* index = nullptr;  // not owned
+  const ClusterIndex* index = nullptr;   // not owned
+  InstanceRegistry* registry = nullptr;  // not owned
+  // Callers over TCP must send "authorization: Bearer <token>" when not empty.
+  std::string bearer_token;
   // The cluster's key protocol: the daemons' [keys] configuration.
   KeyHasherOptions key_options;
   control::SelectionLimits limits;
@@ -39,9 +47,14 @@ struct ClusterServiceOptions {
 v1::ClusterLookupResponse ClusterLookup(const ClusterIndex& index,
                                         const control::ResolvedChunks& chunks);
 
+// OK, or kInvalidArgument for no candidates, more than `max_candidates`, or an empty or repeated
+// instance id.
+absl::Status CheckCandidates(
+    const google::protobuf::RepeatedPtrField<v1::RouteCandidate>& candidates,
+    uint32_t max_candidates);
+
 // The answer to Route for a prompt of `prompt_tokens` tokens resolved into `chunks` (by tokens)
-// with `bytes_per_token` of KV. kInvalidArgument for no candidates, more than `max_candidates`,
-// or an empty or repeated instance id.
+// with `bytes_per_token` of KV. CheckCandidates's errors.
 absl::StatusOr<v1::RouteResponse> RankCandidates(
     const ClusterIndex& index, const control::ResolvedChunks& chunks, uint64_t prompt_tokens,
     uint64_t bytes_per_token,
@@ -59,8 +72,26 @@ class ClusterService final
   grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context,
                                   const v1::RouteRequest* request,
                                   v1::RouteResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterInstance(grpc::CallbackServerContext* context,
+                                             const v1::RegisterInstanceRequest* request,
+                                             v1::RegisterInstanceResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* DeregisterInstance(grpc::CallbackServerContext* context,
+                                               const v1::DeregisterInstanceRequest* request,
+                                               v1::DeregisterInstanceResponse* response) override;
+  grpc::ServerUnaryReactor* QueryInstance(grpc::CallbackServerContext* context,
+                                          const v1::QueryInstanceRequest* request,
+                                          v1::InstanceInfo* response) override;
+  grpc::ServerUnaryReactor* ListInstances(grpc::CallbackServerContext* context,
+                                          const v1::ListInstancesRequest* request,
+                                          v1::ListInstancesResponse* response) override;
 
  private:
+  // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+
   const ClusterServiceOptions options_;
 };
 

@@ -35,13 +35,28 @@ constexpr uint32_t kPromptTokens = 16 * 256;
 
 class ClusterServiceTest : public ::testing::Test {
  protected:
+  // The token the service requires over TCP; every call but the refused ones carries it.
+  virtual std::string_view BearerToken() const { return ""; }
+
   void SetUp() override {
     index_ = *ClusterIndex::Create({.max_instances = 16, .shard_count = 4});
     prompt_.resize(kPromptTokens);
     std::iota(prompt_.begin(), prompt_.end(), 5000);
     keys_ = KeyHasher::Create(RouteLayout(), {})->PrefixKeys(prompt_, {});
-    service_ = std::make_unique<ClusterService>(ClusterServiceOptions{
-        .index = index_.get(), .limits = {.max_tokens = 8192}, .max_candidates = 4});
+    registry_ =
+        *InstanceRegistry::Create({.start_feed = [this](const v1::RegisterInstanceRequest& r) {
+          // A daemon that is never reached: the feed registers its instance and keeps trying.
+          return DaemonFeed::Start({.instance_id = r.instance_id(),
+                                    .channel = grpc::CreateChannel(
+                                        r.control_endpoint(), grpc::InsecureChannelCredentials()),
+                                    .index = index_.get()});
+        }});
+    service_ = std::make_unique<ClusterService>(
+        ClusterServiceOptions{.index = index_.get(),
+                              .registry = registry_.get(),
+                              .bearer_token = std::string(BearerToken()),
+                              .limits = {.max_tokens = 8192},
+                              .max_candidates = 4});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -79,6 +94,7 @@ class ClusterServiceTest : public ::testing::Test {
   std::unique_ptr<ClusterIndex> index_;
   std::vector<uint32_t> prompt_;
   std::vector<ChunkKey> keys_;
+  std::unique_ptr<InstanceRegistry> registry_;
   std::unique_ptr<ClusterService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::StrataCluster::Stub> stub_;
@@ -225,8 +241,9 @@ TEST_F(ClusterServiceTest, BadRoutesAreInvalidArgument) {
   });
   EXPECT_EQ(by_keys.error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_THAT(by_keys.error_message(), HasSubstr("tokens"));
-  EXPECT_EQ(route([](v1::RouteRequest& r) { r.mutable_prompt()->add_tokens(1); }).error_code(),
-            grpc::INVALID_ARGUMENT);
+  const grpc::Status both = route([](v1::RouteRequest& r) { r.mutable_prompt()->add_tokens(1); });
+  EXPECT_EQ(both.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(both.error_message(), HasSubstr("not in both"));
   EXPECT_EQ(route([](v1::RouteRequest& r) { r.mutable_prompt()->clear_layout(); }).error_code(),
             grpc::INVALID_ARGUMENT);
   EXPECT_EQ(route([&](v1::RouteRequest& r) {
@@ -235,6 +252,104 @@ TEST_F(ClusterServiceTest, BadRoutesAreInvalidArgument) {
             grpc::INVALID_ARGUMENT)
       << "tokens and keys";
   EXPECT_TRUE(route([](v1::RouteRequest&) {}).ok()) << "still serving";
+}
+
+TEST_F(ClusterServiceTest, MembershipCallsAndTheirBadInput) {
+  v1::RegisterInstanceRequest registration;
+  registration.set_instance_id("node-a");
+  registration.set_control_endpoint("127.0.0.1:1");
+  v1::RegisterInstanceResponse registered;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->RegisterInstance(&context, registration, &registered).ok());
+  }
+  EXPECT_GT(registered.heartbeat_interval_ms(), 0u);
+  const auto call = [&](auto method, const auto& request, auto& response) {
+    grpc::ClientContext context;
+    return (stub_.get()->*method)(&context, request, &response).error_code();
+  };
+  v1::HeartbeatRequest beat;
+  beat.set_instance_id("node-a");
+  beat.set_lease_id(registered.lease_id());
+  v1::HeartbeatResponse beaten;
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::Heartbeat, beat, beaten), grpc::OK);
+  beat.set_lease_id(registered.lease_id() + 1);
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::Heartbeat, beat, beaten), grpc::NOT_FOUND);
+  beat.set_instance_id("");
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::Heartbeat, beat, beaten), grpc::NOT_FOUND);
+
+  v1::QueryInstanceRequest query;
+  query.set_instance_id("node-a");
+  v1::InstanceInfo info;
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::QueryInstance, query, info), grpc::OK);
+  EXPECT_EQ(info.lease_id(), registered.lease_id());
+  query.set_instance_id("node-z");
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::QueryInstance, query, info), grpc::NOT_FOUND);
+
+  for (const char* endpoint : {"", "nowhere", "host:0", "host:http"}) {
+    v1::RegisterInstanceRequest bad = registration;
+    bad.set_instance_id("node-b");
+    bad.set_control_endpoint(endpoint);
+    EXPECT_EQ(call(&v1::StrataCluster::Stub::RegisterInstance, bad, registered),
+              grpc::INVALID_ARGUMENT)
+        << endpoint;
+  }
+  v1::RegisterInstanceRequest nameless = registration;
+  nameless.clear_instance_id();
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::RegisterInstance, nameless, registered),
+            grpc::INVALID_ARGUMENT);
+
+  v1::ListInstancesResponse listed;
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::ListInstances, v1::ListInstancesRequest(), listed),
+            grpc::OK);
+  ASSERT_EQ(listed.instances_size(), 1);
+  EXPECT_EQ(listed.instances(0).instance_id(), "node-a");
+
+  v1::DeregisterInstanceRequest leave;
+  leave.set_instance_id("node-a");
+  leave.set_lease_id(info.lease_id() + 1);
+  v1::DeregisterInstanceResponse left;
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::DeregisterInstance, leave, left), grpc::NOT_FOUND);
+  leave.set_lease_id(info.lease_id());
+  EXPECT_EQ(call(&v1::StrataCluster::Stub::DeregisterInstance, leave, left), grpc::OK);
+  EXPECT_EQ(index_->stats().instances, 0u);
+}
+
+class ClusterServiceAuthTest : public ClusterServiceTest {
+ protected:
+  std::string_view BearerToken() const override { return "s3cret"; }
+};
+
+TEST_F(ClusterServiceAuthTest, EveryCallNeedsTheToken) {
+  const auto code = [&](const char* token, auto method, const auto& request, auto response) {
+    grpc::ClientContext context;
+    if (token != nullptr) context.AddMetadata("authorization", std::string("Bearer ") + token);
+    return (stub_.get()->*method)(&context, request, &response).error_code();
+  };
+  v1::RegisterInstanceRequest registration;
+  registration.set_instance_id("node-a");
+  registration.set_control_endpoint("127.0.0.1:1");
+  for (const char* token : {static_cast<const char*>(nullptr), "wrong", "s3cre", "s3cret "}) {
+    EXPECT_EQ(code(token, &v1::StrataCluster::Stub::RegisterInstance, registration,
+                   v1::RegisterInstanceResponse()),
+              grpc::UNAUTHENTICATED);
+    EXPECT_EQ(
+        code(token, &v1::StrataCluster::Stub::Lookup, ByTokens(), v1::ClusterLookupResponse()),
+        grpc::UNAUTHENTICATED);
+    EXPECT_EQ(code(token, &v1::StrataCluster::Stub::ListInstances, v1::ListInstancesRequest(),
+                   v1::ListInstancesResponse()),
+              grpc::UNAUTHENTICATED);
+    EXPECT_EQ(code(token, &v1::StrataCluster::Stub::Heartbeat, v1::HeartbeatRequest(),
+                   v1::HeartbeatResponse()),
+              grpc::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(registry_->size(), 0u);
+  EXPECT_EQ(code("s3cret", &v1::StrataCluster::Stub::RegisterInstance, registration,
+                 v1::RegisterInstanceResponse()),
+            grpc::OK);
+  EXPECT_EQ(
+      code("s3cret", &v1::StrataCluster::Stub::Lookup, ByTokens(), v1::ClusterLookupResponse()),
+      grpc::OK);
 }
 
 }  // namespace

@@ -1,0 +1,106 @@
+// InstanceRegistry: the cluster's members, the daemons registered with this controller (issue 15,
+// item 1). Each registration holds the daemon's endpoints, a lease renewed by heartbeats, and the
+// DaemonFeed (controller/ingest) that keeps the daemon's chunks in the ClusterIndex. A member
+// silent for `instance_timeout` is dropped by ExpireSilent, and its chunks vanish from the index
+// before that returns (the feed's destruction drops the instance).
+//
+// Registering an id that is registered already (the daemon restarted, or the controller lost its
+// lease) replaces the registration: the old feed is stopped and its chunks dropped before the new
+// feed starts, which takes a fresh snapshot. A lease id names one registration: heartbeats and
+// deregistrations that name another (an older one) get NOT_FOUND, and the daemon registers again.
+//
+// Threading: every method is thread-safe. Register, Deregister and ExpireSilent start and stop
+// feeds: they run one at a time (a feed's stop joins its thread, a few ms). Heartbeat, Query and
+// List take only a short lock and never wait behind a feed's start or stop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/ingest/daemon_feed.h"
+#include "core/clock.h"
+#include "strata/v1/control.pb.h"
+
+namespace strata::controller {
+
+// Starts the feed of a newly registered instance (its id and control endpoint in `registration`).
+using FeedStarter = std::function<absl::StatusOr<std::unique_ptr<DaemonFeed>>(
+    const v1::RegisterInstanceRequest& registration)>;
+
+struct InstanceRegistryOptions {
+  FeedStarter start_feed;
+  std::chrono::milliseconds instance_timeout{10'000};
+  std::chrono::milliseconds heartbeat_interval{2'000};  // told to the daemons
+  const Clock* clock = SystemClock::Get();
+};
+
+// The limits of a registration's fields.
+inline constexpr size_t kMaxInstanceIdBytes = 256;
+inline constexpr size_t kMaxEndpointBytes = 1024;
+
+class InstanceRegistry {
+ public:
+  // kInvalidArgument for a missing feed starter or clock, a zero timeout, or a heartbeat
+  // interval that is not below the timeout.
+  static absl::StatusOr<std::unique_ptr<InstanceRegistry>> Create(InstanceRegistryOptions options);
+  // Stops every feed (their instances are dropped from the index).
+  ~InstanceRegistry();
+
+  InstanceRegistry(const InstanceRegistry&) = delete;
+  InstanceRegistry& operator=(const InstanceRegistry&) = delete;
+
+  // kInvalidArgument for an empty or over-long id, an id with control characters, or a control
+  // endpoint that is neither "host:port" nor "unix:path"; the feed starter's error otherwise
+  // (kResourceExhausted when the index holds its most instances).
+  absl::StatusOr<v1::RegisterInstanceResponse> Register(
+      const v1::RegisterInstanceRequest& registration);
+  // Renews the lease. kNotFound when `instance_id` holds no registration of `lease_id`.
+  absl::Status Heartbeat(const std::string& instance_id, uint64_t lease_id);
+  // Drops the registration now. kNotFound as for Heartbeat.
+  absl::Status Deregister(const std::string& instance_id, uint64_t lease_id);
+  // Drops every registration whose last heartbeat (or registration) is older than the timeout;
+  // returns their ids.
+  std::vector<std::string> ExpireSilent();
+
+  // kNotFound for an id that is not registered.
+  absl::StatusOr<v1::InstanceInfo> Query(const std::string& instance_id) const;
+  // Every registration, by instance id.
+  std::vector<v1::InstanceInfo> List() const;
+  size_t size() const;
+
+ private:
+  struct Member {
+    v1::RegisterInstanceRequest registration;
+    uint64_t lease_id = 0;
+    MonoTime last_heard{};
+    std::unique_ptr<DaemonFeed> feed;
+  };
+
+  explicit InstanceRegistry(InstanceRegistryOptions options);
+
+  v1::InstanceInfo InfoLocked(const Member& member) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The member's feed, taken out with its entry when the lease matches; kNotFound otherwise.
+  absl::StatusOr<std::unique_ptr<DaemonFeed>> RemoveLocked(const std::string& instance_id,
+                                                           uint64_t lease_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const InstanceRegistryOptions options_;
+
+  // Serializes the calls that start and stop feeds (a feed of an id is stopped, dropping the
+  // id from the index, before another feed of that id starts). Taken before mu_.
+  absl::Mutex changes_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lease_ ABSL_GUARDED_BY(changes_mu_);
+};
+
+}  // namespace strata::controller

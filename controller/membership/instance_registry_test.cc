@@ -1,0 +1,157 @@
+#include "controller/membership/instance_registry.h"
+
+#include <memory>
+#include <string>
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+
+namespace strata::controller {
+namespace {
+
+using namespace std::chrono_literals;
+
+v1::RegisterInstanceRequest Registration(const std::string& id,
+                                         const std::string& control = "127.0.0.1:1") {
+  v1::RegisterInstanceRequest r;
+  r.set_instance_id(id);
+  r.set_control_endpoint(control);
+  r.set_engine_endpoint("/run/strata/engine.sock");
+  r.set_peer_address("10.0.0.1:7000");
+  return r;
+}
+
+// Feeds dial a port nothing listens on: they register their instance in the index and keep
+// retrying, which is all the registry needs of them.
+class InstanceRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    index_ = *ClusterIndex::Create({.max_instances = 2, .shard_count = 1});
+    registry_ = *InstanceRegistry::Create(
+        {.start_feed =
+             [this](const v1::RegisterInstanceRequest& r) {
+               ++feeds_started_;
+               return DaemonFeed::Start(
+                   {.instance_id = r.instance_id(),
+                    .channel = grpc::CreateChannel(r.control_endpoint(),
+                                                   grpc::InsecureChannelCredentials()),
+                    .index = index_.get(),
+                    .retry_delay = 20ms});
+             },
+         .instance_timeout = 1000ms,
+         .heartbeat_interval = 200ms,
+         .clock = &clock_});
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<ClusterIndex> index_;
+  int feeds_started_ = 0;
+  std::unique_ptr<InstanceRegistry> registry_;
+};
+
+TEST_F(InstanceRegistryTest, ARegistrationIsIndexedAndKeptByHeartbeats) {
+  absl::StatusOr<v1::RegisterInstanceResponse> registered = registry_->Register(Registration("a"));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->heartbeat_interval_ms(), 200u);
+  EXPECT_EQ(registered->instance_timeout_ms(), 1000u);
+  EXPECT_EQ(index_->stats().instances, 1u);
+
+  absl::StatusOr<v1::InstanceInfo> info = registry_->Query("a");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->control_endpoint(), "127.0.0.1:1");
+  EXPECT_EQ(info->engine_endpoint(), "/run/strata/engine.sock");
+  EXPECT_EQ(info->peer_address(), "10.0.0.1:7000");
+  EXPECT_EQ(info->lease_id(), registered->lease_id());
+  EXPECT_FALSE(info->following()) << "nothing answers at its endpoint";
+
+  // Heartbeats keep it past the timeout; a wrong lease does not.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(900ms);
+    ASSERT_TRUE(registry_->Heartbeat("a", registered->lease_id()).ok());
+    EXPECT_TRUE(registry_->ExpireSilent().empty());
+  }
+  EXPECT_EQ(registry_->Heartbeat("a", registered->lease_id() + 1).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Heartbeat("b", registered->lease_id()).code(), absl::StatusCode::kNotFound);
+  clock_.Advance(300ms);
+  EXPECT_EQ(registry_->Query("a")->ms_since_heartbeat(), 300u);
+}
+
+TEST_F(InstanceRegistryTest, ASilentInstanceIsDroppedWithItsChunks) {
+  const uint64_t lease = registry_->Register(Registration("a"))->lease_id();
+  ASSERT_TRUE(registry_->Register(Registration("b")).ok());
+  clock_.Advance(600ms);
+  ASSERT_TRUE(registry_->Heartbeat("b", registry_->Query("b")->lease_id()).ok());
+  clock_.Advance(500ms);
+  EXPECT_EQ(registry_->ExpireSilent(), std::vector<std::string>{"a"});
+  EXPECT_EQ(registry_->Query("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Heartbeat("a", lease).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(index_->stats().instances, 1u);
+  ASSERT_EQ(registry_->List().size(), 1u);
+  EXPECT_EQ(registry_->List()[0].instance_id(), "b");
+}
+
+TEST_F(InstanceRegistryTest, RegisteringAgainReplacesTheLeaseAndTheFeed) {
+  const uint64_t first = registry_->Register(Registration("a"))->lease_id();
+  absl::StatusOr<v1::RegisterInstanceResponse> second =
+      registry_->Register(Registration("a", "127.0.0.1:2"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->lease_id(), first);
+  EXPECT_EQ(feeds_started_, 2);
+  EXPECT_EQ(index_->stats().instances, 1u) << "the old feed left before the new one came";
+  EXPECT_EQ(registry_->Query("a")->control_endpoint(), "127.0.0.1:2");
+  EXPECT_EQ(registry_->Heartbeat("a", first).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Deregister("a", first).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->Deregister("a", second->lease_id()).ok());
+  EXPECT_EQ(registry_->size(), 0u);
+  EXPECT_EQ(index_->stats().instances, 0u);
+}
+
+TEST_F(InstanceRegistryTest, BadRegistrationsAreRefusedAndNothingIsStarted) {
+  const std::vector<v1::RegisterInstanceRequest> bad = {
+      Registration(""),
+      Registration(std::string(kMaxInstanceIdBytes + 1, 'x')),
+      Registration("tab\there"),
+      Registration("a", ""),
+      Registration("a", "no-port"),
+      Registration("a", ":50051"),
+      Registration("a", "host:0"),
+      Registration("a", "host:65536"),
+      Registration("a", "host:5x"),
+      Registration("a", "unix:"),
+  };
+  for (const v1::RegisterInstanceRequest& r : bad) {
+    EXPECT_EQ(registry_->Register(r).status().code(), absl::StatusCode::kInvalidArgument)
+        << r.ShortDebugString();
+  }
+  v1::RegisterInstanceRequest long_engine = Registration("a");
+  long_engine.set_engine_endpoint(std::string(kMaxEndpointBytes + 1, 'e'));
+  EXPECT_EQ(registry_->Register(long_engine).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(feeds_started_, 0);
+  EXPECT_EQ(registry_->size(), 0u);
+
+  EXPECT_TRUE(registry_->Register(Registration("unix-daemon", "unix:/run/strata/c.sock")).ok());
+}
+
+TEST_F(InstanceRegistryTest, AFullIndexRefusesTheRegistration) {
+  ASSERT_TRUE(registry_->Register(Registration("a")).ok());
+  ASSERT_TRUE(registry_->Register(Registration("b")).ok());
+  EXPECT_EQ(registry_->Register(Registration("c")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(registry_->size(), 2u);
+}
+
+TEST(InstanceRegistryOptionsTest, TheHeartbeatMustComeBeforeTheTimeout) {
+  const FeedStarter none = [](const v1::RegisterInstanceRequest&) {
+    return absl::StatusOr<std::unique_ptr<DaemonFeed>>(absl::InternalError("unused"));
+  };
+  EXPECT_FALSE(InstanceRegistry::Create(
+                   {.start_feed = none, .instance_timeout = 1000ms, .heartbeat_interval = 1000ms})
+                   .ok());
+  EXPECT_FALSE(InstanceRegistry::Create({.instance_timeout = 1000ms}).ok());
+  EXPECT_TRUE(InstanceRegistry::Create({.start_feed = none}).ok());
+}
+
+}  // namespace
+}  // namespace strata::controller

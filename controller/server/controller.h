@@ -1,0 +1,63 @@
+// Controller owns strata-controller's parts and starts and stops them in order:
+//   start: cluster index -> instance registry (a feed per registered daemon) -> cluster API
+//          (gRPC) -> housekeeping thread
+//   stop:  housekeeping thread -> gRPC shutdown -> registry (every feed stopped) -> index
+// The housekeeping thread drops daemons that stopped heartbeating (InstanceRegistry::
+// ExpireSilent) and reclaims the index's stale entries a shard at a time (ClusterIndex::Sweep).
+//
+// Threading: Create, Start and Stop are called from one thread (the main thread); registry() and
+// index() may be used from any thread while the controller lives.
+#pragma once
+
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/index/cluster_index.h"
+#include "controller/membership/instance_registry.h"
+#include "controller/server/controller_config.h"
+#include "controller/service/cluster_service.h"
+#include "grpcpp/server.h"
+
+namespace strata::controller {
+
+class Controller {
+ public:
+  // Builds the parts without serving yet. kInvalidArgument for unreadable token or TLS files.
+  static absl::StatusOr<std::unique_ptr<Controller>> Create(const ControllerConfig& config);
+  ~Controller();
+
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Serves the cluster API. kUnavailable when the address cannot be bound.
+  absl::Status Start();
+  // Idempotent.
+  void Stop();
+
+  // The bound TCP port (useful with a listen address of port 0).
+  int port() const { return port_; }
+  const ClusterIndex& index() const { return *index_; }
+  const InstanceRegistry& registry() const { return *registry_; }
+
+ private:
+  explicit Controller(ControllerConfig config) : config_(std::move(config)) {}
+
+  void Housekeep();
+
+  const ControllerConfig config_;
+  std::unique_ptr<ClusterIndex> index_;
+  std::unique_ptr<InstanceRegistry> registry_;
+  std::unique_ptr<ClusterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread housekeeper_;
+  bool stopped_ = false;
+};
+
+}  // namespace strata::controller

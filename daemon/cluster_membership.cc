@@ -1,0 +1,202 @@
+#include "daemon/cluster_membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "control/bearer_auth.h"
+#include "core/fmt_absl.h"
+#include "fmt/format.h"
+#include "grpcpp/create_channel.h"
+#include "proto/convert.h"
+#include "spdlog/spdlog.h"
+
+namespace strata::daemon {
+namespace {
+
+// A controller that was down comes back within a second of the next attempt, rather than after
+// gRPC's default reconnect backoff (up to two minutes).
+constexpr int kMaxReconnectBackoffMs = 1'000;
+
+std::string HostName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
+v1::RegisterInstanceRequest BuildRegistration(const DaemonConfig& config, int control_port,
+                                              const std::string& remote_node_id,
+                                              const std::string& remote_address) {
+  v1::RegisterInstanceRequest registration;
+  std::string control = config.cluster.advertise_address;
+  if (control.empty() && control_port != 0) {
+    const std::string& listen = config.control.listen_address;
+    std::string host = listen.substr(0, listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
+    control = fmt::format("{}:{}", host, control_port);
+  }
+  std::string id = config.cluster.instance_id;
+  if (id.empty()) id = remote_node_id;
+  if (id.empty()) id = fmt::format("{}:{}", HostName(), control_port);
+  registration.set_instance_id(std::move(id));
+  registration.set_control_endpoint(std::move(control));
+  registration.set_engine_endpoint(config.engine.socket_path);
+  registration.set_peer_address(remote_address);
+  return registration;
+}
+
+absl::StatusOr<std::unique_ptr<ClusterMembership>> ClusterMembership::Start(
+    ClusterMembershipOptions options) {
+  if (options.controllers.empty()) {
+    return absl::InvalidArgumentError("cluster membership needs a controller address");
+  }
+  if (options.registration.instance_id().empty()) {
+    return absl::InvalidArgumentError("cluster membership needs an instance id");
+  }
+  if (options.credentials == nullptr) options.credentials = grpc::InsecureChannelCredentials();
+  std::unique_ptr<ClusterMembership> membership(new ClusterMembership(std::move(options)));
+  membership->thread_ = std::thread([m = membership.get()] { m->Run(); });
+  return membership;
+}
+
+ClusterMembership::ClusterMembership(ClusterMembershipOptions options)
+    : options_(std::move(options)) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs / 4);
+  for (const std::string& address : options_.controllers) {
+    stubs_.push_back(v1::StrataCluster::NewStub(
+        grpc::CreateCustomChannel(address, options_.credentials, arguments)));
+  }
+}
+
+ClusterMembership::~ClusterMembership() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  Deregister();
+}
+
+ClusterMembershipStats ClusterMembership::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void ClusterMembership::Run() {
+  bool registered = false;
+  std::chrono::milliseconds failing_for{0};
+  while (true) {
+    if (!registered) {
+      registered = RegisterOnce();
+      failing_for = std::chrono::milliseconds(0);
+      if (!registered && !Wait(options_.retry_delay)) return;
+      continue;
+    }
+    if (!Wait(heartbeat_interval_)) return;
+    const absl::Status beat = HeartbeatOnce();
+    if (beat.ok()) {
+      failing_for = std::chrono::milliseconds(0);
+      continue;
+    }
+    failing_for += heartbeat_interval_ + options_.call_timeout;
+    // NOT_FOUND: this controller dropped the lease; register with it again first. A controller
+    // silent for half the timeout: it may have lost its leadership, try the next one.
+    const bool lost = beat.code() == absl::StatusCode::kNotFound;
+    if (lost || failing_for * 2 >= instance_timeout_) {
+      spdlog::warn("cluster: {} (controller {}); registering again", beat.message(),
+                   options_.controllers[current_]);
+      if (!lost) current_ = (current_ + 1) % stubs_.size();
+      registered = false;
+      absl::MutexLock lock(&mu_);
+      stats_.registered = false;
+      stats_.controller.clear();
+    }
+  }
+}
+
+bool ClusterMembership::RegisterOnce() {
+  for (size_t attempt = 0; attempt < stubs_.size(); ++attempt) {
+    const size_t index = (current_ + attempt) % stubs_.size();
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::RegisterInstanceResponse response;
+    const grpc::Status status =
+        stubs_[index]->RegisterInstance(&context, options_.registration, &response);
+    absl::MutexLock lock(&mu_);
+    if (!status.ok()) {
+      ++stats_.failed_calls;
+      spdlog::debug("cluster: controller {} refused the registration: {}",
+                    options_.controllers[index], status.error_message());
+      continue;
+    }
+    current_ = index;
+    heartbeat_interval_ = std::chrono::milliseconds(std::max(response.heartbeat_interval_ms(), 1u));
+    instance_timeout_ = std::chrono::milliseconds(response.instance_timeout_ms());
+    stats_.registered = true;
+    stats_.controller = options_.controllers[index];
+    stats_.lease_id = response.lease_id();
+    ++stats_.registrations;
+    spdlog::info("cluster: registered as '{}' with controller {} (lease {}, heartbeat every {} ms)",
+                 options_.registration.instance_id(), stats_.controller, stats_.lease_id,
+                 heartbeat_interval_.count());
+    return true;
+  }
+  return false;
+}
+
+absl::Status ClusterMembership::HeartbeatOnce() {
+  v1::HeartbeatRequest request;
+  request.set_instance_id(options_.registration.instance_id());
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_lease_id(stats_.lease_id);
+  }
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::HeartbeatResponse response;
+  const grpc::Status status = stubs_[current_]->Heartbeat(&context, request, &response);
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    ++stats_.failed_calls;
+    return FromGrpcStatus(status);
+  }
+  ++stats_.heartbeats;
+  return absl::OkStatus();
+}
+
+void ClusterMembership::Deregister() {
+  v1::DeregisterInstanceRequest request;
+  request.set_instance_id(options_.registration.instance_id());
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stats_.registered) return;
+    request.set_lease_id(stats_.lease_id);
+  }
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::DeregisterInstanceResponse response;
+  const grpc::Status status = stubs_[current_]->DeregisterInstance(&context, request, &response);
+  if (!status.ok()) {
+    spdlog::warn("cluster: could not deregister from controller {}: {}",
+                 options_.controllers[current_], status.error_message());
+  }
+}
+
+bool ClusterMembership::Wait(std::chrono::milliseconds delay) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(delay));
+  return !stopping_;
+}
+
+void ClusterMembership::Prepare(grpc::ClientContext& context) const {
+  control::AttachBearerToken(context, options_.bearer_token);
+  context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+}
+
+}  // namespace strata::daemon

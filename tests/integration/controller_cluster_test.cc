@@ -1,0 +1,307 @@
+// strata-controller with real stratad processes that register with it ([cluster] controllers):
+// the cluster API answers from their chunks; a killed daemon leaves after the instance timeout; a
+// stopped one leaves at once (it deregisters); a restarted controller is re-joined by every daemon
+// and rebuilds its index from their snapshots; a controller that requires a token admits only the
+// daemons and callers that present it; the CLI's cluster commands (--controller).
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/key_hasher.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/support/controller_process.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/raw_engine_client.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_layout.h"
+
+namespace strata {
+namespace {
+
+using namespace std::chrono_literals;
+using test_support::ControllerProcess;
+using test_support::DaemonProcess;
+using test_support::RawEngineClient;
+
+KvLayout ClusterLayout() {
+  return test_support::SmallLayout(
+      {.model_id = "cluster-model", .head_dim = 64, .chunk_tokens = 64});
+}
+
+std::vector<uint32_t> ChainTokens(size_t chunks) {
+  std::vector<uint32_t> tokens(chunks * 64);
+  std::iota(tokens.begin(), tokens.end(), 2000);
+  return tokens;
+}
+
+std::vector<ChunkKey> Chain(size_t chunks) {
+  return KeyHasher::Create(ClusterLayout(), {})->PrefixKeys(ChainTokens(chunks), {});
+}
+
+// Polls `condition` for up to `timeout`.
+bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return condition();
+}
+
+class ClusterClient {
+ public:
+  ClusterClient(const std::string& address, std::string token = "")
+      : stub_(v1::StrataCluster::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        token_(std::move(token)) {}
+
+  grpc::Status ListInstances(v1::ListInstancesResponse& response) {
+    grpc::ClientContext context;
+    Prepare(context);
+    return stub_->ListInstances(&context, v1::ListInstancesRequest(), &response);
+  }
+
+  // Every instance's held prefix of `chain`, "id:chunks" joined by spaces, longest first.
+  std::string HeldPrefixes(const std::vector<ChunkKey>& chain) {
+    v1::LookupRequest request;
+    for (const ChunkKey& key : chain) *request.add_keys() = ToProto(key);
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::ClusterLookupResponse response;
+    const grpc::Status status = stub_->Lookup(&context, request, &response);
+    if (!status.ok()) return "error: " + status.error_message();
+    std::string held;
+    for (const v1::InstancePrefix& prefix : response.instances()) {
+      held += fmt::format("{}{}:{}", held.empty() ? "" : " ", prefix.instance_id(),
+                          prefix.matched_chunks());
+    }
+    return held;
+  }
+
+  // The registered instances that follow their daemon, "id id ...".
+  std::string Following() {
+    v1::ListInstancesResponse response;
+    if (!ListInstances(response).ok()) return "error";
+    std::string ids;
+    for (const v1::InstanceInfo& info : response.instances()) {
+      if (info.following()) ids += (ids.empty() ? "" : " ") + info.instance_id();
+    }
+    return ids;
+  }
+
+ private:
+  void Prepare(grpc::ClientContext& context) {
+    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+    context.set_deadline(std::chrono::system_clock::now() + 5s);
+  }
+
+  std::unique_ptr<v1::StrataCluster::Stub> stub_;
+  std::string token_;
+};
+
+// A daemon registered with `controllers` as `id`, and an engine session to store through.
+struct Node {
+  std::unique_ptr<DaemonProcess> daemon;
+  std::unique_ptr<RawEngineClient> engine;
+};
+
+Node StartNode(const std::string& id, const std::string& controller,
+               const std::string& extra_cluster_toml = "") {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(
+      {.extra_toml = fmt::format("[cluster]\ncontrollers = [\"{}\"]\ninstance_id = \"{}\"\n{}",
+                                 controller, id, extra_cluster_toml)});
+  EXPECT_TRUE(daemon.ok()) << daemon.status();
+  if (!daemon.ok()) return {};
+  Node node{.daemon = *std::move(daemon)};
+  node.engine = std::make_unique<RawEngineClient>(node.daemon->engine_socket());
+  EXPECT_TRUE(node.engine->Handshake(ClusterLayout()).ok());
+  return node;
+}
+
+TEST(ControllerClusterTest, DaemonsJoinAndTheClusterAnswersFromTheirChunks) {
+  auto controller = ControllerProcess::Start({.instance_timeout_ms = 1'500});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  ClusterClient cluster((*controller)->address());
+  const std::vector<ChunkKey> chain = Chain(6);
+
+  Node a = StartNode("node-a", (*controller)->address());
+  ASSERT_NE(a.daemon, nullptr);
+  // Held before the controller knew b: its snapshot tells it.
+  Node b = StartNode("node-b", (*controller)->address());
+  ASSERT_NE(b.daemon, nullptr);
+  ASSERT_TRUE(b.engine->Store({chain.begin(), chain.begin() + 2}, 64, 1).ok());
+  ASSERT_TRUE(Eventually([&] { return cluster.Following() == "node-a node-b"; }))
+      << cluster.Following() << "\n"
+      << (*controller)->Log();
+  // Stored after: the events.
+  ASSERT_TRUE(a.engine->Store(chain, 64, 2).ok());
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:6 node-b:2"; }))
+      << cluster.HeldPrefixes(chain);
+
+  v1::ListInstancesResponse listed;
+  ASSERT_TRUE(cluster.ListInstances(listed).ok());
+  ASSERT_EQ(listed.instances_size(), 2);
+  const v1::InstanceInfo& info = listed.instances(0);
+  EXPECT_EQ(info.control_endpoint(), a.daemon->control_target());
+  EXPECT_EQ(info.engine_endpoint(), a.daemon->engine_socket());
+  EXPECT_NE(info.lease_id(), 0u);
+  EXPECT_LT(info.ms_since_heartbeat(), 1'500u);
+
+  // Killed: no deregistration, no heartbeat; it leaves after the instance timeout.
+  a.engine.reset();
+  a.daemon->Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-b:2"; }))
+      << cluster.HeldPrefixes(chain);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 5s);
+  EXPECT_EQ(cluster.Following(), "node-b");
+
+  // Stopped: it deregisters on its way out, well before the timeout would drop it.
+  b.engine.reset();
+  const auto stopping = std::chrono::steady_clock::now();
+  EXPECT_EQ(b.daemon->Stop().code, 0);
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain).empty(); }));
+  v1::ListInstancesResponse none;
+  ASSERT_TRUE(cluster.ListInstances(none).ok());
+  EXPECT_EQ(none.instances_size(), 0);
+  EXPECT_NE((*controller)->Log().find("instance 'node-b' deregistered"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, 10s);
+}
+
+// The controller restarts on its address: the daemons' heartbeats are refused (NOT_FOUND), they
+// register again, and the new controller's index is rebuilt from their snapshots.
+TEST(ControllerClusterTest, ARestartedControllerIsRejoinedAndRebuildsItsIndex) {
+  auto first = ControllerProcess::Start({.instance_timeout_ms = 1'000});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = (*first)->address();
+  const std::vector<ChunkKey> chain = Chain(4);
+  Node a = StartNode("node-a", address);
+  ASSERT_NE(a.daemon, nullptr);
+  ASSERT_TRUE(a.engine->Store(chain, 64, 1).ok());
+  ClusterClient cluster(address);
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:4"; }));
+
+  (*first)->Kill();
+  auto second = ControllerProcess::Start({.listen_address = address, .instance_timeout_ms = 1'000});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:4"; }))
+      << cluster.HeldPrefixes(chain) << "\n"
+      << (*second)->Log() << "\n"
+      << a.daemon->Log();
+  EXPECT_NE(a.daemon->Log().find("registering again"), std::string::npos);
+}
+
+TEST(ControllerClusterTest, ATokenGuardsTheClusterApiAndRegistration) {
+  char dir[] = "/tmp/strata-cluster-auth-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string token_file = std::string(dir) + "/token";
+  std::ofstream(token_file) << "cluster-secret\n";
+  auto controller = ControllerProcess::Start({.auth_token_file = token_file});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  ClusterClient anonymous((*controller)->address());
+  ClusterClient wrong((*controller)->address(), "not-the-secret");
+  ClusterClient authorized((*controller)->address(), "cluster-secret");
+  v1::ListInstancesResponse listed;
+  EXPECT_EQ(anonymous.ListInstances(listed).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(wrong.ListInstances(listed).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(anonymous.HeldPrefixes(Chain(1)).rfind("error", 0), 0u);
+
+  Node outsider = StartNode("outsider", (*controller)->address());
+  Node member = StartNode("member", (*controller)->address(),
+                          fmt::format("token_file = \"{}\"\n", token_file));
+  ASSERT_NE(member.daemon, nullptr);
+  ASSERT_TRUE(Eventually([&] { return authorized.Following() == "member"; }))
+      << authorized.Following();
+  std::this_thread::sleep_for(500ms);  // the outsider has tried, and kept trying
+  EXPECT_EQ(authorized.Following(), "member");
+  std::filesystem::remove_all(dir);
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliResult Cli(std::vector<std::string> args) {
+  args.insert(args.begin(), STRATA_CLI_PATH);
+  test_support::Subprocess process(args);
+  std::optional<int> code = process.Wait(20s);
+  return {code.value_or(-1), process.Stdout(), process.Stderr()};
+}
+
+TEST(ControllerClusterTest, TheCliAsksTheController) {
+  auto controller = ControllerProcess::Start();
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  const std::string address = (*controller)->address();
+  Node a = StartNode("node-a", address);
+  ASSERT_NE(a.daemon, nullptr);
+  const std::vector<ChunkKey> chain = Chain(4);
+  ASSERT_TRUE(a.engine->Store({chain.begin(), chain.begin() + 3}, 64, 1).ok());
+  ClusterClient cluster(address);
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:3"; }));
+
+  const std::vector<std::string> prompt = {
+      "--tokens",       fmt::format("{}", fmt::join(ChainTokens(4), ",")),
+      "--model",        "cluster-model",
+      "--layers",       "2",
+      "--kv-heads",     "2",
+      "--head-dim",     "64",
+      "--dtype",        "fp16",
+      "--chunk-tokens", "64"};
+  const auto with_prompt = [&](std::vector<std::string> args) {
+    args.insert(args.end(), prompt.begin(), prompt.end());
+    return args;
+  };
+
+  CliResult instances = Cli({"--controller", address, "instances"});
+  EXPECT_EQ(instances.code, 0) << instances.err;
+  EXPECT_THAT(instances.out, ::testing::HasSubstr("instance "));
+  EXPECT_THAT(instances.out,
+              ::testing::ContainsRegex("node-a +" + a.daemon->control_target() + " +yes "));
+
+  CliResult lookup = Cli(with_prompt({"--controller", address, "lookup"}));
+  EXPECT_EQ(lookup.code, 0) << lookup.err;
+  EXPECT_EQ(lookup.out,
+            "instance                             chunks     tokens  tiers\n"
+            "node-a                               3 of 4        192  3 host\n");
+
+  // The idle instance computes all 256 tokens; node-a, with a queue, still wins by its cache.
+  CliResult route = Cli(with_prompt(
+      {"--controller", address, "route", "--candidate", "idle", "--candidate", "node-a=10"}));
+  EXPECT_EQ(route.code, 0) << route.err;
+  EXPECT_THAT(route.out, ::testing::HasSubstr("256 prompt tokens"));
+  EXPECT_THAT(route.out, ::testing::ContainsRegex("\n   1  node-a +[0-9.]+ +0\\.40 "));
+  EXPECT_THAT(route.out, ::testing::ContainsRegex("\n   2  idle +10\\.24 "));
+  CliResult json =
+      Cli(with_prompt({"--controller", address, "route", "--json", "--candidate", "node-a"}));
+  EXPECT_THAT(json.out, ::testing::HasSubstr("\"cached_tokens\":\"192\""));
+
+  CliResult no_controller = Cli(with_prompt({"route", "--candidate", "a"}));
+  EXPECT_EQ(no_controller.code, 2);
+  EXPECT_THAT(no_controller.err, ::testing::HasSubstr("give --controller host:port"));
+  CliResult node_command = Cli({"--controller", address, "stats"});
+  EXPECT_EQ(node_command.code, 2);
+  EXPECT_THAT(node_command.err, ::testing::HasSubstr("the other commands ask a daemon"));
+  CliResult bad_candidate =
+      Cli(with_prompt({"--controller", address, "route", "--candidate", "a=lots"}));
+  EXPECT_EQ(bad_candidate.code, 2);
+  EXPECT_THAT(bad_candidate.err, ::testing::HasSubstr("are not a number"));
+  CliResult no_candidate = Cli(with_prompt({"--controller", address, "route", "--candidate", ""}));
+  EXPECT_EQ(no_candidate.code, 2);
+  EXPECT_THAT(no_candidate.err, ::testing::HasSubstr("INVALID_ARGUMENT"));
+}
+
+}  // namespace
+}  // namespace strata
