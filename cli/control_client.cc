@@ -33,6 +33,10 @@ absl::StatusOr<v1::ListInstancesResponse> ClusterClient::ListInstances() {
   return CallUnary(*stub_, &Stub::ListInstances, v1::ListInstancesRequest(), options_);
 }
 
+absl::StatusOr<v1::NodeCallResponse> ClusterClient::Forward(const v1::NodeCall& call) {
+  return CallUnary(*stub_, &Stub::Forward, call, options_);
+}
+
 absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,
                                                      const ConnectOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);
@@ -79,6 +83,42 @@ absl::StatusOr<v1::ListChunksResponse> ControlClient::ListChunks(
 
 absl::StatusOr<v1::DrainResponse> ControlClient::Drain() {
   return Call(&Stub::Drain, v1::DrainRequest());
+}
+
+absl::StatusOr<v1::NodeResult> ControlClient::Send(const v1::NodeCall& call) {
+  v1::NodeResult result;
+  // Each case: the call, then its response moved into the result.
+  const auto answer = [&result](auto response, auto slot) -> absl::Status {
+    if (!response.ok()) return response.status();
+    *(result.*slot)() = *std::move(response);
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  switch (call.request_case()) {
+    case v1::NodeCall::kPin:
+      status = answer(Pin(call.pin()), &v1::NodeResult::mutable_pin);
+      break;
+    case v1::NodeCall::kUnpin:
+      status = answer(Unpin(call.unpin()), &v1::NodeResult::mutable_unpin);
+      break;
+    case v1::NodeCall::kClear:
+      status = answer(Clear(call.clear()), &v1::NodeResult::mutable_clear);
+      break;
+    case v1::NodeCall::kMove:
+      status = answer(Move(call.move()), &v1::NodeResult::mutable_move);
+      break;
+    case v1::NodeCall::kCompress:
+      status = answer(Call(&Stub::Compress, call.compress()), &v1::NodeResult::mutable_compress);
+      break;
+    case v1::NodeCall::kStats:
+      status = answer(Stats(), &v1::NodeResult::mutable_stats);
+      break;
+    case v1::NodeCall::REQUEST_NOT_SET:
+      status = absl::InvalidArgumentError("a node call needs a request");
+      break;
+  }
+  if (!status.ok()) return status;
+  return result;
 }
 
 absl::Status ControlClient::WatchEvents(uint64_t from_sequence,

@@ -54,6 +54,7 @@ class ClusterClient {
   absl::StatusOr<v1::ClusterLookupResponse> Lookup(const v1::LookupRequest& request);
   absl::StatusOr<v1::RouteResponse> Route(const v1::RouteRequest& request);
   absl::StatusOr<v1::ListInstancesResponse> ListInstances();
+  absl::StatusOr<v1::NodeCallResponse> Forward(const v1::NodeCall& call);
 
  private:
   using Stub = v1::StrataCluster::Stub;
@@ -83,6 +84,9 @@ class ControlClient {
   absl::StatusOr<v1::ClearResponse> Clear(const v1::ClearRequest& request);
   absl::StatusOr<v1::ListChunksResponse> ListChunks(const v1::ListChunksRequest& request);
   absl::StatusOr<v1::DrainResponse> Drain();
+  // The node call's request, answered by the daemon into the result's response (its
+  // instance_id is ignored; the result's code is 0). The daemon's error otherwise.
+  absl::StatusOr<v1::NodeResult> Send(const v1::NodeCall& call);
 
   // Streams events from `from_sequence` (0: from the next one), with no deadline, calling
   // `on_event` for each until it returns false (then OK) or the stream fails (its status).

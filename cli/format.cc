@@ -1,6 +1,7 @@
 #include "cli/format.h"
 
 #include <cctype>
+#include <sstream>
 
 #include <google/protobuf/util/json_util.h>
 
@@ -195,6 +196,63 @@ std::string FormatInstances(const v1::ListInstancesResponse& instances) {
     out += fmt::format("{:<28} {:<24} {:<9} {:>9} {:>9} {:>10}\n", info.instance_id(),
                        info.control_endpoint(), info.following() ? "yes" : "no",
                        info.ms_since_heartbeat(), info.snapshots(), info.events_applied());
+  }
+  return out;
+}
+
+std::string FormatNodeResult(const v1::NodeResult& result, v1::Tier move_target,
+                             std::string_view peer) {
+  switch (result.response_case()) {
+    case v1::NodeResult::kPin:
+      return FormatPin(result.pin());
+    case v1::NodeResult::kUnpin:
+      return FormatUnpin(result.unpin());
+    case v1::NodeResult::kClear:
+      return FormatClear(result.clear());
+    case v1::NodeResult::kMove:
+      return FormatMove(result.move(), move_target, peer);
+    case v1::NodeResult::kStats:
+      return FormatStats(result.stats());
+    case v1::NodeResult::kCompress:
+    case v1::NodeResult::RESPONSE_NOT_SET:
+      break;
+  }
+  return "done\n";
+}
+
+const google::protobuf::Message& NodeResponse(const v1::NodeResult& result) {
+  switch (result.response_case()) {
+    case v1::NodeResult::kPin:
+      return result.pin();
+    case v1::NodeResult::kUnpin:
+      return result.unpin();
+    case v1::NodeResult::kClear:
+      return result.clear();
+    case v1::NodeResult::kMove:
+      return result.move();
+    case v1::NodeResult::kStats:
+      return result.stats();
+    case v1::NodeResult::kCompress:
+      return result.compress();
+    case v1::NodeResult::RESPONSE_NOT_SET:
+      break;
+  }
+  return result;
+}
+
+std::string FormatForwarded(const v1::NodeCallResponse& forwarded,
+                            const std::function<std::string(const v1::NodeResult&)>& format) {
+  if (forwarded.results().empty()) return "no instance is registered\n";
+  std::string out;
+  for (const v1::NodeResult& result : forwarded.results()) {
+    if (result.code() != 0) {
+      out += fmt::format("{}: error: {} ({})\n", result.instance_id(), result.message(),
+                         absl::StatusCodeToString(static_cast<absl::StatusCode>(result.code())));
+      continue;
+    }
+    out += fmt::format("{}:\n", result.instance_id());
+    std::istringstream lines(format(result));
+    for (std::string line; std::getline(lines, line);) out += "  " + line + "\n";
   }
   return out;
 }

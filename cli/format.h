@@ -2,6 +2,7 @@
 // protobuf JSON mapping, or for `strata hash` an equivalent document). Pure functions.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +36,16 @@ std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup);
 std::string FormatRoute(const v1::RouteResponse& route);
 // `strata --controller ... instances`: one line per registered daemon.
 std::string FormatInstances(const v1::ListInstancesResponse& instances);
+// The answer of a node command (stats, pin, unpin, move, clear) in `result`, as the command's
+// own format renders it; `move_target` and `peer` are the move's (see FormatMove).
+std::string FormatNodeResult(const v1::NodeResult& result, v1::Tier move_target,
+                             std::string_view peer);
+// The response message in `result` (for --json).
+const google::protobuf::Message& NodeResponse(const v1::NodeResult& result);
+// A node command forwarded by the controller: each instance's answer, through `format`, or
+// its error.
+std::string FormatForwarded(const v1::NodeCallResponse& forwarded,
+                            const std::function<std::string(const v1::NodeResult&)>& format);
 // `strata events`: one line per event.
 std::string FormatEvent(const v1::ChunkEvent& event);
 

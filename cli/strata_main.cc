@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -221,10 +222,12 @@ int Run(int argc, char** argv) {
   app.add_option("--token-file", token_file,
                  "file holding the bearer token the daemon requires over TCP");
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
-  std::string controller;
+  std::string controller, node;
   app.add_option("--controller", controller,
-                 "strata-controller's address, host:port: lookup asks the cluster; instances "
-                 "and route need it (--token-file and --tls-ca then apply to it)");
+                 "strata-controller's address, host:port: lookup asks the cluster; stats, pin, "
+                 "unpin, move and clear go to every instance (or --node); instances and route "
+                 "need it (--token-file and --tls-ca then apply to it)");
+  app.add_option("--node", node, "with --controller: the one instance a node command goes to");
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
@@ -372,15 +375,76 @@ int Run(int argc, char** argv) {
         fmt::format("{} asks the controller: give --controller host:port",
                     *instances_cmd ? "instances" : "route")));
   }
+  // pin, unpin, move, clear and stats: one node call, sent to the daemon (--addr) or forwarded
+  // by the controller (--controller) to --node, or to every instance.
+  std::optional<v1::NodeCall> node_call;
+  absl::StatusOr<v1::Tier> move_target = v1::TIER_UNSPECIFIED;
+  if (*stats_cmd) node_call.emplace().mutable_stats();
+  if (*pin_cmd || *unpin_cmd || *move_cmd) {
+    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+    if (!selector.ok()) return Fail(selector.status());
+    const v1::PinKind kind = soft ? v1::PIN_KIND_SOFT : v1::PIN_KIND_HARD;
+    if (*pin_cmd) {
+      v1::PinRequest& request = *node_call.emplace().mutable_pin();
+      *request.mutable_selector() = *std::move(selector);
+      request.set_kind(kind);
+      request.set_ttl_ms(ttl_ms);
+      request.set_tier(tier);
+    } else if (*unpin_cmd) {
+      v1::UnpinRequest& request = *node_call.emplace().mutable_unpin();
+      *request.mutable_selector() = *std::move(selector);
+      request.set_kind(kind);
+      request.set_tier(tier);
+    } else {
+      move_target = ParseTier(target_name);
+      if (!move_target.ok()) return Fail(move_target.status());
+      v1::MoveRequest& request = *node_call.emplace().mutable_move();
+      *request.mutable_selector() = *std::move(selector);
+      request.set_target(*move_target);
+      request.set_target_instance(instance);
+    }
+  }
+  if (*clear_cmd) {
+    v1::ClearRequest& request = *node_call.emplace().mutable_clear();
+    request.set_tier(tier);
+    if (clear_all) {
+      request.set_all(true);
+    } else if (clear_tenant->count() > 0) {
+      request.set_tenant(tenant);
+    } else if (by_layout) {
+      absl::StatusOr<KvLayout> layout = selector_flags.layout.Build();
+      if (!layout.ok()) return Fail(layout.status());
+      *request.mutable_layout() = ToProto(*layout);
+    } else {
+      absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+      if (!selector.ok()) return Fail(selector.status());
+      *request.mutable_selector() = *std::move(selector);
+    }
+  }
+  const auto format_result = [&](const v1::NodeResult& result) {
+    return FormatNodeResult(result, *move_target, instance);
+  };
+
   if (!controller.empty()) {
-    if (!*lookup_cmd && !*instances_cmd && !*route_cmd) {
+    if (!*lookup_cmd && !*instances_cmd && !*route_cmd && !node_call.has_value()) {
       return Fail(absl::InvalidArgumentError(
-          "--controller goes with lookup, instances and route; the other commands ask a daemon "
-          "(--addr)"));
+          "--controller goes with lookup, instances, route, and (forwarded) stats, pin, unpin, "
+          "move and clear; the other commands ask a daemon (--addr)"));
     }
     absl::StatusOr<ClusterClient> cluster = ClusterClient::Connect(controller, connect);
     if (!cluster.ok()) return Fail(cluster.status());
     if (*instances_cmd) return Print(cluster->ListInstances(), json, FormatInstances);
+    if (node_call.has_value()) {
+      node_call->set_instance_id(node);
+      absl::StatusOr<v1::NodeCallResponse> forwarded = cluster->Forward(*node_call);
+      if (!forwarded.ok()) return Fail(forwarded.status());
+      std::cout << (json ? ToJson(*forwarded) : FormatForwarded(*forwarded, format_result));
+      // Some instance failed: the command did not do all it was asked.
+      for (const v1::NodeResult& result : forwarded->results()) {
+        if (result.code() != 0) return 1;
+      }
+      return 0;
+    }
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
     if (!selector.ok()) return Fail(selector.status());
     if (*lookup_cmd) {
@@ -396,62 +460,24 @@ int Run(int argc, char** argv) {
     }
     return Print(cluster->Route(request), json, FormatRoute);
   }
+  if (!node.empty()) {
+    return Fail(absl::InvalidArgumentError("--node names an instance of --controller's cluster"));
+  }
   absl::StatusOr<ControlClient> client = ControlClient::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
   if (*status_cmd) return Print(client->Health(), json, FormatHealth);
-  if (*stats_cmd) return Print(client->Stats(), json, FormatStats);
   if (*peers_cmd) return Print(client->ListPeers(), json, FormatPeers);
   if (*drain_cmd) return Print(client->Drain(), json, FormatDrain);
+  if (node_call.has_value()) {
+    absl::StatusOr<v1::NodeResult> result = client->Send(*node_call);
+    if (!result.ok()) return Fail(result.status());
+    std::cout << (json ? ToJson(NodeResponse(*result)) : format_result(*result));
+    return 0;
+  }
   if (*lookup_cmd) {
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
     if (!selector.ok()) return Fail(selector.status());
     return Print(client->Lookup(LookupRequestFor(*selector)), json, FormatLookup);
-  }
-  if (*pin_cmd || *unpin_cmd || *move_cmd) {
-    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
-    if (!selector.ok()) return Fail(selector.status());
-    const v1::PinKind kind = soft ? v1::PIN_KIND_SOFT : v1::PIN_KIND_HARD;
-    if (*pin_cmd) {
-      v1::PinRequest request;
-      *request.mutable_selector() = *std::move(selector);
-      request.set_kind(kind);
-      request.set_ttl_ms(ttl_ms);
-      request.set_tier(tier);
-      return Print(client->Pin(request), json, FormatPin);
-    }
-    if (*unpin_cmd) {
-      v1::UnpinRequest request;
-      *request.mutable_selector() = *std::move(selector);
-      request.set_kind(kind);
-      request.set_tier(tier);
-      return Print(client->Unpin(request), json, FormatUnpin);
-    }
-    absl::StatusOr<v1::Tier> target = ParseTier(target_name);
-    if (!target.ok()) return Fail(target.status());
-    v1::MoveRequest request;
-    *request.mutable_selector() = *std::move(selector);
-    request.set_target(*target);
-    request.set_target_instance(instance);
-    return Print(client->Move(request), json,
-                 [&](const v1::MoveResponse& move) { return FormatMove(move, *target, instance); });
-  }
-  if (*clear_cmd) {
-    v1::ClearRequest request;
-    request.set_tier(tier);
-    if (clear_all) {
-      request.set_all(true);
-    } else if (clear_tenant->count() > 0) {
-      request.set_tenant(tenant);
-    } else if (by_layout) {
-      absl::StatusOr<KvLayout> layout = selector_flags.layout.Build();
-      if (!layout.ok()) return Fail(layout.status());
-      *request.mutable_layout() = ToProto(*layout);
-    } else {
-      absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
-      if (!selector.ok()) return Fail(selector.status());
-      *request.mutable_selector() = *std::move(selector);
-    }
-    return Print(client->Clear(request), json, FormatClear);
   }
   if (*ls_cmd) {
     v1::ListChunksRequest request;

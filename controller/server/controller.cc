@@ -71,6 +71,10 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
        .heartbeat_interval = std::chrono::milliseconds(HeartbeatIntervalMs(config))});
   if (!registry.ok()) return registry.status();
   controller->registry_ = *std::move(registry);
+  controller->forwarder_ =
+      std::make_unique<NodeForwarder>(NodeForwarderOptions{.registry = controller->registry_.get(),
+                                                           .credentials = *daemon_credentials,
+                                                           .bearer_token = daemon_token});
 
   std::string token;
   if (!config.controller.auth_token_file.empty()) {
@@ -84,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
   controller->service_ = std::make_unique<ClusterService>(
       ClusterServiceOptions{.index = controller->index_.get(),
                             .registry = controller->registry_.get(),
+                            .forwarder = controller->forwarder_.get(),
                             .bearer_token = std::move(token),
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
                             .model = ModelOptions(config.route)});

@@ -1,7 +1,8 @@
 // Controller owns strata-controller's parts and starts and stops them in order:
-//   start: cluster index -> instance registry (a feed per registered daemon) -> cluster API
-//          (gRPC) -> housekeeping thread
-//   stop:  housekeeping thread -> gRPC shutdown -> registry (every feed stopped) -> index
+//   start: cluster index -> instance registry (a feed per registered daemon) -> node forwarder
+//          -> cluster API (gRPC) -> housekeeping thread
+//   stop:  housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
+//          feed stopped) -> forwarder -> index
 // The housekeeping thread drops daemons that stopped heartbeating (InstanceRegistry::
 // ExpireSilent) and reclaims the index's stale entries a shard at a time (ClusterIndex::Sweep).
 //
@@ -50,6 +51,7 @@ class Controller {
   const ControllerConfig config_;
   std::unique_ptr<ClusterIndex> index_;
   std::unique_ptr<InstanceRegistry> registry_;
+  std::unique_ptr<NodeForwarder> forwarder_;
   std::unique_ptr<ClusterService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

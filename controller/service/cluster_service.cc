@@ -226,4 +226,15 @@ grpc::ServerUnaryReactor* ClusterService::ListInstances(grpc::CallbackServerCont
   return control::FinishUnary(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* ClusterService::Forward(grpc::CallbackServerContext* context,
+                                                  const v1::NodeCall* request,
+                                                  v1::NodeCallResponse* response) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.forwarder->Forward(*request, response, [reactor](const absl::Status& status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
 }  // namespace strata::controller

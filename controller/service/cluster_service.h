@@ -2,7 +2,8 @@
 // Lookup (a prompt's cached prefix on every instance, with the tiers it lies in) and Route
 // (candidate instances ranked by modelled time-to-first-token), both answered from the
 // ClusterIndex; and membership (RegisterInstance, Heartbeat, DeregisterInstance, QueryInstance,
-// ListInstances), answered by the InstanceRegistry. Over TCP every call must carry the bearer
+// ListInstances), answered by the InstanceRegistry; and Forward, node calls sent to the daemons
+// by the NodeForwarder. Over TCP every call must carry the bearer
 // token when one is configured (UNAUTHENTICATED otherwise), daemons' registrations included. Token
 // prompts are hashed here, with the cluster's key protocol, into the keys the daemons' events
 // carry.
@@ -12,7 +13,7 @@
 // as the daemon's Lookup does), Route through the generated parser (its prompt is nested).
 //
 // Threading: the service is stateless beyond its options; gRPC calls it from any thread, and the
-// index and the registry are thread-safe. Both must outlive the service.
+// index, the registry and the forwarder are thread-safe. They must outlive the service.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "controller/index/cluster_index.h"
 #include "controller/membership/instance_registry.h"
 #include "controller/routing/ttft_model.h"
+#include "controller/service/node_forwarder.h"
 #include "core/key_hasher.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -33,6 +35,7 @@ namespace strata::controller {
 struct ClusterServiceOptions {
   const ClusterIndex* index = nullptr;   // not owned
   InstanceRegistry* registry = nullptr;  // not owned
+  NodeForwarder* forwarder = nullptr;    // not owned
   // Callers over TCP must send "authorization: Bearer <token>" when not empty.
   std::string bearer_token;
   // The cluster's key protocol: the daemons' [keys] configuration.
@@ -87,6 +90,9 @@ class ClusterService final
   grpc::ServerUnaryReactor* ListInstances(grpc::CallbackServerContext* context,
                                           const v1::ListInstancesRequest* request,
                                           v1::ListInstancesResponse* response) override;
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+                                    const v1::NodeCall* request,
+                                    v1::NodeCallResponse* response) override;
 
  private:
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.

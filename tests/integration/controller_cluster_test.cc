@@ -2,7 +2,8 @@
 // the cluster API answers from their chunks; a killed daemon leaves after the instance timeout; a
 // stopped one leaves at once (it deregisters); a restarted controller is re-joined by every daemon
 // and rebuilds its index from their snapshots; a controller that requires a token admits only the
-// daemons and callers that present it; the CLI's cluster commands (--controller).
+// daemons and callers that present it; node calls forwarded to one daemon or fanned out to all;
+// the CLI's cluster commands (--controller).
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,12 @@ class ClusterClient {
                           prefix.matched_chunks());
     }
     return held;
+  }
+
+  grpc::Status Forward(const v1::NodeCall& call, v1::NodeCallResponse& response) {
+    grpc::ClientContext context;
+    Prepare(context);
+    return stub_->Forward(&context, call, &response);
   }
 
   // The registered instances that follow their daemon, "id id ...".
@@ -228,6 +235,80 @@ TEST(ControllerClusterTest, ATokenGuardsTheClusterApiAndRegistration) {
   std::filesystem::remove_all(dir);
 }
 
+// "id:code" for each result, joined by spaces.
+std::string Codes(const v1::NodeCallResponse& response) {
+  std::string codes;
+  for (const v1::NodeResult& result : response.results()) {
+    codes += fmt::format("{}{}:{}", codes.empty() ? "" : " ", result.instance_id(), result.code());
+  }
+  return codes;
+}
+
+TEST(ControllerClusterTest, NodeCallsGoToOneInstanceOrToAll) {
+  auto controller = ControllerProcess::Start({.instance_timeout_ms = 10'000});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  ClusterClient cluster((*controller)->address());
+  const std::vector<ChunkKey> chain = Chain(3);
+  Node a = StartNode("node-a", (*controller)->address());
+  Node b = StartNode("node-b", (*controller)->address());
+  ASSERT_NE(a.daemon, nullptr);
+  ASSERT_NE(b.daemon, nullptr);
+  ASSERT_TRUE(a.engine->Store(chain, 64, 1).ok());
+  ASSERT_TRUE(b.engine->Store({chain[0]}, 64, 1).ok());
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:3 node-b:1"; }));
+
+  v1::NodeCall stats;
+  stats.mutable_stats();
+  v1::NodeCallResponse answered;
+  ASSERT_TRUE(cluster.Forward(stats, answered).ok());
+  ASSERT_EQ(Codes(answered), "node-a:0 node-b:0");
+  EXPECT_EQ(answered.results(0).stats().tiers(0).chunks(), 3u);
+  EXPECT_EQ(answered.results(1).stats().tiers(0).chunks(), 1u);
+
+  v1::NodeCall pin;
+  pin.mutable_pin()->set_kind(v1::PIN_KIND_HARD);
+  for (const ChunkKey& key : chain)
+    *pin.mutable_pin()->mutable_selector()->add_keys() = ToProto(key);
+  v1::NodeCallResponse pinned;
+  ASSERT_TRUE(cluster.Forward(pin, pinned).ok());
+  ASSERT_EQ(Codes(pinned), "node-a:0 node-b:0") << pinned.ShortDebugString();
+  EXPECT_EQ(pinned.results(0).pin().pinned_chunks(), 3u);
+  EXPECT_EQ(pinned.results(1).pin().pinned_chunks(), 1u);
+  EXPECT_EQ(pinned.results(1).pin().missing_chunks(), 2u);
+
+  // To one instance: b is cleared, and the index follows.
+  v1::NodeCall clear;
+  clear.set_instance_id("node-b");
+  clear.mutable_clear()->set_all(true);
+  v1::NodeCallResponse cleared;
+  ASSERT_TRUE(cluster.Forward(clear, cleared).ok());
+  ASSERT_EQ(Codes(cleared), "node-b:0");
+  EXPECT_EQ(cleared.results(0).clear().removed_chunks(), 1u);
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:3"; }));
+
+  // A bad request to a daemon is that daemon's error; the controller's own refusals are the
+  // call's.
+  v1::NodeCall bad_pin;
+  bad_pin.mutable_pin();
+  v1::NodeCallResponse refused;
+  ASSERT_TRUE(cluster.Forward(bad_pin, refused).ok());
+  EXPECT_EQ(Codes(refused), "node-a:3 node-b:3") << "INVALID_ARGUMENT from each daemon";
+  EXPECT_FALSE(refused.results(0).has_pin());
+  v1::NodeCall unknown = stats;
+  unknown.set_instance_id("node-z");
+  EXPECT_EQ(cluster.Forward(unknown, refused).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cluster.Forward(v1::NodeCall(), refused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A daemon that died but is not yet dropped answers UNAVAILABLE; the others still answer.
+  a.engine.reset();
+  a.daemon->Kill();
+  v1::NodeCallResponse partial;
+  ASSERT_TRUE(cluster.Forward(stats, partial).ok());
+  EXPECT_EQ(Codes(partial), "node-a:14 node-b:0");
+  EXPECT_FALSE(partial.results(0).has_stats());
+}
+
 struct CliResult {
   int code = -1;
   std::string out;
@@ -291,9 +372,23 @@ TEST(ControllerClusterTest, TheCliAsksTheController) {
   CliResult no_controller = Cli(with_prompt({"route", "--candidate", "a"}));
   EXPECT_EQ(no_controller.code, 2);
   EXPECT_THAT(no_controller.err, ::testing::HasSubstr("give --controller host:port"));
-  CliResult node_command = Cli({"--controller", address, "stats"});
+  CliResult node_command = Cli({"--controller", address, "status"});
   EXPECT_EQ(node_command.code, 2);
   EXPECT_THAT(node_command.err, ::testing::HasSubstr("the other commands ask a daemon"));
+
+  // Node commands, forwarded: to every instance, or to --node.
+  CliResult pin = Cli({"--controller", address, "pin", "--key", chain[0].ToString()});
+  EXPECT_EQ(pin.code, 0) << pin.err;
+  EXPECT_EQ(pin.out, "node-a:\n  pinned 1 chunks (64.0 KiB); 0 not cached\n");
+  CliResult stats = Cli({"--controller", address, "--node", "node-a", "stats", "--json"});
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_THAT(stats.out, ::testing::HasSubstr("\"instance_id\":\"node-a\""));
+  EXPECT_THAT(stats.out, ::testing::HasSubstr("\"chunks\":\"3\""));
+  CliResult unknown = Cli({"--controller", address, "--node", "node-z", "clear", "--all"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, ::testing::HasSubstr("NOT_FOUND"));
+  CliResult node_without_controller = Cli({"--node", "node-a", "stats"});
+  EXPECT_EQ(node_without_controller.code, 2);
   CliResult bad_candidate =
       Cli(with_prompt({"--controller", address, "route", "--candidate", "a=lots"}));
   EXPECT_EQ(bad_candidate.code, 2);
