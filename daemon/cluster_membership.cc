@@ -105,9 +105,12 @@ void ClusterMembership::Run() {
       continue;
     }
     failing_for += heartbeat_interval_ + options_.call_timeout;
-    // NOT_FOUND: this controller dropped the lease; register with it again first. A controller
-    // silent for half the timeout: it may have lost its leadership, try the next one.
-    const bool lost = beat.code() == absl::StatusCode::kNotFound;
+    // NOT_FOUND: this controller dropped the lease. UNAVAILABLE: it is down, or a standby now
+    // (its leader died or it lost the election). Either way, register again at once, with it
+    // first and then with the others. A controller that keeps failing otherwise (timeouts) for
+    // half the instance timeout: move on to the next one.
+    const bool lost =
+        beat.code() == absl::StatusCode::kNotFound || beat.code() == absl::StatusCode::kUnavailable;
     if (lost || failing_for * 2 >= instance_timeout_) {
       spdlog::warn("cluster: {} (controller {}); registering again", beat.message(),
                    options_.controllers[current_]);

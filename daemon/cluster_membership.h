@@ -6,9 +6,10 @@
 //
 // Controllers are tried in the configured order until one takes the registration (a standby or
 // an unreachable one is skipped). A heartbeat answered NOT_FOUND (the controller expired or
-// replaced the lease, or restarted) registers again at once; heartbeats failing for half the
-// instance timeout move on to the next controller. Destruction deregisters (best effort, so a
-// stopping daemon leaves routing answers at once rather than after the timeout).
+// replaced the lease, or restarted) or UNAVAILABLE (it died, or it is a standby now) registers
+// again at once, with that controller first and then the others; heartbeats failing otherwise
+// for half the instance timeout move on to the next controller. Destruction deregisters (best
+// effort, so a stopping daemon leaves routing answers at once rather than after the timeout).
 //
 // Threading: Start spawns the membership's thread; stats() may be called from any thread; the
 // destructor stops and joins it.

@@ -22,6 +22,8 @@ packages=(
   clang libclang-rt-14-dev
   iproute2
   redis-server
+  # the controller's leader election (tests start a real etcd)
+  etcd-server
 )
 
 missing=()

@@ -77,7 +77,9 @@ InstanceRegistry::InstanceRegistry(InstanceRegistryOptions options) : options_(s
   next_lease_ = (uint64_t{random()} << 32 | random()) | 1;
 }
 
-InstanceRegistry::~InstanceRegistry() {
+InstanceRegistry::~InstanceRegistry() { DropAll(); }
+
+void InstanceRegistry::DropAll() {
   absl::MutexLock changes(&changes_mu_);
   absl::flat_hash_map<std::string, Member> members;
   {

@@ -67,6 +67,9 @@ class InstanceRegistry {
   absl::Status Heartbeat(const std::string& instance_id, uint64_t lease_id);
   // Drops the registration now. kNotFound as for Heartbeat.
   absl::Status Deregister(const std::string& instance_id, uint64_t lease_id);
+  // Drops every registration (a controller that stops leading forgets its members: they
+  // register with the new leader).
+  void DropAll();
   // Drops every registration whose last heartbeat (or registration) is older than the timeout;
   // returns their ids.
   std::vector<std::string> ExpireSilent();

@@ -1,5 +1,7 @@
 #include "controller/server/controller.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -90,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
                             .registry = controller->registry_.get(),
                             .forwarder = controller->forwarder_.get(),
                             .bearer_token = std::move(token),
+                            .serving = [c = controller.get()] { return c->Serving(); },
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
                             .model = ModelOptions(config.route)});
   return controller;
@@ -112,6 +115,19 @@ absl::Status Controller::Start() {
     return absl::UnavailableError(fmt::format(
         "cluster API: cannot listen on '{}' (address in use?)", config_.controller.listen_address));
   }
+  if (!config_.cluster.etcd_endpoints.empty()) {
+    absl::StatusOr<std::unique_ptr<LeaderElection>> election =
+        LeaderElection::Start({.endpoints = config_.cluster.etcd_endpoints,
+                               .key = config_.cluster.election_key,
+                               .candidate = AdvertisedAddress(),
+                               .lease_ttl_s = config_.cluster.lease_ttl_s,
+                               .on_change = [this](bool leading) {
+                                 leading_ = leading;
+                                 if (!leading) registry_->DropAll();
+                               }});
+    if (!election.ok()) return election.status();
+    election_ = *std::move(election);
+  }
   housekeeper_ = std::thread([this] { Housekeep(); });
   spdlog::info("strata-controller {} serving the cluster API on port {} (instance timeout {} ms)",
                STRATA_VERSION, port_, config_.controller.instance_timeout_ms);
@@ -121,6 +137,7 @@ absl::Status Controller::Start() {
 void Controller::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  election_.reset();
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -131,6 +148,25 @@ void Controller::Stop() {
     server_->Wait();
   }
   registry_.reset();
+}
+
+std::string Controller::AdvertisedAddress() const {
+  if (!config_.cluster.advertise_address.empty()) return config_.cluster.advertise_address;
+  const std::string& listen = config_.controller.listen_address;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return fmt::format("{}:{}", host, port_);
+}
+
+absl::Status Controller::Serving() const {
+  if (leading_.load()) return absl::OkStatus();
+  const std::string leader = election_ != nullptr ? election_->state().leader : "";
+  return absl::UnavailableError(fmt::format("this strata-controller is a standby; the leader is {}",
+                                            leader.empty() ? "not known yet" : leader));
 }
 
 void Controller::Housekeep() {

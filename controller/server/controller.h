@@ -1,8 +1,13 @@
 // Controller owns strata-controller's parts and starts and stops them in order:
 //   start: cluster index -> instance registry (a feed per registered daemon) -> node forwarder
-//          -> cluster API (gRPC) -> housekeeping thread
-//   stop:  housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
+//          -> cluster API (gRPC) -> leader election (with [cluster] etcd_endpoints) ->
+//          housekeeping thread
+//   stop:  election (a leader steps down and revokes its lease: a standby takes over at once)
+//          -> housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
 //          feed stopped) -> forwarder -> index
+// A controller with etcd endpoints answers only while it leads (standbys refuse every call
+// UNAVAILABLE, naming the leader), and forgets its registrations when it stops leading; the
+// daemons then register with the new leader, whose index is rebuilt from their snapshots.
 // The housekeeping thread drops daemons that stopped heartbeating (InstanceRegistry::
 // ExpireSilent) and reclaims the index's stale entries a shard at a time (ClusterIndex::Sweep).
 //
@@ -10,13 +15,16 @@
 // index() may be used from any thread while the controller lives.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/index/cluster_index.h"
+#include "controller/leadership/leader_election.h"
 #include "controller/membership/instance_registry.h"
 #include "controller/server/controller_config.h"
 #include "controller/service/cluster_service.h"
@@ -42,11 +50,18 @@ class Controller {
   int port() const { return port_; }
   const ClusterIndex& index() const { return *index_; }
   const InstanceRegistry& registry() const { return *registry_; }
+  // Whether this controller answers: it leads, or runs without etcd.
+  bool leading() const { return leading_.load(); }
 
  private:
-  explicit Controller(ControllerConfig config) : config_(std::move(config)) {}
+  explicit Controller(ControllerConfig config)
+      : config_(std::move(config)), leading_(config_.cluster.etcd_endpoints.empty()) {}
 
   void Housekeep();
+  // OK while leading; else UNAVAILABLE naming the leader.
+  absl::Status Serving() const;
+  // The address this controller is known as while it leads.
+  std::string AdvertisedAddress() const;
 
   const ControllerConfig config_;
   std::unique_ptr<ClusterIndex> index_;
@@ -55,6 +70,9 @@ class Controller {
   std::unique_ptr<ClusterService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Without etcd, a controller leads from the start.
+  std::atomic<bool> leading_;
+  std::unique_ptr<LeaderElection> election_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

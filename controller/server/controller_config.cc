@@ -55,6 +55,12 @@ absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
         if (key == "remote_bytes_per_s") {
           s = ReadTomlNonNegative(value, name, r.remote_bytes_per_s);
         }
+      } else if (section == "cluster") {
+        auto& k = c.cluster;
+        if (key == "etcd_endpoints") s = ReadTomlStrings(value, name, k.etcd_endpoints);
+        if (key == "election_key") s = ReadTomlString(value, name, k.election_key);
+        if (key == "lease_ttl_s") s = ReadTomlUint(value, name, k.lease_ttl_s);
+        if (key == "advertise_address") s = ReadTomlString(value, name, k.advertise_address);
       } else if (section == "log") {
         if (key == "level") s = ReadTomlString(value, name, c.log.level);
       } else {
@@ -67,6 +73,8 @@ absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
 }
 
 std::string ConfigToToml(const ControllerConfig& c) {
+  toml::array endpoints;
+  for (const std::string& endpoint : c.cluster.etcd_endpoints) endpoints.push_back(endpoint);
   const toml::table root{
       {"controller",
        toml::table{
@@ -86,6 +94,10 @@ std::string ConfigToToml(const ControllerConfig& c) {
                             {"host_bytes_per_s", c.route.host_bytes_per_s},
                             {"disk_bytes_per_s", c.route.disk_bytes_per_s},
                             {"remote_bytes_per_s", c.route.remote_bytes_per_s}}},
+      {"cluster", toml::table{{"etcd_endpoints", endpoints},
+                              {"election_key", c.cluster.election_key},
+                              {"lease_ttl_s", static_cast<int64_t>(c.cluster.lease_ttl_s)},
+                              {"advertise_address", c.cluster.advertise_address}}},
       {"log", toml::table{{"level", c.log.level}}},
   };
   std::ostringstream out;
@@ -137,6 +149,13 @@ absl::Status ValidateControllerConfig(const ControllerConfig& c) {
        {c.route.host_bytes_per_s, c.route.disk_bytes_per_s, c.route.remote_bytes_per_s}) {
     if (bandwidth <= 0) return Bad("config: a route.*_bytes_per_s must be positive");
   }
+  if (!c.cluster.etcd_endpoints.empty() &&
+      (c.cluster.election_key.empty() || c.cluster.lease_ttl_s < 2 || c.cluster.lease_ttl_s > 60)) {
+    return Bad("config: cluster.election_key must be set and cluster.lease_ttl_s lie in 2..60");
+  }
+  for (const std::string& endpoint : c.cluster.etcd_endpoints) {
+    if (endpoint.empty()) return Bad("config: cluster.etcd_endpoints holds an empty address");
+  }
   STRATA_RETURN_IF_ERROR(CheckLogLevel("log.level", c.log.level));
   return absl::OkStatus();
 }
@@ -147,6 +166,7 @@ absl::StatusOr<std::optional<ControllerConfig>> ParseControllerCommandLine(int a
   bool print_config = false;
   std::optional<std::string> listen, auth_token_file, log_level;
   std::optional<uint32_t> instance_timeout_ms;
+  std::vector<std::string> etcd_endpoints;
   app.add_option("-c,--config", config_path, "TOML configuration file");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.add_option("--listen", listen, "the cluster API's address, host:port");
@@ -154,6 +174,9 @@ absl::StatusOr<std::optional<ControllerConfig>> ParseControllerCommandLine(int a
                  "file holding the bearer token every caller must present");
   app.add_option("--instance-timeout-ms", instance_timeout_ms, "drop a daemon silent this long");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_option("--etcd-endpoints", etcd_endpoints,
+                 "etcd client addresses (host:port): lead only while holding the election key")
+      ->delimiter(',');
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -171,6 +194,7 @@ absl::StatusOr<std::optional<ControllerConfig>> ParseControllerCommandLine(int a
   if (auth_token_file) config.controller.auth_token_file = *auth_token_file;
   if (instance_timeout_ms) config.controller.instance_timeout_ms = *instance_timeout_ms;
   if (log_level) config.log.level = *log_level;
+  if (!etcd_endpoints.empty()) config.cluster.etcd_endpoints = etcd_endpoints;
   STRATA_RETURN_IF_ERROR(ValidateControllerConfig(config));
   if (print_config) {
     std::cout << ConfigToToml(config);

@@ -18,6 +18,13 @@
 //   [route]      prefill_us_per_token, and the bytes per second from each tier into an engine:
 //                host_bytes_per_s, disk_bytes_per_s, remote_bytes_per_s (controller/routing/
 //                ttft_model.h documents the model and its defaults)
+//   [cluster]    etcd_endpoints (etcd client "host:port"s: with them, this controller is one of
+//                several and leads only while it holds the election key; empty (the default):
+//                it runs alone and leads), election_key (default "/strata/controller/leader"),
+//                lease_ttl_s (the leader's etcd lease, default 2: a standby leads within about
+//                that long of the leader's death), advertise_address (what this controller is
+//                known as while it leads; "" : controller.listen_address with the bound port, a
+//                wildcard host replaced by the hostname)
 //   [log]        level ("trace" .. "critical", "off")
 #pragma once
 
@@ -25,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -55,6 +63,12 @@ struct ControllerConfig {
     double disk_bytes_per_s = 1.4e9;
     double remote_bytes_per_s = 2e9;
   } route;
+  struct Cluster {
+    std::vector<std::string> etcd_endpoints;
+    std::string election_key = "/strata/controller/leader";
+    uint32_t lease_ttl_s = 2;
+    std::string advertise_address;
+  } cluster;
   struct Log {
     std::string level = "info";
   } log;

@@ -1,6 +1,7 @@
 #include "controller/server/controller_config.h"
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -36,6 +37,11 @@ prefill_us_per_token = 55.5
 host_bytes_per_s = 2e10
 disk_bytes_per_s = 3000000000
 remote_bytes_per_s = 1.5e9
+[cluster]
+etcd_endpoints = ["127.0.0.1:2379", "etcd-b:2379"]
+election_key = "/prod/strata/leader"
+lease_ttl_s = 3
+advertise_address = "ctl-a:6000"
 [log]
 level = "warn"
 )",
@@ -52,6 +58,11 @@ level = "warn"
   EXPECT_DOUBLE_EQ(config->route.prefill_us_per_token, 55.5);
   EXPECT_DOUBLE_EQ(config->route.disk_bytes_per_s, 3e9);
   EXPECT_EQ(config->log.level, "warn");
+  EXPECT_EQ(config->cluster.etcd_endpoints,
+            (std::vector<std::string>{"127.0.0.1:2379", "etcd-b:2379"}));
+  EXPECT_EQ(config->cluster.election_key, "/prod/strata/leader");
+  EXPECT_EQ(config->cluster.lease_ttl_s, 3u);
+  EXPECT_EQ(config->cluster.advertise_address, "ctl-a:6000");
 }
 
 TEST(ControllerConfigTest, BadKeysAndValuesAreNamed) {
@@ -89,6 +100,14 @@ TEST(ControllerConfigTest, CrossFieldRules) {
   EXPECT_FALSE(ValidateControllerConfig(config).ok());
   config = ControllerConfig();
   config.log.level = "loud";
+  EXPECT_FALSE(ValidateControllerConfig(config).ok());
+  config = ControllerConfig();
+  config.cluster.etcd_endpoints = {"127.0.0.1:2379"};
+  EXPECT_TRUE(ValidateControllerConfig(config).ok());
+  config.cluster.lease_ttl_s = 1;  // below etcd's minimum
+  EXPECT_FALSE(ValidateControllerConfig(config).ok());
+  config.cluster.lease_ttl_s = 2;
+  config.cluster.etcd_endpoints = {""};
   EXPECT_FALSE(ValidateControllerConfig(config).ok());
 }
 

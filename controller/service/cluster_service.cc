@@ -124,14 +124,15 @@ absl::StatusOr<v1::RouteResponse> RankCandidates(
 
 ClusterService::ClusterService(ClusterServiceOptions options) : options_(std::move(options)) {}
 
-absl::Status ClusterService::Authorize(const grpc::CallbackServerContext& context) const {
-  return control::CheckBearerToken(context, options_.bearer_token, "controller");
+absl::Status ClusterService::Admit(const grpc::CallbackServerContext& context) const {
+  STRATA_RETURN_IF_ERROR(control::CheckBearerToken(context, options_.bearer_token, "controller"));
+  return options_.serving ? options_.serving() : absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   v1::LookupRequest fields;
   std::vector<ChunkKey> keys;
   std::vector<uint32_t> tokens;
@@ -154,7 +155,7 @@ grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* context,
                                                 const v1::RouteRequest* request,
                                                 v1::RouteResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   // Before the prompt is hashed: a bad candidate list costs nothing.
   if (absl::Status s = CheckCandidates(request->candidates(), options_.max_candidates); !s.ok()) {
     return control::FinishUnary(context, s);
@@ -185,7 +186,7 @@ grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* ClusterService::RegisterInstance(
     grpc::CallbackServerContext* context, const v1::RegisterInstanceRequest* request,
     v1::RegisterInstanceResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   absl::StatusOr<v1::RegisterInstanceResponse> registered = options_.registry->Register(*request);
   if (registered.ok()) *response = *std::move(registered);
   return control::FinishUnary(context, registered.status());
@@ -194,7 +195,7 @@ grpc::ServerUnaryReactor* ClusterService::RegisterInstance(
 grpc::ServerUnaryReactor* ClusterService::Heartbeat(grpc::CallbackServerContext* context,
                                                     const v1::HeartbeatRequest* request,
                                                     v1::HeartbeatResponse* /*response*/) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   return control::FinishUnary(
       context, options_.registry->Heartbeat(request->instance_id(), request->lease_id()));
 }
@@ -202,7 +203,7 @@ grpc::ServerUnaryReactor* ClusterService::Heartbeat(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* ClusterService::DeregisterInstance(
     grpc::CallbackServerContext* context, const v1::DeregisterInstanceRequest* request,
     v1::DeregisterInstanceResponse* /*response*/) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   return control::FinishUnary(
       context, options_.registry->Deregister(request->instance_id(), request->lease_id()));
 }
@@ -210,7 +211,7 @@ grpc::ServerUnaryReactor* ClusterService::DeregisterInstance(
 grpc::ServerUnaryReactor* ClusterService::QueryInstance(grpc::CallbackServerContext* context,
                                                         const v1::QueryInstanceRequest* request,
                                                         v1::InstanceInfo* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   absl::StatusOr<v1::InstanceInfo> info = options_.registry->Query(request->instance_id());
   if (info.ok()) *response = *std::move(info);
   return control::FinishUnary(context, info.status());
@@ -219,7 +220,7 @@ grpc::ServerUnaryReactor* ClusterService::QueryInstance(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ClusterService::ListInstances(grpc::CallbackServerContext* context,
                                                         const v1::ListInstancesRequest* /*request*/,
                                                         v1::ListInstancesResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   for (v1::InstanceInfo& info : options_.registry->List()) {
     *response->add_instances() = std::move(info);
   }
@@ -229,7 +230,7 @@ grpc::ServerUnaryReactor* ClusterService::ListInstances(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ClusterService::Forward(grpc::CallbackServerContext* context,
                                                   const v1::NodeCall* request,
                                                   v1::NodeCallResponse* response) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.forwarder->Forward(*request, response, [reactor](const absl::Status& status) {
     reactor->Finish(ToGrpcStatus(status));

@@ -3,9 +3,10 @@
 // (candidate instances ranked by modelled time-to-first-token), both answered from the
 // ClusterIndex; and membership (RegisterInstance, Heartbeat, DeregisterInstance, QueryInstance,
 // ListInstances), answered by the InstanceRegistry; and Forward, node calls sent to the daemons
-// by the NodeForwarder. Over TCP every call must carry the bearer
-// token when one is configured (UNAUTHENTICATED otherwise), daemons' registrations included. Token
-// prompts are hashed here, with the cluster's key protocol, into the keys the daemons' events
+// by the NodeForwarder. Over TCP every call must carry the bearer token when one is configured
+// (UNAUTHENTICATED otherwise), daemons' registrations included; a standby controller (one that
+// does not lead) answers every call UNAVAILABLE, naming the leader. Token prompts are hashed
+// here, with the cluster's key protocol, into the keys the daemons' events
 // carry.
 //
 // The answers are built by ClusterLookup and RankCandidates, plain functions tested without gRPC;
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -38,6 +40,9 @@ struct ClusterServiceOptions {
   NodeForwarder* forwarder = nullptr;    // not owned
   // Callers over TCP must send "authorization: Bearer <token>" when not empty.
   std::string bearer_token;
+  // Whether this controller answers now (it leads): OK, or the error every call gets (a standby's
+  // UNAVAILABLE naming the leader). Null: it always answers.
+  std::function<absl::Status()> serving;
   // The cluster's key protocol: the daemons' [keys] configuration.
   KeyHasherOptions key_options;
   control::SelectionLimits limits;
@@ -95,8 +100,8 @@ class ClusterService final
                                     v1::NodeCallResponse* response) override;
 
  private:
-  // OK, or UNAUTHENTICATED for a TCP caller without the bearer token.
-  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // OK, or UNAUTHENTICATED for a TCP caller without the bearer token, or `serving`'s error.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const;
 
   const ClusterServiceOptions options_;
 };
