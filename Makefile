@@ -59,10 +59,12 @@ test-asan: deps
 # promoter (tiered store); the disk tier's compaction and I/O threads; the device runtime's copy
 # threads; the UCX transport and remote tier; the engine-session server, the control service
 # (gRPC) and lookup accounting; the connectors against an in-process daemon; core's frame I/O;
-# the controller's instance registry (its feeds' threads); and every integration test, each of
-# which runs stratad (and sim_engine, strata-controller or the CLI) under TSan too. Left out: tests of single-threaded code; disk_tier_crash_test (its child, forked from a
-# multithreaded test, starts threads: TSan cannot follow that); host_slow_test (the same hammer,
-# 5x longer); connector_python_test (an uninstrumented interpreter cannot load a TSan module).
+# the controller's instance registry (its feeds' threads) and leader election (controller_ha_test,
+# against a real etcd); and every integration test, each of which runs stratad (and sim_engine,
+# strata-controller or the CLI) under TSan too. Left out: tests of single-threaded code;
+# disk_tier_crash_test (its child, forked from a multithreaded test, starts threads: TSan cannot
+# follow that); host_slow_test (the same hammer, 5x longer); connector_python_test (an
+# uninstrumented interpreter cannot load a TSan module).
 # Any report fails the run: each process writes its reports to $(TSAN_BUILD)/tsan-reports/
 # (stratad's stderr is a test's temporary log), printed at the end. scripts/tsan.supp suppresses
 # only what the uninstrumented libraries (gRPC, abseil, ...) hide from TSan, each with its
@@ -76,7 +78,8 @@ TSAN_TESTS := host_tier_concurrency_test tiered_movement_test tiered_store_test 
   connector_engine_client_test connector_page_store_test connector_scheduler_test \
   connector_worker_test connector_c_test daemon_process_test engine_cache_test cli_test \
   metrics_test tls_auth_test kv_events_test session_isolation_test remote_peers_test \
-  remote_netns_test controller_feed_test strata_controller_membership_test controller_cluster_test
+  remote_netns_test controller_feed_test strata_controller_membership_test controller_cluster_test \
+  controller_ha_test
 tsan_empty :=
 tsan_reports = $(abspath $(TSAN_BUILD))/tsan-reports
 

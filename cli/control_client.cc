@@ -37,6 +37,10 @@ absl::StatusOr<v1::NodeCallResponse> ClusterClient::Forward(const v1::NodeCall& 
   return CallUnary(*stub_, &Stub::Forward, call, options_);
 }
 
+absl::StatusOr<v1::ClusterStatsResponse> ClusterClient::Stats() {
+  return CallUnary(*stub_, &Stub::Stats, v1::ClusterStatsRequest(), options_);
+}
+
 absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,
                                                      const ConnectOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);

@@ -55,6 +55,7 @@ class ClusterClient {
   absl::StatusOr<v1::RouteResponse> Route(const v1::RouteRequest& request);
   absl::StatusOr<v1::ListInstancesResponse> ListInstances();
   absl::StatusOr<v1::NodeCallResponse> Forward(const v1::NodeCall& call);
+  absl::StatusOr<v1::ClusterStatsResponse> Stats();
 
  private:
   using Stub = v1::StrataCluster::Stub;

@@ -200,6 +200,23 @@ std::string FormatInstances(const v1::ListInstancesResponse& instances) {
   return out;
 }
 
+std::string FormatClusterStats(const v1::ClusterStatsResponse& stats) {
+  const v1::ClusterIndexStats& index = stats.index();
+  std::string out = fmt::format(
+      "cluster: {} instances, {} indexed; index: {} chunks, {} entries ({} stale), {}\n",
+      stats.instances(), stats.following(), index.chunks(), index.live_entries(),
+      index.stale_entries(), HumanBytes(index.memory_bytes()));
+  out += fmt::format("totals of {} answering instances:\n", stats.answered());
+  std::istringstream lines(FormatStats(stats.totals()));
+  for (std::string line; std::getline(lines, line);) out += "  " + line + "\n";
+  for (const v1::NodeResult& node : stats.nodes()) {
+    if (node.code() == 0) continue;
+    out += fmt::format("{}: error: {} ({})\n", node.instance_id(), node.message(),
+                       absl::StatusCodeToString(static_cast<absl::StatusCode>(node.code())));
+  }
+  return out;
+}
+
 std::string FormatNodeResult(const v1::NodeResult& result, v1::Tier move_target,
                              std::string_view peer) {
   switch (result.response_case()) {

@@ -36,6 +36,9 @@ std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup);
 std::string FormatRoute(const v1::RouteResponse& route);
 // `strata --controller ... instances`: one line per registered daemon.
 std::string FormatInstances(const v1::ListInstancesResponse& instances);
+// The cluster's Stats: membership and the index, the answering daemons' totals, then each
+// daemon that did not answer with its error.
+std::string FormatClusterStats(const v1::ClusterStatsResponse& stats);
 // The answer of a node command (stats, pin, unpin, move, clear) in `result`, as the command's
 // own format renders it; `move_target` and `peer` are the move's (see FormatMove).
 std::string FormatNodeResult(const v1::NodeResult& result, v1::Tier move_target,

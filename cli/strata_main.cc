@@ -224,9 +224,10 @@ int Run(int argc, char** argv) {
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
   std::string controller, node;
   app.add_option("--controller", controller,
-                 "strata-controller's address, host:port: lookup asks the cluster; stats, pin, "
-                 "unpin, move and clear go to every instance (or --node); instances and route "
-                 "need it (--token-file and --tls-ca then apply to it)");
+                 "strata-controller's address, host:port: lookup and stats ask the cluster (stats: "
+                 "every instance's, summed); pin, unpin, move and clear go to every instance; "
+                 "--node sends any of these to one; instances and route need it (--token-file and "
+                 "--tls-ca then apply to it)");
   app.add_option("--node", node, "with --controller: the one instance a node command goes to");
 
   CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
@@ -434,6 +435,13 @@ int Run(int argc, char** argv) {
     absl::StatusOr<ClusterClient> cluster = ClusterClient::Connect(controller, connect);
     if (!cluster.ok()) return Fail(cluster.status());
     if (*instances_cmd) return Print(cluster->ListInstances(), json, FormatInstances);
+    if (*stats_cmd && node.empty()) {
+      absl::StatusOr<v1::ClusterStatsResponse> stats = cluster->Stats();
+      if (!stats.ok()) return Fail(stats.status());
+      std::cout << (json ? ToJson(*stats) : FormatClusterStats(*stats));
+      // Some instance did not answer: the totals leave it out.
+      return stats->answered() == static_cast<uint32_t>(stats->nodes_size()) ? 0 : 1;
+    }
     if (node_call.has_value()) {
       node_call->set_instance_id(node);
       absl::StatusOr<v1::NodeCallResponse> forwarded = cluster->Forward(*node_call);

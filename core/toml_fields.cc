@@ -96,4 +96,28 @@ absl::Status ReadTomlNonNegative(const toml::node& node, std::string_view key, d
   return absl::OkStatus();
 }
 
+absl::Status ForEachTomlField(const toml::table& root,
+                              absl::FunctionRef<absl::Status(const TomlField&)> apply) {
+  for (const auto& [section_key, section_node] : root) {
+    const std::string_view section = section_key.str();
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) {
+      return absl::InvalidArgumentError(fmt::format("config: '{}' must be a table", section));
+    }
+    for (const auto& [key_node, value] : *table) {
+      const std::string name = fmt::format("{}.{}", section, key_node.str());
+      if (absl::Status s = apply({section, key_node.str(), name, value}); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UnknownTomlKey(std::string_view name) {
+  return absl::InvalidArgumentError(fmt::format("config: unknown key '{}'", name));
+}
+
+absl::Status UnknownTomlSection(std::string_view section) {
+  return absl::InvalidArgumentError(fmt::format("config: unknown section '{}'", section));
+}
+
 }  // namespace strata

@@ -1,7 +1,7 @@
 // What stratad's and strata-controller's config loaders share: reading a config file and parsing
-// its TOML, reading one field into a typed value with the error every Strata config reports for a
-// field of the wrong type or out of range ("config: <key> must be ..."), and the log level check.
-// Plain functions; thread-safe.
+// its TOML, walking its sections' fields, reading one field into a typed value with the error every
+// Strata config reports for a field of the wrong type or out of range ("config: <key> must be
+// ..."), and the log level check. Plain functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fmt/format.h"
@@ -22,6 +23,23 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
 
 // The TOML document in `text`; kInvalidArgument naming the line of a syntax error.
 absl::StatusOr<toml::table> ParseTomlText(std::string_view text);
+
+// One `key = value` of a config's `[section]`; `name` is "section.key", for error messages.
+struct TomlField {
+  std::string_view section;
+  std::string_view key;
+  const std::string& name;
+  const toml::node& value;
+};
+
+// Calls `apply` for every field of every section of `root`, in order, and returns its first
+// error; kInvalidArgument for a top-level entry that is not a section (a table).
+absl::Status ForEachTomlField(const toml::table& root,
+                              absl::FunctionRef<absl::Status(const TomlField&)> apply);
+
+// The errors for a key, and a section, that a config does not know.
+absl::Status UnknownTomlKey(std::string_view name);
+absl::Status UnknownTomlSection(std::string_view section);
 
 // OK for "trace" .. "critical" and "off"; kInvalidArgument naming `key` otherwise.
 absl::Status CheckLogLevel(std::string_view key, std::string_view level);

@@ -1,32 +1,19 @@
 #include "daemon/cluster_membership.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/time/time.h"
 #include "control/bearer_auth.h"
+#include "control/redialing_channel.h"
 #include "core/fmt_absl.h"
+#include "core/host_address.h"
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::daemon {
-namespace {
-
-// A controller that was down comes back within a second of the next attempt, rather than after
-// gRPC's default reconnect backoff (up to two minutes).
-constexpr int kMaxReconnectBackoffMs = 1'000;
-
-std::string HostName() {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 v1::RegisterInstanceRequest BuildRegistration(const DaemonConfig& config, int control_port,
                                               const std::string& remote_node_id,
@@ -34,10 +21,7 @@ v1::RegisterInstanceRequest BuildRegistration(const DaemonConfig& config, int co
   v1::RegisterInstanceRequest registration;
   std::string control = config.cluster.advertise_address;
   if (control.empty() && control_port != 0) {
-    const std::string& listen = config.control.listen_address;
-    std::string host = listen.substr(0, listen.rfind(':'));
-    if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
-    control = fmt::format("{}:{}", host, control_port);
+    control = DialableAddress(config.control.listen_address, control_port);
   }
   std::string id = config.cluster.instance_id;
   if (id.empty()) id = remote_node_id;
@@ -65,12 +49,9 @@ absl::StatusOr<std::unique_ptr<ClusterMembership>> ClusterMembership::Start(
 
 ClusterMembership::ClusterMembership(ClusterMembershipOptions options)
     : options_(std::move(options)) {
-  grpc::ChannelArguments arguments;
-  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs / 4);
   for (const std::string& address : options_.controllers) {
-    stubs_.push_back(v1::StrataCluster::NewStub(
-        grpc::CreateCustomChannel(address, options_.credentials, arguments)));
+    stubs_.push_back(
+        v1::StrataCluster::NewStub(control::CreateRedialingChannel(address, options_.credentials)));
   }
 }
 
@@ -90,37 +71,52 @@ ClusterMembershipStats ClusterMembership::stats() const {
 
 void ClusterMembership::Run() {
   bool registered = false;
-  std::chrono::milliseconds failing_for{0};
+  auto last_heard = std::chrono::steady_clock::now();
   while (true) {
     if (!registered) {
       registered = RegisterOnce();
-      failing_for = std::chrono::milliseconds(0);
+      last_heard = std::chrono::steady_clock::now();
       if (!registered && !Wait(options_.retry_delay)) return;
       continue;
     }
     if (!Wait(heartbeat_interval_)) return;
-    const absl::Status beat = HeartbeatOnce();
+    const absl::Status beat = HeartbeatAnywhere();
     if (beat.ok()) {
-      failing_for = std::chrono::milliseconds(0);
+      last_heard = std::chrono::steady_clock::now();
       continue;
     }
-    failing_for += heartbeat_interval_ + options_.call_timeout;
-    // NOT_FOUND: this controller dropped the lease. UNAVAILABLE: it is down, or a standby now
-    // (its leader died or it lost the election). Either way, register again at once, with it
-    // first and then with the others. A controller that keeps failing otherwise (timeouts) for
-    // half the instance timeout: move on to the next one.
-    const bool lost =
-        beat.code() == absl::StatusCode::kNotFound || beat.code() == absl::StatusCode::kUnavailable;
-    if (lost || failing_for * 2 >= instance_timeout_) {
+    // NOT_FOUND: a controller that leads holds no such lease. Failing everywhere for the
+    // instance timeout: the lease is gone wherever it was. Either way, register again.
+    if (beat.code() == absl::StatusCode::kNotFound ||
+        std::chrono::steady_clock::now() - last_heard >= instance_timeout_) {
       spdlog::warn("cluster: {} (controller {}); registering again", beat.message(),
                    options_.controllers[current_]);
-      if (!lost) current_ = (current_ + 1) % stubs_.size();
       registered = false;
       absl::MutexLock lock(&mu_);
       stats_.registered = false;
       stats_.controller.clear();
     }
   }
+}
+
+absl::Status ClusterMembership::HeartbeatAnywhere() {
+  absl::Status last;
+  for (size_t attempt = 0; attempt < stubs_.size(); ++attempt) {
+    const size_t index = (current_ + attempt) % stubs_.size();
+    last = HeartbeatTo(index);
+    if (!last.ok() && last.code() != absl::StatusCode::kNotFound) continue;
+    if (index != current_) {
+      current_ = index;
+      if (last.ok()) {
+        spdlog::info("cluster: controller {} carries on the registration (lease kept)",
+                     options_.controllers[index]);
+        absl::MutexLock lock(&mu_);
+        stats_.controller = options_.controllers[index];
+      }
+    }
+    return last;
+  }
+  return last;
 }
 
 bool ClusterMembership::RegisterOnce() {
@@ -153,7 +149,7 @@ bool ClusterMembership::RegisterOnce() {
   return false;
 }
 
-absl::Status ClusterMembership::HeartbeatOnce() {
+absl::Status ClusterMembership::HeartbeatTo(size_t index) {
   v1::HeartbeatRequest request;
   request.set_instance_id(options_.registration.instance_id());
   {
@@ -163,7 +159,7 @@ absl::Status ClusterMembership::HeartbeatOnce() {
   grpc::ClientContext context;
   Prepare(context);
   v1::HeartbeatResponse response;
-  const grpc::Status status = stubs_[current_]->Heartbeat(&context, request, &response);
+  const grpc::Status status = stubs_[index]->Heartbeat(&context, request, &response);
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     ++stats_.failed_calls;

@@ -5,10 +5,13 @@
 // heartbeating is dropped after the controller's instance timeout, its chunks with it.
 //
 // Controllers are tried in the configured order until one takes the registration (a standby or
-// an unreachable one is skipped). A heartbeat answered NOT_FOUND (the controller expired or
-// replaced the lease, or restarted) or UNAVAILABLE (it died, or it is a standby now) registers
-// again at once, with that controller first and then the others; heartbeats failing otherwise
-// for half the instance timeout move on to the next controller. Destruction deregisters (best
+// an unreachable one is skipped). A heartbeat that fails at the controller registered with (it
+// died, or it is a standby now) goes to the others in turn, under the same lease: a controller
+// that took over adopted the registration from etcd, and takes the heartbeat as it is, with no
+// new registration and no new snapshot. A heartbeat answered NOT_FOUND (the controller expired
+// or replaced the lease, or restarted, or took over without the record) registers again at once,
+// with that controller first; heartbeats that fail everywhere for the instance timeout register
+// again through the list. Destruction deregisters (best
 // effort, so a stopping daemon leaves routing answers at once rather than after the timeout).
 //
 // Threading: Start spawns the membership's thread; stats() may be called from any thread; the
@@ -77,7 +80,11 @@ class ClusterMembership {
   // Tries every controller once from next_controller_; true when one took the registration.
   bool RegisterOnce();
   // OK, or the heartbeat's failure (NOT_FOUND: the lease is gone).
-  absl::Status HeartbeatOnce();
+  // A heartbeat to the controller registered with, then to each other one, until one answers OK
+  // (it is the controller registered with from then on) or NOT_FOUND (tried first when the
+  // daemon registers again); the last error when none did.
+  absl::Status HeartbeatAnywhere();
+  absl::Status HeartbeatTo(size_t index);
   void Deregister();
   // Waits `delay`, or less when stopping; false when stopping.
   bool Wait(std::chrono::milliseconds delay);

@@ -53,109 +53,103 @@ absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
 }
 
 absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
-  for (const auto& [section_key, section_node] : root) {
-    const std::string section(section_key.str());
-    const toml::table* table = section_node.as_table();
-    if (table == nullptr) return Bad(fmt::format("config: '{}' must be a table", section));
-    for (const auto& [key_node, value] : *table) {
-      const std::string key(key_node.str());
-      const std::string name = section + "." + key;
-      absl::Status s = Bad(fmt::format("config: unknown key '{}'", name));
-      if (section == "host") {
-        if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.host.capacity_bytes);
-        if (key == "page_bytes") {
-          uint64_t page = 0;
-          s = ReadTomlBytes(value, name, page);
-          if (s.ok() && page > std::numeric_limits<uint32_t>::max()) {
-            s = Bad("config: host.page_bytes must be below 4 GiB");
-          }
-          c.host.page_bytes = static_cast<uint32_t>(page);
+  return ForEachTomlField(root, [&c](const TomlField& field) {
+    const std::string_view section = field.section, key = field.key;
+    const std::string& name = field.name;
+    const toml::node& value = field.value;
+    absl::Status s = UnknownTomlKey(name);
+    if (section == "host") {
+      if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.host.capacity_bytes);
+      if (key == "page_bytes") {
+        uint64_t page = 0;
+        s = ReadTomlBytes(value, name, page);
+        if (s.ok() && page > std::numeric_limits<uint32_t>::max()) {
+          s = Bad("config: host.page_bytes must be below 4 GiB");
         }
-        if (key == "use_hugepages") s = ReadTomlBool(value, name, c.host.use_hugepages);
-        if (key == "prefault") s = ReadTomlBool(value, name, c.host.prefault);
-        if (key == "hard_pin_quota_bytes") {
-          uint64_t quota = 0;
-          s = ReadTomlBytes(value, name, quota);
-          c.host.hard_pin_quota_bytes = quota;
-        }
-        if (key == "lease_ms") s = ReadTomlUint(value, name, c.host.lease_ms);
-        if (key == "verify_every_n_loads")
-          s = ReadTomlUint(value, name, c.host.verify_every_n_loads);
-        if (key == "policy") s = ReadTomlString(value, name, c.host.policy);
-        if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
-      } else if (section == "disk") {
-        if (key == "directory") s = ReadTomlString(value, name, c.disk.directory);
-        if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.disk.capacity_bytes);
-        if (key == "segment_bytes") s = ReadTomlBytes(value, name, c.disk.segment_bytes);
-        if (key == "demotion_queue_bytes") {
-          s = ReadTomlBytes(value, name, c.disk.demotion_queue_bytes);
-        }
-        if (key == "prefetch_queue_chunks")
-          s = ReadTomlUint(value, name, c.disk.prefetch_queue_chunks);
-        if (key == "write_through") s = ReadTomlBool(value, name, c.disk.write_through);
-      } else if (section == "engine") {
-        if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
-        if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
-        if (key == "allowed_uids") {
-          const toml::array* array = value.as_array();
-          s = array ? absl::OkStatus() : Bad("config: engine.allowed_uids must be an array");
-          if (array) c.engine.allowed_uids.clear();
-          for (size_t i = 0; s.ok() && array && i < array->size(); ++i) {
-            uint32_t uid = 0;
-            s = ReadTomlUint((*array)[i], name, uid);
-            c.engine.allowed_uids.push_back(uid);
-          }
-        }
-      } else if (section == "control") {
-        if (key == "listen_address") s = ReadTomlString(value, name, c.control.listen_address);
-        if (key == "unix_socket_path") s = ReadTomlString(value, name, c.control.unix_socket_path);
-        if (key == "tls_cert_path") s = ReadTomlString(value, name, c.control.tls_cert_path);
-        if (key == "tls_key_path") s = ReadTomlString(value, name, c.control.tls_key_path);
-        if (key == "auth_token_file") s = ReadTomlString(value, name, c.control.auth_token_file);
-        if (key == "event_ring_capacity") {
-          s = ReadTomlUint(value, name, c.control.event_ring_capacity);
-        }
-      } else if (section == "keys") {
-        if (key == "hash_algorithm") s = ReadTomlString(value, name, c.keys.hash_algorithm);
-        if (key == "seed") s = ReadTomlString(value, name, c.keys.seed);
-      } else if (section == "log") {
-        if (key == "level") s = ReadTomlString(value, name, c.log.level);
-      } else if (section == "events") {
-        if (key == "zmq_endpoint") s = ReadTomlString(value, name, c.events.zmq_endpoint);
-        if (key == "zmq_topic") s = ReadTomlString(value, name, c.events.zmq_topic);
-      } else if (section == "metrics") {
-        if (key == "listen_address") s = ReadTomlString(value, name, c.metrics.listen_address);
-      } else if (section == "remote") {
-        if (key == "listen_address") s = ReadTomlString(value, name, c.remote.listen_address);
-        if (key == "peers") s = ReadTomlStrings(value, name, c.remote.peers);
-        if (key == "cluster_token_file") {
-          s = ReadTomlString(value, name, c.remote.cluster_token_file);
-        }
-        if (key == "node_id") s = ReadTomlString(value, name, c.remote.node_id);
-        if (key == "lookup_budget_us") s = ReadTomlUint(value, name, c.remote.lookup_budget_us);
-        if (key == "fetch_timeout_ms") s = ReadTomlUint(value, name, c.remote.fetch_timeout_ms);
-        if (key == "pd_lookup_budget_ms") {
-          s = ReadTomlUint(value, name, c.remote.pd_lookup_budget_ms);
-        }
-        if (key == "transports") s = ReadTomlString(value, name, c.remote.transports);
-        if (key == "net_devices") s = ReadTomlString(value, name, c.remote.net_devices);
-      } else if (section == "cluster") {
-        if (key == "controllers") s = ReadTomlStrings(value, name, c.cluster.controllers);
-        if (key == "instance_id") s = ReadTomlString(value, name, c.cluster.instance_id);
-        if (key == "advertise_address") {
-          s = ReadTomlString(value, name, c.cluster.advertise_address);
-        }
-        if (key == "token_file") s = ReadTomlString(value, name, c.cluster.token_file);
-        if (key == "tls_ca_path") s = ReadTomlString(value, name, c.cluster.tls_ca_path);
-      } else if (section == "daemon") {
-        if (key == "drain_timeout_ms") s = ReadTomlUint(value, name, c.drain_timeout_ms);
-      } else {
-        s = Bad(fmt::format("config: unknown section '{}'", section));
+        c.host.page_bytes = static_cast<uint32_t>(page);
       }
-      STRATA_RETURN_IF_ERROR(s);
+      if (key == "use_hugepages") s = ReadTomlBool(value, name, c.host.use_hugepages);
+      if (key == "prefault") s = ReadTomlBool(value, name, c.host.prefault);
+      if (key == "hard_pin_quota_bytes") {
+        uint64_t quota = 0;
+        s = ReadTomlBytes(value, name, quota);
+        c.host.hard_pin_quota_bytes = quota;
+      }
+      if (key == "lease_ms") s = ReadTomlUint(value, name, c.host.lease_ms);
+      if (key == "verify_every_n_loads") s = ReadTomlUint(value, name, c.host.verify_every_n_loads);
+      if (key == "policy") s = ReadTomlString(value, name, c.host.policy);
+      if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
+    } else if (section == "disk") {
+      if (key == "directory") s = ReadTomlString(value, name, c.disk.directory);
+      if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.disk.capacity_bytes);
+      if (key == "segment_bytes") s = ReadTomlBytes(value, name, c.disk.segment_bytes);
+      if (key == "demotion_queue_bytes") {
+        s = ReadTomlBytes(value, name, c.disk.demotion_queue_bytes);
+      }
+      if (key == "prefetch_queue_chunks")
+        s = ReadTomlUint(value, name, c.disk.prefetch_queue_chunks);
+      if (key == "write_through") s = ReadTomlBool(value, name, c.disk.write_through);
+    } else if (section == "engine") {
+      if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
+      if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
+      if (key == "allowed_uids") {
+        const toml::array* array = value.as_array();
+        s = array ? absl::OkStatus() : Bad("config: engine.allowed_uids must be an array");
+        if (array) c.engine.allowed_uids.clear();
+        for (size_t i = 0; s.ok() && array && i < array->size(); ++i) {
+          uint32_t uid = 0;
+          s = ReadTomlUint((*array)[i], name, uid);
+          c.engine.allowed_uids.push_back(uid);
+        }
+      }
+    } else if (section == "control") {
+      if (key == "listen_address") s = ReadTomlString(value, name, c.control.listen_address);
+      if (key == "unix_socket_path") s = ReadTomlString(value, name, c.control.unix_socket_path);
+      if (key == "tls_cert_path") s = ReadTomlString(value, name, c.control.tls_cert_path);
+      if (key == "tls_key_path") s = ReadTomlString(value, name, c.control.tls_key_path);
+      if (key == "auth_token_file") s = ReadTomlString(value, name, c.control.auth_token_file);
+      if (key == "event_ring_capacity") {
+        s = ReadTomlUint(value, name, c.control.event_ring_capacity);
+      }
+    } else if (section == "keys") {
+      if (key == "hash_algorithm") s = ReadTomlString(value, name, c.keys.hash_algorithm);
+      if (key == "seed") s = ReadTomlString(value, name, c.keys.seed);
+    } else if (section == "log") {
+      if (key == "level") s = ReadTomlString(value, name, c.log.level);
+    } else if (section == "events") {
+      if (key == "zmq_endpoint") s = ReadTomlString(value, name, c.events.zmq_endpoint);
+      if (key == "zmq_topic") s = ReadTomlString(value, name, c.events.zmq_topic);
+    } else if (section == "metrics") {
+      if (key == "listen_address") s = ReadTomlString(value, name, c.metrics.listen_address);
+    } else if (section == "remote") {
+      if (key == "listen_address") s = ReadTomlString(value, name, c.remote.listen_address);
+      if (key == "peers") s = ReadTomlStrings(value, name, c.remote.peers);
+      if (key == "cluster_token_file") {
+        s = ReadTomlString(value, name, c.remote.cluster_token_file);
+      }
+      if (key == "node_id") s = ReadTomlString(value, name, c.remote.node_id);
+      if (key == "lookup_budget_us") s = ReadTomlUint(value, name, c.remote.lookup_budget_us);
+      if (key == "fetch_timeout_ms") s = ReadTomlUint(value, name, c.remote.fetch_timeout_ms);
+      if (key == "pd_lookup_budget_ms") {
+        s = ReadTomlUint(value, name, c.remote.pd_lookup_budget_ms);
+      }
+      if (key == "transports") s = ReadTomlString(value, name, c.remote.transports);
+      if (key == "net_devices") s = ReadTomlString(value, name, c.remote.net_devices);
+    } else if (section == "cluster") {
+      if (key == "controllers") s = ReadTomlStrings(value, name, c.cluster.controllers);
+      if (key == "instance_id") s = ReadTomlString(value, name, c.cluster.instance_id);
+      if (key == "advertise_address") {
+        s = ReadTomlString(value, name, c.cluster.advertise_address);
+      }
+      if (key == "token_file") s = ReadTomlString(value, name, c.cluster.token_file);
+      if (key == "tls_ca_path") s = ReadTomlString(value, name, c.cluster.tls_ca_path);
+    } else if (section == "daemon") {
+      if (key == "drain_timeout_ms") s = ReadTomlUint(value, name, c.drain_timeout_ms);
+    } else {
+      s = UnknownTomlSection(section);
     }
-  }
-  return absl::OkStatus();
+    return s;
+  });
 }
 
 }  // namespace

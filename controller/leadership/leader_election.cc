@@ -5,18 +5,16 @@
 
 #include "absl/time/time.h"
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::controller {
 
 absl::StatusOr<std::unique_ptr<LeaderElection>> LeaderElection::Start(
     LeaderElectionOptions options) {
-  if (options.endpoints.empty() || options.key.empty() || options.candidate.empty() ||
+  if (options.etcd == nullptr || options.key.empty() || options.candidate.empty() ||
       options.lease_ttl_s < 1) {
     return absl::InvalidArgumentError(
-        "a leader election needs etcd endpoints, a key, a candidate and a lease TTL of 1 s or "
+        "a leader election needs an etcd client, a key, a candidate and a lease TTL of 1 s or "
         "more");
   }
   std::unique_ptr<LeaderElection> election(new LeaderElection(std::move(options)));
@@ -24,16 +22,8 @@ absl::StatusOr<std::unique_ptr<LeaderElection>> LeaderElection::Start(
   return election;
 }
 
-LeaderElection::LeaderElection(LeaderElectionOptions options) : options_(std::move(options)) {
-  for (const std::string& endpoint : options_.endpoints) {
-    grpc::ChannelArguments arguments;
-    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
-    std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), arguments);
-    kv_.push_back(etcdserverpb::KV::NewStub(channel));
-    lease_.push_back(etcdserverpb::Lease::NewStub(channel));
-  }
-}
+LeaderElection::LeaderElection(LeaderElectionOptions options)
+    : options_(std::move(options)), etcd_(*options_.etcd) {}
 
 LeaderElection::~LeaderElection() {
   {
@@ -49,29 +39,11 @@ LeaderElectionState LeaderElection::state() const {
   return state_;
 }
 
-size_t LeaderElection::endpoint() const {
-  absl::MutexLock lock(&mu_);
-  return endpoint_;
-}
-
-void LeaderElection::NextEndpoint() {
-  absl::MutexLock lock(&mu_);
-  endpoint_ = (endpoint_ + 1) % options_.endpoints.size();
-}
-
 void LeaderElection::RecordError(const std::string& what, const grpc::Status& status) {
-  const std::string error = fmt::format("etcd {} at {}: {}", what, options_.endpoints[endpoint()],
-                                        status.error_message());
+  const std::string error = std::string(etcd_.Failed(what, status).message());
   spdlog::debug("leader election: {}", error);
-  NextEndpoint();
   absl::MutexLock lock(&mu_);
   state_.last_error = error;
-}
-
-void LeaderElection::Prepare(grpc::ClientContext& context, bool with_deadline) const {
-  if (with_deadline) {
-    context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
-  }
 }
 
 bool LeaderElection::Wait(std::chrono::milliseconds delay) {
@@ -97,11 +69,11 @@ void LeaderElection::SetLeading(bool leading) {
 
 absl::StatusOr<int64_t> LeaderElection::GrantLease() {
   grpc::ClientContext context;
-  Prepare(context, true);
+  etcd_.SetDeadline(context);
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(options_.lease_ttl_s);
   etcdserverpb::LeaseGrantResponse response;
-  const grpc::Status status = lease_[endpoint()]->LeaseGrant(&context, request, &response);
+  const grpc::Status status = etcd_.lease().LeaseGrant(&context, request, &response);
   if (!status.ok()) {
     RecordError("lease grant", status);
     return absl::UnavailableError(status.error_message());
@@ -114,11 +86,11 @@ absl::StatusOr<int64_t> LeaderElection::GrantLease() {
 
 void LeaderElection::RevokeLease(int64_t lease) {
   grpc::ClientContext context;
-  Prepare(context, true);
+  etcd_.SetDeadline(context);
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  const grpc::Status status = lease_[endpoint()]->LeaseRevoke(&context, request, &response);
+  const grpc::Status status = etcd_.lease().LeaseRevoke(&context, request, &response);
   if (!status.ok()) RecordError("lease revoke", status);  // it expires within the TTL anyway
 }
 
@@ -136,9 +108,9 @@ absl::StatusOr<bool> LeaderElection::Campaign(int64_t lease) {
   txn.add_failure()->mutable_request_range()->set_key(options_.key);
 
   grpc::ClientContext context;
-  Prepare(context, true);
+  etcd_.SetDeadline(context);
   etcdserverpb::TxnResponse response;
-  const grpc::Status status = kv_[endpoint()]->Txn(&context, txn, &response);
+  const grpc::Status status = etcd_.kv().Txn(&context, txn, &response);
   if (!status.ok()) {
     RecordError("campaign", status);
     return absl::UnavailableError(status.error_message());
@@ -169,7 +141,7 @@ void LeaderElection::Lead(int64_t lease) {
       if (stopping_) return;
       stream_context_ = &context;
     }
-    auto stream = lease_[endpoint()]->LeaseKeepAlive(&context);
+    auto stream = etcd_.lease().LeaseKeepAlive(&context);
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(lease);
     etcdserverpb::LeaseKeepAliveResponse response;
@@ -206,9 +178,9 @@ bool LeaderElection::FollowUntilVacant() {
     etcdserverpb::RangeRequest request;
     request.set_key(options_.key);
     grpc::ClientContext context;
-    Prepare(context, true);
+    etcd_.SetDeadline(context);
     etcdserverpb::RangeResponse response;
-    const grpc::Status status = kv_[endpoint()]->Range(&context, request, &response);
+    const grpc::Status status = etcd_.kv().Range(&context, request, &response);
     if (!status.ok()) {
       RecordError("read of the leader key", status);
       continue;

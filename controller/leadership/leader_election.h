@@ -27,20 +27,19 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "etcd/etcd_v3_subset.grpc.pb.h"
+#include "controller/leadership/etcd_client.h"
 #include "grpcpp/client_context.h"
 
 namespace strata::controller {
 
 struct LeaderElectionOptions {
-  // etcd client endpoints, "host:port", tried in turn when one fails.
-  std::vector<std::string> endpoints;
+  // The cluster's etcd (shared with the controller's member records).
+  std::shared_ptr<EtcdClient> etcd;
   std::string key = "/strata/controller/leader";
   // This candidate's value for the key: the address standbys and daemons are told to use.
   std::string candidate;
   int64_t lease_ttl_s = 2;  // etcd's minimum is about 1.5 s, rounded up
   std::chrono::milliseconds poll_interval{250};
-  std::chrono::milliseconds call_timeout{1'000};
   // Called on the election's thread with true when this candidate starts leading, false when it
   // stops.
   std::function<void(bool leading)> on_change;
@@ -55,7 +54,7 @@ struct LeaderElectionState {
 
 class LeaderElection {
  public:
-  // kInvalidArgument for no endpoints, an empty key or candidate, or a TTL below 1 s.
+  // kInvalidArgument for no etcd client, an empty key or candidate, or a TTL below 1 s.
   static absl::StatusOr<std::unique_ptr<LeaderElection>> Start(LeaderElectionOptions options);
   ~LeaderElection();
 
@@ -78,22 +77,15 @@ class LeaderElection {
   void RevokeLease(int64_t lease);
   void SetLeading(bool leading);
   void RecordError(const std::string& what, const grpc::Status& status);
-  // A context with the call deadline (none for streams), registered for cancellation.
-  void Prepare(grpc::ClientContext& context, bool with_deadline) const;
   // Waits `delay`, or less when stopping; false when stopping.
   bool Wait(std::chrono::milliseconds delay);
-  // The endpoint calls go to, moved on after a failure.
-  size_t endpoint() const;
-  void NextEndpoint();
 
   const LeaderElectionOptions options_;
-  std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> kv_;
-  std::vector<std::unique_ptr<etcdserverpb::Lease::Stub>> lease_;
+  EtcdClient& etcd_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   LeaderElectionState state_ ABSL_GUARDED_BY(mu_);
-  size_t endpoint_ ABSL_GUARDED_BY(mu_) = 0;
   // The keep-alive stream in flight, cancelled by the destructor.
   grpc::ClientContext* stream_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 

@@ -89,6 +89,59 @@ void InstanceRegistry::DropAll() {
   members.clear();  // the feeds stop outside mu_
 }
 
+std::vector<std::string> InstanceRegistry::Adopt(std::span<const v1::InstanceRecord> records) {
+  absl::MutexLock changes(&changes_mu_);
+  std::vector<std::string> adopted;
+  for (const v1::InstanceRecord& record : records) {
+    const v1::RegisterInstanceRequest& registration = record.registration();
+    if (absl::Status s = CheckRegistration(registration); !s.ok() || record.lease_id() == 0) {
+      spdlog::warn("controller: a member record is not adopted: {}",
+                   s.ok() ? std::string("it holds no lease") : s.ToString());
+      continue;
+    }
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      if (members_.contains(registration.instance_id())) continue;
+    }
+    absl::StatusOr<std::unique_ptr<DaemonFeed>> feed = options_.start_feed(registration);
+    if (!feed.ok()) {
+      spdlog::warn("controller: member '{}' is not adopted: {}", registration.instance_id(),
+                   feed.status().ToString());
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      members_.emplace(registration.instance_id(), Member{.registration = registration,
+                                                          .lease_id = record.lease_id(),
+                                                          .last_heard = options_.clock->Now(),
+                                                          .feed = *std::move(feed)});
+    }
+    adopted.push_back(registration.instance_id());
+    spdlog::info("controller: instance '{}' adopted (control {}, lease {})",
+                 registration.instance_id(), registration.control_endpoint(), record.lease_id());
+  }
+  return adopted;
+}
+
+void InstanceRegistry::Record(const v1::RegisterInstanceRequest& registration, uint64_t lease_id) {
+  if (options_.member_store == nullptr) return;
+  v1::InstanceRecord record;
+  *record.mutable_registration() = registration;
+  record.set_lease_id(lease_id);
+  if (absl::Status s = options_.member_store->Record(record); !s.ok()) {
+    spdlog::warn("controller: instance '{}' is not recorded for a successor: {}",
+                 registration.instance_id(), s.ToString());
+  }
+}
+
+void InstanceRegistry::Forget(const std::string& instance_id) {
+  if (options_.member_store == nullptr) return;
+  if (absl::Status s = options_.member_store->Forget(instance_id); !s.ok()) {
+    spdlog::warn("controller: instance '{}' is not forgotten by the member store: {}", instance_id,
+                 s.ToString());
+  }
+}
+
 absl::StatusOr<v1::RegisterInstanceResponse> InstanceRegistry::Register(
     const v1::RegisterInstanceRequest& registration) {
   if (absl::Status s = CheckRegistration(registration); !s.ok()) return s;
@@ -118,6 +171,7 @@ absl::StatusOr<v1::RegisterInstanceResponse> InstanceRegistry::Register(
   }
   spdlog::info("controller: instance '{}' registered (control {}, lease {})",
                registration.instance_id(), registration.control_endpoint(), lease_id);
+  Record(registration, lease_id);
   v1::RegisterInstanceResponse response;
   response.set_lease_id(lease_id);
   response.set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval.count()));
@@ -155,6 +209,7 @@ absl::Status InstanceRegistry::Deregister(const std::string& instance_id, uint64
   }
   if (!feed.ok()) return feed.status();
   feed->reset();
+  Forget(instance_id);
   spdlog::info("controller: instance '{}' deregistered", instance_id);
   return absl::OkStatus();
 }
@@ -180,6 +235,7 @@ std::vector<std::string> InstanceRegistry::ExpireSilent() {
   for (const std::string& id : expired) {
     spdlog::warn("controller: instance '{}' sent no heartbeat for {} ms; dropped", id,
                  options_.instance_timeout.count());
+    Forget(id);
   }
   return expired;
 }

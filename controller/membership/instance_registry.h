@@ -9,6 +9,11 @@
 // feed starts, which takes a fresh snapshot. A lease id names one registration: heartbeats and
 // deregistrations that name another (an older one) get NOT_FOUND, and the daemon registers again.
 //
+// With a MemberStore (the leader's records in etcd), every registration is recorded there and
+// every departure forgotten, and a controller that takes over adopts the records (Adopt): the
+// members keep their leases, so their heartbeats go on with no new registration, and their feeds
+// start at once.
+//
 // Threading: every method is thread-safe. Register, Deregister and ExpireSilent start and stop
 // feeds: they run one at a time (a feed's stop joins its thread, a few ms). Heartbeat, Query and
 // List take only a short lock and never wait behind a feed's start or stop.
@@ -18,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/ingest/daemon_feed.h"
+#include "controller/membership/member_store.h"
 #include "core/clock.h"
 #include "strata/v1/control.pb.h"
 
@@ -40,6 +47,8 @@ struct InstanceRegistryOptions {
   FeedStarter start_feed;
   std::chrono::milliseconds instance_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};  // told to the daemons
+  // Where registrations are kept for a successor; null: nowhere. Not owned; outlives the registry.
+  MemberStore* member_store = nullptr;
   const Clock* clock = SystemClock::Get();
 };
 
@@ -68,8 +77,12 @@ class InstanceRegistry {
   // Drops the registration now. kNotFound as for Heartbeat.
   absl::Status Deregister(const std::string& instance_id, uint64_t lease_id);
   // Drops every registration (a controller that stops leading forgets its members: they
-  // register with the new leader).
+  // register with the new leader). The member store keeps their records, for that leader.
   void DropAll();
+  // Registers each record's instance under the record's lease, as if it had just heartbeaten,
+  // and starts its feed; skips records of ids registered already and records that fail the
+  // registration's checks or whose feed does not start (logged). Returns the ids adopted.
+  std::vector<std::string> Adopt(std::span<const v1::InstanceRecord> records);
   // Drops every registration whose last heartbeat (or registration) is older than the timeout;
   // returns their ids.
   std::vector<std::string> ExpireSilent();
@@ -91,6 +104,10 @@ class InstanceRegistry {
   explicit InstanceRegistry(InstanceRegistryOptions options);
 
   v1::InstanceInfo InfoLocked(const Member& member) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Tells the member store (when there is one) of a registration or a departure; a failure is
+  // logged.
+  void Record(const v1::RegisterInstanceRequest& registration, uint64_t lease_id);
+  void Forget(const std::string& instance_id);
   // The member's feed, taken out with its entry when the lease matches; kNotFound otherwise.
   absl::StatusOr<std::unique_ptr<DaemonFeed>> RemoveLocked(const std::string& instance_id,
                                                            uint64_t lease_id)

@@ -1,7 +1,9 @@
 #include "controller/membership/instance_registry.h"
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -28,7 +30,11 @@ class InstanceRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     index_ = *ClusterIndex::Create({.max_instances = 2, .shard_count = 1});
-    registry_ = *InstanceRegistry::Create(
+    registry_ = MakeRegistry(nullptr);
+  }
+
+  std::unique_ptr<InstanceRegistry> MakeRegistry(MemberStore* member_store) {
+    return *InstanceRegistry::Create(
         {.start_feed =
              [this](const v1::RegisterInstanceRequest& r) {
                ++feeds_started_;
@@ -41,6 +47,7 @@ class InstanceRegistryTest : public ::testing::Test {
              },
          .instance_timeout = 1000ms,
          .heartbeat_interval = 200ms,
+         .member_store = member_store,
          .clock = &clock_});
   }
 
@@ -49,6 +56,70 @@ class InstanceRegistryTest : public ::testing::Test {
   int feeds_started_ = 0;
   std::unique_ptr<InstanceRegistry> registry_;
 };
+
+// The records in memory, as etcd keeps them for the controller (EtcdMemberStore, tested against
+// a real etcd in controller_ha_test).
+class MemoryMemberStore : public MemberStore {
+ public:
+  absl::Status Record(const v1::InstanceRecord& record) override {
+    records_[record.registration().instance_id()] = record;
+    return absl::OkStatus();
+  }
+  absl::Status Forget(const std::string& instance_id) override {
+    records_.erase(instance_id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<v1::InstanceRecord>> Load() override {
+    std::vector<v1::InstanceRecord> records;
+    for (const auto& [id, record] : records_) records.push_back(record);
+    return records;
+  }
+  std::map<std::string, v1::InstanceRecord> records_;
+};
+
+TEST_F(InstanceRegistryTest, ASuccessorAdoptsTheRecordedMembersWithTheirLeases) {
+  MemoryMemberStore store;
+  std::unique_ptr<InstanceRegistry> leader = MakeRegistry(&store);
+  absl::StatusOr<v1::RegisterInstanceResponse> a = leader->Register(Registration("a"));
+  absl::StatusOr<v1::RegisterInstanceResponse> b = leader->Register(Registration("b"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(store.records_.size(), 2u);
+  EXPECT_EQ(store.records_["a"].lease_id(), a->lease_id());
+  EXPECT_EQ(store.records_["b"].registration().peer_address(), "10.0.0.1:7000");
+  // Stepping down forgets the members here, not in the store.
+  leader->DropAll();
+  EXPECT_EQ(leader->size(), 0u);
+  EXPECT_EQ(store.records_.size(), 2u);
+
+  // The successor: "b" registered with it already (its record is newer); a record without a
+  // lease and one with a bad endpoint are not adopted.
+  std::unique_ptr<InstanceRegistry> successor = MakeRegistry(&store);
+  absl::StatusOr<v1::RegisterInstanceResponse> b_again = successor->Register(Registration("b"));
+  ASSERT_TRUE(b_again.ok());
+  v1::InstanceRecord no_lease;
+  *no_lease.mutable_registration() = Registration("c");
+  v1::InstanceRecord bad_endpoint;
+  *bad_endpoint.mutable_registration() = Registration("d", "nowhere");
+  bad_endpoint.set_lease_id(7);
+  std::vector<v1::InstanceRecord> records = *store.Load();
+  records.push_back(no_lease);
+  records.push_back(bad_endpoint);
+  EXPECT_EQ(successor->Adopt(records), std::vector<std::string>{"a"});
+  EXPECT_EQ(successor->Query("a")->lease_id(), a->lease_id());
+  EXPECT_EQ(successor->Query("b")->lease_id(), b_again->lease_id());
+  EXPECT_TRUE(successor->Heartbeat("a", a->lease_id()).ok()) << "the lease carries on";
+  EXPECT_EQ(successor->Heartbeat("b", b->lease_id()).code(), absl::StatusCode::kNotFound);
+
+  // An adopted member counts as just heard from; silent for the timeout, it is dropped and
+  // forgotten; a deregistered one too.
+  clock_.Advance(600ms);
+  ASSERT_TRUE(successor->Heartbeat("b", b_again->lease_id()).ok());
+  clock_.Advance(500ms);
+  EXPECT_EQ(successor->ExpireSilent(), std::vector<std::string>{"a"});
+  EXPECT_FALSE(store.records_.contains("a"));
+  ASSERT_TRUE(successor->Deregister("b", b_again->lease_id()).ok());
+  EXPECT_TRUE(store.records_.empty());
+}
 
 TEST_F(InstanceRegistryTest, ARegistrationIsIndexedAndKeptByHeartbeats) {
   absl::StatusOr<v1::RegisterInstanceResponse> registered = registry_->Register(Registration("a"));

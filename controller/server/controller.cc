@@ -1,16 +1,15 @@
 #include "controller/server/controller.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "absl/time/time.h"
+#include "control/redialing_channel.h"
 #include "control/secret_files.h"
+#include "core/host_address.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
 
@@ -19,9 +18,6 @@ namespace {
 
 // Chunks the index's sweep visits per housekeeping tick (a shard or two: about a millisecond).
 constexpr uint64_t kSweepChunksPerTick = 100'000;
-// A daemon that was down is dialled again within this long of its return, rather than after
-// gRPC's default reconnect backoff (up to two minutes).
-constexpr int kMaxReconnectBackoffMs = 1'000;
 constexpr std::chrono::milliseconds kDrainGrace{500};
 
 TtftModelOptions ModelOptions(const ControllerConfig::Route& route) {
@@ -37,6 +33,13 @@ TtftModelOptions ModelOptions(const ControllerConfig::Route& route) {
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerConfig& config) {
   std::unique_ptr<Controller> controller(new Controller(config));
+  if (!config.cluster.etcd_endpoints.empty()) {
+    controller->etcd_ = std::make_shared<EtcdClient>(config.cluster.etcd_endpoints);
+    controller->member_store_ = std::make_unique<EtcdMemberStore>(
+        EtcdMemberStoreOptions{.etcd = controller->etcd_,
+                               .prefix = config.cluster.election_key + "/members/",
+                               .election_key = config.cluster.election_key});
+  }
   absl::StatusOr<std::unique_ptr<ClusterIndex>> index =
       ClusterIndex::Create({.max_instances = config.controller.max_instances});
   if (!index.ok()) return index.status();
@@ -57,20 +60,18 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
   FeedStarter start_feed = [index_ptr, daemon_token, credentials = *daemon_credentials,
                             unreachable = config.daemons.unreachable_timeout_ms](
                                const v1::RegisterInstanceRequest& registration) {
-    grpc::ChannelArguments arguments;
-    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs / 4);
-    return DaemonFeed::Start({.instance_id = registration.instance_id(),
-                              .channel = grpc::CreateCustomChannel(registration.control_endpoint(),
-                                                                   credentials, arguments),
-                              .bearer_token = daemon_token,
-                              .index = index_ptr,
-                              .unreachable_timeout = std::chrono::milliseconds(unreachable)});
+    return DaemonFeed::Start(
+        {.instance_id = registration.instance_id(),
+         .channel = control::CreateRedialingChannel(registration.control_endpoint(), credentials),
+         .bearer_token = daemon_token,
+         .index = index_ptr,
+         .unreachable_timeout = std::chrono::milliseconds(unreachable)});
   };
   absl::StatusOr<std::unique_ptr<InstanceRegistry>> registry = InstanceRegistry::Create(
       {.start_feed = std::move(start_feed),
        .instance_timeout = std::chrono::milliseconds(config.controller.instance_timeout_ms),
-       .heartbeat_interval = std::chrono::milliseconds(HeartbeatIntervalMs(config))});
+       .heartbeat_interval = std::chrono::milliseconds(HeartbeatIntervalMs(config)),
+       .member_store = controller->member_store_.get()});
   if (!registry.ok()) return registry.status();
   controller->registry_ = *std::move(registry);
   controller->forwarder_ =
@@ -93,6 +94,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
                             .forwarder = controller->forwarder_.get(),
                             .bearer_token = std::move(token),
                             .serving = [c = controller.get()] { return c->Serving(); },
+                            .index_ready = [c = controller.get()] { return c->IndexReady(); },
                             .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
                             .model = ModelOptions(config.route)});
   return controller;
@@ -115,16 +117,14 @@ absl::Status Controller::Start() {
     return absl::UnavailableError(fmt::format(
         "cluster API: cannot listen on '{}' (address in use?)", config_.controller.listen_address));
   }
-  if (!config_.cluster.etcd_endpoints.empty()) {
+  if (etcd_ != nullptr) {
+    member_store_->SetCandidate(AdvertisedAddress());
     absl::StatusOr<std::unique_ptr<LeaderElection>> election =
-        LeaderElection::Start({.endpoints = config_.cluster.etcd_endpoints,
+        LeaderElection::Start({.etcd = etcd_,
                                .key = config_.cluster.election_key,
                                .candidate = AdvertisedAddress(),
                                .lease_ttl_s = config_.cluster.lease_ttl_s,
-                               .on_change = [this](bool leading) {
-                                 leading_ = leading;
-                                 if (!leading) registry_->DropAll();
-                               }});
+                               .on_change = [this](bool leading) { OnLeadershipChange(leading); }});
     if (!election.ok()) return election.status();
     election_ = *std::move(election);
   }
@@ -152,14 +152,53 @@ void Controller::Stop() {
 
 std::string Controller::AdvertisedAddress() const {
   if (!config_.cluster.advertise_address.empty()) return config_.cluster.advertise_address;
-  const std::string& listen = config_.controller.listen_address;
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]") {
-    char name[256] = {};
-    ::gethostname(name, sizeof(name) - 1);
-    host = name;
+  return DialableAddress(config_.controller.listen_address, port_);
+}
+
+void Controller::OnLeadershipChange(bool leading) {
+  if (!leading) {
+    leading_ = false;
+    registry_->DropAll();
+    absl::MutexLock lock(&warmup_mu_);
+    warmup_.reset();
+    return;
   }
-  return fmt::format("{}:{}", host, port_);
+  // Before answering anything: the members the last leader kept, adopted with their leases.
+  std::vector<std::string> adopted;
+  if (absl::StatusOr<std::vector<v1::InstanceRecord>> records = member_store_->Load();
+      records.ok()) {
+    adopted = registry_->Adopt(*records);
+  } else {
+    spdlog::warn("controller: the predecessor's members are not adopted (they register again): {}",
+                 records.status().ToString());
+  }
+  {
+    absl::MutexLock lock(&warmup_mu_);
+    warmup_ = Warmup{.adopted = std::move(adopted),
+                     .deadline = std::chrono::steady_clock::now() +
+                                 std::chrono::milliseconds(config_.daemons.unreachable_timeout_ms)};
+  }
+  leading_ = true;
+}
+
+absl::Status Controller::IndexReady() {
+  if (absl::Status serving = Serving(); !serving.ok()) return serving;
+  absl::MutexLock lock(&warmup_mu_);
+  if (!warmup_.has_value()) return absl::OkStatus();
+  // An adopted member that left meanwhile (expired, deregistered) is not waited for.
+  size_t indexed = 0;
+  for (const std::string& id : warmup_->adopted) {
+    absl::StatusOr<v1::InstanceInfo> info = registry_->Query(id);
+    if (!info.ok() || info->following()) ++indexed;
+  }
+  if (indexed == warmup_->adopted.size() || std::chrono::steady_clock::now() >= warmup_->deadline) {
+    warmup_.reset();
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      fmt::format("this strata-controller has just taken over and is indexing the daemons it "
+                  "inherited ({} of {} indexed); retry shortly",
+                  indexed, warmup_->adopted.size()));
 }
 
 absl::Status Controller::Serving() const {

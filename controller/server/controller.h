@@ -6,8 +6,11 @@
 //          -> housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
 //          feed stopped) -> forwarder -> index
 // A controller with etcd endpoints answers only while it leads (standbys refuse every call
-// UNAVAILABLE, naming the leader), and forgets its registrations when it stops leading; the
-// daemons then register with the new leader, whose index is rebuilt from their snapshots.
+// UNAVAILABLE, naming the leader), and forgets its registrations when it stops leading. The
+// leader keeps its members' registrations in etcd (EtcdMemberStore); the controller that takes
+// over adopts them, leases included, so the daemons' heartbeats go on, and answers Lookup and
+// Route only once every adopted daemon's snapshot is in its index (or the daemons' unreachable
+// timeout has passed): a new leader answers whole or not at all.
 // The housekeeping thread drops daemons that stopped heartbeating (InstanceRegistry::
 // ExpireSilent) and reclaims the index's stale entries a shard at a time (ClusterIndex::Sweep).
 //
@@ -16,14 +19,18 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/index/cluster_index.h"
+#include "controller/leadership/etcd_member_store.h"
 #include "controller/leadership/leader_election.h"
 #include "controller/membership/instance_registry.h"
 #include "controller/server/controller_config.h"
@@ -58,12 +65,20 @@ class Controller {
       : config_(std::move(config)), leading_(config_.cluster.etcd_endpoints.empty()) {}
 
   void Housekeep();
+  // The election's news: adopts the predecessor's members on taking over, forgets them all on
+  // stepping down.
+  void OnLeadershipChange(bool leading);
   // OK while leading; else UNAVAILABLE naming the leader.
   absl::Status Serving() const;
+  // Serving(), and once leading, UNAVAILABLE until the adopted members' snapshots are indexed.
+  absl::Status IndexReady();
   // The address this controller is known as while it leads.
   std::string AdvertisedAddress() const;
 
   const ControllerConfig config_;
+  // With etcd endpoints: the cluster's etcd and the members kept there (outlive the registry).
+  std::shared_ptr<EtcdClient> etcd_;
+  std::unique_ptr<EtcdMemberStore> member_store_;
   std::unique_ptr<ClusterIndex> index_;
   std::unique_ptr<InstanceRegistry> registry_;
   std::unique_ptr<NodeForwarder> forwarder_;
@@ -73,6 +88,14 @@ class Controller {
   // Without etcd, a controller leads from the start.
   std::atomic<bool> leading_;
   std::unique_ptr<LeaderElection> election_;
+
+  // A new leader's wait for the members it adopted (none: it answers).
+  struct Warmup {
+    std::vector<std::string> adopted;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  absl::Mutex warmup_mu_;
+  std::optional<Warmup> warmup_ ABSL_GUARDED_BY(warmup_mu_);
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -18,58 +18,53 @@ namespace {
 absl::Status Bad(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
-  for (const auto& [section_key, section_node] : root) {
-    const std::string section(section_key.str());
-    const toml::table* table = section_node.as_table();
-    if (table == nullptr) return Bad(fmt::format("config: '{}' must be a table", section));
-    for (const auto& [key_node, value] : *table) {
-      const std::string key(key_node.str());
-      const std::string name = section + "." + key;
-      absl::Status s = Bad(fmt::format("config: unknown key '{}'", name));
-      if (section == "controller") {
-        auto& l = c.controller;
-        if (key == "listen_address") s = ReadTomlString(value, name, l.listen_address);
-        if (key == "tls_cert_path") s = ReadTomlString(value, name, l.tls_cert_path);
-        if (key == "tls_key_path") s = ReadTomlString(value, name, l.tls_key_path);
-        if (key == "auth_token_file") s = ReadTomlString(value, name, l.auth_token_file);
-        if (key == "instance_timeout_ms") s = ReadTomlUint(value, name, l.instance_timeout_ms);
-        if (key == "heartbeat_interval_ms") s = ReadTomlUint(value, name, l.heartbeat_interval_ms);
-        if (key == "max_instances") s = ReadTomlUint(value, name, l.max_instances);
-      } else if (section == "daemons") {
-        auto& d = c.daemons;
-        if (key == "auth_token_file") s = ReadTomlString(value, name, d.auth_token_file);
-        if (key == "tls_ca_path") s = ReadTomlString(value, name, d.tls_ca_path);
-        if (key == "unreachable_timeout_ms") {
-          s = ReadTomlUint(value, name, d.unreachable_timeout_ms);
-        }
-      } else if (section == "keys") {
-        if (key == "hash_algorithm") s = ReadTomlString(value, name, c.keys.hash_algorithm);
-        if (key == "seed") s = ReadTomlString(value, name, c.keys.seed);
-      } else if (section == "route") {
-        auto& r = c.route;
-        if (key == "prefill_us_per_token") {
-          s = ReadTomlNonNegative(value, name, r.prefill_us_per_token);
-        }
-        if (key == "host_bytes_per_s") s = ReadTomlNonNegative(value, name, r.host_bytes_per_s);
-        if (key == "disk_bytes_per_s") s = ReadTomlNonNegative(value, name, r.disk_bytes_per_s);
-        if (key == "remote_bytes_per_s") {
-          s = ReadTomlNonNegative(value, name, r.remote_bytes_per_s);
-        }
-      } else if (section == "cluster") {
-        auto& k = c.cluster;
-        if (key == "etcd_endpoints") s = ReadTomlStrings(value, name, k.etcd_endpoints);
-        if (key == "election_key") s = ReadTomlString(value, name, k.election_key);
-        if (key == "lease_ttl_s") s = ReadTomlUint(value, name, k.lease_ttl_s);
-        if (key == "advertise_address") s = ReadTomlString(value, name, k.advertise_address);
-      } else if (section == "log") {
-        if (key == "level") s = ReadTomlString(value, name, c.log.level);
-      } else {
-        s = Bad(fmt::format("config: unknown section '{}'", section));
+  return ForEachTomlField(root, [&c](const TomlField& field) {
+    const std::string_view section = field.section, key = field.key;
+    const std::string& name = field.name;
+    const toml::node& value = field.value;
+    absl::Status s = UnknownTomlKey(name);
+    if (section == "controller") {
+      auto& l = c.controller;
+      if (key == "listen_address") s = ReadTomlString(value, name, l.listen_address);
+      if (key == "tls_cert_path") s = ReadTomlString(value, name, l.tls_cert_path);
+      if (key == "tls_key_path") s = ReadTomlString(value, name, l.tls_key_path);
+      if (key == "auth_token_file") s = ReadTomlString(value, name, l.auth_token_file);
+      if (key == "instance_timeout_ms") s = ReadTomlUint(value, name, l.instance_timeout_ms);
+      if (key == "heartbeat_interval_ms") s = ReadTomlUint(value, name, l.heartbeat_interval_ms);
+      if (key == "max_instances") s = ReadTomlUint(value, name, l.max_instances);
+    } else if (section == "daemons") {
+      auto& d = c.daemons;
+      if (key == "auth_token_file") s = ReadTomlString(value, name, d.auth_token_file);
+      if (key == "tls_ca_path") s = ReadTomlString(value, name, d.tls_ca_path);
+      if (key == "unreachable_timeout_ms") {
+        s = ReadTomlUint(value, name, d.unreachable_timeout_ms);
       }
-      STRATA_RETURN_IF_ERROR(s);
+    } else if (section == "keys") {
+      if (key == "hash_algorithm") s = ReadTomlString(value, name, c.keys.hash_algorithm);
+      if (key == "seed") s = ReadTomlString(value, name, c.keys.seed);
+    } else if (section == "route") {
+      auto& r = c.route;
+      if (key == "prefill_us_per_token") {
+        s = ReadTomlNonNegative(value, name, r.prefill_us_per_token);
+      }
+      if (key == "host_bytes_per_s") s = ReadTomlNonNegative(value, name, r.host_bytes_per_s);
+      if (key == "disk_bytes_per_s") s = ReadTomlNonNegative(value, name, r.disk_bytes_per_s);
+      if (key == "remote_bytes_per_s") {
+        s = ReadTomlNonNegative(value, name, r.remote_bytes_per_s);
+      }
+    } else if (section == "cluster") {
+      auto& k = c.cluster;
+      if (key == "etcd_endpoints") s = ReadTomlStrings(value, name, k.etcd_endpoints);
+      if (key == "election_key") s = ReadTomlString(value, name, k.election_key);
+      if (key == "lease_ttl_s") s = ReadTomlUint(value, name, k.lease_ttl_s);
+      if (key == "advertise_address") s = ReadTomlString(value, name, k.advertise_address);
+    } else if (section == "log") {
+      if (key == "level") s = ReadTomlString(value, name, c.log.level);
+    } else {
+      s = UnknownTomlSection(section);
     }
-  }
-  return absl::OkStatus();
+    return s;
+  });
 }
 
 std::string ConfigToToml(const ControllerConfig& c) {

@@ -1,5 +1,6 @@
 #include "controller/service/cluster_service.h"
 
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "control/lookup_request_decoder.h"
 #include "control/unary_reactor.h"
 #include "controller/ingest/daemon_events.h"
+#include "controller/service/cluster_stats.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -129,10 +131,15 @@ absl::Status ClusterService::Admit(const grpc::CallbackServerContext& context) c
   return options_.serving ? options_.serving() : absl::OkStatus();
 }
 
+absl::Status ClusterService::AdmitToIndex(const grpc::CallbackServerContext& context) const {
+  STRATA_RETURN_IF_ERROR(Admit(context));
+  return options_.index_ready ? options_.index_ready() : absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = AdmitToIndex(*context); !s.ok()) return control::FinishUnary(context, s);
   v1::LookupRequest fields;
   std::vector<ChunkKey> keys;
   std::vector<uint32_t> tokens;
@@ -155,7 +162,7 @@ grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* context,
                                                 const v1::RouteRequest* request,
                                                 v1::RouteResponse* response) {
-  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = AdmitToIndex(*context); !s.ok()) return control::FinishUnary(context, s);
   // Before the prompt is hashed: a bad candidate list costs nothing.
   if (absl::Status s = CheckCandidates(request->candidates(), options_.max_candidates); !s.ok()) {
     return control::FinishUnary(context, s);
@@ -235,6 +242,25 @@ grpc::ServerUnaryReactor* ClusterService::Forward(grpc::CallbackServerContext* c
   options_.forwarder->Forward(*request, response, [reactor](const absl::Status& status) {
     reactor->Finish(ToGrpcStatus(status));
   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ClusterService::Stats(grpc::CallbackServerContext* context,
+                                                const v1::ClusterStatsRequest*,
+                                                v1::ClusterStatsResponse* response) {
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  v1::NodeCall call;
+  call.mutable_stats();
+  auto nodes = std::make_shared<v1::NodeCallResponse>();
+  options_.forwarder->Forward(
+      call, nodes.get(), [this, reactor, nodes, response](const absl::Status& status) {
+        if (status.ok()) {
+          *response =
+              ClusterStats(std::move(*nodes), options_.index->stats(), options_.registry->List());
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
   return reactor;
 }
 

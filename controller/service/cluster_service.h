@@ -43,6 +43,9 @@ struct ClusterServiceOptions {
   // Whether this controller answers now (it leads): OK, or the error every call gets (a standby's
   // UNAVAILABLE naming the leader). Null: it always answers.
   std::function<absl::Status()> serving;
+  // Whether the index answers now (Lookup and Route): OK, or their error (a new leader's
+  // UNAVAILABLE while it indexes the daemons it adopted). Null: `serving` alone.
+  std::function<absl::Status()> index_ready;
   // The cluster's key protocol: the daemons' [keys] configuration.
   KeyHasherOptions key_options;
   control::SelectionLimits limits;
@@ -98,10 +101,15 @@ class ClusterService final
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                     const v1::NodeCall* request,
                                     v1::NodeCallResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::ClusterStatsRequest* request,
+                                  v1::ClusterStatsResponse* response) override;
 
  private:
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token, or `serving`'s error.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
+  // Admit, then `index_ready`'s error: for the calls the index answers.
+  absl::Status AdmitToIndex(const grpc::CallbackServerContext& context) const;
 
   const ClusterServiceOptions options_;
 };

@@ -5,14 +5,11 @@
 #include <vector>
 
 #include "control/bearer_auth.h"
+#include "control/redialing_channel.h"
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
 
 namespace strata::controller {
 namespace {
-
-// A daemon that was down is dialled again within this long of its return.
-constexpr int kMaxReconnectBackoffMs = 1'000;
 
 // What one Forward keeps alive until its last call completes.
 struct FanOut {
@@ -55,10 +52,8 @@ std::shared_ptr<v1::StrataControl::Stub> NodeForwarder::StubFor(const std::strin
   absl::MutexLock lock(&mu_);
   std::shared_ptr<v1::StrataControl::Stub>& stub = stubs_[endpoint];
   if (stub == nullptr) {
-    grpc::ChannelArguments arguments;
-    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-    stub = v1::StrataControl::NewStub(
-        grpc::CreateCustomChannel(endpoint, options_.credentials, arguments));
+    stub =
+        v1::StrataControl::NewStub(control::CreateRedialingChannel(endpoint, options_.credentials));
   }
   return stub;
 }

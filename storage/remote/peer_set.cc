@@ -1,7 +1,5 @@
 #include "storage/remote/peer_set.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -9,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "core/fmt_absl.h"
+#include "core/host_address.h"
 #include "spdlog/spdlog.h"
 #include "storage/remote/peer_messages.h"
 
@@ -32,11 +31,9 @@ bool SameToken(std::string_view a, std::string_view b) {
 
 // hostname:port of the listener (just the hostname without one).
 std::string DefaultNodeId(std::string_view listen_address) {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
   const size_t colon = listen_address.rfind(':');
-  if (colon == std::string_view::npos) return host;
-  return fmt::format("{}:{}", host, listen_address.substr(colon + 1));
+  if (colon == std::string_view::npos) return HostName();
+  return fmt::format("{}:{}", HostName(), listen_address.substr(colon + 1));
 }
 
 }  // namespace

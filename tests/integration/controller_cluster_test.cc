@@ -7,7 +7,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -18,9 +17,9 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "gmock/gmock.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/support/cluster_client.h"
 #include "tests/support/controller_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
@@ -31,8 +30,10 @@ namespace strata {
 namespace {
 
 using namespace std::chrono_literals;
+using test_support::ClusterClient;
 using test_support::ControllerProcess;
 using test_support::DaemonProcess;
+using test_support::Eventually;
 using test_support::RawEngineClient;
 
 KvLayout ClusterLayout() {
@@ -49,73 +50,6 @@ std::vector<uint32_t> ChainTokens(size_t chunks) {
 std::vector<ChunkKey> Chain(size_t chunks) {
   return KeyHasher::Create(ClusterLayout(), {})->PrefixKeys(ChainTokens(chunks), {});
 }
-
-// Polls `condition` for up to `timeout`.
-bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return condition();
-}
-
-class ClusterClient {
- public:
-  ClusterClient(const std::string& address, std::string token = "")
-      : stub_(v1::StrataCluster::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
-        token_(std::move(token)) {}
-
-  grpc::Status ListInstances(v1::ListInstancesResponse& response) {
-    grpc::ClientContext context;
-    Prepare(context);
-    return stub_->ListInstances(&context, v1::ListInstancesRequest(), &response);
-  }
-
-  // Every instance's held prefix of `chain`, "id:chunks" joined by spaces, longest first.
-  std::string HeldPrefixes(const std::vector<ChunkKey>& chain) {
-    v1::LookupRequest request;
-    for (const ChunkKey& key : chain) *request.add_keys() = ToProto(key);
-    grpc::ClientContext context;
-    Prepare(context);
-    v1::ClusterLookupResponse response;
-    const grpc::Status status = stub_->Lookup(&context, request, &response);
-    if (!status.ok()) return "error: " + status.error_message();
-    std::string held;
-    for (const v1::InstancePrefix& prefix : response.instances()) {
-      held += fmt::format("{}{}:{}", held.empty() ? "" : " ", prefix.instance_id(),
-                          prefix.matched_chunks());
-    }
-    return held;
-  }
-
-  grpc::Status Forward(const v1::NodeCall& call, v1::NodeCallResponse& response) {
-    grpc::ClientContext context;
-    Prepare(context);
-    return stub_->Forward(&context, call, &response);
-  }
-
-  // The registered instances that follow their daemon, "id id ...".
-  std::string Following() {
-    v1::ListInstancesResponse response;
-    if (!ListInstances(response).ok()) return "error";
-    std::string ids;
-    for (const v1::InstanceInfo& info : response.instances()) {
-      if (info.following()) ids += (ids.empty() ? "" : " ") + info.instance_id();
-    }
-    return ids;
-  }
-
- private:
-  void Prepare(grpc::ClientContext& context) {
-    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
-    context.set_deadline(std::chrono::system_clock::now() + 5s);
-  }
-
-  std::unique_ptr<v1::StrataCluster::Stub> stub_;
-  std::string token_;
-};
 
 // A daemon registered with `controllers` as `id`, and an engine session to store through.
 struct Node {
@@ -264,6 +198,20 @@ TEST(ControllerClusterTest, NodeCallsGoToOneInstanceOrToAll) {
   ASSERT_EQ(Codes(answered), "node-a:0 node-b:0");
   EXPECT_EQ(answered.results(0).stats().tiers(0).chunks(), 3u);
   EXPECT_EQ(answered.results(1).stats().tiers(0).chunks(), 1u);
+  // The cluster's Stats: both daemons' summed, beside the index.
+  v1::ClusterStatsResponse totals;
+  ASSERT_TRUE(cluster.Stats(totals).ok());
+  EXPECT_EQ(totals.instances(), 2u);
+  EXPECT_EQ(totals.following(), 2u);
+  EXPECT_EQ(totals.answered(), 2u);
+  EXPECT_EQ(totals.totals().tiers(0).tier(), v1::TIER_HOST);
+  EXPECT_EQ(totals.totals().tiers(0).chunks(), 4u);
+  EXPECT_EQ(totals.totals().tiers(0).payload_bytes(),
+            answered.results(0).stats().tiers(0).payload_bytes() +
+                answered.results(1).stats().tiers(0).payload_bytes());
+  EXPECT_EQ(totals.totals().sessions(), 2u);
+  EXPECT_EQ(totals.index().live_entries(), 4u);
+  EXPECT_EQ(totals.index().chunks(), 3u);
 
   v1::NodeCall pin;
   pin.mutable_pin()->set_kind(v1::PIN_KIND_HARD);
@@ -307,6 +255,12 @@ TEST(ControllerClusterTest, NodeCallsGoToOneInstanceOrToAll) {
   ASSERT_TRUE(cluster.Forward(stats, partial).ok());
   EXPECT_EQ(Codes(partial), "node-a:14 node-b:0");
   EXPECT_FALSE(partial.results(0).has_stats());
+  v1::ClusterStatsResponse without_a;
+  ASSERT_TRUE(cluster.Stats(without_a).ok());
+  EXPECT_EQ(without_a.answered(), 1u);
+  EXPECT_EQ(without_a.totals().tiers(0).chunks(), 0u) << "node-b was cleared";
+  ASSERT_EQ(without_a.nodes_size(), 2);
+  EXPECT_EQ(without_a.nodes(0).code(), 14);
 }
 
 struct CliResult {
@@ -380,6 +334,11 @@ TEST(ControllerClusterTest, TheCliAsksTheController) {
   CliResult pin = Cli({"--controller", address, "pin", "--key", chain[0].ToString()});
   EXPECT_EQ(pin.code, 0) << pin.err;
   EXPECT_EQ(pin.out, "node-a:\n  pinned 1 chunks (64.0 KiB); 0 not cached\n");
+  CliResult cluster_stats = Cli({"--controller", address, "stats"});
+  EXPECT_EQ(cluster_stats.code, 0) << cluster_stats.err;
+  EXPECT_THAT(cluster_stats.out,
+              ::testing::HasSubstr("cluster: 1 instances, 1 indexed; index: 3 chunks"));
+  EXPECT_THAT(cluster_stats.out, ::testing::HasSubstr("totals of 1 answering instances:\n  "));
   CliResult stats = Cli({"--controller", address, "--node", "node-a", "stats", "--json"});
   EXPECT_EQ(stats.code, 0) << stats.err;
   EXPECT_THAT(stats.out, ::testing::HasSubstr("\"instance_id\":\"node-a\""));

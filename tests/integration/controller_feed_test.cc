@@ -1,13 +1,12 @@
 // The controller's feed of a daemon's chunks into the cluster index (controller/ingest), against
 // real stratad processes: a snapshot of what a daemon held before the feed started, its events
 // after, a Clear, two daemons holding different prefixes of one chain, a killed daemon whose
-// chunks leave the index after the unreachable timeout, and a restarted one (a new epoch: a
-// fresh snapshot, nothing stale).
+// chunks leave the index after the unreachable timeout, a restarted one (a new epoch: a fresh
+// snapshot, nothing stale), and a gap in the events while the feed was cut off (a fresh snapshot).
 #include <stdlib.h>
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -20,8 +19,11 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/support/cluster_client.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/test_layout.h"
 
 namespace strata::controller {
@@ -29,6 +31,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test_support::DaemonProcess;
+using test_support::Eventually;
 using test_support::RawEngineClient;
 
 KvLayout FeedLayout() {
@@ -39,16 +42,6 @@ std::vector<ChunkKey> Chain(size_t chunks) {
   std::vector<uint32_t> tokens(chunks * 64);
   std::iota(tokens.begin(), tokens.end(), 1000);
   return KeyHasher::Create(FeedLayout(), {})->PrefixKeys(tokens, {});
-}
-
-// Polls `condition` for up to 10 s.
-bool Eventually(const std::function<bool()>& condition) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return condition();
 }
 
 // The prefix of `chain` the index says `instance` holds (0 when it is not among the hits).
@@ -195,6 +188,48 @@ TEST_F(ControllerFeedTest, ARestartedDaemonIsSnapshottedAgainWithNothingStale) {
   feed.reset();
   second.daemon->Stop();
   std::filesystem::remove_all(dir);
+}
+
+// A gap in the events (the daemon's ring overflowed while the feed was cut off from it, with both
+// still up) takes a fresh snapshot of that instance, so the index ends up holding what the daemon
+// holds: the chunks stored meanwhile, and not those removed meanwhile.
+TEST_F(ControllerFeedTest, AGapInTheEventsTakesAFreshSnapshot) {
+  Node node = StartNode({.event_ring_capacity = 4});
+  absl::StatusOr<std::unique_ptr<test_support::TcpRelay>> relay =
+      test_support::TcpRelay::Start(node.daemon->control_target());
+  ASSERT_TRUE(relay.ok()) << relay.status();
+  std::unique_ptr<DaemonFeed> feed = Feed("node-a", (*relay)->address());
+  ASSERT_NE(feed, nullptr);
+  ASSERT_TRUE(Eventually([&] { return feed->stats().following; }));
+  const std::vector<ChunkKey> chain = Chain(12);
+  std::vector<uint32_t> other_tokens(2 * 64);
+  std::iota(other_tokens.begin(), other_tokens.end(), 70'000);
+  const std::vector<ChunkKey> other =
+      KeyHasher::Create(FeedLayout(), {})->PrefixKeys(other_tokens, {});
+  ASSERT_TRUE(node.engine->Store({chain.begin(), chain.begin() + 2}, 64, 1).ok());
+  ASSERT_TRUE(node.engine->Store(other, 64, 1).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return HeldPrefix(*index_, chain, "node-a") == 2 && HeldPrefix(*index_, other, "node-a") == 2;
+  }));
+
+  (*relay)->Cut();
+  ASSERT_TRUE(Eventually([&] { return !feed->stats().following; }));
+  // Twelve events while cut off, three times what the ring keeps.
+  ASSERT_TRUE(node.engine->Store({chain.begin() + 2, chain.end()}, 64, 2).ok());
+  grpc::ClientContext context;
+  v1::ClearRequest clear;
+  for (const ChunkKey& key : other) *clear.mutable_selector()->add_keys() = ToProto(key);
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(node.daemon->control().Clear(&context, clear, &cleared).ok());
+  ASSERT_EQ(cleared.removed_chunks(), 2u);
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-a"), 2u) << "nothing reached the index";
+
+  (*relay)->Resume();
+  ASSERT_TRUE(Eventually([&] { return feed->stats().following && feed->stats().snapshots == 2; }))
+      << "snapshots " << feed->stats().snapshots;
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-a"), 12u);
+  EXPECT_EQ(HeldPrefix(*index_, other, "node-a"), 0u);
+  EXPECT_EQ(feed->stats().malformed_events, 0u);
 }
 
 }  // namespace

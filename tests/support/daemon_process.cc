@@ -33,10 +33,13 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     config << fmt::format(
         "[host]\ncapacity_bytes = \"{}\"\npage_bytes = \"{}\"\nlease_ms = {}\nprefault = {}\n"
         "[engine]\nsocket_path = \"{}\"\n"
-        "[control]\nlisten_address = \"127.0.0.1:0\"\nunix_socket_path = \"{}\"\n"
+        "[control]\nlisten_address = \"127.0.0.1:0\"\nunix_socket_path = \"{}\"\n{}"
         "[log]\nlevel = \"debug\"\n",
         options.host_capacity, options.page_bytes, options.lease_ms, options.prefault,
-        daemon->engine_socket_, (daemon->dir_ / "control.sock").string());
+        daemon->engine_socket_, (daemon->dir_ / "control.sock").string(),
+        options.event_ring_capacity == 0
+            ? ""
+            : fmt::format("event_ring_capacity = {}\n", options.event_ring_capacity));
     // No /metrics unless a test asks (its own [metrics] or --metrics-listen): daemons of tests
     // running side by side would contend for the default port.
     if (options.extra_toml.find("[metrics]") == std::string::npos) {
