@@ -1,5 +1,6 @@
 #include "cli/control_client.h"
 
+#include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -14,31 +15,36 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& ad
   return grpc::CreateChannel(address, credentials);
 }
 
-absl::StatusOr<ClusterClient> ClusterClient::Connect(const std::string& address,
+absl::StatusOr<ClusterClient> ClusterClient::Connect(const std::string& addresses,
                                                      const ConnectOptions& options) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);
-  if (!channel.ok()) return channel.status();
-  return ClusterClient(v1::StrataCluster::NewStub(*channel), options);
+  std::vector<std::unique_ptr<v1::StrataCluster::Stub>> stubs;
+  const std::vector<std::string> split = absl::StrSplit(addresses, ',');
+  for (const std::string& address : split) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(address, options);
+    if (!channel.ok()) return channel.status();
+    stubs.push_back(v1::StrataCluster::NewStub(*channel));
+  }
+  return ClusterClient(std::move(stubs), options);
 }
 
 absl::StatusOr<v1::ClusterLookupResponse> ClusterClient::Lookup(const v1::LookupRequest& request) {
-  return CallUnary(*stub_, &Stub::Lookup, request, options_);
+  return Call(&Stub::Lookup, request);
 }
 
 absl::StatusOr<v1::RouteResponse> ClusterClient::Route(const v1::RouteRequest& request) {
-  return CallUnary(*stub_, &Stub::Route, request, options_);
+  return Call(&Stub::Route, request);
 }
 
 absl::StatusOr<v1::ListInstancesResponse> ClusterClient::ListInstances() {
-  return CallUnary(*stub_, &Stub::ListInstances, v1::ListInstancesRequest(), options_);
+  return Call(&Stub::ListInstances, v1::ListInstancesRequest());
 }
 
 absl::StatusOr<v1::NodeCallResponse> ClusterClient::Forward(const v1::NodeCall& call) {
-  return CallUnary(*stub_, &Stub::Forward, call, options_);
+  return Call(&Stub::Forward, call);
 }
 
 absl::StatusOr<v1::ClusterStatsResponse> ClusterClient::Stats() {
-  return CallUnary(*stub_, &Stub::Stats, v1::ClusterStatsRequest(), options_);
+  return Call(&Stub::Stats, v1::ClusterStatsRequest());
 }
 
 absl::StatusOr<ControlClient> ControlClient::Connect(const std::string& address,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -45,10 +46,13 @@ absl::StatusOr<Response> CallUnary(Stub& stub,
   return response;
 }
 
+// The cluster API of strata-controller. Given several controllers ("a:1,b:2"), each call goes
+// to the one that answered last (the first at the start) and, when that one answers UNAVAILABLE
+// (a standby, or down), to the next in turn: the leader answers.
 class ClusterClient {
  public:
-  // As OpenChannel.
-  static absl::StatusOr<ClusterClient> Connect(const std::string& address,
+  // `addresses`: one or more, comma-separated; as OpenChannel each.
+  static absl::StatusOr<ClusterClient> Connect(const std::string& addresses,
                                                const ConnectOptions& options);
 
   absl::StatusOr<v1::ClusterLookupResponse> Lookup(const v1::LookupRequest& request);
@@ -60,10 +64,24 @@ class ClusterClient {
  private:
   using Stub = v1::StrataCluster::Stub;
 
-  ClusterClient(std::unique_ptr<Stub> stub, ConnectOptions options)
-      : stub_(std::move(stub)), options_(std::move(options)) {}
+  ClusterClient(std::vector<std::unique_ptr<Stub>> stubs, ConnectOptions options)
+      : stubs_(std::move(stubs)), options_(std::move(options)) {}
 
-  std::unique_ptr<Stub> stub_;
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                                const Request& request) {
+    absl::StatusOr<Response> answer;
+    for (size_t attempt = 0; attempt < stubs_.size(); ++attempt) {
+      answer = CallUnary(*stubs_[current_], method, request, options_);
+      if (answer.status().code() != absl::StatusCode::kUnavailable) break;
+      current_ = (current_ + 1) % stubs_.size();
+    }
+    return answer;
+  }
+
+  std::vector<std::unique_ptr<Stub>> stubs_;
+  size_t current_ = 0;
   ConnectOptions options_;
 };
 

@@ -224,7 +224,8 @@ int Run(int argc, char** argv) {
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate of the daemon: TLS over TCP");
   std::string controller, node;
   app.add_option("--controller", controller,
-                 "strata-controller's address, host:port: lookup and stats ask the cluster (stats: "
+                 "strata-controller's address, host:port (or several, comma-separated: the one "
+                 "that leads answers): lookup and stats ask the cluster (stats: "
                  "every instance's, summed); pin, unpin, move and clear go to every instance; "
                  "--node sends any of these to one; instances and route need it (--token-file and "
                  "--tls-ca then apply to it)");

@@ -19,11 +19,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/support/cli_process.h"
 #include "tests/support/cluster_client.h"
 #include "tests/support/controller_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
-#include "tests/support/subprocess.h"
 #include "tests/support/test_layout.h"
 
 namespace strata {
@@ -263,17 +263,10 @@ TEST(ControllerClusterTest, NodeCallsGoToOneInstanceOrToAll) {
   EXPECT_EQ(without_a.nodes(0).code(), 14);
 }
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using test_support::CliResult;
 
 CliResult Cli(std::vector<std::string> args) {
-  args.insert(args.begin(), STRATA_CLI_PATH);
-  test_support::Subprocess process(args);
-  std::optional<int> code = process.Wait(20s);
-  return {code.value_or(-1), process.Stdout(), process.Stderr()};
+  return test_support::RunCli(STRATA_CLI_PATH, std::move(args));
 }
 
 TEST(ControllerClusterTest, TheCliAsksTheController) {

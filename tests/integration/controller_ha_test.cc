@@ -16,7 +16,9 @@
 #include "core/key_hasher.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/cli_process.h"
 #include "tests/support/cluster_client.h"
 #include "tests/support/controller_process.h"
 #include "tests/support/daemon_process.h"
@@ -171,12 +173,24 @@ TEST_F(ControllerHaTest, ALeaderThatStopsHandsOverAtOnce) {
   ASSERT_TRUE(a.engine->Store(chain, 64, 1).ok());
   ASSERT_TRUE(Eventually([&] { return leader.HeldPrefixes(chain) == "node-a:2"; }, 10s));
 
+  // The CLI, given both controllers, finds the leader whichever comes first.
+  const std::string standby_first = second->address() + "," + first->address();
+  test_support::CliResult instances =
+      test_support::RunCli(STRATA_CLI_PATH, {"--controller", standby_first, "instances"});
+  EXPECT_EQ(instances.code, 0) << instances.err;
+  EXPECT_THAT(instances.out, ::testing::HasSubstr("node-a"));
+
   EXPECT_EQ(first->Stop(), 0);
   const auto stopped = std::chrono::steady_clock::now();
   ASSERT_TRUE(Eventually([&] { return standby.HeldPrefixes(chain) == "node-a:2"; }, 10s))
       << standby.HeldPrefixes(chain);
   // The lease was revoked: no wait for its TTL.
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, 3s);
+  // The first listed is gone: the next answers.
+  const std::string stopped_first = first->address() + "," + second->address();
+  instances = test_support::RunCli(STRATA_CLI_PATH, {"--controller", stopped_first, "instances"});
+  EXPECT_EQ(instances.code, 0) << instances.err;
+  EXPECT_THAT(instances.out, ::testing::HasSubstr("node-a"));
 }
 
 // The member records are written only by the controller that holds the election key.
