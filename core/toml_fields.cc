@@ -96,8 +96,11 @@ absl::Status ReadTomlNonNegative(const toml::node& node, std::string_view key, d
   return absl::OkStatus();
 }
 
-absl::Status ForEachTomlField(const toml::table& root,
-                              absl::FunctionRef<absl::Status(const TomlField&)> apply) {
+absl::Status ForEachTomlField(
+    const toml::table& root,
+    absl::FunctionRef<absl::Status(std::string_view section, std::string_view key,
+                                   const std::string& name, const toml::node& value)>
+        apply) {
   for (const auto& [section_key, section_node] : root) {
     const std::string_view section = section_key.str();
     const toml::table* table = section_node.as_table();
@@ -106,7 +109,7 @@ absl::Status ForEachTomlField(const toml::table& root,
     }
     for (const auto& [key_node, value] : *table) {
       const std::string name = fmt::format("{}.{}", section, key_node.str());
-      if (absl::Status s = apply({section, key_node.str(), name, value}); !s.ok()) return s;
+      if (absl::Status s = apply(section, key_node.str(), name, value); !s.ok()) return s;
     }
   }
   return absl::OkStatus();

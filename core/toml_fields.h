@@ -24,18 +24,14 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
 // The TOML document in `text`; kInvalidArgument naming the line of a syntax error.
 absl::StatusOr<toml::table> ParseTomlText(std::string_view text);
 
-// One `key = value` of a config's `[section]`; `name` is "section.key", for error messages.
-struct TomlField {
-  std::string_view section;
-  std::string_view key;
-  const std::string& name;
-  const toml::node& value;
-};
-
-// Calls `apply` for every field of every section of `root`, in order, and returns its first
-// error; kInvalidArgument for a top-level entry that is not a section (a table).
-absl::Status ForEachTomlField(const toml::table& root,
-                              absl::FunctionRef<absl::Status(const TomlField&)> apply);
+// Calls `apply(section, key, name, value)` for every `key = value` of every `[section]` of
+// `root`, in order (`name` is "section.key", for error messages), and returns its first error;
+// kInvalidArgument for a top-level entry that is not a section (a table).
+absl::Status ForEachTomlField(
+    const toml::table& root,
+    absl::FunctionRef<absl::Status(std::string_view section, std::string_view key,
+                                   const std::string& name, const toml::node& value)>
+        apply);
 
 // The errors for a key, and a section, that a config does not know.
 absl::Status UnknownTomlKey(std::string_view name);

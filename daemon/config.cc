@@ -53,10 +53,8 @@ absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
 }
 
 absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
-  return ForEachTomlField(root, [&c](const TomlField& field) {
-    const std::string_view section = field.section, key = field.key;
-    const std::string& name = field.name;
-    const toml::node& value = field.value;
+  return ForEachTomlField(root, [&c](std::string_view section, std::string_view key,
+                                     const std::string& name, const toml::node& value) {
     absl::Status s = UnknownTomlKey(name);
     if (section == "host") {
       if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.host.capacity_bytes);

@@ -161,6 +161,7 @@ void Controller::OnLeadershipChange(bool leading) {
     registry_->DropAll();
     absl::MutexLock lock(&warmup_mu_);
     warmup_.reset();
+    warming_ = false;
     return;
   }
   // Before answering anything: the members the last leader kept, adopted with their leases.
@@ -177,12 +178,14 @@ void Controller::OnLeadershipChange(bool leading) {
     warmup_ = Warmup{.adopted = std::move(adopted),
                      .deadline = std::chrono::steady_clock::now() +
                                  std::chrono::milliseconds(config_.daemons.unreachable_timeout_ms)};
+    warming_ = true;
   }
   leading_ = true;
 }
 
 absl::Status Controller::IndexReady() {
   if (absl::Status serving = Serving(); !serving.ok()) return serving;
+  if (!warming_.load()) return absl::OkStatus();  // the steady state: no lock
   absl::MutexLock lock(&warmup_mu_);
   if (!warmup_.has_value()) return absl::OkStatus();
   // An adopted member that left meanwhile (expired, deregistered) is not waited for.
@@ -193,6 +196,7 @@ absl::Status Controller::IndexReady() {
   }
   if (indexed == warmup_->adopted.size() || std::chrono::steady_clock::now() >= warmup_->deadline) {
     warmup_.reset();
+    warming_ = false;
     return absl::OkStatus();
   }
   return absl::UnavailableError(

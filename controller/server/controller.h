@@ -96,6 +96,8 @@ class Controller {
   };
   absl::Mutex warmup_mu_;
   std::optional<Warmup> warmup_ ABSL_GUARDED_BY(warmup_mu_);
+  // Whether warmup_ holds one: read by every Lookup and Route without the lock.
+  std::atomic<bool> warming_{false};
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

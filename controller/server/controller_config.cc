@@ -18,10 +18,8 @@ namespace {
 absl::Status Bad(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
-  return ForEachTomlField(root, [&c](const TomlField& field) {
-    const std::string_view section = field.section, key = field.key;
-    const std::string& name = field.name;
-    const toml::node& value = field.value;
+  return ForEachTomlField(root, [&c](std::string_view section, std::string_view key,
+                                     const std::string& name, const toml::node& value) {
     absl::Status s = UnknownTomlKey(name);
     if (section == "controller") {
       auto& l = c.controller;
