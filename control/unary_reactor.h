@@ -1,5 +1,6 @@
-// Finishing a unary call of a callback gRPC service with an absl::Status, as every handler of
-// stratad's StrataControl and strata-controller's StrataCluster does. Thread-safe.
+// Finishing a call of a callback gRPC service with an absl::Status at once, as every handler of
+// stratad's StrataControl and strata-controller's StrataCluster does when it refuses a call: a
+// unary call (FinishUnary), a server-streaming one (RefusedStream). Thread-safe.
 #pragma once
 
 #include "absl/status/status.h"
@@ -15,5 +16,13 @@ inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* contex
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// A server-streaming call's reactor that only finishes it with `status`; deletes itself.
+template <class Response>
+class RefusedStream final : public grpc::ServerWriteReactor<Response> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
 
 }  // namespace strata::control

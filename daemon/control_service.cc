@@ -19,12 +19,6 @@ namespace strata::daemon {
 namespace {
 
 // A WatchEvents call refused before it started.
-class RefusedStream final : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
- public:
-  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
 v1::Tier ToProto(storage::Tier tier) {
   switch (tier) {
     case storage::Tier::kDevice:
@@ -609,7 +603,9 @@ grpc::ServerUnaryReactor* ControlService::FinishFromStore(
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* ControlService::WatchEvents(
     grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return new RefusedStream(ToGrpcStatus(s));
+  if (absl::Status s = Authorize(*context); !s.ok()) {
+    return new control::RefusedStream<v1::WatchEventsResponse>(s);
+  }
   return new WatchEventsReactor(options_.events, request->from_sequence());
 }
 

@@ -1,7 +1,5 @@
 #include "daemon/watch_events_reactor.h"
 
-#include <optional>
-
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -47,63 +45,22 @@ WatchEventsReactor::WatchEventsReactor(EventLog* log, uint64_t from_sequence)
   Pump();
 }
 
-void WatchEventsReactor::Pump() {
-  // gRPC may run callbacks inline from StartWrite and Finish: call them without mu_ held.
-  std::optional<grpc::Status> finish;
-  {
-    absl::MutexLock lock(&mu_);
-    if (writing_ || finished_) return;
-    if (cancelled_) {
-      finish = grpc::Status::CANCELLED;
-    } else {
-      absl::StatusOr<EventLog::ReadResult> read =
-          log_->Read(next_sequence_, kMaxEventsPerResponse, this);
-      if (!read.ok()) {
-        finish = ToGrpcStatus(read.status());
-      } else {
-        if (read->events.empty() && sent_first_) return;  // registered: Wake calls Pump again
-        response_.Clear();
-        response_.set_epoch(log_->epoch());
-        for (const KvEvent& event : read->events) ToProto(event, *response_.add_events());
-        response_.set_next_sequence(read->next_sequence);
-        next_sequence_ = read->next_sequence;
-        sent_first_ = true;
-        writing_ = true;
-      }
-    }
-    if (finish.has_value()) finished_ = true;
-  }
-  if (finish.has_value()) {
-    Finish(*finish);
-  } else {
-    StartWrite(&response_);  // response_ is left alone until OnWriteDone
-  }
-}
-
-void WatchEventsReactor::OnWriteDone(bool ok) {
-  {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) cancelled_ = true;  // the stream is broken: finish
-  }
-  Pump();
-}
-
-void WatchEventsReactor::OnCancel() {
-  {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    if (writing_ || finished_) return;  // OnWriteDone finishes
-    finished_ = true;
-  }
-  Finish(grpc::Status::CANCELLED);
+absl::StatusOr<bool> WatchEventsReactor::Next(v1::WatchEventsResponse& response) {
+  absl::StatusOr<EventLog::ReadResult> read =
+      log_->Read(next_sequence_, kMaxEventsPerResponse, this);
+  if (!read.ok()) return read.status();
+  if (read->events.empty() && sent_first_) return false;  // registered: Wake calls Pump again
+  response.set_epoch(log_->epoch());
+  for (const KvEvent& event : read->events) ToProto(event, *response.add_events());
+  response.set_next_sequence(read->next_sequence);
+  next_sequence_ = read->next_sequence;
+  sent_first_ = true;
+  return true;
 }
 
 void WatchEventsReactor::OnDone() {
   log_->Unregister(this);
   delete this;
 }
-
-void WatchEventsReactor::Wake() { Pump(); }
 
 }  // namespace strata::daemon

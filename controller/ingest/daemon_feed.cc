@@ -36,6 +36,17 @@ DaemonFeed::~DaemonFeed() {
   }
   thread_.join();
   (void)options_.index->DropInstance(options_.instance_id);
+  Publish(v1::InstanceEvents::LEFT);
+}
+
+void DaemonFeed::Publish(v1::InstanceEvents::Kind kind,
+                         const google::protobuf::RepeatedPtrField<v1::ChunkEvent>* events) {
+  if (options_.events == nullptr) return;
+  v1::InstanceEvents batch;
+  batch.set_instance_id(options_.instance_id);
+  batch.set_kind(kind);
+  if (events != nullptr) *batch.mutable_events() = *events;
+  options_.events->Publish(batch);
 }
 
 DaemonFeedStats DaemonFeed::stats() const {
@@ -149,10 +160,13 @@ absl::Status DaemonFeed::TakeSnapshot() {
     request.set_page_token(page.next_page_token());
   } while (!request.page_token().empty());
   if (absl::Status s = options_.index->Ingest(options_.instance_id, batch); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  ++stats_.snapshots;
-  stats_.snapshot_chunks = batch.size() - 1;
-  cleared_while_unreachable_ = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.snapshots;
+    stats_.snapshot_chunks = batch.size() - 1;
+    cleared_while_unreachable_ = false;
+  }
+  Publish(v1::InstanceEvents::RESYNCED);
   return absl::OkStatus();
 }
 
@@ -187,10 +201,13 @@ bool DaemonFeed::Apply(const v1::WatchEventsResponse& response) {
     spdlog::warn("controller: instance '{}': {}", options_.instance_id, s.ToString());
     return false;
   }
-  absl::MutexLock lock(&mu_);
-  stats_.next_sequence = next;
-  stats_.events_applied += batch.size();
-  stats_.malformed_events += malformed;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.next_sequence = next;
+    stats_.events_applied += batch.size();
+    stats_.malformed_events += malformed;
+  }
+  if (response.events_size() > 0) Publish(v1::InstanceEvents::EVENTS, &response.events());
   return true;
 }
 
@@ -205,6 +222,7 @@ void DaemonFeed::ClearWhileUnreachable() {
                options_.instance_id, options_.unreachable_timeout.count());
   const ChunkEvent cleared{.kind = ChunkEventKind::kCleared};
   (void)options_.index->Ingest(options_.instance_id, {&cleared, 1});
+  Publish(v1::InstanceEvents::CLEARED);
 }
 
 void DaemonFeed::PrepareContext(grpc::ClientContext& context, bool with_deadline) const {

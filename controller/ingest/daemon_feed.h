@@ -15,6 +15,10 @@
 // takes a fresh snapshot instead, for this instance alone. A daemon unreachable for
 // `unreachable_timeout` has its chunks cleared from the index until it answers again.
 //
+// What the feed applies it also publishes to `events` (when given), one batch per applied
+// response (EVENTS), snapshot (RESYNCED), unreachable clear (CLEARED) and, from the destructor,
+// the instance's departure (LEFT).
+//
 // Known gap: the disk tier is not listed by ListChunks yet (UNIMPLEMENTED), so a snapshot holds
 // the host tier's chunks; disk chunks enter the index through the events that follow.
 //
@@ -32,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/index/cluster_index.h"
+#include "controller/ingest/event_hub.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "strata/v1/control.grpc.pb.h"
@@ -45,6 +50,8 @@ struct DaemonFeedOptions {
   // Sent as "authorization: Bearer <token>" when not empty (a daemon that requires it over TCP).
   std::string bearer_token;
   ClusterIndex* index = nullptr;  // not owned
+  // Where what is applied is published; null: nowhere. Not owned; outlives the feed.
+  EventHub* events = nullptr;
   // Chunks per ListChunks page of a snapshot (the daemon's limit is 10000).
   uint32_t page_size = 10'000;
   // Between attempts to reach the daemon again.
@@ -97,6 +104,9 @@ class DaemonFeed {
   bool Apply(const v1::WatchEventsResponse& response);
   // Clears the instance's chunks from the index, once per spell of unreachability.
   void ClearWhileUnreachable();
+  // Publishes a batch of `kind` (with `events` for EVENTS) when there is a hub.
+  void Publish(v1::InstanceEvents::Kind kind,
+               const google::protobuf::RepeatedPtrField<v1::ChunkEvent>* events = nullptr);
   void PrepareContext(grpc::ClientContext& context, bool with_deadline) const;
   // Waits retry_delay, or less when stopping; false when stopping.
   bool WaitToRetry();

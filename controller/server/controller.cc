@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
   if (!daemon_credentials.ok()) return daemon_credentials.status();
 
   ClusterIndex* index_ptr = controller->index_.get();
-  FeedStarter start_feed = [index_ptr, daemon_token, credentials = *daemon_credentials,
+  EventHub* events = controller->events_.get();
+  FeedStarter start_feed = [index_ptr, events, daemon_token, credentials = *daemon_credentials,
                             unreachable = config.daemons.unreachable_timeout_ms](
                                const v1::RegisterInstanceRequest& registration) {
     return DaemonFeed::Start(
@@ -65,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
          .channel = control::CreateRedialingChannel(registration.control_endpoint(), credentials),
          .bearer_token = daemon_token,
          .index = index_ptr,
+         .events = events,
          .unreachable_timeout = std::chrono::milliseconds(unreachable)});
   };
   absl::StatusOr<std::unique_ptr<InstanceRegistry>> registry = InstanceRegistry::Create(
@@ -92,6 +94,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
       ClusterServiceOptions{.index = controller->index_.get(),
                             .registry = controller->registry_.get(),
                             .forwarder = controller->forwarder_.get(),
+                            .events = events,
                             .bearer_token = std::move(token),
                             .serving = [c = controller.get()] { return c->Serving(); },
                             .index_ready = [c = controller.get()] { return c->IndexReady(); },

@@ -1,10 +1,11 @@
 // Controller owns strata-controller's parts and starts and stops them in order:
-//   start: cluster index -> instance registry (a feed per registered daemon) -> node forwarder
+//   start: cluster index -> event hub -> instance registry (a feed per registered daemon, each
+//          publishing to the hub) -> node forwarder
 //          -> cluster API (gRPC) -> leader election (with [cluster] etcd_endpoints) ->
 //          housekeeping thread
 //   stop:  election (a leader steps down and revokes its lease: a standby takes over at once)
 //          -> housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
-//          feed stopped) -> forwarder -> index
+//          feed stopped) -> forwarder -> event hub -> index
 // A controller with etcd endpoints answers only while it leads (standbys refuse every call
 // UNAVAILABLE, naming the leader), and forgets its registrations when it stops leading. The
 // leader keeps its members' registrations in etcd (EtcdMemberStore); the controller that takes
@@ -80,6 +81,8 @@ class Controller {
   std::shared_ptr<EtcdClient> etcd_;
   std::unique_ptr<EtcdMemberStore> member_store_;
   std::unique_ptr<ClusterIndex> index_;
+  // What the feeds apply, on its way to WatchEvents' watchers (outlives the feeds).
+  std::unique_ptr<EventHub> events_ = std::make_unique<EventHub>();
   std::unique_ptr<InstanceRegistry> registry_;
   std::unique_ptr<NodeForwarder> forwarder_;
   std::unique_ptr<ClusterService> service_;

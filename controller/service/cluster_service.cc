@@ -12,6 +12,7 @@
 #include "control/unary_reactor.h"
 #include "controller/ingest/daemon_events.h"
 #include "controller/service/cluster_stats.h"
+#include "controller/service/cluster_watch_reactor.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -262,6 +263,18 @@ grpc::ServerUnaryReactor* ClusterService::Stats(grpc::CallbackServerContext* con
         reactor->Finish(ToGrpcStatus(status));
       });
   return reactor;
+}
+
+grpc::ServerWriteReactor<v1::ClusterWatchResponse>* ClusterService::WatchEvents(
+    grpc::CallbackServerContext* context, const v1::ClusterWatchRequest*) {
+  if (absl::Status s = Admit(*context); !s.ok()) {
+    return new control::RefusedStream<v1::ClusterWatchResponse>(s);
+  }
+  if (options_.events == nullptr) {
+    return new control::RefusedStream<v1::ClusterWatchResponse>(
+        absl::FailedPreconditionError("this controller publishes no events"));
+  }
+  return new ClusterWatchReactor(options_.events);
 }
 
 }  // namespace strata::controller

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "control/chunk_selector.h"
 #include "controller/index/cluster_index.h"
+#include "controller/ingest/event_hub.h"
 #include "controller/membership/instance_registry.h"
 #include "controller/routing/ttft_model.h"
 #include "controller/service/node_forwarder.h"
@@ -38,6 +39,7 @@ struct ClusterServiceOptions {
   const ClusterIndex* index = nullptr;   // not owned
   InstanceRegistry* registry = nullptr;  // not owned
   NodeForwarder* forwarder = nullptr;    // not owned
+  EventHub* events = nullptr;            // not owned: WatchEvents' source
   // Callers over TCP must send "authorization: Bearer <token>" when not empty.
   std::string bearer_token;
   // Whether this controller answers now (it leads): OK, or the error every call gets (a standby's
@@ -104,6 +106,8 @@ class ClusterService final
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::ClusterStatsRequest* request,
                                   v1::ClusterStatsResponse* response) override;
+  grpc::ServerWriteReactor<v1::ClusterWatchResponse>* WatchEvents(
+      grpc::CallbackServerContext* context, const v1::ClusterWatchRequest* request) override;
 
  private:
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token, or `serving`'s error.

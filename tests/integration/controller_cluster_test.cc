@@ -263,6 +263,51 @@ TEST(ControllerClusterTest, NodeCallsGoToOneInstanceOrToAll) {
   EXPECT_EQ(without_a.nodes(0).code(), 14);
 }
 
+// The cluster's events: a daemon that joins (RESYNCED), another's stores (EVENTS), and the first
+// leaving (LEFT), each tagged with its instance, on one stream.
+TEST(ControllerClusterTest, WatchEventsCarriesEveryDaemonsEvents) {
+  auto controller = ControllerProcess::Start({.instance_timeout_ms = 10'000});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  ClusterClient cluster((*controller)->address());
+  Node a = StartNode("node-a", (*controller)->address());
+  ASSERT_NE(a.daemon, nullptr);
+  ASSERT_TRUE(Eventually([&] { return cluster.Following() == "node-a"; }));
+
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::ClusterWatchResponse>> stream = cluster.Watch(context);
+  v1::ClusterWatchResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.batches_size(), 0) << "the stream opens with an empty response";
+
+  Node b = StartNode("node-b", (*controller)->address());
+  ASSERT_NE(b.daemon, nullptr);
+  ASSERT_TRUE(Eventually([&] { return cluster.Following() == "node-a node-b"; }));
+  ASSERT_TRUE(a.engine->Store(Chain(3), 64, 1).ok());
+  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(Chain(3)) == "node-a:3"; }));
+  b.engine.reset();
+  EXPECT_EQ(b.daemon->Stop().code, 0);
+
+  // What came, in order, until node-b's departure (bounded by the stream's deadline and a count).
+  std::vector<std::string> seen;
+  uint32_t stored_on_a = 0;
+  bool b_left = false;
+  for (int reads = 0; reads < 100 && !b_left && stream->Read(&response); ++reads) {
+    for (const v1::InstanceEvents& batch : response.batches()) {
+      seen.push_back(batch.instance_id() + ":" + v1::InstanceEvents::Kind_Name(batch.kind()));
+      if (batch.instance_id() == "node-a" && batch.kind() == v1::InstanceEvents::EVENTS) {
+        for (const v1::ChunkEvent& event : batch.events()) stored_on_a += event.has_stored();
+      }
+      b_left = b_left || seen.back() == "node-b:LEFT";
+    }
+  }
+  context.TryCancel();
+  const std::string joined = fmt::format("{}", fmt::join(seen, " "));
+  ASSERT_TRUE(b_left) << joined;
+  EXPECT_EQ(stored_on_a, 3u) << joined;
+  EXPECT_THAT(seen, ::testing::Contains("node-b:RESYNCED")) << joined;
+  EXPECT_THAT(seen, ::testing::Not(::testing::Contains("node-a:RESYNCED"))) << joined;
+}
+
 using test_support::CliResult;
 
 CliResult Cli(std::vector<std::string> args) {

@@ -79,6 +79,13 @@ grpc::Status ClusterClient::Stats(v1::ClusterStatsResponse& response) {
   return stub_->Stats(&context, v1::ClusterStatsRequest(), &response);
 }
 
+std::unique_ptr<grpc::ClientReader<v1::ClusterWatchResponse>> ClusterClient::Watch(
+    grpc::ClientContext& context) {
+  if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return stub_->WatchEvents(&context, v1::ClusterWatchRequest());
+}
+
 bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

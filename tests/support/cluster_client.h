@@ -30,6 +30,8 @@ class ClusterClient {
   grpc::Status ListInstances(v1::ListInstancesResponse& response);
   grpc::Status Forward(const v1::NodeCall& call, v1::NodeCallResponse& response);
   grpc::Status Stats(v1::ClusterStatsResponse& response);
+  // Opens the cluster's WatchEvents stream on `context` (given a 30 s deadline).
+  std::unique_ptr<grpc::ClientReader<v1::ClusterWatchResponse>> Watch(grpc::ClientContext& context);
 
  private:
   void Prepare(grpc::ClientContext& context) const;
