@@ -1,6 +1,5 @@
 #include "daemon/control_service.h"
 
-#include <charconv>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,7 +8,9 @@
 #include "control/bearer_auth.h"
 #include "control/lookup_request_decoder.h"
 #include "control/unary_reactor.h"
+#include "daemon/chunk_listing.h"
 #include "daemon/metrics.h"
+#include "daemon/tier_proto.h"
 #include "daemon/watch_events_reactor.h"
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -17,37 +18,6 @@
 
 namespace strata::daemon {
 namespace {
-
-// A WatchEvents call refused before it started.
-v1::Tier ToProto(storage::Tier tier) {
-  switch (tier) {
-    case storage::Tier::kDevice:
-      return v1::TIER_DEVICE;
-    case storage::Tier::kHost:
-      return v1::TIER_HOST;
-    case storage::Tier::kDisk:
-      return v1::TIER_DISK;
-    case storage::Tier::kRemote:
-      return v1::TIER_REMOTE;
-  }
-  return v1::TIER_UNSPECIFIED;
-}
-
-// The store's tier of `tier`; nullopt for TIER_UNSPECIFIED and unknown values.
-std::optional<storage::Tier> StoreTier(v1::Tier tier) {
-  switch (tier) {
-    case v1::TIER_DEVICE:
-      return storage::Tier::kDevice;
-    case v1::TIER_HOST:
-      return storage::Tier::kHost;
-    case v1::TIER_DISK:
-      return storage::Tier::kDisk;
-    case v1::TIER_REMOTE:
-      return storage::Tier::kRemote;
-    default:
-      return std::nullopt;
-  }
-}
 
 // `tally`'s lookups and tokens into a StatsResponse or a LookupTotals.
 template <typename Message>
@@ -99,24 +69,6 @@ absl::StatusOr<storage::PinKind> PinKindFromProto(v1::PinKind kind) {
       return absl::InvalidArgumentError(fmt::format(
           "pin kind must be PIN_KIND_HARD or PIN_KIND_SOFT, not {}", static_cast<int>(kind)));
   }
-}
-
-constexpr char kPageTokenPrefix = 'h';  // a host tier cursor
-
-std::string PageToken(uint64_t cursor) {
-  return cursor == 0 ? std::string() : fmt::format("{}{}", kPageTokenPrefix, cursor);
-}
-
-absl::StatusOr<uint64_t> ParsePageToken(const std::string& token) {
-  if (token.empty()) return 0;
-  uint64_t cursor = 0;
-  const char* end = token.data() + token.size();
-  if (token[0] == kPageTokenPrefix) {
-    auto [ptr, ec] = std::from_chars(token.data() + 1, end, cursor);
-    if (ec == std::errc() && ptr == end && cursor != 0) return cursor;
-  }
-  return absl::InvalidArgumentError(
-      fmt::format("page token '{}' was not produced by this daemon", token));
 }
 
 }  // namespace
@@ -487,6 +439,10 @@ grpc::ServerUnaryReactor* ControlService::ListChunks(grpc::CallbackServerContext
                                                      const v1::ListChunksRequest* request,
                                                      v1::ListChunksResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (NamesLowerTier(request->tier())) {  // the tier's index may be read from disk
+    return FinishFromStore(context,
+                           [this, request, response] { return DoListChunks(*request, *response); });
+  }
   return control::FinishUnary(context, DoListChunks(*request, *response));
 }
 
@@ -496,74 +452,62 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
     return absl::InvalidArgumentError(
         fmt::format("page_size {}; the limit is {}", request.page_size(), kMaxPageSize));
   }
-  absl::StatusOr<uint64_t> cursor = ParsePageToken(request.page_token());
-  if (!cursor.ok()) return cursor.status();
   if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, *options_.store); !s.ok()) {
     return s;
   }
+  const uint32_t limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
   if (NamesLowerTier(request.tier())) {
-    const std::string_view name = storage::TierName(*StoreTier(request.tier()));
+    const storage::Tier tier = *StoreTier(request.tier());
     if (request.has_tenant()) {
       return absl::FailedPreconditionError(
-          fmt::format("the {} tier does not record tenants", name));
+          fmt::format("the {} tier does not record tenants", storage::TierName(tier)));
     }
-    return absl::UnimplementedError(fmt::format(
-        "ListChunks lists the host tier; listing the {} tier is not implemented yet", name));
+    absl::StatusOr<std::optional<ChunkKey>> after = ParseLowerTierPageToken(request.page_token());
+    if (!after.ok()) return after.status();
+    absl::StatusOr<storage::LowerTier::ListPage> page = options_.store->ListBelowHost(
+        tier,
+        {.after = *after, .limit = limit, .layout_fingerprint = request.layout_fingerprint()});
+    if (!page.ok()) return page.status();
+    AppendRows(
+        page->chunks.size(),
+        [&](size_t i) {
+          const storage::LowerTier::ListedChunk& chunk = page->chunks[i];
+          return ListedRow{.key = &chunk.key,
+                           .tier = request.tier(),
+                           .size_bytes = chunk.info.payload_bytes,
+                           .num_tokens = chunk.info.num_tokens};
+        },
+        request.columnar(), response);
+    response.set_next_page_token(LowerTierPageToken(page->resume_after));
+    return absl::OkStatus();
   }
-  storage::ListChunksOptions options{
-      .cursor = *cursor,
-      .limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size()};
+  absl::StatusOr<uint64_t> cursor = ParseHostPageToken(request.page_token());
+  if (!cursor.ok()) return cursor.status();
+  storage::ListChunksOptions options{.cursor = *cursor, .limit = limit};
   if (request.layout_fingerprint() != 0) options.layout_fingerprint = request.layout_fingerprint();
   if (request.has_tenant()) options.tenant = request.tenant();
   const storage::ChunkPage page = options_.store->host().ListChunks(options);
   const MonoTime now = options_.store->host().options().clock->Now();
-  auto soft_pin_remaining_ms = [now](const storage::ChunkInfo& info) -> uint64_t {
-    if (info.soft_pin_deadline <= now) return 0;
-    return static_cast<uint64_t>(
-        std::chrono::ceil<std::chrono::milliseconds>(info.soft_pin_deadline - now).count());
-  };
-  const int size = static_cast<int>(page.chunks.size());
-  if (request.columnar()) {
-    v1::ChunkColumns& columns = *response.mutable_columns();
-    columns.mutable_algorithms()->Reserve(size);
-    columns.mutable_namespaces()->Reserve(size);
-    columns.mutable_layout_fingerprints()->Reserve(size);
-    columns.mutable_tiers()->Reserve(size);
-    columns.mutable_size_bytes()->Reserve(size);
-    columns.mutable_num_tokens()->Reserve(size);
-    columns.mutable_hard_pinned()->Reserve(size);
-    columns.mutable_soft_pin_remaining_ms()->Reserve(size);
-    columns.mutable_leases()->Reserve(size);
-    std::string& digests = *columns.mutable_digests();
-    digests.reserve(page.chunks.size() * ChunkKey::kMaxDigestBytes);
-    for (const storage::ChunkInfo& info : page.chunks) {
-      columns.add_algorithms(ToProto(info.key.algorithm()));
-      columns.add_namespaces(ToProto(info.key.key_namespace()));
-      columns.add_layout_fingerprints(info.key.layout_fingerprint());
-      digests.append(reinterpret_cast<const char*>(info.key.digest().data()),
-                     info.key.digest().size());
-      columns.add_tiers(v1::TIER_HOST);
-      columns.add_size_bytes(info.size_bytes);
-      columns.add_num_tokens(info.num_tokens);
-      columns.add_hard_pinned(info.hard_pinned);
-      columns.add_soft_pin_remaining_ms(soft_pin_remaining_ms(info));
-      columns.add_leases(info.leases);
-    }
-    response.set_next_page_token(PageToken(page.next_cursor));
-    return absl::OkStatus();
-  }
-  response.mutable_chunks()->Reserve(size);
-  for (const storage::ChunkInfo& info : page.chunks) {
-    v1::ChunkEntry* entry = response.add_chunks();
-    ToProto(info.key, entry->mutable_key());
-    entry->set_tier(v1::TIER_HOST);
-    entry->set_size_bytes(info.size_bytes);
-    entry->set_num_tokens(info.num_tokens);
-    entry->set_hard_pinned(info.hard_pinned);
-    entry->set_soft_pin_remaining_ms(soft_pin_remaining_ms(info));
-    entry->set_leases(info.leases);
-  }
-  response.set_next_page_token(PageToken(page.next_cursor));
+  AppendRows(
+      page.chunks.size(),
+      [&](size_t i) {
+        const storage::ChunkInfo& info = page.chunks[i];
+        const uint64_t soft_pin_remaining_ms =
+            info.soft_pin_deadline <= now
+                ? 0
+                : static_cast<uint64_t>(
+                      std::chrono::ceil<std::chrono::milliseconds>(info.soft_pin_deadline - now)
+                          .count());
+        return ListedRow{.key = &info.key,
+                         .tier = v1::TIER_HOST,
+                         .size_bytes = info.size_bytes,
+                         .num_tokens = info.num_tokens,
+                         .hard_pinned = info.hard_pinned,
+                         .soft_pin_remaining_ms = soft_pin_remaining_ms,
+                         .leases = info.leases};
+      },
+      request.columnar(), response);
+  response.set_next_page_token(HostPageToken(page.next_cursor));
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <future>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 #include <string_view>
 
@@ -33,8 +34,10 @@ class ControlServiceTest : public ::testing::Test {
     options.page_bytes = 4096;
     options.hard_pin_quota_bytes = 2 * 4096;
     options.clock = &clock_;
-    options.observer = &events_;
-    store_ = *storage::TieredStore::Create({.host = options, .disk = DiskOptions()});
+    options.observer = events_.observer(storage::Tier::kHost);
+    std::optional<storage::TieredDiskOptions> disk = DiskOptions();
+    if (disk.has_value()) disk->observer = events_.observer(storage::Tier::kDisk);
+    store_ = *storage::TieredStore::Create({.host = options, .disk = disk});
     tier_ = &store_->host();
     service_ =
         std::make_unique<ControlService>(ControlServiceOptions{.store = store_.get(),
@@ -1052,7 +1055,7 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_TRUE(tier_->Contains(keys[1]));
   EXPECT_FALSE(OnDisk(keys[1]));
 
-  // Pins are host-only; ListChunks does not list the disk tier yet.
+  // Pins are host-only.
   v1::PinRequest pin;
   *pin.mutable_selector() = KeySelector(keys);
   pin.set_kind(v1::PIN_KIND_SOFT);
@@ -1068,10 +1071,10 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(remote.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(remote.error_message(), "remote tier not configured");
   v1::ListChunksRequest list;
-  list.set_tier(v1::TIER_DISK);
+  list.set_tier(v1::TIER_REMOTE);
   v1::ListChunksResponse listed;
   EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, list, listed).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+            grpc::StatusCode::FAILED_PRECONDITION);
 
   // Drain writes every host chunk to disk; Clear of every tier empties both.
   v1::DrainResponse drained;
@@ -1085,6 +1088,124 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(cleared.removed_chunks(), 6u);  // three in each tier
   ASSERT_TRUE(Lookup(lookup, found).ok());
   EXPECT_EQ(found.matched_chunks(), 0u);
+}
+
+TEST_F(ControlServiceDiskTest, ListChunksPagesTheDiskTier) {
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(16 * 7, 1));
+  ASSERT_EQ(*store_->FlushToLowerTiers(), 7u);
+  const std::set<ChunkKey> stored(keys.begin(), keys.end());
+
+  // Paged three at a time, every disk chunk comes once, with its size and tokens.
+  v1::ListChunksRequest request;
+  request.set_tier(v1::TIER_DISK);
+  request.set_page_size(3);
+  std::vector<ChunkKey> listed;
+  std::vector<std::string> tokens;
+  v1::ListChunksResponse page;
+  do {
+    ASSERT_TRUE(Call(&v1::StrataControl::Stub::ListChunks, request, page).ok());
+    ASSERT_LE(page.chunks_size(), 3);
+    for (const v1::ChunkEntry& entry : page.chunks()) {
+      listed.push_back(*FromProto(entry.key()));
+      EXPECT_EQ(entry.tier(), v1::TIER_DISK);
+      EXPECT_EQ(entry.size_bytes(), 4096u);
+      EXPECT_EQ(entry.num_tokens(), 16u);
+      EXPECT_FALSE(entry.hard_pinned());
+      EXPECT_EQ(entry.leases(), 0u);
+    }
+    tokens.push_back(page.next_page_token());
+    request.set_page_token(page.next_page_token());
+  } while (!page.next_page_token().empty());
+  EXPECT_EQ(listed.size(), 7u);
+  EXPECT_EQ(std::set<ChunkKey>(listed.begin(), listed.end()), stored);
+  EXPECT_GE(tokens.size(), 3u);
+
+  // Columnar pages carry the same chunks and tokens.
+  request.set_page_token("");
+  request.set_columnar(true);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::ListChunks, request, page).ok());
+  EXPECT_EQ(page.chunks_size(), 0);
+  ASSERT_EQ(page.columns().tiers_size(), 3);
+  EXPECT_EQ(page.columns().tiers(0), v1::TIER_DISK);
+  EXPECT_EQ(page.columns().digests().size(), 3u * 16);
+  EXPECT_EQ(page.next_page_token(), tokens[0]);
+  request.set_columnar(false);
+
+  // A chunk removed between pages is not listed; the listing goes on from where it was.
+  request.set_page_token(tokens[0]);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::ListChunks, request, page).ok());
+  ASSERT_EQ(page.chunks_size(), 3);
+  const ChunkKey gone = *FromProto(page.chunks(1).key());
+  v1::ClearRequest clear;
+  *clear.mutable_selector() = KeySelector(std::vector<ChunkKey>{gone});
+  clear.set_tier(v1::TIER_DISK);
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Clear, clear, cleared).ok());
+  ASSERT_EQ(cleared.removed_chunks(), 1u);
+  v1::ListChunksRequest again;
+  again.set_tier(v1::TIER_DISK);
+  again.set_page_size(3);
+  const std::vector<ChunkKey> after_clear = ListAll(again);
+  EXPECT_EQ(after_clear.size(), 6u);
+  EXPECT_EQ(std::count(after_clear.begin(), after_clear.end(), gone), 0);
+  // An old token still resumes (after a key, whether or not it is still there).
+  request.set_page_token(tokens[0]);
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::ListChunks, request, page).ok());
+  ASSERT_EQ(page.chunks_size(), 3);
+  for (const v1::ChunkEntry& entry : page.chunks()) EXPECT_NE(*FromProto(entry.key()), gone);
+
+  // The layout filter.
+  again.set_layout_fingerprint(TestLayout().Fingerprint());
+  EXPECT_EQ(ListAll(again).size(), 6u);
+  again.set_layout_fingerprint(0x1234);
+  EXPECT_TRUE(ListAll(again).empty());
+
+  // Tokens of one kind of tier do not page the other; junk is refused.
+  for (const std::string& bad : {std::string("h5"), std::string("kzz"), std::string("k0"),
+                                 std::string("k") + std::string(64, 'f')}) {
+    request.set_page_token(bad);
+    EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, request, page).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << bad;
+  }
+  v1::ListChunksRequest host;
+  host.set_page_token(tokens[0]);
+  EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, host, page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ControlServiceDiskTest, WatchEventsTellTheDiskTiersChangesToo) {
+  EventStream stream(*stub_, 0);
+  ASSERT_TRUE(stream.Next().has_value());
+  const std::vector<ChunkKey> keys = StoreChain(Tokens(32, 1));
+  v1::MoveRequest move;
+  *move.mutable_selector() = KeySelector(std::span(keys).first(1));
+  move.set_target(v1::TIER_DISK);
+  v1::MoveResponse moved;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Move, move, moved).ok());
+  v1::ClearRequest clear;
+  *clear.mutable_selector() = KeySelector(std::span(keys).first(1));
+  clear.set_tier(v1::TIER_DISK);
+  v1::ClearResponse cleared;
+  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Clear, clear, cleared).ok());
+
+  // Stored in the host tier twice; the move: stored on disk, then removed from the host tier;
+  // the clear: removed from disk.
+  const std::vector<v1::ChunkEvent> events = stream.Events(5);
+  ASSERT_EQ(events.size(), 5u);
+  const std::pair<v1::Tier, bool> expected[] = {{v1::TIER_HOST, true},
+                                                {v1::TIER_HOST, true},
+                                                {v1::TIER_DISK, true},
+                                                {v1::TIER_HOST, false},
+                                                {v1::TIER_DISK, false}};
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].tier(), expected[i].first) << i;
+    EXPECT_EQ(events[i].has_stored(), expected[i].second) << i;
+  }
+  EXPECT_EQ(*FromProto(events[2].stored().key()), keys[0]);
+  EXPECT_EQ(events[2].stored().num_tokens(), 16u);
+  EXPECT_EQ(*FromProto(events[4].removed().key()), keys[0]);
+  EXPECT_EQ(events[4].removed().cause(), v1::ChunkEvent::REMOVAL_CAUSE_REMOVED);
 }
 
 TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {

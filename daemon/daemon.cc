@@ -52,11 +52,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
   host.tenant_quotas = daemon->tenants_.quotas();
-  host.observer = daemon->event_log_.get();
+  host.observer = daemon->event_log_->observer(storage::Tier::kHost);
   if (!config.disk.directory.empty()) {
-    store.disk = storage::TieredDiskOptions{.directory = config.disk.directory,
-                                            .capacity_bytes = config.disk.capacity_bytes,
-                                            .segment_bytes = config.disk.segment_bytes};
+    store.disk =
+        storage::TieredDiskOptions{.directory = config.disk.directory,
+                                   .capacity_bytes = config.disk.capacity_bytes,
+                                   .segment_bytes = config.disk.segment_bytes,
+                                   .observer = daemon->event_log_->observer(storage::Tier::kDisk)};
     store.movement = {.demotion_queue_bytes = config.disk.demotion_queue_bytes,
                       .write_through = config.disk.write_through,
                       .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,

@@ -90,19 +90,28 @@ void EventLog::Append(KvEvent event) {
   if (!waiters_.empty()) wake_pending_ = true;
 }
 
-void EventLog::OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
-                        std::span<const uint32_t> token_ids) {
-  Append({.type = KvEvent::Type::kStored,
-          .key = key,
-          .parent = parent,
-          .num_tokens = num_tokens,
-          .token_ids = {token_ids.begin(), token_ids.end()}});
+storage::ChunkObserver* EventLog::observer(storage::Tier tier) {
+  STRATA_CHECK_MSG(tier == storage::Tier::kHost || tier == storage::Tier::kDisk,
+                   "the event log records the host and disk tiers");
+  return tier == storage::Tier::kHost ? &host_ : &disk_;
 }
 
-void EventLog::OnRemoved(const ChunkKey& key, storage::RemovalCause cause) {
-  Append({.type = KvEvent::Type::kRemoved, .key = key, .cause = cause});
+void EventLog::TierObserver::OnStored(const ChunkKey& key, const ChunkKey& parent,
+                                      uint32_t num_tokens, std::span<const uint32_t> token_ids) {
+  log_->Append({.type = KvEvent::Type::kStored,
+                .tier = tier_,
+                .key = key,
+                .parent = parent,
+                .num_tokens = num_tokens,
+                .token_ids = {token_ids.begin(), token_ids.end()}});
 }
 
-void EventLog::OnCleared() { Append({.type = KvEvent::Type::kCleared}); }
+void EventLog::TierObserver::OnRemoved(const ChunkKey& key, storage::RemovalCause cause) {
+  log_->Append({.type = KvEvent::Type::kRemoved, .tier = tier_, .key = key, .cause = cause});
+}
+
+void EventLog::TierObserver::OnCleared() {
+  log_->Append({.type = KvEvent::Type::kCleared, .tier = tier_});
+}
 
 }  // namespace strata::daemon

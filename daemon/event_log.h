@@ -1,11 +1,14 @@
-// EventLog numbers the host tier's index changes (storage::ChunkObserver calls) as KV events
-// 1, 2, 3, ... and keeps the most recent `capacity` of them in a ring, for WatchEvents streams
-// that start or resume from a sequence number.
+// EventLog numbers the index changes of the host and disk tiers (the storage::ChunkObserver
+// calls of observer(tier)) as KV events 1, 2, 3, ..., each tagged with its tier, and keeps the
+// most recent `capacity` of them in a ring, for WatchEvents streams that start or resume from a
+// sequence number. Each tier's events are in its index order; two tiers' events interleave as
+// they happened.
 //
-// Thread-safety: every method is thread-safe. The observer calls arrive under the tier lock and
+// Thread-safety: every method is thread-safe. The observer calls arrive under a tier's lock and
 // only append to the ring; waiters are woken on the log's own notifier thread
 // ("strata-events"), never on the appending thread.
-// Lock order: the notifier's wake lock, then a waiter's own locks, then the log's lock.
+// Lock order: the notifier's wake lock, then a waiter's own locks, then the log's lock; a tier's
+// lock, then the log's lock.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
 #include "storage/host/chunk_observer.h"
+#include "storage/tiered/tier.h"
 
 namespace strata::daemon {
 
@@ -26,6 +30,7 @@ struct KvEvent {
   enum class Type : uint8_t { kStored, kRemoved, kCleared };
   uint64_t sequence = 0;
   Type type = Type::kStored;
+  storage::Tier tier = storage::Tier::kHost;
   ChunkKey key;                     // kStored, kRemoved
   ChunkKey parent;                  // kStored: the previous chunk of the chain, empty if unknown
   uint32_t num_tokens = 0;          // kStored
@@ -33,7 +38,7 @@ struct KvEvent {
   storage::RemovalCause cause = storage::RemovalCause::kRemoved;  // kRemoved
 };
 
-class EventLog final : public storage::ChunkObserver {
+class EventLog final {
  public:
   // Woken (once per registration) when an event is appended after Read registered it.
   class Waiter {
@@ -51,7 +56,9 @@ class EventLog final : public storage::ChunkObserver {
   // `capacity` >= 1 events are retained. Starts the notifier thread.
   explicit EventLog(size_t capacity);
   // Stops the notifier thread. Every waiter must be unregistered.
-  ~EventLog() override;
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
 
   // Up to `max_events` retained events with sequence >= `from`. kOutOfRange when `from` is
   // older than the oldest retained event (the ring dropped some: resynchronize with ListChunks)
@@ -65,15 +72,30 @@ class EventLog final : public storage::ChunkObserver {
   // Identifies this log (so the daemon run): its creation time in ns since the Unix epoch.
   uint64_t epoch() const { return epoch_; }
 
-  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
-                std::span<const uint32_t> token_ids) override;
-  void OnRemoved(const ChunkKey& key, storage::RemovalCause cause) override;
-  void OnCleared() override;
+  // What the tier tells of its index changes (HostTierOptions::observer,
+  // TieredDiskOptions::observer): kHost or kDisk. Valid for the log's life.
+  storage::ChunkObserver* observer(storage::Tier tier);
 
  private:
+  // Appends one tier's changes, tagged with the tier.
+  class TierObserver final : public storage::ChunkObserver {
+   public:
+    TierObserver(EventLog* log, storage::Tier tier) : log_(log), tier_(tier) {}
+    void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                  std::span<const uint32_t> token_ids) override;
+    void OnRemoved(const ChunkKey& key, storage::RemovalCause cause) override;
+    void OnCleared() override;
+
+   private:
+    EventLog* const log_;
+    const storage::Tier tier_;
+  };
+
   void Append(KvEvent event);
   void NotifyLoop();
 
+  TierObserver host_{this, storage::Tier::kHost};
+  TierObserver disk_{this, storage::Tier::kDisk};
   const size_t capacity_;
   const uint64_t epoch_;
   // Held by the notifier while it wakes waiters, and by Unregister.

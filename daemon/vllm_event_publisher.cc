@@ -145,6 +145,11 @@ void VllmEventPublisher::Run(std::stop_token) {
       continue;
     }
     next = read->next_sequence;
+    // The host tier's events only: a consumer that ignores `medium` would take a disk copy's
+    // removal for the chunk's.
+    std::erase_if(read->events,
+                  [](const KvEvent& event) { return event.tier != storage::Tier::kHost; });
+    if (read->events.empty()) continue;
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const std::string payload = EncodeVllmEventBatch(read->events, now);

@@ -1,7 +1,7 @@
-// VllmEventPublisher republishes the host tier's KV events (from an EventLog) over a ZMQ PUB
-// socket in vLLM's KV-event wire format, so routers that consume vLLM's events (llm-d, Dynamo)
-// can consume Strata's. Each message is three frames: the topic, an 8-byte big-endian batch
-// sequence number (0, 1, 2, ...), and a msgpack KVEventBatch:
+// VllmEventPublisher republishes the host tier's KV events (from an EventLog, whose disk tier
+// events it leaves out) over a ZMQ PUB socket in vLLM's KV-event wire format, so routers that
+// consume vLLM's events (llm-d, Dynamo) can consume Strata's. Each message is three frames: the
+// topic, an 8-byte big-endian batch sequence number (0, 1, 2, ...), and a msgpack KVEventBatch:
 //   [ts, [event, ...]]              ts: float seconds since the Unix epoch
 //   ["BlockStored", [hash], parent hash or nil, token_ids, block_size, lora_id (nil), medium]
 //   ["BlockRemoved", [hash], medium]

@@ -1,5 +1,6 @@
 #include "daemon/watch_events_reactor.h"
 
+#include "daemon/tier_proto.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -19,7 +20,7 @@ v1::ChunkEvent::RemovalCause ToProto(storage::RemovalCause cause) {
 
 void ToProto(const KvEvent& event, v1::ChunkEvent& proto) {
   proto.set_sequence(event.sequence);
-  proto.set_tier(v1::TIER_HOST);
+  proto.set_tier(daemon::ToProto(event.tier));
   switch (event.type) {
     case KvEvent::Type::kStored: {
       v1::ChunkEvent::Stored* stored = proto.mutable_stored();

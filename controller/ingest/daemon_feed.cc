@@ -137,9 +137,24 @@ DaemonFeed::Next DaemonFeed::Follow(Next how, bool& reached) {
 absl::Status DaemonFeed::TakeSnapshot() {
   // The kCleared first: one Ingest replaces what the index held for the instance.
   std::vector<ChunkEvent> batch = {{.kind = ChunkEventKind::kCleared}};
+  for (const v1::Tier tier : {v1::TIER_HOST, v1::TIER_DISK}) {
+    if (absl::Status s = ListTier(tier, batch); !s.ok()) return s;
+  }
+  if (absl::Status s = options_.index->Ingest(options_.instance_id, batch); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.snapshots;
+    stats_.snapshot_chunks = batch.size() - 1;
+    cleared_while_unreachable_ = false;
+  }
+  Publish(v1::InstanceEvents::RESYNCED);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonFeed::ListTier(v1::Tier tier, std::vector<ChunkEvent>& batch) {
   v1::ListChunksRequest request;
   request.set_page_size(options_.page_size);
-  request.set_tier(v1::TIER_HOST);
+  request.set_tier(tier);
   request.set_columnar(true);
   do {
     grpc::ClientContext context;
@@ -155,18 +170,15 @@ absl::Status DaemonFeed::TakeSnapshot() {
       absl::MutexLock lock(&mu_);
       call_context_ = nullptr;
     }
+    // A daemon without the tier: nothing to list (UNIMPLEMENTED: one from before disk listings).
+    if (tier != v1::TIER_HOST && (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                                  status.error_code() == grpc::StatusCode::UNIMPLEMENTED)) {
+      return absl::OkStatus();
+    }
     if (!status.ok()) return FromGrpcStatus(status);
     if (absl::Status s = AppendListedChunks(page.columns(), batch); !s.ok()) return s;
     request.set_page_token(page.next_page_token());
   } while (!request.page_token().empty());
-  if (absl::Status s = options_.index->Ingest(options_.instance_id, batch); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.snapshots;
-    stats_.snapshot_chunks = batch.size() - 1;
-    cleared_while_unreachable_ = false;
-  }
-  Publish(v1::InstanceEvents::RESYNCED);
   return absl::OkStatus();
 }
 
@@ -180,6 +192,7 @@ bool DaemonFeed::Apply(const v1::WatchEventsResponse& response) {
   std::vector<ChunkEvent> batch;
   batch.reserve(static_cast<size_t>(response.events_size()));
   uint64_t malformed = 0;
+  bool cleared = false;
   for (const v1::ChunkEvent& event : response.events()) {
     if (event.sequence() != next) {
       spdlog::warn("controller: instance '{}' sent event {} where {} was due; taking a snapshot",
@@ -189,6 +202,7 @@ bool DaemonFeed::Apply(const v1::WatchEventsResponse& response) {
     ++next;
     absl::StatusOr<ChunkEvent> converted = FromProto(event);
     if (converted.ok()) {
+      cleared |= converted->kind == ChunkEventKind::kCleared;
       batch.push_back(*converted);
     } else {
       ++malformed;
@@ -208,7 +222,11 @@ bool DaemonFeed::Apply(const v1::WatchEventsResponse& response) {
     stats_.malformed_events += malformed;
   }
   if (response.events_size() > 0) Publish(v1::InstanceEvents::EVENTS, &response.events());
-  return true;
+  if (cleared) {
+    spdlog::info("controller: instance '{}' cleared a tier; taking a snapshot of the others",
+                 options_.instance_id);
+  }
+  return !cleared;
 }
 
 void DaemonFeed::ClearWhileUnreachable() {

@@ -3,8 +3,9 @@
 // thread:
 //   1. opens WatchEvents from the next event (from_sequence 0), which says where the stream
 //      stands;
-//   2. takes a snapshot: the host tier's chunks, listed page by page (columnar ListChunks), go
-//      into the index in one Ingest, behind a kCleared that drops what the index held for the
+//   2. takes a snapshot: the host and disk tiers' chunks, listed page by page (columnar
+//      ListChunks; a daemon without a disk tier lists the host tier alone), go into the index
+//      in one Ingest, behind a kCleared that drops what the index held for the
 //      instance (so a lookup sees the old view or the new one, never a mix);
 //   3. applies the stream's events, one Ingest per response, checking that their sequence
 //      numbers follow on without a gap.
@@ -12,15 +13,14 @@
 // the pages were read ends as the daemon has it (storing and removing are idempotent in the
 // index). When the stream breaks it resumes from the next sequence number; a new epoch (the
 // daemon restarted), OUT_OF_RANGE (its event ring overflowed) or a gap in the sequence numbers
-// takes a fresh snapshot instead, for this instance alone. A daemon unreachable for
+// takes a fresh snapshot instead, for this instance alone. So does a Cleared event, once
+// applied: the daemon cleared one tier, the index clears the instance (ChunkEventKind::kCleared),
+// and the snapshot brings back the tiers that kept their chunks. A daemon unreachable for
 // `unreachable_timeout` has its chunks cleared from the index until it answers again.
 //
 // What the feed applies it also publishes to `events` (when given), one batch per applied
 // response (EVENTS), snapshot (RESYNCED), unreachable clear (CLEARED) and, from the destructor,
 // the instance's departure (LEFT).
-//
-// Known gap: the disk tier is not listed by ListChunks yet (UNIMPLEMENTED), so a snapshot holds
-// the host tier's chunks; disk chunks enter the index through the events that follow.
 //
 // Threading: Start spawns the feed's thread; stats() may be called from any thread; the
 // destructor cancels the stream, joins the thread and drops the instance from the index. The
@@ -97,10 +97,14 @@ class DaemonFeed {
   // (kSnapshot), then followed until it breaks. Returns how to go on, and whether the daemon
   // answered at all.
   Next Follow(Next how, bool& reached);
-  // Reads the host tier's chunks into the index (behind a kCleared).
+  // Reads the host and disk tiers' chunks into the index (behind a kCleared).
   absl::Status TakeSnapshot();
+  // Appends the chunks of `tier` (columnar ListChunks pages) to `batch`; OK with none for a
+  // tier below the host tier that the daemon lacks.
+  absl::Status ListTier(v1::Tier tier, std::vector<ChunkEvent>& batch);
   // Applies the events of one response; false (nothing applied) when they do not follow on
-  // from next_sequence or come from another epoch.
+  // from next_sequence or come from another epoch, and false after applying them when one was
+  // a Cleared (a snapshot is due).
   bool Apply(const v1::WatchEventsResponse& response);
   // Clears the instance's chunks from the index, once per spell of unreachability.
   void ClearWhileUnreachable();

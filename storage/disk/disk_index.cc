@@ -160,6 +160,29 @@ absl::StatusOr<DiskIndex::ScanCounts> DiskIndex::ForEach(
   return counts;
 }
 
+absl::StatusOr<bool> DiskIndex::ForEachAfter(
+    const std::optional<ChunkKey>& after, size_t limit,
+    absl::FunctionRef<void(const ChunkKey&, const IndexEntry&)> fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string start = after.has_value() ? EntryKey(*after) : std::string(1, kEntryPrefix);
+  it->Seek(start);
+  if (after.has_value() && it->Valid() && it->key() == rocksdb::Slice(start)) it->Next();
+  size_t visited = 0;
+  for (; it->Valid() && it->key()[0] == kEntryPrefix && visited < limit; it->Next()) {
+    const rocksdb::Slice raw_key = it->key();
+    const rocksdb::Slice raw_value = it->value();
+    auto key = DecodeKey(std::string_view(raw_key.data() + 1, raw_key.size() - 1));
+    IndexEntry entry;
+    if (!key.ok() || !DecodeEntry(std::string_view(raw_value.data(), raw_value.size()), entry)) {
+      continue;
+    }
+    ++visited;
+    fn(*key, entry);
+  }
+  if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
+  return it->Valid() && it->key()[0] == kEntryPrefix;
+}
+
 absl::Status DiskIndex::Sync() { return FromRocks(db_->SyncWAL(), "sync"); }
 
 uint64_t DiskIndex::FileBytes() const {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -83,6 +84,14 @@ class DiskIndex {
   };
   absl::StatusOr<ScanCounts> ForEach(
       absl::FunctionRef<void(const ChunkKey&, const IndexEntry&)> fn);
+
+  // Calls `fn` for at most `limit` entries in key order (EncodeKey's bytes), from the first one
+  // after `after` (from the first entry when nullopt). Entries that cannot be decoded are skipped
+  // (ForEach deletes them). Returns whether entries remain past the last one visited. A
+  // consistent view of the index as of the call.
+  absl::StatusOr<bool> ForEachAfter(
+      const std::optional<ChunkKey>& after, size_t limit,
+      absl::FunctionRef<void(const ChunkKey&, const IndexEntry&)> fn) const;
 
   // Makes every write so far durable (fsyncs the WAL).
   absl::Status Sync();

@@ -280,15 +280,18 @@ void DiskTier::CommitGroupLocked(std::span<PendingRecord* const> group,
   }
 }
 
-std::optional<DiskChunkInfo> DiskTier::Lookup(const ChunkKey& key) const {
-  absl::MutexLock lock(&mu_);
-  auto it = chunks_.find(key);
-  if (it == chunks_.end()) return std::nullopt;
-  const IndexEntry& entry = it->second.entry;
+DiskChunkInfo DiskTier::InfoOf(const IndexEntry& entry) {
   return DiskChunkInfo{.payload_bytes = entry.payload_bytes,
                        .payload_checksum = entry.payload_checksum,
                        .layout_fingerprint = entry.layout_fingerprint,
                        .num_tokens = entry.num_tokens};
+}
+
+std::optional<DiskChunkInfo> DiskTier::Lookup(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = chunks_.find(key);
+  if (it == chunks_.end()) return std::nullopt;
+  return InfoOf(it->second.entry);
 }
 
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> destination) {
@@ -375,7 +378,7 @@ std::vector<absl::Status> DiskTier::ReadBatch(std::span<const ChunkKey> keys,
       ++stats_.dropped_records;
       // The chunk is gone from memory either way; an index error leaves a dead entry that the
       // next read after a restart drops again.
-      DropLocked(key, /*popped=*/false).IgnoreError();
+      DropLocked(key, /*popped=*/false, RemovalCause::kCorrupt).IgnoreError();
     }
     statuses[found[f]] =
         absl::DataLossError(fmt::format("disk tier: read {} segment {} offset {}: {}",
@@ -387,7 +390,7 @@ std::vector<absl::Status> DiskTier::ReadBatch(std::span<const ChunkKey> keys,
 absl::StatusOr<bool> DiskTier::Remove(const ChunkKey& key) {
   absl::MutexLock lock(&mu_);
   if (!chunks_.contains(key)) return false;
-  STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false));
+  STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kRemoved));
   return true;
 }
 
@@ -400,7 +403,7 @@ absl::StatusOr<DiskTier::RemovedChunks> DiskTier::RemoveIf(
   }
   RemovedChunks removed;
   for (const auto& [key, bytes] : doomed) {
-    STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false));
+    STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kRemoved));
     ++removed.chunks;
     removed.payload_bytes += bytes;
   }
@@ -450,7 +453,8 @@ absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes
           stats_.live_bytes, pending_bytes_, limit));
     }
     ++stats_.evictions;
-    STRATA_RETURN_IF_ERROR(DropLocked(by_policy_id_.at(*victim), /*popped=*/true));
+    STRATA_RETURN_IF_ERROR(
+        DropLocked(by_policy_id_.at(*victim), /*popped=*/true, RemovalCause::kEvicted));
   }
   // Then the files: dead records take space until their segment is deleted.
   while (stats_.disk_bytes + record_bytes > limit) {
@@ -485,7 +489,8 @@ absl::StatusOr<std::optional<uint64_t>> DiskTier::MakeRoom(uint64_t record_bytes
       const std::optional<ChunkId> victim = policy_->PopVictim();
       if (victim.has_value()) {
         ++stats_.evictions;
-        STRATA_RETURN_IF_ERROR(DropLocked(by_policy_id_.at(*victim), /*popped=*/true));
+        STRATA_RETURN_IF_ERROR(
+            DropLocked(by_policy_id_.at(*victim), /*popped=*/true, RemovalCause::kEvicted));
         continue;
       }
     }
@@ -506,7 +511,7 @@ absl::Status DiskTier::EvictSegmentLocked(uint64_t segment_id) {
   }
   for (const ChunkKey& key : residents) {
     ++stats_.evictions;
-    STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false));
+    STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kEvicted));
   }
   RetireLocked(segment_id);
   return absl::OkStatus();
@@ -567,9 +572,10 @@ void DiskTier::InsertLocked(const ChunkKey& key, const IndexEntry& entry) {
   stats_.live_bytes += record_bytes;
   stats_.payload_bytes += entry.payload_bytes;
   ++stats_.chunks;
+  if (options_.observer != nullptr) options_.observer->OnStored(key, {}, entry.num_tokens, {});
 }
 
-absl::Status DiskTier::DropLocked(ChunkKey key, bool popped) {
+absl::Status DiskTier::DropLocked(ChunkKey key, bool popped, RemovalCause cause) {
   auto it = chunks_.find(key);
   STRATA_CHECK(it != chunks_.end());
   const IndexEntry entry = it->second.entry;
@@ -581,6 +587,7 @@ absl::Status DiskTier::DropLocked(ChunkKey key, bool popped) {
   if (!popped) policy_->OnRemove(it->second.policy_id);
   by_policy_id_.erase(it->second.policy_id);
   chunks_.erase(it);
+  if (options_.observer != nullptr) options_.observer->OnRemoved(key, cause);
   return index_->Delete(key);
 }
 

@@ -70,6 +70,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -83,6 +84,7 @@
 #include "storage/disk/disk_index.h"
 #include "storage/disk/record_io.h"
 #include "storage/disk/segment_file.h"
+#include "storage/host/chunk_observer.h"
 #include "storage/io/io_engine.h"
 #include "storage/io/io_engine_pool.h"
 #include "storage/policy/eviction_policy.h"
@@ -107,6 +109,11 @@ struct DiskTierOptions {
   uint32_t max_io_bytes = 2u << 20;
   // fsync RocksDB's WAL on every index write (DiskIndex).
   bool sync_index_writes = false;
+  // Told about every chunk that becomes visible (Put, with no parent or tokens) or leaves the
+  // index (Remove and RemoveIf: kRemoved, one call per chunk, never OnCleared; eviction:
+  // kEvicted; a failed checksum or read: kCorrupt), under the tier's lock. Chunks found at Open
+  // and records moved by compaction are not reported. Nullable; not owned; must outlive the tier.
+  ChunkObserver* observer = nullptr;
 };
 
 // One chunk for DiskTier::PutBatch; Put's arguments. The payload's memory is the caller's.
@@ -124,6 +131,23 @@ struct DiskChunkInfo {
   uint64_t payload_checksum = 0;
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
+
+  friend bool operator==(const DiskChunkInfo&, const DiskChunkInfo&) = default;
+};
+
+// Which chunks DiskTier::List reports, and from where.
+struct DiskListOptions {
+  // Resume after this key (a DiskChunkPage's resume_after); nullopt: from the first chunk.
+  std::optional<ChunkKey> after;
+  // Index entries examined: a page holds at most this many chunks (fewer when some are filtered
+  // out or were removed meanwhile). At least 1.
+  uint32_t limit = 100;
+  uint64_t layout_fingerprint = 0;  // 0: every layout
+};
+
+struct DiskChunkPage {
+  std::vector<std::pair<ChunkKey, DiskChunkInfo>> chunks;  // in key order
+  std::optional<ChunkKey> resume_after;                    // nullopt: the listing is complete
 };
 
 struct DiskTierStats {
@@ -189,6 +213,12 @@ class DiskTier {
   std::optional<DiskChunkInfo> Lookup(const ChunkKey& key) const;
   bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
 
+  // One page of the chunks on disk, in the index's key order: paging from nullopt until
+  // resume_after is nullopt visits every chunk present throughout once; chunks stored or removed
+  // meanwhile may or may not appear. Each chunk listed was visible to Lookup when its page was
+  // made. kInvalidArgument for a zero limit; the index's errors.
+  absl::StatusOr<DiskChunkPage> List(const DiskListOptions& options) const;
+
   // Reads the chunk's payload into `destination` (the parts' sizes must add up to its
   // payload_bytes, else kInvalidArgument) and verifies its checksum. Parts that start on a 4 KiB
   // boundary, all but the last a multiple of 4 KiB long (shared-arena pages), are filled by the
@@ -235,6 +265,9 @@ class DiskTier {
   std::string engine_name() const;
 
  private:
+  // What Lookup and List report of an indexed chunk.
+  static DiskChunkInfo InfoOf(const IndexEntry& entry);
+
   struct Chunk {
     IndexEntry entry;
     ChunkId policy_id = kNoChunk;
@@ -314,7 +347,8 @@ class DiskTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a resident chunk from memory, policy (unless `popped`) and index. `key` is a copy:
   // callers may pass a reference into the maps it erases from.
-  absl::Status DropLocked(ChunkKey key, bool popped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DropLocked(ChunkKey key, bool popped, RemovalCause cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes a sealed segment with no live and no pending record.
   void RetireLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the live records of one segment forward (disk_tier_compaction.cc).

@@ -79,7 +79,7 @@ absl::StatusOr<bool> DiskTier::MoveRecords(uint64_t segment_id, const SegmentFil
       if (!intact) {
         ++(read_status.ok() ? stats_.checksum_failures : stats_.io_errors);
         ++stats_.dropped_records;
-        STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false));
+        STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kCorrupt));
         continue;
       }
       // Compaction may use the whole capacity (Puts leave it a segment's worth).

@@ -1,8 +1,10 @@
 #include "storage/disk/disk_tier.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@ using testing::kTestFingerprint;
 using testing::PayloadOf;
 using testing::PutChunk;
 using testing::ReadChunk;
+using testing::SyntheticKey;
 
 TEST_P(DiskTierTest, PutLookupReadRemove) {
   auto tier = OpenTier();
@@ -59,6 +62,131 @@ TEST_P(DiskTierTest, PutLookupReadRemove) {
   EXPECT_EQ(stats.reads, 5u + 1);
   EXPECT_EQ(stats.io_errors + stats.checksum_failures, 0u);
   EXPECT_EQ(stats.staged_reads, 1u);  // the unaligned destination; the others were in place
+}
+
+// Every page of a listing from the start, until it says it is complete.
+std::vector<std::pair<ChunkKey, DiskChunkInfo>> ListAll(const DiskTier& tier, uint32_t limit,
+                                                        uint64_t layout_fingerprint = 0) {
+  std::vector<std::pair<ChunkKey, DiskChunkInfo>> all;
+  DiskListOptions options{.limit = limit, .layout_fingerprint = layout_fingerprint};
+  for (int pages = 0; pages < 1000; ++pages) {
+    absl::StatusOr<DiskChunkPage> page = tier.List(options);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) break;
+    EXPECT_LE(page->chunks.size(), limit);
+    all.insert(all.end(), page->chunks.begin(), page->chunks.end());
+    if (!page->resume_after.has_value()) break;
+    options.after = page->resume_after;
+  }
+  return all;
+}
+
+TEST_P(DiskTierTest, ListPagesThroughEveryChunkInKeyOrderAcrossARestart) {
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  for (uint64_t id = 0; id < 10; ++id) ASSERT_TRUE(PutChunk(**tier, id, 100 + id).ok());
+  const ChunkKey other = SyntheticKey(0xABCD, 77);
+  const std::vector<std::byte> payload = PayloadOf(77, 64);
+  ASSERT_TRUE((*tier)->Put(other, 0xABCD, payload, ChecksumBytes(payload), 5).ok());
+
+  for (const uint32_t limit : {1u, 3u, 11u, 100u}) {
+    const auto all = ListAll(**tier, limit);
+    ASSERT_EQ(all.size(), 11u) << limit;
+    EXPECT_TRUE(std::is_sorted(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return EncodeKey(a.first) < EncodeKey(b.first);
+    }));
+    for (const auto& [key, info] : all) EXPECT_EQ((*tier)->Lookup(key), info);
+  }
+  const auto others = ListAll(**tier, 4, 0xABCD);
+  ASSERT_EQ(others.size(), 1u);
+  EXPECT_EQ(others[0].first, other);
+  EXPECT_EQ(others[0].second.num_tokens, 5u);
+  EXPECT_EQ(ListAll(**tier, 4, 0x9999).size(), 0u);
+  EXPECT_EQ((*tier)->List({.limit = 0}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // A page resumes after its last key even when that chunk is gone.
+  absl::StatusOr<DiskChunkPage> first = (*tier)->List({.limit = 4});
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->resume_after.has_value());
+  ASSERT_TRUE((*tier)->Remove(*first->resume_after).value());
+  absl::StatusOr<DiskChunkPage> rest = (*tier)->List({.after = first->resume_after, .limit = 100});
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->chunks.size(), 7u);
+  EXPECT_FALSE(rest->resume_after.has_value());
+
+  // The index the listing reads survives a restart.
+  tier->reset();
+  tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ(ListAll(**tier, 2).size(), 10u);
+}
+
+// Applies the observer's calls to a set of keys, counting removals by cause.
+class MirroringObserver final : public ChunkObserver {
+ public:
+  void OnStored(const ChunkKey& key, const ChunkKey& parent, uint32_t num_tokens,
+                std::span<const uint32_t> token_ids) override {
+    EXPECT_TRUE(parent.empty());
+    EXPECT_TRUE(token_ids.empty());
+    EXPECT_EQ(num_tokens, KeyId(key) % 1000);
+    EXPECT_TRUE(keys.insert(key).second) << "stored twice";
+  }
+  void OnRemoved(const ChunkKey& key, RemovalCause cause) override {
+    EXPECT_EQ(keys.erase(key), 1u) << "removed while absent";
+    ++removed[static_cast<size_t>(cause)];
+  }
+  void OnCleared() override { ADD_FAILURE() << "the disk tier reports removals one by one"; }
+
+  static uint64_t KeyId(const ChunkKey& key) {
+    for (uint64_t id = 0; id < 200; ++id) {
+      if (KeyOf(id) == key) return id;
+    }
+    return 999;
+  }
+
+  std::set<ChunkKey> keys;
+  std::array<uint64_t, 3> removed{};  // by RemovalCause
+};
+
+TEST_P(DiskTierTest, TheObserverSeesEveryChangeOfTheIndexAndNothingElse) {
+  MirroringObserver observer;
+  options_.capacity_bytes = 4 << 20;
+  options_.observer = &observer;
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  constexpr uint64_t kSize = 100000;
+  for (uint64_t id = 0; id < 60; ++id) {
+    ASSERT_TRUE(PutChunk(**tier, id, kSize).ok()) << id;
+    ASSERT_TRUE(ReadChunk(**tier, 0, kSize).ok()) << id;  // kept hot: compacted, not evicted
+  }
+  ASSERT_TRUE(PutChunk(**tier, 59, kSize).ok());  // already there: no event
+  DiskTierStats stats = (*tier)->stats();
+  ASSERT_GT(stats.evictions, 0u);
+  ASSERT_GT(stats.compacted_segments, 0u);
+  EXPECT_EQ(observer.removed[static_cast<size_t>(RemovalCause::kEvicted)], stats.evictions);
+
+  plan_->FlipNextReads(1);
+  EXPECT_EQ(ReadChunk(**tier, 59, kSize).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(observer.removed[static_cast<size_t>(RemovalCause::kCorrupt)], 1u);
+  ASSERT_TRUE((*tier)->Remove(KeyOf(0)).value());
+  ASSERT_TRUE(
+      (*tier)
+          ->RemoveIf([](const ChunkKey& key) { return MirroringObserver::KeyId(key) % 2 == 1; })
+          .ok());
+  EXPECT_GT(observer.removed[static_cast<size_t>(RemovalCause::kRemoved)], 1u);
+
+  std::set<ChunkKey> listed;
+  for (const auto& [key, info] : ListAll(**tier, 16)) listed.insert(key);
+  EXPECT_EQ(observer.keys, listed);
+  EXPECT_EQ(observer.keys.size(), (*tier)->stats().chunks);
+
+  // Opening finds the chunks without telling anyone.
+  tier->reset();
+  const std::set<ChunkKey> before = observer.keys;
+  tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ(observer.keys, before);
+  EXPECT_EQ((*tier)->stats().chunks, before.size());
 }
 
 TEST_P(DiskTierTest, WritesAndReadsPayloadsInSeveralParts) {

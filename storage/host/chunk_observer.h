@@ -1,7 +1,8 @@
-// ChunkObserver is told when chunks enter and leave the host tier's index, in index order: the
-// daemon turns these calls into KV events (ChunkStored / ChunkRemoved / Cleared).
+// ChunkObserver is told when chunks enter and leave a tier's index, in index order: the daemon
+// turns these calls into KV events (ChunkStored / ChunkRemoved / Cleared). The host tier and the
+// disk tier (DiskTierOptions::observer) tell one each.
 //
-// Threading: calls run on the thread that changed the index, with the tier lock held, so they
+// Threading: calls run on the thread that changed the index, with the tier's lock held, so they
 // arrive in the order the index changed. An implementation must be quick, must not block and
 // must not call the tier. Keys are valid only during the call.
 #pragma once

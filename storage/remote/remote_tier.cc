@@ -126,6 +126,11 @@ std::optional<LowerTier::ChunkInfo> RemoteTier::Lookup(const ChunkKey& key) cons
                    .num_tokens = it->second.chunk.num_tokens};
 }
 
+absl::StatusOr<LowerTier::ListPage> RemoteTier::List(const ListOptions&) const {
+  return absl::FailedPreconditionError(
+      "remote tier: its chunks are its peers'; list them on each peer (ListChunks there)");
+}
+
 std::vector<absl::Status> RemoteTier::PutBatch(std::span<const Put> puts) {
   return std::vector<absl::Status>(
       puts.size(), absl::FailedPreconditionError("remote tier: chunks are not demoted to peers"));

@@ -79,6 +79,8 @@ class RemoteTier final : public LowerTier {
   void Discover(std::vector<ChunkKey> chain, std::chrono::microseconds budget,
                 DiscoverDone done) override;
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
+  // kFailedPrecondition: the chunks this tier reads are its peers'; list them on each peer.
+  absl::StatusOr<ListPage> List(const ListOptions& options) const override;
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override;
   std::vector<absl::Status> ReadBatch(std::span<const ChunkKey> keys,
                                       std::span<const MutableParts> destinations) override;

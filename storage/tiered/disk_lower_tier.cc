@@ -2,12 +2,32 @@
 
 namespace strata::storage {
 
+namespace {
+
+LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
+  return {.payload_bytes = info.payload_bytes,
+          .payload_checksum = info.payload_checksum,
+          .num_tokens = info.num_tokens};
+}
+
+}  // namespace
+
 std::optional<LowerTier::ChunkInfo> DiskLowerTier::Lookup(const ChunkKey& key) const {
   const std::optional<DiskChunkInfo> info = disk_->Lookup(key);
   if (!info.has_value()) return std::nullopt;
-  return ChunkInfo{.payload_bytes = info->payload_bytes,
-                   .payload_checksum = info->payload_checksum,
-                   .num_tokens = info->num_tokens};
+  return FromDisk(*info);
+}
+
+absl::StatusOr<LowerTier::ListPage> DiskLowerTier::List(const ListOptions& options) const {
+  absl::StatusOr<DiskChunkPage> page =
+      disk_->List({.after = options.after,
+                   .limit = options.limit,
+                   .layout_fingerprint = options.layout_fingerprint});
+  if (!page.ok()) return page.status();
+  ListPage listed{.resume_after = page->resume_after};
+  listed.chunks.reserve(page->chunks.size());
+  for (const auto& [key, info] : page->chunks) listed.chunks.push_back({key, FromDisk(info)});
+  return listed;
 }
 
 std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {

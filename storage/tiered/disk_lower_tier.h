@@ -14,6 +14,7 @@ class DiskLowerTier final : public LowerTier {
 
   Tier tier() const override { return Tier::kDisk; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
+  absl::StatusOr<ListPage> List(const ListOptions& options) const override;
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override;
   std::vector<absl::Status> ReadBatch(std::span<const ChunkKey> keys,
                                       std::span<const MutableParts> destinations) override;

@@ -59,6 +59,23 @@ class LowerTier {
     uint32_t num_tokens = 0;
   };
 
+  // Which chunks List reports, and from where.
+  struct ListOptions {
+    // Resume after this key (a ListPage's resume_after); nullopt: from the first chunk.
+    std::optional<ChunkKey> after;
+    // Chunks examined: a page holds at most this many (fewer when some are filtered out). >= 1.
+    uint32_t limit = 100;
+    uint64_t layout_fingerprint = 0;  // 0: every layout
+  };
+  struct ListedChunk {
+    ChunkKey key;
+    ChunkInfo info;
+  };
+  struct ListPage {
+    std::vector<ListedChunk> chunks;       // in the tier's key order
+    std::optional<ChunkKey> resume_after;  // nullopt: the listing is complete
+  };
+
   virtual ~LowerTier() = default;
 
   // Which tier this is (its name in stats, metrics and the control API).
@@ -67,6 +84,12 @@ class LowerTier {
   // The chunk when the tier holds it; in memory only.
   virtual std::optional<ChunkInfo> Lookup(const ChunkKey& key) const = 0;
   bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+
+  // One page of the chunks the tier holds, in an order of keys the tier fixes: paging from
+  // nullopt until resume_after is nullopt visits every chunk held throughout once; chunks stored
+  // or removed meanwhile may or may not appear. kFailedPrecondition for a tier that holds no list
+  // of its own (the remote tier: its chunks are its peers'); kInvalidArgument for a zero limit.
+  virtual absl::StatusOr<ListPage> List(const ListOptions& options) const = 0;
 
   // Stores each chunk; one status per put, in order (kResourceExhausted: no room).
   virtual std::vector<absl::Status> PutBatch(std::span<const Put> puts) = 0;

@@ -66,7 +66,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
     absl::StatusOr<std::unique_ptr<DiskTier>> tier =
         DiskTier::Open({.directory = disk.directory,
                         .capacity_bytes = disk.capacity_bytes,
-                        .segment_bytes = disk.segment_bytes});
+                        .segment_bytes = disk.segment_bytes,
+                        .observer = disk.observer});
     if (!tier.ok()) return Annotate(tier.status(), "disk tier");
     store->disk_tier_ = *std::move(tier);
     store->owned_lower_.push_back(std::make_unique<DiskLowerTier>(store->disk_tier_.get()));
@@ -438,6 +439,18 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
     return removed.status();
   }
   return MoveOutcome::kMoved;
+}
+
+absl::StatusOr<LowerTier::ListPage> TieredStore::ListBelowHost(
+    Tier tier, const LowerTier::ListOptions& options) const {
+  if (tier == Tier::kHost) {
+    return absl::InvalidArgumentError("the host tier lists through HostTier::ListChunks");
+  }
+  const LowerTier* below = FindTier(tier);
+  if (below == nullptr) {
+    return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(tier)));
+  }
+  return below->List(options);
 }
 
 absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,

@@ -69,6 +69,9 @@ struct TieredDiskOptions {
   std::string directory;
   uint64_t capacity_bytes = 0;
   uint64_t segment_bytes = 256ull << 20;
+  // Told about the disk tier's index changes (DiskTierOptions::observer); nullable; not owned;
+  // must outlive the store.
+  ChunkObserver* observer = nullptr;
 };
 
 // How chunks move between the host tier and the tiers below it.
@@ -213,6 +216,11 @@ class TieredStore {
   // Blocks on I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
   absl::StatusOr<MoveResult> Move(std::span<const ChunkKey> keys, Tier target,
                                   const KvLayout* layout);
+  // One page of the chunks `tier` (a tier below the host tier; the host tier lists through
+  // host().ListChunks) holds: LowerTier::List. kFailedPrecondition for a tier the store lacks;
+  // kInvalidArgument for the host tier; the tier's errors. May block on the tier's index I/O.
+  absl::StatusOr<LowerTier::ListPage> ListBelowHost(Tier tier,
+                                                    const LowerTier::ListOptions& options) const;
   // Removes the selected chunks from `tier` (every tier when empty); demotions queued before the
   // call are written first, so a chunk evicted just before is cleared with the rest. Blocks on
   // disk I/O.

@@ -1,8 +1,9 @@
 // The controller's feed of a daemon's chunks into the cluster index (controller/ingest), against
 // real stratad processes: a snapshot of what a daemon held before the feed started, its events
-// after, a Clear, two daemons holding different prefixes of one chain, a killed daemon whose
-// chunks leave the index after the unreachable timeout, a restarted one (a new epoch: a fresh
-// snapshot, nothing stale), and a gap in the events while the feed was cut off (a fresh snapshot).
+// after, a Clear, a daemon's disk tier, two daemons holding different prefixes of one chain, a
+// killed daemon whose chunks leave the index after the unreachable timeout, a restarted one (a
+// new epoch: a fresh snapshot, nothing stale), and a gap in the events while the feed was cut off
+// (a fresh snapshot).
 #include <stdlib.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "controller/index/cluster_index.h"
 #include "controller/ingest/daemon_feed.h"
 #include "core/key_hasher.h"
+#include "fmt/format.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -114,12 +116,76 @@ TEST_F(ControllerFeedTest, ASnapshotThenTheEventsThatFollow) {
   ASSERT_TRUE(node.daemon->control().Clear(&context, clear, &cleared).ok());
   ASSERT_TRUE(Eventually([&] { return HeldPrefix(*index_, chain, "node-a") == 0; }));
   EXPECT_EQ(feed->stats().malformed_events, 0u);
-  EXPECT_EQ(feed->stats().snapshots, 1u) << "no gap, no second snapshot";
+  // The Cleared is followed by a snapshot of the tiers it did not clear (none here).
+  ASSERT_TRUE(Eventually([&] { return feed->stats().snapshots == 2; }));
+  EXPECT_EQ(feed->stats().snapshot_chunks, 0u);
 
   // The feed's end takes the instance out of the index.
   feed.reset();
   ASSERT_TRUE(node.engine->Store({chain.begin(), chain.begin() + 1}, 64, 3).ok());
   EXPECT_EQ(index_->stats().instances, 0u);
+}
+
+// A daemon with a disk tier: the snapshot lists both tiers, chunks moved to disk later arrive by
+// its events under the disk tier, and a Clear of the host tier alone leaves the disk's chunks in
+// the index (the snapshot after the Cleared brings them back).
+TEST_F(ControllerFeedTest, TheDiskTierIsSnapshottedAndFollowed) {
+  char dir[] = "/tmp/strata-feed-disk-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  Node node = StartNode(
+      {.extra_toml = fmt::format("[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\n"
+                                 "segment_bytes = \"1MiB\"\n",
+                                 dir)});
+  const std::vector<ChunkKey> chain = Chain(6);
+  auto move_to_disk = [&](std::span<const ChunkKey> keys) {
+    v1::MoveRequest move;
+    for (const ChunkKey& key : keys) ToProto(key, move.mutable_selector()->add_keys());
+    move.set_target(v1::TIER_DISK);
+    v1::MoveResponse moved;
+    grpc::ClientContext context;
+    const grpc::Status status = node.daemon->control().Move(&context, move, &moved);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(moved.moved_chunks(), keys.size());
+  };
+  auto per_tier = [&](Tier tier) -> uint32_t {
+    const std::vector<InstanceChainHit> hits = index_->LookupChain(chain);
+    return hits.empty() ? 0 : hits[0].chunks_per_tier[static_cast<size_t>(tier)];
+  };
+  // Before the feed: chunks 0 and 1 on disk, 2 in the host tier.
+  ASSERT_TRUE(node.engine->Store({chain.begin(), chain.begin() + 3}, 64, 1).ok());
+  move_to_disk({chain.begin(), chain.begin() + 2});
+
+  std::unique_ptr<DaemonFeed> feed = Feed("node-d", node.daemon->control_target());
+  ASSERT_NE(feed, nullptr);
+  ASSERT_TRUE(Eventually([&] { return feed->stats().following; }));
+  EXPECT_EQ(feed->stats().snapshot_chunks, 3u);
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-d"), 3u);
+  EXPECT_EQ(per_tier(Tier::kDisk), 2u);
+  EXPECT_EQ(per_tier(Tier::kHost), 1u);
+
+  // After: chunks 3..5 stored, chunk 3 moved to disk, through the events.
+  ASSERT_TRUE(node.engine->Store({chain.begin() + 3, chain.end()}, 64, 2).ok());
+  move_to_disk({chain.begin() + 3, chain.begin() + 4});
+  ASSERT_TRUE(Eventually([&] { return per_tier(Tier::kDisk) == 3; }));
+  EXPECT_EQ(HeldPrefix(*index_, chain, "node-d"), 6u);
+  EXPECT_EQ(per_tier(Tier::kHost), 3u);
+
+  // Clear the host tier alone: chunks 0, 1 and 3 stay on disk, so the held prefix is 0..1.
+  v1::ClearRequest clear;
+  clear.set_all(true);
+  clear.set_tier(v1::TIER_HOST);
+  v1::ClearResponse cleared;
+  grpc::ClientContext context;
+  ASSERT_TRUE(node.daemon->control().Clear(&context, clear, &cleared).ok());
+  ASSERT_TRUE(Eventually(
+      [&] { return feed->stats().snapshots == 2 && HeldPrefix(*index_, chain, "node-d") == 2; }));
+  EXPECT_EQ(feed->stats().snapshot_chunks, 3u);
+  EXPECT_EQ(per_tier(Tier::kDisk), 2u);
+  EXPECT_EQ(per_tier(Tier::kHost), 0u);
+  EXPECT_EQ(feed->stats().malformed_events, 0u);
+  feed.reset();
+  node.daemon->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ControllerFeedTest, TwoDaemonsHoldingDifferentPrefixes) {

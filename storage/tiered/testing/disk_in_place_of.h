@@ -26,6 +26,9 @@ class DiskInPlaceOf final : public LowerTier {
 
   Tier tier() const override { return as_; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override { return below_.Lookup(key); }
+  absl::StatusOr<ListPage> List(const ListOptions& options) const override {
+    return below_.List(options);
+  }
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override {
     return below_.PutBatch(puts);
   }
