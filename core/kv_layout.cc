@@ -16,6 +16,8 @@ constexpr uint32_t kMaxChunkTokens = 1u << 20;
 constexpr uint64_t kMaxChunkBytes = uint64_t{4} << 30;
 constexpr size_t kMaxModelIdBytes = 512;
 
+constexpr std::string_view kEncodedLayoutMagic = "strata.kv_layout";
+
 void AppendU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -186,8 +188,8 @@ absl::Status KvLayout::Validate() const {
   return absl::OkStatus();
 }
 
-uint64_t KvLayout::Fingerprint() const {
-  std::string canonical = "strata.kv_layout";
+std::string KvLayout::Encode() const {
+  std::string canonical(kEncodedLayoutMagic);
   AppendU32(canonical, kFormatVersion);
   AppendU32(canonical, static_cast<uint32_t>(model_id.size()));
   canonical += model_id;
@@ -196,6 +198,44 @@ uint64_t KvLayout::Fingerprint() const {
                          static_cast<uint32_t>(positional), chunk_tokens}) {
     AppendU32(canonical, field);
   }
+  return canonical;
+}
+
+absl::StatusOr<KvLayout> KvLayout::Decode(std::string_view bytes) {
+  const auto bad = [](std::string_view what) {
+    return absl::InvalidArgumentError(fmt::format("not an encoded KvLayout: {}", what));
+  };
+  if (!bytes.starts_with(kEncodedLayoutMagic)) return bad("magic");
+  bytes.remove_prefix(kEncodedLayoutMagic.size());
+  const auto read_u32 = [&bytes](uint32_t& v) {
+    if (bytes.size() < 4) return false;
+    v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+    bytes.remove_prefix(4);
+    return true;
+  };
+  uint32_t version = 0, model_bytes = 0;
+  if (!read_u32(version) || version != kFormatVersion) return bad("format version");
+  if (!read_u32(model_bytes) || model_bytes > bytes.size()) return bad("model id");
+  KvLayout layout;
+  layout.model_id = std::string(bytes.substr(0, model_bytes));
+  bytes.remove_prefix(model_bytes);
+  uint32_t kind = 0, dtype = 0, positional = 0;
+  for (uint32_t* field :
+       {&kind, &layout.num_layers, &layout.num_kv_heads, &layout.head_dim, &dtype, &layout.tp_rank,
+        &layout.tp_world_size, &positional, &layout.chunk_tokens}) {
+    if (!read_u32(*field)) return bad("truncated");
+  }
+  if (!bytes.empty()) return bad("trailing bytes");
+  layout.kind = static_cast<KvKind>(kind);
+  layout.dtype = static_cast<KvDtype>(dtype);
+  layout.positional = static_cast<PositionalFormat>(positional);
+  if (absl::Status valid = layout.Validate(); !valid.ok()) return valid;
+  return layout;
+}
+
+uint64_t KvLayout::Fingerprint() const {
+  const std::string canonical = Encode();
   return XXH3_64bits(canonical.data(), canonical.size());
 }
 

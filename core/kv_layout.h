@@ -107,7 +107,15 @@ struct KvLayout {
 
   // A 64-bit fingerprint of every field and kFormatVersion: equal layouts give equal
   // fingerprints in every process and on every run; any field change gives a different one.
+  // It is the xxh3-64 of Encode().
   uint64_t Fingerprint() const;
+
+  // Every field and kFormatVersion as bytes, the same in every process and on every run (what a
+  // tier that outlives the process keeps, e.g. to decode its encoded chunks after a restart).
+  std::string Encode() const;
+  // Encode's bytes back; kInvalidArgument for bytes that are not an encoded layout of this
+  // format version, or one that fails Validate.
+  static absl::StatusOr<KvLayout> Decode(std::string_view bytes);
 
   // "model=... kind=mha layers=32 kv_heads=8 head_dim=128 dtype=bf16 tp=0/1 pos=rope chunk=256"
   std::string DebugString() const;

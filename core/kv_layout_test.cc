@@ -55,6 +55,31 @@ TEST(KvLayout, FingerprintIsStableAndSensitiveToEveryField) {
   }
 }
 
+TEST(KvLayout, EncodeAndDecodeRoundTripAndRefuseAnythingElse) {
+  KvLayout nope = Llama8B();
+  nope.positional = PositionalFormat::kNope;
+  nope.tp_rank = 1;
+  nope.tp_world_size = 4;
+  for (const KvLayout& layout : {Llama8B(), nope}) {
+    const std::string bytes = layout.Encode();
+    absl::StatusOr<KvLayout> decoded = KvLayout::Decode(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, layout);
+    EXPECT_EQ(decoded->Fingerprint(), layout.Fingerprint());
+  }
+  const std::string good = Llama8B().Encode();
+  std::string bad_kind = good;
+  bad_kind[good.size() - 36] = 9;  // kind, the first field after the model id
+  KvLayout invalid = Llama8B();
+  invalid.num_layers = 0;
+  for (const std::string& bytes :
+       {std::string(), good.substr(0, good.size() - 1), good + "x",
+        "strata.kv_layoux" + good.substr(16), bad_kind, invalid.Encode()}) {
+    EXPECT_EQ(KvLayout::Decode(bytes).status().code(), absl::StatusCode::kInvalidArgument)
+        << bytes.size();
+  }
+}
+
 TEST(KvLayout, FingerprintIsPinnedAcrossRuns) {
   // Guards the key protocol: changing this value orphans every cached chunk in every
   // deployment, so it needs a KvLayout::kFormatVersion bump and a migration note.

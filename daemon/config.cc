@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "core/toml_fields.h"
 #include "fmt/format.h"
+#include "storage/codec/codec_registry.h"
 #include "toml++/toml.h"
 
 namespace strata::daemon {
@@ -87,6 +88,10 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "prefetch_queue_chunks")
         s = ReadTomlUint(value, name, c.disk.prefetch_queue_chunks);
       if (key == "write_through") s = ReadTomlBool(value, name, c.disk.write_through);
+      if (key == "codec") s = ReadTomlString(value, name, c.disk.codec);
+      if (key == "codec_group_size") s = ReadTomlUint(value, name, c.disk.codec_group_size);
+      if (key == "codec_bits") s = ReadTomlUint(value, name, c.disk.codec_bits);
+      if (key == "codec_energy") s = ReadTomlNonNegative(value, name, c.disk.codec_energy);
     } else if (section == "engine") {
       if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
       if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
@@ -211,6 +216,17 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.disk.write_through && c.disk.directory.empty()) {
     return Bad("config: disk.write_through needs a disk tier (disk.directory)");
   }
+  if (!c.disk.codec.empty()) {
+    if (absl::StatusOr<const storage::Codec*> codec = storage::CodecRegistry::Find(c.disk.codec);
+        !codec.ok()) {
+      return Bad(fmt::format("config: disk.codec: {}", codec.status().message()));
+    }
+    if (c.disk.directory.empty())
+      return Bad("config: disk.codec needs a disk tier (disk.directory)");
+  }
+  if (c.disk.codec_energy < 0 || c.disk.codec_energy > 1) {
+    return Bad(fmt::format("config: disk.codec_energy={} must lie in [0, 1]", c.disk.codec_energy));
+  }
   if (c.disk.prefetch_queue_chunks == 0) {
     return Bad("config: disk.prefetch_queue_chunks must be at least 1");
   }
@@ -278,7 +294,11 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"segment_bytes", static_cast<int64_t>(c.disk.segment_bytes)},
                    {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)},
                    {"prefetch_queue_chunks", static_cast<int64_t>(c.disk.prefetch_queue_chunks)},
-                   {"write_through", c.disk.write_through}}},
+                   {"write_through", c.disk.write_through},
+                   {"codec", c.disk.codec},
+                   {"codec_group_size", static_cast<int64_t>(c.disk.codec_group_size)},
+                   {"codec_bits", static_cast<int64_t>(c.disk.codec_bits)},
+                   {"codec_energy", c.disk.codec_energy}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

@@ -10,7 +10,10 @@
 //             demotion_queue_bytes (evicted chunks staged in memory for the background
 //             writer, default 256MiB; 0 writes them on the evicting thread),
 //             prefetch_queue_chunks (chunks
-//             an engine's Prefetch may queue for background promotion; >= 1)
+//             an engine's Prefetch may queue for background promotion; >= 1), write_through,
+//             codec (chunks written to disk are encoded: "int8", "kivi4", "kivi2", "cachegen",
+//             "xkv"; "" (the default) stores them as they are), codec_group_size, codec_bits,
+//             codec_energy (the codec's parameters, 0: its defaults; storage/codec/codec.h)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -89,6 +92,13 @@ struct DaemonConfig {
     // nothing. Costs disk bandwidth for chunks that might never be evicted. Off: write-back on
     // eviction only.
     bool write_through = false;
+    // The codec chunks written to disk are encoded with (storage/tiered/disk_lower_tier.h): disk
+    // holds more chunks and promotions read fewer bytes; a lossy codec's chunks come back within
+    // its error bound. "": stored as they are.
+    std::string codec;
+    uint32_t codec_group_size = 0;
+    uint32_t codec_bits = 0;
+    double codec_energy = 0;
   } disk;
   struct Engine {
     std::string socket_path;

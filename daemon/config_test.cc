@@ -42,6 +42,10 @@ directory = "/var/cache/strata"
 capacity_bytes = "100GiB"
 demotion_queue_bytes = "64MiB"
 write_through = true
+codec = "cachegen"
+codec_group_size = 16
+codec_bits = 4
+codec_energy = 0.95
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -81,6 +85,10 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
   EXPECT_EQ(config->disk.demotion_queue_bytes, 64ull << 20);
   EXPECT_TRUE(config->disk.write_through);
+  EXPECT_EQ(config->disk.codec, "cachegen");
+  EXPECT_EQ(config->disk.codec_group_size, 16u);
+  EXPECT_EQ(config->disk.codec_bits, 4u);
+  EXPECT_DOUBLE_EQ(config->disk.codec_energy, 0.95);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
@@ -159,6 +167,16 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.disk.write_through = true;
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.disk.directory.clear();  // write-through without a disk tier
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.write_through = false;
+  c.disk.codec = "int8";  // a codec without a disk tier
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.directory = "/var/cache/strata";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.disk.codec = "zip";
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.codec = "kivi4";
+  c.disk.codec_energy = 1.5;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c = DefaultConfig(Env(1ull << 34));
   c.remote.listen_address = "127.0.0.1:7400";  // peers without a shared token

@@ -390,6 +390,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   tier->set_capacity_bytes(host.capacity_bytes);
   tier->set_used_bytes(host.used_bytes);
   tier->set_payload_bytes(host.payload_bytes);
+  tier->set_stored_bytes(host.payload_bytes);
   tier->set_chunks(host.chunks);
   tier->set_pinned_bytes(host.hard_pinned_bytes + host.soft_pinned_bytes);
   tier->set_reserved_bytes(host.reserved_bytes);
@@ -405,6 +406,8 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
     below->set_capacity_bytes(lower.capacity_bytes);
     below->set_used_bytes(lower.used_bytes);
     below->set_payload_bytes(lower.payload_bytes);
+    below->set_stored_bytes(lower.stored_bytes);
+    below->set_encoded_chunks(lower.encoded_chunks);
     below->set_chunks(lower.chunks);
     below->set_hits(stats.movement.load_promoted_from[static_cast<size_t>(lower.tier)]);
     below->set_evictions(lower.evictions);

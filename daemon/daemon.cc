@@ -54,11 +54,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.tenant_quotas = daemon->tenants_.quotas();
   host.observer = daemon->event_log_->observer(storage::Tier::kHost);
   if (!config.disk.directory.empty()) {
-    store.disk =
-        storage::TieredDiskOptions{.directory = config.disk.directory,
-                                   .capacity_bytes = config.disk.capacity_bytes,
-                                   .segment_bytes = config.disk.segment_bytes,
-                                   .observer = daemon->event_log_->observer(storage::Tier::kDisk)};
+    store.disk = storage::TieredDiskOptions{
+        .directory = config.disk.directory,
+        .capacity_bytes = config.disk.capacity_bytes,
+        .segment_bytes = config.disk.segment_bytes,
+        .observer = daemon->event_log_->observer(storage::Tier::kDisk),
+        .codec = config.disk.codec,
+        .codec_params = {.group_size = config.disk.codec_group_size,
+                         .bits = config.disk.codec_bits,
+                         .energy = static_cast<float>(config.disk.codec_energy)}};
     store.movement = {.demotion_queue_bytes = config.disk.demotion_queue_bytes,
                       .write_through = config.disk.write_through,
                       .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,

@@ -121,6 +121,7 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   engine_id_ = request.engine_id();
   layout_ = std::make_shared<const KvLayout>(*layout);
   fingerprint_ = layout_->Fingerprint();
+  store_->NoteLayout(*layout_);  // a tier that encodes chunks needs their layout
 
   v1::HandshakeResponse* out = reply.response.mutable_handshake();
   out->set_session_id(id_);

@@ -18,6 +18,10 @@
 //      request size, O_DIRECT, io_uring, at the tier's depth, on the same device, each round.
 //      The host tier is emptied between rounds. --total_mib=0 / --recovery_chunks=0 /
 //      --promotion_tokens=0 skip phases 1-2 / 3 / 4.
+//   5. with --codec=NAME (a CodecRegistry name, e.g. int8): phase 4 again with the prefix stored
+//      encoded by that codec through DiskLowerTier ([disk] codec; the chunks are shaped KV,
+//      storage/codec/testing/shaped_kv.h, so the codec sees what it would on a model), and the
+//      chunks promoted per second against phase 4's (issue 16's target: >= 1.6x at int8).
 // --register_buffers (default true; =false turns it off) registers the memory the tier reads
 // into and writes from (phases 1-2: the source and target buffers; phase 4: the source buffer,
 // then the host arena) with the tier's io engines (DiskTier::RegisterMemory). Each timed loop
@@ -26,7 +30,7 @@
 //
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
 //                        [--request_kib=N] [--engine=KIND] [--batch=N] [--promotion_tokens=N]
-//                        [--promotion_run=N] [--register_buffers=true|false]
+//                        [--promotion_run=N] [--register_buffers=true|false] [--codec=NAME]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
 #include <sys/resource.h>
 
@@ -43,6 +47,8 @@
 #include "bench/support/model_layouts.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/testing/shaped_kv.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/disk/record_format.h"
 #include "storage/host/host_tier.h"
@@ -77,6 +83,8 @@ struct Flags {
   // Chunks promoted per PromoteRun call (8: what a load's PrepareLoad does; 1: chunk
   // by chunk).
   uint64_t promotion_run = 8;
+  // Phase 5's codec; empty: no phase 5.
+  std::string codec;
 };
 
 uint32_t g_io_bytes = 2u << 20;
@@ -145,8 +153,13 @@ struct PromotionRound {
   double cpu_s = 0;     // of the promotions
 };
 
-// Phase 4; returns its JSON member.
-std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
+struct PromotionResult {
+  std::string json;
+  double median_promote_s = 0;
+};
+
+// Phase 4 (no codec) or 5; returns its JSON member and median time.
+PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec* codec) {
   const KvLayout layout = bench::Llama8bLayout();
   const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
   if (flags.promotion_tokens % layout.chunk_tokens != 0) {
@@ -160,25 +173,34 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
   auto disk = OpenTier(tier_dir, total_bytes + (1ull << 30), kind);
   const std::string engine_name = disk->engine_name();
 
-  // Store the prefix: distinct chunks (a stamped pattern), one per PutBatch.
+  // The disk tier as the tiered store's promotions see it, encoding with `codec`.
+  DiskLowerTier below(disk.get(), {.codec = codec});
+  below.NoteLayout(layout);
+
+  // Store the prefix: distinct chunks (a stamped pattern; with a codec, shaped KV, the same for
+  // every chunk), one per put.
   AlignedBuffer source(chunk_bytes);
   const std::span<std::byte> source_region[] = {source.span()};
   Register(flags, *disk, source_region);
-  std::memcpy(source.data(), testing::Pattern(2, chunk_bytes).data(), chunk_bytes);
+  std::memcpy(
+      source.data(),
+      codec == nullptr
+          ? testing::Pattern(2, chunk_bytes).data()
+          : testing::MakeKv(layout, layout.chunk_tokens, testing::KvShape::kShaped, 2).data(),
+      chunk_bytes);
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < chunks; ++i) {
     keys.push_back(testing::SyntheticKey(layout, i));
-    std::memcpy(source.data(), &i, sizeof(i));
+    if (codec == nullptr) std::memcpy(source.data(), &i, sizeof(i));
     const std::span<const std::byte> part = source.span();
-    const DiskPut put{.key = keys.back(),
-                      .layout_fingerprint = layout.Fingerprint(),
-                      .payload = std::span(&part, 1),
-                      .payload_checksum = ChecksumBytes(source.span()),
-                      .num_tokens = layout.chunk_tokens};
-    for (const absl::Status& status : disk->PutBatch(std::span(&put, 1))) {
-      if (!status.ok()) Die(fmt::format("promotion put: {}", status));
-    }
+    const absl::Status status = below.PutOne({.key = keys.back(),
+                                              .payload = std::span(&part, 1),
+                                              .payload_checksum = ChecksumBytes(source.span()),
+                                              .num_tokens = layout.chunk_tokens});
+    if (!status.ok()) Die(fmt::format("promotion put: {}", status));
   }
+  const DiskTierStats stored = disk->stats();
+  if (codec != nullptr && stored.encoded_chunks != chunks) Die("promotion put: not encoded");
 
   auto host = HostTier::Create({.capacity_bytes = total_bytes,
                                 .page_bytes = 2u << 20,
@@ -188,7 +210,6 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
   const std::span<std::byte> arena[] = {{(*host)->arena_base(), (*host)->arena_size_bytes()}};
   const double register_s = Register(flags, *disk, arena);
 
-  DiskLowerTier below(disk.get());  // the disk tier as the tiered store's promotions see it
   std::vector<PromotionRound> rounds(flags.rounds);
   for (PromotionRound& round : rounds) {
     (*host)->RemoveAll();
@@ -214,10 +235,12 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
     round.chunk_max_s = per_chunk.back();
     round.fio_read = RunFio(fio_file, "read", total_bytes);
   }
-  // The promoted chunks are whole: each lease verifies the chunk's checksum, and its stamp.
+  // The promoted chunks are whole: each lease verifies the chunk's checksum (with a codec, the
+  // decoded chunk's), and its stamp.
   for (uint64_t i = 0; i < chunks; ++i) {
     auto lease = (*host)->Acquire(keys[i]);
     if (!lease.ok() || !lease->has_value()) Die(fmt::format("promoted chunk {} unreadable", i));
+    if (codec != nullptr) continue;
     uint64_t stamp = 0;
     std::memcpy(&stamp, (*lease)->payload().range_bytes(0).data(), sizeof(stamp));
     if (stamp != i) Die(fmt::format("promoted chunk {} holds chunk {}", i, stamp));
@@ -246,15 +269,16 @@ std::string RunPromotion(const Flags& flags, IoEngineKind kind) {
         round.cpu_s / (static_cast<double>(total_bytes) / 1e9));
   }
   const PromotionRound& median = rounds[rounds.size() / 2];
-  return fmt::format(
-      "{{\"engine\": \"{}\", \"registered\": {}, \"register_ms\": {:.1f}, \"tokens\": {}, "
-      "\"chunks\": {}, \"run_chunks\": {}, \"bytes\": {}, "
+  const std::string json = fmt::format(
+      "{{\"engine\": \"{}\", \"codec\": \"{}\", \"stored_bytes\": {}, \"registered\": {}, "
+      "\"register_ms\": {:.1f}, \"tokens\": {}, \"chunks\": {}, \"run_chunks\": {}, \"bytes\": {}, "
       "\"median_promote_ms\": {:.1f}, \"median_fio_read_ms\": {:.1f}, "
       "\"median_time_ratio\": {:.3f},\n    \"rounds_by_ratio\": [\n      {}]}}",
-      engine_name, flags.register_buffers, register_s * 1e3, flags.promotion_tokens, chunks,
-      flags.promotion_run, total_bytes, median.promote_s * 1e3,
-      static_cast<double>(total_bytes) / median.fio_read * 1e3,
+      engine_name, codec == nullptr ? "none" : codec->name(), stored.payload_bytes,
+      flags.register_buffers, register_s * 1e3, flags.promotion_tokens, chunks, flags.promotion_run,
+      total_bytes, median.promote_s * 1e3, static_cast<double>(total_bytes) / median.fio_read * 1e3,
       median.promote_s * median.fio_read / static_cast<double>(total_bytes), per_round);
+  return {.json = json, .median_promote_s = median.promote_s};
 }
 
 int Main(const Flags& flags) {
@@ -393,8 +417,19 @@ int Main(const Flags& flags) {
     tier.reset();
     std::filesystem::remove_all(recovery_dir);
   }
-  const std::string promotion =
-      flags.promotion_tokens > 0 ? RunPromotion(flags, *kind) : std::string("null");
+  PromotionResult promotion{.json = "null"};
+  if (flags.promotion_tokens > 0) promotion = RunPromotion(flags, *kind, nullptr);
+  std::string codec_promotion = "null";
+  if (!flags.codec.empty() && flags.promotion_tokens > 0) {
+    absl::StatusOr<const Codec*> codec = CodecRegistry::Find(flags.codec);
+    if (!codec.ok()) Die(fmt::format("--codec: {}", codec.status()));
+    const PromotionResult encoded = RunPromotion(flags, *kind, *codec);
+    const double ratio = promotion.median_promote_s / encoded.median_promote_s;
+    codec_promotion = fmt::format(
+        "{{\"chunks_per_s_vs_unencoded\": {:.3f}, \"target\": \">= 1.6 (int8)\", \"met\": {},\n"
+        "    \"rounds\": {}}}",
+        ratio, ratio >= 1.6, encoded.json);
+  }
 
   fmt::print(
       "{{\n"
@@ -405,14 +440,15 @@ int Main(const Flags& flags) {
       "\"median_store_cpu_s_per_GB\": {:.3f}, \"median_load_cpu_s_per_GB\": {:.3f},\n"
       "  \"rounds\": [\n    {}],\n"
       "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}},\n"
-      "  \"promotion\": {}\n"
+      "  \"promotion\": {},\n"
+      "  \"codec_promotion\": {}\n"
       "}}\n",
       engine_name, flags.register_buffers, kChunkBytes, chunks, g_io_bytes, flags.batch,
       median([](const Round& r) { return r.tier_write / r.fio_write; }),
       median([](const Round& r) { return r.tier_read / r.fio_read; }),
       median([&](const Round& r) { return r.store_cpu_s / (total_bytes / 1e9); }),
       median([&](const Round& r) { return r.load_cpu_s / (total_bytes / 1e9); }), per_round,
-      recovered_chunks, populate_s, open_s, promotion);
+      recovered_chunks, populate_s, open_s, promotion.json, codec_promotion);
   return 0;
 }
 
@@ -442,6 +478,8 @@ int main(int argc, char** argv) {
       flags.promotion_tokens = std::stoull(value);
     } else if (name == "--engine") {
       flags.engine = value;
+    } else if (name == "--codec") {
+      flags.codec = value;
     } else if (name == "--promotion_run") {
       flags.promotion_run = std::max<uint64_t>(1, std::stoull(value));
     } else if (name == "--register_buffers") {
@@ -450,7 +488,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
                    "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
-                   "[--promotion_tokens=N] [--promotion_run=N] [--register_buffers=true|false]\n",
+                   "[--promotion_tokens=N] [--promotion_run=N] [--register_buffers=true|false] "
+                   "[--codec=NAME]\n",
                    argv[0]);
       return 2;
     }

@@ -19,8 +19,13 @@ namespace {
 // Entries live under "k" + EncodeKey(key); metadata under "m".
 constexpr char kEntryPrefix = 'k';
 constexpr std::string_view kWatermarkKey = "m/watermark";
+constexpr std::string_view kLayoutPrefix = "m/layout/";  // + 16 hex digits of the fingerprint
+// Version 1: a chunk stored as it is; version 2 adds the encoding (codec u16, decoded bytes and
+// checksum u64).
 constexpr uint8_t kEntryVersion = 1;
+constexpr uint8_t kEncodedEntryVersion = 2;
 constexpr size_t kEntryBytes = 1 + 5 * 8 + 4;
+constexpr size_t kEncodedEntryBytes = kEntryBytes + 2 + 2 * 8;
 
 absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -33,20 +38,31 @@ absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
 std::string EntryKey(const ChunkKey& key) { return kEntryPrefix + EncodeKey(key); }
 
 std::string EncodeEntry(const IndexEntry& entry) {
-  std::string out(kEntryBytes, '\0');
+  const bool encoded = entry.encoding.encoded();
+  std::string out(encoded ? kEncodedEntryBytes : kEntryBytes, '\0');
   char* p = out.data();
-  *p++ = static_cast<char>(kEntryVersion);
+  *p++ = static_cast<char>(encoded ? kEncodedEntryVersion : kEntryVersion);
   for (uint64_t field : {entry.segment_id, entry.offset, entry.payload_bytes,
                          entry.payload_checksum, entry.layout_fingerprint}) {
     std::memcpy(p, &field, 8);
     p += 8;
   }
   std::memcpy(p, &entry.num_tokens, 4);
+  if (!encoded) return out;
+  p += 4;
+  std::memcpy(p, &entry.encoding.codec, 2);
+  std::memcpy(p + 2, &entry.encoding.decoded_bytes, 8);
+  std::memcpy(p + 10, &entry.encoding.decoded_checksum, 8);
   return out;
 }
 
 bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
-  if (bytes.size() != kEntryBytes || static_cast<uint8_t>(bytes[0]) != kEntryVersion) return false;
+  if (bytes.empty()) return false;
+  const uint8_t version = static_cast<uint8_t>(bytes[0]);
+  if (!(version == kEntryVersion && bytes.size() == kEntryBytes) &&
+      !(version == kEncodedEntryVersion && bytes.size() == kEncodedEntryBytes)) {
+    return false;
+  }
   const char* p = bytes.data() + 1;
   for (uint64_t* field : {&entry.segment_id, &entry.offset, &entry.payload_bytes,
                           &entry.payload_checksum, &entry.layout_fingerprint}) {
@@ -54,7 +70,13 @@ bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
     p += 8;
   }
   std::memcpy(&entry.num_tokens, p, 4);
-  return true;
+  entry.encoding = {};
+  if (version == kEntryVersion) return true;
+  p += 4;
+  std::memcpy(&entry.encoding.codec, p, 2);
+  std::memcpy(&entry.encoding.decoded_bytes, p + 2, 8);
+  std::memcpy(&entry.encoding.decoded_checksum, p + 10, 8);
+  return entry.encoding.encoded();
 }
 
 std::string EncodePosition(const LogPosition& position) {
@@ -181,6 +203,26 @@ absl::StatusOr<bool> DiskIndex::ForEachAfter(
   }
   if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
   return it->Valid() && it->key()[0] == kEntryPrefix;
+}
+
+absl::Status DiskIndex::PutLayout(const KvLayout& layout) {
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync_writes_;
+  const std::string key = fmt::format("{}{:016x}", kLayoutPrefix, layout.Fingerprint());
+  return FromRocks(db_->Put(write_options, key, layout.Encode()), "write layout");
+}
+
+absl::StatusOr<std::vector<KvLayout>> DiskIndex::Layouts() const {
+  std::vector<KvLayout> layouts;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const rocksdb::Slice prefix(kLayoutPrefix.data(), kLayoutPrefix.size());
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    absl::StatusOr<KvLayout> layout =
+        KvLayout::Decode(std::string_view(it->value().data(), it->value().size()));
+    if (layout.ok()) layouts.push_back(*std::move(layout));
+  }
+  if (absl::Status s = FromRocks(it->status(), "scan layouts"); !s.ok()) return s;
+  return layouts;
 }
 
 absl::Status DiskIndex::Sync() { return FromRocks(db_->SyncWAL(), "sync"); }

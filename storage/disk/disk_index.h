@@ -18,11 +18,14 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
+#include "core/kv_layout.h"
+#include "storage/disk/record_format.h"
 
 namespace rocksdb {
 class DB;
@@ -33,11 +36,12 @@ namespace strata::storage {
 // Where a record lies in the segment log, and what it holds.
 struct IndexEntry {
   uint64_t segment_id = 0;
-  uint64_t offset = 0;  // of the record's header block
-  uint64_t payload_bytes = 0;
+  uint64_t offset = 0;         // of the record's header block
+  uint64_t payload_bytes = 0;  // stored
   uint64_t payload_checksum = 0;
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
+  StoredEncoding encoding;  // the record header's
 
   friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
 };
@@ -92,6 +96,12 @@ class DiskIndex {
   absl::StatusOr<bool> ForEachAfter(
       const std::optional<ChunkKey>& after, size_t limit,
       absl::FunctionRef<void(const ChunkKey&, const IndexEntry&)> fn) const;
+
+  // Keeps `layout` (KvLayout::Encode) under its fingerprint, for decoding encoded records after
+  // a restart; rewriting one is harmless.
+  absl::Status PutLayout(const KvLayout& layout);
+  // Every layout kept. Entries that do not decode are skipped.
+  absl::StatusOr<std::vector<KvLayout>> Layouts() const;
 
   // Makes every write so far durable (fsyncs the WAL).
   absl::Status Sync();

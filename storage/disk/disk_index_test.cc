@@ -21,6 +21,38 @@ IndexEntry EntryFor(uint64_t i) {
           .num_tokens = static_cast<uint32_t>(i)};
 }
 
+TEST(DiskIndexTest, EncodedEntriesAndKeptLayoutsSurviveReopen) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/index";
+  IndexEntry encoded = EntryFor(5);
+  encoded.encoding = {.codec = 2, .decoded_bytes = 99999, .decoded_checksum = 0xFEEDu};
+  const KvLayout layout{.model_id = "kept", .num_layers = 2, .num_kv_heads = 1, .head_dim = 64};
+  {
+    auto index = DiskIndex::Open({.path = path});
+    ASSERT_TRUE(index.ok()) << index.status();
+    ASSERT_TRUE((*index)->Put(SyntheticKey(77, 5), encoded, {}).ok());
+    ASSERT_TRUE((*index)->Put(SyntheticKey(77, 6), EntryFor(6), {}).ok());
+    ASSERT_TRUE((*index)->PutLayout(layout).ok());
+    ASSERT_TRUE((*index)->PutLayout(layout).ok());  // again: harmless
+  }
+  auto index = DiskIndex::Open({.path = path});
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::map<uint64_t, IndexEntry> seen;
+  ASSERT_TRUE((*index)
+                  ->ForEach([&](const ChunkKey&, const IndexEntry& entry) {
+                    seen[entry.num_tokens] = entry;
+                  })
+                  .ok());
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[5], encoded);
+  EXPECT_EQ(seen[6], EntryFor(6));
+  EXPECT_FALSE(seen[6].encoding.encoded());
+  absl::StatusOr<std::vector<KvLayout>> layouts = (*index)->Layouts();
+  ASSERT_TRUE(layouts.ok()) << layouts.status();
+  ASSERT_EQ(layouts->size(), 1u);
+  EXPECT_EQ(layouts->front(), layout);
+}
+
 TEST(DiskIndexTest, EntriesAndWatermarkSurviveReopen) {
   ScratchDir dir;
   const std::string path = dir.path() + "/index";

@@ -103,7 +103,8 @@ std::vector<absl::Status> DiskTier::PutBatch(std::span<const DiskPut> puts) {
                          .entry = {.payload_bytes = PartsBytes(put.payload),
                                    .payload_checksum = put.payload_checksum,
                                    .layout_fingerprint = put.layout_fingerprint,
-                                   .num_tokens = put.num_tokens},
+                                   .num_tokens = put.num_tokens,
+                                   .encoding = put.encoding},
                          .staged = !DirectCapable(put.payload)});
     }
     WriteAndCommit(puts, records);
@@ -156,7 +157,8 @@ void DiskTier::WriteAndCommit(std::span<const DiskPut> puts, std::span<PendingRe
                         .layout_fingerprint = put.layout_fingerprint,
                         .payload_bytes = record.entry.payload_bytes,
                         .payload_checksum = put.payload_checksum,
-                        .num_tokens = put.num_tokens},
+                        .num_tokens = put.num_tokens,
+                        .encoding = put.encoding},
                        header.span());
     writes.push_back({.fd = record.reservation.file->fd(),
                       .offset = record.reservation.position.offset,
@@ -284,7 +286,23 @@ DiskChunkInfo DiskTier::InfoOf(const IndexEntry& entry) {
   return DiskChunkInfo{.payload_bytes = entry.payload_bytes,
                        .payload_checksum = entry.payload_checksum,
                        .layout_fingerprint = entry.layout_fingerprint,
-                       .num_tokens = entry.num_tokens};
+                       .num_tokens = entry.num_tokens,
+                       .encoding = entry.encoding};
+}
+
+absl::Status DiskTier::KeepLayout(const KvLayout& layout) {
+  const uint64_t fingerprint = layout.Fingerprint();
+  absl::MutexLock lock(&mu_);
+  if (layouts_.contains(fingerprint)) return absl::OkStatus();
+  STRATA_RETURN_IF_ERROR(index_->PutLayout(layout));
+  layouts_[fingerprint] = std::make_shared<const KvLayout>(layout);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const KvLayout> DiskTier::KeptLayout(uint64_t fingerprint) const {
+  absl::MutexLock lock(&mu_);
+  auto it = layouts_.find(fingerprint);
+  return it == layouts_.end() ? nullptr : it->second;
 }
 
 std::optional<DiskChunkInfo> DiskTier::Lookup(const ChunkKey& key) const {
@@ -562,6 +580,18 @@ LogPosition DiskTier::WatermarkLocked() const {
   return {active_segment_, segments_.at(active_segment_).size_bytes};
 }
 
+void DiskTier::CountEncodingLocked(const IndexEntry& entry, int sign) {
+  const bool encoded = entry.encoding.encoded();
+  const uint64_t decoded = encoded ? entry.encoding.decoded_bytes : entry.payload_bytes;
+  if (sign > 0) {
+    stats_.decoded_bytes += decoded;
+    stats_.encoded_chunks += encoded ? 1 : 0;
+  } else {
+    stats_.decoded_bytes -= decoded;
+    stats_.encoded_chunks -= encoded ? 1 : 0;
+  }
+}
+
 void DiskTier::InsertLocked(const ChunkKey& key, const IndexEntry& entry) {
   const ChunkId id = next_policy_id_++;
   chunks_[key] = Chunk{.entry = entry, .policy_id = id};
@@ -571,6 +601,7 @@ void DiskTier::InsertLocked(const ChunkKey& key, const IndexEntry& entry) {
   segments_.at(entry.segment_id).live_bytes += record_bytes;
   stats_.live_bytes += record_bytes;
   stats_.payload_bytes += entry.payload_bytes;
+  CountEncodingLocked(entry, +1);
   ++stats_.chunks;
   if (options_.observer != nullptr) options_.observer->OnStored(key, {}, entry.num_tokens, {});
 }
@@ -583,6 +614,7 @@ absl::Status DiskTier::DropLocked(ChunkKey key, bool popped, RemovalCause cause)
   segments_.at(entry.segment_id).live_bytes -= record_bytes;
   stats_.live_bytes -= record_bytes;
   stats_.payload_bytes -= entry.payload_bytes;
+  CountEncodingLocked(entry, -1);
   --stats_.chunks;
   if (!popped) policy_->OnRemove(it->second.policy_id);
   by_policy_id_.erase(it->second.policy_id);

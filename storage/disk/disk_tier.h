@@ -120,17 +120,21 @@ struct DiskTierOptions {
 struct DiskPut {
   ChunkKey key;
   uint64_t layout_fingerprint = 0;
-  ConstParts payload;
+  ConstParts payload;  // what is stored: the chunk, or its encoded frame
   uint64_t payload_checksum = 0;
   uint32_t num_tokens = 0;
+  // How the payload relates to the chunk (kept in the record and the index, reported by Lookup
+  // and List; the tier itself never encodes or decodes).
+  StoredEncoding encoding;
 };
 
 // What Lookup reports about a chunk on disk.
 struct DiskChunkInfo {
-  uint64_t payload_bytes = 0;
+  uint64_t payload_bytes = 0;  // stored: what Read fills
   uint64_t payload_checksum = 0;
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
+  StoredEncoding encoding;
 
   friend bool operator==(const DiskChunkInfo&, const DiskChunkInfo&) = default;
 };
@@ -156,7 +160,9 @@ struct DiskTierStats {
                                // active segment's preallocation
   uint64_t index_bytes = 0;    // blocks of the index's files, as last measured (see Space)
   uint64_t live_bytes = 0;     // records (header + padded payload) of resident chunks
-  uint64_t payload_bytes = 0;  // payloads of resident chunks
+  uint64_t payload_bytes = 0;  // payloads of resident chunks, as stored
+  uint64_t decoded_bytes = 0;  // the same chunks decoded (payload_bytes when none is encoded)
+  uint64_t encoded_chunks = 0;
   uint64_t chunks = 0;
   uint64_t segments = 0;
   uint64_t reads = 0;   // successful
@@ -212,6 +218,13 @@ class DiskTier {
   // The chunk's description, or nullopt when it is not on disk (a miss is not an error).
   std::optional<DiskChunkInfo> Lookup(const ChunkKey& key) const;
   bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+
+  // Keeps `layout` with the index (DiskIndex::PutLayout) unless it is kept already, so that the
+  // chunks encoded for it can be decoded after a restart: call it before storing the first.
+  // The index's errors.
+  absl::Status KeepLayout(const KvLayout& layout);
+  // A layout kept by KeepLayout, in this run or an earlier one; null when none has `fingerprint`.
+  std::shared_ptr<const KvLayout> KeptLayout(uint64_t fingerprint) const;
 
   // One page of the chunks on disk, in the index's key order: paging from nullopt until
   // resume_after is nullopt visits every chunk present throughout once; chunks stored or removed
@@ -347,6 +360,8 @@ class DiskTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a resident chunk from memory, policy (unless `popped`) and index. `key` is a copy:
   // callers may pass a reference into the maps it erases from.
+  // Adds (sign > 0) or takes away a resident chunk's decoded bytes and encoded count.
+  void CountEncodingLocked(const IndexEntry& entry, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DropLocked(ChunkKey key, bool popped, RemovalCause cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes a sealed segment with no live and no pending record.
@@ -367,6 +382,7 @@ class DiskTier {
   mutable absl::Mutex mu_;
   std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkKey, Chunk> chunks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const KvLayout>> layouts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkId, ChunkKey> by_policy_id_ ABSL_GUARDED_BY(mu_);
   ChunkId next_policy_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_set<ChunkKey> writing_ ABSL_GUARDED_BY(mu_);

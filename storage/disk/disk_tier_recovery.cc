@@ -49,6 +49,11 @@ absl::Status DiskTier::Recover() {
         fmt::format("disk tier: list {}: {}", options_.directory, error.message()));
   }
 
+  STRATA_ASSIGN_OR_RETURN(const std::vector<KvLayout> layouts, index_->Layouts());
+  for (const KvLayout& layout : layouts) {
+    layouts_[layout.Fingerprint()] = std::make_shared<const KvLayout>(layout);
+  }
+
   std::vector<ChunkKey> invalid;
   STRATA_RETURN_IF_ERROR(index_
                              ->ForEach([&](const ChunkKey& key, const IndexEntry& entry) {
@@ -89,6 +94,7 @@ absl::Status DiskTier::Recover() {
     segments_.at(position.segment_id).live_bytes += record_bytes;
     stats_.live_bytes += record_bytes;
     stats_.payload_bytes += chunk.entry.payload_bytes;
+    CountEncodingLocked(chunk.entry, +1);
     ++stats_.chunks;
   }
   for (const auto& [id, segment] : segments_) {
@@ -156,7 +162,8 @@ absl::Status DiskTier::ReconcileSegment(Segment& segment, uint64_t from_offset, 
                                .payload_bytes = header->payload_bytes,
                                .payload_checksum = header->payload_checksum,
                                .layout_fingerprint = header->layout_fingerprint,
-                               .num_tokens = header->num_tokens};
+                               .num_tokens = header->num_tokens,
+                               .encoding = header->encoding};
         STRATA_RETURN_IF_ERROR(index_->Put(header->key, entry, {segment_id, offset}));
         chunks_[header->key] = Chunk{.entry = entry};
         ++stats_.recovered_records;

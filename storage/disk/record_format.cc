@@ -13,6 +13,8 @@ constexpr size_t kKeyOffset = 48;
 constexpr size_t kMaxKeyBytes = 64;
 constexpr size_t kHeaderChecksumOffset = kKeyOffset + kMaxKeyBytes;
 constexpr size_t kKeyFixedBytes = 1 + 1 + 8;
+constexpr size_t kEncodingOffset = kHeaderChecksumOffset + 8;  // version 2's fields
+constexpr size_t kEncodingChecksumOffset = kEncodingOffset + 16;
 
 template <typename T>
 void Store(std::span<std::byte> block, size_t offset, T value) {
@@ -62,16 +64,23 @@ void EncodeRecordHeader(const RecordHeader& header, std::span<std::byte> block) 
   std::memset(block.data(), 0, block.size());
   const std::string key = EncodeKey(header.key);
   STRATA_CHECK(key.size() <= kMaxKeyBytes);
+  const bool encoded = header.encoding.encoded();
   Store<uint64_t>(block, 0, kRecordMagic);
-  Store<uint32_t>(block, 8, kRecordFormatVersion);
+  Store<uint32_t>(block, 8, encoded ? kEncodedRecordFormatVersion : kRecordFormatVersion);
   Store<uint32_t>(block, 12, static_cast<uint32_t>(kRecordHeaderBytes));
   Store<uint64_t>(block, 16, header.payload_bytes);
   Store<uint64_t>(block, 24, header.payload_checksum);
   Store<uint64_t>(block, 32, header.layout_fingerprint);
   Store<uint32_t>(block, 40, header.num_tokens);
   Store<uint16_t>(block, 44, static_cast<uint16_t>(key.size()));
+  Store<uint16_t>(block, 46, header.encoding.codec);
   std::memcpy(block.data() + kKeyOffset, key.data(), key.size());
   Store<uint64_t>(block, kHeaderChecksumOffset, ChecksumBytes(block.first(kHeaderChecksumOffset)));
+  if (!encoded) return;
+  Store<uint64_t>(block, kEncodingOffset, header.encoding.decoded_bytes);
+  Store<uint64_t>(block, kEncodingOffset + 8, header.encoding.decoded_checksum);
+  Store<uint64_t>(block, kEncodingChecksumOffset,
+                  ChecksumBytes(block.subspan(kEncodingOffset, 16)));
 }
 
 absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block) {
@@ -81,9 +90,18 @@ absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block
       ChecksumBytes(block.first(kHeaderChecksumOffset))) {
     return absl::DataLossError("record header: checksum mismatch");
   }
-  if (Load<uint32_t>(block, 8) != kRecordFormatVersion ||
+  const uint32_t version = Load<uint32_t>(block, 8);
+  if ((version != kRecordFormatVersion && version != kEncodedRecordFormatVersion) ||
       Load<uint32_t>(block, 12) != kRecordHeaderBytes) {
     return absl::DataLossError("record header: unknown format version");
+  }
+  const uint16_t codec = Load<uint16_t>(block, 46);
+  if ((version == kRecordFormatVersion) != (codec == 0)) {
+    return absl::DataLossError("record header: codec and format version disagree");
+  }
+  if (codec != 0 && Load<uint64_t>(block, kEncodingChecksumOffset) !=
+                        ChecksumBytes(block.subspan(kEncodingOffset, 16))) {
+    return absl::DataLossError("record header: encoding checksum mismatch");
   }
   const uint16_t key_bytes = Load<uint16_t>(block, 44);
   if (key_bytes > kMaxKeyBytes) return absl::DataLossError("record header: key size");
@@ -96,6 +114,11 @@ absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block
   header.payload_checksum = Load<uint64_t>(block, 24);
   header.layout_fingerprint = Load<uint64_t>(block, 32);
   header.num_tokens = Load<uint32_t>(block, 40);
+  if (codec != 0) {
+    header.encoding = {.codec = codec,
+                       .decoded_bytes = Load<uint64_t>(block, kEncodingOffset),
+                       .decoded_checksum = Load<uint64_t>(block, kEncodingOffset + 8)};
+  }
   return header;
 }
 

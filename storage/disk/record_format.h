@@ -5,9 +5,14 @@
 // Header block, little-endian, fixed offsets (the rest of the block is zero):
 //   0  magic u64 ("STRTDSK1")     8  format version u32       12 header bytes u32 (4096)
 //   16 payload bytes u64          24 payload xxh3-64 u64      32 layout fingerprint u64
-//   40 num_tokens u32             44 key bytes u16            46 zero u16
+//   40 num_tokens u32             44 key bytes u16            46 codec id u16 (0 in version 1)
 //   48 key (EncodeKey, <= 64)     112 xxh3-64 of bytes [0, 112) u64
-// A header whose magic, version, sizes, key or checksum is wrong is torn or corrupt (kDataLoss).
+// Version 2, a record whose payload is the chunk encoded by a codec (storage/codec: an encoded
+// frame), adds:
+//   120 decoded bytes u64         128 decoded xxh3-64 u64     136 xxh3-64 of bytes [120, 136) u64
+// A chunk stored as it is is written as version 1, so a daemon that knows only version 1 reads
+// it. A header whose magic, version, sizes, key or checksum is wrong is torn or corrupt
+// (kDataLoss).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -25,14 +30,27 @@ namespace strata::storage {
 
 inline constexpr uint64_t kRecordMagic = 0x314B534454525453ull;  // "STRTDSK1"
 inline constexpr uint32_t kRecordFormatVersion = 1;
+inline constexpr uint32_t kEncodedRecordFormatVersion = 2;
 inline constexpr uint64_t kRecordHeaderBytes = kIoAlignment;
+
+// How a stored payload relates to the chunk: the chunk itself (codec 0), or its encoded frame,
+// which decodes to decoded_bytes bytes whose xxh3-64 is decoded_checksum.
+struct StoredEncoding {
+  uint16_t codec = 0;  // a CodecId; 0: stored as it is
+  uint64_t decoded_bytes = 0;
+  uint64_t decoded_checksum = 0;
+
+  bool encoded() const { return codec != 0; }
+  friend bool operator==(const StoredEncoding&, const StoredEncoding&) = default;
+};
 
 struct RecordHeader {
   ChunkKey key;
   uint64_t layout_fingerprint = 0;
-  uint64_t payload_bytes = 0;
+  uint64_t payload_bytes = 0;  // stored (encoded, when encoding.encoded())
   uint64_t payload_checksum = 0;
   uint32_t num_tokens = 0;
+  StoredEncoding encoding;
 };
 
 // Bytes a record with `payload_bytes` of payload occupies in its segment.

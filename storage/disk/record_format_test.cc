@@ -1,5 +1,6 @@
 #include "storage/disk/record_format.h"
 
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -37,6 +38,43 @@ TEST(RecordFormatTest, HeaderRoundTripsAndRejectsAnyCorruption) {
   }
   AlignedBuffer zeros(kRecordHeaderBytes);
   EXPECT_EQ(DecodeRecordHeader(zeros.span()).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(RecordFormatTest, AnEncodedRecordIsVersionTwoAndItsEncodingIsChecked) {
+  const RecordHeader header{
+      .key = SyntheticKey(0xABCDu, 7),
+      .layout_fingerprint = 0xABCDu,
+      .payload_bytes = 3000,
+      .payload_checksum = 0x99u,
+      .num_tokens = 16,
+      .encoding = {.codec = 1, .decoded_bytes = 5900, .decoded_checksum = 0x5555666677778888u}};
+  AlignedBuffer block(kRecordHeaderBytes);
+  EncodeRecordHeader(header, block.span());
+  uint32_t version = 0;
+  std::memcpy(&version, block.data() + 8, 4);
+  EXPECT_EQ(version, kEncodedRecordFormatVersion);
+  auto decoded = DecodeRecordHeader(block.span());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->encoding, header.encoding);
+  EXPECT_EQ(decoded->payload_bytes, 3000u);
+
+  // A flipped byte in either checksummed range, or a codec that disagrees with the version.
+  for (size_t offset : {46u, 47u, 121u, 130u, 137u}) {
+    AlignedBuffer copy(kRecordHeaderBytes);
+    std::memcpy(copy.data(), block.data(), kRecordHeaderBytes);
+    copy.data()[offset] ^= std::byte{0x10};
+    EXPECT_EQ(DecodeRecordHeader(copy.span()).status().code(), absl::StatusCode::kDataLoss)
+        << "flipped byte " << offset;
+  }
+  // A plain record is version 1 and says nothing of an encoding.
+  RecordHeader plain = header;
+  plain.encoding = {};
+  EncodeRecordHeader(plain, block.span());
+  std::memcpy(&version, block.data() + 8, 4);
+  EXPECT_EQ(version, kRecordFormatVersion);
+  decoded = DecodeRecordHeader(block.span());
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_FALSE(decoded->encoding.encoded());
 }
 
 TEST(RecordFormatTest, KeysRoundTripAndMalformedKeysAreDataLoss) {

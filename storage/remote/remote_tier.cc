@@ -289,6 +289,7 @@ LowerTierStats RemoteTier::Stats() const {
   LowerTierStats stats = stats_;
   stats.chunks = remembered_.size();
   stats.payload_bytes = remembered_bytes_;
+  stats.stored_bytes = remembered_bytes_;
   return stats;
 }
 

@@ -1,13 +1,103 @@
 #include "storage/tiered/disk_lower_tier.h"
 
-namespace strata::storage {
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <utility>
 
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/host/payload_view.h"
+#include "storage/io/aligned_buffer.h"
+
+namespace strata::storage {
 namespace {
 
+// What the store sees of a chunk on disk: the chunk as it decodes.
 LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
+  if (info.encoding.encoded()) {
+    return {.payload_bytes = info.encoding.decoded_bytes,
+            .payload_checksum = info.encoding.decoded_checksum,
+            .num_tokens = info.num_tokens};
+  }
   return {.payload_bytes = info.payload_bytes,
           .payload_checksum = info.payload_checksum,
           .num_tokens = info.num_tokens};
+}
+
+// One chunk's encoded form, owned until the disk has written it.
+struct EncodedPut {
+  std::vector<std::byte> frame;
+  std::span<const std::byte> part;  // the frame, as DiskPut's one part
+  StoredEncoding encoding;
+};
+
+// The chunk of `put` encoded by `options`' codec for `layout`, or nullopt when it is better
+// stored as it is (the codec refuses it or it does not shrink).
+std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layout,
+                                 const DiskEncodingOptions& options) {
+  const uint64_t bytes = layout.chunk_bytes(put.num_tokens);
+  uint64_t given = 0;
+  for (std::span<const std::byte> part : put.payload) given += part.size();
+  if (given != bytes) return std::nullopt;
+  std::vector<std::byte> chunk(bytes);
+  size_t at = 0;
+  for (std::span<const std::byte> part : put.payload) {
+    std::memcpy(chunk.data() + at, part.data(), part.size());
+    at += part.size();
+  }
+  absl::StatusOr<std::vector<std::byte>> frame =
+      options.codec->Encode(layout, put.num_tokens, chunk, options.params);
+  if (!frame.ok() || frame->size() >= bytes) return std::nullopt;
+  // What a read will deliver: its checksum is what the store is told and reads are checked by.
+  if (!options.codec->Decode(layout, *frame, chunk).ok()) return std::nullopt;
+  EncodedPut encoded{.frame = *std::move(frame),
+                     .encoding = {.codec = static_cast<uint16_t>(options.codec->id()),
+                                  .decoded_bytes = bytes,
+                                  .decoded_checksum = ChecksumBytes(chunk)}};
+  encoded.part = encoded.frame;
+  return encoded;
+}
+
+// Decodes `frame` into `destination` layer by layer, each layer straight into the piece that
+// holds it (arena pages hold whole layers of a chunk), or through a buffer when it straddles two;
+// checks the decoded bytes against the encoding's checksum as they come.
+absl::Status DecodeLayers(const Codec& codec, const KvLayout& layout, const DiskChunkInfo& info,
+                          std::span<const std::byte> frame, LowerTier::MutableParts destination) {
+  const uint64_t layer_bytes = layout.layer_bytes(info.num_tokens);
+  if (layer_bytes * layout.num_layers != info.encoding.decoded_bytes) {
+    return absl::DataLossError("the record's sizes disagree with its layout");
+  }
+  ChecksumStream checksum;
+  std::vector<std::byte> straddling;
+  size_t part = 0;
+  uint64_t part_start = 0;  // offset of destination[part] in the chunk
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    const uint64_t offset = layout.plane_offset(layer, 0, info.num_tokens);
+    while (offset >= part_start + destination[part].size())
+      part_start += destination[part++].size();
+    const bool whole = offset + layer_bytes <= part_start + destination[part].size();
+    if (!whole) straddling.resize(layer_bytes);
+    const std::span<std::byte> out =
+        whole ? destination[part].subspan(offset - part_start, layer_bytes)
+              : std::span<std::byte>(straddling);
+    if (absl::Status s = codec.DecodeLayer(layout, frame, layer, out); !s.ok()) return s;
+    checksum.Update(out);
+    if (whole) continue;
+    uint64_t copied = 0;  // into the pieces the layer spans
+    for (size_t p = part, start = part_start; copied < layer_bytes;
+         start += destination[p++].size()) {
+      const uint64_t from = offset + copied - start;
+      const uint64_t n = std::min<uint64_t>(destination[p].size() - from, layer_bytes - copied);
+      std::memcpy(destination[p].data() + from, straddling.data() + copied, n);
+      copied += n;
+    }
+  }
+  if (checksum.Digest() != info.encoding.decoded_checksum) {
+    return absl::DataLossError("the decoded bytes differ from those stored");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -30,22 +120,121 @@ absl::StatusOr<LowerTier::ListPage> DiskLowerTier::List(const ListOptions& optio
   return listed;
 }
 
+void DiskLowerTier::NoteLayout(const KvLayout& layout) {
+  if (encoding_.codec == nullptr) return;
+  if (absl::Status kept = disk_->KeepLayout(layout); !kept.ok()) {
+    spdlog::warn("disk tier: chunks of layout {} are stored unencoded: {}", layout.DebugString(),
+                 kept.ToString());
+  }
+}
+
 std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
   std::vector<DiskPut> disk_puts;
   disk_puts.reserve(puts.size());
+  std::vector<std::unique_ptr<EncodedPut>> encoded;  // stable addresses for the parts
   for (const Put& put : puts) {
-    disk_puts.push_back({.key = put.key,
-                         .layout_fingerprint = put.key.layout_fingerprint(),
-                         .payload = put.payload,
-                         .payload_checksum = put.payload_checksum,
-                         .num_tokens = put.num_tokens});
+    DiskPut disk_put{.key = put.key,
+                     .layout_fingerprint = put.key.layout_fingerprint(),
+                     .payload = put.payload,
+                     .payload_checksum = put.payload_checksum,
+                     .num_tokens = put.num_tokens};
+    const std::shared_ptr<const KvLayout> layout =
+        encoding_.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());
+    if (layout != nullptr) {
+      if (std::optional<EncodedPut> frame = Encode(put, *layout, encoding_)) {
+        const EncodedPut& kept =
+            *encoded.emplace_back(std::make_unique<EncodedPut>(*std::move(frame)));
+        disk_put.payload = {&kept.part, 1};
+        disk_put.payload_checksum = ChecksumBytes(kept.frame);
+        disk_put.encoding = kept.encoding;
+      }
+    }
+    disk_puts.push_back(disk_put);
   }
   return disk_->PutBatch(disk_puts);
 }
 
 std::vector<absl::Status> DiskLowerTier::ReadBatch(std::span<const ChunkKey> keys,
                                                    std::span<const MutableParts> destinations) {
-  return disk_->ReadBatch(keys, destinations);
+  if (keys.size() != destinations.size()) return disk_->ReadBatch(keys, destinations);
+  // Encoded chunks are read into staging buffers of their stored size and decoded from there.
+  std::vector<std::optional<DiskChunkInfo>> infos(keys.size());
+  std::vector<AlignedBuffer> staging;  // returned to the kept ones at the end
+  std::vector<std::span<std::byte>> staged_parts;
+  std::vector<MutableParts> targets(destinations.begin(), destinations.end());
+  staging.reserve(keys.size());
+  staged_parts.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    infos[i] = disk_->Lookup(keys[i]);
+    if (!infos[i].has_value() || !infos[i]->encoding.encoded()) continue;
+    const AlignedBuffer& buffer = staging.emplace_back(TakeStaging(infos[i]->payload_bytes));
+    targets[i] = {&staged_parts.emplace_back(buffer.span().first(infos[i]->payload_bytes)), 1};
+  }
+  std::vector<absl::Status> statuses = disk_->ReadBatch(keys, targets);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!infos[i].has_value()) continue;
+    uint64_t wanted = 0;
+    for (std::span<std::byte> part : destinations[i]) wanted += part.size();
+    const LowerTier::ChunkInfo chunk = FromDisk(*infos[i]);
+    if (wanted != chunk.payload_bytes) {
+      statuses[i] = absl::InvalidArgumentError(fmt::format(
+          "disk tier: destination of {} bytes for a {}-byte chunk", wanted, chunk.payload_bytes));
+      continue;
+    }
+    if (statuses[i].code() == absl::StatusCode::kInvalidArgument) {
+      // The record changed between the lookup and the read: the caller looks again.
+      statuses[i] = absl::AbortedError(
+          fmt::format("disk tier: {} changed while it was read", keys[i].ToString()));
+      continue;
+    }
+    if (!statuses[i].ok() || !infos[i]->encoding.encoded()) continue;
+    statuses[i] = DecodeInto(keys[i], *infos[i], targets[i].front(), destinations[i]);
+  }
+  for (AlignedBuffer& buffer : staging) ReturnStaging(std::move(buffer));
+  return statuses;
+}
+
+absl::Status DiskLowerTier::DecodeInto(const ChunkKey& key, const DiskChunkInfo& info,
+                                       std::span<const std::byte> frame, MutableParts destination) {
+  const std::shared_ptr<const KvLayout> layout = disk_->KeptLayout(key.layout_fingerprint());
+  absl::StatusOr<const Codec*> codec =
+      CodecRegistry::Find(static_cast<CodecId>(info.encoding.codec));
+  absl::Status status = layout == nullptr ? absl::DataLossError("its layout is not kept")
+                        : !codec.ok()     ? codec.status()
+                                      : DecodeLayers(**codec, *layout, info, frame, destination);
+  if (!status.ok()) {
+    // Never wrong bytes: the chunk goes, and the engine recomputes it.
+    (void)disk_->Remove(key);
+    return absl::DataLossError(
+        fmt::format("disk tier: {} does not decode: {}", key.ToString(), status.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+AlignedBuffer DiskLowerTier::TakeStaging(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&staging_mu_);
+    for (auto it = staging_.begin(); it != staging_.end(); ++it) {
+      if (it->size() < bytes) continue;
+      AlignedBuffer buffer = std::move(*it);
+      staging_.erase(it);
+      return buffer;
+    }
+  }
+  return AlignedBuffer(bytes);
+}
+
+void DiskLowerTier::ReturnStaging(AlignedBuffer buffer) {
+  absl::MutexLock lock(&staging_mu_);
+  if (staging_.size() < kKeptStagingBuffers) {
+    staging_.push_back(std::move(buffer));
+    return;
+  }
+  // Full: keep the larger one, so that the kept ones fit the largest chunks.
+  auto smallest = std::min_element(
+      staging_.begin(), staging_.end(),
+      [](const AlignedBuffer& a, const AlignedBuffer& b) { return a.size() < b.size(); });
+  if (smallest->size() < buffer.size()) *smallest = std::move(buffer);
 }
 
 absl::StatusOr<RemoveResult> DiskLowerTier::RemoveIf(
@@ -60,7 +249,9 @@ LowerTierStats DiskLowerTier::Stats() const {
   return {.tier = Tier::kDisk,
           .capacity_bytes = disk.capacity_bytes,
           .used_bytes = disk.used_bytes(),
-          .payload_bytes = disk.payload_bytes,
+          .payload_bytes = disk.decoded_bytes,
+          .stored_bytes = disk.payload_bytes,
+          .encoded_chunks = disk.encoded_chunks,
           .chunks = disk.chunks,
           .reads = disk.reads,
           .read_bytes = disk.read_bytes,

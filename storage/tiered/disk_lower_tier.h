@@ -1,16 +1,43 @@
 // DiskLowerTier registers the disk tier (storage/disk) with a TieredStore: the LowerTier
-// interface over a DiskTier, which knows nothing of the store. Thread-safe as DiskTier is; the
-// DiskTier is not owned and must outlive it.
+// interface over a DiskTier, which knows nothing of the store.
+//
+// Encoding ([disk] codec): with a codec, a chunk written to disk whose layout the disk keeps
+// (NoteLayout, DiskTier::KeepLayout) is stored as the codec's encoded frame when that is
+// smaller, and decoded when it is read back, so disk holds more chunks and promotions read
+// fewer bytes. What the store sees is the decoded chunk: Lookup and List report its size and the
+// xxh3-64 of its decoded bytes (the bytes ReadBatch delivers, checked against it), so a promoted
+// chunk is committed to the host tier as it decodes. A lossy codec's chunk comes back within the
+// codec's bound (storage/codec), not bit-exact: the operator's choice. A chunk whose layout the
+// disk does not keep, or that the codec refuses or does not shrink, is stored as it is. Chunks
+// stored earlier keep their form whatever the codec now is (each record says its own).
+//
+// Thread-safe as DiskTier is; the DiskTier is not owned and must outlive it. Encoding and
+// decoding run on the caller's thread (the demoter's, the loads thread). Encoded records are read
+// into staging buffers that are kept for the next reads (at most kKeptStagingBuffers, each of
+// the largest encoded chunk read so far): with a codec, that memory stays allocated.
 #pragma once
 
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/codec/codec.h"
 #include "storage/disk/disk_tier.h"
+#include "storage/io/aligned_buffer.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
 
+// How DiskLowerTier encodes the chunks it writes; no codec: as they are.
+struct DiskEncodingOptions {
+  const Codec* codec = nullptr;  // from CodecRegistry; not owned
+  CodecParams params;
+};
+
 class DiskLowerTier final : public LowerTier {
  public:
-  explicit DiskLowerTier(DiskTier* disk) : disk_(disk) {}
+  explicit DiskLowerTier(DiskTier* disk, DiskEncodingOptions encoding = {})
+      : disk_(disk), encoding_(encoding) {}
 
   Tier tier() const override { return Tier::kDisk; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
@@ -21,6 +48,7 @@ class DiskLowerTier final : public LowerTier {
   absl::StatusOr<bool> Remove(const ChunkKey& key) override { return disk_->Remove(key); }
   absl::StatusOr<RemoveResult> RemoveIf(
       absl::FunctionRef<bool(const ChunkKey&)> predicate) override;
+  void NoteLayout(const KvLayout& layout) override;
   absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions) override {
     return disk_->RegisterMemory(regions);
   }
@@ -29,7 +57,25 @@ class DiskLowerTier final : public LowerTier {
   DiskTier& disk() const { return *disk_; }
 
  private:
+  // Decodes `frame` (the record of `key`, read whole, described by `info`) into `destination`,
+  // checking the decoded bytes against its encoding; a chunk that does not decode is dropped
+  // (kDataLoss).
+  absl::Status DecodeInto(const ChunkKey& key, const DiskChunkInfo& info,
+                          std::span<const std::byte> frame, MutableParts destination);
+
+  // A staging buffer of at least `bytes` for an encoded record's read: a kept one when one is
+  // large enough (allocating and faulting in a fresh one costs more than decoding it).
+  AlignedBuffer TakeStaging(uint64_t bytes);
+  // Keeps `buffer` for a later read, up to kKeptStagingBuffers of them.
+  void ReturnStaging(AlignedBuffer buffer);
+
+  // What a promotion run reads at once.
+  static constexpr size_t kKeptStagingBuffers = 8;
+
   DiskTier* const disk_;
+  const DiskEncodingOptions encoding_;
+  absl::Mutex staging_mu_;
+  std::vector<AlignedBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
 };
 
 }  // namespace strata::storage

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
+#include "core/kv_layout.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tier.h"
 
@@ -118,6 +119,11 @@ class LowerTier {
                         DiscoverDone done) {
     std::move(done)();
   }
+
+  // Tells the tier of a layout engines store chunks of (a session's handshake), for a tier that
+  // needs the layout itself, not only its fingerprint (the disk tier, to encode chunks). Quick;
+  // errors are the tier's to log. The default ignores it.
+  virtual void NoteLayout(const KvLayout& /*layout*/) {}
 
   // Registers memory that transfers will use (the host arena), so the tier can skip pinning it
   // per request; an empty span unregisters. A refusal leaves the tier working unregistered.

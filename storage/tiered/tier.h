@@ -21,8 +21,10 @@ std::string_view TierName(Tier tier);
 struct LowerTierStats {
   Tier tier = Tier::kDisk;
   uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;  // what the tier takes of its capacity
-  uint64_t payload_bytes = 0;
+  uint64_t used_bytes = 0;     // what the tier takes of its capacity
+  uint64_t payload_bytes = 0;  // of the chunks as the host tier holds them (decoded)
+  uint64_t stored_bytes = 0;   // the same payloads as the tier stores them (encoded or not)
+  uint64_t encoded_chunks = 0;
   uint64_t chunks = 0;
   uint64_t reads = 0;  // chunks read (promotions)
   uint64_t read_bytes = 0;

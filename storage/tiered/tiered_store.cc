@@ -6,6 +6,7 @@
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/demoter.h"
@@ -63,6 +64,12 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   std::unique_ptr<TieredStore> store(new TieredStore());
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
+    DiskEncodingOptions encoding{.params = disk.codec_params};
+    if (!disk.codec.empty()) {
+      absl::StatusOr<const Codec*> codec = CodecRegistry::Find(disk.codec);
+      if (!codec.ok()) return Annotate(codec.status(), "disk tier");
+      encoding.codec = *codec;
+    }
     absl::StatusOr<std::unique_ptr<DiskTier>> tier =
         DiskTier::Open({.directory = disk.directory,
                         .capacity_bytes = disk.capacity_bytes,
@@ -70,7 +77,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
                         .observer = disk.observer});
     if (!tier.ok()) return Annotate(tier.status(), "disk tier");
     store->disk_tier_ = *std::move(tier);
-    store->owned_lower_.push_back(std::make_unique<DiskLowerTier>(store->disk_tier_.get()));
+    store->owned_lower_.push_back(
+        std::make_unique<DiskLowerTier>(store->disk_tier_.get(), encoding));
   }
   for (std::unique_ptr<LowerTier>& tier : options.lower) {
     store->owned_lower_.push_back(std::move(tier));
@@ -439,6 +447,10 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
     return removed.status();
   }
   return MoveOutcome::kMoved;
+}
+
+void TieredStore::NoteLayout(const KvLayout& layout) {
+  for (LowerTier* below : lower_) below->NoteLayout(layout);
 }
 
 absl::StatusOr<LowerTier::ListPage> TieredStore::ListBelowHost(

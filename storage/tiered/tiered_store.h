@@ -51,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
+#include "storage/codec/codec.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/lower_tier.h"
 #include "storage/tiered/tier.h"
@@ -72,6 +73,10 @@ struct TieredDiskOptions {
   // Told about the disk tier's index changes (DiskTierOptions::observer); nullable; not owned;
   // must outlive the store.
   ChunkObserver* observer = nullptr;
+  // The codec chunks written to disk are encoded with (CodecRegistry's names; empty: none), and
+  // its parameters: see DiskLowerTier.
+  std::string codec;
+  CodecParams codec_params;
 };
 
 // How chunks move between the host tier and the tiers below it.
@@ -175,6 +180,10 @@ class TieredStore {
   std::optional<std::vector<Tier>> LocatePrefixOrAsk(
       std::span<const ChunkKey> chain, LocateDone done,
       std::chrono::microseconds budget = std::chrono::microseconds(0));
+
+  // Tells the tiers below the host tier of a layout engines store chunks of (LowerTier::
+  // NoteLayout): an engine session's handshake.
+  void NoteLayout(const KvLayout& layout);
 
   // Every tier that holds `key` now, top down (a chunk staged for its demotion counts as in the
   // tier it is written to). In memory only.

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/host/test_util.h"
 #include "storage/io/testing/io_test_util.h"
 #include "storage/tiered/testing/disk_in_place_of.h"
@@ -21,12 +22,14 @@ constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
 // A store whose host tier holds four one-page chunks, over a disk tier (when `with_disk`).
 class TieredStoreTest : public ::testing::Test {
  protected:
-  void Open(bool with_disk, uint64_t demotion_queue_bytes = 0) {
+  void Open(bool with_disk, uint64_t demotion_queue_bytes = 0, std::string codec = "") {
     TieredStoreOptions options;
     options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096, .policy = "lru"};
     if (with_disk) {
-      options.disk = TieredDiskOptions{
-          .directory = scratch_.path(), .capacity_bytes = 1 << 20, .segment_bytes = 64 << 10};
+      options.disk = TieredDiskOptions{.directory = scratch_.path(),
+                                       .capacity_bytes = 1 << 20,
+                                       .segment_bytes = 64 << 10,
+                                       .codec = std::move(codec)};
     }
     options.movement.demotion_queue_bytes = demotion_queue_bytes;
     // The remote tier's place, when a test asks for three tiers: a second disk tier.
@@ -152,6 +155,43 @@ TEST_F(TieredStoreTest, LowerTierHitsArePromotedAndLeasedOnTheStoresThread) {
   EXPECT_TRUE(deferred);
   EXPECT_EQ(leased.leases.size(), 1u);
   EXPECT_EQ(leased.failure.code(), absl::StatusCode::kAborted);
+}
+
+// [disk] codec: the layout announced, evicted chunks are stored encoded and promoted as the codec
+// decodes them, committed with the decoded chunk's checksum (the lease verifies it).
+TEST_F(TieredStoreTest, ADiskCodecStoresEvictionsEncodedAndPromotesThemDecoded) {
+  Open(/*with_disk=*/true, /*demotion_queue_bytes=*/0, "int8");
+  store_->NoteLayout(layout_);
+  for (uint64_t id = 0; id < 6; ++id) Store(id);  // 0 and 1 are evicted to disk
+  ASSERT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
+  const LowerTierStats disk = store_->Stats().lower[0];
+  EXPECT_EQ(disk.encoded_chunks, 2u);
+  EXPECT_EQ(disk.payload_bytes, 2 * kChunkBytes);
+  EXPECT_LT(disk.stored_bytes, disk.payload_bytes);
+
+  const Codec* int8 = *CodecRegistry::Find("int8");
+  std::vector<std::byte> expected(kChunkBytes);
+  const std::vector<std::byte> original = testing::Pattern(0, kChunkBytes);
+  ASSERT_TRUE(int8->Decode(layout_, *int8->Encode(layout_, 16, original, {}), expected).ok());
+  bool deferred = false;
+  LoadLeases leased = Load({Key(0)}, deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 1u);
+  std::vector<std::byte> promoted(kChunkBytes);
+  leased.leases[0].payload().CopyTo(promoted);
+  EXPECT_EQ(promoted, expected);
+  EXPECT_EQ(leased.leases[0].checksum(), ChecksumBytes(expected));
+  leased.leases.clear();
+
+  // A codec the registry does not know is refused before anything opens.
+  EXPECT_EQ(TieredStore::Create({.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096},
+                                 .disk = TieredDiskOptions{.directory = scratch_.path() + "/x",
+                                                           .capacity_bytes = 1 << 20,
+                                                           .segment_bytes = 64 << 10,
+                                                           .codec = "zip"}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TieredStoreTest, AfterStopALowerTierLoadIsUnavailableAndLeasesNothing) {

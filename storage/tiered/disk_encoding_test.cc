@@ -1,0 +1,205 @@
+// DiskLowerTier with a codec ([disk] codec): chunks of a noted layout are stored encoded and come
+// back exactly as one encode and decode of the codec gives them, described to the store by their
+// decoded size and checksum; chunks of other layouts are stored as they are; the layouts the
+// disk keeps outlive a restart; a corrupted record fails its chunk alone.
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/testing/shaped_kv.h"
+#include "storage/disk/disk_tier.h"
+#include "storage/host/payload_view.h"
+#include "storage/io/testing/io_test_util.h"
+#include "storage/tiered/disk_lower_tier.h"
+
+namespace strata::storage {
+namespace {
+
+KvLayout EncodedLayout() {
+  return {.model_id = "disk-codec",
+          .num_layers = 4,
+          .num_kv_heads = 2,
+          .head_dim = 64,
+          .dtype = KvDtype::kBfloat16,
+          .chunk_tokens = 32};
+}
+
+ChunkKey KeyFor(const KvLayout& layout, uint8_t id) {
+  std::array<uint8_t, 16> digest{};
+  digest[0] = id;
+  return ChunkKey::FromParts(HashAlgorithm::kXxh3_128, KeyNamespace::kPrefix, layout.Fingerprint(),
+                             digest);
+}
+
+class DiskEncodingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    tier_.reset();
+    disk_.reset();
+    absl::StatusOr<std::unique_ptr<DiskTier>> disk = DiskTier::Open(
+        {.directory = scratch_.path(), .capacity_bytes = 16 << 20, .segment_bytes = 1 << 20});
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    disk_ = *std::move(disk);
+    tier_ = std::make_unique<DiskLowerTier>(disk_.get(),
+                                            DiskEncodingOptions{.codec = int8_, .params = {}});
+  }
+
+  absl::Status Put(const ChunkKey& key, std::span<const std::byte> payload, uint32_t tokens) {
+    const std::span<const std::byte> parts[] = {payload};
+    return tier_->PutOne({.key = key,
+                          .payload = parts,
+                          .payload_checksum = ChecksumBytes(payload),
+                          .num_tokens = tokens});
+  }
+
+  // Reads `key` into a destination in three pieces.
+  absl::StatusOr<std::vector<std::byte>> Read(const ChunkKey& key, uint64_t bytes) {
+    std::vector<std::byte> out(bytes);
+    const uint64_t third = bytes / 3;
+    const std::span<std::byte> parts[] = {std::span(out).first(third),
+                                          std::span(out).subspan(third, third),
+                                          std::span(out).subspan(2 * third)};
+    const LowerTier::MutableParts destination = parts;
+    const absl::Status status = tier_->ReadBatch({&key, 1}, {&destination, 1}).front();
+    if (!status.ok()) return status;
+    return out;
+  }
+
+  const Codec* const int8_ = *CodecRegistry::Find("int8");
+  testing::ScratchDir scratch_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<DiskLowerTier> tier_;
+};
+
+TEST_F(DiskEncodingTest, ANotedLayoutsChunksAreStoredEncodedAndComeBackAsTheCodecDecodesThem) {
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 1);
+  const ChunkKey key = KeyFor(layout, 1);
+  ASSERT_TRUE(Put(key, chunk, 32).ok());
+
+  // What one encode and decode gives: the bytes a read must deliver, and their checksum.
+  std::vector<std::byte> expected(chunk.size());
+  ASSERT_TRUE(int8_->Decode(layout, *int8_->Encode(layout, 32, chunk, {}), expected).ok());
+  const std::optional<LowerTier::ChunkInfo> info = tier_->Lookup(key);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->payload_bytes, chunk.size());
+  EXPECT_EQ(info->payload_checksum, ChecksumBytes(expected));
+  EXPECT_EQ(info->num_tokens, 32u);
+  const std::optional<DiskChunkInfo> stored = disk_->Lookup(key);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(stored->encoding.encoded());
+  EXPECT_LT(stored->payload_bytes * 18, chunk.size() * 10) << "int8 of bf16, head_dim 64: 1.88x";
+
+  absl::StatusOr<std::vector<std::byte>> read = Read(key, chunk.size());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, expected);
+  EXPECT_NE(*read, chunk) << "int8 is lossy: the test data is not exactly representable";
+
+  const LowerTierStats stats = tier_->Stats();
+  EXPECT_EQ(stats.encoded_chunks, 1u);
+  EXPECT_EQ(stats.payload_bytes, chunk.size());
+  EXPECT_EQ(stats.stored_bytes, stored->payload_bytes);
+
+  // The listing describes it as the store sees it.
+  absl::StatusOr<LowerTier::ListPage> page = tier_->List({});
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->chunks.size(), 1u);
+  EXPECT_EQ(page->chunks[0].info.payload_checksum, ChecksumBytes(expected));
+
+  // A destination of another size is refused.
+  EXPECT_EQ(Read(key, chunk.size() - 6).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DiskEncodingTest, ChunksOfLayoutsNotNotedOrThatDoNotShrinkAreStoredAsTheyAre) {
+  const KvLayout layout = EncodedLayout();
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 2);
+  ASSERT_TRUE(Put(KeyFor(layout, 2), chunk, 32).ok());  // layout not noted
+  EXPECT_FALSE(disk_->Lookup(KeyFor(layout, 2))->encoding.encoded());
+  EXPECT_EQ(*Read(KeyFor(layout, 2), chunk.size()), chunk);
+
+  // fp32 with head_dim 4: the int8 frame's scales and table outweigh what it saves.
+  KvLayout tiny = layout;
+  tiny.dtype = KvDtype::kFloat32;
+  tiny.head_dim = 4;
+  tiny.num_kv_heads = 1;
+  tiny.num_layers = 1;
+  tiny.chunk_tokens = 1;
+  tier_->NoteLayout(tiny);
+  const std::vector<std::byte> small = testing::MakeKv(tiny, 1, testing::KvShape::kGaussian, 3);
+  ASSERT_TRUE(Put(KeyFor(tiny, 3), small, 1).ok());
+  EXPECT_FALSE(disk_->Lookup(KeyFor(tiny, 3))->encoding.encoded());
+  EXPECT_EQ(*Read(KeyFor(tiny, 3), small.size()), small);
+
+  // A payload whose size is not the layout's for its tokens is stored as it is too.
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> odd(1000, std::byte{7});
+  ASSERT_TRUE(Put(KeyFor(layout, 4), odd, 32).ok());
+  EXPECT_FALSE(disk_->Lookup(KeyFor(layout, 4))->encoding.encoded());
+  EXPECT_EQ(tier_->Stats().encoded_chunks, 0u);
+}
+
+TEST_F(DiskEncodingTest, EncodedChunksDecodeAfterARestartWhateverTheCodecIsThen) {
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 20, testing::KvShape::kShaped, 4);
+  ASSERT_TRUE(Put(KeyFor(layout, 5), chunk, 20).ok());  // a partial chunk
+  absl::StatusOr<std::vector<std::byte>> before = Read(KeyFor(layout, 5), chunk.size());
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  Open();
+  tier_ = std::make_unique<DiskLowerTier>(disk_.get());  // no codec now, no layout noted
+  ASSERT_NE(disk_->KeptLayout(layout.Fingerprint()), nullptr);
+  absl::StatusOr<std::vector<std::byte>> after = Read(KeyFor(layout, 5), chunk.size());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, *before);
+  EXPECT_EQ(tier_->Stats().encoded_chunks, 1u);
+}
+
+TEST_F(DiskEncodingTest, ACorruptedEncodedRecordFailsItsChunkAloneAndIsDropped) {
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> a = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 6);
+  const std::vector<std::byte> b = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 7);
+  ASSERT_TRUE(Put(KeyFor(layout, 6), a, 32).ok());
+  ASSERT_TRUE(Put(KeyFor(layout, 7), b, 32).ok());
+  // Flip a byte inside the first record's frame (the segment's first record).
+  const std::optional<DiskChunkInfo> first = disk_->Lookup(KeyFor(layout, 6));
+  ASSERT_TRUE(first.has_value());
+  std::filesystem::path segment;
+  for (const auto& entry : std::filesystem::directory_iterator(scratch_.path())) {
+    if (entry.path().extension() == ".log") segment = entry.path();
+  }
+  ASSERT_FALSE(segment.empty());
+  {
+    std::FILE* file = std::fopen(segment.c_str(), "r+b");
+    ASSERT_NE(file, nullptr);
+    std::fseek(file, 4096 + 200, SEEK_SET);
+    const int byte = std::fgetc(file);
+    std::fseek(file, 4096 + 200, SEEK_SET);
+    std::fputc(byte ^ 0x40, file);
+    std::fclose(file);
+  }
+  // One batch: the corrupted chunk, the intact one and one never stored.
+  const ChunkKey keys[] = {KeyFor(layout, 6), KeyFor(layout, 7), KeyFor(layout, 8)};
+  std::vector<std::byte> out_a(a.size()), out_b(b.size()), out_c(a.size());
+  const std::span<std::byte> pa[] = {out_a}, pb[] = {out_b}, pc[] = {out_c};
+  const LowerTier::MutableParts destinations[] = {pa, pb, pc};
+  const std::vector<absl::Status> statuses = tier_->ReadBatch(keys, destinations);
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_EQ(statuses[2].code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(tier_->Contains(keys[0]));
+  EXPECT_EQ(ChecksumBytes(out_b), tier_->Lookup(keys[1])->payload_checksum);
+}
+
+}  // namespace
+}  // namespace strata::storage
