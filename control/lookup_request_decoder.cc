@@ -95,12 +95,19 @@ absl::StatusOr<ChunkKey> ReadChunkKey(google::protobuf::io::CodedInputStream& in
           return malformed;
         }
         continue;
-      default:
-        // Groups are skipped by reading their tags unchecked: refused, no client sends them.
-        if (type == WireFormatLite::WIRETYPE_START_GROUP ||
-            type == WireFormatLite::WIRETYPE_END_GROUP || !WireFormatLite::SkipField(&in, tag)) {
-          return malformed;
-        }
+      default: {
+        // Groups are skipped by reading their tags unchecked: refused, no client sends them. A
+        // length is read as the generated parser reads it (SkipField would keep the low 32 bits
+        // of a longer one and go on inside the field's bytes).
+        std::string_view skipped;
+        if (WireFormatLite::GetTagFieldNumber(tag) == 0) return malformed;  // no field 0
+        const bool skipped_ok = type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED
+                                    ? ReadDelimited(in, skipped)
+                                    : type != WireFormatLite::WIRETYPE_START_GROUP &&
+                                          type != WireFormatLite::WIRETYPE_END_GROUP &&
+                                          WireFormatLite::SkipField(&in, tag);
+        if (!skipped_ok) return malformed;
+      }
     }
   }
   if (!in.ConsumedEntireMessage()) return malformed;
