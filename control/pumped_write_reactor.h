@@ -1,7 +1,8 @@
 // PumpedWriteReactor: a server-streaming reactor that sends its responses one at a time, as they
 // become available, the shared machinery of stratad's WatchEvents (daemon/watch_events_reactor)
 // and strata-controller's (controller/service/cluster_watch_reactor). A subclass says what comes
-// next (Next); Pump sends it when no write is in flight, and is called again by the subclass when
+// next (Next); Pump sends it when no write is in flight (the first response always goes, even with
+// nothing in it: the stream is open), and is called again by the subclass when
 // something new arrives (its source's wake-up), by OnWriteDone after each write, and finishes the
 // stream on Next's error, on a broken write, or on cancellation.
 //
@@ -43,8 +44,9 @@ class PumpedWriteReactor : public grpc::ServerWriteReactor<Response> {
   }
 
  protected:
-  // Fills `response` (cleared) with the next one: true to send it, false when nothing is ready
-  // (Pump is called again later), or the error that finishes the stream. Runs under the lock.
+  // Fills `response` (cleared) with the next one: true when it carries something new, false when
+  // nothing is ready (it is sent anyway as the stream's first response; otherwise Pump is called
+  // again later), or the error that finishes the stream. Runs under the lock.
   virtual absl::StatusOr<bool> Next(Response& response) = 0;
 
   void Pump() {
@@ -59,10 +61,11 @@ class PumpedWriteReactor : public grpc::ServerWriteReactor<Response> {
         absl::StatusOr<bool> ready = Next(response_);
         if (!ready.ok()) {
           finish = ToGrpcStatus(ready.status());
-        } else if (!*ready) {
+        } else if (!*ready && sent_first_) {
           return;
         } else {
           writing_ = true;
+          sent_first_ = true;
         }
       }
       if (finish.has_value()) finished_ = true;
@@ -79,6 +82,7 @@ class PumpedWriteReactor : public grpc::ServerWriteReactor<Response> {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
   // Written under mu_ only while no write is in flight; read by gRPC during the write.
   Response response_;
 };

@@ -50,13 +50,11 @@ absl::StatusOr<bool> WatchEventsReactor::Next(v1::WatchEventsResponse& response)
   absl::StatusOr<EventLog::ReadResult> read =
       log_->Read(next_sequence_, kMaxEventsPerResponse, this);
   if (!read.ok()) return read.status();
-  if (read->events.empty() && sent_first_) return false;  // registered: Wake calls Pump again
   response.set_epoch(log_->epoch());
   for (const KvEvent& event : read->events) ToProto(event, *response.add_events());
   response.set_next_sequence(read->next_sequence);
   next_sequence_ = read->next_sequence;
-  sent_first_ = true;
-  return true;
+  return !read->events.empty();  // when empty, the log wakes this waiter: Wake calls Pump again
 }
 
 void WatchEventsReactor::OnDone() {

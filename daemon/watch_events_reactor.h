@@ -28,7 +28,6 @@ class WatchEventsReactor final : public control::PumpedWriteReactor<v1::WatchEve
   EventLog* const log_;
   // Next's alone (under the reactor's lock).
   uint64_t next_sequence_;
-  bool sent_first_ = false;
 };
 
 }  // namespace strata::daemon

@@ -11,9 +11,7 @@ absl::StatusOr<bool> ClusterWatchReactor::Next(v1::ClusterWatchResponse& respons
   if (absl::Status taken = hub_->Take(this, kMaxBatchesPerResponse, response); !taken.ok()) {
     return taken;
   }
-  if (response.batches().empty() && sent_first_) return false;  // Wake calls Pump again
-  sent_first_ = true;
-  return true;
+  return !response.batches().empty();  // when empty, Wake calls Pump again
 }
 
 void ClusterWatchReactor::OnDone() {

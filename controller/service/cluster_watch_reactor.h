@@ -29,7 +29,6 @@ class ClusterWatchReactor final : public control::PumpedWriteReactor<v1::Cluster
   absl::StatusOr<bool> Next(v1::ClusterWatchResponse& response) override;
 
   EventHub* const hub_;
-  bool sent_first_ = false;  // Next's alone (under the reactor's lock)
 };
 
 }  // namespace strata::controller
