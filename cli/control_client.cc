@@ -120,6 +120,10 @@ absl::StatusOr<v1::NodeResult> ControlClient::Send(const v1::NodeCall& call) {
     case v1::NodeCall::kCompress:
       status = answer(Call(&Stub::Compress, call.compress()), &v1::NodeResult::mutable_compress);
       break;
+    case v1::NodeCall::kDecompress:
+      status =
+          answer(Call(&Stub::Decompress, call.decompress()), &v1::NodeResult::mutable_decompress);
+      break;
     case v1::NodeCall::kStats:
       status = answer(Stats(), &v1::NodeResult::mutable_stats);
       break;

@@ -231,6 +231,9 @@ std::string FormatNodeResult(const v1::NodeResult& result, v1::Tier move_target,
     case v1::NodeResult::kStats:
       return FormatStats(result.stats());
     case v1::NodeResult::kCompress:
+      return FormatCompress(result.compress());
+    case v1::NodeResult::kDecompress:
+      return FormatDecompress(result.decompress());
     case v1::NodeResult::RESPONSE_NOT_SET:
       break;
   }
@@ -251,6 +254,8 @@ const google::protobuf::Message& NodeResponse(const v1::NodeResult& result) {
       return result.stats();
     case v1::NodeResult::kCompress:
       return result.compress();
+    case v1::NodeResult::kDecompress:
+      return result.decompress();
     case v1::NodeResult::RESPONSE_NOT_SET:
       break;
   }
@@ -300,6 +305,33 @@ std::string FormatClear(const v1::ClearResponse& clear) {
                      HumanBytes(clear.removed_bytes()));
 }
 
+std::string FormatCompress(const v1::CompressResponse& compress) {
+  std::string out =
+      fmt::format("compressed {} chunks ({} -> {}); {} compressed already; {} not in the tier\n",
+                  compress.compressed_chunks(), HumanBytes(compress.stored_bytes_before()),
+                  HumanBytes(compress.stored_bytes_after()), compress.already_compressed(),
+                  compress.missing_chunks());
+  if (compress.not_smaller_chunks() + compress.unknown_layout_chunks() > 0) {
+    out += fmt::format(
+        "left as they were: {} the codec would not shrink, {} of a layout the disk does not know "
+        "(give the layout flags)\n",
+        compress.not_smaller_chunks(), compress.unknown_layout_chunks());
+  }
+  if (compress.compressed_chunks() > 0) {
+    out += fmt::format("largest error: relative {:.3g}, absolute {:.3g} (the codec promises: {})\n",
+                       compress.max_relative_error(), compress.max_abs_error(),
+                       compress.error_bound());
+  }
+  return out;
+}
+
+std::string FormatDecompress(const v1::DecompressResponse& decompress) {
+  return fmt::format("decompressed {} chunks ({} -> {}); {} not compressed; {} not in the tier\n",
+                     decompress.decompressed_chunks(), HumanBytes(decompress.stored_bytes_before()),
+                     HumanBytes(decompress.stored_bytes_after()), decompress.not_compressed(),
+                     decompress.missing_chunks());
+}
+
 std::string FormatDrain(const v1::DrainResponse& drain) {
   return fmt::format(
       "draining: no new chunks are admitted\nresident {} chunks ({}), {} open reservations; "
@@ -309,8 +341,9 @@ std::string FormatDrain(const v1::DrainResponse& drain) {
 }
 
 std::string FormatChunks(const v1::ListChunksResponse& page) {
-  std::string out = fmt::format("{:<6} {:>6} {:>10} {:<4} {:>10} {:>6}  {}\n", "tier", "tokens",
-                                "size", "pin", "soft-ttl", "leases", "key");
+  std::string out =
+      fmt::format("{:<6} {:>6} {:>10} {:>10} {:<8} {:<4} {:>10} {:>6}  {}\n", "tier", "tokens",
+                  "size", "stored", "codec", "pin", "soft-ttl", "leases", "key");
   for (const v1::ChunkEntry& chunk : page.chunks()) {
     const std::string ttl = chunk.soft_pin_remaining_ms() == 0
                                 ? std::string("-")
@@ -318,9 +351,11 @@ std::string FormatChunks(const v1::ListChunksResponse& page) {
     const char* pin = chunk.hard_pinned()                 ? "hard"
                       : chunk.soft_pin_remaining_ms() > 0 ? "soft"
                                                           : "-";
-    out += fmt::format("{:<6} {:>6} {:>10} {:<4} {:>10} {:>6}  {}\n", TierName(chunk.tier()),
-                       chunk.num_tokens(), HumanBytes(chunk.size_bytes()), pin, ttl, chunk.leases(),
-                       KeyText(chunk.key()));
+    out +=
+        fmt::format("{:<6} {:>6} {:>10} {:>10} {:<8} {:<4} {:>10} {:>6}  {}\n",
+                    TierName(chunk.tier()), chunk.num_tokens(), HumanBytes(chunk.size_bytes()),
+                    HumanBytes(chunk.stored_bytes()), chunk.codec().empty() ? "-" : chunk.codec(),
+                    pin, ttl, chunk.leases(), KeyText(chunk.key()));
   }
   out += fmt::format("{} chunks", page.chunks_size());
   if (!page.next_page_token().empty()) {

@@ -25,6 +25,8 @@ std::string FormatUnpin(const v1::UnpinResponse& unpin);
 // `instance`: a peer the chunks were copied to ("" for a move between this node's tiers).
 std::string FormatMove(const v1::MoveResponse& move, v1::Tier target, std::string_view instance);
 std::string FormatClear(const v1::ClearResponse& clear);
+std::string FormatCompress(const v1::CompressResponse& compress);
+std::string FormatDecompress(const v1::DecompressResponse& decompress);
 std::string FormatDrain(const v1::DrainResponse& drain);
 // `strata peers`: the node's id and address, then one line per peer.
 std::string FormatPeers(const v1::ListPeersResponse& peers);

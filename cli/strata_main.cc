@@ -226,7 +226,8 @@ int Run(int argc, char** argv) {
   app.add_option("--controller", controller,
                  "strata-controller's address, host:port (or several, comma-separated: the one "
                  "that leads answers): lookup and stats ask the cluster (stats: "
-                 "every instance's, summed); pin, unpin, move and clear go to every instance; "
+                 "every instance's, summed); pin, unpin, move, clear, compress and decompress go "
+                 "to every instance; "
                  "--node sends any of these to one; instances and route need it (--token-file and "
                  "--tls-ca then apply to it)");
   app.add_option("--node", node, "with --controller: the one instance a node command goes to");
@@ -260,8 +261,22 @@ int Run(int argc, char** argv) {
   CLI::App* clear_cmd = app.add_subcommand(
       "clear",
       "remove chunks: --key/--tokens, --by-layout (with the layout flags), --tenant or --all");
-  for (CLI::App* cmd : {pin_cmd, unpin_cmd, move_cmd, clear_cmd}) {
+  CLI::App* compress_cmd = app.add_subcommand(
+      "compress", "store chunks of the disk tier encoded by a codec (--codec), in place");
+  CLI::App* decompress_cmd =
+      app.add_subcommand("decompress", "store compressed chunks of the disk tier as they decode");
+  for (CLI::App* cmd : {pin_cmd, unpin_cmd, move_cmd, clear_cmd, compress_cmd, decompress_cmd}) {
     selector_flags.Register(cmd, /*with_keys=*/true);
+  }
+  std::string codec;
+  uint32_t group_size = 0, bits = 0;
+  float energy = 0;
+  compress_cmd->add_option("--codec", codec, "int8|kivi4|kivi2|cachegen|xkv")->required();
+  compress_cmd->add_option("--group-size", group_size, "kivi, cachegen, xkv (0: the default)");
+  compress_cmd->add_option("--bits", bits, "cachegen: 2, 4 or 8 (0: the default)");
+  compress_cmd->add_option("--energy", energy, "xkv: share of energy kept, (0, 1] (0: 0.99)");
+  for (CLI::App* cmd : {compress_cmd, decompress_cmd}) {
+    cmd->add_option("--tier", tier_name, "tier (default disk)");
   }
   for (CLI::App* cmd : {pin_cmd, unpin_cmd}) {
     cmd->add_flag("--soft", soft, "a soft pin (with --ttl-ms) instead of a hard one");
@@ -377,12 +392,12 @@ int Run(int argc, char** argv) {
         fmt::format("{} asks the controller: give --controller host:port",
                     *instances_cmd ? "instances" : "route")));
   }
-  // pin, unpin, move, clear and stats: one node call, sent to the daemon (--addr) or forwarded
-  // by the controller (--controller) to --node, or to every instance.
+  // pin, unpin, move, clear, compress, decompress and stats: one node call, sent to the daemon
+  // (--addr) or forwarded by the controller (--controller) to --node, or to every instance.
   std::optional<v1::NodeCall> node_call;
   absl::StatusOr<v1::Tier> move_target = v1::TIER_UNSPECIFIED;
   if (*stats_cmd) node_call.emplace().mutable_stats();
-  if (*pin_cmd || *unpin_cmd || *move_cmd) {
+  if (*pin_cmd || *unpin_cmd || *move_cmd || *compress_cmd || *decompress_cmd) {
     absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
     if (!selector.ok()) return Fail(selector.status());
     const v1::PinKind kind = soft ? v1::PIN_KIND_SOFT : v1::PIN_KIND_HARD;
@@ -396,6 +411,18 @@ int Run(int argc, char** argv) {
       v1::UnpinRequest& request = *node_call.emplace().mutable_unpin();
       *request.mutable_selector() = *std::move(selector);
       request.set_kind(kind);
+      request.set_tier(tier);
+    } else if (*compress_cmd) {
+      v1::CompressRequest& request = *node_call.emplace().mutable_compress();
+      *request.mutable_selector() = *std::move(selector);
+      request.set_codec(codec);
+      request.set_tier(tier);
+      request.mutable_params()->set_group_size(group_size);
+      request.mutable_params()->set_bits(bits);
+      request.mutable_params()->set_energy(energy);
+    } else if (*decompress_cmd) {
+      v1::DecompressRequest& request = *node_call.emplace().mutable_decompress();
+      *request.mutable_selector() = *std::move(selector);
       request.set_tier(tier);
     } else {
       move_target = ParseTier(target_name);
@@ -431,7 +458,7 @@ int Run(int argc, char** argv) {
     if (!*lookup_cmd && !*instances_cmd && !*route_cmd && !node_call.has_value()) {
       return Fail(absl::InvalidArgumentError(
           "--controller goes with lookup, instances, route, and (forwarded) stats, pin, unpin, "
-          "move and clear; the other commands ask a daemon (--addr)"));
+          "move, clear, compress and decompress; the other commands ask a daemon (--addr)"));
     }
     absl::StatusOr<ClusterClient> cluster = ClusterClient::Connect(controller, connect);
     if (!cluster.ok()) return Fail(cluster.status());

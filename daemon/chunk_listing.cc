@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
+#include "storage/codec/codec.h"
 
 namespace strata::daemon {
 namespace {
@@ -74,6 +75,14 @@ void AppendRows(size_t count, absl::FunctionRef<ListedRow(size_t)> row, bool col
       entry->set_hard_pinned(r.hard_pinned);
       entry->set_soft_pin_remaining_ms(r.soft_pin_remaining_ms);
       entry->set_leases(r.leases);
+      entry->set_stored_bytes(r.stored_bytes);
+      if (r.codec_id != 0) {
+        entry->set_codec(std::string(storage::CodecIdName(storage::CodecId{r.codec_id})));
+      }
+      if (r.error.has_value()) {
+        entry->set_relative_error(r.error->relative_frobenius);
+        entry->set_max_abs_error(r.error->max_abs);
+      }
     }
     return;
   }
@@ -87,6 +96,9 @@ void AppendRows(size_t count, absl::FunctionRef<ListedRow(size_t)> row, bool col
   columns.mutable_hard_pinned()->Reserve(size);
   columns.mutable_soft_pin_remaining_ms()->Reserve(size);
   columns.mutable_leases()->Reserve(size);
+  columns.mutable_stored_bytes()->Reserve(size);
+  columns.mutable_codec_ids()->Reserve(size);
+  columns.mutable_relative_errors()->Reserve(size);
   std::string& digests = *columns.mutable_digests();
   digests.reserve(count * ChunkKey::kMaxDigestBytes);
   for (size_t i = 0; i < count; ++i) {
@@ -101,6 +113,9 @@ void AppendRows(size_t count, absl::FunctionRef<ListedRow(size_t)> row, bool col
     columns.add_hard_pinned(r.hard_pinned);
     columns.add_soft_pin_remaining_ms(r.soft_pin_remaining_ms);
     columns.add_leases(r.leases);
+    columns.add_stored_bytes(r.stored_bytes);
+    columns.add_codec_ids(r.codec_id);
+    columns.add_relative_errors(r.error.has_value() ? r.error->relative_frobenius : -1);
   }
 }
 

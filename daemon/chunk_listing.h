@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "proto/strata/v1/control.pb.h"
+#include "storage/codec/kv_error.h"
 
 namespace strata::daemon {
 
@@ -37,6 +38,9 @@ struct ListedRow {
   bool hard_pinned = false;
   uint64_t soft_pin_remaining_ms = 0;
   uint32_t leases = 0;
+  uint64_t stored_bytes = 0;
+  uint16_t codec_id = 0;                  // storage::CodecId; 0: stored as it is
+  std::optional<storage::KvError> error;  // measured when it was encoded
 };
 
 // Appends rows 0..count-1 (`row(i)`) to `response`: as columns when `columnar`, else as entries.

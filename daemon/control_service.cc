@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/convert.h"
+#include "storage/codec/codec_registry.h"
 
 namespace strata::daemon {
 namespace {
@@ -311,23 +312,75 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
 }
 
 grpc::ServerUnaryReactor* ControlService::Compress(grpc::CallbackServerContext* context,
-                                                   const v1::CompressRequest*,
-                                                   v1::CompressResponse*) {
+                                                   const v1::CompressRequest* request,
+                                                   v1::CompressResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
-  return control::FinishUnary(
-      context,
-      absl::UnimplementedError("Compress: no KV codec is available yet (it arrives with the codec "
-                               "issue); nothing was compressed"));
+  return FinishFromStore(context,
+                         [this, request, response] { return DoCompress(*request, *response); });
+}
+
+absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
+                                        v1::CompressResponse& response) {
+  absl::StatusOr<const storage::Codec*> codec = storage::CodecRegistry::Find(request.codec());
+  if (!codec.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("Compress: {}", std::string(codec.status().message())));
+  }
+  absl::StatusOr<storage::RecodeTotals> totals =
+      Recode(request.selector(), request.tier(),
+             {.codec = *codec,
+              .params = {.group_size = request.params().group_size(),
+                         .bits = request.params().bits(),
+                         .energy = request.params().energy()}});
+  if (!totals.ok()) return totals.status();
+  response.set_compressed_chunks(totals->recoded);
+  response.set_already_compressed(totals->already_in_form);
+  response.set_missing_chunks(totals->missing);
+  response.set_not_smaller_chunks(totals->not_smaller);
+  response.set_unknown_layout_chunks(totals->no_layout);
+  response.set_stored_bytes_before(totals->stored_bytes_before);
+  response.set_stored_bytes_after(totals->stored_bytes_after);
+  response.set_max_relative_error(totals->max_error.relative_frobenius);
+  response.set_max_abs_error(totals->max_error.max_abs);
+  response.set_error_bound(std::string((*codec)->error_bound()));
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* ControlService::Decompress(grpc::CallbackServerContext* context,
-                                                     const v1::DecompressRequest*,
-                                                     v1::DecompressResponse*) {
+                                                     const v1::DecompressRequest* request,
+                                                     v1::DecompressResponse* response) {
   if (absl::Status s = Authorize(*context); !s.ok()) return control::FinishUnary(context, s);
-  return control::FinishUnary(
-      context, absl::UnimplementedError(
-                   "Decompress: no KV codec is available yet (it arrives with the codec "
-                   "issue); no chunk is compressed"));
+  return FinishFromStore(context,
+                         [this, request, response] { return DoDecompress(*request, *response); });
+}
+
+absl::Status ControlService::DoDecompress(const v1::DecompressRequest& request,
+                                          v1::DecompressResponse& response) {
+  absl::StatusOr<storage::RecodeTotals> totals =
+      Recode(request.selector(), request.tier(), {.codec = nullptr});
+  if (!totals.ok()) return totals.status();
+  response.set_decompressed_chunks(totals->recoded);
+  response.set_not_compressed(totals->already_in_form);
+  response.set_missing_chunks(totals->missing);
+  response.set_stored_bytes_before(totals->stored_bytes_before);
+  response.set_stored_bytes_after(totals->stored_bytes_after);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<storage::RecodeTotals> ControlService::Recode(
+    const v1::ChunkSelector& selector, v1::Tier tier, storage::LowerTier::Recoding recoding) {
+  absl::StatusOr<control::ResolvedChunks> chunks = Resolve(selector);
+  if (!chunks.ok()) return chunks.status();
+  if (tier == v1::TIER_UNSPECIFIED) tier = v1::TIER_DISK;
+  if (absl::Status s = CheckTier(tier, Unspecified::kInvalid, *options_.store); !s.ok()) return s;
+  std::optional<KvLayout> layout;
+  if (selector.has_layout()) {
+    absl::StatusOr<KvLayout> parsed = FromProto(selector.layout());
+    if (!parsed.ok()) return parsed.status();
+    layout = *parsed;
+    recoding.layout = &*layout;
+  }
+  return options_.store->Recode(chunks->keys, *StoreTier(tier), recoding);
 }
 
 grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* context,
@@ -475,10 +528,14 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
         page->chunks.size(),
         [&](size_t i) {
           const storage::LowerTier::ListedChunk& chunk = page->chunks[i];
-          return ListedRow{.key = &chunk.key,
-                           .tier = request.tier(),
-                           .size_bytes = chunk.info.payload_bytes,
-                           .num_tokens = chunk.info.num_tokens};
+          return ListedRow{
+              .key = &chunk.key,
+              .tier = request.tier(),
+              .size_bytes = chunk.info.payload_bytes,
+              .num_tokens = chunk.info.num_tokens,
+              .stored_bytes = chunk.info.stored_bytes,
+              .codec_id = static_cast<uint16_t>(chunk.info.codec.value_or(storage::CodecId{0})),
+              .error = chunk.info.error};
         },
         request.columnar(), response);
     response.set_next_page_token(LowerTierPageToken(page->resume_after));
@@ -507,7 +564,8 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
                          .num_tokens = info.num_tokens,
                          .hard_pinned = info.hard_pinned,
                          .soft_pin_remaining_ms = soft_pin_remaining_ms,
-                         .leases = info.leases};
+                         .leases = info.leases,
+                         .stored_bytes = info.size_bytes};
       },
       request.columnar(), response);
   response.set_next_page_token(HostPageToken(page.next_cursor));

@@ -120,6 +120,12 @@ class ControlService final
   absl::Status DoMoveToPeer(const v1::MoveRequest& request, std::span<const ChunkKey> keys,
                             v1::MoveResponse& response);
   absl::Status DoClear(const v1::ClearRequest& request, v1::ClearResponse& response);
+  absl::Status DoCompress(const v1::CompressRequest& request, v1::CompressResponse& response);
+  absl::Status DoDecompress(const v1::DecompressRequest& request, v1::DecompressResponse& response);
+  // Compress's and Decompress's common part: the selector's chunks of `tier` (TIER_UNSPECIFIED:
+  // the disk tier) recoded (TieredStore::Recode).
+  absl::StatusOr<storage::RecodeTotals> Recode(const v1::ChunkSelector& selector, v1::Tier tier,
+                                               storage::LowerTier::Recoding recoding);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<control::ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;
   // Finishes the call with what `work` returns: run on the store's thread when a tier below the

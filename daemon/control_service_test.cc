@@ -614,18 +614,24 @@ TEST_F(ControlServiceTest, ClearDuringALoadNeverFreesUnderTheReader) {
   EXPECT_TRUE(tier_->CheckConsistency().ok());
 }
 
-TEST_F(ControlServiceTest, CompressAndDecompressAreUnimplemented) {
+TEST_F(ControlServiceTest, CompressWithoutADiskTierIsRefused) {
   StoreChain(Tokens(16, 1));
   v1::CompressRequest compress;
   *compress.mutable_selector() = TokenSelector(Tokens(16, 1));
   compress.set_codec("kivi2");
   v1::CompressResponse compressed;
   grpc::Status status = Call(&Stub::Compress, compress, compressed);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("no KV codec"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("disk tier not configured"));
+  compress.set_tier(v1::TIER_HOST);
+  status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("in place"));
+  v1::DecompressRequest decompress;
+  *decompress.mutable_selector() = TokenSelector(Tokens(16, 1));
   v1::DecompressResponse decompressed;
-  EXPECT_EQ(Call(&Stub::Decompress, v1::DecompressRequest(), decompressed).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(Call(&Stub::Decompress, decompress, decompressed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(ControlServiceTest, ListChunksPagesAndFilters) {
@@ -1088,6 +1094,91 @@ TEST_F(ControlServiceDiskTest, MoveLookupStatsClearAndDrainSpanTheDiskTier) {
   EXPECT_EQ(cleared.removed_chunks(), 6u);  // three in each tier
   ASSERT_TRUE(Lookup(lookup, found).ok());
   EXPECT_EQ(found.matched_chunks(), 0u);
+}
+
+TEST_F(ControlServiceDiskTest, CompressAndDecompressTheDiskTiersChunks) {
+  const std::vector<uint32_t> tokens = Tokens(16 * 3, 1);
+  const std::vector<ChunkKey> keys = StoreChain(tokens);
+  ASSERT_EQ(*store_->FlushToLowerTiers(), 3u);
+
+  v1::CompressRequest compress;
+  *compress.mutable_selector() = KeySelector(keys);
+  v1::CompressResponse compressed;
+  compress.set_codec("zip");
+  grpc::Status status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("zip"));
+
+  // By keys alone: no engine announced the layout here, so the disk cannot encode them.
+  compress.set_codec("int8");
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_EQ(compressed.compressed_chunks(), 0u);
+  EXPECT_EQ(compressed.unknown_layout_chunks(), 3u);
+
+  // Bad parameters: refused, nothing changed.
+  *compress.mutable_selector() = TokenSelector(tokens);
+  compress.mutable_params()->set_bits(4);
+  status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("bits"));
+  compress.mutable_params()->set_bits(0);
+
+  // With the selector's layout: every chunk is encoded, in the default tier (disk).
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_EQ(compressed.compressed_chunks(), 3u);
+  EXPECT_EQ(compressed.stored_bytes_before(), 3u * 4096);
+  EXPECT_LT(compressed.stored_bytes_after(), compressed.stored_bytes_before());
+  EXPECT_FALSE(compressed.error_bound().empty());
+  const double max_error = compressed.max_relative_error();
+  const uint64_t stored_after = compressed.stored_bytes_after();
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_EQ(compressed.compressed_chunks(), 0u);
+  EXPECT_EQ(compressed.already_compressed(), 3u);
+
+  // Listed with their codec and stored size; Stats counts them.
+  v1::ListChunksRequest list;
+  list.set_tier(v1::TIER_DISK);
+  v1::ListChunksResponse page;
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, page).ok());
+  ASSERT_EQ(page.chunks_size(), 3);
+  for (const v1::ChunkEntry& entry : page.chunks()) {
+    EXPECT_EQ(entry.codec(), "int8");
+    EXPECT_EQ(entry.size_bytes(), 4096u);
+    EXPECT_LT(entry.stored_bytes(), 4096u);
+    EXPECT_TRUE(entry.has_relative_error());
+    EXPECT_LE(entry.relative_error(), max_error + 1e-6);
+  }
+  list.set_columnar(true);
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, page).ok());
+  ASSERT_EQ(page.columns().codec_ids_size(), 3);
+  EXPECT_EQ(page.columns().codec_ids(0), static_cast<uint32_t>(storage::CodecId::kInt8));
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
+  ASSERT_EQ(stats.tiers_size(), 2);
+  EXPECT_EQ(stats.tiers(1).encoded_chunks(), 3u);
+  EXPECT_EQ(stats.tiers(1).stored_bytes(), stored_after);
+  EXPECT_EQ(stats.tiers(1).payload_bytes(), 3u * 4096);
+
+  // Decompressed: stored as they decode again.
+  v1::DecompressRequest decompress;
+  *decompress.mutable_selector() = KeySelector(keys);
+  decompress.set_tier(v1::TIER_DISK);
+  v1::DecompressResponse decompressed;
+  ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
+  EXPECT_EQ(decompressed.decompressed_chunks(), 3u);
+  EXPECT_EQ(decompressed.stored_bytes_after(), 3u * 4096);
+  ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
+  EXPECT_EQ(decompressed.not_compressed(), 3u);
+  ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
+  EXPECT_EQ(stats.tiers(1).encoded_chunks(), 0u);
+
+  // The chunks still load: moved up, they come back whole.
+  v1::MoveRequest move;
+  *move.mutable_selector() = TokenSelector(tokens);
+  move.set_target(v1::TIER_HOST);
+  v1::MoveResponse moved;
+  ASSERT_TRUE(Call(&Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 3u);
 }
 
 TEST_F(ControlServiceDiskTest, ListChunksPagesTheDiskTier) {

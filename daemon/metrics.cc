@@ -62,6 +62,12 @@ void AddLowerTierFamilies(std::vector<MetricFamily>& families, const storage::Lo
   AddSeries(families, "strata_tier_used_bytes",
             "Bytes the tier holds (whole pages for the host tier).", gauge, s.used_bytes, tier);
   AddSeries(families, "strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks, tier);
+  AddSeries(families, "strata_tier_stored_bytes",
+            "Payload bytes as the tier stores them (below the chunks' size where encoded).", gauge,
+            s.stored_bytes, tier);
+  AddSeries(families, "strata_tier_encoded_chunks",
+            "Chunks the tier stores encoded by a codec ([disk] codec, Compress).", gauge,
+            s.encoded_chunks, tier);
   AddSeries(families, "strata_tier_evictions_total", "", counter, s.evictions,
             {{"reason", "capacity"}, {"tier", name}});
   AddSeries(families, "strata_tier_evictions_total", "", counter, s.corrupt_evictions,

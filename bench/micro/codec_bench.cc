@@ -55,6 +55,7 @@
 #include "kernels/paged_attention.h"
 #include "storage/codec/cachegen_codec.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/codec/kv_error.h"
 #include "storage/codec/testing/shaped_kv.h"
 #include "storage/codec/xkv_codec.h"
 
@@ -229,8 +230,7 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
       return;
     }
     STRATA_CHECK(codec.Decode(layout, *encoded, decoded).ok());
-    state.counters["gauss_rel_err"] =
-        testing::CompareKv(layout.dtype, gauss, decoded).relative_frobenius;
+    state.counters["gauss_rel_err"] = CompareKv(layout.dtype, gauss, decoded).relative_frobenius;
   }
 
   double encode_s = 0, decode_s = 0, layer_s = 0, memcpy_s = 0;
@@ -264,7 +264,7 @@ void BM_Codec(benchmark::State& state, std::string_view codec_name) {
     last_encoded = *std::move(encoded);
   }
   const uint64_t encoded_bytes = last_encoded.size();
-  const testing::KvError error = testing::CompareKv(layout.dtype, payload, decoded);
+  const KvError error = CompareKv(layout.dtype, payload, decoded);
   const double bytes = double(raw_bytes) * double(state.iterations());
   state.counters["ratio"] = double(raw_bytes) / double(encoded_bytes);
   state.counters["rel_err"] = error.relative_frobenius;

@@ -36,6 +36,9 @@ void Issue(v1::StrataControl::Stub::async_interface& async, const v1::NodeCall& 
     case v1::NodeCall::kCompress:
       return async.Compress(context, &call.compress(), result->mutable_compress(),
                             std::move(finished));
+    case v1::NodeCall::kDecompress:
+      return async.Decompress(context, &call.decompress(), result->mutable_decompress(),
+                              std::move(finished));
     case v1::NodeCall::kStats:
       return async.Stats(context, &call.stats(), result->mutable_stats(), std::move(finished));
     case v1::NodeCall::REQUEST_NOT_SET:

@@ -16,6 +16,7 @@
 #include "storage/codec/code_stream.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
+#include "storage/codec/kv_error.h"
 #include "storage/codec/testing/codec_test_util.h"
 #include "storage/codec/testing/shaped_kv.h"
 
@@ -24,7 +25,6 @@ namespace {
 
 using testing::CodecTestLayout;
 using testing::DecodeOrDie;
-using testing::ElementAt;
 using testing::EncodeOrDie;
 using testing::HalfUlp;
 using testing::KvShape;

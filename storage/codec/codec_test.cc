@@ -10,6 +10,7 @@
 #include "storage/codec/codec.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
+#include "storage/codec/kv_error.h"
 #include "storage/codec/testing/codec_test_util.h"
 #include "storage/codec/testing/shaped_kv.h"
 
@@ -18,7 +19,6 @@ namespace {
 
 using testing::CodecTestLayout;
 using testing::DecodeOrDie;
-using testing::ElementAt;
 using testing::EncodeOrDie;
 using testing::HalfUlp;
 using ::testing::HasSubstr;
@@ -245,7 +245,7 @@ TEST(CodecAlgorithmsTest, RelativeErrorOnGaussianDataMatchesTheSimulation) {
     const Codec& codec = Get(c.codec);
     const std::vector<std::byte> decoded =
         DecodeOrDie(codec, layout, 256, EncodeOrDie(codec, layout, 256, original));
-    const double rel = testing::CompareKv(layout.dtype, original, decoded).relative_frobenius;
+    const double rel = CompareKv(layout.dtype, original, decoded).relative_frobenius;
     EXPECT_NEAR(rel, c.expected, c.expected * 0.15) << c.codec;
   }
 }

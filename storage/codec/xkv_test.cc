@@ -15,6 +15,7 @@
 #include "kernels/dtype.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
+#include "storage/codec/kv_error.h"
 #include "storage/codec/testing/codec_test_util.h"
 #include "storage/codec/testing/shaped_kv.h"
 
@@ -23,7 +24,6 @@ namespace {
 
 using testing::CodecTestLayout;
 using testing::DecodeOrDie;
-using testing::ElementAt;
 using testing::EncodeOrDie;
 using testing::KvShape;
 using testing::MakeKv;
@@ -129,8 +129,7 @@ TEST(XkvTest, ExactLowRankDataTakesItsRank) {
   const std::vector<std::byte> encoded =
       EncodeOrDie(Xkv(), layout, 64, kv, {.group_size = 2, .energy = 0.9999f});
   EXPECT_EQ(*XkvCodec::Ranks(layout, encoded), (std::vector<uint32_t>{3, 3}));
-  const testing::KvError error =
-      testing::CompareKv(layout.dtype, kv, DecodeOrDie(Xkv(), layout, 64, encoded));
+  const KvError error = CompareKv(layout.dtype, kv, DecodeOrDie(Xkv(), layout, 64, encoded));
   EXPECT_LT(error.relative_frobenius, 2e-3);
 }
 
@@ -166,9 +165,9 @@ TEST(XkvTest, LowRankKvShrinksFourfoldAtNinetyNinePercentEnergy) {
   const std::vector<uint32_t> ranks = *XkvCodec::Ranks(layout, encoded);
   std::printf("xkv on kLowRank: ranks K %u V %u, %.2fx\n", ranks[0], ranks[1], ratio);
   EXPECT_GE(ratio, 4.0);
-  EXPECT_LE(testing::CompareKv(layout.dtype, kv, DecodeOrDie(Xkv(), layout, 256, encoded))
-                .relative_frobenius,
-            0.1 + 6e-3);
+  EXPECT_LE(
+      CompareKv(layout.dtype, kv, DecodeOrDie(Xkv(), layout, 256, encoded)).relative_frobenius,
+      0.1 + 6e-3);
 }
 
 TEST(XkvTest, BadParametersAreInvalidArgument) {

@@ -21,11 +21,14 @@ constexpr char kEntryPrefix = 'k';
 constexpr std::string_view kWatermarkKey = "m/watermark";
 constexpr std::string_view kLayoutPrefix = "m/layout/";  // + 16 hex digits of the fingerprint
 // Version 1: a chunk stored as it is; version 2 adds the encoding (codec u16, decoded bytes and
-// checksum u64).
+// checksum u64); version 3 adds the encoding's measured errors (relative, max absolute: f32).
+// Each entry is written in the lowest version that holds it.
 constexpr uint8_t kEntryVersion = 1;
 constexpr uint8_t kEncodedEntryVersion = 2;
+constexpr uint8_t kMeasuredEntryVersion = 3;
 constexpr size_t kEntryBytes = 1 + 5 * 8 + 4;
 constexpr size_t kEncodedEntryBytes = kEntryBytes + 2 + 2 * 8;
+constexpr size_t kMeasuredEntryBytes = kEncodedEntryBytes + 2 * 4;
 
 absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -39,9 +42,15 @@ std::string EntryKey(const ChunkKey& key) { return kEntryPrefix + EncodeKey(key)
 
 std::string EncodeEntry(const IndexEntry& entry) {
   const bool encoded = entry.encoding.encoded();
-  std::string out(encoded ? kEncodedEntryBytes : kEntryBytes, '\0');
+  const bool measured = encoded && entry.encoding.relative_error >= 0;
+  std::string out(measured  ? kMeasuredEntryBytes
+                  : encoded ? kEncodedEntryBytes
+                            : kEntryBytes,
+                  '\0');
   char* p = out.data();
-  *p++ = static_cast<char>(encoded ? kEncodedEntryVersion : kEntryVersion);
+  *p++ = static_cast<char>(measured  ? kMeasuredEntryVersion
+                           : encoded ? kEncodedEntryVersion
+                                     : kEntryVersion);
   for (uint64_t field : {entry.segment_id, entry.offset, entry.payload_bytes,
                          entry.payload_checksum, entry.layout_fingerprint}) {
     std::memcpy(p, &field, 8);
@@ -53,6 +62,9 @@ std::string EncodeEntry(const IndexEntry& entry) {
   std::memcpy(p, &entry.encoding.codec, 2);
   std::memcpy(p + 2, &entry.encoding.decoded_bytes, 8);
   std::memcpy(p + 10, &entry.encoding.decoded_checksum, 8);
+  if (!measured) return out;
+  std::memcpy(p + 18, &entry.encoding.relative_error, 4);
+  std::memcpy(p + 22, &entry.encoding.max_abs_error, 4);
   return out;
 }
 
@@ -60,7 +72,8 @@ bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
   if (bytes.empty()) return false;
   const uint8_t version = static_cast<uint8_t>(bytes[0]);
   if (!(version == kEntryVersion && bytes.size() == kEntryBytes) &&
-      !(version == kEncodedEntryVersion && bytes.size() == kEncodedEntryBytes)) {
+      !(version == kEncodedEntryVersion && bytes.size() == kEncodedEntryBytes) &&
+      !(version == kMeasuredEntryVersion && bytes.size() == kMeasuredEntryBytes)) {
     return false;
   }
   const char* p = bytes.data() + 1;
@@ -76,6 +89,13 @@ bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
   std::memcpy(&entry.encoding.codec, p, 2);
   std::memcpy(&entry.encoding.decoded_bytes, p + 2, 8);
   std::memcpy(&entry.encoding.decoded_checksum, p + 10, 8);
+  if (version == kMeasuredEntryVersion) {
+    std::memcpy(&entry.encoding.relative_error, p + 18, 4);
+    std::memcpy(&entry.encoding.max_abs_error, p + 22, 4);
+    if (!(entry.encoding.relative_error >= 0) || !(entry.encoding.max_abs_error >= 0)) {
+      return false;
+    }
+  }
   return entry.encoding.encoded();
 }
 

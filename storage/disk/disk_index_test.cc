@@ -26,12 +26,19 @@ TEST(DiskIndexTest, EncodedEntriesAndKeptLayoutsSurviveReopen) {
   const std::string path = dir.path() + "/index";
   IndexEntry encoded = EntryFor(5);
   encoded.encoding = {.codec = 2, .decoded_bytes = 99999, .decoded_checksum = 0xFEEDu};
+  IndexEntry measured = EntryFor(7);  // a version-3 entry: the encoding's errors too
+  measured.encoding = {.codec = 1,
+                       .decoded_bytes = 4096,
+                       .decoded_checksum = 0xBEEFu,
+                       .relative_error = 0.0125f,
+                       .max_abs_error = 0.5f};
   const KvLayout layout{.model_id = "kept", .num_layers = 2, .num_kv_heads = 1, .head_dim = 64};
   {
     auto index = DiskIndex::Open({.path = path});
     ASSERT_TRUE(index.ok()) << index.status();
     ASSERT_TRUE((*index)->Put(SyntheticKey(77, 5), encoded, {}).ok());
     ASSERT_TRUE((*index)->Put(SyntheticKey(77, 6), EntryFor(6), {}).ok());
+    ASSERT_TRUE((*index)->Put(SyntheticKey(77, 7), measured, {}).ok());
     ASSERT_TRUE((*index)->PutLayout(layout).ok());
     ASSERT_TRUE((*index)->PutLayout(layout).ok());  // again: harmless
   }
@@ -43,8 +50,10 @@ TEST(DiskIndexTest, EncodedEntriesAndKeptLayoutsSurviveReopen) {
                     seen[entry.num_tokens] = entry;
                   })
                   .ok());
-  ASSERT_EQ(seen.size(), 2u);
+  ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[5], encoded);
+  EXPECT_EQ(seen[5].encoding.relative_error, -1) << "not measured";
+  EXPECT_EQ(seen[7], measured);
   EXPECT_EQ(seen[6], EntryFor(6));
   EXPECT_FALSE(seen[6].encoding.encoded());
   absl::StatusOr<std::vector<KvLayout>> layouts = (*index)->Layouts();

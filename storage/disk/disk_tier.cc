@@ -114,7 +114,16 @@ std::vector<absl::Status> DiskTier::PutBatch(std::span<const DiskPut> puts) {
 }
 
 absl::StatusOr<std::optional<DiskTier::Reservation>> DiskTier::ReserveFor(const DiskPut& put) {
-  const uint64_t record_bytes = RecordBytes(PartsBytes(put.payload));
+  return ReserveWhile(
+      RecordBytes(PartsBytes(put.payload)),
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !chunks_.contains(put.key) && !writing_.contains(put.key);
+      },
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { writing_.insert(put.key); });
+}
+
+absl::StatusOr<std::optional<DiskTier::Reservation>> DiskTier::ReserveWhile(
+    uint64_t record_bytes, absl::FunctionRef<bool()> wanted, absl::FunctionRef<void()> claim) {
   if (record_bytes > options_.segment_bytes) {
     return absl::InvalidArgumentError(
         fmt::format("disk tier: a {}-byte record exceeds the segment size {}", record_bytes,
@@ -124,11 +133,11 @@ absl::StatusOr<std::optional<DiskTier::Reservation>> DiskTier::ReserveFor(const 
     std::optional<uint64_t> to_compact;
     {
       absl::MutexLock lock(&mu_);
-      if (chunks_.contains(put.key) || writing_.contains(put.key)) return std::nullopt;
+      if (!wanted()) return std::nullopt;
       STRATA_ASSIGN_OR_RETURN(to_compact, MakeRoom(record_bytes));
       if (!to_compact.has_value()) {
         STRATA_ASSIGN_OR_RETURN(Reservation reservation, Reserve(record_bytes));
-        writing_.insert(put.key);
+        claim();
         return reservation;
       }
     }
@@ -409,6 +418,15 @@ absl::StatusOr<bool> DiskTier::Remove(const ChunkKey& key) {
   absl::MutexLock lock(&mu_);
   if (!chunks_.contains(key)) return false;
   STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kRemoved));
+  return true;
+}
+
+absl::StatusOr<bool> DiskTier::DropCorrupt(const ChunkKey& key, const DiskChunkInfo& expected) {
+  absl::MutexLock lock(&mu_);
+  auto it = chunks_.find(key);
+  if (it == chunks_.end() || InfoOf(it->second.entry) != expected) return false;
+  ++stats_.dropped_records;
+  STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kCorrupt));
   return true;
 }
 

@@ -249,6 +249,11 @@ class DiskTier {
   // Drops the chunk; false when it was not on disk. A Put of the same key in flight is not
   // affected. Errors only from the index.
   absl::StatusOr<bool> Remove(const ChunkKey& key);
+  // Drops the chunk as corrupt if it is still what `expected` describes: its reader found the
+  // bytes unusable although they passed their checksum (an encoded frame that does not decode).
+  // Counted in dropped_records and told to the observer as kCorrupt. false when the chunk is
+  // gone or was replaced meanwhile. Errors only from the index.
+  absl::StatusOr<bool> DropCorrupt(const ChunkKey& key, const DiskChunkInfo& expected);
 
   // Drops every chunk whose key satisfies `predicate`, which runs under the tier's lock (quick;
   // must not call the tier). Returns the chunks and payload bytes dropped. Errors only from the
@@ -259,6 +264,17 @@ class DiskTier {
   };
   absl::StatusOr<RemovedChunks> RemoveIf(absl::FunctionRef<bool(const ChunkKey&)> predicate);
 
+  // Replaces the record of `put.key` with `put`, another stored form of the same chunk (encoded
+  // by a codec, or decoded: the caller's choice, DiskPut::encoding says which), if the chunk is
+  // still described by `expected` (Lookup's answer). The new record is written and synced like a
+  // Put's; then, under the tier's lock, the index entry is swapped when the chunk is unchanged,
+  // so a reader gets the old record or the new one, never a mix (a read already under way keeps
+  // reading the old one; its segment stays readable). True when swapped; false when the chunk
+  // was removed or replaced meanwhile (the new record is dead space). A crash before the swap
+  // leaves the old form (Open keeps an indexed key's entry). The replaced chunk counts as newly
+  // inserted with the eviction policy; it is not reported to the observer (it did not come or go).
+  // Put's errors.
+  absl::StatusOr<bool> Replace(const DiskPut& put, const DiskChunkInfo& expected);
   // Copies the live records of every sealed segment whose dead bytes are at least
   // `min_dead_fraction` of its size into the active segment, and deletes those segments. Reads
   // and Puts go on meanwhile. Returns the number of segments deleted. Segments whose live bytes
@@ -366,6 +382,16 @@ class DiskTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes a sealed segment with no live and no pending record.
   void RetireLocked(uint64_t segment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room for and reserves a record of `record_bytes` (compacting or evicting a segment
+  // when dead records take the space) while `wanted` holds, then runs `claim` under the same
+  // hold of mu_; nullopt when `wanted` no longer holds. Both run under mu_.
+  absl::StatusOr<std::optional<Reservation>> ReserveWhile(uint64_t record_bytes,
+                                                          absl::FunctionRef<bool()> wanted,
+                                                          absl::FunctionRef<void()> claim);
+  // Points `chunk` at `entry` (another record of the same chunk, indexed already), moving its
+  // live bytes and counts.
+  void SwapEntryLocked(const ChunkKey& key, Chunk& chunk, const IndexEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the live records of one segment forward (disk_tier_compaction.cc).
   // True when the segment was deleted; false when it is busy, gone, or there was no room.
   absl::StatusOr<bool> CompactSegment(uint64_t segment_id);

@@ -169,6 +169,17 @@ TEST_P(DiskTierTest, TheObserverSeesEveryChangeOfTheIndexAndNothingElse) {
   EXPECT_EQ(ReadChunk(**tier, 59, kSize).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(observer.removed[static_cast<size_t>(RemovalCause::kCorrupt)], 1u);
   ASSERT_TRUE((*tier)->Remove(KeyOf(0)).value());
+  // A reader's verdict on bytes that passed their checksum: dropped as corrupt, only while the
+  // chunk is what the reader read.
+  const ChunkKey victim = *observer.keys.begin();
+  const DiskChunkInfo read = *(*tier)->Lookup(victim);
+  DiskChunkInfo replaced = read;
+  replaced.payload_checksum ^= 1;
+  EXPECT_FALSE((*tier)->DropCorrupt(victim, replaced).value());
+  EXPECT_TRUE((*tier)->Contains(victim));
+  EXPECT_TRUE((*tier)->DropCorrupt(victim, read).value());
+  EXPECT_FALSE((*tier)->Contains(victim));
+  EXPECT_EQ(observer.removed[static_cast<size_t>(RemovalCause::kCorrupt)], 2u);
   ASSERT_TRUE(
       (*tier)
           ->RemoveIf([](const ChunkKey& key) { return MirroringObserver::KeyId(key) % 2 == 1; })

@@ -39,6 +39,11 @@ struct StoredEncoding {
   uint16_t codec = 0;  // a CodecId; 0: stored as it is
   uint64_t decoded_bytes = 0;
   uint64_t decoded_checksum = 0;
+  // The error of the decoded chunk against the chunk it was encoded from, when the encoder
+  // measured it (Compress); -1: not measured. Kept in the index only (DiskIndex), not in the
+  // record header: a record re-indexed from its header has none.
+  float relative_error = -1;
+  float max_abs_error = -1;
 
   bool encoded() const { return codec != 0; }
   friend bool operator==(const StoredEncoding&, const StoredEncoding&) = default;

@@ -1,17 +1,22 @@
 // DiskLowerTier with a codec ([disk] codec): chunks of a noted layout are stored encoded and come
 // back exactly as one encode and decode of the codec gives them, described to the store by their
 // decoded size and checksum; chunks of other layouts are stored as they are; the layouts the
-// disk keeps outlive a restart; a corrupted record fails its chunk alone.
+// disk keeps outlive a restart; a corrupted record fails its chunk alone. Recode (Compress and
+// Decompress): a chunk's form swapped in place, with its error measured, while reads go on.
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/codec/kv_error.h"
 #include "storage/codec/testing/shaped_kv.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/host/payload_view.h"
@@ -199,6 +204,160 @@ TEST_F(DiskEncodingTest, ACorruptedEncodedRecordFailsItsChunkAloneAndIsDropped) 
   EXPECT_EQ(statuses[2].code(), absl::StatusCode::kAborted);
   EXPECT_FALSE(tier_->Contains(keys[0]));
   EXPECT_EQ(ChecksumBytes(out_b), tier_->Lookup(keys[1])->payload_checksum);
+}
+
+// What a chunk becomes through one encode and decode of `codec` with default parameters.
+std::vector<std::byte> RoundTrip(const Codec& codec, const KvLayout& layout, uint32_t tokens,
+                                 const std::vector<std::byte>& chunk) {
+  std::vector<std::byte> out(chunk.size());
+  EXPECT_TRUE(codec.Decode(layout, *codec.Encode(layout, tokens, chunk, {}), out).ok());
+  return out;
+}
+
+TEST_F(DiskEncodingTest, RecodeCompressesAChunkInPlaceAndDecompressesIt) {
+  tier_ = std::make_unique<DiskLowerTier>(disk_.get());  // Compress needs no [disk] codec
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 9);
+  const ChunkKey key = KeyFor(layout, 9);
+  ASSERT_TRUE(Put(key, chunk, 32).ok());
+  EXPECT_FALSE(tier_->Lookup(key)->codec.has_value());
+  EXPECT_EQ(tier_->Lookup(key)->stored_bytes, chunk.size());
+
+  absl::StatusOr<LowerTier::RecodeResult> compressed = tier_->Recode(key, {.codec = int8_});
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  EXPECT_EQ(compressed->outcome, LowerTier::RecodeOutcome::kRecoded);
+  EXPECT_EQ(compressed->stored_bytes_before, chunk.size());
+  EXPECT_LT(compressed->stored_bytes_after * 18, chunk.size() * 10);
+  const std::vector<std::byte> expected = RoundTrip(*int8_, layout, 32, chunk);
+  const KvError error = CompareKv(layout.dtype, chunk, expected);
+  EXPECT_GT(compressed->error.relative_frobenius, 0);
+  EXPECT_DOUBLE_EQ(compressed->error.relative_frobenius, error.relative_frobenius);
+  EXPECT_DOUBLE_EQ(compressed->error.max_abs, error.max_abs);
+  EXPECT_LT(compressed->error.relative_frobenius, 0.05) << "int8 of shaped KV: about 1%";
+
+  std::optional<LowerTier::ChunkInfo> info = tier_->Lookup(key);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->codec, CodecId::kInt8);
+  EXPECT_EQ(info->stored_bytes, compressed->stored_bytes_after);
+  EXPECT_EQ(info->payload_bytes, chunk.size());
+  EXPECT_EQ(info->payload_checksum, ChecksumBytes(expected));
+  ASSERT_TRUE(info->error.has_value()) << "the measured error is kept with the chunk";
+  EXPECT_FLOAT_EQ(info->error->relative_frobenius, error.relative_frobenius);
+  EXPECT_FLOAT_EQ(info->error->max_abs, error.max_abs);
+  EXPECT_EQ(*Read(key, chunk.size()), expected);
+  EXPECT_EQ(tier_->Stats().encoded_chunks, 1u);
+
+  // Encoded already: another codec leaves it as it is (decompress first).
+  const Codec* kivi4 = *CodecRegistry::Find("kivi4");
+  compressed = tier_->Recode(key, {.codec = kivi4});
+  ASSERT_TRUE(compressed.ok());
+  EXPECT_EQ(compressed->outcome, LowerTier::RecodeOutcome::kAlreadyInForm);
+  EXPECT_EQ(tier_->Lookup(key)->codec, CodecId::kInt8);
+
+  // Decompressed: stored as it decodes, the same bytes and checksum, exactly.
+  absl::StatusOr<LowerTier::RecodeResult> decompressed = tier_->Recode(key, {});
+  ASSERT_TRUE(decompressed.ok()) << decompressed.status();
+  EXPECT_EQ(decompressed->outcome, LowerTier::RecodeOutcome::kRecoded);
+  EXPECT_EQ(decompressed->stored_bytes_after, chunk.size());
+  EXPECT_EQ(decompressed->error.relative_frobenius, 0);
+  info = tier_->Lookup(key);
+  EXPECT_FALSE(info->codec.has_value());
+  EXPECT_FALSE(info->error.has_value());
+  EXPECT_EQ(info->payload_checksum, ChecksumBytes(expected));
+  EXPECT_EQ(*Read(key, chunk.size()), expected);
+  EXPECT_EQ(tier_->Recode(key, {})->outcome, LowerTier::RecodeOutcome::kAlreadyInForm);
+
+  // Compressed again, it stays so across a restart.
+  ASSERT_EQ(tier_->Recode(key, {.codec = int8_})->outcome, LowerTier::RecodeOutcome::kRecoded);
+  const uint64_t checksum = tier_->Lookup(key)->payload_checksum;
+  Open();
+  EXPECT_EQ(tier_->Lookup(key)->codec, CodecId::kInt8);
+  EXPECT_TRUE(tier_->Lookup(key)->error.has_value()) << "kept in the index across a restart";
+  EXPECT_EQ(ChecksumBytes(*Read(key, chunk.size())), checksum);
+}
+
+TEST_F(DiskEncodingTest, RecodeLeavesWhatItCannotEncodeAndRefusesBadParameters) {
+  tier_ = std::make_unique<DiskLowerTier>(disk_.get());
+  const KvLayout layout = EncodedLayout();
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 10);
+  const ChunkKey key = KeyFor(layout, 10);
+  ASSERT_TRUE(Put(key, chunk, 32).ok());  // no engine announced the layout
+
+  EXPECT_EQ(tier_->Recode(KeyFor(layout, 11), {.codec = int8_})->outcome,
+            LowerTier::RecodeOutcome::kMissing);
+  EXPECT_EQ(tier_->Recode(key, {.codec = int8_})->outcome, LowerTier::RecodeOutcome::kNoLayout);
+  KvLayout other = layout;
+  other.model_id = "another";
+  EXPECT_EQ(tier_->Recode(key, {.codec = int8_, .layout = &other})->outcome,
+            LowerTier::RecodeOutcome::kNoLayout)
+      << "a layout of another fingerprint is not the chunk's";
+  // A payload whose size is not its layout's for its tokens cannot be the layout's KV.
+  const std::vector<std::byte> odd(1000, std::byte{7});
+  ASSERT_TRUE(Put(KeyFor(layout, 12), odd, 32).ok());
+  EXPECT_EQ(tier_->Recode(KeyFor(layout, 12), {.codec = int8_, .layout = &layout})->outcome,
+            LowerTier::RecodeOutcome::kNoLayout);
+
+  // int8 takes no bits: refused, and the chunk is untouched.
+  const std::optional<LowerTier::ChunkInfo> before = tier_->Lookup(key);
+  absl::StatusOr<LowerTier::RecodeResult> refused =
+      tier_->Recode(key, {.codec = int8_, .params = {.bits = 4}, .layout = &layout});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_EQ(tier_->Lookup(key)->payload_checksum, before->payload_checksum);
+  EXPECT_FALSE(tier_->Lookup(key)->codec.has_value());
+
+  // Given the chunk's layout, it is encoded, and the disk keeps the layout from then on.
+  absl::StatusOr<LowerTier::RecodeResult> done =
+      tier_->Recode(key, {.codec = int8_, .layout = &layout});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->outcome, LowerTier::RecodeOutcome::kRecoded);
+  EXPECT_NE(disk_->KeptLayout(layout.Fingerprint()), nullptr);
+  EXPECT_EQ(*Read(key, chunk.size()), RoundTrip(*int8_, layout, 32, chunk));
+}
+
+TEST_F(DiskEncodingTest, ReadsDuringRecodeGetTheOldFormOrTheNewNeverAMix) {
+  tier_ = std::make_unique<DiskLowerTier>(disk_.get());
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  constexpr uint8_t kChunks = 3;
+  // What each chunk may read as: as stored, after one compression, after a second one (a
+  // decompressed chunk holds its first decode, which the second compression starts from).
+  std::vector<std::vector<std::vector<std::byte>>> forms(kChunks);
+  for (uint8_t id = 0; id < kChunks; ++id) {
+    const std::vector<std::byte> chunk =
+        testing::MakeKv(layout, 32, testing::KvShape::kShaped, 20 + id);
+    ASSERT_TRUE(Put(KeyFor(layout, id), chunk, 32).ok());
+    const std::vector<std::byte> once = RoundTrip(*int8_, layout, 32, chunk);
+    forms[id] = {chunk, once, RoundTrip(*int8_, layout, 32, once)};
+  }
+  const uint64_t bytes = forms[0][0].size();
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0}, wrong{0};
+  std::thread reader([&] {
+    for (int i = 0; i < 20000 && !done.load(); ++i) {
+      const uint8_t id = static_cast<uint8_t>(i % kChunks);
+      absl::StatusOr<std::vector<std::byte>> got = Read(KeyFor(layout, id), bytes);
+      if (got.status().code() == absl::StatusCode::kAborted) continue;  // swapped meanwhile
+      const auto& allowed = forms[id];
+      if (!got.ok() || std::find(allowed.begin(), allowed.end(), *got) == allowed.end()) ++wrong;
+      ++reads;
+    }
+  });
+  for (int round = 0; round < 2; ++round) {
+    for (uint8_t id = 0; id < kChunks; ++id) {
+      absl::StatusOr<LowerTier::RecodeResult> r = tier_->Recode(KeyFor(layout, id), {int8_});
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->outcome, LowerTier::RecodeOutcome::kRecoded);
+      r = tier_->Recode(KeyFor(layout, id), {});
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->outcome, LowerTier::RecodeOutcome::kRecoded);
+    }
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(disk_->stats().checksum_failures, 0u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "storage/codec/codec_registry.h"
@@ -16,22 +17,52 @@ namespace {
 
 // What the store sees of a chunk on disk: the chunk as it decodes.
 LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
+  LowerTier::ChunkInfo chunk{.payload_bytes = info.payload_bytes,
+                             .payload_checksum = info.payload_checksum,
+                             .num_tokens = info.num_tokens,
+                             .stored_bytes = info.payload_bytes};
   if (info.encoding.encoded()) {
-    return {.payload_bytes = info.encoding.decoded_bytes,
-            .payload_checksum = info.encoding.decoded_checksum,
-            .num_tokens = info.num_tokens};
+    chunk.payload_bytes = info.encoding.decoded_bytes;
+    chunk.payload_checksum = info.encoding.decoded_checksum;
+    chunk.codec = static_cast<CodecId>(info.encoding.codec);
+    if (info.encoding.relative_error >= 0) {
+      chunk.error = KvError{.relative_frobenius = info.encoding.relative_error,
+                            .max_abs = info.encoding.max_abs_error};
+    }
   }
-  return {.payload_bytes = info.payload_bytes,
-          .payload_checksum = info.payload_checksum,
-          .num_tokens = info.num_tokens};
+  return chunk;
 }
 
-// One chunk's encoded form, owned until the disk has written it.
+// A chunk's encoded form, owned until the disk has written it.
 struct EncodedPut {
   std::vector<std::byte> frame;
   std::span<const std::byte> part;  // the frame, as DiskPut's one part
   StoredEncoding encoding;
 };
+
+// `chunk` (of `num_tokens` tokens of `layout`) encoded by `codec`, and in `decoded` what a read of
+// it will deliver (may be `chunk` itself); nullopt when the frame would not shrink it. The
+// codec's errors (kInvalidArgument for a layout or parameters it refuses).
+absl::StatusOr<std::optional<EncodedPut>> EncodeChunk(const Codec& codec, const CodecParams& params,
+                                                      const KvLayout& layout, uint32_t num_tokens,
+                                                      std::span<const std::byte> chunk,
+                                                      std::span<std::byte> decoded) {
+  absl::StatusOr<std::vector<std::byte>> frame = codec.Encode(layout, num_tokens, chunk, params);
+  if (!frame.ok()) return frame.status();
+  if (frame->size() >= chunk.size()) return std::nullopt;
+  // Its checksum is what the store is told and reads are checked by.
+  if (absl::Status s = codec.Decode(layout, *frame, decoded); !s.ok()) {
+    return absl::InternalError(
+        fmt::format("codec {} does not decode its own frame: {}", codec.name(), s.ToString()));
+  }
+  std::optional<EncodedPut> encoded(
+      EncodedPut{.frame = *std::move(frame),
+                 .encoding = {.codec = static_cast<uint16_t>(codec.id()),
+                              .decoded_bytes = chunk.size(),
+                              .decoded_checksum = ChecksumBytes(decoded)}});
+  encoded->part = encoded->frame;
+  return encoded;
+}
 
 // The chunk of `put` encoded by `options`' codec for `layout`, or nullopt when it is better
 // stored as it is (the codec refuses it or it does not shrink).
@@ -47,17 +78,10 @@ std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layo
     std::memcpy(chunk.data() + at, part.data(), part.size());
     at += part.size();
   }
-  absl::StatusOr<std::vector<std::byte>> frame =
-      options.codec->Encode(layout, put.num_tokens, chunk, options.params);
-  if (!frame.ok() || frame->size() >= bytes) return std::nullopt;
-  // What a read will deliver: its checksum is what the store is told and reads are checked by.
-  if (!options.codec->Decode(layout, *frame, chunk).ok()) return std::nullopt;
-  EncodedPut encoded{.frame = *std::move(frame),
-                     .encoding = {.codec = static_cast<uint16_t>(options.codec->id()),
-                                  .decoded_bytes = bytes,
-                                  .decoded_checksum = ChecksumBytes(chunk)}};
-  encoded.part = encoded.frame;
-  return encoded;
+  absl::StatusOr<std::optional<EncodedPut>> encoded =
+      EncodeChunk(*options.codec, options.params, layout, put.num_tokens, chunk, chunk);
+  if (!encoded.ok()) return std::nullopt;
+  return *std::move(encoded);
 }
 
 // Decodes `frame` into `destination` layer by layer, each layer straight into the piece that
@@ -121,11 +145,75 @@ absl::StatusOr<LowerTier::ListPage> DiskLowerTier::List(const ListOptions& optio
 }
 
 void DiskLowerTier::NoteLayout(const KvLayout& layout) {
-  if (encoding_.codec == nullptr) return;
+  // Kept with or without a codec: Compress encodes chunks of any layout the disk keeps.
   if (absl::Status kept = disk_->KeepLayout(layout); !kept.ok()) {
-    spdlog::warn("disk tier: chunks of layout {} are stored unencoded: {}", layout.DebugString(),
+    spdlog::warn("disk tier: chunks of layout {} cannot be encoded: {}", layout.DebugString(),
                  kept.ToString());
   }
+}
+
+absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& key,
+                                                              const Recoding& recoding) {
+  const std::optional<DiskChunkInfo> info = disk_->Lookup(key);
+  if (!info.has_value()) return RecodeResult{.outcome = RecodeOutcome::kMissing};
+  RecodeResult result{.outcome = RecodeOutcome::kAlreadyInForm,
+                      .stored_bytes_before = info->payload_bytes,
+                      .stored_bytes_after = info->payload_bytes};
+  const bool encode = recoding.codec != nullptr;
+  if (encode == info->encoding.encoded()) return result;
+  std::shared_ptr<const KvLayout> layout = disk_->KeptLayout(key.layout_fingerprint());
+  if (layout == nullptr && encode && recoding.layout != nullptr &&
+      recoding.layout->Fingerprint() == key.layout_fingerprint()) {
+    if (absl::Status s = disk_->KeepLayout(*recoding.layout); !s.ok()) return s;
+    layout = disk_->KeptLayout(key.layout_fingerprint());
+  }
+  // The chunk as it decodes now.
+  const LowerTier::ChunkInfo chunk_info = FromDisk(*info);
+  if (encode &&
+      (layout == nullptr || layout->chunk_bytes(info->num_tokens) != chunk_info.payload_bytes)) {
+    result.outcome = RecodeOutcome::kNoLayout;
+    return result;
+  }
+  AlignedBuffer chunk(chunk_info.payload_bytes);
+  const std::span<std::byte> whole[] = {chunk.span().first(chunk_info.payload_bytes)};
+  const MutableParts destination[] = {whole};
+  absl::Status read = ReadBatch({&key, 1}, destination).front();
+  if (read.code() == absl::StatusCode::kAborted) return RecodeResult{};  // gone meanwhile
+  if (!read.ok()) return read;
+  const std::span<const std::byte> plain[] = {whole[0]};
+  DiskPut put{.key = key,
+              .layout_fingerprint = info->layout_fingerprint,
+              .payload = plain,
+              .payload_checksum = chunk_info.payload_checksum,
+              .num_tokens = info->num_tokens};
+  std::optional<EncodedPut> encoded;
+  if (encode) {
+    std::vector<std::byte> decoded(chunk_info.payload_bytes);
+    absl::StatusOr<std::optional<EncodedPut>> frame =
+        EncodeChunk(*recoding.codec, recoding.params, *layout, info->num_tokens, whole[0], decoded);
+    if (!frame.ok()) {
+      return Annotate(frame.status(),
+                      fmt::format("codec {} on {} (layout {})", recoding.codec->name(),
+                                  key.ToString(), layout->DebugString()));
+    }
+    if (!frame->has_value()) {
+      result.outcome = RecodeOutcome::kNotSmaller;
+      return result;
+    }
+    encoded = **std::move(frame);
+    result.error = CompareKv(layout->dtype, whole[0], decoded);
+    put.payload = {&encoded->part, 1};
+    put.payload_checksum = ChecksumBytes(encoded->frame);
+    put.encoding = encoded->encoding;
+    put.encoding.relative_error = static_cast<float>(result.error.relative_frobenius);
+    put.encoding.max_abs_error = static_cast<float>(result.error.max_abs);
+  }
+  absl::StatusOr<bool> replaced = disk_->Replace(put, *info);
+  if (!replaced.ok()) return replaced.status();
+  if (!*replaced) return RecodeResult{};
+  result.outcome = RecodeOutcome::kRecoded;
+  result.stored_bytes_after = PartsBytes(put.payload);
+  return result;
 }
 
 std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
@@ -203,8 +291,9 @@ absl::Status DiskLowerTier::DecodeInto(const ChunkKey& key, const DiskChunkInfo&
                         : !codec.ok()     ? codec.status()
                                       : DecodeLayers(**codec, *layout, info, frame, destination);
   if (!status.ok()) {
-    // Never wrong bytes: the chunk goes, and the engine recomputes it.
-    (void)disk_->Remove(key);
+    // Never wrong bytes: the chunk goes (unless it was replaced meanwhile), and the engine
+    // recomputes it.
+    (void)disk_->DropCorrupt(key, info);
     return absl::DataLossError(
         fmt::format("disk tier: {} does not decode: {}", key.ToString(), status.ToString()));
   }

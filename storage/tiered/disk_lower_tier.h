@@ -9,12 +9,14 @@
 // chunk is committed to the host tier as it decodes. A lossy codec's chunk comes back within the
 // codec's bound (storage/codec), not bit-exact: the operator's choice. A chunk whose layout the
 // disk does not keep, or that the codec refuses or does not shrink, is stored as it is. Chunks
-// stored earlier keep their form whatever the codec now is (each record says its own).
+// stored earlier keep their form whatever the codec now is (each record says its own). Recode
+// (Compress, Decompress) changes a stored chunk's form in place, codec or none configured.
 //
 // Thread-safe as DiskTier is; the DiskTier is not owned and must outlive it. Encoding and
-// decoding run on the caller's thread (the demoter's, the loads thread). Encoded records are read
-// into staging buffers that are kept for the next reads (at most kKeptStagingBuffers, each of
-// the largest encoded chunk read so far): with a codec, that memory stays allocated.
+// decoding run on the caller's thread (the demoter's, the loads thread, the store's for Recode).
+// Encoded records are read into staging buffers that are kept for the next reads (at most
+// kKeptStagingBuffers, each of the largest encoded chunk read so far): with a codec, that memory
+// stays allocated.
 #pragma once
 
 #include <vector>
@@ -48,7 +50,12 @@ class DiskLowerTier final : public LowerTier {
   absl::StatusOr<bool> Remove(const ChunkKey& key) override { return disk_->Remove(key); }
   absl::StatusOr<RemoveResult> RemoveIf(
       absl::FunctionRef<bool(const ChunkKey&)> predicate) override;
+  // Keeps the layout with the disk (DiskTier::KeepLayout), codec or none.
   void NoteLayout(const KvLayout& layout) override;
+  // Reads the chunk decoded, encodes it (or not) and swaps the new record in (DiskTier::Replace).
+  // A chunk of a layout the disk does not keep is encoded with the recoding's layout, which the
+  // disk keeps from then on. On the caller's thread.
+  absl::StatusOr<RecodeResult> Recode(const ChunkKey& key, const Recoding& recoding) override;
   absl::Status RegisterMemory(std::span<const std::span<std::byte>> regions) override {
     return disk_->RegisterMemory(regions);
   }

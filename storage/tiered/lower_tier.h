@@ -33,6 +33,8 @@
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
 #include "core/kv_layout.h"
+#include "storage/codec/codec.h"
+#include "storage/codec/kv_error.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tier.h"
 
@@ -49,6 +51,13 @@ class LowerTier {
     uint64_t payload_bytes = 0;
     uint64_t payload_checksum = 0;  // xxh3-64 of the payload
     uint32_t num_tokens = 0;
+    // How the tier stores it: its bytes there (below payload_bytes when encoded) and the codec
+    // it is encoded with (nullopt: as it is).
+    uint64_t stored_bytes = 0;
+    std::optional<CodecId> codec;
+    // The encoded form's error as measured when it was encoded (Recode); nullopt when not
+    // measured.
+    std::optional<KvError> error;
   };
 
   // One chunk to store: its key (whose layout fingerprint it is filed under), its payload, the
@@ -75,6 +84,33 @@ class LowerTier {
   struct ListPage {
     std::vector<ListedChunk> chunks;       // in the tier's key order
     std::optional<ChunkKey> resume_after;  // nullopt: the listing is complete
+  };
+
+  // How Recode stores a chunk: encoded by `codec` with `params`, or, with no codec, as it is.
+  struct Recoding {
+    const Codec* codec = nullptr;  // from CodecRegistry; not owned
+    CodecParams params;
+    // The chunks' layout when the caller knows it (a selector's), for a tier that does not keep
+    // it; nullable; a chunk of another layout ignores it.
+    const KvLayout* layout = nullptr;
+  };
+  enum class RecodeOutcome {
+    kRecoded,
+    kAlreadyInForm,  // encoded already (by any codec) for an encoding; as it is for a decoding
+    kMissing,        // not in the tier, or removed or changed while it was recoded
+    kNotSmaller,     // the codec's frame would not shrink it: left as it was
+    kNoLayout,       // its layout is unknown to the tier and was not given (or its size is not the
+                     // layout's for its tokens): left as it was
+  };
+  struct RecodeResult {
+    RecodeOutcome outcome = RecodeOutcome::kMissing;
+    // Bytes the chunk took in the tier before and after (equal unless recoded).
+    uint64_t stored_bytes_before = 0;
+    uint64_t stored_bytes_after = 0;
+    // The new form as it decodes against the chunk as it decoded before (an encoded chunk is
+    // encoded again only after a decoding, so against its first decoded form); 0 for a decoding,
+    // which is exact.
+    KvError error;
   };
 
   virtual ~LowerTier() = default;
@@ -107,6 +143,14 @@ class LowerTier {
   // Removes every chunk whose key satisfies `predicate`; the chunks and payload bytes removed.
   virtual absl::StatusOr<RemoveResult> RemoveIf(
       absl::FunctionRef<bool(const ChunkKey&)> predicate) = 0;
+
+  // Stores the chunk in the form `recoding` names in place of the form it has: read (decoded),
+  // encoded and swapped in whole, so a concurrent read gets the old form or the new one (a
+  // lossy codec's new form decodes within its bound of the old one, and Lookup then reports the
+  // new form's checksum). Blocks on I/O. kInvalidArgument when the codec refuses the chunk's
+  // layout or the parameters (nothing changed); kDataLoss for a chunk that does not read back
+  // (dropped); kFailedPrecondition for a tier that keeps no encoded chunks (the default).
+  virtual absl::StatusOr<RecodeResult> Recode(const ChunkKey& key, const Recoding& recoding);
 
   // Whether Discover asks anyone: false for a tier that knows its chunks itself (the default).
   virtual bool discovers() const { return false; }

@@ -1,5 +1,6 @@
 #include "storage/tiered/tiered_store.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/fmt_absl.h"
@@ -451,6 +452,48 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
 
 void TieredStore::NoteLayout(const KvLayout& layout) {
   for (LowerTier* below : lower_) below->NoteLayout(layout);
+}
+
+absl::StatusOr<RecodeTotals> TieredStore::Recode(std::span<const ChunkKey> keys, Tier tier,
+                                                 const LowerTier::Recoding& recoding) {
+  if (tier == Tier::kHost) {
+    return absl::FailedPreconditionError(
+        "the host tier keeps chunks as engines read them, in place: compress their copies in a "
+        "tier below it (the disk tier)");
+  }
+  LowerTier* const below = FindTier(tier);
+  if (below == nullptr) {
+    return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(tier)));
+  }
+  if (demoter_ != nullptr && below == lower_.front()) demoter_->Flush();
+  RecodeTotals totals;
+  for (const ChunkKey& key : keys) {
+    absl::StatusOr<LowerTier::RecodeResult> result = below->Recode(key, recoding);
+    if (!result.ok()) return result.status();
+    switch (result->outcome) {
+      case LowerTier::RecodeOutcome::kRecoded:
+        ++totals.recoded;
+        totals.stored_bytes_before += result->stored_bytes_before;
+        totals.stored_bytes_after += result->stored_bytes_after;
+        totals.max_error.relative_frobenius =
+            std::max(totals.max_error.relative_frobenius, result->error.relative_frobenius);
+        totals.max_error.max_abs = std::max(totals.max_error.max_abs, result->error.max_abs);
+        break;
+      case LowerTier::RecodeOutcome::kAlreadyInForm:
+        ++totals.already_in_form;
+        break;
+      case LowerTier::RecodeOutcome::kMissing:
+        ++totals.missing;
+        break;
+      case LowerTier::RecodeOutcome::kNotSmaller:
+        ++totals.not_smaller;
+        break;
+      case LowerTier::RecodeOutcome::kNoLayout:
+        ++totals.no_layout;
+        break;
+    }
+  }
+  return totals;
 }
 
 absl::StatusOr<LowerTier::ListPage> TieredStore::ListBelowHost(

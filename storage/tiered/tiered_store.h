@@ -136,6 +136,19 @@ struct MoveResult {
   uint64_t missing_chunks = 0;
 };
 
+// What Recode did to the chunks it was given (LowerTier::RecodeOutcome, counted), the bytes the
+// recoded ones took before and after, and the largest errors of their new forms.
+struct RecodeTotals {
+  uint64_t recoded = 0;
+  uint64_t already_in_form = 0;
+  uint64_t missing = 0;
+  uint64_t not_smaller = 0;
+  uint64_t no_layout = 0;
+  uint64_t stored_bytes_before = 0;
+  uint64_t stored_bytes_after = 0;
+  KvError max_error;  // each field the largest over the recoded chunks
+};
+
 // Which chunks Clear removes: the keys given, or every chunk of a layout, or every chunk.
 struct ClearSelection {
   std::optional<absl::flat_hash_set<ChunkKey>> keys;  // when set, these alone
@@ -225,6 +238,14 @@ class TieredStore {
   // Blocks on I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
   absl::StatusOr<MoveResult> Move(std::span<const ChunkKey> keys, Tier target,
                                   const KvLayout* layout);
+  // Stores each of `keys` that `tier` (a tier below the host tier) holds in the form `recoding`
+  // names (LowerTier::Recode: Compress and Decompress); demotions queued before the call are
+  // written first, so a chunk evicted just before is recoded with the rest. Blocks on I/O.
+  // kFailedPrecondition for a tier the store lacks, the host tier (engines read its chunks in
+  // place, as they are) or a tier that keeps no encoded chunks; the tier's errors stop the call
+  // at that chunk (those before it stay recoded).
+  absl::StatusOr<RecodeTotals> Recode(std::span<const ChunkKey> keys, Tier tier,
+                                      const LowerTier::Recoding& recoding);
   // One page of the chunks `tier` (a tier below the host tier; the host tier lists through
   // host().ListChunks) holds: LowerTier::List. kFailedPrecondition for a tier the store lacks;
   // kInvalidArgument for the host tier; the tier's errors. May block on the tier's index I/O.

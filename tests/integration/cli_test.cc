@@ -1,4 +1,7 @@
 // The `strata` CLI against a real stratad: each command's output (golden text) and exit code.
+#include <unistd.h>
+
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -47,8 +50,11 @@ struct CliResult {
 
 class CliTest : public ::testing::Test {
  protected:
+  // The daemon's options: the defaults (no disk tier) unless a suite says otherwise.
+  virtual test_support::DaemonProcessOptions Options() { return {}; }
+
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(Options());
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
     addr_ = "unix://" + (daemon_->dir() / "control.sock").string();
@@ -80,11 +86,12 @@ TEST_F(CliTest, LsAndClearByTenantGolden) {
 
   CliResult ls = Cli({"ls", "--tenant", "acme"});
   EXPECT_EQ(ls.code, 0) << ls.err;
-  EXPECT_EQ(ls.out, fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
-                                "host       64   64.0 KiB -             -      0  {}\n"
-                                "host       64   64.0 KiB -             -      0  {}\n"
-                                "2 chunks\n",
-                                acme[0].ToString(), acme[1].ToString()));
+  EXPECT_EQ(ls.out,
+            fmt::format("tier   tokens       size     stored codec    pin    soft-ttl leases  key\n"
+                        "host       64   64.0 KiB   64.0 KiB -        -             -      0  {}\n"
+                        "host       64   64.0 KiB   64.0 KiB -        -             -      0  {}\n"
+                        "2 chunks\n",
+                        acme[0].ToString(), acme[1].ToString()));
   CliResult clear = Cli({"clear", "--tenant", "acme"});
   EXPECT_EQ(clear.code, 0) << clear.err;
   EXPECT_EQ(clear.out, "removed 2 chunks (128.0 KiB)\n");
@@ -120,19 +127,21 @@ TEST_F(CliTest, PinLsMoveClearAndEventsGolden) {
 
   CliResult ls = Cli({"ls", "--page-size", "2"});
   EXPECT_EQ(ls.code, 0) << ls.err;
-  EXPECT_EQ(ls.out, fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
-                                "host       64   64.0 KiB hard          -      0  {}\n"
-                                "host       64   64.0 KiB hard          -      0  {}\n"
-                                "2 chunks; more with --page-token h2\n",
-                                keys_[0].ToString(), keys_[1].ToString()));
+  EXPECT_EQ(ls.out,
+            fmt::format("tier   tokens       size     stored codec    pin    soft-ttl leases  key\n"
+                        "host       64   64.0 KiB   64.0 KiB -        hard          -      0  {}\n"
+                        "host       64   64.0 KiB   64.0 KiB -        hard          -      0  {}\n"
+                        "2 chunks; more with --page-token h2\n",
+                        keys_[0].ToString(), keys_[1].ToString()));
   CliResult next = Cli({"ls", "--page-token", "h2"});
   EXPECT_EQ(next.code, 0) << next.err;
   // The soft pin's remaining time runs on the daemon's clock: up to 600000 ms.
-  EXPECT_THAT(next.out, ::testing::MatchesRegex(
-                            fmt::format("tier   tokens       size pin    soft-ttl leases  key\n"
-                                        "host       64   64.0 KiB soft  5[0-9]{{5}} ms      0  {}\n"
-                                        "1 chunks\n",
-                                        keys_[2].ToString())));
+  EXPECT_THAT(next.out,
+              ::testing::MatchesRegex(fmt::format(
+                  "tier   tokens       size     stored codec    pin    soft-ttl leases  key\n"
+                  "host       64   64.0 KiB   64.0 KiB -        soft  5[0-9]{{5}} ms      0  {}\n"
+                  "1 chunks\n",
+                  keys_[2].ToString())));
 
   CliResult move = Cli({"move", "--to", "host", "--key", keys_[0].ToString()});
   EXPECT_EQ(move.code, 0) << move.err;
@@ -219,6 +228,61 @@ TEST_F(CliTest, DrainStatsAndErrors) {
   Subprocess process(unreachable);
   EXPECT_EQ(process.Wait(std::chrono::seconds(20)), 1);
   EXPECT_THAT(process.Stderr(), HasSubstr("strata: "));
+}
+
+class CliDiskTest : public CliTest {
+ protected:
+  test_support::DaemonProcessOptions Options() override {
+    std::filesystem::remove_all(disk_dir_);
+    return {
+        .extra_toml = fmt::format(
+            "[disk]\ndirectory = \"{}\"\ncapacity_bytes = \"16MiB\"\nsegment_bytes = \"1MiB\"\n",
+            disk_dir_.string())};
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(disk_dir_);
+  }
+
+  const std::filesystem::path disk_dir_ = std::filesystem::path(::testing::TempDir()) /
+                                          ("strata-cli-disk-" + std::to_string(::getpid()));
+};
+
+TEST_F(CliDiskTest, CompressLsAndDecompressGolden) {
+  ASSERT_TRUE(engine_->Store(keys_, 64, 1).ok());
+  for (int i = 0; i < 2; ++i) {
+    CliResult move = Cli({"move", "--to", "disk", "--key", keys_[i].ToString()});
+    ASSERT_EQ(move.code, 0) << move.err;
+  }
+  CliResult unknown = Cli({"compress", "--codec", "zip", "--key", keys_[0].ToString()});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("INVALID_ARGUMENT: Compress: "));
+  CliResult host =
+      Cli({"compress", "--codec", "int8", "--tier", "host", "--key", keys_[0].ToString()});
+  EXPECT_EQ(host.code, 1);
+  EXPECT_THAT(host.err, HasSubstr("FAILED_PRECONDITION: the host tier keeps chunks"));
+
+  // The engine's handshake announced the layout to the disk: keys alone are enough.
+  CliResult compress = Cli({"compress", "--codec", "int8", "--key", keys_[0].ToString(), "--key",
+                            keys_[1].ToString(), "--key", keys_[2].ToString()});
+  EXPECT_EQ(compress.code, 0) << compress.err;
+  EXPECT_THAT(compress.out,
+              ::testing::MatchesRegex("compressed 2 chunks \\(128.0 KiB -> [0-9.]+ KiB\\); 0 "
+                                      "compressed already; 1 not in the tier\n"
+                                      "largest error: relative [0-9.e-]+, absolute [0-9.e-]+ "
+                                      "\\(the codec promises: .+\\)\n"));
+  CliResult ls = Cli({"ls", "--tier", "disk"});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("int8"));
+  EXPECT_THAT(ls.out, HasSubstr("2 chunks\n"));
+
+  CliResult decompress = Cli({"decompress", "--key", keys_[0].ToString()});
+  EXPECT_EQ(decompress.code, 0) << decompress.err;
+  EXPECT_THAT(decompress.out,
+              ::testing::MatchesRegex("decompressed 1 chunks \\([0-9.]+ KiB -> 64.0 KiB\\); 0 not "
+                                      "compressed; 0 not in the tier\n"));
+  CliResult again = Cli({"decompress", "--key", keys_[0].ToString()});
+  EXPECT_EQ(again.out, "decompressed 0 chunks (0 B -> 0 B); 1 not compressed; 0 not in the tier\n");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/codec/codec_registry.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/test_layout.h"
@@ -138,6 +139,21 @@ TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
   EXPECT_FALSE(engine.Receive().ok()) << "the session ends with the daemon";
 }
 
+// Starts a daemon with `options`, stores `keys` (16) four at a time (chunk i holds byte
+// 10 * (i / 4) + i % 4) and SIGKILLs it: what only its host tier held is gone.
+void StoreInBatchesAndCrash(const test_support::DaemonProcessOptions& options,
+                            const std::vector<ChunkKey>& keys) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+  for (size_t batch = 0; batch < 4; ++batch) {
+    const std::vector<ChunkKey> part(keys.begin() + 4 * batch, keys.begin() + 4 * batch + 4);
+    ASSERT_TRUE(engine.Store(part, 64, static_cast<uint8_t>(10 * batch)).ok());
+  }
+  (*daemon)->Kill();
+}
+
 TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
   // A host tier of 8 chunks over a disk tier that outlives the daemon's own directory. The
   // arena is prefaulted, so registered with the disk tier's engines: demotions write from it
@@ -149,17 +165,7 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
       DiskDaemonOptions(disk_dir, "1MiB", "demotion_queue_bytes = 0\n");
   options.prefault = true;
   const std::vector<ChunkKey> keys = Keys(16, 0);
-  {
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    RawEngineClient engine((*daemon)->engine_socket());
-    ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
-    for (size_t batch = 0; batch < 4; ++batch) {  // chunk i holds byte 10 * batch + i % 4
-      const std::vector<ChunkKey> part(keys.begin() + 4 * batch, keys.begin() + 4 * batch + 4);
-      ASSERT_TRUE(engine.Store(part, 64, static_cast<uint8_t>(10 * batch)).ok());
-    }
-    (*daemon)->Kill();  // a crash: what only the host tier held is gone
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreInBatchesAndCrash(options, keys));
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   RawEngineClient engine((*daemon)->engine_socket());
@@ -171,6 +177,50 @@ TEST(DaemonProcess, ChunksDemotedToDiskSurviveACrash) {
 
   ExpectLoadsByteExact(engine, std::span(keys).first(hits),
                        [](uint32_t i) { return static_cast<uint8_t>(10 * (i / 4) + i % 4); });
+  EXPECT_EQ((*daemon)->Stop().code, 0);
+  std::filesystem::remove_all(disk_dir);
+}
+
+TEST(DaemonProcess, ChunksDemotedEncodedSurviveACrashAndLoadAsTheyDecode) {
+  // [disk] codec = "int8": evictions are written encoded, and after a SIGKILL and a restart the
+  // disk's records (and the layout it keeps) load as one encode and decode of the codec gives them.
+  const std::filesystem::path disk_dir = FreshDiskDir("codec");
+  const test_support::DaemonProcessOptions options =
+      DiskDaemonOptions(disk_dir, "1MiB", "demotion_queue_bytes = 0\ncodec = \"int8\"\n");
+  const std::vector<ChunkKey> keys = Keys(16, 0);
+  ASSERT_NO_FATAL_FAILURE(StoreInBatchesAndCrash(options, keys));
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  grpc::ClientContext context;
+  v1::StatsResponse stats;
+  ASSERT_TRUE((*daemon)->control().Stats(&context, v1::StatsRequest(), &stats).ok());
+  ASSERT_EQ(stats.tiers_size(), 2);
+  EXPECT_GE(stats.tiers(1).encoded_chunks(), 4u) << (*daemon)->Log();
+  EXPECT_LT(stats.tiers(1).stored_bytes() * 18, stats.tiers(1).payload_bytes() * 10);
+
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+  const uint32_t hits = LookupHits(engine, keys);
+  ASSERT_GE(hits, 4u) << (*daemon)->Log();
+  const KvLayout layout = SmallLayout();
+  const storage::Codec& int8 = **storage::CodecRegistry::Find("int8");
+  v1::EngineRequest load = test_support::PrepareLoadRequest(std::span(keys).first(hits));
+  absl::StatusOr<v1::EngineResponse> leased = engine.Call(load);
+  ASSERT_TRUE(leased.ok());
+  for (uint32_t i = 0; i < hits; ++i) {
+    const v1::LoadPlacement& chunk = leased->prepare_load().chunks(static_cast<int>(i));
+    ASSERT_EQ(chunk.status().code(), 0) << i << ": " << chunk.status().message();
+    const std::vector<std::byte> stored(layout.chunk_bytes(64),
+                                        std::byte{static_cast<uint8_t>(10 * (i / 4) + i % 4)});
+    std::vector<std::byte> expected(stored.size());
+    ASSERT_TRUE(int8.Decode(layout, *int8.Encode(layout, 64, stored, {}), expected).ok());
+    std::vector<std::byte> loaded;
+    for (const v1::Extent& extent : chunk.extents()) {
+      const std::byte* at = engine.arena() + extent.offset();
+      loaded.insert(loaded.end(), at, at + extent.length());
+    }
+    EXPECT_EQ(loaded, expected) << "chunk " << i;
+  }
   EXPECT_EQ((*daemon)->Stop().code, 0);
   std::filesystem::remove_all(disk_dir);
 }

@@ -178,6 +178,8 @@ TEST(DiskMetricsTest, ExposesTheDiskTierSeries) {
   EXPECT_THAT(text, HasSubstr("strata_io_errors_total{tier=\"disk\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("strata_checksum_failures_total{tier=\"disk\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("strata_tier_chunks{tier=\"disk\"} "));
+  EXPECT_THAT(text, HasSubstr("strata_tier_stored_bytes{tier=\"disk\"} "));
+  EXPECT_THAT(text, HasSubstr("strata_tier_encoded_chunks{tier=\"disk\"} 0\n"));
   EXPECT_EQ((*daemon)->Stop().code, 0);
   std::filesystem::remove_all(disk_dir);
 }

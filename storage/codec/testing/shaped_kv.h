@@ -1,4 +1,5 @@
-// Test and benchmark support for the codecs: synthetic chunk payloads and error statistics.
+// Test and benchmark support for the codecs: synthetic chunk payloads (their errors are measured
+// by storage/codec/kv_error.h).
 // Test-only code (library strata_codec_testing); pure functions, thread-safe.
 //
 // Payloads are layer-major chunks of `layout` (core/kv_layout.h) holding `num_tokens` tokens, each
@@ -33,17 +34,5 @@ enum class KvShape { kGaussian, kShaped, kLowRank };
 
 std::vector<std::byte> MakeKv(const KvLayout& layout, uint32_t num_tokens, KvShape shape,
                               uint64_t seed);
-
-// Element i of a payload in the layout's dtype, as fp32.
-float ElementAt(KvDtype dtype, std::span<const std::byte> payload, uint64_t i);
-
-// Errors of `decoded` against `original` (payloads of the same layout and size):
-// ||x - y||_F / ||x||_F over all elements, and max |x - y|.
-struct KvError {
-  double relative_frobenius = 0;
-  double max_abs = 0;
-};
-KvError CompareKv(KvDtype dtype, std::span<const std::byte> original,
-                  std::span<const std::byte> decoded);
 
 }  // namespace strata::storage::testing
