@@ -100,7 +100,7 @@ void BM_Stats(benchmark::State& state) {
     grpc::ClientContext context;
     v1::StatsResponse response;
     STRATA_CHECK(f.stub->Stats(&context, v1::StatsRequest(), &response).ok());
-    STRATA_CHECK(response.tiers(0).chunks() == kChunks);
+    STRATA_CHECK(response.tiers(0).chunks() == kChunks + kTokenChunks);
   }
 }
 BENCHMARK(BM_Stats)->UseRealTime()->Unit(benchmark::kMicrosecond);
