@@ -37,6 +37,24 @@ v1::Tier TierToProto(Tier tier) {
   return v1::TIER_UNSPECIFIED;
 }
 
+v1::ChunkEvent ToProto(const ChunkEvent& event) {
+  v1::ChunkEvent out;
+  out.set_tier(TierToProto(event.tier));
+  switch (event.kind) {
+    case ChunkEventKind::kStored:
+      strata::ToProto(event.key, out.mutable_stored()->mutable_key());
+      break;
+    case ChunkEventKind::kRemoved:
+      strata::ToProto(event.key, out.mutable_removed()->mutable_key());
+      out.mutable_removed()->set_cause(v1::ChunkEvent::REMOVAL_CAUSE_EVICTED);
+      break;
+    case ChunkEventKind::kCleared:
+      out.mutable_cleared();
+      break;
+  }
+  return out;
+}
+
 absl::StatusOr<ChunkEvent> FromProto(const v1::ChunkEvent& event) {
   auto invalid = [&](absl::string_view what) {
     return absl::InvalidArgumentError(fmt::format("event {}: {}", event.sequence(), what));

@@ -20,6 +20,10 @@ v1::Tier TierToProto(Tier tier);
 // an unknown tier, no event in its oneof, or a malformed key (Stored and Removed need one).
 absl::StatusOr<ChunkEvent> FromProto(const v1::ChunkEvent& event);
 
+// An index event as the cluster's WatchEvents tells it (no sequence number, no parent: the
+// engine feeds that publish these have none to give).
+v1::ChunkEvent ToProto(const ChunkEvent& event);
+
 // Appends a kStored event for each chunk of a columnar ListChunks page, in order. All or
 // nothing: kInvalidArgument, appending none, when the columns' lengths disagree, the digests do
 // not add up to the keys' digest sizes, or a key or tier does not convert.

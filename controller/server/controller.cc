@@ -105,7 +105,32 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
 
 Controller::~Controller() { Stop(); }
 
+absl::Status Controller::StartVllmFeeds() {
+  if (config_.vllm.instances.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<VllmInstanceConfig>> instances = VllmInstances(config_.vllm);
+  if (!instances.ok()) return instances.status();
+  absl::StatusOr<KvLayout> layout = VllmLayout(config_.vllm);
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config_.keys.hash_algorithm);
+  if (!algorithm.ok()) return algorithm.status();
+  for (const VllmInstanceConfig& instance : *instances) {
+    absl::StatusOr<std::unique_ptr<VllmFeed>> feed = VllmFeed::Start(
+        {.instance_id = instance.instance_id,
+         .endpoint = instance.endpoint,
+         .topic = config_.vllm.topic,
+         .layout = *layout,
+         .key_options = {.algorithm = *algorithm, .seed = config_.keys.seed},
+         .index = index_.get(),
+         .events = events_.get(),
+         .unreachable_timeout = std::chrono::milliseconds(config_.daemons.unreachable_timeout_ms)});
+    if (!feed.ok()) return feed.status();
+    vllm_feeds_.push_back(*std::move(feed));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Controller::Start() {
+  if (absl::Status feeds = StartVllmFeeds(); !feeds.ok()) return feeds;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       control::ServerCredentialsFromFiles(config_.controller.tls_cert_path,
                                           config_.controller.tls_key_path);
@@ -151,6 +176,7 @@ void Controller::Stop() {
     server_->Wait();
   }
   registry_.reset();
+  vllm_feeds_.clear();
 }
 
 std::string Controller::AdvertisedAddress() const {

@@ -1,11 +1,14 @@
 // Controller owns strata-controller's parts and starts and stops them in order:
 //   start: cluster index -> event hub -> instance registry (a feed per registered daemon, each
-//          publishing to the hub) -> node forwarder
+//          publishing to the hub) -> node forwarder -> a feed per [vllm] engine
 //          -> cluster API (gRPC) -> leader election (with [cluster] etcd_endpoints) ->
 //          housekeeping thread
 //   stop:  election (a leader steps down and revokes its lease: a standby takes over at once)
 //          -> housekeeping thread -> gRPC shutdown (forwarded calls complete) -> registry (every
-//          feed stopped) -> forwarder -> event hub -> index
+//          feed stopped) -> the vLLM engines' feeds -> forwarder -> event hub -> index
+// The [vllm] engines' feeds run on standbys too (their index is warm when they take over); the
+// engines are in the index (Lookup, Route, WatchEvents), not in the registry: they have no
+// daemon to forward calls to, so ListInstances and QueryInstance do not name them.
 // A controller with etcd endpoints answers only while it leads (standbys refuse every call
 // UNAVAILABLE, naming the leader), and forgets its registrations when it stops leading. The
 // leader keeps its members' registrations in etcd (EtcdMemberStore); the controller that takes
@@ -31,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/index/cluster_index.h"
+#include "controller/ingest/vllm_feed.h"
 #include "controller/leadership/etcd_member_store.h"
 #include "controller/leadership/leader_election.h"
 #include "controller/membership/instance_registry.h"
@@ -65,6 +69,8 @@ class Controller {
   explicit Controller(ControllerConfig config)
       : config_(std::move(config)), leading_(config_.cluster.etcd_endpoints.empty()) {}
 
+  // A feed per [vllm] instance; the feeds' errors (an id a daemon took, a bad endpoint).
+  absl::Status StartVllmFeeds();
   void Housekeep();
   // The election's news: adopts the predecessor's members on taking over, forgets them all on
   // stepping down.
@@ -85,6 +91,7 @@ class Controller {
   std::unique_ptr<EventHub> events_ = std::make_unique<EventHub>();
   std::unique_ptr<InstanceRegistry> registry_;
   std::unique_ptr<NodeForwarder> forwarder_;
+  std::vector<std::unique_ptr<VllmFeed>> vllm_feeds_;
   std::unique_ptr<ClusterService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

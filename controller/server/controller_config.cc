@@ -56,6 +56,19 @@ absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
       if (key == "election_key") s = ReadTomlString(value, name, k.election_key);
       if (key == "lease_ttl_s") s = ReadTomlUint(value, name, k.lease_ttl_s);
       if (key == "advertise_address") s = ReadTomlString(value, name, k.advertise_address);
+    } else if (section == "vllm") {
+      auto& v = c.vllm;
+      if (key == "instances") s = ReadTomlStrings(value, name, v.instances);
+      if (key == "topic") s = ReadTomlString(value, name, v.topic);
+      if (key == "model") s = ReadTomlString(value, name, v.model);
+      if (key == "kind") s = ReadTomlString(value, name, v.kind);
+      if (key == "layers") s = ReadTomlUint(value, name, v.layers);
+      if (key == "kv_heads") s = ReadTomlUint(value, name, v.kv_heads);
+      if (key == "head_dim") s = ReadTomlUint(value, name, v.head_dim);
+      if (key == "dtype") s = ReadTomlString(value, name, v.dtype);
+      if (key == "tp_rank") s = ReadTomlUint(value, name, v.tp_rank);
+      if (key == "tp_size") s = ReadTomlUint(value, name, v.tp_size);
+      if (key == "block_size") s = ReadTomlUint(value, name, v.block_size);
     } else if (section == "log") {
       if (key == "level") s = ReadTomlString(value, name, c.log.level);
     } else {
@@ -68,6 +81,8 @@ absl::Status ApplyTable(const toml::table& root, ControllerConfig& c) {
 std::string ConfigToToml(const ControllerConfig& c) {
   toml::array endpoints;
   for (const std::string& endpoint : c.cluster.etcd_endpoints) endpoints.push_back(endpoint);
+  toml::array vllm_instances;
+  for (const std::string& instance : c.vllm.instances) vllm_instances.push_back(instance);
   const toml::table root{
       {"controller",
        toml::table{
@@ -91,6 +106,17 @@ std::string ConfigToToml(const ControllerConfig& c) {
                               {"election_key", c.cluster.election_key},
                               {"lease_ttl_s", static_cast<int64_t>(c.cluster.lease_ttl_s)},
                               {"advertise_address", c.cluster.advertise_address}}},
+      {"vllm", toml::table{{"instances", vllm_instances},
+                           {"topic", c.vllm.topic},
+                           {"model", c.vllm.model},
+                           {"kind", c.vllm.kind},
+                           {"layers", static_cast<int64_t>(c.vllm.layers)},
+                           {"kv_heads", static_cast<int64_t>(c.vllm.kv_heads)},
+                           {"head_dim", static_cast<int64_t>(c.vllm.head_dim)},
+                           {"dtype", c.vllm.dtype},
+                           {"tp_rank", static_cast<int64_t>(c.vllm.tp_rank)},
+                           {"tp_size", static_cast<int64_t>(c.vllm.tp_size)},
+                           {"block_size", static_cast<int64_t>(c.vllm.block_size)}}},
       {"log", toml::table{{"level", c.log.level}}},
   };
   std::ostringstream out;
@@ -105,6 +131,48 @@ absl::StatusOr<ControllerConfig> ApplyControllerToml(std::string_view toml_text,
   STRATA_ASSIGN_OR_RETURN(const toml::table root, ParseTomlText(toml_text));
   STRATA_RETURN_IF_ERROR(ApplyTable(root, base));
   return base;
+}
+
+absl::StatusOr<std::vector<VllmInstanceConfig>> VllmInstances(const ControllerConfig::Vllm& vllm) {
+  std::vector<VllmInstanceConfig> instances;
+  for (const std::string& entry : vllm.instances) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == entry.size()) {
+      return Bad(
+          fmt::format("config: vllm.instances entry '{}' is not \"id=tcp://host:port\"", entry));
+    }
+    VllmInstanceConfig instance{.instance_id = entry.substr(0, equals),
+                                .endpoint = entry.substr(equals + 1)};
+    for (const VllmInstanceConfig& other : instances) {
+      if (other.instance_id == instance.instance_id) {
+        return Bad(fmt::format("config: vllm.instances names '{}' twice", instance.instance_id));
+      }
+    }
+    instances.push_back(std::move(instance));
+  }
+  return instances;
+}
+
+absl::StatusOr<KvLayout> VllmLayout(const ControllerConfig::Vllm& vllm) {
+  KvLayout layout;
+  layout.model_id = vllm.model;
+  absl::StatusOr<KvKind> kind = ParseKvKind(vllm.kind);
+  if (!kind.ok()) return Bad(fmt::format("config: vllm.kind: {}", kind.status().message()));
+  layout.kind = *kind;
+  absl::StatusOr<KvDtype> dtype = ParseKvDtype(vllm.dtype);
+  if (!dtype.ok()) return Bad(fmt::format("config: vllm.dtype: {}", dtype.status().message()));
+  layout.dtype = *dtype;
+  layout.num_layers = vllm.layers;
+  layout.num_kv_heads = vllm.kv_heads;
+  layout.head_dim = vllm.head_dim;
+  layout.tp_rank = vllm.tp_rank;
+  layout.tp_world_size = vllm.tp_size;
+  layout.positional = PositionalFormat::kRopeApplied;
+  layout.chunk_tokens = vllm.block_size;
+  if (absl::Status valid = layout.Validate(); !valid.ok()) {
+    return Bad(fmt::format("config: the [vllm] layout: {}", valid.message()));
+  }
+  return layout;
 }
 
 uint32_t HeartbeatIntervalMs(const ControllerConfig& c) {
@@ -148,6 +216,10 @@ absl::Status ValidateControllerConfig(const ControllerConfig& c) {
   }
   for (const std::string& endpoint : c.cluster.etcd_endpoints) {
     if (endpoint.empty()) return Bad("config: cluster.etcd_endpoints holds an empty address");
+  }
+  if (!c.vllm.instances.empty()) {
+    STRATA_RETURN_IF_ERROR(VllmInstances(c.vllm).status());
+    STRATA_RETURN_IF_ERROR(VllmLayout(c.vllm).status());
   }
   STRATA_RETURN_IF_ERROR(CheckLogLevel("log.level", c.log.level));
   return absl::OkStatus();

@@ -25,6 +25,15 @@
 //                that long of the leader's death), advertise_address (what this controller is
 //                known as while it leads; "" : controller.listen_address with the bound port, a
 //                wildcard host replaced by the hostname)
+//   [vllm]       plain vLLM engines (no Strata daemon) indexed from the KV events they publish
+//                over ZMQ (controller/ingest/vllm_feed.h): instances ("id=tcp://host:port", each
+//                an instance id and the engine's kv_events_config endpoint; default none),
+//                topic (the subscription's topic prefix, default "": every message), and the
+//                engines' KV layout, whose chunk is their block size: model, kind, layers,
+//                kv_heads, head_dim, dtype, tp_rank, tp_size, block_size (default 16). Their
+//                keys are computed with [keys] from the events' token ids; with sha256_cbor and
+//                vLLM's PYTHONHASHSEED as the seed they are checked against the engines' hashes.
+//                An engine disconnected for daemons.unreachable_timeout_ms is cleared from answers
 //   [log]        level ("trace" .. "critical", "off")
 #pragma once
 
@@ -35,6 +44,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/kv_layout.h"
 
 namespace strata::controller {
 
@@ -69,10 +79,37 @@ struct ControllerConfig {
     uint32_t lease_ttl_s = 2;
     std::string advertise_address;
   } cluster;
+  struct Vllm {
+    std::vector<std::string> instances;
+    std::string topic;
+    std::string model;
+    std::string kind = "mha";
+    uint32_t layers = 0;
+    uint32_t kv_heads = 0;
+    uint32_t head_dim = 0;
+    std::string dtype = "bf16";
+    uint32_t tp_rank = 0;
+    uint32_t tp_size = 1;
+    uint32_t block_size = 16;
+  } vllm;
   struct Log {
     std::string level = "info";
   } log;
 };
+
+// One [vllm] instance: "id=endpoint".
+struct VllmInstanceConfig {
+  std::string instance_id;
+  std::string endpoint;
+};
+
+// The [vllm] instances, parsed. kInvalidArgument naming the entry for one without an id or an
+// endpoint, or an id given twice.
+absl::StatusOr<std::vector<VllmInstanceConfig>> VllmInstances(const ControllerConfig::Vllm& vllm);
+
+// The [vllm] engines' KV layout (rope_applied: vLLM's prefix cache). kInvalidArgument naming the
+// field that does not parse or validate.
+absl::StatusOr<KvLayout> VllmLayout(const ControllerConfig::Vllm& vllm);
 
 // Applies a TOML document on top of `base`. kInvalidArgument naming the key (and the line for
 // syntax errors) for malformed TOML, unknown keys or wrong types.

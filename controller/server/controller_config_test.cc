@@ -42,6 +42,18 @@ etcd_endpoints = ["127.0.0.1:2379", "etcd-b:2379"]
 election_key = "/prod/strata/leader"
 lease_ttl_s = 3
 advertise_address = "ctl-a:6000"
+[vllm]
+instances = ["vllm-a=tcp://10.0.0.5:5557", "vllm-b=tcp://10.0.0.6:5557"]
+topic = "kv"
+model = "meta-llama/Llama-3.1-8B"
+kind = "gqa"
+layers = 32
+kv_heads = 8
+head_dim = 128
+dtype = "fp16"
+tp_rank = 1
+tp_size = 2
+block_size = 32
 [log]
 level = "warn"
 )",
@@ -63,6 +75,22 @@ level = "warn"
   EXPECT_EQ(config->cluster.election_key, "/prod/strata/leader");
   EXPECT_EQ(config->cluster.lease_ttl_s, 3u);
   EXPECT_EQ(config->cluster.advertise_address, "ctl-a:6000");
+  absl::StatusOr<std::vector<VllmInstanceConfig>> instances = VllmInstances(config->vllm);
+  ASSERT_TRUE(instances.ok()) << instances.status();
+  ASSERT_EQ(instances->size(), 2u);
+  EXPECT_EQ((*instances)[1].instance_id, "vllm-b");
+  EXPECT_EQ((*instances)[1].endpoint, "tcp://10.0.0.6:5557");
+  EXPECT_EQ(config->vllm.topic, "kv");
+  absl::StatusOr<KvLayout> layout = VllmLayout(config->vllm);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->model_id, "meta-llama/Llama-3.1-8B");
+  EXPECT_EQ(layout->num_layers, 32u);
+  EXPECT_EQ(layout->num_kv_heads, 8u);
+  EXPECT_EQ(layout->head_dim, 128u);
+  EXPECT_EQ(layout->dtype, KvDtype::kFloat16);
+  EXPECT_EQ(layout->tp_rank, 1u);
+  EXPECT_EQ(layout->tp_world_size, 2u);
+  EXPECT_EQ(layout->chunk_tokens, 32u);
 }
 
 TEST(ControllerConfigTest, BadKeysAndValuesAreNamed) {
@@ -109,6 +137,31 @@ TEST(ControllerConfigTest, CrossFieldRules) {
   config.cluster.lease_ttl_s = 2;
   config.cluster.etcd_endpoints = {""};
   EXPECT_FALSE(ValidateControllerConfig(config).ok());
+}
+
+TEST(ControllerConfigTest, VllmInstancesNeedIdsEndpointsAndALayout) {
+  ControllerConfig config;
+  config.vllm.model = "m";
+  config.vllm.layers = 2;
+  config.vllm.kv_heads = 2;
+  config.vllm.head_dim = 64;
+  EXPECT_TRUE(ValidateControllerConfig(config).ok());
+  config.vllm.instances = {"a=tcp://127.0.0.1:5557"};
+  EXPECT_TRUE(ValidateControllerConfig(config).ok());
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"tcp://127.0.0.1:5557"}, {"=tcp://x:1"}, {"a="}, {"a=tcp://x:1", "a=tcp://y:1"}}) {
+    config.vllm.instances = bad;
+    const absl::Status status = ValidateControllerConfig(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad[0];
+    EXPECT_NE(status.message().find("vllm.instances"), std::string_view::npos) << status;
+  }
+  config.vllm.instances = {"a=tcp://127.0.0.1:5557"};
+  config.vllm.layers = 0;  // no layout: the engines' keys cannot be computed
+  EXPECT_NE(ValidateControllerConfig(config).message().find("[vllm] layout"),
+            std::string_view::npos);
+  config.vllm.layers = 2;
+  config.vllm.dtype = "fp7";
+  EXPECT_NE(ValidateControllerConfig(config).message().find("vllm.dtype"), std::string_view::npos);
 }
 
 }  // namespace

@@ -97,14 +97,11 @@ std::vector<absl::Status> DiskTier::PutBatch(std::span<const DiskPut> puts) {
       }
       if (!reservation->has_value()) continue;  // stored or being stored already
       const DiskPut& put = puts[next];
+      const IndexEntry entry = EntryOf(put, (*reservation)->position);
       records.push_back({.put = next,
                          .key = put.key,
                          .reservation = std::move(**reservation),
-                         .entry = {.payload_bytes = PartsBytes(put.payload),
-                                   .payload_checksum = put.payload_checksum,
-                                   .layout_fingerprint = put.layout_fingerprint,
-                                   .num_tokens = put.num_tokens,
-                                   .encoding = put.encoding},
+                         .entry = entry,
                          .staged = !DirectCapable(put.payload)});
     }
     WriteAndCommit(puts, records);
@@ -159,16 +156,8 @@ void DiskTier::WriteAndCommit(std::span<const DiskPut> puts, std::span<PendingRe
   writes.reserve(records.size());
   for (PendingRecord& record : records) {
     const DiskPut& put = puts[record.put];
-    record.entry.segment_id = record.reservation.position.segment_id;
-    record.entry.offset = record.reservation.position.offset;
     const AlignedBuffer& header = headers.emplace_back(kRecordHeaderBytes);
-    EncodeRecordHeader({.key = record.key,
-                        .layout_fingerprint = put.layout_fingerprint,
-                        .payload_bytes = record.entry.payload_bytes,
-                        .payload_checksum = put.payload_checksum,
-                        .num_tokens = put.num_tokens,
-                        .encoding = put.encoding},
-                       header.span());
+    EncodeRecordHeader(HeaderOf(record.key, record.entry), header.span());
     writes.push_back({.fd = record.reservation.file->fd(),
                       .offset = record.reservation.position.offset,
                       .header_block = header.span(),
@@ -299,6 +288,30 @@ DiskChunkInfo DiskTier::InfoOf(const IndexEntry& entry) {
                        .encoding = entry.encoding};
 }
 
+IndexEntry DiskTier::EntryOf(const DiskPut& put, LogPosition position) {
+  return IndexEntry{.segment_id = position.segment_id,
+                    .offset = position.offset,
+                    .payload_bytes = PartsBytes(put.payload),
+                    .payload_checksum = put.payload_checksum,
+                    .layout_fingerprint = put.layout_fingerprint,
+                    .num_tokens = put.num_tokens,
+                    .encoding = put.encoding};
+}
+
+RecordHeader DiskTier::HeaderOf(const ChunkKey& key, const IndexEntry& entry) {
+  return RecordHeader{.key = key,
+                      .layout_fingerprint = entry.layout_fingerprint,
+                      .payload_bytes = entry.payload_bytes,
+                      .payload_checksum = entry.payload_checksum,
+                      .num_tokens = entry.num_tokens,
+                      .encoding = entry.encoding};
+}
+
+bool DiskTier::MatchesLocked(const ChunkKey& key, const DiskChunkInfo& expected) const {
+  auto it = chunks_.find(key);
+  return it != chunks_.end() && InfoOf(it->second.entry) == expected;
+}
+
 absl::Status DiskTier::KeepLayout(const KvLayout& layout) {
   const uint64_t fingerprint = layout.Fingerprint();
   absl::MutexLock lock(&mu_);
@@ -423,8 +436,7 @@ absl::StatusOr<bool> DiskTier::Remove(const ChunkKey& key) {
 
 absl::StatusOr<bool> DiskTier::DropCorrupt(const ChunkKey& key, const DiskChunkInfo& expected) {
   absl::MutexLock lock(&mu_);
-  auto it = chunks_.find(key);
-  if (it == chunks_.end() || InfoOf(it->second.entry) != expected) return false;
+  if (!MatchesLocked(key, expected)) return false;
   ++stats_.dropped_records;
   STRATA_RETURN_IF_ERROR(DropLocked(key, /*popped=*/false, RemovalCause::kCorrupt));
   return true;

@@ -82,6 +82,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/chunk_key.h"
 #include "storage/disk/disk_index.h"
+#include "storage/disk/record_format.h"
 #include "storage/disk/record_io.h"
 #include "storage/disk/segment_file.h"
 #include "storage/host/chunk_observer.h"
@@ -296,6 +297,12 @@ class DiskTier {
  private:
   // What Lookup and List report of an indexed chunk.
   static DiskChunkInfo InfoOf(const IndexEntry& entry);
+  // The index entry of `put`'s record written at `position`, and the header of a record.
+  static IndexEntry EntryOf(const DiskPut& put, LogPosition position);
+  static RecordHeader HeaderOf(const ChunkKey& key, const IndexEntry& entry);
+  // Whether `key` is indexed as `expected` describes it (Replace and DropCorrupt act only then).
+  bool MatchesLocked(const ChunkKey& key, const DiskChunkInfo& expected) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Chunk {
     IndexEntry entry;

@@ -11,21 +11,15 @@ namespace strata::storage {
 
 absl::StatusOr<bool> DiskTier::Replace(const DiskPut& put, const DiskChunkInfo& expected) {
   const auto unchanged = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    auto it = chunks_.find(put.key);
-    return it != chunks_.end() && InfoOf(it->second.entry) == expected;
+    return MatchesLocked(put.key, expected);
   };
   const uint64_t payload_bytes = PartsBytes(put.payload);
   STRATA_ASSIGN_OR_RETURN(std::optional<Reservation> reservation,
                           ReserveWhile(RecordBytes(payload_bytes), unchanged, [] {}));
   if (!reservation.has_value()) return false;
+  const IndexEntry entry = EntryOf(put, reservation->position);
   AlignedBuffer header(kRecordHeaderBytes);
-  EncodeRecordHeader({.key = put.key,
-                      .layout_fingerprint = put.layout_fingerprint,
-                      .payload_bytes = payload_bytes,
-                      .payload_checksum = put.payload_checksum,
-                      .num_tokens = put.num_tokens,
-                      .encoding = put.encoding},
-                     header.span());
+  EncodeRecordHeader(HeaderOf(put.key, entry), header.span());
   absl::Status status;
   {
     absl::StatusOr<EngineLease> engine = LeaseEngine();
@@ -43,14 +37,7 @@ absl::StatusOr<bool> DiskTier::Replace(const DiskPut& put, const DiskChunkInfo& 
     return Annotate(absl::UnavailableError(std::string(status.message())),
                     fmt::format("disk tier: replace {}", put.key.ToString()));
   }
-  if (!unchanged()) return false;  // the new record is dead space
-  const IndexEntry entry{.segment_id = reservation->position.segment_id,
-                         .offset = reservation->position.offset,
-                         .payload_bytes = payload_bytes,
-                         .payload_checksum = put.payload_checksum,
-                         .layout_fingerprint = put.layout_fingerprint,
-                         .num_tokens = put.num_tokens,
-                         .encoding = put.encoding};
+  if (!MatchesLocked(put.key, expected)) return false;  // the new record is dead space
   STRATA_RETURN_IF_ERROR(index_->Put(put.key, entry, WatermarkLocked()));
   SwapEntryLocked(put.key, chunks_.at(put.key), entry);
   ++stats_.writes;

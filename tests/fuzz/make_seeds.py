@@ -130,3 +130,27 @@ for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv"]):
 write("codec_frame_fuzz", "cachegen-4bit-groups", bytes([0, 3, 0, 63, 64, 4]))
 write("codec_frame_fuzz", "xkv-groups-of-1", bytes([4, 4, 1, 39, 1, 0]))
 write("codec_frame_fuzz", "raw-magic", bytes([2, 0, 0, 0, 0, 0]) + b"SKVC" + bytes(60))
+
+# ---- vllm_events_fuzz: byte 0 (bit 0 sha256_cbor, bits 1-2 block size 1/4/16/64), msgpack ----
+def mp(obj):  # the msgpack subset vLLM's KVEventBatch uses
+    if obj is None:
+        return b"\xc0"
+    if isinstance(obj, float):
+        return b"\xcb" + struct.pack(">d", obj)
+    if isinstance(obj, int):
+        return bytes([obj]) if obj < 128 else b"\xcf" + struct.pack(">Q", obj)
+    if isinstance(obj, bytes):
+        return b"\xc4" + bytes([len(obj)]) + obj
+    if isinstance(obj, str):
+        return bytes([0xa0 | len(obj)]) + obj.encode()
+    assert len(obj) < 16
+    return bytes([0x90 | len(obj)]) + b"".join(mp(o) for o in obj)
+
+
+stored = ["BlockStored", [11, 12], None, [1, 2, 3, 4, 5, 6, 7, 8], 4, None, "GPU"]
+child = ["BlockStored", [13], 12, [9, 10, 11, 12], 4, None, "CPU", "sql", None, 0]
+write("vllm_events_fuzz", "stored", bytes([2]) + mp([1.5e9, [stored, child], None]))
+write("vllm_events_fuzz", "removed-cleared",
+      bytes([2]) + mp([1.5e9, [stored, ["BlockRemoved", [12], "GPU"], ["AllBlocksCleared"]]]))
+write("vllm_events_fuzz", "sha256-bytes", bytes([1]) + mp(
+    [1.5e9, [["BlockStored", [b"\x01" * 32], None, [1], 1, None, None]]]))
