@@ -1,10 +1,13 @@
 #include "controller/ingest/vllm_feed.h"
 
+#include <pthread.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <span>
 
 #include "controller/ingest/daemon_events.h"
 #include "core/fmt_absl.h"
@@ -24,23 +27,46 @@ constexpr int64_t kMaxMessageBytes = int64_t{64} << 20;
 // Messages queued for the feed's thread before ZMQ drops them (a gap, then a clear).
 constexpr int kReceiveHighWaterMark = 100'000;
 
-// Every part of one multipart message.
-std::vector<std::string> ReceiveParts(void* socket) {
-  std::vector<std::string> parts;
-  int more = 1;
-  while (more != 0) {
-    zmq_msg_t message;
-    zmq_msg_init(&message);
-    if (zmq_msg_recv(&message, socket, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&message);
-      break;
-    }
-    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&message)), zmq_msg_size(&message));
-    more = zmq_msg_more(&message);
-    zmq_msg_close(&message);
+// The parts of one multipart message, received in place (a payload is decoded where ZMQ put
+// it) and kept until this goes. Parts past kMaxParts are received and counted, not kept.
+class Frames {
+ public:
+  static constexpr size_t kMaxParts = 3;
+
+  Frames() = default;
+  Frames(const Frames&) = delete;
+  Frames& operator=(const Frames&) = delete;
+  ~Frames() {
+    for (size_t i = 0; i < std::min(count_, kMaxParts); ++i) zmq_msg_close(&parts_[i]);
   }
-  return parts;
-}
+
+  // Receives every part of the next queued message; none when none is queued.
+  void Receive(void* socket) {
+    int more = 1;
+    while (more != 0) {
+      zmq_msg_t scratch;
+      zmq_msg_t& part = count_ < kMaxParts ? parts_[count_] : scratch;
+      zmq_msg_init(&part);
+      if (zmq_msg_recv(&part, socket, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&part);
+        return;
+      }
+      more = zmq_msg_more(&part);
+      if (count_ >= kMaxParts) zmq_msg_close(&part);
+      ++count_;
+    }
+  }
+
+  size_t count() const { return count_; }
+  // Part i < min(count(), kMaxParts).
+  std::span<const std::byte> part(size_t i) {
+    return {static_cast<const std::byte*>(zmq_msg_data(&parts_[i])), zmq_msg_size(&parts_[i])};
+  }
+
+ private:
+  std::array<zmq_msg_t, kMaxParts> parts_;
+  size_t count_ = 0;
+};
 
 void CloseSocket(void* socket) {
   const int linger_ms = 0;
@@ -130,6 +156,7 @@ VllmFeedStats VllmFeed::stats() const {
 }
 
 void VllmFeed::Run() {
+  pthread_setname_np(pthread_self(), "strata-vllmfeed");
   spdlog::info("vLLM feed '{}': subscribing to {} (topic '{}')", options_.instance_id,
                options_.endpoint, options_.topic);
   while (true) {
@@ -174,11 +201,12 @@ void VllmFeed::Run() {
 
 void VllmFeed::DrainMonitor() {
   while (true) {
-    const std::vector<std::string> parts = ReceiveParts(monitor_);
-    if (parts.empty()) return;
+    Frames frames;
+    frames.Receive(monitor_);
+    if (frames.count() == 0) return;
     uint16_t event = 0;
-    if (parts[0].size() < sizeof(event)) continue;
-    std::memcpy(&event, parts[0].data(), sizeof(event));
+    if (frames.part(0).size() < sizeof(event)) continue;
+    std::memcpy(&event, frames.part(0).data(), sizeof(event));
     absl::MutexLock lock(&mu_);
     if (event == ZMQ_EVENT_CONNECTED) {
       stats_.connected = true;
@@ -191,15 +219,17 @@ void VllmFeed::DrainMonitor() {
 }
 
 void VllmFeed::ReceiveMessage() {
-  const std::vector<std::string> parts = ReceiveParts(socket_);
+  Frames frames;
+  frames.Receive(socket_);
+  const bool framed = frames.count() == 3 && frames.part(1).size() == 8;
   absl::StatusOr<VllmEventBatch> batch =
-      parts.size() == 3 && parts[1].size() == 8
-          ? DecodeVllmEventBatch(std::as_bytes(std::span(parts[2].data(), parts[2].size())))
+      framed
+          ? DecodeVllmEventBatch(frames.part(2))
           : absl::InvalidArgumentError(fmt::format(
-                "{} frames, not a topic, an 8-byte sequence number and a payload", parts.size()));
+                "{} frames, not a topic, an 8-byte sequence number and a payload", frames.count()));
   uint64_t sequence = 0;
-  if (parts.size() == 3 && parts[1].size() == 8) {
-    for (char byte : parts[1]) sequence = (sequence << 8) | static_cast<uint8_t>(byte);
+  if (framed) {
+    for (std::byte byte : frames.part(1)) sequence = (sequence << 8) | static_cast<uint8_t>(byte);
   }
   bool gap = false;
   bool restart = false;

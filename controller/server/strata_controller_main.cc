@@ -7,12 +7,14 @@
 #include "controller/server/controller.h"
 #include "controller/server/controller_config.h"
 #include "core/process_logging.h"
+#include "core/process_malloc.h"
 #include "core/stop_signals.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   // As in stratad: lock order is checked by the tests, not on every acquisition in production.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  strata::TuneMallocForLargeBuffers();
   const sigset_t signals = strata::BlockStopSignals();
   absl::StatusOr<std::optional<strata::controller::ControllerConfig>> config =
       strata::controller::ParseControllerCommandLine(argc, argv);
