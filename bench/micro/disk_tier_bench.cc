@@ -22,6 +22,11 @@
 //      encoded by that codec through DiskLowerTier ([disk] codec; the chunks are shaped KV,
 //      storage/codec/testing/shaped_kv.h, so the codec sees what it would on a model), and the
 //      chunks promoted per second against phase 4's (issue 16's target: >= 1.6x at int8).
+//   6. with --codec=NAME and --compress_tokens > 0: a --compress_tokens prefix of shaped KV is
+//      stored as it is, then compressed in place chunk by chunk (DiskLowerTier::Recode, what the
+//      control API's Compress runs: read, decode, encode, measure the error, write and sync,
+//      swap), then decompressed the same way; against the codec's Encode alone over the same
+//      chunks in the same run (what Compress cannot beat on one core). No target.
 // --register_buffers (default true; =false turns it off) registers the memory the tier reads
 // into and writes from (phases 1-2: the source and target buffers; phase 4: the source buffer,
 // then the host arena) with the tier's io engines (DiskTier::RegisterMemory). Each timed loop
@@ -31,6 +36,7 @@
 // Usage: disk_tier_bench [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N]
 //                        [--request_kib=N] [--engine=KIND] [--batch=N] [--promotion_tokens=N]
 //                        [--promotion_run=N] [--register_buffers=true|false] [--codec=NAME]
+//                        [--compress_tokens=N]
 // --dir must be on the device under test (default: ./disk_tier_bench_data, removed after).
 #include <sys/resource.h>
 
@@ -83,8 +89,10 @@ struct Flags {
   // Chunks promoted per PromoteRun call (8: what a load's PrepareLoad does; 1: chunk
   // by chunk).
   uint64_t promotion_run = 8;
-  // Phase 5's codec; empty: no phase 5.
+  // Phase 5's and 6's codec; empty: neither phase.
   std::string codec;
+  // Tokens of phase 6's prefix (a multiple of 256; 0: no phase 6).
+  uint64_t compress_tokens = 8192;
 };
 
 uint32_t g_io_bytes = 2u << 20;
@@ -281,6 +289,89 @@ PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec*
   return {.json = json, .median_promote_s = median.promote_s};
 }
 
+// Phase 6; returns its JSON member.
+std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& codec) {
+  const KvLayout layout = bench::Llama8bLayout();
+  const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
+  if (flags.compress_tokens % layout.chunk_tokens != 0) {
+    Die(fmt::format("--compress_tokens={} is not a multiple of {}", flags.compress_tokens,
+                    layout.chunk_tokens));
+  }
+  const uint64_t chunks = flags.compress_tokens / layout.chunk_tokens;
+  const uint64_t total_bytes = chunks * chunk_bytes;
+  const std::string tier_dir = flags.dir + "/compress";
+  // Room for the chunks as they are and their encoded forms beside them.
+  auto disk = OpenTier(tier_dir, 2 * total_bytes + (1ull << 30), kind);
+  DiskLowerTier below(disk.get());
+  below.NoteLayout(layout);
+
+  AlignedBuffer source(chunk_bytes);
+  std::memcpy(source.data(),
+              testing::MakeKv(layout, layout.chunk_tokens, testing::KvShape::kShaped, 3).data(),
+              chunk_bytes);
+  const std::span<const std::byte> part = source.span();
+  const uint64_t checksum = ChecksumBytes(source.span());
+  std::vector<ChunkKey> keys;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    keys.push_back(testing::SyntheticKey(layout, 1'000'000 + i));
+    const absl::Status status = below.PutOne({.key = keys.back(),
+                                              .payload = std::span(&part, 1),
+                                              .payload_checksum = checksum,
+                                              .num_tokens = layout.chunk_tokens});
+    if (!status.ok()) Die(fmt::format("compress put: {}", status));
+  }
+
+  auto start = Clock::now();
+  uint64_t encoded_bytes = 0;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    absl::StatusOr<std::vector<std::byte>> frame =
+        codec.Encode(layout, layout.chunk_tokens, source.span(), {});
+    if (!frame.ok()) Die(fmt::format("encode: {}", frame.status()));
+    encoded_bytes += frame->size();
+  }
+  const double encode_s = Seconds(Clock::now() - start);
+
+  double max_relative_error = 0;
+  uint64_t stored_after = 0;
+  double cpu_start = CpuSeconds();
+  start = Clock::now();
+  for (const ChunkKey& key : keys) {
+    absl::StatusOr<LowerTier::RecodeResult> result = below.Recode(key, {.codec = &codec});
+    if (!result.ok()) Die(fmt::format("compress: {}", result.status()));
+    if (result->outcome != LowerTier::RecodeOutcome::kRecoded) Die("compress: chunk not recoded");
+    max_relative_error = std::max(max_relative_error, result->error.relative_frobenius);
+    stored_after += result->stored_bytes_after;
+  }
+  const double compress_s = Seconds(Clock::now() - start);
+  const double compress_cpu_s = CpuSeconds() - cpu_start;
+  if (stored_after != encoded_bytes) Die("compress: stored bytes differ from the codec's frames");
+
+  cpu_start = CpuSeconds();
+  start = Clock::now();
+  for (const ChunkKey& key : keys) {
+    absl::StatusOr<LowerTier::RecodeResult> result = below.Recode(key, {});
+    if (!result.ok()) Die(fmt::format("decompress: {}", result.status()));
+    if (result->outcome != LowerTier::RecodeOutcome::kRecoded) Die("decompress: not recoded");
+  }
+  const double decompress_s = Seconds(Clock::now() - start);
+  const double decompress_cpu_s = CpuSeconds() - cpu_start;
+  disk.reset();
+  std::filesystem::remove_all(tier_dir);
+
+  const double gb = static_cast<double>(total_bytes) / 1e9;
+  return fmt::format(
+      "{{\"codec\": \"{}\", \"chunks\": {}, \"bytes\": {}, \"ratio\": {:.3f}, "
+      "\"max_relative_error\": {:.5f},\n"
+      "    \"encode_alone_GBps\": {:.3f}, \"compress_GBps\": {:.3f}, "
+      "\"compress_chunks_per_s\": {:.2f}, \"compress_vs_encode_alone\": {:.3f}, "
+      "\"compress_cpu_s_per_GB\": {:.3f},\n"
+      "    \"decompress_GBps\": {:.3f}, \"decompress_cpu_s_per_GB\": {:.3f}}}",
+      codec.name(), chunks, total_bytes,
+      static_cast<double>(total_bytes) / static_cast<double>(encoded_bytes), max_relative_error,
+      gb / encode_s, gb / compress_s, static_cast<double>(chunks) / compress_s,
+      encode_s / compress_s, compress_cpu_s / gb, gb / decompress_s, decompress_cpu_s / gb);
+}
+
 int Main(const Flags& flags) {
   const auto kind = ParseIoEngineKind(flags.engine);
   if (!kind.ok()) Die(fmt::format("{}", kind.status()));
@@ -420,16 +511,22 @@ int Main(const Flags& flags) {
   PromotionResult promotion{.json = "null"};
   if (flags.promotion_tokens > 0) promotion = RunPromotion(flags, *kind, nullptr);
   std::string codec_promotion = "null";
-  if (!flags.codec.empty() && flags.promotion_tokens > 0) {
-    absl::StatusOr<const Codec*> codec = CodecRegistry::Find(flags.codec);
-    if (!codec.ok()) Die(fmt::format("--codec: {}", codec.status()));
-    const PromotionResult encoded = RunPromotion(flags, *kind, *codec);
+  std::string compress = "null";
+  const Codec* codec = nullptr;
+  if (!flags.codec.empty()) {
+    absl::StatusOr<const Codec*> found = CodecRegistry::Find(flags.codec);
+    if (!found.ok()) Die(fmt::format("--codec: {}", found.status()));
+    codec = *found;
+  }
+  if (codec != nullptr && flags.promotion_tokens > 0) {
+    const PromotionResult encoded = RunPromotion(flags, *kind, codec);
     const double ratio = promotion.median_promote_s / encoded.median_promote_s;
     codec_promotion = fmt::format(
         "{{\"chunks_per_s_vs_unencoded\": {:.3f}, \"target\": \">= 1.6 (int8)\", \"met\": {},\n"
         "    \"rounds\": {}}}",
         ratio, ratio >= 1.6, encoded.json);
   }
+  if (codec != nullptr && flags.compress_tokens > 0) compress = RunCompress(flags, *kind, *codec);
 
   fmt::print(
       "{{\n"
@@ -441,14 +538,15 @@ int Main(const Flags& flags) {
       "  \"rounds\": [\n    {}],\n"
       "  \"recovery\": {{\"chunks\": {}, \"populate_s\": {:.2f}, \"open_s\": {:.3f}}},\n"
       "  \"promotion\": {},\n"
-      "  \"codec_promotion\": {}\n"
+      "  \"codec_promotion\": {},\n"
+      "  \"compress\": {}\n"
       "}}\n",
       engine_name, flags.register_buffers, kChunkBytes, chunks, g_io_bytes, flags.batch,
       median([](const Round& r) { return r.tier_write / r.fio_write; }),
       median([](const Round& r) { return r.tier_read / r.fio_read; }),
       median([&](const Round& r) { return r.store_cpu_s / (total_bytes / 1e9); }),
       median([&](const Round& r) { return r.load_cpu_s / (total_bytes / 1e9); }), per_round,
-      recovered_chunks, populate_s, open_s, promotion.json, codec_promotion);
+      recovered_chunks, populate_s, open_s, promotion.json, codec_promotion, compress);
   return 0;
 }
 
@@ -480,6 +578,8 @@ int main(int argc, char** argv) {
       flags.engine = value;
     } else if (name == "--codec") {
       flags.codec = value;
+    } else if (name == "--compress_tokens") {
+      flags.compress_tokens = std::stoull(value);
     } else if (name == "--promotion_run") {
       flags.promotion_run = std::max<uint64_t>(1, std::stoull(value));
     } else if (name == "--register_buffers") {
@@ -489,7 +589,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
                    "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
                    "[--promotion_tokens=N] [--promotion_run=N] [--register_buffers=true|false] "
-                   "[--codec=NAME]\n",
+                   "[--codec=NAME] [--compress_tokens=N]\n",
                    argv[0]);
       return 2;
     }

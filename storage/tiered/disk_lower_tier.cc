@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -174,7 +175,14 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
     result.outcome = RecodeOutcome::kNoLayout;
     return result;
   }
-  AlignedBuffer chunk(chunk_info.payload_bytes);
+  // Staging buffers, kept for the next recoding or read: a chunk's worth of fresh pages costs
+  // this machine more to fault in than the codec takes to encode them.
+  AlignedBuffer chunk = TakeStaging(chunk_info.payload_bytes);
+  AlignedBuffer decoded = encode ? TakeStaging(chunk_info.payload_bytes) : AlignedBuffer();
+  absl::Cleanup keep = [&] {
+    ReturnStaging(std::move(chunk));
+    if (encode) ReturnStaging(std::move(decoded));
+  };
   const std::span<std::byte> whole[] = {chunk.span().first(chunk_info.payload_bytes)};
   const MutableParts destination[] = {whole};
   absl::Status read = ReadBatch({&key, 1}, destination).front();
@@ -188,9 +196,9 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
               .num_tokens = info->num_tokens};
   std::optional<EncodedPut> encoded;
   if (encode) {
-    std::vector<std::byte> decoded(chunk_info.payload_bytes);
+    const std::span<std::byte> check = decoded.span().first(chunk_info.payload_bytes);
     absl::StatusOr<std::optional<EncodedPut>> frame =
-        EncodeChunk(*recoding.codec, recoding.params, *layout, info->num_tokens, whole[0], decoded);
+        EncodeChunk(*recoding.codec, recoding.params, *layout, info->num_tokens, whole[0], check);
     if (!frame.ok()) {
       return Annotate(frame.status(),
                       fmt::format("codec {} on {} (layout {})", recoding.codec->name(),
@@ -201,7 +209,7 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
       return result;
     }
     encoded = **std::move(frame);
-    result.error = CompareKv(layout->dtype, whole[0], decoded);
+    result.error = CompareKv(layout->dtype, whole[0], check);
     put.payload = {&encoded->part, 1};
     put.payload_checksum = ChecksumBytes(encoded->frame);
     put.encoding = encoded->encoding;

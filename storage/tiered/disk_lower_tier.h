@@ -14,9 +14,9 @@
 //
 // Thread-safe as DiskTier is; the DiskTier is not owned and must outlive it. Encoding and
 // decoding run on the caller's thread (the demoter's, the loads thread, the store's for Recode).
-// Encoded records are read into staging buffers that are kept for the next reads (at most
-// kKeptStagingBuffers, each of the largest encoded chunk read so far): with a codec, that memory
-// stays allocated.
+// Encoded records are read, and Recode reads and checks a chunk, through staging buffers that are
+// kept for the next ones (at most kKeptStagingBuffers, each of the largest size asked so far):
+// with a codec, or once Recode ran, that memory stays allocated.
 #pragma once
 
 #include <vector>
