@@ -40,8 +40,8 @@ struct StoredEncoding {
   uint64_t decoded_bytes = 0;
   uint64_t decoded_checksum = 0;
   // The error of the decoded chunk against the chunk it was encoded from, when the encoder
-  // measured it (Compress); -1: not measured. Kept in the index only (DiskIndex), not in the
-  // record header: a record re-indexed from its header has none.
+  // measured it (Compress, and [disk] codec's writes); -1: not measured. Kept in the index only
+  // (DiskIndex), not in the record header: a record re-indexed from its header has none.
   float relative_error = -1;
   float max_abs_error = -1;
 

@@ -99,6 +99,12 @@ TEST_F(DiskEncodingTest, ANotedLayoutsChunksAreStoredEncodedAndComeBackAsTheCode
   EXPECT_EQ(info->payload_bytes, chunk.size());
   EXPECT_EQ(info->payload_checksum, ChecksumBytes(expected));
   EXPECT_EQ(info->num_tokens, 32u);
+  // Its error, measured as it was written.
+  const KvError error = CompareKv(layout.dtype, chunk, expected);
+  ASSERT_TRUE(info->error.has_value());
+  EXPECT_GT(error.relative_frobenius, 0);
+  EXPECT_FLOAT_EQ(info->error->relative_frobenius, error.relative_frobenius);
+  EXPECT_FLOAT_EQ(info->error->max_abs, error.max_abs);
   const std::optional<DiskChunkInfo> stored = disk_->Lookup(key);
   ASSERT_TRUE(stored.has_value());
   EXPECT_TRUE(stored->encoding.encoded());

@@ -65,24 +65,28 @@ absl::StatusOr<std::optional<EncodedPut>> EncodeChunk(const Codec& codec, const 
   return encoded;
 }
 
-// The chunk of `put` encoded by `options`' codec for `layout`, or nullopt when it is better
-// stored as it is (the codec refuses it or it does not shrink).
+// The chunk of `put` encoded by `options`' codec for `layout`, with its error measured, or
+// nullopt when it is better stored as it is (the codec refuses it or it does not shrink).
+// `chunk` and `decoded` are scratch of at least the chunk's size.
 std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layout,
-                                 const DiskEncodingOptions& options) {
+                                 const DiskEncodingOptions& options, std::span<std::byte> chunk,
+                                 std::span<std::byte> decoded) {
   const uint64_t bytes = layout.chunk_bytes(put.num_tokens);
-  uint64_t given = 0;
-  for (std::span<const std::byte> part : put.payload) given += part.size();
-  if (given != bytes) return std::nullopt;
-  std::vector<std::byte> chunk(bytes);
+  if (PartsBytes(put.payload) != bytes) return std::nullopt;
+  chunk = chunk.first(bytes);
+  decoded = decoded.first(bytes);
   size_t at = 0;
   for (std::span<const std::byte> part : put.payload) {
     std::memcpy(chunk.data() + at, part.data(), part.size());
     at += part.size();
   }
   absl::StatusOr<std::optional<EncodedPut>> encoded =
-      EncodeChunk(*options.codec, options.params, layout, put.num_tokens, chunk, chunk);
-  if (!encoded.ok()) return std::nullopt;
-  return *std::move(encoded);
+      EncodeChunk(*options.codec, options.params, layout, put.num_tokens, chunk, decoded);
+  if (!encoded.ok() || !encoded->has_value()) return std::nullopt;
+  const KvError error = CompareKv(layout.dtype, chunk, decoded);
+  (*encoded)->encoding.relative_error = static_cast<float>(error.relative_frobenius);
+  (*encoded)->encoding.max_abs_error = static_cast<float>(error.max_abs);
+  return **std::move(encoded);
 }
 
 // Decodes `frame` into `destination` layer by layer, each layer straight into the piece that
@@ -228,6 +232,13 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
   std::vector<DiskPut> disk_puts;
   disk_puts.reserve(puts.size());
   std::vector<std::unique_ptr<EncodedPut>> encoded;  // stable addresses for the parts
+  AlignedBuffer chunk;
+  AlignedBuffer decoded;
+  absl::Cleanup keep = [&] {
+    for (AlignedBuffer* buffer : {&chunk, &decoded}) {
+      if (buffer->size() > 0) ReturnStaging(std::move(*buffer));
+    }
+  };
   for (const Put& put : puts) {
     DiskPut disk_put{.key = put.key,
                      .layout_fingerprint = put.key.layout_fingerprint(),
@@ -237,7 +248,15 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
     const std::shared_ptr<const KvLayout> layout =
         encoding_.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());
     if (layout != nullptr) {
-      if (std::optional<EncodedPut> frame = Encode(put, *layout, encoding_)) {
+      // Scratch kept across the batch and for the next (fresh pages cost more than encoding).
+      const uint64_t bytes = layout->chunk_bytes(put.num_tokens);
+      for (AlignedBuffer* buffer : {&chunk, &decoded}) {
+        if (buffer->size() >= bytes) continue;
+        if (buffer->size() > 0) ReturnStaging(std::move(*buffer));
+        *buffer = TakeStaging(bytes);
+      }
+      if (std::optional<EncodedPut> frame =
+              Encode(put, *layout, encoding_, chunk.span(), decoded.span())) {
         const EncodedPut& kept =
             *encoded.emplace_back(std::make_unique<EncodedPut>(*std::move(frame)));
         disk_put.payload = {&kept.part, 1};

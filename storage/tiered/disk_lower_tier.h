@@ -4,13 +4,15 @@
 // Encoding ([disk] codec): with a codec, a chunk written to disk whose layout the disk keeps
 // (NoteLayout, DiskTier::KeepLayout) is stored as the codec's encoded frame when that is
 // smaller, and decoded when it is read back, so disk holds more chunks and promotions read
-// fewer bytes. What the store sees is the decoded chunk: Lookup and List report its size and the
-// xxh3-64 of its decoded bytes (the bytes ReadBatch delivers, checked against it), so a promoted
-// chunk is committed to the host tier as it decodes. A lossy codec's chunk comes back within the
-// codec's bound (storage/codec), not bit-exact: the operator's choice. A chunk whose layout the
-// disk does not keep, or that the codec refuses or does not shrink, is stored as it is. Chunks
-// stored earlier keep their form whatever the codec now is (each record says its own). Recode
-// (Compress, Decompress) changes a stored chunk's form in place, codec or none configured.
+// fewer bytes. Each encoded chunk's error (its decode against the chunk) is measured as it is
+// written and kept with it (StoredEncoding), as Recode's is. What the store sees is the decoded
+// chunk: Lookup and List report its size and the xxh3-64 of its decoded bytes (the bytes ReadBatch
+// delivers, checked against it), so a promoted chunk is committed to the host tier as it decodes. A
+// lossy codec's chunk comes back within the codec's bound (storage/codec), not bit-exact: the
+// operator's choice. A chunk whose layout the disk does not keep, or that the codec refuses or does
+// not shrink, is stored as it is. Chunks stored earlier keep their form whatever the codec now is
+// (each record says its own). Recode (Compress, Decompress) changes a stored chunk's form in place,
+// codec or none configured.
 //
 // Thread-safe as DiskTier is; the DiskTier is not owned and must outlive it. Encoding and
 // decoding run on the caller's thread (the demoter's, the loads thread, the store's for Recode).

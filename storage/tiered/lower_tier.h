@@ -55,8 +55,8 @@ class LowerTier {
     // it is encoded with (nullopt: as it is).
     uint64_t stored_bytes = 0;
     std::optional<CodecId> codec;
-    // The encoded form's error as measured when it was encoded (Recode); nullopt when not
-    // measured.
+    // The encoded form's error as measured when it was encoded (Recode, a codec's write);
+    // nullopt when not measured.
     std::optional<KvError> error;
   };
 
