@@ -16,19 +16,17 @@
 // Exit status 0 when the run completed (a missed target included), 1 when a check failed.
 //
 // Usage: cluster_api_bench [--batches=N] [--blocks-per-batch=N] [--calls=N]
-#include <zmq.h>
-
-#include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/support/model_layouts.h"
 #include "controller/ingest/testing/vllm_batch_writer.h"
+#include "controller/ingest/testing/zmq_engine_publisher.h"
 #include "controller/server/controller.h"
 #include "core/key_hasher.h"
 #include "core/process_malloc.h"
@@ -55,49 +53,19 @@ constexpr uint32_t kPromptChunks = 128;
   std::exit(1);
 }
 
-KvLayout EngineLayout() {
-  KvLayout layout;
-  layout.model_id = "bench-model";
-  layout.num_layers = 32;
-  layout.num_kv_heads = 8;
-  layout.head_dim = 128;
-  layout.chunk_tokens = kBlockTokens;
-  return layout;
-}
+KvLayout EngineLayout() { return bench::Llama8bLayout(); }
 
-// The engine's side: a PUB socket that numbers its messages and never drops one.
+// The engine's side, numbering its messages.
 class EnginePublisher {
  public:
-  EnginePublisher() : context_(zmq_ctx_new()), socket_(zmq_socket(context_, ZMQ_PUB)) {
-    const int unlimited = 0;
-    zmq_setsockopt(socket_, ZMQ_SNDHWM, &unlimited, sizeof(unlimited));
-    if (zmq_bind(socket_, "tcp://127.0.0.1:*") != 0) Fail("cannot bind a ZMQ PUB socket");
-    std::array<char, 256> endpoint{};
-    size_t size = endpoint.size();
-    zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, endpoint.data(), &size);
-    endpoint_ = endpoint.data();
+  EnginePublisher() {
+    if (socket_.endpoint().empty()) Fail("cannot bind a ZMQ PUB socket on loopback");
   }
-  ~EnginePublisher() {
-    const int linger_ms = 0;
-    zmq_setsockopt(socket_, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
-    zmq_close(socket_);
-    zmq_ctx_term(context_);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-
-  void Send(const std::string& payload) {
-    std::array<char, 8> number;
-    for (int i = 0; i < 8; ++i) number[i] = static_cast<char>(sequence_ >> (56 - 8 * i));
-    ++sequence_;
-    zmq_send(socket_, "", 0, ZMQ_SNDMORE);
-    zmq_send(socket_, number.data(), number.size(), ZMQ_SNDMORE);
-    zmq_send(socket_, payload.data(), payload.size(), 0);
-  }
+  const std::string& endpoint() const { return socket_.endpoint(); }
+  void Send(const std::string& payload) { socket_.Send(sequence_++, payload); }
 
  private:
-  void* context_;
-  void* socket_;
-  std::string endpoint_;
+  testing::ZmqEnginePublisher socket_;
   uint64_t sequence_ = 0;
 };
 
@@ -178,6 +146,7 @@ int Run(const Flags& flags) {
   config.vllm.layers = layout.num_layers;
   config.vllm.kv_heads = layout.num_kv_heads;
   config.vllm.head_dim = layout.head_dim;
+  config.vllm.dtype = DtypeName(layout.dtype);
   config.vllm.block_size = kBlockTokens;
   absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Create(config);
   if (!controller.ok()) Fail(controller.status().ToString());

@@ -47,6 +47,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -166,15 +167,19 @@ struct PromotionResult {
   double median_promote_s = 0;
 };
 
+// The chunks of a prefix of `tokens` (the value of `flag`), which must be whole chunks.
+uint64_t PrefixChunks(const KvLayout& layout, uint64_t tokens, std::string_view flag) {
+  if (tokens % layout.chunk_tokens != 0) {
+    Die(fmt::format("{}={} is not a multiple of {}", flag, tokens, layout.chunk_tokens));
+  }
+  return tokens / layout.chunk_tokens;
+}
+
 // Phase 4 (no codec) or 5; returns its JSON member and median time.
 PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec* codec) {
   const KvLayout layout = bench::Llama8bLayout();
   const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
-  if (flags.promotion_tokens % layout.chunk_tokens != 0) {
-    Die(fmt::format("--promotion_tokens={} is not a multiple of {}", flags.promotion_tokens,
-                    layout.chunk_tokens));
-  }
-  const uint64_t chunks = flags.promotion_tokens / layout.chunk_tokens;
+  const uint64_t chunks = PrefixChunks(layout, flags.promotion_tokens, "--promotion_tokens");
   const uint64_t total_bytes = chunks * chunk_bytes;
   const std::string tier_dir = flags.dir + "/promotion";
   const std::string fio_file = flags.dir + "/promotion_fio.dat";
@@ -293,11 +298,7 @@ PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec*
 std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& codec) {
   const KvLayout layout = bench::Llama8bLayout();
   const uint64_t chunk_bytes = layout.chunk_bytes(layout.chunk_tokens);
-  if (flags.compress_tokens % layout.chunk_tokens != 0) {
-    Die(fmt::format("--compress_tokens={} is not a multiple of {}", flags.compress_tokens,
-                    layout.chunk_tokens));
-  }
-  const uint64_t chunks = flags.compress_tokens / layout.chunk_tokens;
+  const uint64_t chunks = PrefixChunks(layout, flags.compress_tokens, "--compress_tokens");
   const uint64_t total_bytes = chunks * chunk_bytes;
   const std::string tier_dir = flags.dir + "/compress";
   // Room for the chunks as they are and their encoded forms beside them.

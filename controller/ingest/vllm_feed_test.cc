@@ -1,14 +1,12 @@
 #include "controller/ingest/vllm_feed.h"
 
-#include <zmq.h>
-
-#include <array>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "controller/ingest/testing/vllm_batch_writer.h"
+#include "controller/ingest/testing/zmq_engine_publisher.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_layout.h"
 
@@ -16,6 +14,7 @@ namespace strata::controller {
 namespace {
 
 using testing::VllmBatchWriter;
+using testing::ZmqEnginePublisher;
 using namespace std::chrono_literals;
 
 constexpr auto kDeadline = 10s;
@@ -27,59 +26,23 @@ KvLayout Layout() {
 
 const std::vector<uint32_t> kTokens = {1, 2, 3, 4, 5, 6, 7, 8};
 
-// A vLLM engine's side: a PUB socket on loopback that numbers its messages.
-class FakeEnginePublisher {
- public:
-  FakeEnginePublisher() : context_(zmq_ctx_new()), socket_(zmq_socket(context_, ZMQ_PUB)) {
-    const int linger_ms = 0;
-    zmq_setsockopt(socket_, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
-    EXPECT_EQ(zmq_bind(socket_, "tcp://127.0.0.1:*"), 0);
-    std::array<char, 256> endpoint{};
-    size_t size = endpoint.size();
-    zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, endpoint.data(), &size);
-    endpoint_ = endpoint.data();
+// Sends empty batches until the feed has applied one (a subscription takes a moment to reach a
+// PUB socket, which drops what it sends before); returns the next sequence number.
+uint64_t Handshake(ZmqEnginePublisher& engine, const VllmFeed& feed) {
+  uint64_t sequence = 0;
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (feed.stats().messages == 0 && std::chrono::steady_clock::now() < deadline) {
+    engine.Send(sequence++, VllmBatchWriter().Payload());
+    std::this_thread::sleep_for(20ms);
   }
-  ~FakeEnginePublisher() { Close(); }
-
-  void Close() {
-    if (socket_ == nullptr) return;
-    zmq_close(socket_);
-    zmq_ctx_term(context_);
-    socket_ = nullptr;
-  }
-
-  const std::string& endpoint() const { return endpoint_; }
-
-  void Send(uint64_t sequence, const std::string& payload, std::string_view topic = "kv") {
-    std::array<char, 8> number;
-    for (int i = 0; i < 8; ++i) number[i] = static_cast<char>(sequence >> (56 - 8 * i));
-    zmq_send(socket_, topic.data(), topic.size(), ZMQ_SNDMORE);
-    zmq_send(socket_, number.data(), number.size(), ZMQ_SNDMORE);
-    zmq_send(socket_, payload.data(), payload.size(), 0);
-  }
-
-  // Sends empty batches until the feed has applied one (a subscription takes a moment to reach
-  // a PUB socket, which drops what it sends before); returns the next sequence number.
-  uint64_t Handshake(const VllmFeed& feed) {
-    uint64_t sequence = 0;
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (feed.stats().messages == 0 && std::chrono::steady_clock::now() < deadline) {
-      Send(sequence++, VllmBatchWriter().Payload());
-      std::this_thread::sleep_for(20ms);
-    }
-    EXPECT_GT(feed.stats().messages, 0u);
-    return sequence;
-  }
-
- private:
-  void* context_;
-  void* socket_;
-  std::string endpoint_;
-};
+  EXPECT_GT(feed.stats().messages, 0u);
+  return sequence;
+}
 
 class VllmFeedTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_FALSE(engine_.endpoint().empty()) << "no loopback ZMQ endpoint";
     index_ = *ClusterIndex::Create({.max_instances = 8, .shard_count = 4});
     hasher_.emplace(*KeyHasher::Create(Layout(), {}));
   }
@@ -126,13 +89,13 @@ class VllmFeedTest : public ::testing::Test {
   std::unique_ptr<ClusterIndex> index_;
   std::optional<KeyHasher> hasher_;
   EventHub hub_;
-  FakeEnginePublisher engine_;
+  ZmqEnginePublisher engine_{"kv"};
 };
 
 TEST_F(VllmFeedTest, StoresAndRemovalsReachLookups) {
   std::unique_ptr<VllmFeed> feed = StartFeed();
   ASSERT_NE(feed, nullptr);
-  uint64_t sequence = engine_.Handshake(*feed);
+  uint64_t sequence = Handshake(engine_, *feed);
   EXPECT_TRUE(feed->stats().connected);
 
   engine_.Send(sequence++, StoreBoth());
@@ -144,7 +107,7 @@ TEST_F(VllmFeedTest, StoresAndRemovalsReachLookups) {
   engine_.Send(sequence++, VllmBatchWriter().Removed({11}).Payload());
   ASSERT_TRUE(WaitFor([&] { return HeldPrefix() == 1; }));
   // A message on another topic is not subscribed to.
-  engine_.Send(sequence, VllmBatchWriter().Cleared().Payload(), "other");
+  engine_.SendOnTopic("other", sequence, VllmBatchWriter().Cleared().Payload());
   engine_.Send(sequence++, VllmBatchWriter().Payload());
   ASSERT_TRUE(WaitFor([&] { return feed->stats().next_sequence == sequence; }));
   EXPECT_EQ(HeldPrefix(), 1u);
@@ -159,7 +122,7 @@ TEST_F(VllmFeedTest, StoresAndRemovalsReachLookups) {
 TEST_F(VllmFeedTest, GapClearsTheInstance) {
   std::unique_ptr<VllmFeed> feed = StartFeed();
   ASSERT_NE(feed, nullptr);
-  uint64_t sequence = engine_.Handshake(*feed);
+  uint64_t sequence = Handshake(engine_, *feed);
   engine_.Send(sequence++, StoreBoth());
   ASSERT_TRUE(WaitFor([&] { return HeldPrefix() == 2; }));
 
@@ -182,7 +145,7 @@ TEST_F(VllmFeedTest, GapClearsTheInstance) {
 TEST_F(VllmFeedTest, RestartAndMalformedMessagesClearTheInstance) {
   std::unique_ptr<VllmFeed> feed = StartFeed();
   ASSERT_NE(feed, nullptr);
-  uint64_t sequence = engine_.Handshake(*feed);
+  uint64_t sequence = Handshake(engine_, *feed);
   engine_.Send(sequence++, StoreBoth());
   ASSERT_TRUE(WaitFor([&] { return HeldPrefix() == 2; }));
 
@@ -204,7 +167,7 @@ TEST_F(VllmFeedTest, UnreachableEngineIsClearedAndTheHubHearsItAll) {
   hub_.Add(&watcher);
   std::unique_ptr<VllmFeed> feed = StartFeed(/*unreachable=*/200ms);
   ASSERT_NE(feed, nullptr);
-  const uint64_t sequence = engine_.Handshake(*feed);
+  const uint64_t sequence = Handshake(engine_, *feed);
   engine_.Send(sequence, StoreBoth());
   ASSERT_TRUE(WaitFor([&] { return HeldPrefix() == 2; }));
 

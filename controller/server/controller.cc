@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
   }
   absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config.keys.hash_algorithm);
   if (!algorithm.ok()) return algorithm.status();
+  controller->key_options_ = {.algorithm = *algorithm, .seed = config.keys.seed};
   controller->service_ = std::make_unique<ClusterService>(
       ClusterServiceOptions{.index = controller->index_.get(),
                             .registry = controller->registry_.get(),
@@ -98,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
                             .bearer_token = std::move(token),
                             .serving = [c = controller.get()] { return c->Serving(); },
                             .index_ready = [c = controller.get()] { return c->IndexReady(); },
-                            .key_options = {.algorithm = *algorithm, .seed = config.keys.seed},
+                            .key_options = controller->key_options_,
                             .model = ModelOptions(config.route)});
   return controller;
 }
@@ -111,15 +112,13 @@ absl::Status Controller::StartVllmFeeds() {
   if (!instances.ok()) return instances.status();
   absl::StatusOr<KvLayout> layout = VllmLayout(config_.vllm);
   if (!layout.ok()) return layout.status();
-  absl::StatusOr<HashAlgorithm> algorithm = ParseHashAlgorithm(config_.keys.hash_algorithm);
-  if (!algorithm.ok()) return algorithm.status();
   for (const VllmInstanceConfig& instance : *instances) {
     absl::StatusOr<std::unique_ptr<VllmFeed>> feed = VllmFeed::Start(
         {.instance_id = instance.instance_id,
          .endpoint = instance.endpoint,
          .topic = config_.vllm.topic,
          .layout = *layout,
-         .key_options = {.algorithm = *algorithm, .seed = config_.keys.seed},
+         .key_options = key_options_,
          .index = index_.get(),
          .events = events_.get(),
          .unreachable_timeout = std::chrono::milliseconds(config_.daemons.unreachable_timeout_ms)});

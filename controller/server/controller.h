@@ -40,6 +40,7 @@
 #include "controller/membership/instance_registry.h"
 #include "controller/server/controller_config.h"
 #include "controller/service/cluster_service.h"
+#include "core/key_hasher.h"
 #include "grpcpp/server.h"
 
 namespace strata::controller {
@@ -83,6 +84,8 @@ class Controller {
   std::string AdvertisedAddress() const;
 
   const ControllerConfig config_;
+  // [keys], parsed once: what Lookup, Route and the vLLM engines' feeds hash prompts with.
+  KeyHasherOptions key_options_;
   // With etcd endpoints: the cluster's etcd and the members kept there (outlive the registry).
   std::shared_ptr<EtcdClient> etcd_;
   std::unique_ptr<EtcdMemberStore> member_store_;
