@@ -437,17 +437,20 @@ void PeerSet::Impl::OnPeerUp(PeerId id, std::string_view address) {
 }
 
 void PeerSet::Impl::OnPeerDown(PeerId id, const absl::Status& why) {
-  absl::MutexLock lock(&mu_);
-  auto link = links_.find(id);
-  if (link != links_.end()) {
-    if (link->second.state == PeerState::kUp) {
-      spdlog::warn("peers: {} went down: {}", link->second.address, why);
+  {
+    absl::MutexLock lock(&mu_);
+    auto link = links_.find(id);
+    if (link != links_.end()) {
+      if (link->second.state == PeerState::kUp) {
+        spdlog::warn("peers: {} went down: {}", link->second.address, why);
+      }
+      links_.erase(link);
     }
-    links_.erase(link);
+    for (Dial& dial : dials_) {
+      if (dial.link == id) DialFailed(dial.address, why);
+    }
   }
-  for (Dial& dial : dials_) {
-    if (dial.link == id) DialFailed(dial.address, why);
-  }
+  if (options_.on_peer_down) options_.on_peer_down(id);
 }
 
 void PeerSet::Impl::OnCall(PeerId id, std::string request, Transport::Reply reply) {

@@ -51,6 +51,9 @@ struct PeerSetOptions {
   std::chrono::milliseconds redial_max{5000};
   // Application calls (type >= kFirstApplicationMessage) from admitted peers.
   std::function<void(PeerId, std::string request, Transport::Reply reply)> on_call;
+  // A link went down (either direction, admitted or not), after the PeerSet forgot it; on the
+  // transport's thread.
+  std::function<void(PeerId)> on_peer_down;
 };
 
 enum class PeerState : uint8_t { kDialling, kHandshaking, kUp, kDown };

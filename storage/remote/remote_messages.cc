@@ -129,6 +129,20 @@ bool ReadLayout(ByteReader& reader, KvLayout& layout) {
   return layout.Validate().ok();
 }
 
+// A message that is only an id (Release's lease, Abort's stream).
+std::string EncodeIdMessage(RemoteMessage type, uint64_t id) {
+  ByteWriter writer = internal::StartMessage(TypeOf(type));
+  writer.U64(id);
+  return writer.Take();
+}
+
+std::optional<uint64_t> DecodeIdMessage(std::string_view payload, RemoteMessage type) {
+  std::optional<ByteReader> reader = internal::OpenMessage(payload, TypeOf(type));
+  uint64_t id = 0;
+  if (!reader || !reader->U64(id) || !reader->empty()) return std::nullopt;
+  return id;
+}
+
 }  // namespace
 
 std::string EncodeQuery(const QueryRequest& request) {
@@ -165,9 +179,7 @@ std::string EncodeLeaseReply(const LeaseReply& reply) {
 }
 
 std::string EncodeRelease(const ReleaseRequest& request) {
-  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kRelease));
-  writer.U64(request.lease_id);
-  return writer.Take();
+  return EncodeIdMessage(RemoteMessage::kRelease, request.lease_id);
 }
 
 absl::StatusOr<QueryRequest> DecodeQuery(std::string_view payload) {
@@ -230,17 +242,14 @@ absl::StatusOr<LeaseReply> DecodeLeaseReply(std::string_view payload) {
 }
 
 absl::StatusOr<ReleaseRequest> DecodeRelease(std::string_view payload) {
-  std::optional<ByteReader> reader =
-      internal::OpenMessage(payload, TypeOf(RemoteMessage::kRelease));
-  ReleaseRequest request;
-  if (!reader || !reader->U64(request.lease_id) || !reader->empty()) {
-    return internal::Malformed("remote release request");
-  }
-  return request;
+  const std::optional<uint64_t> lease_id = DecodeIdMessage(payload, RemoteMessage::kRelease);
+  if (!lease_id.has_value()) return internal::Malformed("remote release request");
+  return ReleaseRequest{.lease_id = *lease_id};
 }
 
-std::string EncodePush(const PushRequest& request) {
-  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kPush));
+namespace {
+
+void WritePushBody(ByteWriter& writer, const PushRequest& request) {
   WriteLayout(writer, request.layout);
   writer.U32(static_cast<uint32_t>(request.chunks.size()));
   for (const PushedChunk& pushed : request.chunks) {
@@ -248,34 +257,63 @@ std::string EncodePush(const PushRequest& request) {
     WriteChunk(writer, pushed.chunk);
     WriteRanges(writer, pushed.ranges);
   }
+}
+
+bool ReadPushBody(ByteReader& reader, PushRequest& request) {
+  uint32_t count = 0;
+  // Every chunk takes at least 35 bytes (a key of 11, a description of 20, a range count).
+  if (!ReadLayout(reader, request.layout) || !reader.U32(count) || count > kMaxChainChunks ||
+      count > reader.left() / 35) {
+    return false;
+  }
+  const uint64_t fingerprint = request.layout.Fingerprint();
+  request.chunks.resize(count);
+  for (PushedChunk& pushed : request.chunks) {
+    if (!ReadKey(reader, pushed.key) || pushed.key.layout_fingerprint() != fingerprint ||
+        !ReadChunk(reader, pushed.chunk) || !ReadRanges(reader, pushed.ranges)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void WriteCodes(ByteWriter& writer, const std::vector<int32_t>& codes) {
+  writer.U32(static_cast<uint32_t>(codes.size()));
+  for (int32_t code : codes) writer.I32(code);
+}
+
+bool ReadCodes(ByteReader& reader, std::vector<int32_t>& codes) {
+  uint32_t count = 0;
+  if (!reader.U32(count) || count > kMaxChainChunks || count > reader.left() / 4) return false;
+  codes.resize(count);
+  for (int32_t& code : codes) {
+    uint32_t value = 0;
+    if (!reader.U32(value)) return false;
+    code = static_cast<int32_t>(value);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EncodePush(const PushRequest& request) {
+  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kPush));
+  WritePushBody(writer, request);
   return writer.Take();
 }
 
 std::string EncodePushReply(const PushReply& reply) {
   ByteWriter writer = internal::StartMessage(ReplyTypeOf(RemoteMessage::kPush));
-  writer.U32(static_cast<uint32_t>(reply.codes.size()));
-  for (int32_t code : reply.codes) writer.I32(code);
+  WriteCodes(writer, reply.codes);
   return writer.Take();
 }
 
 absl::StatusOr<PushRequest> DecodePush(std::string_view payload) {
   std::optional<ByteReader> reader = internal::OpenMessage(payload, TypeOf(RemoteMessage::kPush));
   PushRequest request;
-  uint32_t count = 0;
-  // Every chunk takes at least 35 bytes (a key of 11, a description of 20, a range count).
-  if (!reader || !ReadLayout(*reader, request.layout) || !reader->U32(count) ||
-      count > kMaxChainChunks || count > reader->left() / 35) {
+  if (!reader || !ReadPushBody(*reader, request) || !reader->empty()) {
     return internal::Malformed("remote push");
   }
-  const uint64_t fingerprint = request.layout.Fingerprint();
-  request.chunks.resize(count);
-  for (PushedChunk& pushed : request.chunks) {
-    if (!ReadKey(*reader, pushed.key) || pushed.key.layout_fingerprint() != fingerprint ||
-        !ReadChunk(*reader, pushed.chunk) || !ReadRanges(*reader, pushed.ranges)) {
-      return internal::Malformed("remote push");
-    }
-  }
-  if (!reader->empty()) return internal::Malformed("remote push");
   return request;
 }
 
@@ -283,18 +321,107 @@ absl::StatusOr<PushReply> DecodePushReply(std::string_view payload) {
   std::optional<ByteReader> reader =
       internal::OpenMessage(payload, ReplyTypeOf(RemoteMessage::kPush));
   PushReply reply;
-  uint32_t count = 0;
-  if (!reader || !reader->U32(count) || count > kMaxChainChunks || count > reader->left() / 4) {
+  if (!reader || !ReadCodes(*reader, reply.codes) || !reader->empty()) {
     return internal::Malformed("remote push reply");
   }
-  reply.codes.resize(count);
-  for (int32_t& code : reply.codes) {
-    uint32_t value = 0;
-    if (!reader->U32(value)) return internal::Malformed("remote push reply");
-    code = static_cast<int32_t>(value);
-  }
-  if (!reader->empty()) return internal::Malformed("remote push reply");
   return reply;
+}
+
+std::string EncodeStreamOpen(const StreamOpen& request) {
+  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kStreamOpen));
+  writer.U64(request.stream_id);
+  writer.U32(request.hold_ms);
+  WritePushBody(writer, request.chunks);
+  return writer.Take();
+}
+
+std::string EncodeStreamLayers(const StreamLayers& request) {
+  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kStreamLayers));
+  writer.U64(request.stream_id);
+  writer.U32(request.layers_ready);
+  return writer.Take();
+}
+
+std::string EncodeStreamCommit(const StreamCommit& request) {
+  ByteWriter writer = internal::StartMessage(TypeOf(RemoteMessage::kStreamCommit));
+  writer.U64(request.stream_id);
+  writer.U32(static_cast<uint32_t>(request.checksums.size()));
+  for (uint64_t checksum : request.checksums) writer.U64(checksum);
+  return writer.Take();
+}
+
+std::string EncodeStreamAbort(const StreamAbort& request) {
+  return EncodeIdMessage(RemoteMessage::kStreamAbort, request.stream_id);
+}
+
+std::string EncodeStreamReply(RemoteMessage type, const StreamReply& reply) {
+  ByteWriter writer = internal::StartMessage(ReplyTypeOf(type));
+  WriteCodes(writer, reply.codes);
+  return writer.Take();
+}
+
+std::string EncodeStreamAck(RemoteMessage type) {
+  return internal::StartMessage(ReplyTypeOf(type)).Take();
+}
+
+absl::StatusOr<StreamOpen> DecodeStreamOpen(std::string_view payload) {
+  std::optional<ByteReader> reader =
+      internal::OpenMessage(payload, TypeOf(RemoteMessage::kStreamOpen));
+  StreamOpen request;
+  if (!reader || !reader->U64(request.stream_id) || !reader->U32(request.hold_ms) ||
+      !ReadPushBody(*reader, request.chunks) || !reader->empty()) {
+    return internal::Malformed("remote stream open");
+  }
+  return request;
+}
+
+absl::StatusOr<StreamLayers> DecodeStreamLayers(std::string_view payload) {
+  std::optional<ByteReader> reader =
+      internal::OpenMessage(payload, TypeOf(RemoteMessage::kStreamLayers));
+  StreamLayers request;
+  if (!reader || !reader->U64(request.stream_id) || !reader->U32(request.layers_ready) ||
+      !reader->empty()) {
+    return internal::Malformed("remote stream layers");
+  }
+  return request;
+}
+
+absl::StatusOr<StreamCommit> DecodeStreamCommit(std::string_view payload) {
+  std::optional<ByteReader> reader =
+      internal::OpenMessage(payload, TypeOf(RemoteMessage::kStreamCommit));
+  StreamCommit request;
+  uint32_t count = 0;
+  if (!reader || !reader->U64(request.stream_id) || !reader->U32(count) ||
+      count > kMaxChainChunks || count > reader->left() / 8) {
+    return internal::Malformed("remote stream commit");
+  }
+  request.checksums.resize(count);
+  for (uint64_t& checksum : request.checksums) {
+    if (!reader->U64(checksum)) return internal::Malformed("remote stream commit");
+  }
+  if (!reader->empty()) return internal::Malformed("remote stream commit");
+  return request;
+}
+
+absl::StatusOr<StreamAbort> DecodeStreamAbort(std::string_view payload) {
+  const std::optional<uint64_t> stream_id = DecodeIdMessage(payload, RemoteMessage::kStreamAbort);
+  if (!stream_id.has_value()) return internal::Malformed("remote stream abort");
+  return StreamAbort{.stream_id = *stream_id};
+}
+
+absl::StatusOr<StreamReply> DecodeStreamReply(RemoteMessage type, std::string_view payload) {
+  std::optional<ByteReader> reader = internal::OpenMessage(payload, ReplyTypeOf(type));
+  StreamReply reply;
+  if (!reader || !ReadCodes(*reader, reply.codes) || !reader->empty()) {
+    return internal::Malformed("remote stream reply");
+  }
+  return reply;
+}
+
+absl::Status DecodeStreamAck(RemoteMessage type, std::string_view payload) {
+  std::optional<ByteReader> reader = internal::OpenMessage(payload, ReplyTypeOf(type));
+  if (!reader || !reader->empty()) return internal::Malformed("remote stream acknowledgement");
+  return absl::OkStatus();
 }
 
 }  // namespace strata::storage::remote

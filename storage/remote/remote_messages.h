@@ -30,6 +30,10 @@ enum class RemoteMessage : uint8_t {
   kLease = kFirstApplicationMessage + 1,
   kRelease = kFirstApplicationMessage + 2,
   kPush = kFirstApplicationMessage + 3,
+  kStreamOpen = kFirstApplicationMessage + 4,
+  kStreamLayers = kFirstApplicationMessage + 5,
+  kStreamCommit = kFirstApplicationMessage + 6,
+  kStreamAbort = kFirstApplicationMessage + 7,
 };
 
 // What a peer knows of a chunk it holds.
@@ -88,6 +92,36 @@ struct PushReply {
   std::vector<int32_t> codes;  // absl::StatusCode per chunk
 };
 
+// A layer stream (disaggregated prefill, layer_stream_receiver.h): the pusher hands over chunks
+// its engine is still writing, layer by layer. Open names the chunks (payload_checksum unknown
+// yet, 0) and where their pages lie in the pusher's region; the receiver reserves pages and
+// answers per chunk (OK: it will take it; kAlreadyExists: held already; or why not). Layers says
+// that layers [0, layers_ready) of every chunk are in the pusher's pages: the receiver reads
+// them. Commit gives each chunk's checksum (all its layers are written): the receiver reads what
+// is left, checks and commits, and answers per chunk. Abort ends the stream; nothing of it is
+// committed. A stream is named by the pusher's id for it on its link.
+struct StreamOpen {
+  uint64_t stream_id = 0;
+  // Soft-pin each chunk this long once committed, so the decoder that loads it finds it.
+  uint32_t hold_ms = 0;
+  PushRequest chunks;
+};
+struct StreamLayers {
+  uint64_t stream_id = 0;
+  uint32_t layers_ready = 0;
+};
+struct StreamCommit {
+  uint64_t stream_id = 0;
+  std::vector<uint64_t> checksums;  // one per chunk of the Open, in order
+};
+struct StreamAbort {
+  uint64_t stream_id = 0;
+};
+// The answer to Open and Commit: one code per chunk of the Open.
+struct StreamReply {
+  std::vector<int32_t> codes;  // absl::StatusCode
+};
+
 std::string EncodeQuery(const QueryRequest& request);
 std::string EncodeQueryReply(const QueryReply& reply);
 std::string EncodeLease(const LeaseRequest& request);
@@ -104,5 +138,22 @@ absl::StatusOr<ReleaseRequest> DecodeRelease(std::string_view payload);
 // Also checks the layout (KvLayout::Validate) and that every key is of it.
 absl::StatusOr<PushRequest> DecodePush(std::string_view payload);
 absl::StatusOr<PushReply> DecodePushReply(std::string_view payload);
+
+std::string EncodeStreamOpen(const StreamOpen& request);
+std::string EncodeStreamLayers(const StreamLayers& request);
+std::string EncodeStreamCommit(const StreamCommit& request);
+std::string EncodeStreamAbort(const StreamAbort& request);
+// `type` is the request answered: kStreamOpen or kStreamCommit.
+std::string EncodeStreamReply(RemoteMessage type, const StreamReply& reply);
+// Layers and Abort are answered with an empty payload once taken.
+std::string EncodeStreamAck(RemoteMessage type);
+
+// Open checks its chunks as DecodePush does.
+absl::StatusOr<StreamOpen> DecodeStreamOpen(std::string_view payload);
+absl::StatusOr<StreamLayers> DecodeStreamLayers(std::string_view payload);
+absl::StatusOr<StreamCommit> DecodeStreamCommit(std::string_view payload);
+absl::StatusOr<StreamAbort> DecodeStreamAbort(std::string_view payload);
+absl::StatusOr<StreamReply> DecodeStreamReply(RemoteMessage type, std::string_view payload);
+absl::Status DecodeStreamAck(RemoteMessage type, std::string_view payload);
 
 }  // namespace strata::storage::remote

@@ -105,5 +105,61 @@ TEST(RemoteMessagesTest, PushRoundTripsAndChecksItsLayout) {
   }
 }
 
+TEST(RemoteMessagesTest, StreamMessagesRoundTripAndRefuseTruncationsAndOtherTypes) {
+  KvLayout layout = testing::SmallLayout("stream");
+  StreamOpen open{.stream_id = 3, .hold_ms = 250, .chunks = {.layout = layout}};
+  open.chunks.chunks.push_back({.key = SyntheticKey(layout, 1),
+                                .chunk = {.payload_bytes = 4096, .num_tokens = 16},
+                                .ranges = {{.offset = 0, .length = 4096}}});
+  auto opened = DecodeStreamOpen(EncodeStreamOpen(open));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->stream_id, 3u);
+  EXPECT_EQ(opened->hold_ms, 250u);
+  EXPECT_EQ(opened->chunks.layout, layout);
+  ASSERT_EQ(opened->chunks.chunks.size(), 1u);
+  EXPECT_EQ(opened->chunks.chunks[0].key, open.chunks.chunks[0].key);
+
+  auto layers = DecodeStreamLayers(EncodeStreamLayers({.stream_id = 3, .layers_ready = 2}));
+  ASSERT_TRUE(layers.ok());
+  EXPECT_EQ(layers->layers_ready, 2u);
+  auto commit = DecodeStreamCommit(EncodeStreamCommit({.stream_id = 3, .checksums = {7, 8}}));
+  ASSERT_TRUE(commit.ok());
+  EXPECT_EQ(commit->checksums, (std::vector<uint64_t>{7, 8}));
+  auto abort = DecodeStreamAbort(EncodeStreamAbort({.stream_id = 4}));
+  ASSERT_TRUE(abort.ok());
+  EXPECT_EQ(abort->stream_id, 4u);
+  auto reply =
+      DecodeStreamReply(RemoteMessage::kStreamCommit,
+                        EncodeStreamReply(RemoteMessage::kStreamCommit, {.codes = {0, 15}}));
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->codes, (std::vector<int32_t>{0, 15}));
+  EXPECT_TRUE(
+      DecodeStreamAck(RemoteMessage::kStreamLayers, EncodeStreamAck(RemoteMessage::kStreamLayers))
+          .ok());
+
+  // An Open's reply is not a Commit's, nor an ack of Layers one of Abort.
+  EXPECT_FALSE(DecodeStreamReply(RemoteMessage::kStreamCommit,
+                                 EncodeStreamReply(RemoteMessage::kStreamOpen, {.codes = {0}}))
+                   .ok());
+  EXPECT_FALSE(
+      DecodeStreamAck(RemoteMessage::kStreamAbort, EncodeStreamAck(RemoteMessage::kStreamLayers))
+          .ok());
+  for (const std::string& whole :
+       {EncodeStreamOpen(open), EncodeStreamLayers({.stream_id = 1, .layers_ready = 1}),
+        EncodeStreamCommit({.stream_id = 1, .checksums = {1}}),
+        EncodeStreamAbort({.stream_id = 1})}) {
+    for (size_t size = 0; size < whole.size(); ++size) {
+      const std::string cut = whole.substr(0, size);
+      EXPECT_FALSE(DecodeStreamOpen(cut).ok() || DecodeStreamLayers(cut).ok() ||
+                   DecodeStreamCommit(cut).ok() || DecodeStreamAbort(cut).ok())
+          << size;
+    }
+  }
+  // A commit that claims more checksums than it carries.
+  std::string hostile = EncodeStreamCommit({.stream_id = 1, .checksums = {}});
+  hostile[9] = '\xff';
+  EXPECT_FALSE(DecodeStreamCommit(hostile).ok());
+}
+
 }  // namespace
 }  // namespace strata::storage::remote

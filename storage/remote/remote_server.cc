@@ -26,13 +26,16 @@ RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions opt
 }
 
 RemoteServer::RemoteServer(HostTier& host, RemoteServerOptions options)
-    : host_(host), options_(options) {}
+    : host_(host), options_(options), streams_(host, options.streams) {}
 
 void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply reply) {
   absl::StatusOr<uint8_t> type = MessageType(request);
   absl::StatusOr<std::string> answer = absl::InternalError("remote: unanswered");
   if (!type.ok()) {
     answer = type.status();
+  } else if (LayerStreamReceiver::Handles(*type)) {
+    streams_.Handle(peer, *type, request, std::move(reply));
+    return;
   } else {
     switch (static_cast<RemoteMessage>(*type)) {
       case RemoteMessage::kQuery:

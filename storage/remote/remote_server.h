@@ -2,7 +2,8 @@
 // tier: Query (the leading chunks of a chain this node holds, with size, checksum and tokens),
 // Lease (leases chunks for the requester to read from the arena, answering where their bytes
 // lie), Release, and Push (a peer hands over chunks: the server reserves pages, reads the bytes
-// from the peer's arena itself, checks each checksum and commits).
+// from the peer's arena itself, checks each checksum and commits), and the layer streams of
+// disaggregated prefill (its LayerStreamReceiver: chunks a peer hands over layer by layer).
 //
 // Chunks held only below the host tier (on disk) are served too, when the options name the tiers
 // below (RemoteNode binds them to the TieredStore): Query describes them from the lower tier's
@@ -33,6 +34,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/host/host_tier.h"
+#include "storage/remote/layer_stream_receiver.h"
 #include "storage/remote/remote_messages.h"
 #include "storage/remote/transport.h"
 #include "storage/tiered/lower_tier.h"
@@ -46,6 +48,8 @@ struct RemoteServerOptions {
   // How long reading a pushed batch from the pusher may take.
   std::chrono::milliseconds push_timeout{30'000};
   size_t max_lease_sets = 4096;
+  // Chunks peers stream layer by layer (disaggregated prefill): layer_stream_receiver.h.
+  LayerStreamReceiverOptions streams;
   // The tiers below the host tier, for chunks held only there; both empty: the host tier alone
   // is served. describe_below answers from memory (TieredStore::DescribeBelowHost);
   // promote_below brings chunks up off the caller's thread and calls its callback once they are
@@ -71,12 +75,18 @@ class RemoteServer {
  public:
   RemoteServer(HostTier& host, RemoteServerOptions options);
 
-  void Attach(Transport* transport) { transport_.store(transport, std::memory_order_release); }
+  void Attach(Transport* transport) {
+    transport_.store(transport, std::memory_order_release);
+    streams_.Attach(transport);
+  }
 
   // For PeerSetOptions::on_call: answers one remote-tier message.
   void Handle(PeerId peer, std::string request, Transport::Reply reply);
+  // For PeerSetOptions::on_peer_down: the streams of that link end.
+  void PeerDown(PeerId peer) { streams_.PeerDown(peer); }
 
   RemoteServerStats Stats() const;
+  LayerStreamStats StreamStats() const { return streams_.Stats(); }
 
  private:
   struct LeaseSet {
@@ -98,6 +108,7 @@ class RemoteServer {
   HostTier& host_;
   const RemoteServerOptions options_;
   std::atomic<Transport*> transport_{nullptr};
+  LayerStreamReceiver streams_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LeaseSet> lease_sets_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_id_ ABSL_GUARDED_BY(mu_) = 1;

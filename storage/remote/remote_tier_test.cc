@@ -15,192 +15,30 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-#include "fmt/format.h"
 #include "storage/host/test_util.h"
-#include "storage/remote/fault_injecting_transport.h"
-#include "storage/remote/peer_set.h"
-#include "storage/remote/remote_server.h"
-#include "storage/remote/ucx_transport.h"
-#include "storage/tiered/tiered_store.h"
+#include "storage/remote/testing/test_daemon.h"
 
 namespace strata::storage::remote {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::Pattern;
-using testing::SyntheticKey;
-
-// 64 tokens of 256 bytes: 16 KiB chunks over 4 KiB pages, so every read is several pieces.
-std::shared_ptr<const KvLayout> TestLayout() {
-  KvLayout layout = testing::SmallLayout("remote-test");
-  layout.chunk_tokens = 64;
-  return std::make_shared<const KvLayout>(layout);
-}
-
-class Daemon {
- public:
-  struct Options {
-    std::string node_id;
-    std::vector<std::string> dial;
-    bool remote_tier = false;
-    bool faulty = false;
-    bool disk = false;  // a disk tier under the host tier, served to peers
-    std::chrono::microseconds lookup_budget = 2s;
-    std::chrono::milliseconds fetch_timeout = 3s;
-  };
-
-  Daemon(Options options, std::shared_ptr<const KvLayout> layout) : layout_(std::move(layout)) {
-    TieredStoreOptions store_options;
-    store_options.host = {.capacity_bytes = 64 * ChunkBytes(),
-                          .page_bytes = 4096,
-                          .arena_name = "strata-remote-tier-test"};
-    if (options.disk) {
-      disk_dir_ = std::filesystem::temp_directory_path() /
-                  fmt::format("strata-remote-tier-test-{}-{}", getpid(), options.node_id);
-      store_options.disk = TieredDiskOptions{.directory = disk_dir_.string(),
-                                             .capacity_bytes = 4ull << 20,
-                                             .segment_bytes = 1ull << 20};
-    }
-    if (options.remote_tier) {
-      auto tier = std::make_unique<RemoteTier>(RemoteTierOptions{
-          .lookup_budget = options.lookup_budget, .fetch_timeout = options.fetch_timeout});
-      remote_ = tier.get();
-      store_options.lower.push_back(std::move(tier));
-    }
-    auto store = TieredStore::Create(std::move(store_options));
-    EXPECT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    server_ = std::make_unique<RemoteServer>(store_->host(), ServingBelowHost(*store_));
-
-    PeerSetOptions peer_options;
-    peer_options.cluster_token = "token";
-    peer_options.node_id = options.node_id;
-    peer_options.layouts = {layout_->Fingerprint()};
-    peer_options.peers = options.dial;
-    peer_options.redial_min = 20ms;
-    peer_options.on_call = [this](PeerId peer, std::string request, Transport::Reply reply) {
-      server_->Handle(peer, std::move(request), std::move(reply));
-    };
-    peers_ = std::make_unique<PeerSet>(std::move(peer_options));
-
-    UcxTransportOptions transport_options;
-    transport_options.region = arena();
-    transport_options.listen_address = "127.0.0.1:0";
-    transport_options.transports = "tcp";
-    transport_options.net_devices = "lo";
-    transport_options.handlers = peers_->TransportHandlers();
-    auto transport = UcxTransport::Create(std::move(transport_options));
-    EXPECT_TRUE(transport.ok()) << transport.status();
-    transport_ = std::move(*transport);
-    Transport* used = transport_.get();
-    if (options.faulty) {
-      faults_ = std::make_unique<FaultInjectingTransport>(*transport_);
-      used = faults_.get();
-    }
-    peers_->Start(used);
-    if (remote_ != nullptr) remote_->Attach(used, peers_.get(), arena());
-  }
-
-  ~Daemon() {
-    store_->Stop();
-    peers_->Stop();
-    faults_.reset();
-    transport_.reset();
-    peers_.reset();
-    server_.reset();
-    store_.reset();
-    if (!disk_dir_.empty()) std::filesystem::remove_all(disk_dir_);
-  }
-
-  std::span<std::byte> arena() {
-    return {store_->host().arena_base(), store_->host().arena_size_bytes()};
-  }
-  uint64_t ChunkBytes() const { return layout_->chunk_bytes(layout_->chunk_tokens); }
-  std::string address() const { return transport_->listen_address(); }
-
-  ChunkKey Key(uint64_t id) const { return SyntheticKey(*layout_, id); }
-  std::vector<ChunkKey> Chain(uint64_t count) const {
-    std::vector<ChunkKey> chain;
-    for (uint64_t id = 0; id < count; ++id) chain.push_back(Key(id));
-    return chain;
-  }
-
-  void Store(uint64_t id) {
-    auto reserved = store_->host().Reserve(*layout_, Key(id), {.num_tokens = 64});
-    ASSERT_TRUE(reserved.ok()) << reserved.status();
-    reserved->reservation.payload().CopyFrom(Pattern(id, ChunkBytes()));
-    ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
-  }
-
-  // Query's answer, waited for.
-  size_t Query(std::vector<ChunkKey> chain) {
-    absl::Notification done;
-    size_t held = 0;
-    remote_->Query(std::move(chain), [&](size_t prefix) {
-      held = prefix;
-      done.Notify();
-    });
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-    return held;
-  }
-
-  // A load of `chain` through the store, waited for.
-  LoadLeases Load(std::vector<ChunkKey> chain) {
-    absl::Notification done;
-    LoadLeases result;
-    std::optional<LoadLeases> now =
-        store_->AcquireForLoad(layout_, std::move(chain), {.owner = 7}, [&](LoadLeases leases) {
-          result = std::move(leases);
-          done.Notify();
-        });
-    if (now.has_value()) return std::move(*now);
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
-    return result;
-  }
-
-  bool Holds(const ChunkLease& lease, uint64_t id) const {
-    std::vector<std::byte> bytes(lease.size_bytes());
-    lease.payload().CopyTo(bytes);
-    return bytes == Pattern(id, ChunkBytes());
-  }
-
-  // Waits until this daemon has admitted a peer serving the layout.
-  bool PeerUp() {
-    for (int i = 0; i < 1000; ++i) {
-      if (!peers_->PeersServing(layout_->Fingerprint()).empty()) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-
-  TieredStore& store() { return *store_; }
-  RemoteTier& remote() { return *remote_; }
-  RemoteServer& server() { return *server_; }
-  FaultInjectingTransport& faults() { return *faults_; }
-
- private:
-  std::shared_ptr<const KvLayout> layout_;
-  std::unique_ptr<TieredStore> store_;
-  RemoteTier* remote_ = nullptr;
-  std::unique_ptr<RemoteServer> server_;
-  std::unique_ptr<PeerSet> peers_;
-  std::unique_ptr<UcxTransport> transport_;
-  std::unique_ptr<FaultInjectingTransport> faults_;
-  std::filesystem::path disk_dir_;
-};
+using testing::TestDaemon;
+using testing::TestLayout;
 
 class RemoteTierTest : public ::testing::Test {
  protected:
   void Start(bool faulty = false, std::chrono::microseconds budget = 2s,
              std::chrono::milliseconds fetch_timeout = 3s, bool a_has_disk = false) {
-    a_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "a", .disk = a_has_disk}, layout_);
-    b_ = std::make_unique<Daemon>(Daemon::Options{.node_id = "b",
-                                                  .dial = {a_->address()},
-                                                  .remote_tier = true,
-                                                  .faulty = faulty,
-                                                  .lookup_budget = budget,
-                                                  .fetch_timeout = fetch_timeout},
-                                  layout_);
+    a_ = std::make_unique<TestDaemon>(TestDaemon::Options{.node_id = "a", .disk = a_has_disk},
+                                      layout_);
+    b_ = std::make_unique<TestDaemon>(TestDaemon::Options{.node_id = "b",
+                                                          .dial = {a_->address()},
+                                                          .remote_tier = true,
+                                                          .faulty = faulty,
+                                                          .lookup_budget = budget,
+                                                          .fetch_timeout = fetch_timeout},
+                                      layout_);
     ASSERT_TRUE(b_->PeerUp());
   }
 
@@ -210,8 +48,8 @@ class RemoteTierTest : public ::testing::Test {
   }
 
   std::shared_ptr<const KvLayout> layout_ = TestLayout();
-  std::unique_ptr<Daemon> a_;
-  std::unique_ptr<Daemon> b_;
+  std::unique_ptr<TestDaemon> a_;
+  std::unique_ptr<TestDaemon> b_;
 };
 
 TEST_F(RemoteTierTest, AChunkStoredThroughAIsFoundAndLoadedByteExactThroughB) {

@@ -37,6 +37,10 @@ write("peer_messages_fuzz", "ping", b"\x02")
 write("peer_messages_fuzz", "release", b"\x12" + struct.pack("<Q", 42))
 write("peer_messages_fuzz", "push-reply", b"\x13" + struct.pack("<Iii", 2, 0, 6))
 write("peer_messages_fuzz", "query-empty", b"\x10" + struct.pack("<I", 0))
+write("peer_messages_fuzz", "stream-layers", b"\x15" + struct.pack("<QI", 1, 2))
+write("peer_messages_fuzz", "stream-commit", b"\x16" + struct.pack("<QIQQ", 1, 2, 7, 8))
+write("peer_messages_fuzz", "stream-abort", b"\x17" + struct.pack("<Q", 1))
+write("peer_messages_fuzz", "stream-reply", b"\x96" + struct.pack("<Iii", 2, 0, 15))
 
 # ---- connector_metadata_fuzz: "STCM", u32 version 3, block_size, chunk_tokens, specs ----
 def spec(request_id, tokens, begin, end, blocks, flags=0, hold=0):

@@ -40,5 +40,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RoundTrip(payload, remote::DecodeRelease, remote::EncodeRelease);
   RoundTrip(payload, remote::DecodePush, remote::EncodePush);
   RoundTrip(payload, remote::DecodePushReply, remote::EncodePushReply);
+  RoundTrip(payload, remote::DecodeStreamOpen, remote::EncodeStreamOpen);
+  RoundTrip(payload, remote::DecodeStreamLayers, remote::EncodeStreamLayers);
+  RoundTrip(payload, remote::DecodeStreamCommit, remote::EncodeStreamCommit);
+  RoundTrip(payload, remote::DecodeStreamAbort, remote::EncodeStreamAbort);
+  for (remote::RemoteMessage answered :
+       {remote::RemoteMessage::kStreamOpen, remote::RemoteMessage::kStreamCommit}) {
+    RoundTrip(
+        payload, [&](std::string_view p) { return remote::DecodeStreamReply(answered, p); },
+        [&](const remote::StreamReply& reply) {
+          return remote::EncodeStreamReply(answered, reply);
+        });
+  }
+  for (remote::RemoteMessage acked :
+       {remote::RemoteMessage::kStreamLayers, remote::RemoteMessage::kStreamAbort}) {
+    if (remote::DecodeStreamAck(acked, payload).ok()) {
+      FUZZ_CHECK(remote::EncodeStreamAck(acked) == payload);
+    }
+  }
   return 0;
 }

@@ -1,0 +1,461 @@
+#include "storage/remote/layer_stream_receiver.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "fmt/format.h"
+#include "storage/host/payload_view.h"
+#include "storage/remote/internal/piece_pairing.h"
+
+namespace strata::storage::remote {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int32_t CodeOf(absl::StatusCode code) { return static_cast<int32_t>(code); }
+
+uint64_t PieceBytes(const RemoteRange& piece) { return piece.length; }
+uint64_t PieceBytes(const std::span<std::byte>& piece) { return piece.size(); }
+RemoteRange SubPiece(const RemoteRange& piece, uint64_t at, uint64_t length) {
+  return {.offset = piece.offset + at, .length = length};
+}
+std::span<std::byte> SubPiece(const std::span<std::byte>& piece, uint64_t at, uint64_t length) {
+  return piece.subspan(at, length);
+}
+
+// The pieces covering bytes [offset, offset + length) of the payload `pieces` lay out in order;
+// nullopt when the pieces end first.
+template <class Piece>
+std::optional<std::vector<Piece>> Slice(std::span<const Piece> pieces, uint64_t offset,
+                                        uint64_t length) {
+  std::vector<Piece> sliced;
+  for (const Piece& piece : pieces) {
+    if (length == 0) break;
+    const uint64_t size = PieceBytes(piece);
+    if (offset >= size) {
+      offset -= size;
+      continue;
+    }
+    const uint64_t take = std::min(size - offset, length);
+    sliced.push_back(SubPiece(piece, offset, take));
+    offset = 0;
+    length -= take;
+  }
+  if (length > 0) return std::nullopt;
+  return sliced;
+}
+
+}  // namespace
+
+// One chunk of a stream: its reservation while it is being received.
+struct StreamChunk {
+  ChunkKey key;
+  uint32_t num_tokens = 0;
+  std::vector<RemoteRange> remote;  // its pages in the pusher's region
+  std::optional<WriteReservation> reservation;
+  std::vector<std::span<std::byte>> local;  // the reservation's pages
+  int32_t code = 0;                         // not 0: declined or failed
+  uint32_t reads_in_flight = 0;
+  std::vector<bool> landed;  // by layer
+  uint32_t digested = 0;     // layers [0, digested) are in `checksum`
+  std::unique_ptr<ChecksumStream> checksum;
+};
+
+struct LayerStreamReceiver::Stream {
+  StreamName name;
+  KvLayout layout;
+  std::chrono::milliseconds hold{0};
+  Clock::time_point deadline;
+  std::vector<StreamChunk> chunks;
+  uint32_t layers_issued = 0;  // reads started for layers [0, layers_issued)
+  uint32_t reads_in_flight = 0;
+  std::optional<std::vector<uint64_t>> checksums;  // the Commit, once it came
+  Transport::Reply commit_reply;
+  std::optional<absl::Status> ending;  // aborted, expired or cut: why
+  bool settled = false;
+};
+
+LayerStreamReceiver::LayerStreamReceiver(HostTier& host, LayerStreamReceiverOptions options)
+    : host_(host), options_(options) {
+  expirer_ = std::jthread([this](std::stop_token stop) { ExpireLoop(stop); });
+}
+
+LayerStreamReceiver::~LayerStreamReceiver() {
+  expirer_.request_stop();
+  {
+    absl::MutexLock lock(&mu_);
+    wake_.SignalAll();
+  }
+  expirer_.join();
+  // What is left has no read in flight (the transport is gone): its reservations abort as the
+  // streams go.
+}
+
+bool LayerStreamReceiver::Handles(uint8_t type) {
+  return type >= static_cast<uint8_t>(RemoteMessage::kStreamOpen) &&
+         type <= static_cast<uint8_t>(RemoteMessage::kStreamAbort);
+}
+
+void LayerStreamReceiver::Handle(PeerId peer, uint8_t type, std::string_view request,
+                                 Transport::Reply reply) {
+  std::vector<PendingRead> reads;
+  absl::StatusOr<std::string> answer = absl::InternalError("remote stream: unanswered");
+  switch (static_cast<RemoteMessage>(type)) {
+    case RemoteMessage::kStreamOpen:
+      answer = Open(peer, request);
+      break;
+    case RemoteMessage::kStreamLayers:
+      answer = Layers(peer, request, reads);
+      break;
+    case RemoteMessage::kStreamCommit:
+      Commit(peer, request, std::move(reply));
+      return;
+    case RemoteMessage::kStreamAbort:
+      answer = Abort(peer, request);
+      break;
+    default:
+      answer = absl::InvalidArgumentError(fmt::format("remote: {} is no stream message", type));
+  }
+  if (!answer.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.refused;
+  }
+  std::move(reply)(std::move(answer));
+  StartReads(std::move(reads));
+}
+
+absl::StatusOr<std::string> LayerStreamReceiver::Open(PeerId peer, std::string_view request) {
+  absl::StatusOr<StreamOpen> open = DecodeStreamOpen(request);
+  if (!open.ok()) return open.status();
+  if (transport_.load(std::memory_order_acquire) == nullptr) {
+    return absl::UnavailableError("remote: not taking streams yet");
+  }
+  auto stream = std::make_shared<Stream>();
+  stream->name = {peer, open->stream_id};
+  stream->layout = open->chunks.layout;
+  stream->hold = std::min(std::chrono::milliseconds(open->hold_ms), options_.max_hold);
+  stream->deadline = Clock::now() + options_.deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    if (streams_.contains(stream->name)) {
+      return absl::AlreadyExistsError(
+          fmt::format("remote: stream {} of this link is open already", open->stream_id));
+    }
+    if (streams_.size() >= options_.max_streams) {
+      return absl::ResourceExhaustedError(
+          fmt::format("remote: {} streams are open already", streams_.size()));
+    }
+  }
+  const KvLayout& layout = stream->layout;
+  StreamReply reply;
+  stream->chunks.reserve(open->chunks.chunks.size());
+  for (PushedChunk& pushed : open->chunks.chunks) {
+    StreamChunk& chunk = stream->chunks.emplace_back();
+    chunk.key = pushed.key;
+    chunk.num_tokens = pushed.chunk.num_tokens;
+    chunk.remote = std::move(pushed.ranges);
+    const uint64_t bytes = layout.chunk_bytes(chunk.num_tokens);
+    if (chunk.num_tokens == 0 || chunk.num_tokens > layout.chunk_tokens ||
+        pushed.chunk.payload_bytes != bytes ||
+        !Slice(std::span<const RemoteRange>(chunk.remote), 0, bytes).has_value()) {
+      chunk.code = CodeOf(absl::StatusCode::kInvalidArgument);
+    } else {
+      absl::StatusOr<ReserveResult> reserved =
+          host_.Reserve(layout, chunk.key, {.num_tokens = chunk.num_tokens});
+      if (!reserved.ok()) {
+        chunk.code = CodeOf(reserved.status().code());
+      } else if (reserved->outcome != ReserveOutcome::kReserved) {
+        chunk.code = CodeOf(reserved->outcome == ReserveOutcome::kAlreadyPresent
+                                ? absl::StatusCode::kAlreadyExists
+                                : absl::StatusCode::kAborted);
+      } else {
+        const MutablePayloadView pages = reserved->reservation.payload();
+        for (size_t r = 0; r < pages.ranges().size(); ++r) {
+          chunk.local.push_back(pages.range_bytes(r));
+        }
+        chunk.reservation = std::move(reserved->reservation);
+        chunk.landed.assign(layout.num_layers, false);
+        chunk.checksum = std::make_unique<ChecksumStream>();
+      }
+    }
+    reply.codes.push_back(chunk.code);
+  }
+  absl::MutexLock lock(&mu_);
+  // Checked again: another Open of the same name may have raced this one's reservations.
+  if (!streams_.try_emplace(stream->name, stream).second) {
+    return absl::AlreadyExistsError(
+        fmt::format("remote: stream {} of this link is open already", open->stream_id));
+  }
+  ++stats_.streams_opened;
+  wake_.SignalAll();
+  return EncodeStreamReply(RemoteMessage::kStreamOpen, reply);
+}
+
+absl::StatusOr<std::string> LayerStreamReceiver::Layers(PeerId peer, std::string_view request,
+                                                        std::vector<PendingRead>& reads) {
+  absl::StatusOr<StreamLayers> layers = DecodeStreamLayers(request);
+  if (!layers.ok()) return layers.status();
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(StreamName{peer, layers->stream_id});
+  if (it == streams_.end() || it->second->ending.has_value()) {
+    return absl::FailedPreconditionError(
+        fmt::format("remote: no open stream {} on this link", layers->stream_id));
+  }
+  const std::shared_ptr<Stream>& stream = it->second;
+  if (layers->layers_ready > stream->layout.num_layers) {
+    return absl::InvalidArgumentError(fmt::format("remote: {} layers ready of a {}-layer layout",
+                                                  layers->layers_ready, stream->layout.num_layers));
+  }
+  ReadLayers(stream, layers->layers_ready, reads);
+  return EncodeStreamAck(RemoteMessage::kStreamLayers);
+}
+
+void LayerStreamReceiver::Commit(PeerId peer, std::string_view request, Transport::Reply reply) {
+  absl::StatusOr<StreamCommit> commit = DecodeStreamCommit(request);
+  std::vector<PendingRead> reads;
+  std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = commit.ok() ? streams_.find(StreamName{peer, commit->stream_id}) : streams_.end();
+    if (!commit.ok()) {
+      refused = commit.status();
+    } else if (it == streams_.end() || it->second->ending.has_value() ||
+               it->second->checksums.has_value()) {
+      refused = absl::FailedPreconditionError(
+          fmt::format("remote: no open stream {} on this link", commit->stream_id));
+    } else if (commit->checksums.size() != it->second->chunks.size()) {
+      refused = absl::InvalidArgumentError(
+          fmt::format("remote: {} checksums for a stream of {} chunks", commit->checksums.size(),
+                      it->second->chunks.size()));
+    } else {
+      const std::shared_ptr<Stream> stream = it->second;
+      stream->checksums = std::move(commit->checksums);
+      stream->commit_reply = std::move(reply);
+      ReadLayers(stream, stream->layout.num_layers, reads);
+      answer = Settle(stream);
+    }
+    if (!refused.ok()) ++stats_.refused;
+  }
+  if (!refused.ok()) {
+    std::move(reply)(refused);
+    return;
+  }
+  if (answer.has_value()) std::move(answer->first)(std::move(answer->second));
+  StartReads(std::move(reads));
+}
+
+absl::StatusOr<std::string> LayerStreamReceiver::Abort(PeerId peer, std::string_view request) {
+  absl::StatusOr<StreamAbort> abort = DecodeStreamAbort(request);
+  if (!abort.ok()) return abort.status();
+  std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(StreamName{peer, abort->stream_id});
+    // An unknown stream is taken as ended already: aborting is idempotent.
+    if (it != streams_.end() && !it->second->ending.has_value()) {
+      ++stats_.streams_aborted;
+      answer = End(it->second, absl::AbortedError("remote: the pusher aborted the stream"));
+    }
+  }
+  if (answer.has_value()) std::move(answer->first)(std::move(answer->second));
+  return EncodeStreamAck(RemoteMessage::kStreamAbort);
+}
+
+void LayerStreamReceiver::PeerDown(PeerId peer) {
+  std::vector<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answers;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::shared_ptr<Stream>> cut;
+    for (const auto& [name, stream] : streams_) {
+      if (name.first == peer && !stream->ending.has_value()) cut.push_back(stream);
+    }
+    for (const std::shared_ptr<Stream>& stream : cut) {
+      ++stats_.streams_cut;
+      auto answer = End(stream, absl::UnavailableError("remote: the pusher's link went down"));
+      if (answer.has_value()) answers.push_back(std::move(*answer));
+    }
+  }
+  for (auto& [reply, answer] : answers) std::move(reply)(std::move(answer));
+}
+
+void LayerStreamReceiver::ReadLayers(const std::shared_ptr<Stream>& stream, uint32_t to_layer,
+                                     std::vector<PendingRead>& reads) {
+  if (to_layer <= stream->layers_issued) return;
+  const uint32_t from_layer = stream->layers_issued;
+  stream->layers_issued = to_layer;
+  for (size_t i = 0; i < stream->chunks.size(); ++i) {
+    StreamChunk& chunk = stream->chunks[i];
+    if (chunk.code != 0 || !chunk.reservation.has_value()) continue;
+    const uint64_t layer_bytes = stream->layout.layer_bytes(chunk.num_tokens);
+    const uint64_t offset = layer_bytes * from_layer;
+    const uint64_t length = layer_bytes * (to_layer - from_layer);
+    // Both sides cover the payload: Open checked the pusher's, Reserve sized ours.
+    auto remote = Slice(std::span<const RemoteRange>(chunk.remote), offset, length);
+    auto local = Slice(std::span<const std::span<std::byte>>(chunk.local), offset, length);
+    absl::StatusOr<std::vector<Segment>> segments =
+        remote.has_value() && local.has_value()
+            ? internal::PairPieces(*remote, *local)
+            : absl::StatusOr<std::vector<Segment>>(absl::DataLossError("pieces end early"));
+    if (!segments.ok()) {
+      chunk.code = CodeOf(segments.status().code());
+      if (chunk.reads_in_flight == 0) chunk.reservation.reset();
+      continue;
+    }
+    ++chunk.reads_in_flight;
+    ++stream->reads_in_flight;
+    reads.push_back({.stream = stream,
+                     .chunk = i,
+                     .from_layer = from_layer,
+                     .to_layer = to_layer,
+                     .segments = *std::move(segments)});
+  }
+}
+
+void LayerStreamReceiver::StartReads(std::vector<PendingRead> reads) {
+  Transport* transport = transport_.load(std::memory_order_acquire);
+  for (PendingRead& read : reads) {
+    const PeerId peer = read.stream->name.first;
+    const Clock::time_point deadline = read.stream->deadline;
+    auto shared = std::make_shared<PendingRead>(std::move(read));
+    transport->Read(peer, shared->segments, deadline,
+                    [this, shared](absl::Status status) { ReadDone(*shared, std::move(status)); });
+  }
+}
+
+void LayerStreamReceiver::ReadDone(const PendingRead& read, absl::Status status) {
+  std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  {
+    absl::MutexLock lock(&mu_);
+    Stream& stream = *read.stream;
+    StreamChunk& chunk = stream.chunks[read.chunk];
+    --chunk.reads_in_flight;
+    --stream.reads_in_flight;
+    if (!status.ok()) {
+      if (chunk.code == 0) chunk.code = CodeOf(status.code());
+    } else if (chunk.code == 0) {
+      uint64_t bytes = 0;
+      for (const Segment& segment : read.segments) bytes += segment.local.size();
+      stats_.bytes_received += bytes;
+      for (uint32_t l = read.from_layer; l < read.to_layer; ++l) chunk.landed[l] = true;
+      const uint64_t layer_bytes = stream.layout.layer_bytes(chunk.num_tokens);
+      while (chunk.digested < stream.layout.num_layers && chunk.landed[chunk.digested]) {
+        auto layer = Slice(std::span<const std::span<std::byte>>(chunk.local),
+                           layer_bytes * chunk.digested, layer_bytes);
+        for (std::span<std::byte> piece : *layer) chunk.checksum->Update(piece);
+        ++chunk.digested;
+      }
+    }
+    if ((chunk.code != 0 || stream.ending.has_value()) && chunk.reads_in_flight == 0) {
+      chunk.reservation.reset();
+    }
+    answer = Settle(read.stream);
+  }
+  if (answer.has_value()) std::move(answer->first)(std::move(answer->second));
+}
+
+std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStreamReceiver::Settle(
+    const std::shared_ptr<Stream>& stream) {
+  if (stream->settled || stream->reads_in_flight > 0) return std::nullopt;
+  if (stream->ending.has_value()) {
+    stream->settled = true;
+    streams_.erase(stream->name);
+    return std::nullopt;
+  }
+  if (!stream->checksums.has_value()) return std::nullopt;
+  stream->settled = true;
+  streams_.erase(stream->name);
+  StreamReply reply;
+  for (size_t i = 0; i < stream->chunks.size(); ++i) {
+    StreamChunk& chunk = stream->chunks[i];
+    if (chunk.reservation.has_value() && chunk.code == 0) {
+      absl::Status stored;
+      if (chunk.checksum->Digest() != (*stream->checksums)[i]) {
+        stored = absl::DataLossError("remote: a streamed chunk failed its checksum");
+        chunk.reservation.reset();
+      } else {
+        stored = host_.Commit(*std::move(chunk.reservation), (*stream->checksums)[i]);
+        chunk.reservation.reset();
+      }
+      if (stored.ok() && stream->hold.count() > 0) {
+        // Best effort: a chunk evicted at once is found missing by the load, which fetches it.
+        (void)host_.Pin(chunk.key, {.kind = PinKind::kSoft, .ttl = stream->hold});
+      }
+      chunk.code = CodeOf(stored.code());
+      ++(stored.ok() ? stats_.chunks_received : stats_.chunks_failed);
+    } else if (!chunk.landed.empty()) {  // reserved, then failed
+      chunk.reservation.reset();
+      ++stats_.chunks_failed;
+    }
+    reply.codes.push_back(chunk.code);
+  }
+  return std::make_pair(
+      std::move(stream->commit_reply),
+      absl::StatusOr<std::string>(EncodeStreamReply(RemoteMessage::kStreamCommit, reply)));
+}
+
+std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStreamReceiver::End(
+    const std::shared_ptr<Stream>& stream, absl::Status why) {
+  stream->ending = why;
+  for (StreamChunk& chunk : stream->chunks) {
+    if (chunk.landed.empty()) continue;  // never reserved
+    ++stats_.chunks_failed;
+    // A reservation with reads in flight is aborted once they are done (ReadDone).
+    if (chunk.reads_in_flight == 0) chunk.reservation.reset();
+  }
+  std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  if (stream->checksums.has_value() && stream->commit_reply) {
+    answer = std::make_pair(std::move(stream->commit_reply), absl::StatusOr<std::string>(why));
+  }
+  (void)Settle(stream);
+  return answer;
+}
+
+void LayerStreamReceiver::ExpireLoop(std::stop_token stop) {
+  pthread_setname_np(pthread_self(), "strata-pd-recv");
+  absl::MutexLock lock(&mu_);
+  while (!stop.stop_requested()) {
+    Clock::time_point next = Clock::time_point::max();
+    const Clock::time_point now = Clock::now();
+    std::vector<std::shared_ptr<Stream>> expired;
+    for (const auto& [name, stream] : streams_) {
+      if (stream->ending.has_value()) continue;
+      if (stream->deadline <= now) {
+        expired.push_back(stream);
+      } else {
+        next = std::min(next, stream->deadline);
+      }
+    }
+    std::vector<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answers;
+    for (const std::shared_ptr<Stream>& stream : expired) {
+      ++stats_.streams_expired;
+      auto answer =
+          End(stream,
+              absl::DeadlineExceededError("remote: the stream was not committed by its deadline"));
+      if (answer.has_value()) answers.push_back(std::move(*answer));
+    }
+    if (!answers.empty()) {
+      mu_.Unlock();
+      for (auto& [reply, answer] : answers) std::move(reply)(std::move(answer));
+      mu_.Lock();
+      continue;
+    }
+    if (next == Clock::time_point::max()) {
+      wake_.Wait(&mu_);  // until a stream opens or the receiver stops
+    } else {
+      wake_.WaitWithTimeout(
+          &mu_, absl::FromChrono(std::chrono::ceil<std::chrono::milliseconds>(next - now)));
+    }
+  }
+}
+
+LayerStreamStats LayerStreamReceiver::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace strata::storage::remote
