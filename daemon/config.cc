@@ -136,6 +136,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "pd_lookup_budget_ms") {
         s = ReadTomlUint(value, name, c.remote.pd_lookup_budget_ms);
       }
+      if (key == "pd_deadline_ms") s = ReadTomlUint(value, name, c.remote.pd_deadline_ms);
       if (key == "transports") s = ReadTomlString(value, name, c.remote.transports);
       if (key == "net_devices") s = ReadTomlString(value, name, c.remote.net_devices);
     } else if (section == "cluster") {
@@ -259,6 +260,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.remote.pd_lookup_budget_ms == 0 || c.remote.pd_lookup_budget_ms > 60'000) {
     return Bad("config: remote.pd_lookup_budget_ms must lie in 1..60000");
   }
+  if (c.remote.pd_deadline_ms == 0 || c.remote.pd_deadline_ms > 600'000) {
+    return Bad("config: remote.pd_deadline_ms must lie in 1..600000");
+  }
   if (!c.cluster.controllers.empty() && c.control.listen_address.empty() &&
       c.cluster.advertise_address.empty()) {
     return Bad(
@@ -321,6 +325,7 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"node_id", c.remote.node_id},
                    {"lookup_budget_us", static_cast<int64_t>(c.remote.lookup_budget_us)},
                    {"pd_lookup_budget_ms", static_cast<int64_t>(c.remote.pd_lookup_budget_ms)},
+                   {"pd_deadline_ms", static_cast<int64_t>(c.remote.pd_deadline_ms)},
                    {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
                    {"transports", c.remote.transports},
                    {"net_devices", c.remote.net_devices}}},

@@ -31,7 +31,9 @@
 //             listen_address), node_id ("" : hostname:port), lookup_budget_us (how long an
 //             engine's Lookup waits for peers' answers, default 1000),
 //             pd_lookup_budget_ms (the same for a decoder's Lookup naming the node that
-//             prefilled its KV, default 200), fetch_timeout_ms (default 5000), transports
+//             prefilled its KV, default 200), pd_deadline_ms (how long a prefill's layer stream
+//             to its decoder's daemon may take, from the first layer to the last chunk
+//             committed there, default 30000), fetch_timeout_ms (default 5000), transports
 //             (UCX_TLS, "" UCX's default), net_devices (UCX_NET_DEVICES, "" UCX's default)
 //   [cluster] controllers (array of strata-controller "host:port", tried in order until one
 //             takes the registration; empty (the default): no cluster), instance_id ("" : the
@@ -140,6 +142,7 @@ struct DaemonConfig {
     uint32_t lookup_budget_us = 1000;
     // A disaggregated decode's lookup knows its KV is on a peer: it may wait longer for it.
     uint32_t pd_lookup_budget_ms = 200;
+    uint32_t pd_deadline_ms = 30'000;
     uint32_t fetch_timeout_ms = 5000;
     std::string transports;
     std::string net_devices;

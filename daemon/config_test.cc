@@ -100,6 +100,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->remote.lookup_budget_us, 500u);
   EXPECT_EQ(config->remote.fetch_timeout_ms, 5000u);
   EXPECT_EQ(config->remote.pd_lookup_budget_ms, 200u);
+  EXPECT_EQ(config->remote.pd_deadline_ms, 30000u);
   EXPECT_EQ(config->remote.transports, "tcp");
   EXPECT_EQ(config->cluster.controllers,
             (std::vector<std::string>{"10.0.0.9:50070", "10.0.0.10:50070"}));

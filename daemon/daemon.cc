@@ -102,13 +102,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   daemon->store_ = *std::move(tiers);
   if (remote) {
     absl::StatusOr<std::unique_ptr<storage::remote::RemoteNode>> node =
-        storage::remote::RemoteNode::Create({.listen_address = config.remote.listen_address,
-                                             .peers = config.remote.peers,
-                                             .cluster_token = cluster_token,
-                                             .node_id = config.remote.node_id,
-                                             .transports = config.remote.transports,
-                                             .net_devices = config.remote.net_devices},
-                                            *daemon->store_, daemon->remote_tier_);
+        storage::remote::RemoteNode::Create(
+            {.listen_address = config.remote.listen_address,
+             .peers = config.remote.peers,
+             .cluster_token = cluster_token,
+             .node_id = config.remote.node_id,
+             .transports = config.remote.transports,
+             .net_devices = config.remote.net_devices,
+             .stream_deadline = std::chrono::milliseconds(config.remote.pd_deadline_ms)},
+            *daemon->store_, daemon->remote_tier_);
     if (!node.ok()) return node.status();
     daemon->remote_ = *std::move(node);
     spdlog::info("remote tier: peers reach this node ({}) on {}; dialling {} peer(s)",
@@ -131,12 +133,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.allowed_uids = config.engine.allowed_uids;
   sessions.registry = daemon->registry_.get();
   if (daemon->remote_ != nullptr) {
-    const storage::remote::RemoteNode* node = daemon->remote_.get();
+    storage::remote::RemoteNode* node = daemon->remote_.get();
     sessions.node = {
         .node_id = node->node_id(),
         .remote_address = node->listen_address(),
         .is_admitted_peer = [node](std::string_view name) { return node->HasAdmittedPeer(name); },
-        .source_lookup_budget = std::chrono::milliseconds(config.remote.pd_lookup_budget_ms)};
+        .source_lookup_budget = std::chrono::milliseconds(config.remote.pd_lookup_budget_ms),
+        .remote = node};
   }
   absl::StatusOr<std::unique_ptr<EngineSessionServer>> server =
       EngineSessionServer::Create(std::move(sessions));

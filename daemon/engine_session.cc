@@ -7,6 +7,8 @@
 #include "fmt/format.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
+#include "storage/host/payload_view.h"
+#include "storage/remote/remote_node.h"
 
 namespace strata::daemon {
 namespace {
@@ -33,7 +35,9 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       lookups_(resources.lookups),
       kv_event_token_ids_(resources.kv_event_token_ids),
       node_(resources.node),
-      limits_(limits) {}
+      limits_(limits) {
+  if (node_ != nullptr && node_->remote != nullptr) streams_.emplace(*node_->remote, *host_tier_);
+}
 
 EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
   if (request.body_case() == v1::EngineRequest::kHandshake) {
@@ -93,6 +97,9 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
       break;
     case v1::EngineRequest::kPrefetch:
       status = Prefetch(request.prefetch(), *response.mutable_prefetch());
+      break;
+    case v1::EngineRequest::kLayersSaved:
+      status = LayersSaved(request.layers_saved());
       break;
     default:
       status = absl::InvalidArgumentError("request has no body");
@@ -182,18 +189,34 @@ absl::StatusOr<bool> EngineSession::Lookup(uint64_t request_id,
   const std::chrono::microseconds budget = request.source_node().empty() || node_ == nullptr
                                                ? std::chrono::microseconds(0)
                                                : node_->source_lookup_budget;
-  std::optional<std::vector<storage::Tier>> tiers = store_->LocatePrefixOrAsk(
-      *keys,
-      [completions = completions_, session_id = id_, request_id](std::vector<storage::Tier> found) {
-        completions->Post(
-            {.session_id = session_id, .request_id = request_id, .result = std::move(found)});
-      },
-      budget);
+  const PendingRequest pending{.request_id = request_id,
+                               .num_keys = keys->size(),
+                               .tenant = request.tenant(),
+                               .tokens = request.tokens()};
+  auto post = [completions = completions_, session_id = id_,
+               request_id](std::vector<storage::Tier> found) {
+    completions->Post(
+        {.session_id = session_id, .request_id = request_id, .result = std::move(found)});
+  };
+  // A decoder's lookup while its prefiller still streams the chunks here: answered once they
+  // have landed (or the budget is spent), from what this node then holds.
+  if (budget.count() > 0 && node_->remote != nullptr) {
+    auto chain = std::make_shared<const std::vector<ChunkKey>>(*keys);
+    const bool awaited = node_->remote->AwaitIncoming(
+        *keys, std::chrono::duration_cast<std::chrono::milliseconds>(budget),
+        [store = store_, chain, post, budget]() mutable {
+          std::optional<std::vector<storage::Tier>> found =
+              store->LocatePrefixOrAsk(*chain, post, budget);
+          if (found.has_value()) post(*std::move(found));
+        });
+    if (awaited) {
+      pending_ = pending;
+      return false;
+    }
+  }
+  std::optional<std::vector<storage::Tier>> tiers = store_->LocatePrefixOrAsk(*keys, post, budget);
   if (!tiers.has_value()) {
-    pending_ = PendingRequest{.request_id = request_id,
-                              .num_keys = keys->size(),
-                              .tenant = request.tenant(),
-                              .tokens = request.tokens()};
+    pending_ = pending;
     return false;
   }
   AnswerLookup(*tiers, keys->size(), request.tenant(), request.tokens(), response);
@@ -331,6 +354,8 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
   if (absl::Status s = CheckBatch(request.items_size(), /*adds_handles=*/true); !s.ok()) {
     return s;
   }
+  absl::flat_hash_map<uint64_t, v1::StorePlacement*> streamed;  // by handle
+  std::chrono::milliseconds stream_hold{0};
   for (const v1::StoreItem& item : request.items()) {
     v1::StorePlacement* placement = response.add_chunks();
     absl::StatusOr<ChunkKey> key = SessionKey(item.key());
@@ -367,6 +392,8 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
     }
     *placement->mutable_status() = ToProto(absl::OkStatus());
     const std::chrono::milliseconds hold(item.hold_ms());
+    const bool stream = streams_.has_value() && !item.stream_to().empty() &&
+                        reserved->outcome == storage::ReserveOutcome::kReserved;
     switch (reserved->outcome) {
       case storage::ReserveOutcome::kAlreadyPresent:
         placement->set_disposition(v1::STORE_DISPOSITION_ALREADY_PRESENT);
@@ -382,11 +409,34 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
         placement->set_handle(handle);
         placement->set_size_bytes(reservation.size_bytes());
         SetExtents(reservation.ranges(), placement->mutable_extents());
+        if (stream) {
+          streams_->Add(item.stream_to(), handle, reservation, item.num_tokens());
+          streamed.emplace(handle, placement);
+          stream_hold = std::max(stream_hold, hold);
+        }
         reservations_.emplace(handle, std::move(reservation));
         if (hold.count() > 0) holds_.emplace(handle, hold);
         break;
       }
     }
+  }
+  if (!streamed.empty()) {
+    for (uint64_t handle : streams_->Open(*layout_, stream_hold)) {
+      streamed.at(handle)->set_streamed(true);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::LayersSaved(const v1::LayersSavedRequest& request) {
+  if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
+  if (request.layers() > layout_->num_layers) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} layers saved of a {}-layer layout", request.layers(), layout_->num_layers));
+  }
+  if (streams_.has_value()) {
+    streams_->LayersSaved({request.handles().data(), static_cast<size_t>(request.handles_size())},
+                          request.layers());
   }
   return absl::OkStatus();
 }
@@ -422,13 +472,19 @@ absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
   for (int i = 0; i < request.handles_size(); ++i) {
     const uint64_t handle = request.handles(i);
     absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
-    const std::optional<uint64_t> checksum =
+    std::optional<uint64_t> checksum =
         with_checksums ? std::optional<uint64_t>(request.checksums(i)) : std::nullopt;
     std::optional<ChunkKey> key;
     if (reservation.ok()) key = reservation->key();
+    const bool streams = streams_.has_value() && streams_->Streams(handle);
+    if (streams && reservation.ok() && !checksum.has_value()) {
+      // The stream's receiver checks the chunk against it: computed here once, for both.
+      checksum = storage::ChecksumRanges(host_tier_->arena_base(), reservation->ranges());
+    }
     const absl::Status committed = reservation.ok()
                                        ? host_tier_->Commit(std::move(*reservation), checksum)
                                        : reservation.status();
+    if (streams) streams_->Settled(handle, committed, checksum.value_or(0));
     if (auto hold = holds_.find(handle); hold != holds_.end()) {
       if (committed.ok() && key.has_value()) Hold(*key, hold->second);
       holds_.erase(hold);
@@ -444,6 +500,7 @@ absl::Status EngineSession::Abort(const v1::HandlesRequest& request,
   for (uint64_t handle : request.handles()) {
     absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
     holds_.erase(handle);
+    if (streams_.has_value()) streams_->Settled(handle, absl::AbortedError("aborted"), 0);
     if (reservation.ok()) host_tier_->Abort(std::move(*reservation));
     *response.add_statuses() = ToProto(reservation.status());
   }

@@ -25,6 +25,7 @@
 #include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
 #include "daemon/node_identity.h"
+#include "daemon/session_streams.h"
 #include "daemon/tenant_directory.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tiered_store.h"
@@ -103,6 +104,8 @@ class EngineSession {
   absl::Status Commit(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Abort(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
+  // Announces written layers of streamed reservations to their streams.
+  absl::Status LayersSaved(const v1::LayersSavedRequest& request);
   // Queues the chain's lower-tier chunks for promotion and answers at once (no disk I/O); chunks
   // only peers hold are queued once the remote tier has asked them.
   absl::Status Prefetch(const v1::PrefetchRequest& request, v1::PrefetchResponse& response);
@@ -148,6 +151,9 @@ class EngineSession {
   // Reservations whose chunk is held once committed (StoreItem.hold_ms), by handle.
   absl::flat_hash_map<uint64_t, std::chrono::milliseconds> holds_;
   absl::flat_hash_map<uint64_t, storage::ChunkLease> leases_;
+  // The layer streams of this session's reservations (disaggregated prefill); only with a remote
+  // tier. Declared last: its streams are aborted before the reservations are.
+  std::optional<SessionStreams> streams_;
 };
 
 }  // namespace strata::daemon

@@ -123,6 +123,29 @@ void AddRemoteFamilies(std::vector<MetricFamily>& families,
   AddSeries(families, "strata_remote_refused_total",
             "Peers' remote-tier messages refused (malformed, or over the lease limit).", counter,
             served.refused, {});
+  const storage::remote::LayerStreamStats streams = node.StreamStats();
+  const char* streams_help =
+      "Layer streams peers opened to this node (disaggregated prefill), by how they ended when "
+      "they did not commit: aborted by the pusher, expired (pd_deadline_ms), cut (the pusher's "
+      "link went down).";
+  AddSeries(families, "strata_remote_streams_total", streams_help, counter, streams.streams_opened,
+            {{"event", "opened"}});
+  AddSeries(families, "strata_remote_streams_total", streams_help, counter, streams.streams_aborted,
+            {{"event", "aborted"}});
+  AddSeries(families, "strata_remote_streams_total", streams_help, counter, streams.streams_expired,
+            {{"event", "expired"}});
+  AddSeries(families, "strata_remote_streams_total", streams_help, counter, streams.streams_cut,
+            {{"event", "cut"}});
+  const char* chunks_help =
+      "Chunks peers streamed to this node layer by layer, by result (failed: a read failed, the "
+      "checksum did not match, or the stream ended first: nothing was committed).";
+  AddSeries(families, "strata_remote_stream_chunks_total", chunks_help, counter,
+            streams.chunks_received, {{"result", "received"}});
+  AddSeries(families, "strata_remote_stream_chunks_total", chunks_help, counter,
+            streams.chunks_failed, {{"result", "failed"}});
+  AddSeries(families, "strata_remote_stream_bytes_total",
+            "Bytes read from pushers' arenas by layer streams.", counter, streams.bytes_received,
+            {});
 }
 
 void AddMovementFamilies(std::vector<MetricFamily>& families, const storage::MovementStats& m) {

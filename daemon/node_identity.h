@@ -14,6 +14,10 @@
 #include <string>
 #include <string_view>
 
+namespace strata::storage::remote {
+class RemoteNode;
+}  // namespace strata::storage::remote
+
 namespace strata::daemon {
 
 struct NodeIdentity {
@@ -24,6 +28,10 @@ struct NodeIdentity {
   // How long a lookup naming its source node may wait for the peers' answers (it knows its KV
   // is on a peer); 0: the remote tier's own lookup budget.
   std::chrono::microseconds source_lookup_budget{0};
+  // The node's side of the cluster, for the layer streams a prefiller's saves open to its
+  // decoder's daemon (StoreItem.stream_to) and the streams a decoder's lookup waits for. Null
+  // when there is no remote tier.
+  storage::remote::RemoteNode* remote = nullptr;
 };
 
 }  // namespace strata::daemon

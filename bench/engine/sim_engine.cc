@@ -256,7 +256,8 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
                                            .prompt_tokens = tokens,
                                            .tenant_salt = o.tenant_salt,
                                            .kv_transfer = o.kv_transfer,
-                                           .source_node = o.source_node},
+                                           .source_node = o.source_node,
+                                           .decode_node = o.decode_node},
                                           0);
   const auto looked_up = Clock::now();
   const uint32_t matched = static_cast<uint32_t>(match.num_tokens);

@@ -52,6 +52,9 @@ struct SimEngineOptions {
   // kReceive loads what node `source_node` prefilled (asynchronously).
   connector::KvTransfer kv_transfer = connector::KvTransfer::kNone;
   std::string source_node;
+  // kSend: the decoder's daemon, to stream each saved layer to as the prefill computes it ("":
+  // the decoder fetches the KV once the prefill is done).
+  std::string decode_node;
   // Every request's tenant salt (vLLM's cache_salt): its chunks are the tenant's, apart from
   // other tenants' chunks of the same tokens. Empty: no salt.
   std::string tenant_salt;

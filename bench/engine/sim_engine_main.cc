@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
                  "--source-node prefilled)")
       ->check(CLI::IsMember({"none", "send", "receive"}));
   app.add_option("--source-node", options.source_node, "the prefiller daemon's node id");
+  app.add_option("--decode-node", options.decode_node,
+                 "send: the decoder daemon's node id, to stream the KV to as it is computed");
   app.add_option("--tenant", options.tenant_salt, "every request's tenant salt (cache_salt)");
   bool batch = false;
   app.add_flag("--batch", batch,

@@ -392,6 +392,7 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
     if (!item.parent.empty()) ToProto(item.parent, out->mutable_parent());
     if (!item.tenant.empty()) out->set_tenant(item.tenant);
     out->set_hold_ms(item.hold_ms);
+    if (!item.stream_to.empty()) out->set_stream_to(std::string(item.stream_to));
   }
   absl::MutexLock lock(&mu_);
   // Connected first, so a store that opens a session already knows whether to send tokens (a
@@ -438,8 +439,24 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
     placement.handle = chunk.handle();
     placement.size_bytes = chunk.size_bytes();
     placement.extents = ExtentsFromProto(chunk.extents());
+    placement.streamed = chunk.streamed();
   }
   return result;
+}
+
+absl::Status EngineClient::LayersSaved(uint64_t generation, std::span<const uint64_t> handles,
+                                       uint32_t layers, milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  v1::EngineRequest request;
+  v1::LayersSavedRequest* body = request.mutable_layers_saved();
+  body->mutable_handles()->Add(handles.begin(), handles.end());
+  body->set_layers(layers);
+  absl::MutexLock lock(&mu_);
+  if (generation == 0 || generation != generation_) {
+    return absl::AbortedError(
+        fmt::format("session {} is gone; its handles died with it", generation));
+  }
+  return CallLocked(request, v1::EngineResponse::BODY_NOT_SET, deadline).status();
 }
 
 absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(

@@ -115,6 +115,9 @@ struct StorePlacement {
   uint64_t handle = 0;
   uint64_t size_bytes = 0;
   std::vector<ArenaExtent> extents;
+  // The daemon streams the reservation to a peer (StoreItem::stream_to): tell it of each layer
+  // written (LayersSaved).
+  bool streamed = false;
 };
 
 struct StoreItem {
@@ -125,6 +128,8 @@ struct StoreItem {
   std::string tenant;
   // Keep the committed chunk in the daemon's host tier at least this long (StoreItem.hold_ms).
   uint32_t hold_ms = 0;
+  // Stream the chunk to this peer daemon as its layers are written (disaggregated prefill).
+  std::string_view stream_to;
   // The chunk's tokens (num_tokens of them): sent only when the daemon asked at handshake (it
   // publishes KV events with token ids), so they cost nothing otherwise. Must outlive the call.
   std::span<const uint32_t> token_ids;
@@ -240,6 +245,10 @@ class EngineClient {
                                                    std::span<const uint64_t> handles,
                                                    std::chrono::milliseconds timeout,
                                                    std::span<const uint64_t> checksums = {});
+  // Layers [0, layers) of the streamed reservations `handles` are written. kAborted (nothing
+  // sent) when session `generation` is gone; the daemon's errors and the call's.
+  absl::Status LayersSaved(uint64_t generation, std::span<const uint64_t> handles, uint32_t layers,
+                           std::chrono::milliseconds timeout);
   absl::StatusOr<std::vector<absl::Status>> Abort(uint64_t generation,
                                                   std::span<const uint64_t> handles,
                                                   std::chrono::milliseconds timeout);

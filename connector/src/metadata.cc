@@ -1,10 +1,11 @@
 // ConnectorMetadata's wire form and ConnectorOptions::Validate.
 //
-// Encoding (little-endian): "STCM", u32 version (3), u32 block_size, u32 chunk_tokens, then the
+// Encoding (little-endian): "STCM", u32 version (4), u32 block_size, u32 chunk_tokens, then the
 // loads, the saves (each a u32 count of TransferSpecs) and the finished request ids (u32 count of
 // strings). A string is a u32 length and its bytes; a TransferSpec is request_id, tokens (u32
 // count of u32), tenant_salt, lora_name, i64 token_begin, i64 token_end, block_ids (u32 count of
-// i32), u8 flags (bit 0: fail, bit 1: async), u32 hold_ms. Nothing follows the last field.
+// i32), u8 flags (bit 0: fail, bit 1: async), u32 hold_ms, stream_to. Nothing follows the last
+// field.
 #include <cstring>
 #include <limits>
 #include <string>
@@ -17,7 +18,7 @@ namespace strata::connector {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'T', 'C', 'M'};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr uint8_t kFail = 1;
 constexpr uint8_t kAsync = 2;
 
@@ -31,6 +32,7 @@ void WriteSpec(ByteWriter& w, const TransferSpec& spec) {
   w.Array(spec.block_ids);
   w.U8((spec.fail ? kFail : 0) | (spec.async ? kAsync : 0));
   w.U32(spec.hold_ms);
+  w.String(spec.stream_to);
 }
 
 bool ReadSpec(ByteReader& r, TransferSpec& spec) {
@@ -38,7 +40,7 @@ bool ReadSpec(ByteReader& r, TransferSpec& spec) {
   if (!r.String(spec.request_id) || !r.Array(spec.tokens) || !r.String(spec.tenant_salt) ||
       !r.String(spec.lora_name) || !r.I64(spec.token_begin) || !r.I64(spec.token_end) ||
       !r.Array(spec.block_ids) || !r.U8(flags) || (flags & ~(kFail | kAsync)) != 0 ||
-      !r.U32(spec.hold_ms)) {
+      !r.U32(spec.hold_ms) || !r.String(spec.stream_to)) {
     return false;
   }
   spec.fail = (flags & kFail) != 0;
@@ -48,9 +50,9 @@ bool ReadSpec(ByteReader& r, TransferSpec& spec) {
 
 bool ReadSpecs(ByteReader& r, std::vector<TransferSpec>& specs) {
   uint32_t count;
-  // Every spec takes at least 41 bytes (4 + 4 + 4 + 4 + 8 + 8 + 4 + 1 + 4, all empty): a bound
-  // on the count before allocating.
-  if (!r.U32(count) || count > r.left() / 41) return false;
+  // Every spec takes at least 45 bytes (4 + 4 + 4 + 4 + 8 + 8 + 4 + 1 + 4 + 4, all empty): a
+  // bound on the count before allocating.
+  if (!r.U32(count) || count > r.left() / 45) return false;
   specs.resize(count);
   for (TransferSpec& spec : specs) {
     if (!ReadSpec(r, spec)) return false;

@@ -301,7 +301,8 @@ PYBIND11_MODULE(strata_connector, m) {
           [](SchedulerConnector& s, const std::string& request_id,
              const std::vector<uint32_t>& prompt_tokens, int64_t num_computed_tokens,
              const std::string& tenant_salt, const std::string& lora_name,
-             const std::string& kv_transfer, const std::string& source_node) {
+             const std::string& kv_transfer, const std::string& source_node,
+             const std::string& decode_node) {
             const KvTransfer transfer = ParseKvTransfer(kv_transfer);
             MatchResult result;
             {
@@ -311,14 +312,15 @@ PYBIND11_MODULE(strata_connector, m) {
                                                  .tenant_salt = tenant_salt,
                                                  .lora_name = lora_name,
                                                  .kv_transfer = transfer,
-                                                 .source_node = source_node},
+                                                 .source_node = source_node,
+                                                 .decode_node = decode_node},
                                                 num_computed_tokens);
             }
             return py::make_tuple(result.num_tokens, result.load_async);
           },
           py::arg("request_id"), py::arg("prompt_tokens"), py::arg("num_computed_tokens"),
           py::arg("tenant_salt") = "", py::arg("lora_name") = "", py::arg("kv_transfer") = "none",
-          py::arg("source_node") = "")
+          py::arg("source_node") = "", py::arg("decode_node") = "")
       .def(
           "daemon_node",
           [](SchedulerConnector& s) {

@@ -68,6 +68,7 @@ void SavePipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
            .parent = c > 0 ? chain[c - 1] : ChunkKey(),
            .tenant = spec.tenant_salt,
            .hold_ms = spec.hold_ms,
+           .stream_to = spec.stream_to,
            .token_ids = std::span(spec.tokens).subspan(c * chunk, transfer.chunk_tokens)});
       pending.push_back(std::move(transfer));
     }
@@ -104,6 +105,7 @@ void SavePipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
       continue;
     }
     transfer.planned = true;
+    if (placement.streamed) streamed_handles_.push_back(transfer.handle);
     batch.chunks.push_back(std::move(transfer));
   }
   if (!to_abort.empty()) (void)client_.Abort(placed->generation, to_abort, options_.io_timeout);
@@ -114,6 +116,38 @@ void SavePipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
     cache_ = &cache;
     batch_ = std::move(batch);
     layers_saved_.assign(layout().num_layers, false);
+    streamed_generation_ = placed->generation;
+    layers_announced_ = 0;
+    while (!streamed_handles_.empty() && layer_events_.size() < layout().num_layers) {
+      absl::StatusOr<std::unique_ptr<storage::DeviceEvent>> event = runtime_.CreateEvent();
+      if (!event.ok()) {
+        // The commit still streams every layer, only later.
+        Log().warn("strata connector: no events to follow streamed saves: {}",
+                   event.status().message());
+        streamed_handles_.clear();
+        break;
+      }
+      layer_events_.push_back(*std::move(event));
+    }
+  } else {
+    streamed_handles_.clear();
+  }
+}
+
+void SavePipeline::AnnounceLayers() {
+  if (streamed_handles_.empty() || batch_->copies_failed) return;
+  const uint32_t before = layers_announced_;
+  while (layers_announced_ < layout().num_layers && layers_saved_[layers_announced_]) {
+    absl::StatusOr<bool> landed = layer_events_[layers_announced_]->Query();
+    if (!landed.ok() || !*landed) break;
+    ++layers_announced_;
+  }
+  if (layers_announced_ == before) return;
+  absl::Status told = client_.LayersSaved(streamed_generation_, streamed_handles_,
+                                          layers_announced_, options_.io_timeout);
+  if (!told.ok()) {
+    // The commit streams the rest; a daemon that is gone aborts the stream with the session.
+    Log().debug("strata connector: announcing saved layers: {}", told.message());
   }
 }
 
@@ -126,6 +160,7 @@ void SavePipeline::EnqueueLayer(uint32_t layer) {
   batch.next_layer = layer + 1;
   absl::Status status =
       copier_.Enqueue(layout(), *cache_, batch, layer, CopyDirection::kEngineToArena, *stream_);
+  if (status.ok() && !streamed_handles_.empty()) status = stream_->Record(*layer_events_[layer]);
   if (!status.ok()) {
     Log().warn("strata connector: enqueueing saves failed: {}", status.message());
     batch.copies_failed = true;
@@ -140,6 +175,7 @@ void SavePipeline::SaveLayer(uint32_t layer, const StepOptions& step) {
     if (!waited.ok()) batch_->copies_failed = true;
   }
   EnqueueLayer(layer);
+  AnnounceLayers();
 }
 
 void SavePipeline::Wait() {
@@ -192,6 +228,7 @@ void SavePipeline::Finish() {
   }
   batch_.reset();
   cache_ = nullptr;
+  streamed_handles_.clear();
 }
 
 }  // namespace strata::connector::internal

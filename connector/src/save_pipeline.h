@@ -6,6 +6,11 @@
 // layers came in order (the daemon computes them otherwise). Saves are best effort and never an
 // error: a chunk that cannot be reserved, copied or committed is skipped (aborted) and counted.
 //
+// Reservations the daemon streams to a peer (disaggregated prefill: TransferSpec::stream_to)
+// are announced layer by layer: once a layer's copies have landed in the arena (an event
+// recorded behind them, queried without waiting when the engine hands over a later layer),
+// LayersSaved tells the daemon how many leading layers are written; the commit covers the rest.
+//
 // Step lifecycle (at most one step in flight):
 //   Plan -> SaveLayer(i) as the engine hands layer i over (any order; a layer is copied once)
 //   -> Wait | Finish
@@ -94,6 +99,8 @@ class SavePipeline {
 
   const KvLayout& layout() const { return options_.layout; }
   void EnqueueLayer(uint32_t layer);
+  // Tells the daemon of the streamed reservations' leading layers whose copies have landed.
+  void AnnounceLayers();
 
   const ConnectorOptions& options_;
   storage::DeviceRuntime& runtime_;
@@ -107,6 +114,12 @@ class SavePipeline {
   const PagedKvCache* cache_ = nullptr;
   std::optional<TransferBatch> batch_;
   std::vector<bool> layers_saved_;
+  // The step's streamed reservations (session `streamed_generation_`) and how many leading
+  // layers the daemon was told of; an event behind each layer's copies, made once.
+  std::vector<uint64_t> streamed_handles_;
+  uint64_t streamed_generation_ = 0;
+  uint32_t layers_announced_ = 0;
+  std::vector<std::unique_ptr<storage::DeviceEvent>> layer_events_;
   SaveStats stats_;
 };
 

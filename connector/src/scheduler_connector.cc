@@ -25,6 +25,7 @@ struct RequestState {
   bool partial = false;
   // Prefilled for another engine's decode (KvTransfer::kSend): its chunks are held.
   bool send = false;
+  std::string decode_node;  // send: where its chunks stream as they are saved ("": nowhere)
   std::string tenant_salt;
   std::string lora_name;
   // The last GetNumNewMatchedTokens: where its tokens start and how many it offered.
@@ -204,6 +205,7 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   state.tenant_salt = std::string(request.tenant_salt);
   state.lora_name = std::string(request.lora_name);
   state.send = request.kv_transfer == KvTransfer::kSend;
+  state.decode_node = state.send ? std::string(request.decode_node) : std::string();
   state.lookup_computed = num_computed_tokens;
   state.matched = matched;
   state.load_async = load_async;
@@ -389,6 +391,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
     spec.token_end = token_end;
     spec.block_ids.assign(state.block_ids.begin(), state.block_ids.begin() + blocks_needed);
     if (state.send) spec.hold_ms = static_cast<uint32_t>(s.options.transfer_hold.count());
+    spec.stream_to = state.decode_node;
     meta.saves.push_back(std::move(spec));
   }
   s.stats.saves_planned += meta.saves.size();

@@ -191,6 +191,9 @@ absl::StatusOr<std::string> LayerStreamReceiver::Open(PeerId peer, std::string_v
         fmt::format("remote: stream {} of this link is open already", open->stream_id));
   }
   ++stats_.streams_opened;
+  for (const StreamChunk& chunk : stream->chunks) {
+    if (!chunk.landed.empty()) ++incoming_[chunk.key];
+  }
   wake_.SignalAll();
   return EncodeStreamReply(RemoteMessage::kStreamOpen, reply);
 }
@@ -363,12 +366,12 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
   if (stream->settled || stream->reads_in_flight > 0) return std::nullopt;
   if (stream->ending.has_value()) {
     stream->settled = true;
-    streams_.erase(stream->name);
+    Erase(*stream);
     return std::nullopt;
   }
   if (!stream->checksums.has_value()) return std::nullopt;
   stream->settled = true;
-  streams_.erase(stream->name);
+  Erase(*stream);
   StreamReply reply;
   for (size_t i = 0; i < stream->chunks.size(); ++i) {
     StreamChunk& chunk = stream->chunks[i];
@@ -415,6 +418,45 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
   return answer;
 }
 
+void LayerStreamReceiver::Erase(const Stream& stream) {
+  streams_.erase(stream.name);
+  for (const StreamChunk& chunk : stream.chunks) {
+    if (chunk.landed.empty()) continue;
+    auto it = incoming_.find(chunk.key);
+    if (it != incoming_.end() && --it->second == 0) incoming_.erase(it);
+  }
+  if (!waiters_.empty()) wake_.SignalAll();  // they may be free to go
+}
+
+bool LayerStreamReceiver::AwaitIncoming(std::vector<ChunkKey> keys,
+                                        std::chrono::milliseconds budget,
+                                        absl::AnyInvocable<void() &&> done) {
+  absl::MutexLock lock(&mu_);
+  const bool brought = std::any_of(keys.begin(), keys.end(),
+                                   [&](const ChunkKey& k) { return incoming_.contains(k); });
+  if (!brought) return false;
+  waiters_.push_back(
+      {.keys = std::move(keys), .deadline = Clock::now() + budget, .done = std::move(done)});
+  wake_.SignalAll();
+  return true;
+}
+
+std::vector<absl::AnyInvocable<void() &&>> LayerStreamReceiver::ReadyWaiters(
+    Clock::time_point now) {
+  std::vector<absl::AnyInvocable<void() &&>> ready;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    const bool brought = std::any_of(it->keys.begin(), it->keys.end(),
+                                     [&](const ChunkKey& k) { return incoming_.contains(k); });
+    if (!brought || it->deadline <= now) {
+      ready.push_back(std::move(it->done));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ready;
+}
+
 void LayerStreamReceiver::ExpireLoop(std::stop_token stop) {
   pthread_setname_np(pthread_self(), "strata-pd-recv");
   absl::MutexLock lock(&mu_);
@@ -438,14 +480,17 @@ void LayerStreamReceiver::ExpireLoop(std::stop_token stop) {
               absl::DeadlineExceededError("remote: the stream was not committed by its deadline"));
       if (answer.has_value()) answers.push_back(std::move(*answer));
     }
-    if (!answers.empty()) {
+    std::vector<absl::AnyInvocable<void()&&>> ready = ReadyWaiters(now);
+    for (const Waiter& waiter : waiters_) next = std::min(next, waiter.deadline);
+    if (!answers.empty() || !ready.empty()) {
       mu_.Unlock();
       for (auto& [reply, answer] : answers) std::move(reply)(std::move(answer));
+      for (auto& done : ready) std::move(done)();
       mu_.Lock();
       continue;
     }
     if (next == Clock::time_point::max()) {
-      wake_.Wait(&mu_);  // until a stream opens or the receiver stops
+      wake_.Wait(&mu_);  // until a stream opens, a waiter comes, or the receiver stops
     } else {
       wake_.WaitWithTimeout(
           &mu_, absl::FromChrono(std::chrono::ceil<std::chrono::milliseconds>(next - now)));

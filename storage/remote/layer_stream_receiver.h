@@ -22,10 +22,11 @@
 // into it is in flight, so no late byte lands in pages given back.
 //
 // Threading: Handle and PeerDown run on the transport's thread, reads complete there; a thread of
-// the receiver's own ends expired streams. Thread-safe; replies are sent outside the lock.
-// Lifetime: the host tier must outlive the receiver; Attach the transport before the first
-// Open (opens are refused kUnavailable before). The transport must be destroyed before the
-// receiver (its reads call back into it until then); the destructor aborts what is left.
+// the receiver's own ends expired streams and wakes waiters past their budget. Thread-safe; replies
+// are sent outside the lock. Lifetime: the host tier must outlive the receiver; Attach the
+// transport before the first Open (opens are refused kUnavailable before). The transport must be
+// destroyed before the receiver (its reads call back into it until then); the destructor aborts
+// what is left.
 #pragma once
 
 #include <atomic>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/host/host_tier.h"
 #include "storage/remote/remote_messages.h"
@@ -82,6 +84,14 @@ class LayerStreamReceiver {
   // The link to `peer` went down: its streams end.
   void PeerDown(PeerId peer);
 
+  // Whether an open stream is bringing any of `keys` in: then `done` runs, on the receiver's
+  // thread, once none is (the streams committed or ended) or `budget` has passed, and true is
+  // returned; otherwise false, and `done` is dropped unrun (as it is when the receiver goes
+  // first). For
+  // a decoder's lookup, which should find the chunks its prefiller is still streaming.
+  bool AwaitIncoming(std::vector<ChunkKey> keys, std::chrono::milliseconds budget,
+                     absl::AnyInvocable<void() &&> done);
+
   LayerStreamStats Stats() const;
 
   struct Stream;
@@ -117,6 +127,17 @@ class LayerStreamReceiver {
   std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> End(
       const std::shared_ptr<Stream>& stream, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLoop(std::stop_token stop);
+  // The waiters whose keys no stream brings any more, or whose budget has passed, taken out.
+  std::vector<absl::AnyInvocable<void() &&>> ReadyWaiters(std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the stream and what it was bringing in.
+  void Erase(const Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct Waiter {
+    std::vector<ChunkKey> keys;
+    std::chrono::steady_clock::time_point deadline;
+    absl::AnyInvocable<void() &&> done;
+  };
 
   HostTier& host_;
   const LayerStreamReceiverOptions options_;
@@ -125,6 +146,9 @@ class LayerStreamReceiver {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<StreamName, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   LayerStreamStats stats_ ABSL_GUARDED_BY(mu_);
+  // Chunks open streams reserved pages for, by how many streams.
+  absl::flat_hash_map<ChunkKey, uint32_t> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   absl::CondVar wake_;  // a stream opened, or the receiver stops
   std::jthread expirer_;
 };

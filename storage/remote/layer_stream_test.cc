@@ -293,6 +293,35 @@ TEST_F(LayerStreamTest, APusherThatDiesMidStreamLeavesNothingOnTheReceiver) {
   EXPECT_EQ(b_->store().host().Stats().chunks, 0u);
 }
 
+// A decoder's lookup waits for the chunks a stream is bringing in: until the stream commits, or
+// for its budget at most; a chunk no stream brings is not waited for.
+TEST_F(LayerStreamTest, WaitersForIncomingChunksGoOnceTheStreamSettlesOrTheirBudgetEnds) {
+  Start();
+  std::vector<Written> chunks;
+  chunks.push_back(Reserve(15));
+  const ChunkKey elsewhere = storage::testing::SyntheticKey(*layout_, 99);
+  EXPECT_FALSE(b_->server().AwaitIncoming({elsewhere}, 5s, [] { ADD_FAILURE() << "ran"; }));
+  const uint64_t stream = OpenStream(chunks);
+  ASSERT_TRUE(WaitForB([](const LayerStreamStats& s) { return s.streams_opened == 1; }));
+
+  absl::Notification settled;
+  absl::Notification timed_out;
+  const auto asked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      b_->server().AwaitIncoming({elsewhere, chunks[0].key}, 10s, [&] { settled.Notify(); }));
+  ASSERT_TRUE(b_->server().AwaitIncoming({chunks[0].key}, 100ms, [&] { timed_out.Notify(); }));
+  ASSERT_TRUE(timed_out.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, 100ms);
+  EXPECT_FALSE(settled.HasBeenNotified());
+
+  WriteAllLayers(chunks);
+  auto result = Commit(stream, Checksums(chunks));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(settled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(BHolds(chunks[0]));
+  EXPECT_FALSE(b_->server().AwaitIncoming({chunks[0].key}, 5s, [] { ADD_FAILURE() << "ran"; }));
+}
+
 // Messages a pusher should never send: each is refused with its reason, and B keeps serving.
 TEST_F(LayerStreamTest, MalformedAndOutOfPlaceMessagesAreRefused) {
   Start();

@@ -17,7 +17,10 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   }
   std::unique_ptr<RemoteNode> node(new RemoteNode());
   node->host_ = &store.host();
-  node->server_ = std::make_unique<RemoteServer>(store.host(), ServingBelowHost(store));
+  RemoteServerOptions server_options;
+  server_options.streams.deadline = options.stream_deadline;
+  node->server_ =
+      std::make_unique<RemoteServer>(store.host(), ServingBelowHost(store, server_options));
   PeerSetOptions peer_options;
   peer_options.cluster_token = options.cluster_token;
   peer_options.node_id = options.node_id;
@@ -46,6 +49,8 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   node->listen_address_ = started->listen_address();
   {
     absl::MutexLock lock(&node->mu_);
+    node->streams_ = std::make_unique<LayerStreamSender>(
+        **transport, LayerStreamSenderOptions{.deadline = options.stream_deadline});
     node->transport_ = std::move(*transport);
   }
   node->server_->Attach(started);
@@ -139,6 +144,41 @@ absl::StatusOr<MoveResult> RemoteNode::Push(std::string_view target, const KvLay
                                 request.chunks.size(), result.moved_chunks));
   }
   return result;
+}
+
+absl::StatusOr<uint64_t> RemoteNode::OpenStream(std::string_view target, const KvLayout& layout,
+                                                std::vector<PushedChunk> chunks,
+                                                std::chrono::milliseconds hold) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("remote: stopped");
+  const std::optional<PeerId> peer = peers_->FindAdmitted(target);
+  if (!peer.has_value()) {
+    return absl::FailedPreconditionError(
+        fmt::format("remote: no peer named '{}' is up to stream to", target));
+  }
+  return streams_->Open(*peer, layout, std::move(chunks), hold);
+}
+
+void RemoteNode::StreamLayersReady(uint64_t stream, uint32_t layers_ready) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!stopped_) streams_->LayersReady(stream, layers_ready);
+}
+
+void RemoteNode::CommitStream(uint64_t stream, std::vector<uint64_t> checksums,
+                              LayerStreamSender::Done done) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (!stopped_) {
+      streams_->Commit(stream, std::move(checksums), std::move(done));
+      return;
+    }
+  }
+  std::move(done)(absl::UnavailableError("remote: stopped"));
+}
+
+void RemoteNode::AbortStream(uint64_t stream) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!stopped_) streams_->Abort(stream);
 }
 
 bool RemoteNode::HasAdmittedPeer(std::string_view name) const {

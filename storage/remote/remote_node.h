@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/remote/layer_stream_sender.h"
 #include "storage/remote/peer_set.h"
 #include "storage/remote/remote_server.h"
 #include "storage/remote/remote_tier.h"
@@ -36,6 +37,9 @@ struct RemoteNodeOptions {
   std::string transports;   // UCX_TLS ("" UCX's default)
   std::string net_devices;  // UCX_NET_DEVICES ("" UCX's default)
   DataPath data_path = DataPath::kAuto;
+  // How long a layer stream may take from its Open to its last chunk, both ways
+  // ([remote] pd_deadline_ms).
+  std::chrono::milliseconds stream_deadline{30'000};
 };
 
 class RemoteNode {
@@ -70,6 +74,24 @@ class RemoteNode {
                                   std::span<const ChunkKey> keys,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+  // Layer streams to the peer named `target` (disaggregated prefill; layer_stream_sender.h has
+  // the contract: the chunks' pages stay as they are until CommitStream's `done` has run or
+  // AbortStream was called). OpenStream: kFailedPrecondition when no such peer is up,
+  // kUnavailable once stopped. The others do nothing for an unknown stream or once stopped
+  // (CommitStream's `done` then gets kUnavailable). Never block.
+  absl::StatusOr<uint64_t> OpenStream(std::string_view target, const KvLayout& layout,
+                                      std::vector<PushedChunk> chunks,
+                                      std::chrono::milliseconds hold);
+  void StreamLayersReady(uint64_t stream, uint32_t layers_ready);
+  void CommitStream(uint64_t stream, std::vector<uint64_t> checksums, LayerStreamSender::Done done);
+  void AbortStream(uint64_t stream);
+  // Streams peers send here: LayerStreamReceiver::AwaitIncoming and its stats.
+  bool AwaitIncoming(std::vector<ChunkKey> keys, std::chrono::milliseconds budget,
+                     absl::AnyInvocable<void() &&> done) {
+    return server_->AwaitIncoming(std::move(keys), budget, std::move(done));
+  }
+  LayerStreamStats StreamStats() const { return server_->StreamStats(); }
+
  private:
   RemoteNode() = default;
 
@@ -80,6 +102,8 @@ class RemoteNode {
   std::string node_id_;
   // Held shared by Peers, exclusively by Stop while the transport goes.
   mutable absl::Mutex mu_;
+  // Declared before the transport: its calls' replies reach it until the transport is gone.
+  std::unique_ptr<LayerStreamSender> streams_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<UcxTransport> transport_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

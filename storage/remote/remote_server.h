@@ -84,6 +84,11 @@ class RemoteServer {
   void Handle(PeerId peer, std::string request, Transport::Reply reply);
   // For PeerSetOptions::on_peer_down: the streams of that link end.
   void PeerDown(PeerId peer) { streams_.PeerDown(peer); }
+  // LayerStreamReceiver::AwaitIncoming.
+  bool AwaitIncoming(std::vector<ChunkKey> keys, std::chrono::milliseconds budget,
+                     absl::AnyInvocable<void() &&> done) {
+    return streams_.AwaitIncoming(std::move(keys), budget, std::move(done));
+  }
 
   RemoteServerStats Stats() const;
   LayerStreamStats StreamStats() const { return streams_.Stats(); }

@@ -115,6 +115,21 @@ std::vector<int> LoadAndCheck(RawEngineClient& engine, std::span<const ChunkKey>
   return codes;
 }
 
+// Whether `daemon` admits the peer `node` within 5 s: a lookup naming it as the source is
+// answered (it is refused until then).
+bool AwaitAdmitted(DaemonProcess& daemon, const std::string& node) {
+  RawEngineClient probe(daemon.engine_socket());
+  if (!probe.Handshake(Layout()).ok()) return false;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    v1::EngineRequest lookup = test_support::LookupRequest(Keys(1, 0));
+    lookup.mutable_lookup()->set_source_node(node);
+    absl::StatusOr<v1::EngineResponse> answer = probe.Call(std::move(lookup));
+    if (answer.ok() && answer->status().code() == 0) return true;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  return false;
+}
+
 // A daemon dialling `dial` and an engine session on it that stored `keys` (chunk i holds byte
 // fill + i).
 struct Node {
@@ -361,17 +376,7 @@ TEST(RemotePeers, PrefillOnOneNodeDecodeOnAnother) {
   Peer b = StartPeer(token, {a.remote_address}, 200'000, "decode-b");
   ASSERT_TRUE(b.process);
   // B admits A within a moment: until then a lookup naming A is refused.
-  RawEngineClient probe(b.process->engine_socket());
-  ASSERT_TRUE(probe.Handshake(Layout()).ok());
-  bool admitted = false;
-  for (int attempt = 0; attempt < 200 && !admitted; ++attempt) {
-    v1::EngineRequest lookup = test_support::LookupRequest(Keys(1, 0));
-    lookup.mutable_lookup()->set_source_node("prefill-a");
-    absl::StatusOr<v1::EngineResponse> answer = probe.Call(std::move(lookup));
-    admitted = answer.ok() && answer->status().code() == 0;
-    if (!admitted) std::this_thread::sleep_for(milliseconds(25));
-  }
-  ASSERT_TRUE(admitted) << b.process->Log();
+  ASSERT_TRUE(AwaitAdmitted(*b.process, "prefill-a")) << b.process->Log();
 
   const std::vector<std::string> prefill = test_support::RunSimEngine(
       a.process->engine_socket(), {"--prompt", "40:1000", "--kv-transfer", "send"});
@@ -411,6 +416,54 @@ TEST(RemotePeers, PrefillOnOneNodeDecodeOnAnother) {
   EXPECT_EQ(test_support::JsonInt(orphan[0], "wrong_values"), 0) << orphan[0];
   EXPECT_EQ(test_support::JsonInt(orphan[0], "bytes_loaded"), 0)
       << "nothing can come from a dead node: the prompt is recomputed " << orphan[0];
+}
+
+// With the decoder's node in the prefill's params, A streams each layer to B as the prefill saves
+// it: the chunks are in B's host tier when the decode starts, and its load is a plain host hit.
+TEST(RemotePeers, APrefillStreamsItsKvToTheDecodersDaemonAsItComputes) {
+  const std::string token = TokenFile("pd-stream", "secret-pd-stream");
+  Peer a = StartPeer(token, {}, 200'000, "prefill-a");
+  ASSERT_TRUE(a.process);
+  Peer b = StartPeer(token, {a.remote_address}, 200'000, "decode-b");
+  ASSERT_TRUE(b.process);
+  // A admits B (B dialled it) within a moment: until then A cannot stream to it.
+  ASSERT_TRUE(AwaitAdmitted(*a.process, "decode-b")) << a.process->Log();
+
+  const std::vector<std::string> prefill = test_support::RunSimEngine(
+      a.process->engine_socket(),
+      {"--prompt", "42:1000", "--kv-transfer", "send", "--decode-node", "decode-b"});
+  ASSERT_EQ(prefill.size(), 1u);
+  EXPECT_EQ(test_support::JsonInt(prefill[0], "matched_tokens"), 0);
+  // B holds the prompt's chunks before any decoder asked for them: they were streamed.
+  ASSERT_GT(test_support::JsonInt(prefill[0], "bytes_saved"), 0) << prefill[0];
+  uint64_t held = 0;
+  for (int attempt = 0; attempt < 200 && held == 0; ++attempt) {
+    grpc::ClientContext context;
+    v1::StatsResponse stats;
+    if (b.process->control().Stats(&context, v1::StatsRequest(), &stats).ok()) {
+      for (const v1::TierStats& tier : stats.tiers()) {
+        if (tier.tier() == v1::TIER_HOST) held = tier.chunks();
+      }
+    }
+    if (held == 0) std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_GT(held, 0u) << a.process->Log() << b.process->Log();
+
+  const std::vector<std::string> decode = test_support::RunSimEngine(
+      b.process->engine_socket(),
+      {"--prompt", "42:1000", "--kv-transfer", "receive", "--source-node", "prefill-a"});
+  ASSERT_EQ(decode.size(), 1u);
+  EXPECT_EQ(test_support::JsonInt(decode[0], "matched_tokens"), 999) << decode[0];
+  EXPECT_EQ(test_support::JsonInt(decode[0], "failed_blocks"), 0) << decode[0];
+  EXPECT_EQ(test_support::JsonInt(decode[0], "wrong_values"), 0) << decode[0];
+
+  // A decoder that is not a peer of A: the prefill streams nothing and still completes.
+  const std::vector<std::string> lonely = test_support::RunSimEngine(
+      a.process->engine_socket(),
+      {"--prompt", "43:1000", "--kv-transfer", "send", "--decode-node", "nobody"});
+  ASSERT_EQ(lonely.size(), 1u);
+  EXPECT_EQ(test_support::JsonInt(lonely[0], "wrong_values"), 0) << lonely[0];
+  EXPECT_NE(a.process->Log().find("layer stream to nobody"), std::string::npos) << a.process->Log();
 }
 
 }  // namespace

@@ -137,6 +137,11 @@ struct RequestInfo {
   std::string_view lora_name;    // vLLM: request.lora_request.lora_name; empty for the base model
   KvTransfer kv_transfer = KvTransfer::kNone;
   std::string_view source_node;  // kReceive: the node id of the prefiller's daemon
+  // kSend: the node id of the decoder's daemon, when the prefill request names it (Strata's
+  // extension of the params: decode_engine_id). The prefiller's daemon then streams each layer
+  // of the prompt's chunks there as soon as it is saved, so the transfer overlaps the prefill.
+  // Empty: the decoder fetches the KV once the prefill is done.
+  std::string_view decode_node;
 };
 
 // Where the daemon's peers reach it (its [remote] node id and listen address); empty when it has
@@ -213,6 +218,9 @@ struct TransferSpec {
   // Saves only: how long the daemon keeps the saved chunks in memory at least (a prefill for
   // another engine's decode: ConnectorOptions::transfer_hold); 0: no hold.
   uint32_t hold_ms = 0;
+  // Saves only: the node id of a peer daemon to stream the saved chunks to, layer by layer
+  // (RequestInfo::decode_node); empty: none.
+  std::string stream_to;
   // Loads only: an asynchronous load (MatchResult::load_async). The worker runs it in the
   // background and reports the request in FinishedRequests::finished_recving when it is over,
   // with its failed blocks (if any) in the GetBlockIdsWithLoadErrors call that follows.

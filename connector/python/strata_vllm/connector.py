@@ -100,9 +100,12 @@ class MalformedTransferParams(ValueError):
 
 
 def _kv_transfer(request: Any) -> tuple[str, str]:
-    """(kv_transfer, source_node) of a request's kv_transfer_params, in the shape vLLM's
-    NixlConnector uses: "send" for do_remote_decode (this engine prefills for a decoder),
-    "receive" with remote_engine_id for do_remote_prefill, "none" without params. Raises
+    """(kv_transfer, node) of a request's kv_transfer_params, in the shape vLLM's
+    NixlConnector uses: "send" for do_remote_decode (this engine prefills for a decoder), with
+    the decoder's node when the params name it (decode_engine_id: Strata's extension, the node id
+    of the decoder's daemon, to which the prefill streams its KV layer by layer as it computes;
+    "" without it: the decoder fetches the KV once the prefill is done); "receive" with
+    remote_engine_id (the prefiller's node) for do_remote_prefill; "none" without params. Raises
     MalformedTransferParams naming what is wrong."""
     params = _get(request, "kv_transfer_params")
     if params is None:
@@ -116,7 +119,10 @@ def _kv_transfer(request: Any) -> tuple[str, str]:
     if decode and prefill:
         raise MalformedTransferParams("both do_remote_decode and do_remote_prefill are set")
     if decode:
-        return "send", ""
+        decode_node = params.get("decode_engine_id", "")
+        if not isinstance(decode_node, str):
+            raise MalformedTransferParams(f"decode_engine_id is {decode_node!r}, not a node id")
+        return "send", decode_node
     if not prefill:
         return "none", ""
     source = params.get("remote_engine_id")
@@ -541,7 +547,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             return 0, False
         salt, lora = _request_extras(request)
         try:
-            kv_transfer, source = _kv_transfer(request)
+            kv_transfer, node = _kv_transfer(request)
         except MalformedTransferParams as error:
             logger.error("strata connector: request %s has malformed kv_transfer_params (%s): "
                          "%r; its prompt is recomputed", request.request_id, error,
@@ -549,8 +555,9 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             return 0, False
         req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
         self._requests[req_id] = request
+        source, decode = (node, "") if kv_transfer == "receive" else ("", node)
         matches = [s.get_num_new_matched_tokens(req_id, prompt, int(num_computed_tokens), salt,
-                                                lora, kv_transfer, source)
+                                                lora, kv_transfer, source, decode)
                    for s in self._schedulers]
         tokens = min(int(t) for t, _ in matches)
         load_async = tokens > 0 and any(a for _, a in matches)

@@ -542,7 +542,8 @@ class DisaggregatedPrefillTest(unittest.TestCase):
                        {"do_remote_prefill": True, "remote_engine_id": "node-p",
                         "remote_port": 70000},
                        {"do_remote_prefill": True, "do_remote_decode": True,
-                        "remote_engine_id": "node-p"}):
+                        "remote_engine_id": "node-p"},
+                       {"do_remote_decode": True, "decode_engine_id": 7}):
             with self.subTest(params=params):
                 request = SimpleNamespace(request_id="m", prompt_token_ids=list(self.prompt),
                                           cache_salt=None, lora_request=None,
