@@ -386,6 +386,9 @@ int main(int argc, char** argv) {
   pd->add_option("--peak-tflops", p.peak_tflops)->capture_default_str();
   pd->add_option("--utilisation", p.utilisation)->capture_default_str();
   pd->add_option("--runs", p.runs)->capture_default_str();
+  pd->add_option("--mode", p.mode, "pull, stream or both")
+      ->check(CLI::IsMember({"pull", "stream", "both"}))
+      ->capture_default_str();
   pd->add_option("--prefault", p.prefault, "the daemons allocate their arenas at start-up")
       ->capture_default_str();
   strata::bench::RouteCommandOptions r{.trace_file = STRATA_DEFAULT_TRACE};

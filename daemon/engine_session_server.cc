@@ -137,10 +137,11 @@ EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, Sco
                          "PrepareLoad, store: PrepareStore).")
                      .Register(*options_.registry);
   const std::pair<v1::EngineRequest::BodyCase, const char*> kOps[] = {
-      {v1::EngineRequest::kHandshake, "handshake"}, {v1::EngineRequest::kLookup, "lookup"},
-      {v1::EngineRequest::kPrepareLoad, "load"},    {v1::EngineRequest::kPrepareStore, "store"},
-      {v1::EngineRequest::kCommit, "commit"},       {v1::EngineRequest::kAbort, "abort"},
-      {v1::EngineRequest::kRelease, "release"},     {v1::EngineRequest::kPrefetch, "prefetch"}};
+      {v1::EngineRequest::kHandshake, "handshake"},     {v1::EngineRequest::kLookup, "lookup"},
+      {v1::EngineRequest::kPrepareLoad, "load"},        {v1::EngineRequest::kPrepareStore, "store"},
+      {v1::EngineRequest::kCommit, "commit"},           {v1::EngineRequest::kAbort, "abort"},
+      {v1::EngineRequest::kRelease, "release"},         {v1::EngineRequest::kPrefetch, "prefetch"},
+      {v1::EngineRequest::kLayersSaved, "layers_saved"}};
   for (const auto& [body, op] : kOps) {
     request_latency_[body] = &family.Add({{"op", op}}, LatencyBuckets());
   }
@@ -315,7 +316,7 @@ bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
       WatchReadable(session, false);
       return true;
     }
-    if (prometheus::Histogram* latency = request_latency_[request.body_case()]) {
+    if (prometheus::Histogram* latency = Latency(request.body_case())) {
       latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
@@ -336,7 +337,7 @@ void EngineSessionServer::ServeCompletions() {
                           ? v1::EngineRequest::kPrepareLoad
                           : v1::EngineRequest::kLookup;
     EngineSession::Reply reply = session.state.Complete(std::move(completion));
-    if (prometheus::Histogram* latency = request_latency_[kind]) {
+    if (prometheus::Histogram* latency = Latency(kind)) {
       latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - session.deferred_since)
               .count());

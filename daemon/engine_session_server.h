@@ -38,6 +38,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/tiered/tiered_store.h"
+#include "strata/v1/engine.pb.h"
 
 namespace strata::daemon {
 
@@ -123,8 +124,14 @@ class EngineSessionServer {
   const ScopedFd epoll_fd_;
   const ScopedFd wake_fd_;  // eventfd that wakes the loop for Stop
   const std::shared_ptr<DeferredCompletions> completions_;
-  // Indexed by v1::EngineRequest::BodyCase; null without a registry.
-  std::array<prometheus::Histogram*, 10> request_latency_{};
+  // Indexed by v1::EngineRequest::BodyCase; null without a registry. Read through Latency, which
+  // answers null for a kind past the array's end (one a later protocol adds).
+  std::array<prometheus::Histogram*, v1::EngineRequest::kLayersSaved + 1> request_latency_{};
+  prometheus::Histogram* Latency(int body_case) const {
+    return body_case >= 0 && static_cast<size_t>(body_case) < request_latency_.size()
+               ? request_latency_[body_case]
+               : nullptr;
+  }
 
   // Touched only by the session thread.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_;

@@ -661,6 +661,60 @@ TEST_F(EngineSessionServerTest, BadRequestsGetClearStatusesAndTheSessionSurvives
   EXPECT_EQ(r->status().code(), 0);
 }
 
+// LayersSaved (a prefill's streamed saves) on a daemon without a remote tier: a store asking to
+// stream is reserved but not streamed, the announcement is taken and ignored (one naming more
+// layers than the layout has is refused), and every request kind is timed in the metrics.
+TEST_F(EngineSessionServerTest, StreamedSavesWithoutARemoteTierAreStoredPlainly) {
+  prometheus::Registry registry;
+  std::unique_ptr<EngineSessionServer> timed =
+      *EngineSessionServer::Create({.socket_path = (dir_ / "timed.sock").string(),
+                                    .store = store_.get(),
+                                    .registry = &registry});
+  timed->Start();
+  RawEngineClient client(timed->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  v1::EngineRequest store;
+  v1::StoreItem* item = store.mutable_prepare_store()->add_items();
+  *item->mutable_key() = ToProto(Keys(1)[0]);
+  item->set_num_tokens(16);
+  item->set_stream_to("decode-node");
+  absl::StatusOr<v1::EngineResponse> r = client.Call(store);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->prepare_store().chunks(0).status().code(), 0);
+  EXPECT_FALSE(r->prepare_store().chunks(0).streamed());
+  const uint64_t handle = r->prepare_store().chunks(0).handle();
+
+  v1::EngineRequest saved;
+  saved.mutable_layers_saved()->add_handles(handle);
+  saved.mutable_layers_saved()->set_layers(1);
+  r = client.Call(saved);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), 0);
+  saved.mutable_layers_saved()->set_layers(TestLayout().num_layers + 1);
+  r = client.Call(saved);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status().code(), int(absl::StatusCode::kInvalidArgument));
+
+  v1::EngineRequest commit;
+  commit.mutable_commit()->add_handles(handle);
+  r = client.Call(commit);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->handles().statuses(0).code(), 0);
+  EXPECT_TRUE(tier_->Contains(Keys(1)[0]));
+
+  uint64_t timed_announcements = 0;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != "strata_engine_request_duration_seconds") continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      if (metric.label.size() == 1 && metric.label[0].value == "layers_saved") {
+        timed_announcements = metric.histogram.sample_count;
+      }
+    }
+  }
+  EXPECT_EQ(timed_announcements, 2u);
+  timed->Stop();
+}
+
 TEST_F(EngineSessionServerTest, HandshakeIsRequiredAndChecked) {
   RawEngineClient early(server_->socket_path());
   v1::EngineRequest lookup;

@@ -82,10 +82,10 @@ std::string RequestResult::ToJson() const {
       "\"failed_blocks\":{},"
       "\"recomputed_tokens\":{},\"wrong_values\":{},\"lookup_us\":{},\"load_us\":{},"
       "\"save_us\":{},\"step_us\":{},\"ttft_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
-      "\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
+      "\"last_layer_unix_us\":{},\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
       request_id, prompt_tokens, matched_tokens, load_async, daemon_node, failed_blocks,
       recomputed_tokens, wrong_values, lookup_us, load_us, save_us, step_us, ttft_us, bytes_loaded,
-      bytes_saved, load_status, save_status);
+      bytes_saved, last_layer_unix_us, load_status, save_status);
 }
 
 struct SimEngine::Impl {
@@ -294,14 +294,23 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   for (uint32_t layer = 0; layer < o.layout.num_layers; ++layer) {
     (void)e.worker->WaitForLayerLoad(layer);
     if (layer + 1 == o.layout.num_layers && !match.load_async) loaded = Clock::now();
-    if (o.layer_delay_us > 0)
+    if (o.layer_delay_us > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(o.layer_delay_us));
+      // A paced engine stands for a GPU computing the layer now: it saves the layer as it goes,
+      // its KV precomputed or not.
+      if (o.precompute) save_layer(layer);
+    }
+    if (layer + 1 == o.layout.num_layers) {
+      result.last_layer_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count();
+    }
     if (!o.precompute) {
       e.Compute(layer, tokens, blocks, matched, length);
       save_layer(layer);
     }
   }
-  // Precomputed KV is ready in every layer: the saves follow the last load instead of
+  // Precomputed KV is ready in every layer: unpaced, the saves follow the last load instead of
   // interleaving with the loads, so nothing but the store path runs in their window.
   if (o.precompute) {
     for (uint32_t layer = 0; layer < o.layout.num_layers; ++layer) save_layer(layer);

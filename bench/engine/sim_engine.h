@@ -40,7 +40,8 @@ struct SimEngineOptions {
   uint32_t layer_delay_us = 0;
   // Fill the prompt's KV before the step (outside the timed windows) instead of per layer
   // during it: the step then times the connector's work alone (benchmarks), and saves every
-  // layer after the last layer's load, so the store is timed apart from the loads.
+  // layer after the last layer's load, so the store is timed apart from the loads (with a layer
+  // delay, each layer is saved after its delay instead, as a GPU saves what it computed).
   bool precompute = false;
   uint32_t lookup_budget_ms = 20;
   uint32_t io_timeout_ms = 5000;
@@ -79,6 +80,9 @@ struct RequestResult {
   // the save copies all run inside it; otherwise they may overlap the compute of later layers.
   uint64_t save_us = 0;
   uint64_t step_us = 0;  // the whole step after the lookup
+  // Wall-clock time (microseconds since the Unix epoch) when the step's last layer was computed
+  // (its layer delay included), for timing what other processes do after it (strata-bench pd).
+  int64_t last_layer_unix_us = 0;
   // RunBatch: from the batch's start (every request arrives then) to the end of the step that
   // computed the request's prompt, i.e. its first token. 0 for Run.
   uint64_t ttft_us = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -39,12 +40,34 @@ double LayerFlops(double n) { return 2.0 * 218'103'808.0 * n + 2.0 * 4096.0 * n 
 struct Run {
   double prefill_ms = 0;    // the prefill engine's step: modelled compute, then its saves
   double save_tail_ms = 0;  // of which the saves after the last layer
-  double load_ms = 0;       // the decoder's asynchronous load: the fetch from A
+  double load_ms = 0;       // the decoder's load (pull: the fetch from A)
   uint64_t bytes = 0;
   int64_t matched = 0;
   int64_t failed_blocks = 0;
   int64_t wrong = 0;
+  // Stream: the prefill's last layer computed, and the decoder's daemon holding every chunk
+  // (wall clock, microseconds since the epoch; 0 when it never did).
+  int64_t last_layer_unix_us = 0;
+  int64_t arrived_unix_us = 0;
 };
+
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The chunks the daemon's host tier holds; 0 when Stats fails.
+uint64_t HostChunks(test_support::DaemonProcess& daemon) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::StatsResponse stats;
+  if (!daemon.control().Stats(&context, v1::StatsRequest(), &stats).ok()) return 0;
+  for (const v1::TierStats& tier : stats.tiers()) {
+    if (tier.tier() == v1::TIER_HOST) return tier.chunks();
+  }
+  return 0;
+}
 
 // A daemon with its remote tier on; `dial` empty: dials nobody.
 absl::StatusOr<std::unique_ptr<test_support::DaemonProcess>> StartDaemon(
@@ -73,15 +96,16 @@ std::string RemoteAddress(const test_support::DaemonProcess& daemon) {
   return log.substr(on + marker.size(), end - on - marker.size());
 }
 
-// Waits (10 s at most) until B's daemon admits A: a lookup naming A is answered.
-bool AwaitAdmission(const std::string& socket, const KvLayout& layout) {
+// Waits (10 s at most) until the daemon on `socket` admits the peer `node`: a lookup naming it
+// is answered.
+bool AwaitAdmission(const std::string& socket, const KvLayout& layout, const char* node) {
   test_support::RawEngineClient probe(socket);
   if (!probe.Handshake(layout).ok()) return false;
   const std::vector<uint32_t> tokens(layout.chunk_tokens, 1);
   const std::vector<ChunkKey> keys = KeyHasher::Create(layout, {})->PrefixKeys(tokens, {});
   for (int attempt = 0; attempt < 400; ++attempt) {
     v1::EngineRequest lookup = test_support::LookupRequest(keys);
-    lookup.mutable_lookup()->set_source_node(kPrefillNode);
+    lookup.mutable_lookup()->set_source_node(node);
     absl::StatusOr<v1::EngineResponse> answer = probe.Call(std::move(lookup));
     if (answer.ok() && answer->status().code() == 0) return true;
     std::this_thread::sleep_for(milliseconds(25));
@@ -157,8 +181,10 @@ int RunPdCommand(const PdOptions& o) {
     std::cerr << fmt::format("strata-bench pd: daemon B: {}\n", decode_daemon.status());
     return 1;
   }
-  if (!AwaitAdmission((*decode_daemon)->engine_socket(), *layout)) {
-    std::cerr << "strata-bench pd: daemon B never admitted daemon A:\n" << (*decode_daemon)->Log();
+  if (!AwaitAdmission((*decode_daemon)->engine_socket(), *layout, kPrefillNode) ||
+      !AwaitAdmission((*prefill_daemon)->engine_socket(), *layout, kDecodeNode)) {
+    std::cerr << "strata-bench pd: the daemons never admitted each other:\n"
+              << (*prefill_daemon)->Log() << (*decode_daemon)->Log();
     return 1;
   }
 
@@ -168,61 +194,147 @@ int RunPdCommand(const PdOptions& o) {
       "--num-blocks",   std::to_string(o.prompt_tokens / 16 + 16),
       "--precompute",   "--io-timeout-ms",
       "120000"};
-  std::vector<Run> runs;
+  const uint64_t num_chunks = (o.prompt_tokens + o.chunk_tokens - 1) / o.chunk_tokens;
+  std::vector<bool> modes;  // streamed or not, in the order each run tries them
+  if (o.mode != "stream") modes.push_back(false);
+  if (o.mode != "pull") modes.push_back(true);
+  std::vector<Run> runs[2];  // [streamed]
   for (uint32_t r = 0; r < o.runs; ++r) {
-    for (auto* daemon : {&*prefill_daemon, &*decode_daemon}) {
-      if (absl::Status cleared = ClearAll(**daemon); r > 0 && !cleared.ok()) {
-        std::cerr << fmt::format("strata-bench pd: {}\n", cleared);
+    for (const bool streamed : modes) {
+      for (auto* daemon : {&*prefill_daemon, &*decode_daemon}) {
+        if (absl::Status cleared = ClearAll(**daemon); !cleared.ok()) {
+          std::cerr << fmt::format("strata-bench pd: {}\n", cleared);
+          return 1;
+        }
+      }
+      const std::string prompt = fmt::format("{}:{}", 500 + 2 * r + streamed, o.prompt_tokens);
+      std::vector<std::string> prefill_args = {
+          "--socket",         (*prefill_daemon)->engine_socket(),
+          "--prompt",         prompt,
+          "--kv-transfer",    "send",
+          "--layer-delay-us", std::to_string(static_cast<int64_t>(layer_ms * 1e3))};
+      if (streamed) prefill_args.insert(prefill_args.end(), {"--decode-node", kDecodeNode});
+      prefill_args.insert(prefill_args.end(), common.begin(), common.end());
+      // Streamed: watch B's host tier fill up while A prefills (every millisecond), to time
+      // when the last chunk lands there; the stream's tail lands within pd_deadline_ms (30 s)
+      // of the prefill or not at all.
+      std::atomic<bool> stop_watching{false};
+      std::atomic<int64_t> arrived_unix_us{0};
+      std::thread watcher;
+      if (streamed) {
+        watcher = std::thread([&] {
+          while (!stop_watching.load()) {
+            if (HostChunks(**decode_daemon) >= num_chunks) {
+              arrived_unix_us = UnixMicros();
+              return;
+            }
+            std::this_thread::sleep_for(milliseconds(1));
+          }
+        });
+      }
+      absl::StatusOr<std::string> prefill = RunEngine(prefill_args);
+      for (int i = 0; i < 30'000 && streamed && arrived_unix_us.load() == 0; ++i) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      stop_watching = true;
+      if (watcher.joinable()) watcher.join();
+      std::vector<std::string> decode_args = {"--socket",      (*decode_daemon)->engine_socket(),
+                                              "--prompt",      prompt,
+                                              "--kv-transfer", "receive",
+                                              "--source-node", kPrefillNode};
+      decode_args.insert(decode_args.end(), common.begin(), common.end());
+      absl::StatusOr<std::string> decode =
+          prefill.ok() ? RunEngine(decode_args) : absl::StatusOr<std::string>(prefill.status());
+      if (!decode.ok()) {
+        std::cerr << fmt::format("strata-bench pd: {}\n", decode.status());
         return 1;
       }
+      Run run{.prefill_ms = JsonInt(*prefill, "step_us") / 1e3,
+              .save_tail_ms = JsonInt(*prefill, "save_us") / 1e3,
+              .load_ms = JsonInt(*decode, "load_us") / 1e3,
+              .bytes = static_cast<uint64_t>(JsonInt(*decode, "bytes_loaded")),
+              .matched = JsonInt(*decode, "matched_tokens"),
+              .failed_blocks = JsonInt(*decode, "failed_blocks"),
+              .wrong = JsonInt(*decode, "wrong_values"),
+              .last_layer_unix_us = JsonInt(*prefill, "last_layer_unix_us"),
+              .arrived_unix_us = arrived_unix_us};
+      std::cerr << fmt::format(
+          "run {} ({}): prefill {:.0f} ms (saves {:.0f} ms), {}decoder load {:.0f} ms, {} "
+          "tokens, {} failed blocks, {} wrong values\n",
+          r, streamed ? "stream" : "pull", run.prefill_ms, run.save_tail_ms,
+          streamed ? fmt::format("last chunk on B {:.0f} ms after the last layer, ",
+                                 (run.arrived_unix_us - run.last_layer_unix_us) / 1e3)
+                   : "",
+          run.load_ms, run.matched, run.failed_blocks, run.wrong);
+      runs[streamed].push_back(run);
     }
-    const std::string prompt = fmt::format("{}:{}", 500 + r, o.prompt_tokens);
-    std::vector<std::string> prefill_args = {
-        "--socket",         (*prefill_daemon)->engine_socket(),
-        "--prompt",         prompt,
-        "--kv-transfer",    "send",
-        "--layer-delay-us", std::to_string(static_cast<int64_t>(layer_ms * 1e3))};
-    prefill_args.insert(prefill_args.end(), common.begin(), common.end());
-    absl::StatusOr<std::string> prefill = RunEngine(prefill_args);
-    std::vector<std::string> decode_args = {"--socket",      (*decode_daemon)->engine_socket(),
-                                            "--prompt",      prompt,
-                                            "--kv-transfer", "receive",
-                                            "--source-node", kPrefillNode};
-    decode_args.insert(decode_args.end(), common.begin(), common.end());
-    absl::StatusOr<std::string> decode =
-        prefill.ok() ? RunEngine(decode_args) : absl::StatusOr<std::string>(prefill.status());
-    if (!decode.ok()) {
-      std::cerr << fmt::format("strata-bench pd: {}\n", decode.status());
-      return 1;
-    }
-    runs.push_back({.prefill_ms = JsonInt(*prefill, "step_us") / 1e3,
-                    .save_tail_ms = JsonInt(*prefill, "save_us") / 1e3,
-                    .load_ms = JsonInt(*decode, "load_us") / 1e3,
-                    .bytes = static_cast<uint64_t>(JsonInt(*decode, "bytes_loaded")),
-                    .matched = JsonInt(*decode, "matched_tokens"),
-                    .failed_blocks = JsonInt(*decode, "failed_blocks"),
-                    .wrong = JsonInt(*decode, "wrong_values")});
-    std::cerr << fmt::format(
-        "run {}: prefill {:.0f} ms (saves after the last layer {:.0f} ms), decoder load "
-        "{:.0f} ms, {} tokens, {} failed blocks, {} wrong values\n",
-        r, runs.back().prefill_ms, runs.back().save_tail_ms, runs.back().load_ms,
-        runs.back().matched, runs.back().failed_blocks, runs.back().wrong);
   }
   std::filesystem::remove_all(dir);
 
-  std::vector<double> gbps, exposed_ms;
   int64_t wrong = 0;
-  for (const Run& run : runs) {
-    gbps.push_back(run.load_ms > 0 ? run.bytes / (run.load_ms * 1e6) : 0);
-    // The decoder fetches once the prefill has finished: all of its load is exposed.
-    exposed_ms.push_back(run.load_ms);
-    wrong += run.wrong;
+  for (const auto& mode_runs : runs) {
+    for (const Run& run : mode_runs) wrong += run.wrong;
   }
-  const double transfer_gbps = Median(gbps);
-  const double exposed = Median(exposed_ms);
-  const double ttft_ms = modelled_prefill_ms + exposed;
-  const std::string ratio =
-      perftest.ok() ? fmt::format("{:.2f}", transfer_gbps / *perftest) : "null";
+  const std::string perftest_json = perftest.ok()
+                                        ? fmt::format("{:.2f}", *perftest)
+                                        : JsonString(std::string(perftest.status().message()));
+  std::string pull_json = "null";
+  if (!runs[0].empty()) {
+    // The decoder fetches once the prefill has finished: all of its load is exposed.
+    std::vector<double> gbps, exposed_ms;
+    for (const Run& run : runs[0]) {
+      gbps.push_back(run.load_ms > 0 ? run.bytes / (run.load_ms * 1e6) : 0);
+      exposed_ms.push_back(run.load_ms);
+    }
+    const double transfer_gbps = Median(gbps);
+    const double exposed = Median(exposed_ms);
+    const double ttft_ms = modelled_prefill_ms + exposed;
+    const std::string ratio =
+        perftest.ok() ? fmt::format("{:.2f}", transfer_gbps / *perftest) : "null";
+    pull_json = fmt::format(
+        "{{\"transfer_gbps\": {:.2f}, \"transfer_vs_ucx_perftest\": {}, \"exposed_transfer_ms\": "
+        "{:.0f}, \"exposed_share_of_transfer\": 1.0, \"exposed_share_of_ttft\": {:.3f}, "
+        "\"modelled_ttft_ms\": {:.0f}}}",
+        transfer_gbps, ratio, exposed, exposed / ttft_ms, ttft_ms);
+    std::cerr << fmt::format(
+        "pd pull: {:.2f} GB/s ({}x ucx_perftest {}), exposed {:.0f} ms = 100% of the transfer, "
+        "{:.1f}% of a modelled TTFT of {:.0f} ms\n",
+        transfer_gbps, ratio, perftest.ok() ? fmt::format("{:.2f} GB/s", *perftest) : "n/a",
+        exposed, 100 * exposed / ttft_ms, ttft_ms);
+  }
+  std::string stream_json = "null";
+  if (!runs[1].empty()) {
+    // The transfer runs from the end of the first layer (its bytes may move from then on) to
+    // the last chunk committed on B; what of it comes after the last layer is exposed.
+    std::vector<double> exposed_ms, window_ms, load_ms;
+    for (const Run& run : runs[1]) {
+      if (run.arrived_unix_us == 0) {
+        std::cerr << "strata-bench pd: a streamed prompt never arrived whole on B\n"
+                  << (*prefill_daemon)->Log() << (*decode_daemon)->Log();
+        return 1;
+      }
+      const double exposed = std::max<double>(0, run.arrived_unix_us - run.last_layer_unix_us);
+      exposed_ms.push_back(exposed / 1e3);
+      window_ms.push_back(exposed / 1e3 + layer_ms * (layout->num_layers - 1));
+      load_ms.push_back(run.load_ms);
+    }
+    const double exposed = Median(exposed_ms);
+    const double window = Median(window_ms);
+    const double ttft_ms = modelled_prefill_ms + exposed;
+    stream_json = fmt::format(
+        "{{\"transfer_gbps\": {:.2f}, \"exposed_transfer_ms\": {:.1f}, "
+        "\"exposed_share_of_transfer\": {:.4f}, \"exposed_share_of_ttft\": {:.4f}, "
+        "\"modelled_ttft_ms\": {:.0f}, \"decoder_local_load_ms\": {:.0f}}}",
+        kv_bytes / (window * 1e6), exposed, exposed / window, exposed / ttft_ms, ttft_ms,
+        Median(load_ms));
+    std::cerr << fmt::format(
+        "pd stream: the last chunk on B {:.1f} ms after the prefill's last layer = {:.2f}% of the "
+        "transfer ({:.0f} ms from the first layer's end, {:.2f} GB/s paced by the prefill), "
+        "{:.2f}% of a modelled TTFT of {:.0f} ms; the decoder's load from B's host tier {:.0f} "
+        "ms\n",
+        exposed, 100 * exposed / window, window, kv_bytes / (window * 1e6), 100 * exposed / ttft_ms,
+        ttft_ms, Median(load_ms));
+  }
   std::cout << fmt::format(
       "{{\"workload\": {{\"name\": \"pd\", \"prompt_tokens\": {}, \"geometry\": \"{}\", "
       "\"kv_bytes\": {}, \"transports\": \"{}\", \"runs\": {}, \"prefault\": {}, \"cpu\": {}}},\n"
@@ -230,21 +342,11 @@ int RunPdCommand(const PdOptions& o) {
       "utilisation\", \"flops_per_layer\": {:.3e}, \"layer_ms\": {:.1f}, \"prefill_ms\": "
       "{:.0f}}},\n"
       " \"baseline\": {{\"ucx_perftest_gbps\": {}}},\n"
-      " \"transfer_gbps\": {:.2f}, \"transfer_vs_ucx_perftest\": {},\n"
-      " \"exposed_transfer_ms\": {:.0f}, \"exposed_share_of_transfer\": 1.0, "
-      "\"exposed_share_of_ttft\": {:.3f}, \"modelled_ttft_ms\": {:.0f},\n"
+      " \"pull\": {},\n \"stream\": {},\n"
       " \"wrong_values\": {}}}\n",
-      o.prompt_tokens, o.geometry, kv_bytes, o.transports, runs.size(), o.prefault,
+      o.prompt_tokens, o.geometry, kv_bytes, o.transports, o.runs, o.prefault,
       JsonString(CpuModel()), o.peak_tflops, o.utilisation * 100, LayerFlops(o.prompt_tokens),
-      layer_ms, modelled_prefill_ms,
-      perftest.ok() ? fmt::format("{:.2f}", *perftest)
-                    : JsonString(std::string(perftest.status().message())),
-      transfer_gbps, ratio, exposed, exposed / ttft_ms, ttft_ms, wrong);
-  std::cerr << fmt::format(
-      "pd: {:.2f} GB/s ({}x ucx_perftest {}), exposed {:.0f} ms = 100% of the transfer, {:.1f}% "
-      "of a modelled TTFT of {:.0f} ms\n",
-      transfer_gbps, ratio, perftest.ok() ? fmt::format("{:.2f} GB/s", *perftest) : "n/a", exposed,
-      100 * exposed / ttft_ms, ttft_ms);
+      layer_ms, modelled_prefill_ms, perftest_json, pull_json, stream_json, wrong);
   return wrong > 0 ? 3 : 0;
 }
 

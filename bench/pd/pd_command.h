@@ -4,7 +4,8 @@
 // (--kv-transfer receive) on daemon B then loads it, B's daemon fetching it from A over UCX.
 // Reports the transfer's GB/s as a ratio to ucx_perftest with the same transport and message
 // size (run in the same invocation), the transfer time still exposed after the prefill's last
-// layer, and that time as a share of the whole transfer and of the modelled time to first token.
+// layer, and that time as a share of the whole transfer and of the modelled time to first token,
+// for the pull and for the layer stream (the prefill naming its decoder's node).
 // Both daemons' tiers are cleared between runs (the prefiller holds what it prefilled for its
 // decoder, so a second prompt would not fit beside the first).
 #pragma once
@@ -26,6 +27,10 @@ struct PdOptions {
   double peak_tflops = 989;  // H100 SXM, dense BF16
   double utilisation = 0.5;
   uint32_t runs = 3;
+  // "pull": the decoder's daemon fetches the KV once the prefill is done; "stream": the
+  // prefiller's daemon streams each layer to it as the prefill saves it (decode_engine_id);
+  // "both" (the default): each run does one of each, in that order.
+  std::string mode = "both";
   // Both daemons allocate their arenas at start-up (host.prefault), so the first run does not
   // pay for first-touch page allocation (later runs reuse the pages the cleared chunks freed).
   // Off by default: allocating two 5 GiB arenas takes longer than the 10 s a daemon gets to
