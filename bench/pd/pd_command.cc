@@ -262,9 +262,11 @@ int RunPdCommand(const PdOptions& o) {
           "run {} ({}): prefill {:.0f} ms (saves {:.0f} ms), {}decoder load {:.0f} ms, {} "
           "tokens, {} failed blocks, {} wrong values\n",
           r, streamed ? "stream" : "pull", run.prefill_ms, run.save_tail_ms,
-          streamed ? fmt::format("last chunk on B {:.0f} ms after the last layer, ",
-                                 (run.arrived_unix_us - run.last_layer_unix_us) / 1e3)
-                   : "",
+          !streamed ? ""
+          : run.arrived_unix_us == 0
+              ? std::string("the stream never landed whole on B, ")
+              : fmt::format("last chunk on B {:.0f} ms after the last layer, ",
+                            (run.arrived_unix_us - run.last_layer_unix_us) / 1e3),
           run.load_ms, run.matched, run.failed_blocks, run.wrong);
       runs[streamed].push_back(run);
     }
