@@ -362,7 +362,7 @@ void LayerStreamReceiver::ReadDone(const PendingRead& read, absl::Status status)
 }
 
 std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStreamReceiver::Settle(
-    const std::shared_ptr<Stream>& stream) {
+    std::shared_ptr<Stream> stream) {
   if (stream->settled || stream->reads_in_flight > 0) return std::nullopt;
   if (stream->ending.has_value()) {
     stream->settled = true;
@@ -402,7 +402,7 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
 }
 
 std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStreamReceiver::End(
-    const std::shared_ptr<Stream>& stream, absl::Status why) {
+    std::shared_ptr<Stream> stream, absl::Status why) {
   stream->ending = why;
   for (StreamChunk& chunk : stream->chunks) {
     if (chunk.landed.empty()) continue;  // never reserved
@@ -419,12 +419,13 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
 }
 
 void LayerStreamReceiver::Erase(const Stream& stream) {
-  streams_.erase(stream.name);
   for (const StreamChunk& chunk : stream.chunks) {
     if (chunk.landed.empty()) continue;
     auto it = incoming_.find(chunk.key);
     if (it != incoming_.end() && --it->second == 0) incoming_.erase(it);
   }
+  const StreamName name = stream.name;
+  streams_.erase(name);
   if (!waiters_.empty()) wake_.SignalAll();  // they may be free to go
 }
 

@@ -120,17 +120,18 @@ class LayerStreamReceiver {
   void StartReads(std::vector<PendingRead> reads);
   void ReadDone(const PendingRead& read, absl::Status status);
   // Commits the stream once its Commit has come and its reads are done, or lets it go once it is
-  // ending and its reads are done; the reply to send, if any.
+  // ending and its reads are done; the reply to send, if any. Both take the stream by value: it
+  // must outlive its erasure from streams_ within the call.
   std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> Settle(
-      const std::shared_ptr<Stream>& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      std::shared_ptr<Stream> stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the stream without committing: `why` answers a pending Commit.
   std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> End(
-      const std::shared_ptr<Stream>& stream, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      std::shared_ptr<Stream> stream, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLoop(std::stop_token stop);
   // The waiters whose keys no stream brings any more, or whose budget has passed, taken out.
   std::vector<absl::AnyInvocable<void() &&>> ReadyWaiters(std::chrono::steady_clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the stream and what it was bringing in.
+  // Forgets the stream and what it was bringing in (the caller holds it alive).
   void Erase(const Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Waiter {
