@@ -231,17 +231,15 @@ void VllmFeed::ReceiveMessage() {
   if (framed) {
     for (std::byte byte : frames.part(1)) sequence = (sequence << 8) | static_cast<uint8_t>(byte);
   }
+  // The counters move once the index shows what the message did (a reader that sees a gap
+  // counted sees the instance cleared).
   bool gap = false;
   bool restart = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!batch.ok()) {
-      ++stats_.malformed;
-    } else if (have_sequence_) {
+    if (batch.ok() && have_sequence_) {
       gap = sequence > stats_.next_sequence;
       restart = sequence < stats_.next_sequence;
-      stats_.gaps += gap ? 1 : 0;
-      stats_.restarts += restart ? 1 : 0;
     }
     if (batch.ok()) stats_.next_sequence = sequence + 1;
   }
@@ -250,6 +248,8 @@ void VllmFeed::ReceiveMessage() {
     spdlog::warn("vLLM feed '{}': a message is skipped and the instance cleared: {}",
                  options_.instance_id, batch.status());
     Clear();
+    absl::MutexLock lock(&mu_);
+    ++stats_.malformed;
     return;
   }
   if (gap || restart) {
@@ -262,6 +262,8 @@ void VllmFeed::ReceiveMessage() {
   translator_.Translate(*batch, events);
   Apply(events);
   absl::MutexLock lock(&mu_);
+  stats_.gaps += gap ? 1 : 0;
+  stats_.restarts += restart ? 1 : 0;
   ++stats_.messages;
   stats_.unknown_events += batch->unknown_events;
   stats_.known_blocks = translator_.known_blocks();
