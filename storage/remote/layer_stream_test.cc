@@ -47,8 +47,10 @@ class LayerStreamTest : public ::testing::Test {
     b_options.node_id = "b";
     b_options.dial = {a_->address()};
     b_ = std::make_unique<TestDaemon>(b_options, layout_);
+    // Both sides admit the link (B answers A's calls only then) before anything is streamed.
     std::optional<PeerId> peer = a_->WaitForPeer("b");
     ASSERT_TRUE(peer.has_value());
+    ASSERT_TRUE(b_->WaitForPeer("a").has_value());
     to_b_ = *peer;
     sender_ = std::make_unique<LayerStreamSender>(a_->transport(), LayerStreamSenderOptions{});
   }

@@ -426,8 +426,9 @@ TEST(RemotePeers, APrefillStreamsItsKvToTheDecodersDaemonAsItComputes) {
   ASSERT_TRUE(a.process);
   Peer b = StartPeer(token, {a.remote_address}, 200'000, "decode-b");
   ASSERT_TRUE(b.process);
-  // A admits B (B dialled it) within a moment: until then A cannot stream to it.
+  // A admits B (B dialled it) and B admits A within a moment: until then A cannot stream to B.
   ASSERT_TRUE(AwaitAdmitted(*a.process, "decode-b")) << a.process->Log();
+  ASSERT_TRUE(AwaitAdmitted(*b.process, "prefill-a")) << b.process->Log();
 
   const std::vector<std::string> prefill = test_support::RunSimEngine(
       a.process->engine_socket(),
