@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "storage/host/payload_view.h"
 #include "storage/remote/internal/piece_pairing.h"
+#include "storage/remote/internal/pushed_pages.h"
 
 namespace strata::storage::remote {
 namespace {
@@ -158,25 +159,15 @@ absl::StatusOr<std::string> LayerStreamReceiver::Open(PeerId peer, std::string_v
     chunk.key = pushed.key;
     chunk.num_tokens = pushed.chunk.num_tokens;
     chunk.remote = std::move(pushed.ranges);
-    const uint64_t bytes = layout.chunk_bytes(chunk.num_tokens);
-    if (chunk.num_tokens == 0 || chunk.num_tokens > layout.chunk_tokens ||
-        pushed.chunk.payload_bytes != bytes ||
-        !Slice(std::span<const RemoteRange>(chunk.remote), 0, bytes).has_value()) {
-      chunk.code = CodeOf(absl::StatusCode::kInvalidArgument);
+    if (!Slice(std::span<const RemoteRange>(chunk.remote), 0, pushed.chunk.payload_bytes)) {
+      chunk.code = CodeOf(absl::StatusCode::kInvalidArgument);  // its pages end first
     } else {
-      absl::StatusOr<ReserveResult> reserved =
-          host_.Reserve(layout, chunk.key, {.num_tokens = chunk.num_tokens});
+      absl::StatusOr<internal::PushedPages> reserved =
+          internal::ReservePushed(host_, layout, chunk.key, pushed.chunk);
       if (!reserved.ok()) {
         chunk.code = CodeOf(reserved.status().code());
-      } else if (reserved->outcome != ReserveOutcome::kReserved) {
-        chunk.code = CodeOf(reserved->outcome == ReserveOutcome::kAlreadyPresent
-                                ? absl::StatusCode::kAlreadyExists
-                                : absl::StatusCode::kAborted);
       } else {
-        const MutablePayloadView pages = reserved->reservation.payload();
-        for (size_t r = 0; r < pages.ranges().size(); ++r) {
-          chunk.local.push_back(pages.range_bytes(r));
-        }
+        chunk.local = std::move(reserved->parts);
         chunk.reservation = std::move(reserved->reservation);
         chunk.landed.assign(layout.num_layers, false);
         chunk.checksum = std::make_unique<ChecksumStream>();

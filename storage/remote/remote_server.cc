@@ -5,6 +5,7 @@
 #include "fmt/format.h"
 #include "storage/host/payload_view.h"
 #include "storage/remote/internal/piece_pairing.h"
+#include "storage/remote/internal/pushed_pages.h"
 #include "storage/remote/remote_messages.h"
 
 namespace strata::storage::remote {
@@ -216,28 +217,14 @@ void RemoteServer::Push(PeerId peer, std::string_view request, Transport::Reply 
   std::vector<std::vector<Segment>> reads(count);
   for (size_t i = 0; i < count; ++i) {
     const PushedChunk& pushed = push->chunks[i];
-    const uint32_t tokens = pushed.chunk.num_tokens;
-    if (tokens == 0 || tokens > push->layout.chunk_tokens ||
-        pushed.chunk.payload_bytes != push->layout.chunk_bytes(tokens)) {
-      round->codes[i] = CodeOf(absl::InvalidArgumentError("size does not match the layout"));
-      continue;
-    }
-    absl::StatusOr<ReserveResult> reserved =
-        host_.Reserve(push->layout, pushed.key, {.num_tokens = tokens});
+    absl::StatusOr<internal::PushedPages> reserved =
+        internal::ReservePushed(host_, push->layout, pushed.key, pushed.chunk);
     if (!reserved.ok()) {
       round->codes[i] = CodeOf(reserved.status());
       continue;
     }
-    if (reserved->outcome != ReserveOutcome::kReserved) {
-      round->codes[i] = static_cast<int32_t>(reserved->outcome == ReserveOutcome::kAlreadyPresent
-                                                 ? absl::StatusCode::kAlreadyExists
-                                                 : absl::StatusCode::kAborted);
-      continue;
-    }
-    const MutablePayloadView pages = reserved->reservation.payload();
-    std::vector<std::span<std::byte>> parts;
-    for (size_t r = 0; r < pages.ranges().size(); ++r) parts.push_back(pages.range_bytes(r));
-    absl::StatusOr<std::vector<Segment>> segments = internal::PairPieces(pushed.ranges, parts);
+    absl::StatusOr<std::vector<Segment>> segments =
+        internal::PairPieces(pushed.ranges, reserved->parts);
     if (!segments.ok()) {
       host_.Abort(std::move(reserved->reservation));
       round->codes[i] = CodeOf(segments.status());
