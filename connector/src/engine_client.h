@@ -86,6 +86,9 @@ class ArenaMapping {
   bool Contains(uint64_t offset, uint64_t length) const {
     return offset <= size_bytes_ && length <= size_bytes_ - offset;
   }
+  // Whether on_map registered it (a device runtime with host_registration page-locks it: every
+  // page is in).
+  bool registered() const { return registered_; }
 
  private:
   std::byte* const base_;

@@ -148,6 +148,7 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
       batch.chunks.push_back(std::move(transfer));
     }
   }
+  PrefaultArenaPages(runtime_, batch, CopyDirection::kArenaToEngine);
   batch_ = std::move(batch);
 }
 

@@ -113,6 +113,7 @@ void SavePipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
     // Saves digest what they write whenever the runtime can: the commit then carries the
     // checksums, and the daemon does not read the payloads again.
     if (runtime_.Capabilities().digested_copies) AddDigests(batch);
+    PrefaultArenaPages(runtime_, batch, CopyDirection::kEngineToArena);
     cache_ = &cache;
     batch_ = std::move(batch);
     layers_saved_.assign(layout().num_layers, false);

@@ -1,5 +1,7 @@
 #include "connector/src/transfer_batch.h"
 
+#include "core/page_prefault.h"
+
 namespace strata::connector::internal {
 
 void AddDigests(TransferBatch& batch) {
@@ -8,6 +10,23 @@ void AddDigests(TransferBatch& batch) {
     if (c.planned) c.digest = next++;
   }
   batch.digests = std::make_unique<storage::CopyDigests>(next);
+}
+
+void PrefaultArenaPages(const storage::DeviceRuntime& runtime, const TransferBatch& batch,
+                        CopyDirection direction) {
+  for (const ChunkTransfer& c : batch.chunks) {
+    if (!c.planned || c.arena == nullptr) continue;
+    if (runtime.Capabilities().host_registration && c.arena->registered()) continue;
+    for (const ArenaExtent& extent : c.extents) {
+      // ValidateChunkCopy checked the extents lie inside the arena.
+      std::byte* at = c.arena->base() + extent.offset;
+      if (direction == CopyDirection::kEngineToArena) {
+        PrefaultForWrite(std::span<std::byte>(at, extent.length));
+      } else {
+        PrefaultForRead(std::span<const std::byte>(at, extent.length));
+      }
+    }
+  }
 }
 
 absl::Status LayerCopier::Enqueue(const KvLayout& layout, const PagedKvCache& cache,

@@ -68,6 +68,13 @@ struct TransferBatch {
 // Gives each planned chunk of `batch` a digest for its copies to fill.
 void AddDigests(TransferBatch& batch);
 
+// Faults the arena pages of `batch`'s planned chunks into this process ahead of their copies, for
+// writing (saves) or reading (loads): one system call a chunk instead of a page fault every 4 KiB
+// as the copies walk them (core/page_prefault.h). Nothing to do when `runtime` page-locked the
+// arena at registration (host_registration).
+void PrefaultArenaPages(const storage::DeviceRuntime& runtime, const TransferBatch& batch,
+                        CopyDirection direction);
+
 // Enqueues the copies of one layer of a batch. Keeps its run lists between calls so a step
 // allocates nothing once warm. Not thread-safe: one per pipeline.
 class LayerCopier {
