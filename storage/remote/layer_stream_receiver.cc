@@ -61,9 +61,14 @@ struct StreamChunk {
   std::vector<std::span<std::byte>> local;  // the reservation's pages
   int32_t code = 0;                         // not 0: declined or failed
   uint32_t reads_in_flight = 0;
-  std::vector<bool> landed;  // by layer
-  uint32_t digested = 0;     // layers [0, digested) are in `checksum`
+  bool digest_queued = false;  // a Digest of it is queued or running
+  std::vector<bool> landed;    // by layer
+  uint32_t digested = 0;       // layers [0, digested) are in `checksum`
+  // Touched by the Digest in progress alone, outside the lock; by Settle once none is queued.
   std::unique_ptr<ChecksumStream> checksum;
+
+  // Whether anything still reads or writes its pages: its reservation stays until not.
+  bool busy() const { return reads_in_flight > 0 || digest_queued; }
 };
 
 struct LayerStreamReceiver::Stream {
@@ -74,14 +79,16 @@ struct LayerStreamReceiver::Stream {
   std::vector<StreamChunk> chunks;
   uint32_t layers_issued = 0;  // reads started for layers [0, layers_issued)
   uint32_t reads_in_flight = 0;
+  uint32_t digests_queued = 0;
   std::optional<std::vector<uint64_t>> checksums;  // the Commit, once it came
   Transport::Reply commit_reply;
   std::optional<absl::Status> ending;  // aborted, expired or cut: why
   bool settled = false;
 };
 
-LayerStreamReceiver::LayerStreamReceiver(HostTier& host, LayerStreamReceiverOptions options)
-    : host_(host), options_(options) {
+LayerStreamReceiver::LayerStreamReceiver(HostTier& host, internal::Landing& landing,
+                                         LayerStreamReceiverOptions options)
+    : host_(host), landing_(landing), options_(options) {
   expirer_ = std::jthread([this](std::stop_token stop) { ExpireLoop(stop); });
 }
 
@@ -132,7 +139,7 @@ void LayerStreamReceiver::Handle(PeerId peer, uint8_t type, std::string_view req
 absl::StatusOr<std::string> LayerStreamReceiver::Open(PeerId peer, std::string_view request) {
   absl::StatusOr<StreamOpen> open = DecodeStreamOpen(request);
   if (!open.ok()) return open.status();
-  if (transport_.load(std::memory_order_acquire) == nullptr) {
+  if (landing_.transport() == nullptr) {
     return absl::UnavailableError("remote: not taking streams yet");
   }
   auto stream = std::make_shared<Stream>();
@@ -297,32 +304,36 @@ void LayerStreamReceiver::ReadLayers(const std::shared_ptr<Stream>& stream, uint
             : absl::StatusOr<std::vector<Segment>>(absl::DataLossError("pieces end early"));
     if (!segments.ok()) {
       chunk.code = CodeOf(segments.status().code());
-      if (chunk.reads_in_flight == 0) chunk.reservation.reset();
+      if (!chunk.busy()) chunk.reservation.reset();
       continue;
     }
+    uint64_t bytes = 0;
+    for (const Segment& segment : *segments) bytes += segment.local.size();
     ++chunk.reads_in_flight;
     ++stream->reads_in_flight;
     reads.push_back({.stream = stream,
                      .chunk = i,
                      .from_layer = from_layer,
                      .to_layer = to_layer,
+                     .bytes = bytes,
                      .segments = *std::move(segments)});
   }
 }
 
 void LayerStreamReceiver::StartReads(std::vector<PendingRead> reads) {
-  Transport* transport = transport_.load(std::memory_order_acquire);
   for (PendingRead& read : reads) {
     const PeerId peer = read.stream->name.first;
     const Clock::time_point deadline = read.stream->deadline;
+    std::vector<Segment> segments = std::move(read.segments);
     auto shared = std::make_shared<PendingRead>(std::move(read));
-    transport->Read(peer, shared->segments, deadline,
-                    [this, shared](absl::Status status) { ReadDone(*shared, std::move(status)); });
+    landing_.Read(peer, std::move(segments), deadline,
+                  [this, shared](absl::Status status) { ReadDone(*shared, std::move(status)); });
   }
 }
 
 void LayerStreamReceiver::ReadDone(const PendingRead& read, absl::Status status) {
   std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  bool digest = false;
   {
     absl::MutexLock lock(&mu_);
     Stream& stream = *read.stream;
@@ -332,29 +343,61 @@ void LayerStreamReceiver::ReadDone(const PendingRead& read, absl::Status status)
     if (!status.ok()) {
       if (chunk.code == 0) chunk.code = CodeOf(status.code());
     } else if (chunk.code == 0) {
-      uint64_t bytes = 0;
-      for (const Segment& segment : read.segments) bytes += segment.local.size();
-      stats_.bytes_received += bytes;
+      stats_.bytes_received += read.bytes;
       for (uint32_t l = read.from_layer; l < read.to_layer; ++l) chunk.landed[l] = true;
-      const uint64_t layer_bytes = stream.layout.layer_bytes(chunk.num_tokens);
-      while (chunk.digested < stream.layout.num_layers && chunk.landed[chunk.digested]) {
-        auto layer = Slice(std::span<const std::span<std::byte>>(chunk.local),
-                           layer_bytes * chunk.digested, layer_bytes);
-        for (std::span<std::byte> piece : *layer) chunk.checksum->Update(piece);
-        ++chunk.digested;
+      if (!chunk.digest_queued && !stream.ending.has_value() &&
+          chunk.digested < stream.layout.num_layers && chunk.landed[chunk.digested]) {
+        chunk.digest_queued = true;
+        ++stream.digests_queued;
+        digest = true;
       }
     }
-    if ((chunk.code != 0 || stream.ending.has_value()) && chunk.reads_in_flight == 0) {
+    if ((chunk.code != 0 || stream.ending.has_value()) && !chunk.busy()) {
       chunk.reservation.reset();
     }
-    answer = Settle(read.stream);
+    if (!digest) answer = Settle(read.stream);
+  }
+  if (digest) {
+    landing_.Run([this, stream = read.stream, chunk = read.chunk] { Digest(stream, chunk); });
+  }
+  if (answer.has_value()) std::move(answer->first)(std::move(answer->second));
+}
+
+void LayerStreamReceiver::Digest(const std::shared_ptr<Stream>& stream, size_t index) {
+  StreamChunk& chunk = stream->chunks[index];
+  const uint32_t num_layers = stream->layout.num_layers;
+  const uint64_t layer_bytes = stream->layout.layer_bytes(chunk.num_tokens);
+  std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
+  {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      const uint32_t from = chunk.digested;
+      uint32_t to = from;
+      while (to < num_layers && chunk.landed[to]) ++to;
+      if (to == from || chunk.code != 0 || stream->ending.has_value()) break;
+      // Landed layers are read no more and stay reserved while digest_queued: no lock needed.
+      mu_.Unlock();
+      auto layers = Slice(std::span<const std::span<std::byte>>(chunk.local), layer_bytes * from,
+                          layer_bytes * (to - from));
+      for (std::span<std::byte> piece : *layers) chunk.checksum->Update(piece);
+      mu_.Lock();
+      chunk.digested = to;
+    }
+    chunk.digest_queued = false;
+    --stream->digests_queued;
+    if ((chunk.code != 0 || stream->ending.has_value()) && !chunk.busy()) {
+      chunk.reservation.reset();
+    }
+    answer = Settle(stream);
   }
   if (answer.has_value()) std::move(answer->first)(std::move(answer->second));
 }
 
 std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStreamReceiver::Settle(
     std::shared_ptr<Stream> stream) {
-  if (stream->settled || stream->reads_in_flight > 0) return std::nullopt;
+  if (stream->settled || stream->reads_in_flight > 0 || stream->digests_queued > 0) {
+    return std::nullopt;
+  }
   if (stream->ending.has_value()) {
     stream->settled = true;
     Erase(*stream);
@@ -368,7 +411,8 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
     StreamChunk& chunk = stream->chunks[i];
     if (chunk.reservation.has_value() && chunk.code == 0) {
       absl::Status stored;
-      if (chunk.checksum->Digest() != (*stream->checksums)[i]) {
+      if (chunk.digested != stream->layout.num_layers ||
+          chunk.checksum->Digest() != (*stream->checksums)[i]) {
         stored = absl::DataLossError("remote: a streamed chunk failed its checksum");
         chunk.reservation.reset();
       } else {
@@ -398,8 +442,9 @@ std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> LayerStr
   for (StreamChunk& chunk : stream->chunks) {
     if (chunk.landed.empty()) continue;  // never reserved
     ++stats_.chunks_failed;
-    // A reservation with reads in flight is aborted once they are done (ReadDone).
-    if (chunk.reads_in_flight == 0) chunk.reservation.reset();
+    // A reservation with reads or a digest in flight is aborted once they are done (ReadDone,
+    // Digest).
+    if (!chunk.busy()) chunk.reservation.reset();
   }
   std::optional<std::pair<Transport::Reply, absl::StatusOr<std::string>>> answer;
   if (stream->checksums.has_value() && stream->commit_reply) {

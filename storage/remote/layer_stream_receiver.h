@@ -6,9 +6,9 @@
 //   Open   -> one host-tier reservation per chunk (a chunk held already, or being written by
 //             someone else, is declined: kAlreadyExists / kAborted), answered per chunk.
 //   Layers -> reads layers [done, layers_ready) of every reserved chunk from the pusher's pages
-//             straight into the reservation (one Transport::Read per chunk), and digests each
-//             layer, in layer order, as soon as it has landed: the checksum costs nothing at the
-//             end.
+//             straight into the reservation (one Transport::Read per chunk, its pages faulted in
+//             first), and digests each layer, in layer order, as soon as it has landed: the
+//             checksum costs nothing at the end.
 //   Commit -> reads the layers still missing, then checks each chunk's digest against the
 //             checksum the pusher gives and commits it (soft-pinned for the Open's hold_ms,
 //             capped by max_hold), answering per chunk: OK, kDataLoss (the bytes read differ from
@@ -21,15 +21,16 @@
 // stream of a peer whose link goes down (PeerDown). A reservation is aborted only once no read
 // into it is in flight, so no late byte lands in pages given back.
 //
-// Threading: Handle and PeerDown run on the transport's thread, reads complete there; a thread of
-// the receiver's own ends expired streams and wakes waiters past their budget. Thread-safe; replies
-// are sent outside the lock. Lifetime: the host tier must outlive the receiver; Attach the
-// transport before the first Open (opens are refused kUnavailable before). The transport must be
-// destroyed before the receiver (its reads call back into it until then); the destructor aborts
-// what is left.
+// Threading: Handle and PeerDown run on the transport's thread, reads complete there. The reads
+// start, and the layers are digested, on the landing thread (internal/landing.h: it faults the
+// pages in before a read starts), so the transport's thread only does the bookkeeping and keeps
+// answering the links' health checks. A thread of the receiver's own ends expired streams and
+// wakes waiters past their budget. Thread-safe; replies are sent outside the lock. Lifetime: the
+// host tier and the landing must outlive the receiver; opens are refused kUnavailable while the
+// landing has no transport. The transport must be destroyed before the receiver (its reads call
+// back into it until then); the destructor aborts what is left.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/host/host_tier.h"
+#include "storage/remote/internal/landing.h"
 #include "storage/remote/remote_messages.h"
 #include "storage/remote/transport.h"
 
@@ -69,13 +71,12 @@ struct LayerStreamStats {
 
 class LayerStreamReceiver {
  public:
-  LayerStreamReceiver(HostTier& host, LayerStreamReceiverOptions options);
+  LayerStreamReceiver(HostTier& host, internal::Landing& landing,
+                      LayerStreamReceiverOptions options);
   ~LayerStreamReceiver();
 
   LayerStreamReceiver(const LayerStreamReceiver&) = delete;
   LayerStreamReceiver& operator=(const LayerStreamReceiver&) = delete;
-
-  void Attach(Transport* transport) { transport_.store(transport, std::memory_order_release); }
 
   // Whether `type` is one of the stream messages Handle answers.
   static bool Handles(uint8_t type);
@@ -104,6 +105,7 @@ class LayerStreamReceiver {
     size_t chunk = 0;
     uint32_t from_layer = 0;
     uint32_t to_layer = 0;
+    uint64_t bytes = 0;
     std::vector<Segment> segments;
   };
 
@@ -119,6 +121,9 @@ class LayerStreamReceiver {
                   std::vector<PendingRead>& reads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartReads(std::vector<PendingRead> reads);
   void ReadDone(const PendingRead& read, absl::Status status);
+  // Digests the chunk's layers that have landed, in order, with no lock held while it reads them;
+  // on the landing thread, queued by ReadDone (one at a time per chunk).
+  void Digest(const std::shared_ptr<Stream>& stream, size_t chunk);
   // Commits the stream once its Commit has come and its reads are done, or lets it go once it is
   // ending and its reads are done; the reply to send, if any. Both take the stream by value: it
   // must outlive its erasure from streams_ within the call.
@@ -141,8 +146,8 @@ class LayerStreamReceiver {
   };
 
   HostTier& host_;
+  internal::Landing& landing_;
   const LayerStreamReceiverOptions options_;
-  std::atomic<Transport*> transport_{nullptr};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<StreamName, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);

@@ -66,9 +66,11 @@ void RemoteNode::Stop() {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   stopped_ = true;
-  // The PeerSet stops dialling, the transport closes every link (its handlers call into the
-  // PeerSet and the server until it is gone), then they go.
+  // The PeerSet stops dialling, the server starts the reads it has queued and takes no more, the
+  // transport closes every link (its handlers call into the PeerSet and the server until it is
+  // gone), then they go.
   peers_->Stop();
+  server_->Detach();
   transport_.reset();
 }
 
@@ -156,6 +158,11 @@ absl::StatusOr<uint64_t> RemoteNode::OpenStream(std::string_view target, const K
     return absl::FailedPreconditionError(
         fmt::format("remote: no peer named '{}' is up to stream to", target));
   }
+  std::vector<RemoteRange> pages;
+  for (const PushedChunk& chunk : chunks) {
+    pages.insert(pages.end(), chunk.ranges.begin(), chunk.ranges.end());
+  }
+  server_->PrefaultInBackground(std::move(pages));
   return streams_->Open(*peer, layout, std::move(chunks), hold);
 }
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/page_prefault.h"
 #include "fmt/format.h"
 #include "storage/host/payload_view.h"
 #include "storage/remote/internal/piece_pairing.h"
@@ -27,7 +28,7 @@ RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions opt
 }
 
 RemoteServer::RemoteServer(HostTier& host, RemoteServerOptions options)
-    : host_(host), options_(options), streams_(host, options.streams) {}
+    : host_(host), options_(options), streams_(host, landing_, options.streams) {}
 
 void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply reply) {
   absl::StatusOr<uint8_t> type = MessageType(request);
@@ -105,7 +106,7 @@ void RemoteServer::Lease(std::string_view request, Transport::Reply reply) {
       if (!host_.Contains(key) && options_.describe_below(key).has_value()) below.push_back(key);
     }
   }
-  if (below.empty()) return Answer(LeaseHeld(*lease_request), std::move(reply));
+  if (below.empty()) return AnswerLease(*lease_request, std::move(reply));
   // The promotion's callback owns the request and the reply; when the store refuses (stopping),
   // they come back here through `slot`.
   auto slot = std::make_shared<std::optional<std::pair<LeaseRequest, Transport::Reply>>>(
@@ -117,16 +118,38 @@ void RemoteServer::Lease(std::string_view request, Transport::Reply reply) {
       absl::MutexLock lock(&mu_);
       ++stats_.leases_promoted;
     }
-    Answer(LeaseHeld(leasing), std::move(answer_to));
+    AnswerLease(leasing, std::move(answer_to));
   });
   if (!accepted && slot->has_value()) {
     auto [leasing, answer_to] = std::move(**slot);
     slot->reset();
-    Answer(LeaseHeld(leasing), std::move(answer_to));
+    AnswerLease(leasing, std::move(answer_to));
   }
 }
 
-absl::StatusOr<std::string> RemoteServer::LeaseHeld(const LeaseRequest& lease_request) {
+void RemoteServer::AnswerLease(const LeaseRequest& request, Transport::Reply reply) {
+  absl::StatusOr<LeaseReply> leased = LeaseHeld(request);
+  if (!leased.ok()) return Answer(leased.status(), std::move(reply));
+  // The peer reads these pages next, through the transport's thread: they are faulted into this
+  // process first, off that thread (the engine that wrote them mapped them, this process may not
+  // have yet).
+  landing_.Run([this, leased = *std::move(leased), reply = std::move(reply)]() mutable {
+    for (const LeasedChunk& chunk : leased.chunks) PrefaultServed(chunk.ranges);
+    Answer(EncodeLeaseReply(leased), std::move(reply));
+  });
+}
+
+void RemoteServer::PrefaultServed(std::span<const RemoteRange> ranges) const {
+  for (const RemoteRange& range : ranges) {
+    PrefaultForRead(std::span<const std::byte>(host_.arena_base() + range.offset, range.length));
+  }
+}
+
+void RemoteServer::PrefaultInBackground(std::vector<RemoteRange> ranges) {
+  landing_.Run([this, ranges = std::move(ranges)] { PrefaultServed(ranges); });
+}
+
+absl::StatusOr<LeaseReply> RemoteServer::LeaseHeld(const LeaseRequest& lease_request) {
   // A longer lease than this node grants is cut short, not refused: a requester whose reads
   // outlast it finds the lease expired at its release and fails those chunks.
   const std::chrono::milliseconds duration =
@@ -161,7 +184,7 @@ absl::StatusOr<std::string> RemoteServer::LeaseHeld(const LeaseRequest& lease_re
   reply.lease_id = next_lease_id_++;
   stats_.chunks_leased += set.leases.size();
   lease_sets_.emplace(reply.lease_id, std::move(set));
-  return EncodeLeaseReply(reply);
+  return reply;
 }
 
 absl::StatusOr<std::string> RemoteServer::Release(std::string_view request) {
@@ -180,10 +203,8 @@ absl::StatusOr<std::string> RemoteServer::Release(std::string_view request) {
   return std::string();  // the leases go as `released` does, outside the lock
 }
 
-namespace {
-
 // A Push being read: one reservation per chunk read, answered when the last read is done.
-struct PushRound {
+struct RemoteServer::PushRound {
   absl::Mutex mu;
   std::vector<int32_t> codes;
   std::vector<std::optional<WriteReservation>> reservations;
@@ -192,14 +213,15 @@ struct PushRound {
   Transport::Reply reply;
 };
 
+namespace {
+
 int32_t CodeOf(const absl::Status& status) { return static_cast<int32_t>(status.code()); }
 
 }  // namespace
 
 void RemoteServer::Push(PeerId peer, std::string_view request, Transport::Reply reply) {
   absl::StatusOr<PushRequest> push = DecodePush(request);
-  Transport* transport = transport_.load(std::memory_order_acquire);
-  if (!push.ok() || transport == nullptr) {
+  if (!push.ok() || landing_.transport() == nullptr) {
     {
       absl::MutexLock lock(&mu_);
       ++stats_.refused;
@@ -242,36 +264,41 @@ void RemoteServer::Push(PeerId peer, std::string_view request, Transport::Reply 
   const Deadline deadline = Clock::now() + options_.push_timeout;
   for (size_t i = 0; i < count; ++i) {
     if (!round->reservations[i].has_value()) continue;
-    transport->Read(peer, reads[i], deadline, [this, round, i](absl::Status read) {
-      WriteReservation reservation = *std::move(round->reservations[i]);
-      absl::Status stored = read;
-      if (stored.ok() &&
-          ChecksumRanges(host_.arena_base(), reservation.ranges()) != round->checksums[i]) {
-        stored = absl::DataLossError("remote: a pushed chunk failed its checksum");
-      }
-      if (stored.ok()) {
-        stored = host_.Commit(std::move(reservation), round->checksums[i]);
-      } else {
-        host_.Abort(std::move(reservation));
-      }
-      Transport::Reply reply;
-      std::vector<int32_t> codes;
-      {
-        absl::MutexLock lock(&round->mu);
-        round->codes[i] = CodeOf(stored);
-        if (--round->reading > 0) return;
-        reply = std::move(round->reply);
-        codes = round->codes;
-      }
-      uint64_t received = 0;
-      for (int32_t code : codes) received += code == 0 ? 1 : 0;
-      {
-        absl::MutexLock lock(&mu_);
-        stats_.chunks_received += received;
-      }
-      std::move(reply)(EncodePushReply({.codes = std::move(codes)}));
+    landing_.Read(peer, std::move(reads[i]), deadline, [this, round, i](absl::Status read) {
+      // The check reads the whole chunk: not on the transport's thread.
+      landing_.Run([this, round, i, read = std::move(read)] { Land(*round, i, read); });
     });
   }
+}
+
+void RemoteServer::Land(PushRound& round, size_t i, absl::Status read) {
+  WriteReservation reservation = *std::move(round.reservations[i]);
+  absl::Status stored = read;
+  if (stored.ok() &&
+      ChecksumRanges(host_.arena_base(), reservation.ranges()) != round.checksums[i]) {
+    stored = absl::DataLossError("remote: a pushed chunk failed its checksum");
+  }
+  if (stored.ok()) {
+    stored = host_.Commit(std::move(reservation), round.checksums[i]);
+  } else {
+    host_.Abort(std::move(reservation));
+  }
+  Transport::Reply reply;
+  std::vector<int32_t> codes;
+  {
+    absl::MutexLock lock(&round.mu);
+    round.codes[i] = CodeOf(stored);
+    if (--round.reading > 0) return;
+    reply = std::move(round.reply);
+    codes = round.codes;
+  }
+  uint64_t received = 0;
+  for (int32_t code : codes) received += code == 0 ? 1 : 0;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.chunks_received += received;
+  }
+  std::move(reply)(EncodePushReply({.codes = std::move(codes)}));
 }
 
 void RemoteServer::SweepExpired() {

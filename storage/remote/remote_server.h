@@ -17,16 +17,19 @@
 // beyond that a Lease is answered kResourceExhausted.
 //
 // Threading: Handle runs on the transport's thread; it takes the host tier's locks briefly and
-// never waits for I/O (a Push's reads complete on that thread later). Thread-safe. The host tier
-// must outlive the server; Attach gives it the transport it reads pushed chunks through (pushes
-// are refused kUnavailable before).
+// never waits for I/O. A Push's reads start, and what they bring is checked and committed, on the
+// server's landing thread (internal/landing.h), which faults the pages in first; a Lease is
+// answered from that thread too, once the leased pages are faulted into this process (the peer's
+// reads of them are served by the transport's thread, which must not fault). Thread-safe. The
+// host tier must outlive the server; Attach gives it the transport it reads pushed chunks through
+// (pushes are refused kUnavailable before); Detach before that transport is destroyed.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/host/host_tier.h"
+#include "storage/remote/internal/landing.h"
 #include "storage/remote/layer_stream_receiver.h"
 #include "storage/remote/remote_messages.h"
 #include "storage/remote/transport.h"
@@ -74,11 +78,15 @@ RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions opt
 class RemoteServer {
  public:
   RemoteServer(HostTier& host, RemoteServerOptions options);
+  // Detaches, so that no landing work outlives the server.
+  ~RemoteServer() { Detach(); }
+  RemoteServer(const RemoteServer&) = delete;
+  RemoteServer& operator=(const RemoteServer&) = delete;
 
-  void Attach(Transport* transport) {
-    transport_.store(transport, std::memory_order_release);
-    streams_.Attach(transport);
-  }
+  // The transport pushed and streamed chunks are read through (they are refused kUnavailable
+  // before). Detach before the transport goes: the reads queued start, and later ones fail.
+  void Attach(Transport* transport) { landing_.Attach(transport); }
+  void Detach() { landing_.Detach(); }
 
   // For PeerSetOptions::on_call: answers one remote-tier message.
   void Handle(PeerId peer, std::string request, Transport::Reply reply);
@@ -89,6 +97,11 @@ class RemoteServer {
                      absl::AnyInvocable<void() &&> done) {
     return streams_.AwaitIncoming(std::move(keys), budget, std::move(done));
   }
+
+  // Faults the pages under `ranges` (of this node's arena) into this process on the landing thread,
+  // ahead of a peer's reads of them (the chunks of a stream this node pushes), so that the
+  // transport's thread that serves those reads finds them in.
+  void PrefaultInBackground(std::vector<RemoteRange> ranges);
 
   RemoteServerStats Stats() const;
   LayerStreamStats StreamStats() const { return streams_.Stats(); }
@@ -102,17 +115,27 @@ class RemoteServer {
   absl::StatusOr<std::string> Query(std::string_view request);
   // Answers through `reply`: at once, or once the chunks held only below the host tier are up.
   void Lease(std::string_view request, Transport::Reply reply);
-  absl::StatusOr<std::string> LeaseHeld(const LeaseRequest& request);
+  absl::StatusOr<LeaseReply> LeaseHeld(const LeaseRequest& request);
+  // Leases what the host tier holds and answers, from the landing thread once the leased pages
+  // are faulted in.
+  void AnswerLease(const LeaseRequest& request, Transport::Reply reply);
+  void PrefaultServed(std::span<const RemoteRange> ranges) const;
   absl::StatusOr<std::string> Release(std::string_view request);
+  struct PushRound;
   // Answers through `reply` once every pushed chunk is committed or failed.
   void Push(PeerId peer, std::string_view request, Transport::Reply reply);
+  // Checks and commits (or aborts) chunk `i` of `round` once its read completed with `read`; the
+  // last one answers the round. On the landing thread.
+  void Land(PushRound& round, size_t i, absl::Status read);
   void SweepExpired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `answer` through `reply`, counting a refusal.
   void Answer(absl::StatusOr<std::string> answer, Transport::Reply reply);
 
   HostTier& host_;
   const RemoteServerOptions options_;
-  std::atomic<Transport*> transport_{nullptr};
+  // Faults in the pages pushed and streamed chunks land in, starts their reads and checks them,
+  // off the transport's thread. Before streams_, which uses it.
+  internal::Landing landing_;
   LayerStreamReceiver streams_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LeaseSet> lease_sets_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/synchronization/notification.h"
+#include "core/page_prefault.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -212,6 +213,8 @@ std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const Chu
       continue;
     }
     ++reading;
+    // Faulted in here, not by the transport's thread as the bytes land: it keeps answering.
+    for (std::span<std::byte> part : destinations[indices[j]]) PrefaultForWrite(part);
     transport_->Read(peer, *segments, deadline, [&results, &arrivals, j](absl::Status status) {
       absl::MutexLock lock(&arrivals.mu);
       results[j] = std::move(status);

@@ -113,6 +113,7 @@ class TestDaemon {
   ~TestDaemon() {
     store_->Stop();
     peers_->Stop();
+    server_->Detach();
     faults_.reset();
     transport_.reset();
     peers_.reset();
