@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
 #include <mutex>
@@ -220,6 +221,9 @@ class UcxTransport::Impl {
     std::string reply_bytes;
     std::multimap<Deadline, RequestId>::iterator deadline;
     bool has_deadline = false;
+    // Active-message reads: bytes of its segments asked for and not yet received (in the link's
+    // window).
+    uint64_t window_bytes = 0;
   };
 
   // A link to one peer (progress thread only).
@@ -233,6 +237,10 @@ class UcxTransport::Impl {
     std::shared_ptr<ConnectWait> waiter;  // outbound links until they are up or fail
     absl::flat_hash_set<RequestId> ops;
     PeerStats stats;
+    // Active-message reads (UcxTransportOptions::read_window_bytes): bytes asked for and not yet
+    // received, and the segments waiting to be asked for, in order.
+    uint64_t read_window_used = 0;
+    std::deque<std::pair<RequestId, uint32_t>> reads_waiting;
   };
 
   // One UCX request's context: what to do when it completes, and what it must keep alive.
@@ -285,6 +293,10 @@ class UcxTransport::Impl {
   void StartOp(RequestId id, Op op, Deadline deadline);
   void StartRma(RequestId id, Op& op, Link& link);
   void StartAmTransfer(RequestId id, Op& op, Link& link);
+  // Asks the peer for the waiting read segments that fit in the link's window.
+  void AskForReads(Link& link);
+  // `bytes` of `op`'s segments asked of `peer` are received or given up: out of the window.
+  void ReturnReadWindow(PeerId peer, Op& op, uint64_t bytes);
   void SegmentDone(RequestId id, uint32_t segment);
   void Fail(RequestId id, absl::Status status);
   void MaybeFinish(RequestId id);
@@ -636,6 +648,7 @@ void UcxTransport::Impl::LinkDown(PeerId id, const absl::Status& why, bool forge
   Link& link = it->second;
   const bool was_up = link.up;
   if (link.ep != nullptr) {
+    link.reads_waiting.clear();  // their ops fail below
     std::vector<RequestId> ops(link.ops.begin(), link.ops.end());
     for (RequestId op : ops) Fail(op, why);
     if (link.waiter) link.waiter->Finish(why);
@@ -920,28 +933,58 @@ void UcxTransport::Impl::StartRma(RequestId id, Op& op, Link& link) {
 }
 
 void UcxTransport::Impl::StartAmTransfer(RequestId id, Op& op, Link& link) {
-  const bool write = op.kind == OpKind::kWrite;
+  if (op.kind == OpKind::kRead) {
+    // Asked for through the link's window.
+    for (uint32_t i = 0; i < op.segments.size(); ++i) link.reads_waiting.emplace_back(id, i);
+    AskForReads(link);
+    return;
+  }
   for (uint32_t i = 0; i < op.segments.size(); ++i) {
     const Segment segment = op.segments[i];
-    SegmentHeader header{.request_id = id,
-                         .remote_offset = segment.remote_offset,
-                         .length = segment.local.size(),
-                         .segment = i};
-    auto on_sent = [this, id, write](ucs_status_t status) {
-      if (status != UCS_OK) {
-        Fail(id, UcsError(status, write ? "ucx transport: send segment"
-                                        : "ucx transport: send read request"));
-      }
-    };
-    if (write) {
-      SendAm(link, internal::kAmWriteData, HeaderBytes::Of(header), segment.local.data(),
-             segment.local.size(), {}, id, std::move(on_sent));
-    } else {
-      SendAm(link, internal::kAmReadRequest, HeaderBytes::Of(header), nullptr, 0, {}, id,
-             std::move(on_sent));
-    }
+    const SegmentHeader header{.request_id = id,
+                               .remote_offset = segment.remote_offset,
+                               .length = segment.local.size(),
+                               .segment = i};
+    SendAm(link, internal::kAmWriteData, HeaderBytes::Of(header), segment.local.data(),
+           segment.local.size(), {}, id, [this, id](ucs_status_t status) {
+             if (status != UCS_OK) Fail(id, UcsError(status, "ucx transport: send segment"));
+           });
     if (ops_.find(id) == ops_.end() || ops_.at(id).failed) return;
   }
+}
+
+void UcxTransport::Impl::AskForReads(Link& link) {
+  while (!link.reads_waiting.empty()) {
+    const auto [id, i] = link.reads_waiting.front();
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second.failed) {  // ended while it waited
+      link.reads_waiting.pop_front();
+      continue;
+    }
+    const uint64_t bytes = it->second.segments[i].local.size();
+    if (link.read_window_used > 0 && link.read_window_used + bytes > options_.read_window_bytes) {
+      return;
+    }
+    link.reads_waiting.pop_front();
+    link.read_window_used += bytes;
+    it->second.window_bytes += bytes;
+    const SegmentHeader header{.request_id = id,
+                               .remote_offset = it->second.segments[i].remote_offset,
+                               .length = bytes,
+                               .segment = i};
+    SendAm(link, internal::kAmReadRequest, HeaderBytes::Of(header), nullptr, 0, {}, id,
+           [this, id](ucs_status_t status) {
+             if (status != UCS_OK) Fail(id, UcsError(status, "ucx transport: send read request"));
+           });
+  }
+}
+
+void UcxTransport::Impl::ReturnReadWindow(PeerId peer, Op& op, uint64_t bytes) {
+  op.window_bytes -= bytes;
+  Link* link = FindLink(peer);
+  if (link == nullptr) return;
+  link->read_window_used -= bytes;
+  AskForReads(*link);
 }
 
 void UcxTransport::Impl::SegmentDone(RequestId id, uint32_t segment) {
@@ -951,6 +994,9 @@ void UcxTransport::Impl::SegmentDone(RequestId id, uint32_t segment) {
   if (segment >= op.segment_done.size() || op.segment_done[segment]) return;
   op.segment_done[segment] = true;
   --op.segments_left;
+  if (op.kind == OpKind::kRead && op.path == DataPath::kActiveMessages) {
+    ReturnReadWindow(op.peer, op, op.segments[segment].local.size());
+  }
   Link* link = FindLink(op.peer);
   if (link != nullptr) {
     const uint64_t bytes = op.segments[segment].local.size();
@@ -978,6 +1024,8 @@ void UcxTransport::Impl::MaybeFinish(RequestId id) {
   if (op.has_deadline) deadlines_.erase(op.deadline);
   Op finished = std::move(op);
   ops_.erase(it);
+  // A failed read's segments still asked for leave the window (a late answer is dropped).
+  if (finished.window_bytes > 0) ReturnReadWindow(finished.peer, finished, finished.window_bytes);
   if (auto link = links_.find(finished.peer); link != links_.end()) {
     link->second.ops.erase(id);
     if (finished.failed) {

@@ -40,6 +40,12 @@ struct UcxTransportOptions {
   // UCX's default.
   std::string net_devices;
   Transport::Handlers handlers;
+  // Active-message reads: most bytes asked of one peer and not yet received. Segments past it
+  // wait here, in order, and are asked for as earlier ones land. The peer sends what it is asked
+  // for on the link's one connection, so without a window a large read queued gigabytes ahead of
+  // every later message on it, health-check answers included, and links were dropped for missed
+  // pings in the middle of a transfer. A segment larger than the window goes alone.
+  uint64_t read_window_bytes = 32ull << 20;
   // Names the UCP context and worker in UCX's logs.
   std::string name = "strata";
 };

@@ -93,9 +93,11 @@ class UcxTransportTest : public testing::TestWithParam<LinkConfig> {
     return options;
   }
 
-  void Start(Node& node, bool listen, Transport::Handlers handlers = {}) {
+  void Start(Node& node, bool listen, Transport::Handlers handlers = {},
+             uint64_t read_window_bytes = 0) {
     UcxTransportOptions options = Options(node, listen);
     options.handlers = std::move(handlers);
+    if (read_window_bytes != 0) options.read_window_bytes = read_window_bytes;
     auto created = UcxTransport::Create(std::move(options));
     ASSERT_TRUE(created.ok()) << created.status();
     node.transport = std::move(*created);
@@ -154,6 +156,54 @@ TEST_P(UcxTransportTest, ReadsAndWritesLandByteExact) {
   if (GetParam().data_path != DataPath::kAuto) {
     EXPECT_EQ(peers[0].data_path, GetParam().data_path);
   }
+}
+
+TEST_P(UcxTransportTest, ReadsPastTheReadWindowLandWhileCallsGoBetweenThem) {
+  Node server;
+  Node client;
+  Start(server, /*listen=*/true,
+        {.on_call = [](PeerId, std::string request, Transport::Reply reply) {
+          std::move(reply)("echo " + request);
+        }});
+  // A window of 1 MiB: four reads of 4.5 MiB each wait for it, one of them with a segment
+  // larger than the window (which goes alone).
+  Start(client, /*listen=*/false, {}, /*read_window_bytes=*/1u << 20);
+  const PeerId peer = Dial(client, server);
+  ASSERT_NE(peer, 0u);
+  Fill(server.region, 21);
+  std::vector<std::vector<Segment>> reads(4);
+  for (size_t r = 0; r < reads.size(); ++r) {
+    const uint64_t base = r * (4u << 20);
+    if (r == 3) {
+      reads[r].push_back(
+          {.remote_offset = 1000, .local = std::span(client.region).subspan(base, 3u << 20)});
+      continue;
+    }
+    for (uint64_t at = 0; at < (3u << 20); at += 512u << 10) {
+      reads[r].push_back({.remote_offset = base + at + 5,
+                          .local = std::span(client.region).subspan(base + at, 512u << 10)});
+    }
+  }
+  std::vector<Outcome> outcomes(reads.size());
+  for (size_t r = 0; r < reads.size(); ++r) {
+    client.transport->Read(peer, reads[r], In(20s), outcomes[r].Completion());
+  }
+  Outcome call;
+  client.transport->Call(peer, "ping", In(10s), call.Reply());
+  ASSERT_TRUE(call.Wait().ok()) << call.status;
+  EXPECT_EQ(call.reply, "echo ping");
+  for (size_t r = 0; r < reads.size(); ++r) {
+    ASSERT_TRUE(outcomes[r].Wait().ok()) << "read " << r << ": " << outcomes[r].status;
+    for (const Segment& segment : reads[r]) {
+      EXPECT_EQ(0, std::memcmp(segment.local.data(), server.region.data() + segment.remote_offset,
+                               segment.local.size()))
+          << "read " << r;
+    }
+  }
+  // Nothing is left in the window: one more read goes at once.
+  Outcome again;
+  client.transport->Read(peer, reads[0], In(10s), again.Completion());
+  EXPECT_TRUE(again.Wait().ok()) << again.status;
 }
 
 TEST_P(UcxTransportTest, CallsAreAnsweredSyncAsyncAndWithErrors) {
