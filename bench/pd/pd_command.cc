@@ -81,7 +81,9 @@ absl::StatusOr<std::unique_ptr<test_support::DaemonProcess>> StartDaemon(
                        "node_id = \"{}\"\ntransports = \"{}\"\nnet_devices = \"{}\"\npeers = [{}]\n"
                        "fetch_timeout_ms = 60000\n",
                        token_file, node_id, o.transports, o.net_devices,
-                       dial.empty() ? "" : fmt::format("\"{}\"", dial))});
+                       dial.empty() ? "" : fmt::format("\"{}\"", dial)),
+       // Gigabytes of arena allocated up front take this box a while.
+       .start_timeout = std::chrono::seconds(o.prefault ? 300 : 10)});
 }
 
 // The address the daemon's log says its peers reach it on; "" when it does not say.

@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
 
   // The daemon logs "control on 127.0.0.1:PORT" once it serves.
   const std::regex serving(R"(control on 127\.0\.0\.1:(\d+))");
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  const auto deadline = Clock::now() + options.start_timeout;
   while (Clock::now() < deadline) {
     std::smatch match;
     const std::string log = daemon->Log();
@@ -92,8 +92,8 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
-  return absl::UnavailableError(
-      fmt::format("stratad did not serve within 10 s:\n{}", daemon->Log()));
+  return absl::UnavailableError(fmt::format("stratad did not serve within {} s:\n{}",
+                                            options.start_timeout.count(), daemon->Log()));
 }
 
 DaemonProcess::~DaemonProcess() {

@@ -32,6 +32,8 @@ struct DaemonProcessOptions {
   // A network namespace made with `ip netns add` (its name) to run the daemon in; empty: the
   // test's own. The control stub then dials the daemon's Unix control socket.
   std::string network_namespace;
+  // How long Start waits for it to serve (a prefaulted arena of gigabytes takes a while).
+  std::chrono::seconds start_timeout{10};
 };
 
 struct ExitInfo {
