@@ -14,6 +14,7 @@
 
 #include "connector/src/log.h"
 #include "core/frame_io.h"
+#include "core/page_prefault.h"
 #include "core/status_macros.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
@@ -46,7 +47,39 @@ ArenaMapping::ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t genera
       size_bytes_(size_bytes),
       generation_(generation),
       hooks_(std::move(hooks)),
-      registered_(registered) {}
+      registered_(registered),
+      prefaulted_(
+          std::make_unique<std::atomic<uint64_t>[]>((size_bytes / kPrefaultGranule + 63) / 64)) {}
+
+void ArenaMapping::Prefault(const ArenaExtent& extent, bool for_write) const {
+  if (extent.length == 0 || !Contains(extent.offset, extent.length)) return;
+  // Only granules the extent covers whole are remembered; its partial ends are faulted in each
+  // time (the next extent may lie in the rest of the granule, unfaulted).
+  const uint64_t end = extent.offset + extent.length;
+  const uint64_t first_whole = (extent.offset + kPrefaultGranule - 1) / kPrefaultGranule;
+  const uint64_t end_whole = end / kPrefaultGranule;
+  uint64_t from = extent.offset;  // the start of the run still to fault in
+  const auto fault = [&](uint64_t until) {
+    if (until <= from) return;
+    std::byte* at = base_ + from;
+    if (for_write) {
+      PrefaultForWrite(std::span<std::byte>(at, until - from));
+    } else {
+      PrefaultForRead(std::span<const std::byte>(at, until - from));
+    }
+  };
+  for (uint64_t g = first_whole; g < end_whole; ++g) {
+    const uint64_t bit = uint64_t{1} << (g % 64);
+    std::atomic<uint64_t>& word = prefaulted_[g / 64];
+    if ((word.load(std::memory_order_relaxed) & bit) != 0) {
+      fault(g * kPrefaultGranule);  // what comes before this granule
+      from = (g + 1) * kPrefaultGranule;
+      continue;
+    }
+    word.fetch_or(bit, std::memory_order_relaxed);
+  }
+  fault(end);
+}
 
 ArenaMapping::~ArenaMapping() {
   if (registered_ && hooks_.on_unmap) hooks_.on_unmap(base_);

@@ -27,6 +27,7 @@
 // copies in flight keep their memory even when the session drops under them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +90,11 @@ class ArenaMapping {
   // Whether on_map registered it (a device runtime with host_registration page-locks it: every
   // page is in).
   bool registered() const { return registered_; }
+  // Faults the pages under `extent` (inside the arena) into this mapping ahead of a copy that will
+  // write or read them (core/page_prefault.h), skipping the 64 KiB granules it faulted in before:
+  // the daemon never gives the arena's pages back, so a granule faulted in stays in (populating
+  // pages that are in already still costs a page-table walk). Thread-safe.
+  void Prefault(const ArenaExtent& extent, bool for_write) const;
 
  private:
   std::byte* const base_;
@@ -96,6 +102,9 @@ class ArenaMapping {
   const uint64_t generation_;
   const ArenaHooks hooks_;
   const bool registered_;
+  // One bit per granule of kPrefaultGranule bytes: set once Prefault faulted all of it in.
+  static constexpr uint64_t kPrefaultGranule = 64 << 10;
+  const std::unique_ptr<std::atomic<uint64_t>[]> prefaulted_;
 };
 
 struct LoadPlacement {

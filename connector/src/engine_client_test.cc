@@ -1,6 +1,7 @@
 #include "connector/src/engine_client.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -120,6 +121,50 @@ class FakePeer {
   std::atomic<int> requests_{0};
   std::jthread thread_;
 };
+
+// Minor page faults this thread has taken (populating pages counts as faulting them).
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt;
+}
+
+TEST(ArenaMappingTest, PrefaultFaultsInTheExtentAndNothingElse) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t size = 4 << 20;
+  const int fd = memfd_create("arena-mapping-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  close(fd);
+  const ArenaMapping arena(static_cast<std::byte*>(base), size, 1, {}, false);
+  const auto resident = [&](uint64_t offset) {
+    unsigned char in = 0;
+    EXPECT_EQ(mincore(static_cast<std::byte*>(base) + offset / page * page, page, &in), 0);
+    return (in & 1) != 0;
+  };
+  // From inside granule 1 (64 KiB) to inside granule 4: granules 2 and 3 are covered whole.
+  const ArenaExtent extent{.offset = (64 << 10) + 3 * page, .length = 3 * (64 << 10)};
+  long before = MinorFaults();
+  arena.Prefault(extent, /*for_write=*/true);
+  const long first = MinorFaults() - before;
+  EXPECT_GE(first, static_cast<long>(extent.length / page));
+  EXPECT_TRUE(resident(extent.offset));
+  EXPECT_TRUE(resident(extent.offset + extent.length - 1));
+  EXPECT_FALSE(resident(extent.offset - page));
+  EXPECT_FALSE(resident(extent.offset + extent.length + page));
+  // Again, for reading, then a copy over it: nothing left to fault.
+  before = MinorFaults();
+  arena.Prefault(extent, /*for_write=*/false);
+  std::memset(static_cast<std::byte*>(base) + extent.offset, 7, extent.length);
+  EXPECT_EQ(MinorFaults() - before, 0);
+  // Outside the arena, or empty: nothing.
+  arena.Prefault({.offset = size - page, .length = 2 * page}, true);
+  arena.Prefault({.offset = 0, .length = 0}, true);
+  EXPECT_FALSE(resident(size - page));
+  EXPECT_FALSE(resident(0));
+}
 
 TEST(EngineClientTest, ConnectsHandshakesAndMapsTheArena) {
   TestDaemon daemon;

@@ -1,7 +1,5 @@
 #include "connector/src/transfer_batch.h"
 
-#include "core/page_prefault.h"
-
 namespace strata::connector::internal {
 
 void AddDigests(TransferBatch& batch) {
@@ -19,12 +17,7 @@ void PrefaultArenaPages(const storage::DeviceRuntime& runtime, const TransferBat
     if (runtime.Capabilities().host_registration && c.arena->registered()) continue;
     for (const ArenaExtent& extent : c.extents) {
       // ValidateChunkCopy checked the extents lie inside the arena.
-      std::byte* at = c.arena->base() + extent.offset;
-      if (direction == CopyDirection::kEngineToArena) {
-        PrefaultForWrite(std::span<std::byte>(at, extent.length));
-      } else {
-        PrefaultForRead(std::span<const std::byte>(at, extent.length));
-      }
+      c.arena->Prefault(extent, direction == CopyDirection::kEngineToArena);
     }
   }
 }

@@ -69,9 +69,9 @@ struct TransferBatch {
 void AddDigests(TransferBatch& batch);
 
 // Faults the arena pages of `batch`'s planned chunks into this process ahead of their copies, for
-// writing (saves) or reading (loads): one system call a chunk instead of a page fault every 4 KiB
-// as the copies walk them (core/page_prefault.h). Nothing to do when `runtime` page-locked the
-// arena at registration (host_registration).
+// writing (saves) or reading (loads): a system call an extent (ArenaMapping::Prefault, once per
+// granule of the mapping's life) instead of a page fault every 4 KiB as the copies walk them.
+// Nothing to do when `runtime` page-locked the arena at registration (host_registration).
 void PrefaultArenaPages(const storage::DeviceRuntime& runtime, const TransferBatch& batch,
                         CopyDirection direction);
 
