@@ -154,11 +154,13 @@ TEST(ArenaMappingTest, PrefaultFaultsInTheExtentAndNothingElse) {
   EXPECT_TRUE(resident(extent.offset + extent.length - 1));
   EXPECT_FALSE(resident(extent.offset - page));
   EXPECT_FALSE(resident(extent.offset + extent.length + page));
-  // Again, for reading, then a copy over it: nothing left to fault.
+  // Again, for reading, then a copy over it: the extent's pages fault no more (one fault each
+  // without the prefault). AddressSanitizer's memset faults in the shadow of the range, an eighth
+  // of its pages: hence the slack.
   before = MinorFaults();
   arena.Prefault(extent, /*for_write=*/false);
   std::memset(static_cast<std::byte*>(base) + extent.offset, 7, extent.length);
-  EXPECT_EQ(MinorFaults() - before, 0);
+  EXPECT_LT(MinorFaults() - before, static_cast<long>(extent.length / page / 4));
   // Outside the arena, or empty: nothing.
   arena.Prefault({.offset = size - page, .length = 2 * page}, true);
   arena.Prefault({.offset = 0, .length = 0}, true);
