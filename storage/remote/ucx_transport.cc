@@ -955,7 +955,9 @@ void UcxTransport::Impl::StartAmTransfer(RequestId id, Op& op, Link& link) {
 
 void UcxTransport::Impl::AskForReads(Link& link) {
   while (!link.reads_waiting.empty()) {
-    const auto [id, i] = link.reads_waiting.front();
+    // Not a structured binding: the lambda below captures the id (clang before 16 refuses that).
+    const RequestId id = link.reads_waiting.front().first;
+    const uint32_t i = link.reads_waiting.front().second;
     auto it = ops_.find(id);
     if (it == ops_.end() || it->second.failed) {  // ended while it waited
       link.reads_waiting.pop_front();
