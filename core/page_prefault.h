@@ -9,7 +9,10 @@
 // left alone. The pages at either end of the range are populated whole. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 
 namespace strata {
@@ -19,5 +22,34 @@ namespace strata {
 void PrefaultForWrite(std::span<std::byte> bytes);
 // Makes the pages under `bytes` present in this process's page tables, for reading.
 void PrefaultForRead(std::span<const std::byte> bytes);
+
+// One mapping whose pages, once faulted in, stay in for as long as it is mapped (nothing gives
+// them back: no MADV_DONTNEED, no hole punched in its file), so that faulting a range in a second
+// time can be skipped. Populating pages that are in already still costs a walk of the page tables
+// (about 0.14 us a 4 KiB page here: ~18 ms for 512 MiB), which a warm transfer pays every time
+// without this. It remembers, a bit for each 64 KiB granule, which granules a call covered whole
+// and faulted in; the partial granules at a range's ends are faulted in each time. A range that
+// is not inside the mapping is faulted in as the free functions above do, and not remembered.
+//
+// Thread-safe (relaxed atomics: two threads may both fault a granule in, which is harmless). It
+// does not own the mapping, which must outlive it.
+class PrefaultedRegion {
+ public:
+  static constexpr uint64_t kGranuleBytes = 64 << 10;
+
+  explicit PrefaultedRegion(std::span<std::byte> mapping);
+  PrefaultedRegion(const PrefaultedRegion&) = delete;
+  PrefaultedRegion& operator=(const PrefaultedRegion&) = delete;
+
+  std::span<std::byte> mapping() const { return mapping_; }
+  void ForWrite(std::span<std::byte> bytes) const;
+  void ForRead(std::span<const std::byte> bytes) const;
+
+ private:
+  void Prefault(const std::byte* data, uint64_t size, bool for_write) const;
+
+  const std::span<std::byte> mapping_;
+  const std::unique_ptr<std::atomic<uint64_t>[]> granules_;  // bit set: faulted in whole
+};
 
 }  // namespace strata

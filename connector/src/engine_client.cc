@@ -48,37 +48,16 @@ ArenaMapping::ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t genera
       generation_(generation),
       hooks_(std::move(hooks)),
       registered_(registered),
-      prefaulted_(
-          std::make_unique<std::atomic<uint64_t>[]>((size_bytes / kPrefaultGranule + 63) / 64)) {}
+      pages_(std::span<std::byte>(base, size_bytes)) {}
 
 void ArenaMapping::Prefault(const ArenaExtent& extent, bool for_write) const {
-  if (extent.length == 0 || !Contains(extent.offset, extent.length)) return;
-  // Only granules the extent covers whole are remembered; its partial ends are faulted in each
-  // time (the next extent may lie in the rest of the granule, unfaulted).
-  const uint64_t end = extent.offset + extent.length;
-  const uint64_t first_whole = (extent.offset + kPrefaultGranule - 1) / kPrefaultGranule;
-  const uint64_t end_whole = end / kPrefaultGranule;
-  uint64_t from = extent.offset;  // the start of the run still to fault in
-  const auto fault = [&](uint64_t until) {
-    if (until <= from) return;
-    std::byte* at = base_ + from;
-    if (for_write) {
-      PrefaultForWrite(std::span<std::byte>(at, until - from));
-    } else {
-      PrefaultForRead(std::span<const std::byte>(at, until - from));
-    }
-  };
-  for (uint64_t g = first_whole; g < end_whole; ++g) {
-    const uint64_t bit = uint64_t{1} << (g % 64);
-    std::atomic<uint64_t>& word = prefaulted_[g / 64];
-    if ((word.load(std::memory_order_relaxed) & bit) != 0) {
-      fault(g * kPrefaultGranule);  // what comes before this granule
-      from = (g + 1) * kPrefaultGranule;
-      continue;
-    }
-    word.fetch_or(bit, std::memory_order_relaxed);
+  if (!Contains(extent.offset, extent.length)) return;
+  const std::span<std::byte> bytes(base_ + extent.offset, extent.length);
+  if (for_write) {
+    pages_.ForWrite(bytes);
+  } else {
+    pages_.ForRead(bytes);
   }
-  fault(end);
 }
 
 ArenaMapping::~ArenaMapping() {

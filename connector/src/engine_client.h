@@ -27,7 +27,6 @@
 // copies in flight keep their memory even when the session drops under them.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +44,7 @@
 #include "core/chunk_key.h"
 #include "core/clock.h"
 #include "core/kv_layout.h"
+#include "core/page_prefault.h"
 #include "core/scoped_fd.h"
 
 namespace strata::v1 {
@@ -91,9 +91,8 @@ class ArenaMapping {
   // page is in).
   bool registered() const { return registered_; }
   // Faults the pages under `extent` (inside the arena) into this mapping ahead of a copy that will
-  // write or read them (core/page_prefault.h), skipping the 64 KiB granules it faulted in before:
-  // the daemon never gives the arena's pages back, so a granule faulted in stays in (populating
-  // pages that are in already still costs a page-table walk). Thread-safe.
+  // write or read them, skipping the granules faulted in before (core/page_prefault.h's
+  // PrefaultedRegion: the daemon never gives the arena's pages back). Thread-safe.
   void Prefault(const ArenaExtent& extent, bool for_write) const;
 
  private:
@@ -102,9 +101,7 @@ class ArenaMapping {
   const uint64_t generation_;
   const ArenaHooks hooks_;
   const bool registered_;
-  // One bit per granule of kPrefaultGranule bytes: set once Prefault faulted all of it in.
-  static constexpr uint64_t kPrefaultGranule = 64 << 10;
-  const std::unique_ptr<std::atomic<uint64_t>[]> prefaulted_;
+  const PrefaultedRegion pages_;
 };
 
 struct LoadPlacement {

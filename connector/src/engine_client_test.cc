@@ -1,6 +1,5 @@
 #include "connector/src/engine_client.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -121,60 +120,6 @@ class FakePeer {
   std::atomic<int> requests_{0};
   std::jthread thread_;
 };
-
-// Whether the page at `address` is present in this process's page tables (/proc/self/pagemap's
-// bit 63, readable without privileges), whatever the file holds.
-bool Mapped(const void* address) {
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0);
-  uint64_t entry = 0;
-  const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(address) / page * 8);
-  EXPECT_EQ(pread(fd, &entry, sizeof(entry), at), static_cast<ssize_t>(sizeof(entry)));
-  close(fd);
-  return (entry >> 63) != 0;
-}
-
-TEST(ArenaMappingTest, PrefaultFaultsInTheExtentAndNothingElse) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t size = 4 << 20;
-  const int fd = memfd_create("arena-mapping-test", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
-  // Two mappings of one file, as the daemon and an engine map the arena.
-  std::byte* views[2];
-  for (std::byte*& view : views) {
-    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ASSERT_NE(base, MAP_FAILED);
-    view = static_cast<std::byte*>(base);
-  }
-  close(fd);
-  const ArenaMapping writer(views[0], size, 1, {}, false);
-  const ArenaMapping reader(views[1], size, 2, {}, false);
-  // From inside granule 1 (64 KiB) to inside granule 4: granules 2 and 3 are covered whole.
-  const ArenaExtent extent{.offset = (64 << 10) + 3 * page, .length = 3 * (64 << 10)};
-  const uint64_t last = extent.offset + extent.length - 1;
-  writer.Prefault(extent, /*for_write=*/true);
-  for (uint64_t at = extent.offset; at <= last; at += page) {
-    ASSERT_TRUE(Mapped(views[0] + at)) << "offset " << at;
-  }
-  EXPECT_TRUE(Mapped(views[0] + last));
-  EXPECT_FALSE(Mapped(views[0] + extent.offset - page));
-  EXPECT_FALSE(Mapped(views[0] + last + page));
-  // The other mapping has the pages in the file, not in its page tables, until it prefaults.
-  EXPECT_FALSE(Mapped(views[1] + extent.offset));
-  reader.Prefault(extent, /*for_write=*/false);
-  EXPECT_TRUE(Mapped(views[1] + extent.offset));
-  EXPECT_TRUE(Mapped(views[1] + last));
-  EXPECT_FALSE(Mapped(views[1] + last + page));
-  // Again (granules remembered), then outside the arena, or empty: nothing new.
-  writer.Prefault(extent, /*for_write=*/true);
-  writer.Prefault({.offset = size - page, .length = 2 * page}, true);
-  writer.Prefault({.offset = 0, .length = 0}, true);
-  EXPECT_TRUE(Mapped(views[0] + extent.offset));
-  EXPECT_FALSE(Mapped(views[0] + size - page));
-  EXPECT_FALSE(Mapped(views[0]));
-}
 
 TEST(EngineClientTest, ConnectsHandshakesAndMapsTheArena) {
   TestDaemon daemon;

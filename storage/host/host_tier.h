@@ -425,6 +425,7 @@ class HostTier {
   int arena_fd() const { return arena_->fd(); }
   std::byte* arena_base() const { return arena_->base(); }
   uint64_t arena_size_bytes() const { return arena_->size_bytes(); }
+  const PrefaultedRegion& arena_pages() const { return arena_->pages(); }
   uint32_t page_bytes() const { return options_.page_bytes; }
   const HostTierOptions& options() const { return options_; }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/page_prefault.h"
 #include "core/scoped_fd.h"
 
 namespace strata::storage {
@@ -47,15 +48,23 @@ class SharedArena {
   std::byte* base() const { return base_; }
   uint64_t size_bytes() const { return size_bytes_; }
   bool hugepages() const { return hugepages_; }
+  // Faults ranges of the arena into this process's mapping ahead of copies, once a granule (the
+  // arena's pages are never given back while it lives).
+  const PrefaultedRegion& pages() const { return pages_; }
 
  private:
   SharedArena(ScopedFd fd, std::byte* base, uint64_t size_bytes, bool hugepages)
-      : fd_(std::move(fd)), base_(base), size_bytes_(size_bytes), hugepages_(hugepages) {}
+      : fd_(std::move(fd)),
+        base_(base),
+        size_bytes_(size_bytes),
+        hugepages_(hugepages),
+        pages_(std::span<std::byte>(base, size_bytes)) {}
 
   ScopedFd fd_;
   std::byte* base_;
   uint64_t size_bytes_;
   bool hugepages_;
+  PrefaultedRegion pages_;
 };
 
 }  // namespace strata::storage

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   node->server_->Attach(started);
   node->peers_->Start(started);
   node->node_id_ = node->peers_->node_id();
-  if (tier != nullptr) tier->Attach(started, node->peers_.get(), arena);
+  if (tier != nullptr) tier->Attach(started, node->peers_.get(), store.host().arena_pages());
   return node;
 }
 

@@ -28,7 +28,10 @@ RemoteServerOptions ServingBelowHost(TieredStore& store, RemoteServerOptions opt
 }
 
 RemoteServer::RemoteServer(HostTier& host, RemoteServerOptions options)
-    : host_(host), options_(options), streams_(host, landing_, options.streams) {}
+    : host_(host),
+      options_(options),
+      landing_(host.arena_pages()),
+      streams_(host, landing_, options.streams) {}
 
 void RemoteServer::Handle(PeerId peer, std::string request, Transport::Reply reply) {
   absl::StatusOr<uint8_t> type = MessageType(request);
@@ -141,7 +144,8 @@ void RemoteServer::AnswerLease(const LeaseRequest& request, Transport::Reply rep
 
 void RemoteServer::PrefaultServed(std::span<const RemoteRange> ranges) const {
   for (const RemoteRange& range : ranges) {
-    PrefaultForRead(std::span<const std::byte>(host_.arena_base() + range.offset, range.length));
+    host_.arena_pages().ForRead(
+        std::span<const std::byte>(host_.arena_base() + range.offset, range.length));
   }
 }
 

@@ -50,10 +50,10 @@ RemoteTier::RemoteTier(RemoteTierOptions options) : options_(options) {
 
 RemoteTier::~RemoteTier() = default;
 
-void RemoteTier::Attach(Transport* transport, PeerSet* peers, std::span<std::byte> arena) {
+void RemoteTier::Attach(Transport* transport, PeerSet* peers, const PrefaultedRegion& arena) {
   transport_ = transport;
   peers_ = peers;
-  arena_ = arena;
+  arena_ = &arena;
   attached_.store(true, std::memory_order_release);
 }
 
@@ -214,14 +214,14 @@ std::vector<absl::Status> RemoteTier::FetchFrom(PeerId peer, std::span<const Chu
     }
     ++reading;
     // Faulted in here, not by the transport's thread as the bytes land: it keeps answering.
-    for (std::span<std::byte> part : destinations[indices[j]]) PrefaultForWrite(part);
+    for (std::span<std::byte> part : destinations[indices[j]]) arena_->ForWrite(part);
     transport_->Read(peer, *segments, deadline, [&results, &arrivals, j](absl::Status status) {
       absl::MutexLock lock(&arrivals.mu);
       results[j] = std::move(status);
       arrivals.landed.push_back(j);
     });
   }
-  std::byte* base = arena_.data();
+  std::byte* base = arena_->mapping().data();
   uint64_t read_bytes = 0;
   uint64_t corrupt = 0;
   // Every Read completes by its deadline; once it has, the transport no longer touches its pages.

@@ -36,6 +36,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "core/page_prefault.h"
 #include "storage/remote/peer_set.h"
 #include "storage/remote/remote_messages.h"
 #include "storage/remote/transport.h"
@@ -62,8 +63,8 @@ class RemoteTier final : public LowerTier {
   explicit RemoteTier(RemoteTierOptions options);
   ~RemoteTier() override;
 
-  // Starts using `transport` (created over `arena`, the host arena) and `peers`.
-  void Attach(Transport* transport, PeerSet* peers, std::span<std::byte> arena);
+  // Starts using `transport` (created over `arena`, the host arena's pages) and `peers`.
+  void Attach(Transport* transport, PeerSet* peers, const PrefaultedRegion& arena);
 
   using QueryDone = absl::AnyInvocable<void(size_t remote_prefix) &&>;
   // Asks the peers serving `chain`'s layout which of its leading chunks they hold; `done` gets
@@ -110,7 +111,7 @@ class RemoteTier final : public LowerTier {
   const RemoteTierOptions options_;
   Transport* transport_ = nullptr;  // set once by Attach, before any use
   PeerSet* peers_ = nullptr;
-  std::span<std::byte> arena_;
+  const PrefaultedRegion* arena_ = nullptr;
   std::atomic<bool> attached_{false};
 
   mutable absl::Mutex mu_;

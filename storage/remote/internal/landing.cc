@@ -7,7 +7,7 @@
 
 namespace strata::storage::remote::internal {
 
-Landing::Landing() : thread_("strata-land") {}
+Landing::Landing(const PrefaultedRegion& arena) : arena_(arena), thread_("strata-land") {}
 
 void Landing::Detach() {
   // Reads queued hold the transport they were given; later ones fail.
@@ -22,11 +22,12 @@ void Landing::Read(PeerId peer, std::vector<Segment> segments, Deadline deadline
     std::vector<Segment> segments;
     Transport::Completion done;
   };
-  auto pending = std::make_shared<Pending>(std::move(segments), std::move(done));
-  const bool queued = transport != nullptr && thread_.Submit([transport, peer, deadline, pending] {
-    for (const Segment& segment : pending->segments) PrefaultForWrite(segment.local);
-    transport->Read(peer, pending->segments, deadline, std::move(pending->done));
-  });
+  auto pending = std::make_shared<Pending>(Pending{std::move(segments), std::move(done)});
+  const bool queued =
+      transport != nullptr && thread_.Submit([this, transport, peer, deadline, pending] {
+        for (const Segment& segment : pending->segments) arena_.ForWrite(segment.local);
+        transport->Read(peer, pending->segments, deadline, std::move(pending->done));
+      });
   if (!queued) std::move(pending->done)(absl::UnavailableError("remote: not taking transfers"));
 }
 

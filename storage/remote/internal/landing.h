@@ -1,6 +1,7 @@
 // Landing does the work of bytes moving between this daemon's arena and a peer away from the
 // transport's progress thread, so that the thread keeps answering (health checks included) while a
-// transfer runs: Read faults a read's destination pages in and then starts it, and Run runs the
+// transfer runs: Read faults a read's destination pages in (through the arena's PrefaultedRegion:
+// once a granule) and then starts it, and Run runs the
 // rest (the checks of what has landed, commits, faulting in the pages a peer is about to read).
 // On a box whose page faults are slow, faulting in arena pages is most of a transfer's cost; done
 // by the transport's thread, it starved the links' health checks and had streams cut.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "core/page_prefault.h"
 #include "storage/remote/transport.h"
 #include "storage/tiered/task_thread.h"
 
@@ -25,7 +27,8 @@ namespace strata::storage::remote::internal {
 
 class Landing {
  public:
-  Landing();
+  // `arena` (the host arena's, which outlives this) faults in the pages reads land in.
+  explicit Landing(const PrefaultedRegion& arena);
 
   void Attach(Transport* transport) { transport_.store(transport, std::memory_order_release); }
   // The transport, or null before Attach and after Detach.
@@ -41,6 +44,7 @@ class Landing {
   void Run(absl::AnyInvocable<void() &&> work);
 
  private:
+  const PrefaultedRegion& arena_;
   std::atomic<Transport*> transport_{nullptr};
   TaskThread thread_;
 };

@@ -87,7 +87,7 @@ TEST(LandingTest, StartsAReadOffTheCallersThreadWithItsPagesFaultedIn) {
   const std::span<std::byte> all(arena->base(), arena->size_bytes());
   ASSERT_EQ(ResidentPages(all), 0u) << "a fresh arena's pages are not allocated yet";
   RecordingTransport transport;
-  Landing landing;
+  Landing landing(arena->pages());
   landing.Attach(&transport);
   // Two pieces, the second starting inside a page: every page either touches is faulted in.
   std::vector<Segment> segments = {
@@ -112,7 +112,8 @@ TEST(LandingTest, StartsAReadOffTheCallersThreadWithItsPagesFaultedIn) {
 }
 
 TEST(LandingTest, RunsWorkInOrderOnItsThread) {
-  Landing landing;
+  std::unique_ptr<SharedArena> arena = ColdArena();
+  Landing landing(arena->pages());
   absl::Mutex mu;
   std::vector<int> ran;
   std::vector<std::thread::id> threads;
@@ -134,7 +135,7 @@ TEST(LandingTest, RunsWorkInOrderOnItsThread) {
 TEST(LandingTest, AfterDetachReadsFailAndWorkRunsOnTheCaller) {
   std::unique_ptr<SharedArena> arena = ColdArena();
   RecordingTransport transport;
-  Landing landing;
+  Landing landing(arena->pages());
   landing.Attach(&transport);
   landing.Detach();
   EXPECT_EQ(landing.transport(), nullptr);
@@ -154,7 +155,8 @@ TEST(LandingTest, AfterDetachReadsFailAndWorkRunsOnTheCaller) {
 }
 
 TEST(LandingTest, ReadsBeforeAnyTransportFail) {
-  Landing landing;
+  std::unique_ptr<SharedArena> arena = ColdArena();
+  Landing landing(arena->pages());
   absl::Status status;
   landing.Read(1, {}, Deadline::max(), [&](absl::Status s) { status = std::move(s); });
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;

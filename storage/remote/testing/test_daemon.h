@@ -107,7 +107,7 @@ class TestDaemon {
     used_ = used;
     server_->Attach(used);
     peers_->Start(used);
-    if (remote_ != nullptr) remote_->Attach(used, peers_.get(), arena());
+    if (remote_ != nullptr) remote_->Attach(used, peers_.get(), store_->host().arena_pages());
   }
 
   ~TestDaemon() {
