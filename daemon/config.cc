@@ -137,6 +137,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
         s = ReadTomlUint(value, name, c.remote.pd_lookup_budget_ms);
       }
       if (key == "pd_deadline_ms") s = ReadTomlUint(value, name, c.remote.pd_deadline_ms);
+      if (key == "read_window_bytes") {
+        s = ReadTomlBytes(value, name, c.remote.read_window_bytes);
+      }
       if (key == "transports") s = ReadTomlString(value, name, c.remote.transports);
       if (key == "net_devices") s = ReadTomlString(value, name, c.remote.net_devices);
     } else if (section == "cluster") {
@@ -263,6 +266,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.remote.pd_deadline_ms == 0 || c.remote.pd_deadline_ms > 600'000) {
     return Bad("config: remote.pd_deadline_ms must lie in 1..600000");
   }
+  if (c.remote.read_window_bytes < (64 << 10) || c.remote.read_window_bytes > (uint64_t{1} << 30)) {
+    return Bad("config: remote.read_window_bytes must lie in 64 KiB..1 GiB");
+  }
   if (!c.cluster.controllers.empty() && c.control.listen_address.empty() &&
       c.cluster.advertise_address.empty()) {
     return Bad(
@@ -326,6 +332,7 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"lookup_budget_us", static_cast<int64_t>(c.remote.lookup_budget_us)},
                    {"pd_lookup_budget_ms", static_cast<int64_t>(c.remote.pd_lookup_budget_ms)},
                    {"pd_deadline_ms", static_cast<int64_t>(c.remote.pd_deadline_ms)},
+                   {"read_window_bytes", static_cast<int64_t>(c.remote.read_window_bytes)},
                    {"fetch_timeout_ms", static_cast<int64_t>(c.remote.fetch_timeout_ms)},
                    {"transports", c.remote.transports},
                    {"net_devices", c.remote.net_devices}}},

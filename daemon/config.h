@@ -33,7 +33,10 @@
 //             pd_lookup_budget_ms (the same for a decoder's Lookup naming the node that
 //             prefilled its KV, default 200), pd_deadline_ms (how long a prefill's layer stream
 //             to its decoder's daemon may take, from the first layer to the last chunk
-//             committed there, default 30000), fetch_timeout_ms (default 5000), transports
+//             committed there, default 30000), read_window_bytes (the most bytes of reads
+//             asked of one peer and not yet landed over active messages; later ones wait, so
+//             that a large transfer does not queue ahead of the link's health checks; default
+//             32 MiB), fetch_timeout_ms (default 5000), transports
 //             (UCX_TLS, "" UCX's default), net_devices (UCX_NET_DEVICES, "" UCX's default)
 //   [cluster] controllers (array of strata-controller "host:port", tried in order until one
 //             takes the registration; empty (the default): no cluster), instance_id ("" : the
@@ -143,6 +146,7 @@ struct DaemonConfig {
     // A disaggregated decode's lookup knows its KV is on a peer: it may wait longer for it.
     uint32_t pd_lookup_budget_ms = 200;
     uint32_t pd_deadline_ms = 30'000;
+    uint64_t read_window_bytes = 32ull << 20;
     uint32_t fetch_timeout_ms = 5000;
     std::string transports;
     std::string net_devices;

@@ -64,6 +64,7 @@ peers = ["10.0.0.2:7400", "10.0.0.3:7400"]
 cluster_token_file = "/etc/strata/cluster-token"
 node_id = "node-1"
 lookup_budget_us = 500
+read_window_bytes = "8MiB"
 transports = "tcp"
 [cluster]
 controllers = ["10.0.0.9:50070", "10.0.0.10:50070"]
@@ -101,6 +102,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->remote.fetch_timeout_ms, 5000u);
   EXPECT_EQ(config->remote.pd_lookup_budget_ms, 200u);
   EXPECT_EQ(config->remote.pd_deadline_ms, 30000u);
+  EXPECT_EQ(config->remote.read_window_bytes, 8ull << 20);
   EXPECT_EQ(config->remote.transports, "tcp");
   EXPECT_EQ(config->cluster.controllers,
             (std::vector<std::string>{"10.0.0.9:50070", "10.0.0.10:50070"}));
@@ -185,6 +187,11 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.remote.cluster_token_file = "/etc/strata/cluster-token";
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.remote.lookup_budget_us = 0;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  c.remote.read_window_bytes = 4096;  // a window smaller than a layer's slice of a chunk
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.remote.read_window_bytes = 2ull << 30;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c = DefaultConfig(Env(1ull << 34));
   c.remote.peers = {"10.0.0.2:7400"};  // peers with the remote tier off

@@ -109,7 +109,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
              .node_id = config.remote.node_id,
              .transports = config.remote.transports,
              .net_devices = config.remote.net_devices,
-             .stream_deadline = std::chrono::milliseconds(config.remote.pd_deadline_ms)},
+             .stream_deadline = std::chrono::milliseconds(config.remote.pd_deadline_ms),
+             .read_window_bytes = config.remote.read_window_bytes},
             *daemon->store_, daemon->remote_tier_);
     if (!node.ok()) return node.status();
     daemon->remote_ = *std::move(node);

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   transport_options.transports = options.transports;
   transport_options.net_devices = options.net_devices;
   transport_options.data_path = options.data_path;
+  transport_options.read_window_bytes = options.read_window_bytes;
   transport_options.handlers = node->peers_->TransportHandlers();
   transport_options.name = "strata-" + options.node_id;
   absl::StatusOr<std::unique_ptr<UcxTransport>> transport =

@@ -40,6 +40,8 @@ struct RemoteNodeOptions {
   // How long a layer stream may take from its Open to its last chunk, both ways
   // ([remote] pd_deadline_ms).
   std::chrono::milliseconds stream_deadline{30'000};
+  // UcxTransportOptions::read_window_bytes ([remote] read_window_bytes).
+  uint64_t read_window_bytes = 32ull << 20;
 };
 
 class RemoteNode {
@@ -58,7 +60,7 @@ class RemoteNode {
   // Where peers reach this node, and its name among them.
   const std::string& listen_address() const { return listen_address_; }
   const std::string& node_id() const { return node_id_; }
-  // The peers and their traffic; none once stopped. Thread-safe.
+  // The peers, their traffic and their open layer streams; none once stopped. Thread-safe.
   std::vector<PeerInfo> Peers() const;
   // Whether an admitted peer is named `name` (its node id or an address of its link); false
   // once stopped. Thread-safe.
