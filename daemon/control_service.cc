@@ -427,6 +427,8 @@ grpc::ServerUnaryReactor* ControlService::ListPeers(grpc::CallbackServerContext*
     peer->set_bytes_written(info.bytes_written);
     peer->set_bytes_served(info.bytes_served);
     peer->set_last_error(info.last_error);
+    peer->set_streams_in(info.streams_in);
+    peer->set_streams_out(info.streams_out);
     for (uint64_t layout : info.layouts) peer->add_layouts(layout);
   }
   return control::FinishUnary(context, absl::OkStatus());

@@ -540,4 +540,11 @@ LayerStreamStats LayerStreamReceiver::Stats() const {
   return stats_;
 }
 
+absl::flat_hash_map<PeerId, uint32_t> LayerStreamReceiver::OpenStreams() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<PeerId, uint32_t> open;
+  for (const auto& entry : streams_) ++open[entry.first.first];
+  return open;
+}
+
 }  // namespace strata::storage::remote

@@ -94,6 +94,8 @@ class LayerStreamReceiver {
                      absl::AnyInvocable<void() &&> done);
 
   LayerStreamStats Stats() const;
+  // The streams open here (until committed or let go), by the peer pushing them.
+  absl::flat_hash_map<PeerId, uint32_t> OpenStreams() const;
 
   struct Stream;
 

@@ -184,4 +184,11 @@ void LayerStreamSender::Answered(const std::shared_ptr<Stream>& stream, RemoteMe
   Drive(stream);
 }
 
+absl::flat_hash_map<PeerId, uint32_t> LayerStreamSender::OpenStreams() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<PeerId, uint32_t> open;
+  for (const auto& entry : streams_) ++open[entry.second->peer];
+  return open;
+}
+
 }  // namespace strata::storage::remote

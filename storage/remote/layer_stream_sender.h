@@ -68,6 +68,9 @@ class LayerStreamSender {
   // Ends the stream: the receiver commits none of it. Unknown or finished streams are ignored.
   void Abort(uint64_t stream);
 
+  // The streams not yet ended (by Commit's answer or Abort), by the peer they go to.
+  absl::flat_hash_map<PeerId, uint32_t> OpenStreams() const;
+
   struct Stream;
 
  private:
@@ -78,7 +81,7 @@ class LayerStreamSender {
 
   Transport& transport_;
   const LayerStreamSenderOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   uint64_t next_stream_ ABSL_GUARDED_BY(mu_) = 1;
 };

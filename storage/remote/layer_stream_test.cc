@@ -165,6 +165,11 @@ TEST_F(LayerStreamTest, LayersMoveAsTheyAreWrittenAndCommitByteExact) {
         << "layer " << layer;
     EXPECT_EQ(b_->server().StreamStats().chunks_received, 0u);
   }
+  // Open on both sides (`strata peers` lists them) until committed.
+  EXPECT_EQ(sender_->OpenStreams(), (absl::flat_hash_map<PeerId, uint32_t>{{to_b_, 1}}));
+  const absl::flat_hash_map<PeerId, uint32_t> into_b = b_->server().OpenStreamsIn();
+  ASSERT_EQ(into_b.size(), 1u);
+  EXPECT_EQ(into_b.begin()->second, 1u);
   auto result = Commit(stream, Checksums(chunks));
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->size(), 3u);
@@ -172,6 +177,10 @@ TEST_F(LayerStreamTest, LayersMoveAsTheyAreWrittenAndCommitByteExact) {
     EXPECT_TRUE((*result)[i].ok()) << (*result)[i];
     EXPECT_TRUE(BHolds(chunks[i])) << i;
   }
+  for (int i = 0; i < 1000 && !sender_->OpenStreams().empty(); ++i)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(sender_->OpenStreams().empty());
+  EXPECT_TRUE(b_->server().OpenStreamsIn().empty());
   const LayerStreamStats stats = b_->server().StreamStats();
   EXPECT_EQ(stats.streams_opened, 1u);
   EXPECT_EQ(stats.chunks_received, 3u);

@@ -70,6 +70,10 @@ struct PeerInfo {
   uint64_t bytes_written = 0;  // by our writes to the peer
   uint64_t bytes_served = 0;   // by the peer's reads and writes of our region
   std::string last_error;
+  // Layer streams open now: the peer's into this node, and this node's to the peer (filled by
+  // RemoteNode::Peers; PeerSet knows no streams).
+  uint32_t streams_in = 0;
+  uint32_t streams_out = 0;
 };
 
 class PeerSet {

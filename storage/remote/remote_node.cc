@@ -197,7 +197,16 @@ bool RemoteNode::HasAdmittedPeer(std::string_view name) const {
 std::vector<PeerInfo> RemoteNode::Peers() const {
   absl::ReaderMutexLock lock(&mu_);
   if (stopped_) return {};
-  return peers_->List();
+  std::vector<PeerInfo> peers = peers_->List();
+  const absl::flat_hash_map<PeerId, uint32_t> in = server_->OpenStreamsIn();
+  const absl::flat_hash_map<PeerId, uint32_t> out =
+      streams_ != nullptr ? streams_->OpenStreams() : absl::flat_hash_map<PeerId, uint32_t>();
+  for (PeerInfo& peer : peers) {
+    if (peer.id == 0) continue;  // no link, no streams
+    if (auto it = in.find(peer.id); it != in.end()) peer.streams_in = it->second;
+    if (auto it = out.find(peer.id); it != out.end()) peer.streams_out = it->second;
+  }
+  return peers;
 }
 
 }  // namespace strata::storage::remote

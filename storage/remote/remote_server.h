@@ -105,6 +105,8 @@ class RemoteServer {
 
   RemoteServerStats Stats() const;
   LayerStreamStats StreamStats() const { return streams_.Stats(); }
+  // The layer streams peers are pushing here, by peer.
+  absl::flat_hash_map<PeerId, uint32_t> OpenStreamsIn() const { return streams_.OpenStreams(); }
 
  private:
   struct LeaseSet {
