@@ -15,4 +15,10 @@ SystemClock* SystemClock::Get() {
   return clock;
 }
 
+int64_t UnixMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
+}
+
 }  // namespace strata

@@ -37,4 +37,8 @@ class ManualClock final : public Clock {
   std::atomic<int64_t> now_ns_;
 };
 
+// Wall-clock time in microseconds since the Unix epoch (CLOCK_REALTIME): not for deadlines, for
+// timing one process's events against another's (benchmarks that span processes).
+int64_t UnixMicros();
+
 }  // namespace strata

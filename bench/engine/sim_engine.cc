@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
 
@@ -82,10 +83,11 @@ std::string RequestResult::ToJson() const {
       "\"failed_blocks\":{},"
       "\"recomputed_tokens\":{},\"wrong_values\":{},\"lookup_us\":{},\"load_us\":{},"
       "\"save_us\":{},\"step_us\":{},\"ttft_us\":{},\"bytes_loaded\":{},\"bytes_saved\":{},"
-      "\"last_layer_unix_us\":{},\"load_status\":\"{}\",\"save_status\":\"{}\"}}",
+      "\"last_layer_unix_us\":{},\"saved_unix_us\":{},\"load_status\":\"{}\","
+      "\"save_status\":\"{}\"}}",
       request_id, prompt_tokens, matched_tokens, load_async, daemon_node, failed_blocks,
       recomputed_tokens, wrong_values, lookup_us, load_us, save_us, step_us, ttft_us, bytes_loaded,
-      bytes_saved, last_layer_unix_us, load_status, save_status);
+      bytes_saved, last_layer_unix_us, saved_unix_us, load_status, save_status);
 }
 
 struct SimEngine::Impl {
@@ -300,11 +302,7 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
       // its KV precomputed or not.
       if (o.precompute) save_layer(layer);
     }
-    if (layer + 1 == o.layout.num_layers) {
-      result.last_layer_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count();
-    }
+    if (layer + 1 == o.layout.num_layers) result.last_layer_unix_us = UnixMicros();
     if (!o.precompute) {
       e.Compute(layer, tokens, blocks, matched, length);
       save_layer(layer);
@@ -318,6 +316,7 @@ RequestResult SimEngine::Run(const Prompt& prompt) {
   const auto wait_start = Clock::now();
   const absl::Status saved = e.worker->WaitForSave();
   const auto step_end = Clock::now();
+  result.saved_unix_us = UnixMicros();
   saving += step_end - wait_start;
   const std::vector<int32_t> step_failed = e.worker->GetBlockIdsWithLoadErrors();
   failed.insert(failed.end(), step_failed.begin(), step_failed.end());

@@ -83,6 +83,9 @@ struct RequestResult {
   // Wall-clock time (microseconds since the Unix epoch) when the step's last layer was computed
   // (its layer delay included), for timing what other processes do after it (strata-bench pd).
   int64_t last_layer_unix_us = 0;
+  // The same when WaitForSave returned: every layer's KV in the daemon's arena (the stream's tail
+  // after it is the transfer's own, not the engine's saves catching up).
+  int64_t saved_unix_us = 0;
   // RunBatch: from the batch's start (every request arrives then) to the end of the step that
   // computed the request's prompt, i.e. its first token. 0 for Run.
   uint64_t ttft_us = 0;

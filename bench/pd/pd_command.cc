@@ -14,6 +14,7 @@
 
 #include "bench/support/model_layouts.h"
 #include "bench/support/remote_baselines.h"
+#include "core/clock.h"
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
@@ -45,17 +46,24 @@ struct Run {
   int64_t matched = 0;
   int64_t failed_blocks = 0;
   int64_t wrong = 0;
-  // Stream: the prefill's last layer computed, and the decoder's daemon holding every chunk
-  // (wall clock, microseconds since the epoch; 0 when it never did).
+  // Stream: the prefill's last layer computed, its saves done (every layer in A's arena), and
+  // the decoder's daemon holding every chunk (wall clock, microseconds since the epoch; 0 when
+  // it never did).
   int64_t last_layer_unix_us = 0;
+  int64_t saved_unix_us = 0;
   int64_t arrived_unix_us = 0;
-};
 
-int64_t UnixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+  // Of the time exposed after the last layer: the prefill engine's saves still catching up, and
+  // the transfer's own tail once every byte was in A's arena.
+  double saves_lag_ms() const {
+    return std::max<int64_t>(0, std::min(saved_unix_us, arrived_unix_us) - last_layer_unix_us) /
+           1e3;
+  }
+  double tail_after_saves_ms() const {
+    return std::max<int64_t>(0, arrived_unix_us - std::max(saved_unix_us, last_layer_unix_us)) /
+           1e3;
+  }
+};
 
 // The chunks the daemon's host tier holds; 0 when Stats fails.
 uint64_t HostChunks(test_support::DaemonProcess& daemon) {
@@ -259,6 +267,7 @@ int RunPdCommand(const PdOptions& o) {
               .failed_blocks = JsonInt(*decode, "failed_blocks"),
               .wrong = JsonInt(*decode, "wrong_values"),
               .last_layer_unix_us = JsonInt(*prefill, "last_layer_unix_us"),
+              .saved_unix_us = JsonInt(*prefill, "saved_unix_us"),
               .arrived_unix_us = arrived_unix_us};
       std::cerr << fmt::format(
           "run {} ({}): prefill {:.0f} ms (saves {:.0f} ms), {}decoder load {:.0f} ms, {} "
@@ -267,8 +276,10 @@ int RunPdCommand(const PdOptions& o) {
           !streamed ? ""
           : run.arrived_unix_us == 0
               ? std::string("the stream never landed whole on B, ")
-              : fmt::format("last chunk on B {:.0f} ms after the last layer, ",
-                            (run.arrived_unix_us - run.last_layer_unix_us) / 1e3),
+              : fmt::format("last chunk on B {:.0f} ms after the last layer ({:.0f} ms of "
+                            "saves catching up, then {:.0f} ms), ",
+                            (run.arrived_unix_us - run.last_layer_unix_us) / 1e3,
+                            run.saves_lag_ms(), run.tail_after_saves_ms()),
           run.load_ms, run.matched, run.failed_blocks, run.wrong);
       runs[streamed].push_back(run);
     }
@@ -310,7 +321,7 @@ int RunPdCommand(const PdOptions& o) {
   if (!runs[1].empty()) {
     // The transfer runs from the end of the first layer (its bytes may move from then on) to
     // the last chunk committed on B; what of it comes after the last layer is exposed.
-    std::vector<double> exposed_ms, window_ms, load_ms;
+    std::vector<double> exposed_ms, window_ms, load_ms, saves_lag_ms, after_saves_ms;
     for (const Run& run : runs[1]) {
       if (run.arrived_unix_us == 0) {
         std::cerr << "strata-bench pd: a streamed prompt never arrived whole on B\n"
@@ -321,6 +332,8 @@ int RunPdCommand(const PdOptions& o) {
       exposed_ms.push_back(exposed / 1e3);
       window_ms.push_back(exposed / 1e3 + layer_ms * (layout->num_layers - 1));
       load_ms.push_back(run.load_ms);
+      saves_lag_ms.push_back(run.saves_lag_ms());
+      after_saves_ms.push_back(run.tail_after_saves_ms());
     }
     const double exposed = Median(exposed_ms);
     const double window = Median(window_ms);
@@ -328,16 +341,18 @@ int RunPdCommand(const PdOptions& o) {
     stream_json = fmt::format(
         "{{\"transfer_gbps\": {:.2f}, \"exposed_transfer_ms\": {:.1f}, "
         "\"exposed_share_of_transfer\": {:.4f}, \"exposed_share_of_ttft\": {:.4f}, "
-        "\"modelled_ttft_ms\": {:.0f}, \"decoder_local_load_ms\": {:.0f}}}",
+        "\"modelled_ttft_ms\": {:.0f}, \"decoder_local_load_ms\": {:.0f}, "
+        "\"exposed_saves_lag_ms\": {:.1f}, \"exposed_after_saves_ms\": {:.1f}}}",
         kv_bytes / (window * 1e6), exposed, exposed / window, exposed / ttft_ms, ttft_ms,
-        Median(load_ms));
+        Median(load_ms), Median(saves_lag_ms), Median(after_saves_ms));
     std::cerr << fmt::format(
         "pd stream: the last chunk on B {:.1f} ms after the prefill's last layer = {:.2f}% of the "
         "transfer ({:.0f} ms from the first layer's end, {:.2f} GB/s paced by the prefill), "
-        "{:.2f}% of a modelled TTFT of {:.0f} ms; the decoder's load from B's host tier {:.0f} "
-        "ms\n",
+        "{:.2f}% of a modelled TTFT of {:.0f} ms (medians: {:.1f} ms of it the prefill's saves "
+        "into A's arena catching up, {:.1f} ms the transfer after them); the decoder's load from "
+        "B's host tier {:.0f} ms\n",
         exposed, 100 * exposed / window, window, kv_bytes / (window * 1e6), 100 * exposed / ttft_ms,
-        ttft_ms, Median(load_ms));
+        ttft_ms, Median(saves_lag_ms), Median(after_saves_ms), Median(load_ms));
   }
   std::cout << fmt::format(
       "{{\"workload\": {{\"name\": \"pd\", \"prompt_tokens\": {}, \"geometry\": \"{}\", "
