@@ -38,6 +38,11 @@ constexpr char kDecodeNode[] = "decode-0";
 // 4096x14336), plus causal attention, QK^T and AV over 32 heads of 128: 2 * 4096 * n^2.
 double LayerFlops(double n) { return 2.0 * 218'103'808.0 * n + 2.0 * 4096.0 * n * n; }
 
+// How often the bench asks B's daemon for its host tier's chunks while a stream lands: the
+// times it reports are this coarse (against tails of seconds here), and each ask costs both
+// processes a gRPC round trip, CPU taken from the transfer it times.
+constexpr milliseconds kWatchPeriod(10);
+
 struct Run {
   double prefill_ms = 0;    // the prefill engine's step: modelled compute, then its saves
   double save_tail_ms = 0;  // of which the saves after the last layer
@@ -225,7 +230,7 @@ int RunPdCommand(const PdOptions& o) {
           "--layer-delay-us", std::to_string(static_cast<int64_t>(layer_ms * 1e3))};
       if (streamed) prefill_args.insert(prefill_args.end(), {"--decode-node", kDecodeNode});
       prefill_args.insert(prefill_args.end(), common.begin(), common.end());
-      // Streamed: watch B's host tier fill up while A prefills (every millisecond), to time
+      // Streamed: watch B's host tier fill up while A prefills (every kWatchPeriod), to time
       // when the last chunk lands there; the stream's tail lands within pd_deadline_ms (30 s)
       // of the prefill or not at all.
       std::atomic<bool> stop_watching{false};
@@ -238,7 +243,7 @@ int RunPdCommand(const PdOptions& o) {
               arrived_unix_us = UnixMicros();
               return;
             }
-            std::this_thread::sleep_for(milliseconds(1));
+            std::this_thread::sleep_for(kWatchPeriod);
           }
         });
       }
