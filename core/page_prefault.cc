@@ -18,14 +18,6 @@ void Populate(const std::byte* data, size_t size, int advice) {
 
 }  // namespace
 
-void PrefaultForWrite(std::span<std::byte> bytes) {
-  Populate(bytes.data(), bytes.size(), MADV_POPULATE_WRITE);
-}
-
-void PrefaultForRead(std::span<const std::byte> bytes) {
-  Populate(bytes.data(), bytes.size(), MADV_POPULATE_READ);
-}
-
 PrefaultedRegion::PrefaultedRegion(std::span<std::byte> mapping)
     : mapping_(mapping),
       granules_(

@@ -60,8 +60,9 @@ bool Mapped(const void* address) {
 TEST(PagePrefaultTest, WriteAllocatesEveryPageTheRangeTouchesAndNoOther) {
   SharedFile file(16);
   ASSERT_EQ(file.Resident(0), std::vector<bool>(16, false));
+  const PrefaultedRegion region(std::span<std::byte>(file.views[0], file.size));
   // Pages 2 (from its middle) to 5 (to its middle).
-  PrefaultForWrite(std::span<std::byte>(file.views[0] + 2 * kPage + 100, 3 * kPage));
+  region.ForWrite(std::span<std::byte>(file.views[0] + 2 * kPage + 100, 3 * kPage));
   const std::vector<bool> resident = file.Resident(0);
   for (size_t p = 0; p < 16; ++p) EXPECT_EQ(resident[p], p >= 2 && p <= 5) << "page " << p;
 }
@@ -69,8 +70,9 @@ TEST(PagePrefaultTest, WriteAllocatesEveryPageTheRangeTouchesAndNoOther) {
 TEST(PagePrefaultTest, KeepsWhatThePagesHold) {
   SharedFile file(4);
   file.views[1][kPage + 7] = std::byte{0x5a};
-  PrefaultForWrite(std::span<std::byte>(file.views[0], file.size));
-  PrefaultForRead(std::span<const std::byte>(file.views[0], file.size));
+  const PrefaultedRegion region(std::span<std::byte>(file.views[0], file.size));
+  region.ForWrite(std::span<std::byte>(file.views[0], file.size));
+  region.ForRead(std::span<const std::byte>(file.views[0], file.size));
   EXPECT_EQ(file.views[0][kPage + 7], std::byte{0x5a});
   EXPECT_EQ(file.views[0][0], std::byte{0});
 }
