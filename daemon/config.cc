@@ -53,6 +53,48 @@ absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
   return absl::OkStatus();
 }
 
+// Reads [disk.tenant_codecs]: tenant = "codec", or tenant = { codec, group_size, bits, energy }.
+absl::Status ReadTenantCodecs(const toml::node& node, std::string_view key,
+                              std::map<std::string, DaemonConfig::Disk::TenantCodec>& out) {
+  const toml::table* table = node.as_table();
+  if (table == nullptr) return Bad(fmt::format("config: {} must be a table", key));
+  for (const auto& [tenant, value] : *table) {
+    const std::string name = fmt::format("{}.{}", key, tenant.str());
+    DaemonConfig::Disk::TenantCodec choice;
+    const toml::table* fields = value.as_table();
+    if (fields == nullptr) {
+      if (absl::Status s = ReadTomlString(value, name, choice.codec); !s.ok()) return s;
+    }
+    for (const auto& [field, setting] : fields == nullptr ? toml::table() : *fields) {
+      const std::string field_name = fmt::format("{}.{}", name, field.str());
+      absl::Status s = UnknownTomlKey(field_name);
+      if (field == "codec") s = ReadTomlString(setting, field_name, choice.codec);
+      if (field == "group_size") s = ReadTomlUint(setting, field_name, choice.group_size);
+      if (field == "bits") s = ReadTomlUint(setting, field_name, choice.bits);
+      if (field == "energy") s = ReadTomlNonNegative(setting, field_name, choice.energy);
+      if (!s.ok()) return s;
+    }
+    out[std::string(tenant.str())] = std::move(choice);
+  }
+  return absl::OkStatus();
+}
+
+// OK when `codec` names a codec (or is "") and `energy` lies in [0, 1]; the keys name the
+// settings in the error.
+absl::Status CheckCodecChoice(std::string_view codec_key, const std::string& codec,
+                              std::string_view energy_key, double energy) {
+  if (!codec.empty()) {
+    if (absl::StatusOr<const storage::Codec*> found = storage::CodecRegistry::Find(codec);
+        !found.ok()) {
+      return Bad(fmt::format("config: {}: {}", codec_key, found.status().message()));
+    }
+  }
+  if (energy < 0 || energy > 1) {
+    return Bad(fmt::format("config: {}={} must lie in [0, 1]", energy_key, energy));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
   return ForEachTomlField(root, [&c](std::string_view section, std::string_view key,
                                      const std::string& name, const toml::node& value) {
@@ -92,6 +134,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "codec_group_size") s = ReadTomlUint(value, name, c.disk.codec_group_size);
       if (key == "codec_bits") s = ReadTomlUint(value, name, c.disk.codec_bits);
       if (key == "codec_energy") s = ReadTomlNonNegative(value, name, c.disk.codec_energy);
+      if (key == "tenant_codecs") s = ReadTenantCodecs(value, name, c.disk.tenant_codecs);
     } else if (section == "engine") {
       if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
       if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
@@ -220,16 +263,24 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.disk.write_through && c.disk.directory.empty()) {
     return Bad("config: disk.write_through needs a disk tier (disk.directory)");
   }
-  if (!c.disk.codec.empty()) {
-    if (absl::StatusOr<const storage::Codec*> codec = storage::CodecRegistry::Find(c.disk.codec);
-        !codec.ok()) {
-      return Bad(fmt::format("config: disk.codec: {}", codec.status().message()));
-    }
-    if (c.disk.directory.empty())
-      return Bad("config: disk.codec needs a disk tier (disk.directory)");
+  if (absl::Status s =
+          CheckCodecChoice("disk.codec", c.disk.codec, "disk.codec_energy", c.disk.codec_energy);
+      !s.ok()) {
+    return s;
   }
-  if (c.disk.codec_energy < 0 || c.disk.codec_energy > 1) {
-    return Bad(fmt::format("config: disk.codec_energy={} must lie in [0, 1]", c.disk.codec_energy));
+  if (!c.disk.codec.empty() && c.disk.directory.empty()) {
+    return Bad("config: disk.codec needs a disk tier (disk.directory)");
+  }
+  for (const auto& [tenant, choice] : c.disk.tenant_codecs) {
+    const std::string key = fmt::format("disk.tenant_codecs.'{}'", tenant);
+    if (tenant.empty()) return Bad(fmt::format("config: {} must name a tenant", key));
+    if (absl::Status s = CheckCodecChoice(key, choice.codec, key + ".energy", choice.energy);
+        !s.ok()) {
+      return s;
+    }
+    if (c.disk.directory.empty()) {
+      return Bad(fmt::format("config: {} needs a disk tier (disk.directory)", key));
+    }
   }
   if (c.disk.prefetch_queue_chunks == 0) {
     return Bad("config: disk.prefetch_queue_chunks must be at least 1");
@@ -349,6 +400,16 @@ std::string ConfigToToml(const DaemonConfig& c) {
       quotas.insert(tenant, static_cast<int64_t>(bytes));
     }
     root["host"].as_table()->insert("tenant_quotas", quotas);
+  }
+  if (!c.disk.tenant_codecs.empty()) {
+    toml::table codecs;
+    for (const auto& [tenant, choice] : c.disk.tenant_codecs) {
+      codecs.insert(tenant, toml::table{{"codec", choice.codec},
+                                        {"group_size", static_cast<int64_t>(choice.group_size)},
+                                        {"bits", static_cast<int64_t>(choice.bits)},
+                                        {"energy", choice.energy}});
+    }
+    root["disk"].as_table()->insert("tenant_codecs", codecs);
   }
   if (c.host.hard_pin_quota_bytes.has_value()) {
     root["host"].as_table()->insert("hard_pin_quota_bytes",

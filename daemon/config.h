@@ -14,6 +14,9 @@
 //             codec (chunks written to disk are encoded: "int8", "kivi4", "kivi2", "cachegen",
 //             "xkv"; "" (the default) stores them as they are), codec_group_size, codec_bits,
 //             codec_energy (the codec's parameters, 0: its defaults; storage/codec/codec.h)
+//   [disk.tenant_codecs]  tenant = "codec" (its defaults; "" : as they are), or tenant = { codec
+//             = "kivi4", group_size = 64, bits = 0, energy = 0 }: the chunks the host tier
+//             stored under that tenant are written to disk so, in place of [disk] codec
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -104,6 +107,16 @@ struct DaemonConfig {
     uint32_t codec_group_size = 0;
     uint32_t codec_bits = 0;
     double codec_energy = 0;
+    // A tenant's own codec ("" : stored as they are) and parameters, in place of the above for
+    // the chunks stored under it (an engine request's tenant salt): e.g. one tenant's KV kept
+    // exact while the others' is compressed.
+    struct TenantCodec {
+      std::string codec;
+      uint32_t group_size = 0;
+      uint32_t bits = 0;
+      double energy = 0;
+    };
+    std::map<std::string, TenantCodec> tenant_codecs;
   } disk;
   struct Engine {
     std::string socket_path;

@@ -46,6 +46,10 @@ codec = "cachegen"
 codec_group_size = 16
 codec_bits = 4
 codec_energy = 0.95
+[disk.tenant_codecs]
+premium = ""
+bulk = { codec = "kivi4", group_size = 64 }
+lab = "xkv"
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -90,6 +94,12 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->disk.codec_group_size, 16u);
   EXPECT_EQ(config->disk.codec_bits, 4u);
   EXPECT_DOUBLE_EQ(config->disk.codec_energy, 0.95);
+  ASSERT_EQ(config->disk.tenant_codecs.size(), 3u);
+  EXPECT_EQ(config->disk.tenant_codecs.at("premium").codec, "");
+  EXPECT_EQ(config->disk.tenant_codecs.at("bulk").codec, "kivi4");
+  EXPECT_EQ(config->disk.tenant_codecs.at("bulk").group_size, 64u);
+  EXPECT_EQ(config->disk.tenant_codecs.at("lab").codec, "xkv");
+  EXPECT_EQ(config->disk.tenant_codecs.at("lab").group_size, 0u);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
@@ -141,6 +151,15 @@ TEST(DaemonConfig, BadTomlIsAClearError) {
   // Floats are not integers, not even huge ones (found by tests/fuzz/config_fuzz).
   EXPECT_NE(code_and_message("[host]\npage_bytes = 4e96\n").find("byte size"), std::string::npos);
   EXPECT_NE(code_and_message("[host]\nlease_ms = 1.5\n").find("lease_ms"), std::string::npos);
+  EXPECT_NE(code_and_message("[disk]\ntenant_codecs = 3\n").find("disk.tenant_codecs"),
+            std::string::npos);
+  EXPECT_NE(code_and_message("[disk.tenant_codecs]\na = 8\n").find("disk.tenant_codecs.a"),
+            std::string::npos);
+  EXPECT_NE(code_and_message("[disk.tenant_codecs]\na = { codec = \"int8\", level = 3 }\n")
+                .find("disk.tenant_codecs.a.level"),
+            std::string::npos);
+  EXPECT_NE(code_and_message("[disk.tenant_codecs]\na = { bits = -2 }\n").find("bits"),
+            std::string::npos);
 }
 
 TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
@@ -181,6 +200,20 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.disk.codec = "kivi4";
   c.disk.codec_energy = 1.5;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.codec_energy = 0;
+  c.disk.tenant_codecs["bulk"] = {.codec = "zip"};  // a tenant's codec no codec has
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.tenant_codecs["bulk"] = {.codec = "xkv", .energy = 2};
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.tenant_codecs["bulk"] = {.codec = "xkv", .energy = 0.9};
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.disk.tenant_codecs[""] = {.codec = "int8"};  // no tenant named
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.tenant_codecs.erase("");
+  c.disk.directory.clear();  // tenants' codecs without a disk tier
+  c.disk.codec.clear();
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.directory = "/var/cache/strata";
   c = DefaultConfig(Env(1ull << 34));
   c.remote.listen_address = "127.0.0.1:7400";  // peers without a shared token
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);

@@ -63,6 +63,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
         .codec_params = {.group_size = config.disk.codec_group_size,
                          .bits = config.disk.codec_bits,
                          .energy = static_cast<float>(config.disk.codec_energy)}};
+    for (const auto& [tenant, choice] : config.disk.tenant_codecs) {
+      store.disk->tenant_codecs[tenant] = {.codec = choice.codec,
+                                           .params = {.group_size = choice.group_size,
+                                                      .bits = choice.bits,
+                                                      .energy = static_cast<float>(choice.energy)}};
+    }
     store.movement = {.demotion_queue_bytes = config.disk.demotion_queue_bytes,
                       .write_through = config.disk.write_through,
                       .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,

@@ -60,8 +60,8 @@ std::vector<std::byte> ExpectedPayload(const ChunkKey& key, uint64_t size_bytes)
 // Demoter (storage/tiered/demoter.h), which copies the bytes here and demotes them to disk.
 class CountingListener : public storage::EvictionListener {
  public:
-  void OnEvicted(const ChunkKey&, const storage::PayloadView& payload, uint64_t checksum,
-                 uint32_t) override {
+  void OnEvicted(const ChunkKey&, const storage::PayloadView& payload, uint64_t checksum, uint32_t,
+                 std::string_view) override {
     ++chunks;
     bytes += payload.size_bytes();
     if (payload.Checksum() != checksum) ++corrupt;

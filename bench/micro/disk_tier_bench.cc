@@ -187,7 +187,7 @@ PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec*
   const std::string engine_name = disk->engine_name();
 
   // The disk tier as the tiered store's promotions see it, encoding with `codec`.
-  DiskLowerTier below(disk.get(), {.codec = codec});
+  DiskLowerTier below(disk.get(), {.fallback = {.codec = codec}});
   below.NoteLayout(layout);
 
   // Store the prefix: distinct chunks (a stamped pattern; with a codec, shaped KV, the same for

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/chunk_key.h"
 #include "storage/host/payload_view.h"
@@ -23,8 +24,9 @@ class EvictionListener {
 
   // `payload` holds the chunk's committed bytes; `checksum` is their xxh3-64 as computed at
   // commit (not re-verified here). `num_tokens` is the token count it was reserved with.
+  // `tenant` is the tenant it was stored under (ReserveOptions::tenant_name; "" for none).
   virtual void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                         uint32_t num_tokens) = 0;
+                         uint32_t num_tokens, std::string_view tenant) = 0;
 };
 
 }  // namespace strata::storage

@@ -252,12 +252,14 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       continue;
     }
     std::vector<Record*> victims;
+    std::vector<std::string> victim_tenants;  // for the listener; detaching frees the labels
     uint64_t victim_pages = 0;
     while (victim_pages < shortfall) {
       const std::optional<ChunkId> id = policy_->PopVictim();
       if (!id.has_value()) break;
       Record* victim = RecordOf(*id);
       STRATA_DCHECK(!victim->unevictable && victim->state == ChunkState::kCommitted);
+      if (listener_ != nullptr) victim_tenants.emplace_back(tenants_->Name(victim->tenant));
       DetachLocked(victim, RemovalCause::kEvicted, /*notify=*/true);
       victim->state = ChunkState::kEvicting;
       detached_.insert(victim);
@@ -280,7 +282,7 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       for (size_t i = 0; i < victims.size(); ++i) {
         const Record& victim = *victims[i];
         listener_->OnEvicted(victim.key, PayloadView(arena_->base(), ranges[i], victim.size_bytes),
-                             victim.checksum, victim.num_tokens);
+                             victim.checksum, victim.num_tokens, victim_tenants[i]);
       }
       mu_.Lock();
       evicting_pages_ -= victim_pages;

@@ -415,6 +415,9 @@ class HostTier {
   // listing started appear on later pages, removed ones disappear, none is listed twice. Costs
   // O(log chunks + examined) under the tier lock; never copies the index.
   ChunkPage ListChunks(const ListChunksOptions& options) const;
+  // The tenant a committed chunk was stored under (ReserveOptions::tenant_name); "" for a chunk
+  // stored under none, and for a key with no committed chunk. Takes the tier lock.
+  std::string TenantOf(const ChunkKey& key) const;
 
   // Walks every structure and checks that the pages of all chunks and the free runs tile the
   // arena exactly, and that every counter matches what it counts. kInternal naming the first

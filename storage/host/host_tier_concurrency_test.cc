@@ -40,8 +40,8 @@ bool PayloadIsIntact(const ChunkKey& key, const PayloadView& payload) {
 
 class CheckingListener : public EvictionListener {
  public:
-  void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t) override {
+  void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum, uint32_t,
+                 std::string_view) override {
     ++evicted;
     if (!PayloadIsIntact(key, payload) || payload.Checksum() != checksum) ++corrupt;
   }

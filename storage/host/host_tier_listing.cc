@@ -1,10 +1,18 @@
-// HostTier's reports on its contents: ListChunks (a resumable page of committed chunks) and Stats.
+// HostTier's reports on its contents: ListChunks (a resumable page of committed chunks), TenantOf
+// and Stats.
 #include "storage/host/host_tier.h"
 
 #include "storage/host/internal/chunk_record.h"
 #include "storage/host/internal/tenant_table.h"
 
 namespace strata::storage {
+
+std::string HostTier::TenantOf(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  const Record* record = FindLocked(key);
+  if (record == nullptr || record->state != internal_host::ChunkState::kCommitted) return {};
+  return std::string(tenants_->Name(record->tenant));
+}
 
 ChunkPage HostTier::ListChunks(const ListChunksOptions& options) const {
   ChunkPage page;

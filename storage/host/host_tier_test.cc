@@ -39,13 +39,14 @@ class RecordingListener : public EvictionListener {
     std::vector<std::byte> bytes;
     uint64_t checksum;
     uint32_t num_tokens;
+    std::string tenant;
     bool still_indexed;
   };
 
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t num_tokens) override {
-    Evicted evicted{key, Read(payload), checksum, num_tokens,
-                    tier != nullptr && tier->Contains(key)};
+                 uint32_t num_tokens, std::string_view tenant) override {
+    Evicted evicted{key,        Read(payload),       checksum,
+                    num_tokens, std::string(tenant), tier != nullptr && tier->Contains(key)};
     absl::MutexLock lock(&mu);
     chunks.push_back(std::move(evicted));
   }
@@ -383,6 +384,28 @@ TEST_F(HostTierTest, ListenerReadsEveryEvictedChunkIntact) {
     EXPECT_EQ(chunk.checksum, ChecksumBytes(chunk.bytes));
     EXPECT_FALSE(chunk.still_indexed) << "the listener runs after the chunk left the index";
   }
+  ExpectConsistent(*tier);
+}
+
+// The listener is told each evicted chunk's tenant (the tier's label is freed with the chunk,
+// so the name must be taken before); TenantOf answers for committed chunks only.
+TEST_F(HostTierTest, ListenerIsToldEachEvictedChunksTenant) {
+  auto tier = MakeTier(Options(2 * kFull));
+  const std::optional<std::string_view> tenants[] = {"alice", std::nullopt, "bob", "alice"};
+  for (uint64_t id = 0; id < 4; ++id) {
+    auto r = tier->Reserve(layout_, Key(id), {.num_tokens = 16, .tenant_name = tenants[id]});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(tier->Commit(std::move(r->reservation)).ok());
+  }
+  EXPECT_EQ(tier->TenantOf(Key(2)), "bob");
+  EXPECT_EQ(tier->TenantOf(Key(3)), "alice");
+  EXPECT_EQ(tier->TenantOf(Key(0)), "") << "evicted";
+  EXPECT_EQ(tier->TenantOf(Key(9)), "") << "never stored";
+  ASSERT_EQ(listener_.chunks.size(), 2u);
+  EXPECT_EQ(listener_.chunks[0].key, Key(0));
+  EXPECT_EQ(listener_.chunks[0].tenant, "alice");
+  EXPECT_EQ(listener_.chunks[1].key, Key(1));
+  EXPECT_EQ(listener_.chunks[1].tenant, "");
   ExpectConsistent(*tier);
 }
 

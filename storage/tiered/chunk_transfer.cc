@@ -17,17 +17,20 @@ absl::InlinedVector<std::span<const std::byte>, 4> PayloadParts(const PayloadVie
 }
 
 absl::Status PutPayload(LowerTier& below, const ChunkKey& key, const PayloadView& payload,
-                        uint64_t checksum, uint32_t num_tokens) {
+                        uint64_t checksum, uint32_t num_tokens, std::string_view tenant) {
   const absl::InlinedVector<std::span<const std::byte>, 4> parts = PayloadParts(payload);
-  return below.PutOne(
-      {.key = key, .payload = parts, .payload_checksum = checksum, .num_tokens = num_tokens});
+  return below.PutOne({.key = key,
+                       .payload = parts,
+                       .payload_checksum = checksum,
+                       .num_tokens = num_tokens,
+                       .tenant = tenant});
 }
 
 absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key) {
   STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.AcquireForCopy(key));
   if (!lease.has_value()) return false;
-  STRATA_RETURN_IF_ERROR(
-      PutPayload(below, key, lease->payload(), lease->checksum(), lease->num_tokens()));
+  STRATA_RETURN_IF_ERROR(PutPayload(below, key, lease->payload(), lease->checksum(),
+                                    lease->num_tokens(), host.TenantOf(key)));
   return true;
 }
 

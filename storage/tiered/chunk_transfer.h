@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -29,10 +30,10 @@ namespace strata::storage {
 // The payload's byte ranges (host arena pages), as the disk tier's parts.
 absl::InlinedVector<std::span<const std::byte>, 4> PayloadParts(const PayloadView& payload);
 
-// Puts `payload` (host arena pages, read during the call) on `below` under `key`;
-// LowerTier::PutBatch's result.
+// Puts `payload` (host arena pages, read during the call), stored under `tenant` in the host
+// tier, on `below` under `key`; LowerTier::PutBatch's result.
 absl::Status PutPayload(LowerTier& below, const ChunkKey& key, const PayloadView& payload,
-                        uint64_t checksum, uint32_t num_tokens);
+                        uint64_t checksum, uint32_t num_tokens, std::string_view tenant);
 
 enum class PromoteOutcome {
   kPromoted,       // the chunk is committed in the host tier now

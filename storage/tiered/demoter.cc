@@ -31,7 +31,7 @@ void Demoter::Count(const absl::Status& status) {
 }
 
 void Demoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                        uint32_t num_tokens) {
+                        uint32_t num_tokens, std::string_view tenant) {
   // Written through, or promoted from disk and evicted again: keys name their content, so the
   // disk copy is this chunk and nothing needs writing.
   if (disk_->Contains(key)) {
@@ -54,6 +54,7 @@ void Demoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_
     staged->payload_bytes = payload_bytes;
     staged->checksum = checksum;
     staged->num_tokens = num_tokens;
+    staged->tenant = tenant;
     payload.CopyTo(staged->bytes.span().first(payload_bytes));
     absl::MutexLock lock(&mu_);
     // Staged and queued at once (under mu_): a Flush that follows IsStaged waits for its write.
@@ -65,7 +66,7 @@ void Demoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_
     staged_bytes_ -= staged_bytes;  // stopped meanwhile: written here instead
   }
   written_inline_.fetch_add(1, std::memory_order_relaxed);
-  Count(PutPayload(*disk_, key, payload, checksum, num_tokens));
+  Count(PutPayload(*disk_, key, payload, checksum, num_tokens, tenant));
 }
 
 std::shared_ptr<const StagedPayload> Demoter::FindStaged(const ChunkKey& key) const {
@@ -99,7 +100,8 @@ void Demoter::WriteBatch(std::span<Queued> batch) {
     puts.push_back({.key = batch[i].key,
                     .payload = std::span(&parts[i], 1),
                     .payload_checksum = batch[i].staged->checksum,
-                    .num_tokens = batch[i].staged->num_tokens});
+                    .num_tokens = batch[i].staged->num_tokens,
+                    .tenant = batch[i].staged->tenant});
   }
   for (const absl::Status& status : disk_->PutBatch(puts)) Count(status);
   // Written (the disk tier shows them now) or failed.

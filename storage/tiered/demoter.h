@@ -38,6 +38,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -58,6 +60,7 @@ struct StagedPayload {
   uint64_t payload_bytes = 0;
   uint64_t checksum = 0;  // the host tier's xxh3-64 of the payload
   uint32_t num_tokens = 0;
+  std::string tenant;  // the host tier's tenant of the chunk ("" for none)
 
   std::span<const std::byte> payload() const { return bytes.span().first(payload_bytes); }
 };
@@ -80,7 +83,7 @@ class Demoter final : public EvictionListener {
   Demoter& operator=(const Demoter&) = delete;
 
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t num_tokens) override;
+                 uint32_t num_tokens, std::string_view tenant) override;
 
   // The staged payload of `key` when it waits for (or is in) its disk write, else nullptr. The
   // buffer stays valid and unchanged while the caller holds it.

@@ -54,7 +54,7 @@ class DiskEncodingTest : public ::testing::Test {
     ASSERT_TRUE(disk.ok()) << disk.status();
     disk_ = *std::move(disk);
     tier_ = std::make_unique<DiskLowerTier>(disk_.get(),
-                                            DiskEncodingOptions{.codec = int8_, .params = {}});
+                                            DiskEncodingOptions{.fallback = {.codec = int8_}});
   }
 
   absl::Status Put(const ChunkKey& key, std::span<const std::byte> payload, uint32_t tokens) {
@@ -128,6 +128,39 @@ TEST_F(DiskEncodingTest, ANotedLayoutsChunksAreStoredEncodedAndComeBackAsTheCode
 
   // A destination of another size is refused.
   EXPECT_EQ(Read(key, chunk.size() - 6).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// DiskEncodingOptions::tenants: a named tenant's chunks by its own encoding, every other chunk
+// (no tenant, or a tenant not named) by the fallback, here none.
+TEST_F(DiskEncodingTest, ATenantsOwnEncodingReplacesTheFallbackForItsChunksOnly) {
+  const Codec* kivi4 = *CodecRegistry::Find("kivi4");
+  tier_ = std::make_unique<DiskLowerTier>(
+      disk_.get(),
+      DiskEncodingOptions{
+          .tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 16}}}, {"exact", {}}}});
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 3);
+  const std::string_view tenants[] = {"bulk", "", "exact", "other"};
+  for (uint64_t i = 0; i < std::size(tenants); ++i) {
+    const std::span<const std::byte> parts[] = {chunk};
+    ASSERT_TRUE(tier_
+                    ->PutOne({.key = KeyFor(layout, 10 + i),
+                              .payload = parts,
+                              .payload_checksum = ChecksumBytes(chunk),
+                              .num_tokens = 32,
+                              .tenant = tenants[i]})
+                    .ok());
+  }
+  std::vector<std::byte> expected(chunk.size());
+  ASSERT_TRUE(
+      kivi4->Decode(layout, *kivi4->Encode(layout, 32, chunk, {.group_size = 16}), expected).ok());
+  EXPECT_EQ(tier_->Lookup(KeyFor(layout, 10))->codec, CodecId::kKivi4);
+  EXPECT_EQ(*Read(KeyFor(layout, 10), chunk.size()), expected);
+  for (uint64_t i = 1; i < std::size(tenants); ++i) {
+    EXPECT_EQ(tier_->Lookup(KeyFor(layout, 10 + i))->codec, std::nullopt) << tenants[i];
+    EXPECT_EQ(*Read(KeyFor(layout, 10 + i), chunk.size()), chunk) << tenants[i];
+  }
 }
 
 TEST_F(DiskEncodingTest, ChunksOfLayoutsNotNotedOrThatDoNotShrinkAreStoredAsTheyAre) {

@@ -65,11 +65,11 @@ absl::StatusOr<std::optional<EncodedPut>> EncodeChunk(const Codec& codec, const 
   return encoded;
 }
 
-// The chunk of `put` encoded by `options`' codec for `layout`, with its error measured, or
+// The chunk of `put` encoded by `encoding`'s codec for `layout`, with its error measured, or
 // nullopt when it is better stored as it is (the codec refuses it or it does not shrink).
 // `chunk` and `decoded` are scratch of at least the chunk's size.
 std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layout,
-                                 const DiskEncodingOptions& options, std::span<std::byte> chunk,
+                                 const DiskEncoding& encoding, std::span<std::byte> chunk,
                                  std::span<std::byte> decoded) {
   const uint64_t bytes = layout.chunk_bytes(put.num_tokens);
   if (PartsBytes(put.payload) != bytes) return std::nullopt;
@@ -81,7 +81,7 @@ std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layo
     at += part.size();
   }
   absl::StatusOr<std::optional<EncodedPut>> encoded =
-      EncodeChunk(*options.codec, options.params, layout, put.num_tokens, chunk, decoded);
+      EncodeChunk(*encoding.codec, encoding.params, layout, put.num_tokens, chunk, decoded);
   if (!encoded.ok() || !encoded->has_value()) return std::nullopt;
   const KvError error = CompareKv(layout.dtype, chunk, decoded);
   (*encoded)->encoding.relative_error = static_cast<float>(error.relative_frobenius);
@@ -130,6 +130,12 @@ absl::Status DecodeLayers(const Codec& codec, const KvLayout& layout, const Disk
 }
 
 }  // namespace
+
+const DiskEncoding& DiskEncodingOptions::For(std::string_view tenant) const {
+  if (tenant.empty()) return fallback;
+  auto it = tenants.find(tenant);
+  return it == tenants.end() ? fallback : it->second;
+}
 
 std::optional<LowerTier::ChunkInfo> DiskLowerTier::Lookup(const ChunkKey& key) const {
   const std::optional<DiskChunkInfo> info = disk_->Lookup(key);
@@ -245,8 +251,9 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
                      .payload = put.payload,
                      .payload_checksum = put.payload_checksum,
                      .num_tokens = put.num_tokens};
+    const DiskEncoding& encoding = encoding_.For(put.tenant);
     const std::shared_ptr<const KvLayout> layout =
-        encoding_.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());
+        encoding.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());
     if (layout != nullptr) {
       // Scratch kept across the batch and for the next (fresh pages cost more than encoding).
       const uint64_t bytes = layout->chunk_bytes(put.num_tokens);
@@ -256,7 +263,7 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
         *buffer = TakeStaging(bytes);
       }
       if (std::optional<EncodedPut> frame =
-              Encode(put, *layout, encoding_, chunk.span(), decoded.span())) {
+              Encode(put, *layout, encoding, chunk.span(), decoded.span())) {
         const EncodedPut& kept =
             *encoded.emplace_back(std::make_unique<EncodedPut>(*std::move(frame)));
         disk_put.payload = {&kept.part, 1};

@@ -1,7 +1,8 @@
 // DiskLowerTier registers the disk tier (storage/disk) with a TieredStore: the LowerTier
 // interface over a DiskTier, which knows nothing of the store.
 //
-// Encoding ([disk] codec): with a codec, a chunk written to disk whose layout the disk keeps
+// Encoding ([disk] codec, per tenant [disk.tenant_codecs]: DiskEncodingOptions says which chunk
+// is stored how): with a codec, a chunk written to disk whose layout the disk keeps
 // (NoteLayout, DiskTier::KeepLayout) is stored as the codec's encoded frame when that is
 // smaller, and decoded when it is read back, so disk holds more chunks and promotions read
 // fewer bytes. Each encoded chunk's error (its decode against the chunk) is measured as it is
@@ -21,6 +22,10 @@
 // with a codec, or once Recode ran, that memory stays allocated.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,10 +37,21 @@
 
 namespace strata::storage {
 
-// How DiskLowerTier encodes the chunks it writes; no codec: as they are.
-struct DiskEncodingOptions {
+// One way of storing chunks on disk: encoded by `codec` with `params`; no codec: as they are.
+struct DiskEncoding {
   const Codec* codec = nullptr;  // from CodecRegistry; not owned
   CodecParams params;
+};
+
+// How DiskLowerTier encodes the chunks it writes ([disk] codec, [disk.tenant_codecs]): a chunk
+// the host tier stored under a tenant named in `tenants` by that tenant's encoding, every other
+// chunk (no tenant, or one not named) by `fallback`.
+struct DiskEncodingOptions {
+  DiskEncoding fallback;
+  std::map<std::string, DiskEncoding, std::less<>> tenants;
+
+  // The encoding of a chunk put under `tenant` (LowerTier::Put::tenant).
+  const DiskEncoding& For(std::string_view tenant) const;
 };
 
 class DiskLowerTier final : public LowerTier {

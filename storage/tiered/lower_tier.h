@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -67,6 +68,9 @@ class LowerTier {
     ConstParts payload;
     uint64_t payload_checksum = 0;
     uint32_t num_tokens = 0;
+    // The tenant the host tier stored the chunk under ("" for none): a tier may store tenants'
+    // chunks differently (DiskEncodingOptions::tenants).
+    std::string_view tenant;
   };
 
   // Which chunks List reports, and from where.

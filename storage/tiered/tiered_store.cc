@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/fmt_absl.h"
+#include "core/status_macros.h"
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -55,6 +56,14 @@ absl::Status CheckOrder(std::span<const std::unique_ptr<LowerTier>> lower) {
   return absl::OkStatus();
 }
 
+// The encoding of codec `name` (CodecRegistry's; "" : none) with `params`.
+absl::StatusOr<DiskEncoding> FindEncoding(const std::string& name, const CodecParams& params) {
+  DiskEncoding encoding{.params = params};
+  if (name.empty()) return encoding;
+  STRATA_ASSIGN_OR_RETURN(encoding.codec, CodecRegistry::Find(name));
+  return encoding;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
@@ -65,11 +74,14 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   std::unique_ptr<TieredStore> store(new TieredStore());
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
-    DiskEncodingOptions encoding{.params = disk.codec_params};
-    if (!disk.codec.empty()) {
-      absl::StatusOr<const Codec*> codec = CodecRegistry::Find(disk.codec);
-      if (!codec.ok()) return Annotate(codec.status(), "disk tier");
-      encoding.codec = *codec;
+    DiskEncodingOptions encoding;
+    absl::StatusOr<DiskEncoding> fallback = FindEncoding(disk.codec, disk.codec_params);
+    if (!fallback.ok()) return Annotate(fallback.status(), "disk tier");
+    encoding.fallback = *fallback;
+    for (const auto& [tenant, choice] : disk.tenant_codecs) {
+      absl::StatusOr<DiskEncoding> own = FindEncoding(choice.codec, choice.params);
+      if (!own.ok()) return Annotate(own.status(), fmt::format("disk tier, tenant '{}'", tenant));
+      encoding.tenants.emplace(tenant, *own);
     }
     absl::StatusOr<std::unique_ptr<DiskTier>> tier =
         DiskTier::Open({.directory = disk.directory,

@@ -40,6 +40,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -77,6 +78,13 @@ struct TieredDiskOptions {
   // its parameters: see DiskLowerTier.
   std::string codec;
   CodecParams codec_params;
+  // Tenants whose chunks are stored otherwise: tenant -> its codec ("" : as they are) and
+  // parameters, in place of `codec` (DiskEncodingOptions::tenants).
+  struct TenantCodec {
+    std::string codec;
+    CodecParams params;
+  };
+  std::map<std::string, TenantCodec> tenant_codecs;
 };
 
 // How chunks move between the host tier and the tiers below it.

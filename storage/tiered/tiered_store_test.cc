@@ -194,6 +194,65 @@ TEST_F(TieredStoreTest, ADiskCodecStoresEvictionsEncodedAndPromotesThemDecoded) 
             absl::StatusCode::kInvalidArgument);
 }
 
+// [disk.tenant_codecs]: a tenant's chunks are written to disk as its own codec says, whichever
+// path writes them (eviction, write-through, a flush); other tenants' and untracked chunks as
+// [disk] codec says. A tenant the registry does not know a codec of is refused at Create.
+TEST_F(TieredStoreTest, EachTenantsChunksAreWrittenToDiskAsItsCodecSays) {
+  for (const bool write_through : {false, true}) {
+    SCOPED_TRACE(write_through ? "write-through" : "write-back");
+    store_.reset();
+    const std::string directory =
+        scratch_.path() + (write_through ? "/write-through" : "/write-back");
+    TieredStoreOptions options;
+    options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096, .policy = "lru"};
+    options.disk = TieredDiskOptions{.directory = directory,
+                                     .capacity_bytes = 1 << 20,
+                                     .segment_bytes = 64 << 10,
+                                     .codec = "int8",
+                                     .tenant_codecs = {{"exact", {.codec = ""}}}};
+    options.movement.write_through = write_through;
+    absl::StatusOr<std::unique_ptr<TieredStore>> store = TieredStore::Create(std::move(options));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    store_->NoteLayout(layout_);
+    const std::optional<std::string_view> tenants[] = {"exact", "other", std::nullopt,
+                                                       "exact", "exact", "other"};
+    for (uint64_t id = 0; id < 6; ++id) {  // 0 and 1 are evicted
+      absl::StatusOr<ReserveResult> reserved =
+          store_->host().Reserve(layout_, Key(id), {.num_tokens = 16, .tenant_name = tenants[id]});
+      ASSERT_TRUE(reserved.ok()) << reserved.status();
+      reserved->reservation.payload().CopyFrom(testing::Pattern(id, kChunkBytes));
+      ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
+    }
+    EXPECT_EQ(store_->host().TenantOf(Key(2)), "");
+    EXPECT_EQ(store_->host().TenantOf(Key(3)), "exact");
+    EXPECT_EQ(store_->host().TenantOf(Key(0)), "") << "evicted: no longer in the host tier";
+    ASSERT_TRUE(store_->FlushToLowerTiers().ok());  // 2..5, unless written through already
+    store_->Flush();
+    for (uint64_t id = 0; id < 6; ++id) {
+      const std::optional<LowerTier::ChunkInfo> info = store_->DescribeBelowHost(Key(id));
+      ASSERT_TRUE(info.has_value()) << id;
+      if (tenants[id] == "exact") {
+        EXPECT_EQ(info->codec, std::nullopt) << id;
+        EXPECT_EQ(info->stored_bytes, kChunkBytes) << id;
+      } else {
+        EXPECT_EQ(info->codec, CodecId::kInt8) << id;
+        EXPECT_LT(info->stored_bytes, kChunkBytes) << id;
+      }
+    }
+  }
+
+  store_.reset();
+  EXPECT_EQ(TieredStore::Create({.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096},
+                                 .disk = TieredDiskOptions{.directory = scratch_.path() + "/x",
+                                                           .capacity_bytes = 1 << 20,
+                                                           .segment_bytes = 64 << 10,
+                                                           .tenant_codecs = {{"a", {"zip"}}}}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(TieredStoreTest, AfterStopALowerTierLoadIsUnavailableAndLeasesNothing) {
   Open(/*with_disk=*/true);
   for (uint64_t id = 0; id < 5; ++id) Store(id);  // 0 is on disk

@@ -1,6 +1,7 @@
 #include "storage/tiered/write_through.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,7 @@ void WriteThrough::WriteBatch(std::span<const ChunkKey> keys) {
 
 void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
   std::vector<ChunkLease> leases;
+  std::vector<std::string> tenants;  // each lease's, for the tier below's choice of form
   for (const ChunkKey& key : keys) {
     std::optional<ChunkLease> lease;
     if (!disk_->Contains(key)) {
@@ -106,6 +108,7 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
       skipped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
+    tenants.push_back(host.TenantOf(key));
     leases.push_back(*std::move(lease));
   }
   if (leases.empty()) return;
@@ -118,7 +121,8 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
     puts.push_back({.key = leases[i].key(),
                     .payload = parts[i],
                     .payload_checksum = leases[i].checksum(),
-                    .num_tokens = leases[i].num_tokens()});
+                    .num_tokens = leases[i].num_tokens(),
+                    .tenant = tenants[i]});
   }
   const std::vector<absl::Status> results = disk_->PutBatch(puts);
 

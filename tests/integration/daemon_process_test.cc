@@ -261,6 +261,52 @@ TEST(DaemonProcess, WrittenThroughChunksSurviveACrashWithoutEverBeingEvicted) {
   std::filesystem::remove_all(disk_dir);
 }
 
+// [disk.tenant_codecs] through a real stratad: the engine's requests name their tenant, and the
+// chunks written through to disk are int8 ([disk] codec) except tenant "exact"'s, stored as they
+// are and loaded back byte-exact after a SIGKILL and a restart.
+TEST(DaemonProcess, ATenantsOwnDiskCodecDecidesHowItsChunksAreStored) {
+  const std::filesystem::path disk_dir = FreshDiskDir("tenant-codecs");
+  const test_support::DaemonProcessOptions options = DiskDaemonOptions(
+      disk_dir, "4MiB",
+      "write_through = true\ncodec = \"int8\"\n[disk.tenant_codecs]\nexact = \"\"\n");
+  const std::vector<ChunkKey> exact = Keys(4, 0);
+  const std::vector<ChunkKey> others = Keys(4, 100);
+  auto disk_stats = [](DaemonProcess& daemon) {
+    grpc::ClientContext context;
+    v1::StatsResponse stats;
+    EXPECT_TRUE(daemon.control().Stats(&context, v1::StatsRequest(), &stats).ok());
+    for (const v1::TierStats& tier : stats.tiers()) {
+      if (tier.tier() == v1::TIER_DISK) return tier;
+    }
+    return v1::TierStats();
+  };
+  {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    RawEngineClient engine((*daemon)->engine_socket());
+    ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+    ASSERT_TRUE(engine.Store(exact, 64, 30, true, "exact").ok());
+    ASSERT_TRUE(engine.Store(others, 64, 60, true, "bulk").ok());
+    v1::TierStats disk;
+    for (int attempt = 0; attempt < 200 && disk.chunks() < 8; ++attempt) {
+      disk = disk_stats(**daemon);
+      if (disk.chunks() < 8) std::this_thread::sleep_for(milliseconds(25));
+    }
+    ASSERT_EQ(disk.chunks(), 8u) << (*daemon)->Log();
+    EXPECT_EQ(disk.encoded_chunks(), 4u) << (*daemon)->Log();
+    (*daemon)->Kill();
+  }
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_EQ(disk_stats(**daemon).encoded_chunks(), 4u);
+  RawEngineClient engine((*daemon)->engine_socket());
+  ASSERT_TRUE(engine.Handshake(SmallLayout()).ok());
+  ASSERT_EQ(LookupHits(engine, exact), exact.size()) << (*daemon)->Log();
+  ExpectLoadsByteExact(engine, exact, [](uint32_t i) { return static_cast<uint8_t>(30 + i); });
+  EXPECT_EQ((*daemon)->Stop().code, 0);
+  std::filesystem::remove_all(disk_dir);
+}
+
 TEST(DaemonProcess, EngineKilledMidStoreLeavesNothingBehind) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();

@@ -55,6 +55,10 @@ class TenantTable {
     auto it = labels_.find(absl::string_view(name.data(), name.size()));
     return it == labels_.end() ? 0 : it->second;
   }
+  // The name `label` stands for; "" for 0. Valid until the table changes.
+  std::string_view Name(uint16_t label) const {
+    return label == 0 ? std::string_view() : std::string_view(entries_[label - 1].name);
+  }
 
  private:
   struct Entry {
