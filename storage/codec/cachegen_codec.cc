@@ -236,6 +236,14 @@ uint32_t BitsOf(const CodecParams& params) {
   return params.bits == 0 ? kCacheGenDefaultBits : params.bits;
 }
 
+// Encode's checks of everything but the payload, and the plan they give.
+absl::StatusOr<Plan> CheckedPlan(const KvLayout& layout, uint32_t num_tokens,
+                                 const CodecParams& params) {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(kName, params));
+  return MakePlan(layout, num_tokens, BitsOf(params), params.group_size);
+}
+
 }  // namespace
 
 std::string_view CacheGenCodec::error_bound() const {
@@ -244,14 +252,15 @@ std::string_view CacheGenCodec::error_bound() const {
          "stage is lossless";
 }
 
+absl::Status CacheGenCodec::CheckParams(const KvLayout& layout, const CodecParams& params) const {
+  return CheckedPlan(layout, layout.chunk_tokens, params).status();
+}
+
 absl::StatusOr<std::vector<std::byte>> CacheGenCodec::Encode(const KvLayout& layout,
                                                              uint32_t num_tokens,
                                                              std::span<const std::byte> payload,
                                                              const CodecParams& params) const {
-  STRATA_RETURN_IF_ERROR(layout.Validate());
-  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(kName, params));
-  STRATA_ASSIGN_OR_RETURN(const Plan plan,
-                          MakePlan(layout, num_tokens, BitsOf(params), params.group_size));
+  STRATA_ASSIGN_OR_RETURN(const Plan plan, CheckedPlan(layout, num_tokens, params));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(kName, layout, num_tokens, payload));
   CodeStreamEncoder encoder;
   std::vector<std::vector<std::byte>> sections;

@@ -60,6 +60,7 @@ class CacheGenCodec final : public Codec {
   absl::StatusOr<std::vector<std::byte>> Encode(const KvLayout& layout, uint32_t num_tokens,
                                                 std::span<const std::byte> payload,
                                                 const CodecParams& params) const override;
+  absl::Status CheckParams(const KvLayout& layout, const CodecParams& params) const override;
   absl::Status Decode(const KvLayout& layout, std::span<const std::byte> encoded,
                       std::span<std::byte> out) const override;
   absl::Status DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,

@@ -79,6 +79,11 @@ class Codec {
                                                         std::span<const std::byte> payload,
                                                         const CodecParams& params) const = 0;
 
+  // OK when Encode would take `params` for chunks of `layout`, whatever their token count;
+  // otherwise the kInvalidArgument Encode would answer (for the layout, its dtype or the
+  // parameters). Reads no payload: a cheap check before chunks arrive (an engine's handshake).
+  virtual absl::Status CheckParams(const KvLayout& layout, const CodecParams& params) const = 0;
+
   // Decodes a whole frame into `out`, which must hold exactly layout.chunk_bytes(num_tokens) bytes
   // (num_tokens from the frame: EncodedChunk::Parse), aligned to the dtype's size; `encoded`
   // must be 4-byte aligned. kInvalidArgument for bytes that are not a frame of this codec and

@@ -171,6 +171,55 @@ TEST(CodecParamsTest, BadParametersAndInputsAreInvalidArgument) {
   EXPECT_EQ(encode("int8", no_layers, 64, {}, {}).code(), kInvalid);
 }
 
+// CheckParams answers what Encode answers for the layout and parameters, without a payload, and
+// for a partial chunk as for a whole one.
+TEST(CodecParamsTest, CheckParamsAgreesWithEncode) {
+  const KvLayout bf16 = CodecTestLayout("codec-test", KvDtype::kBfloat16);
+  const KvLayout narrow = CodecTestLayout("codec-test", KvDtype::kFloat32, 1, 1, 8);
+  KvLayout fp8 = bf16;
+  fp8.dtype = KvDtype::kFp8E4m3;
+  struct Case {
+    std::string_view codec;
+    const KvLayout* layout;
+    CodecParams params;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"int8", &bf16, {}, true},
+      {"int8", &bf16, {.group_size = 16}, false},
+      {"int8", &bf16, {.bits = 8}, false},
+      {"int8", &bf16, {.energy = 0.5f}, false},
+      {"kivi4", &bf16, {.group_size = 64}, true},
+      {"kivi4", &bf16, {.group_size = 48}, false},
+      {"kivi2", &bf16, {.group_size = 256}, false},
+      {"kivi2", &narrow, {.group_size = 8}, false},
+      {"kivi4", &fp8, {}, false},
+      {"cachegen", &bf16, {.bits = 4}, true},
+      {"cachegen", &bf16, {.bits = 3}, false},
+      {"cachegen", &bf16, {.group_size = 48}, false},
+      {"xkv", &bf16, {.energy = 0.9f}, true},
+      {"xkv", &bf16, {.energy = 1.5f}, false},
+      {"xkv", &bf16, {.group_size = 3}, false},
+      {"xkv", &bf16, {.bits = 4}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.codec << " group " << c.params.group_size << " bits "
+                                      << c.params.bits << " energy " << c.params.energy);
+    const absl::Status checked = Get(c.codec).CheckParams(*c.layout, c.params);
+    EXPECT_EQ(checked.ok(), c.ok) << checked;
+    if (!c.ok) {
+      EXPECT_EQ(checked.code(), kInvalid);
+    }
+    for (const uint32_t tokens : {c.layout->chunk_tokens, c.layout->chunk_tokens / 2}) {
+      if (c.layout == &fp8) continue;  // MakeKv makes fp16, bf16 and fp32 KV only
+      const std::vector<std::byte> payload = MakeKv(*c.layout, tokens, KvShape::kGaussian, 1);
+      EXPECT_EQ(Get(c.codec).Encode(*c.layout, tokens, payload, c.params).status().code(),
+                checked.code())
+          << tokens << " tokens";
+    }
+  }
+}
+
 // ---- Round trips within the promised bound.
 
 struct RoundTripCase {

@@ -197,6 +197,18 @@ absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& lay
   return Opened{std::move(chunk), *std::move(plan)};
 }
 
+// Encode's checks of everything but the payload, and the plan they give.
+absl::StatusOr<LayerPlan> CheckedPlan(CodecId id, int bits, bool kivi, const KvLayout& layout,
+                                      uint32_t num_tokens, const CodecParams& params) {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  if (params.bits != 0) {
+    return absl::InvalidArgumentError(fmt::format("codec {} takes no bits (it has {}), got {}",
+                                                  CodecIdName(id), bits, params.bits));
+  }
+  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(CodecIdName(id), params));
+  return Plan(id, bits, kivi, layout, num_tokens, params.group_size);
+}
+
 }  // namespace
 
 QuantCodec::QuantCodec(CodecId id)
@@ -228,18 +240,16 @@ std::string_view QuantCodec::error_bound() const {
   return "";
 }
 
+absl::Status QuantCodec::CheckParams(const KvLayout& layout, const CodecParams& params) const {
+  return CheckedPlan(id_, bits_, kivi_, layout, layout.chunk_tokens, params).status();
+}
+
 absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout,
                                                           uint32_t num_tokens,
                                                           std::span<const std::byte> payload,
                                                           const CodecParams& params) const {
-  STRATA_RETURN_IF_ERROR(layout.Validate());
-  if (params.bits != 0) {
-    return absl::InvalidArgumentError(
-        fmt::format("codec {} takes no bits (it has {}), got {}", name(), bits_, params.bits));
-  }
-  STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(name(), params));
   STRATA_ASSIGN_OR_RETURN(const LayerPlan plan,
-                          Plan(id_, bits_, kivi_, layout, num_tokens, params.group_size));
+                          CheckedPlan(id_, bits_, kivi_, layout, num_tokens, params));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(name(), layout, num_tokens, payload));
   const EncodedChunkHeader header{.codec = id_,
                                   .layout_fingerprint = layout.Fingerprint(),

@@ -58,6 +58,11 @@ struct Shape {
   }
 };
 
+// The energy threshold `params` asks for (0: the default).
+float EnergyOf(const CodecParams& params) {
+  return params.energy == 0 ? kXkvDefaultEnergy : params.energy;
+}
+
 absl::StatusOr<Shape> MakeShape(const KvLayout& layout, uint32_t num_tokens, uint32_t group) {
   if (!kernels::IsFloatDtype(layout.dtype)) {
     return absl::InvalidArgumentError(fmt::format("codec {} reads fp16, bf16 or fp32 KV, not {}",
@@ -300,22 +305,15 @@ absl::StatusOr<Shape> FrameShape(const KvLayout& layout, const EncodedChunk& chu
   return shape;
 }
 
-}  // namespace
-
-std::string_view XkvCodec::error_bound() const {
-  return "||X - X^||_F <= (sqrt(1 - energy) + 2e-3) ||X||_F per group of group_size layers and "
-         "plane, plus the rounding to the dtype; no per-element bound";
-}
-
-absl::StatusOr<std::vector<std::byte>> XkvCodec::Encode(const KvLayout& layout, uint32_t num_tokens,
-                                                        std::span<const std::byte> payload,
-                                                        const CodecParams& params) const {
+// Encode's checks of everything but the payload, and the shape they give.
+absl::StatusOr<Shape> CheckedShape(const KvLayout& layout, uint32_t num_tokens,
+                                   const CodecParams& params) {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   if (params.bits != 0) {
     return absl::InvalidArgumentError(
         fmt::format("codec {} takes no bits (it keeps fp16 factors), got {}", kName, params.bits));
   }
-  const float energy = params.energy == 0 ? kXkvDefaultEnergy : params.energy;
+  const float energy = EnergyOf(params);
   if (!(energy > 0 && energy <= 1)) {
     return absl::InvalidArgumentError(
         fmt::format("codec {}: energy must be in (0, 1], got {}", kName, params.energy));
@@ -323,7 +321,25 @@ absl::StatusOr<std::vector<std::byte>> XkvCodec::Encode(const KvLayout& layout, 
   const uint32_t group = params.group_size == 0
                              ? std::min(kXkvDefaultGroupLayers, layout.num_layers)
                              : params.group_size;
-  STRATA_ASSIGN_OR_RETURN(const Shape s, MakeShape(layout, num_tokens, group));
+  return MakeShape(layout, num_tokens, group);
+}
+
+}  // namespace
+
+std::string_view XkvCodec::error_bound() const {
+  return "||X - X^||_F <= (sqrt(1 - energy) + 2e-3) ||X||_F per group of group_size layers and "
+         "plane, plus the rounding to the dtype; no per-element bound";
+}
+
+absl::Status XkvCodec::CheckParams(const KvLayout& layout, const CodecParams& params) const {
+  return CheckedShape(layout, layout.chunk_tokens, params).status();
+}
+
+absl::StatusOr<std::vector<std::byte>> XkvCodec::Encode(const KvLayout& layout, uint32_t num_tokens,
+                                                        std::span<const std::byte> payload,
+                                                        const CodecParams& params) const {
+  STRATA_ASSIGN_OR_RETURN(const Shape s, CheckedShape(layout, num_tokens, params));
+  const float energy = EnergyOf(params);
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(kName, layout, num_tokens, payload));
   std::vector<std::vector<std::byte>> sections;
   for (uint32_t g = 0; g < s.num_groups(); ++g) {
@@ -335,7 +351,7 @@ absl::StatusOr<std::vector<std::byte>> XkvCodec::Encode(const KvLayout& layout, 
                                   .layout_fingerprint = layout.Fingerprint(),
                                   .num_tokens = num_tokens,
                                   .num_layers = layout.num_layers,
-                                  .group_size = group,
+                                  .group_size = s.group,
                                   .decoded_bytes = payload.size()};
   return EncodedChunkWriter::Assemble(header, sections);
 }

@@ -11,10 +11,16 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/kv_error.h"
 #include "storage/codec/testing/shaped_kv.h"
@@ -161,6 +167,39 @@ TEST_F(DiskEncodingTest, ATenantsOwnEncodingReplacesTheFallbackForItsChunksOnly)
     EXPECT_EQ(tier_->Lookup(KeyFor(layout, 10 + i))->codec, std::nullopt) << tenants[i];
     EXPECT_EQ(*Read(KeyFor(layout, 10 + i), chunk.size()), chunk) << tenants[i];
   }
+}
+
+// An encoding whose codec refuses a layout's parameters is named in a warning, once per layout,
+// when the layout is noted (an engine's handshake); its chunks are stored as they are.
+TEST_F(DiskEncodingTest, EncodingsThatRefuseANotedLayoutAreLoggedOnce) {
+  std::ostringstream log;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  absl::Cleanup restore = [&previous] { spdlog::set_default_logger(previous); };
+  const Codec* kivi4 = *CodecRegistry::Find("kivi4");
+  tier_ = std::make_unique<DiskLowerTier>(
+      disk_.get(),
+      DiskEncodingOptions{
+          .fallback = {.codec = int8_, .params = {.group_size = 16}},            // int8 takes none
+          .tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 48}}},  // 128 channels
+                      {"fine", {.codec = kivi4, .params = {.group_size = 32}}}}});
+  const KvLayout layout = EncodedLayout();
+  tier_->NoteLayout(layout);
+  tier_->NoteLayout(layout);
+  const std::string text = log.str();
+  EXPECT_THAT(text, ::testing::HasSubstr("the codec int8 refuses"));
+  EXPECT_THAT(text, ::testing::HasSubstr("tenant 'bulk''s codec kivi4 refuses"));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("'fine'")));
+  size_t warnings = 0;
+  for (size_t at = text.find("refuses"); at != std::string::npos; at = text.find("refuses", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 2u) << text;
+
+  const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 4);
+  ASSERT_TRUE(Put(KeyFor(layout, 4), chunk, 32).ok());
+  EXPECT_EQ(tier_->Lookup(KeyFor(layout, 4))->codec, std::nullopt);
+  EXPECT_EQ(*Read(KeyFor(layout, 4), chunk.size()), chunk);
 }
 
 TEST_F(DiskEncodingTest, ChunksOfLayoutsNotNotedOrThatDoNotShrinkAreStoredAsTheyAre) {

@@ -161,6 +161,22 @@ void DiskLowerTier::NoteLayout(const KvLayout& layout) {
     spdlog::warn("disk tier: chunks of layout {} cannot be encoded: {}", layout.DebugString(),
                  kept.ToString());
   }
+  {
+    absl::MutexLock lock(&checked_mu_);
+    if (!checked_layouts_.insert(layout.Fingerprint()).second) return;
+  }
+  auto check = [&layout](std::string_view whose, const DiskEncoding& encoding) {
+    if (encoding.codec == nullptr) return;
+    if (absl::Status s = encoding.codec->CheckParams(layout, encoding.params); !s.ok()) {
+      spdlog::warn(
+          "disk tier: {} codec {} refuses layout {}: {}; such chunks are stored as they are", whose,
+          encoding.codec->name(), layout.DebugString(), s.ToString());
+    }
+  };
+  check("the", encoding_.fallback);
+  for (const auto& [tenant, encoding] : encoding_.tenants) {
+    check(fmt::format("tenant '{}''s", tenant), encoding);
+  }
 }
 
 absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& key,

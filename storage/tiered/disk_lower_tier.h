@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/codec/codec.h"
 #include "storage/disk/disk_tier.h"
@@ -68,7 +69,9 @@ class DiskLowerTier final : public LowerTier {
   absl::StatusOr<bool> Remove(const ChunkKey& key) override { return disk_->Remove(key); }
   absl::StatusOr<RemoveResult> RemoveIf(
       absl::FunctionRef<bool(const ChunkKey&)> predicate) override;
-  // Keeps the layout with the disk (DiskTier::KeepLayout), codec or none.
+  // Keeps the layout with the disk (DiskTier::KeepLayout), codec or none. The first time a
+  // layout is noted, logs a warning for each configured encoding whose codec refuses it or its
+  // parameters (Codec::CheckParams): those chunks are stored as they are.
   void NoteLayout(const KvLayout& layout) override;
   // Reads the chunk decoded, encodes it (or not) and swaps the new record in (DiskTier::Replace).
   // A chunk of a layout the disk does not keep is encoded with the recoding's layout, which the
@@ -101,6 +104,9 @@ class DiskLowerTier final : public LowerTier {
   const DiskEncodingOptions encoding_;
   absl::Mutex staging_mu_;
   std::vector<AlignedBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
+  absl::Mutex checked_mu_;
+  // Fingerprints of the layouts whose encodings NoteLayout checked.
+  absl::flat_hash_set<uint64_t> checked_layouts_ ABSL_GUARDED_BY(checked_mu_);
 };
 
 }  // namespace strata::storage
