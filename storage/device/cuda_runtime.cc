@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -197,6 +198,55 @@ class CudaAllocation final : public DeviceAllocation {
   const MemoryKind kind_;
 };
 
+// cudaMalloc'd memory with its IPC handle.
+class CudaShareableAllocation final : public ShareableAllocation {
+ public:
+  CudaShareableAllocation(int device, void* data, uint64_t size_bytes,
+                          const cudaIpcMemHandle_t& ipc)
+      : device_(device), data_(data), size_bytes_(size_bytes), ipc_(ipc) {}
+  ~CudaShareableAllocation() override {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+  }
+  void* data() const override { return data_; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  MemoryKind kind() const override { return MemoryKind::kDevice; }
+  SharedMemoryHandle handle() const override {
+    SharedMemoryHandle handle;
+    handle.backend = "cuda";
+    handle.size_bytes = size_bytes_;
+    std::memcpy(handle.ipc.data(), &ipc_, sizeof(ipc_));
+    return handle;
+  }
+
+ private:
+  const int device_;
+  void* const data_;
+  const uint64_t size_bytes_;
+  const cudaIpcMemHandle_t ipc_;
+};
+
+// Another process's memory opened from its IPC handle.
+class CudaIpcMapping final : public DeviceAllocation {
+ public:
+  CudaIpcMapping(int device, void* data, uint64_t size_bytes)
+      : device_(device), data_(data), size_bytes_(size_bytes) {}
+  ~CudaIpcMapping() override {
+    cudaSetDevice(device_);
+    cudaIpcCloseMemHandle(data_);
+  }
+  void* data() const override { return data_; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  MemoryKind kind() const override { return MemoryKind::kDevice; }
+
+ private:
+  const int device_;
+  void* const data_;
+  const uint64_t size_bytes_;
+};
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= SharedMemoryHandle::kIpcBytes);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(
@@ -272,6 +322,44 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> CudaRuntime::Allocate(uint64_t
                                 fmt::format("allocate {} pinned host bytes", size_bytes));
   }
   return std::make_unique<CudaAllocation>(device_ordinal_, data, size_bytes, kind);
+}
+
+absl::StatusOr<std::unique_ptr<ShareableAllocation>> CudaRuntime::AllocateShareable(
+    uint64_t size_bytes, std::string_view name) {
+  if (size_bytes == 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("cuda runtime: shareable allocation '{}' of 0 bytes", name));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_), "set device");
+  void* data = nullptr;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&data, size_bytes),
+      fmt::format("allocate {} shareable device bytes for '{}'", size_bytes, name));
+  cudaIpcMemHandle_t ipc{};
+  const cudaError_t error = cudaIpcGetMemHandle(&ipc, data);
+  if (error != cudaSuccess) {
+    cudaFree(data);
+    return CudaStatus(error, fmt::format("IPC handle of '{}'", name));
+  }
+  return std::make_unique<CudaShareableAllocation>(device_ordinal_, data, size_bytes, ipc);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> CudaRuntime::OpenShared(
+    const SharedMemoryHandle& handle) {
+  if (handle.backend != "cuda") {
+    return absl::InvalidArgumentError(fmt::format(
+        "cuda runtime: cannot open a '{}' runtime's shared memory handle", handle.backend));
+  }
+  if (handle.size_bytes == 0) {
+    return absl::InvalidArgumentError("cuda runtime: shared memory handle of 0 bytes");
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_), "set device");
+  cudaIpcMemHandle_t ipc{};
+  std::memcpy(&ipc, handle.ipc.data(), sizeof(ipc));
+  void* data = nullptr;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&data, ipc, cudaIpcMemLazyEnablePeerAccess),
+                              fmt::format("open an IPC handle of {} bytes", handle.size_bytes));
+  return std::make_unique<CudaIpcMapping>(device_ordinal_, data, handle.size_bytes);
 }
 
 absl::Status CudaRuntime::RegisterHostMemory(void* base, uint64_t size_bytes) {

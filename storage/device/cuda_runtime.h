@@ -1,7 +1,9 @@
 // CudaRuntime is the CUDA DeviceRuntime: streams are non-blocking cudaStream_t, events are
 // cudaEvent_t (timing disabled), copies are cudaMemcpyBatchAsync where the toolkit has it (CUDA 13)
 // and a loop of cudaMemcpyAsync (cudaMemcpyDefault, unified addressing) otherwise; host memory
-// registration is cudaHostRegister, so copies from and to the mapped shared arena are DMA.
+// registration is cudaHostRegister, so copies from and to the mapped shared arena are DMA;
+// shareable allocations are cudaMalloc'd memory exported with cudaIpcGetMemHandle and opened with
+// cudaIpcOpenMemHandle.
 // Compiled only when STRATA_WITH_CUDA is on; other code reaches it through
 // CreateDeviceRuntime (device_runtime_factory.h). This header includes no CUDA header.
 //
@@ -36,6 +38,10 @@ class CudaRuntime final : public DeviceRuntime {
   absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() override;
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,
                                                              MemoryKind kind) override;
+  absl::StatusOr<std::unique_ptr<ShareableAllocation>> AllocateShareable(
+      uint64_t size_bytes, std::string_view name) override;
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> OpenShared(
+      const SharedMemoryHandle& handle) override;
   absl::Status RegisterHostMemory(void* base, uint64_t size_bytes) override;
   absl::Status UnregisterHostMemory(void* base) override;
 

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -132,6 +133,38 @@ TEST_F(CudaRuntimeTest, WaitsForTheEnginesStream) {
   const auto* bytes = static_cast<const uint8_t*>((*host)->data());
   for (size_t i = 0; i < kBytes; i += 4093) ASSERT_EQ(bytes[i], 0x5a) << i;
   cudaStreamDestroy(engine);
+}
+
+// The device pool's memory (T0): device memory with an IPC handle that holds what is copied in.
+// Opening the handle needs another process (CUDA refuses the process that made it), which this
+// test does not start: the engine-side open is covered by HostRuntime's tests.
+TEST_F(CudaRuntimeTest, ShareableMemoryHasAnIpcHandleAndHoldsCopies) {
+  constexpr size_t kBytes = 1 << 20;
+  auto memory = runtime_->AllocateShareable(kBytes, "strata-test-pool");
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  const SharedMemoryHandle handle = (*memory)->handle();
+  EXPECT_EQ(handle.backend, "cuda");
+  EXPECT_EQ(handle.size_bytes, kBytes);
+  EXPECT_EQ(handle.fd, -1);
+  EXPECT_TRUE(std::any_of(handle.ipc.begin(), handle.ipc.end(),
+                          [](std::byte b) { return b != std::byte{0}; }));
+  EXPECT_EQ((*memory)->kind(), MemoryKind::kDevice);
+
+  const std::vector<uint8_t> pattern = Pattern(kBytes, 5);
+  std::vector<uint8_t> back(kBytes, 0);
+  auto stream = *runtime_->CreateStream("pool");
+  const CopyRun in{pattern.data(), (*memory)->data(), kBytes};
+  const CopyRun out{(*memory)->data(), back.data(), kBytes};
+  ASSERT_TRUE(stream->Copy({&in, 1}).ok());
+  ASSERT_TRUE(stream->Copy({&out, 1}).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(back, pattern);
+
+  SharedMemoryHandle host = handle;
+  host.backend = "host";
+  EXPECT_EQ(runtime_->OpenShared(host).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime_->AllocateShareable(0, "empty").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaRuntimeTest, EventsQueryAndRejectForeignTypes) {

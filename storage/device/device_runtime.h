@@ -4,7 +4,9 @@
 // host-memory registration. CudaRuntime (storage/device/cuda_runtime.h, built when CUDA is on)
 // runs copies with cudaMemcpyAsync on CUDA streams; HostRuntime (storage/device/host_runtime.h)
 // runs them with memcpy on one worker thread per stream, so all logic runs and is tested without a
-// GPU. Backends are chosen in one place: CreateDeviceRuntime (device_runtime_factory.h).
+// GPU. Shareable allocations (the daemon's device pool, T0) are what other processes map: CUDA IPC
+// handles on a GPU, memfd "device" memory on HostRuntime. Backends are chosen in one place:
+// CreateDeviceRuntime (device_runtime_factory.h).
 //
 // Execution model (the same for every backend, modelled on CUDA streams):
 //   - Work enqueued on one DeviceStream (Copy, Record, WaitForEvent, WaitForExternal) runs in
@@ -24,6 +26,8 @@
 // by an enqueued copy must stay valid until an event recorded after the copy has completed.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -109,13 +113,33 @@ class DeviceStream {
   virtual absl::Status Synchronize() = 0;
 };
 
-// Memory allocated by a runtime; freed on destruction.
+// Memory allocated by a runtime; freed on destruction. An allocation opened from another
+// process's SharedMemoryHandle unmaps that process's memory here instead (the memory itself lives
+// until its allocator frees it and every process has unmapped it).
 class DeviceAllocation {
  public:
   virtual ~DeviceAllocation() = default;
   virtual void* data() const = 0;
   virtual uint64_t size_bytes() const = 0;
   virtual MemoryKind kind() const = 0;
+};
+
+// What another process needs to map a ShareableAllocation: the backend that made it, its size,
+// and either a descriptor (HostRuntime: a memfd) or an IPC handle (CudaRuntime:
+// cudaIpcMemHandle_t's bytes). The descriptor is the allocation's: dup it to send it (SCM_RIGHTS);
+// the receiver owns the copy it gets and may close it once OpenShared has mapped it.
+struct SharedMemoryHandle {
+  static constexpr size_t kIpcBytes = 64;
+  std::string backend;
+  uint64_t size_bytes = 0;
+  int fd = -1;
+  std::array<std::byte, kIpcBytes> ipc{};
+};
+
+// Device memory that other processes may map (DeviceRuntime::OpenShared with handle()).
+class ShareableAllocation : public DeviceAllocation {
+ public:
+  virtual SharedMemoryHandle handle() const = 0;
 };
 
 class DeviceRuntime {
@@ -132,6 +156,19 @@ class DeviceRuntime {
   // kResourceExhausted when the memory is not there.
   virtual absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,
                                                                      MemoryKind kind) = 0;
+
+  // `size_bytes` (> 0) of device memory that other processes can map (T0, the daemon's device
+  // pool): HostRuntime backs it with a memfd named `name`, CudaRuntime exports it with
+  // cudaIpcGetMemHandle. Contents unspecified. kInvalidArgument for 0 bytes; kResourceExhausted
+  // when the memory is not there.
+  virtual absl::StatusOr<std::unique_ptr<ShareableAllocation>> AllocateShareable(
+      uint64_t size_bytes, std::string_view name) = 0;
+  // Maps, in this process, memory another process allocated with AllocateShareable. The mapping
+  // covers handle.size_bytes and lives as long as the returned allocation. kInvalidArgument for a
+  // handle of another backend, without its descriptor or IPC bytes, or larger than the memory it
+  // names; the backend's errors otherwise (CUDA cannot open a handle in the process that made it).
+  virtual absl::StatusOr<std::unique_ptr<DeviceAllocation>> OpenShared(
+      const SharedMemoryHandle& handle) = 0;
 
   // Tells the backend that [base, base + size_bytes) of host memory (for example the mapped
   // shared arena) will be copied from and to, so it can page-lock it for DMA. Must be undone

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "storage/device/host_shared_memory.h"
 #include "storage/device/streaming_copy.h"
 
 namespace strata::storage {
@@ -438,7 +439,7 @@ size_t DefaultHostCopyThreads() {
 }
 
 HostRuntime::HostRuntime(HostRuntimeOptions options) : options_(std::move(options)) {
-  capabilities_.backend = "host";
+  capabilities_.backend = std::string(internal_device::kHostBackend);
   capabilities_.device_name = "cpu";
   capabilities_.device_ordinal = -1;
   capabilities_.device_memory = false;
@@ -468,6 +469,16 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> HostRuntime::Allocate(uint64_t
         fmt::format("host runtime: cannot allocate {} bytes", size_bytes));
   }
   return std::make_unique<HostAllocation>(data, size_bytes, kind);
+}
+
+absl::StatusOr<std::unique_ptr<ShareableAllocation>> HostRuntime::AllocateShareable(
+    uint64_t size_bytes, std::string_view name) {
+  return internal_device::AllocateHostShareable(size_bytes, name);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> HostRuntime::OpenShared(
+    const SharedMemoryHandle& handle) {
+  return internal_device::OpenHostShared(handle);
 }
 
 absl::Status HostRuntime::RegisterHostMemory(void* base, uint64_t size_bytes) {

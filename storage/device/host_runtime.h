@@ -1,6 +1,7 @@
 // HostRuntime is the CPU DeviceRuntime: copies are memcpy on a worker thread per stream (with
 // helper threads for large batches), so copies enqueued for layer i+1 run while the caller
-// consumes layer i, exactly as with CUDA streams. "Device" memory is host memory. Used by CPU
+// consumes layer i, exactly as with CUDA streams. "Device" memory is host memory; shareable
+// "device" memory is a memfd whose descriptor is the handle (host_shared_memory.h). Used by CPU
 // engines and by every test that must run without a GPU; the copy hook injects delays and failures
 // (the fault-injecting wrapper of STYLE.md's seam table).
 //
@@ -47,6 +48,10 @@ class HostRuntime final : public DeviceRuntime {
   absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() override;
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,
                                                              MemoryKind kind) override;
+  absl::StatusOr<std::unique_ptr<ShareableAllocation>> AllocateShareable(
+      uint64_t size_bytes, std::string_view name) override;
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> OpenShared(
+      const SharedMemoryHandle& handle) override;
   absl::Status RegisterHostMemory(void* base, uint64_t size_bytes) override;
   absl::Status UnregisterHostMemory(void* base) override;
 
