@@ -51,10 +51,14 @@ absl::Status CheckLength(uint32_t length) {
 }  // namespace
 
 absl::Status SendFrame(int socket_fd, std::string_view payload, milliseconds timeout,
-                       int fd_to_pass) {
+                       std::span<const int> fds_to_pass) {
   if (payload.empty() || payload.size() > kMaxFrameBytes) {
     return absl::InvalidArgumentError(
         fmt::format("frame of {} bytes outside [1, {}]", payload.size(), kMaxFrameBytes));
+  }
+  if (fds_to_pass.size() > kMaxPassedFds) {
+    return absl::InvalidArgumentError(
+        fmt::format("frame with {} descriptors; at most {}", fds_to_pass.size(), kMaxPassedFds));
   }
   const MonoTime deadline = SystemClock::Get()->Now() + timeout;
   const uint32_t length = static_cast<uint32_t>(payload.size());
@@ -63,7 +67,7 @@ absl::Status SendFrame(int socket_fd, std::string_view payload, milliseconds tim
                     static_cast<char>((length >> 24) & 0xff)};
   size_t sent = 0;
   const size_t total = sizeof(header) + payload.size();
-  bool fd_attached = fd_to_pass < 0;
+  bool fds_attached = fds_to_pass.empty();
   while (sent < total) {
     iovec iov[2];
     int iov_count = 0;
@@ -77,21 +81,22 @@ absl::Status SendFrame(int socket_fd, std::string_view payload, milliseconds tim
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = iov_count;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (!fd_attached) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+    if (!fds_attached) {
+      const size_t fd_bytes = sizeof(int) * fds_to_pass.size();
       std::memset(control, 0, sizeof(control));
       msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
+      msg.msg_controllen = CMSG_SPACE(fd_bytes);
       cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
       cmsg->cmsg_level = SOL_SOCKET;
       cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
+      cmsg->cmsg_len = CMSG_LEN(fd_bytes);
+      std::memcpy(CMSG_DATA(cmsg), fds_to_pass.data(), fd_bytes);
     }
     const ssize_t n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent += static_cast<size_t>(n);
-      fd_attached = true;
+      fds_attached = true;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -124,7 +129,7 @@ absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout,
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     const ssize_t n = ::recvmsg(socket_fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -148,10 +153,10 @@ absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout,
         for (size_t i = 0; i < count; ++i) {
           int fd;
           std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-          if (!frame.passed_fd.valid()) {
-            frame.passed_fd.Reset(fd);
+          if (frame.passed_fds.size() < kMaxPassedFds) {
+            frame.passed_fds.emplace_back(fd);
           } else {
-            ScopedFd extra(fd);  // unexpected extra descriptors are closed
+            ScopedFd extra(fd);  // descriptors beyond the limit are closed
           }
         }
       }

@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/scoped_fd.h"
@@ -17,16 +19,21 @@ namespace strata {
 
 inline constexpr uint32_t kMaxFrameBytes = 4u << 20;
 
+// Most descriptors one frame carries.
+inline constexpr size_t kMaxPassedFds = 4;
+
 // Writes one frame, waiting at most `timeout` for socket space (works on blocking and
-// non-blocking sockets). `fd_to_pass` >= 0 is attached to the frame with SCM_RIGHTS.
-// kInvalidArgument for an empty or oversized payload; kUnavailable when the peer is gone or the
-// timeout passes (the stream is then unusable: close it).
+// non-blocking sockets). `fds_to_pass` (at most kMaxPassedFds, each >= 0) are attached to the
+// frame with SCM_RIGHTS, in order. kInvalidArgument for an empty or oversized payload or too many
+// descriptors; kUnavailable when the peer is gone or the timeout passes (the stream is then
+// unusable: close it).
 absl::Status SendFrame(int socket_fd, std::string_view payload, std::chrono::milliseconds timeout,
-                       int fd_to_pass = -1);
+                       std::span<const int> fds_to_pass = {});
 
 struct ReceivedFrame {
   std::string payload;
-  ScopedFd passed_fd;  // valid when the sender attached a descriptor
+  // The descriptors the sender attached, in order (beyond kMaxPassedFds they are closed).
+  std::vector<ScopedFd> passed_fds;
 };
 
 // Reads exactly one frame, waiting at most `timeout` in total. For the first `spin` of the wait

@@ -23,26 +23,37 @@ struct SocketPair {
   ScopedFd a, b;
 };
 
-TEST(FrameIo, RoundTripWithPassedFd) {
+TEST(FrameIo, RoundTripWithPassedFds) {
   SocketPair pair;
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   ScopedFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
-  ASSERT_TRUE(SendFrame(pair.a.get(), "hello", milliseconds(100), write_end.get()).ok());
+  int other_pipe[2];
+  ASSERT_EQ(pipe(other_pipe), 0);
+  ScopedFd other_read(other_pipe[0]), other_write(other_pipe[1]);
+  const int two[] = {write_end.get(), other_write.get()};
+  ASSERT_TRUE(SendFrame(pair.a.get(), "hello", milliseconds(100), two).ok());
   ASSERT_TRUE(SendFrame(pair.a.get(), "second", milliseconds(100)).ok());
   absl::StatusOr<ReceivedFrame> first = RecvFrame(pair.b.get(), milliseconds(100));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->payload, "hello");
-  ASSERT_TRUE(first->passed_fd.valid());
-  // The passed descriptor is a working duplicate of the pipe's write end.
-  ASSERT_EQ(write(first->passed_fd.get(), "x", 1), 1);
+  ASSERT_EQ(first->passed_fds.size(), 2u);
+  // The passed descriptors are working duplicates of the pipes' write ends, in order.
+  ASSERT_EQ(write(first->passed_fds[0].get(), "x", 1), 1);
+  ASSERT_EQ(write(first->passed_fds[1].get(), "y", 1), 1);
   char c = 0;
   ASSERT_EQ(read(read_end.get(), &c, 1), 1);
   EXPECT_EQ(c, 'x');
+  ASSERT_EQ(read(other_read.get(), &c, 1), 1);
+  EXPECT_EQ(c, 'y');
   absl::StatusOr<ReceivedFrame> second = RecvFrame(pair.b.get(), milliseconds(100));
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->payload, "second");
-  EXPECT_FALSE(second->passed_fd.valid());
+  EXPECT_TRUE(second->passed_fds.empty());
+
+  const int too_many[kMaxPassedFds + 1] = {};
+  EXPECT_EQ(SendFrame(pair.a.get(), "x", milliseconds(100), too_many).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FrameIo, LargeFrameAcrossPartialWrites) {

@@ -15,6 +15,7 @@
 #include "core/toml_fields.h"
 #include "fmt/format.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/device/device_runtime_factory.h"
 #include "toml++/toml.h"
 
 namespace strata::daemon {
@@ -135,6 +136,13 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "codec_bits") s = ReadTomlUint(value, name, c.disk.codec_bits);
       if (key == "codec_energy") s = ReadTomlNonNegative(value, name, c.disk.codec_energy);
       if (key == "tenant_codecs") s = ReadTenantCodecs(value, name, c.disk.tenant_codecs);
+    } else if (section == "device_pool") {
+      if (key == "bytes_per_layout") {
+        s = ReadTomlBytes(value, name, c.device_pool.bytes_per_layout);
+      }
+      if (key == "block_tokens") s = ReadTomlUint(value, name, c.device_pool.block_tokens);
+      if (key == "backend") s = ReadTomlString(value, name, c.device_pool.backend);
+      if (key == "device") s = ReadTomlUint(value, name, c.device_pool.device);
     } else if (section == "engine") {
       if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
       if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
@@ -285,6 +293,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.disk.prefetch_queue_chunks == 0) {
     return Bad("config: disk.prefetch_queue_chunks must be at least 1");
   }
+  if (c.device_pool.block_tokens == 0 || c.device_pool.block_tokens > 65536) {
+    return Bad("config: device_pool.block_tokens must lie in 1..65536");
+  }
+  if (absl::StatusOr<storage::DeviceBackend> backend =
+          storage::ParseDeviceBackend(c.device_pool.backend);
+      !backend.ok()) {
+    return Bad(fmt::format("config: device_pool.backend: {}", backend.status().message()));
+  }
+  if (c.device_pool.device > 1024) return Bad("config: device_pool.device must lie in 0..1024");
   if (c.host.lease_ms == 0) return Bad("config: host.lease_ms must be positive");
   if (c.host.verify_every_n_loads == 0) {
     return Bad("config: host.verify_every_n_loads must be at least 1");
@@ -360,6 +377,11 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"codec_group_size", static_cast<int64_t>(c.disk.codec_group_size)},
                    {"codec_bits", static_cast<int64_t>(c.disk.codec_bits)},
                    {"codec_energy", c.disk.codec_energy}}},
+      {"device_pool",
+       toml::table{{"bytes_per_layout", static_cast<int64_t>(c.device_pool.bytes_per_layout)},
+                   {"block_tokens", static_cast<int64_t>(c.device_pool.block_tokens)},
+                   {"backend", c.device_pool.backend},
+                   {"device", static_cast<int64_t>(c.device_pool.device)}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

@@ -17,6 +17,10 @@
 //   [disk.tenant_codecs]  tenant = "codec" (its defaults; "" : as they are), or tenant = { codec
 //             = "kivi4", group_size = 64, bits = 0, energy = 0 }: the chunks the host tier
 //             stored under that tenant are written to disk so, in place of [disk] codec
+//   [device_pool]  bytes_per_layout (device memory of the T0 pool granted to the engines of each
+//             layout at their handshake; 0 (the default): none), block_tokens (a page's tokens:
+//             the engines' KV block size, default 16), backend ("auto" (default), "cuda",
+//             "host"), device (the CUDA device, default 0)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -118,6 +122,18 @@ struct DaemonConfig {
     };
     std::map<std::string, TenantCodec> tenant_codecs;
   } disk;
+  struct DevicePool {
+    // Device memory for the T0 pool of each layout engines handshake with (one per model and
+    // tensor-parallel rank), which engines map and read in place (storage/device/device_pool.h):
+    // 0 (the default) has no device pool.
+    uint64_t bytes_per_layout = 0;
+    // Tokens of one page: the engines' KV block size; it must divide their chunk_tokens.
+    uint32_t block_tokens = 16;
+    // "auto" (CUDA when this build has it and a GPU is visible, else host memory), "cuda" or
+    // "host" (memfd memory standing in for a GPU's).
+    std::string backend = "auto";
+    uint32_t device = 0;  // the CUDA device
+  } device_pool;
   struct Engine {
     std::string socket_path;
     uint32_t max_sessions = 256;

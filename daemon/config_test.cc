@@ -50,6 +50,11 @@ codec_energy = 0.95
 premium = ""
 bulk = { codec = "kivi4", group_size = 64 }
 lab = "xkv"
+[device_pool]
+bytes_per_layout = "2GiB"
+block_tokens = 32
+backend = "host"
+device = 1
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -100,6 +105,10 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->disk.tenant_codecs.at("bulk").group_size, 64u);
   EXPECT_EQ(config->disk.tenant_codecs.at("lab").codec, "xkv");
   EXPECT_EQ(config->disk.tenant_codecs.at("lab").group_size, 0u);
+  EXPECT_EQ(config->device_pool.bytes_per_layout, 2ull << 30);
+  EXPECT_EQ(config->device_pool.block_tokens, 32u);
+  EXPECT_EQ(config->device_pool.backend, "host");
+  EXPECT_EQ(config->device_pool.device, 1u);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
@@ -238,6 +247,17 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.cluster.controllers = {""};
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c = DefaultConfig(Env(1ull << 34));
+  EXPECT_EQ(c.device_pool.bytes_per_layout, 0u) << "no device pool unless asked for";
+  c.device_pool.bytes_per_layout = 1ull << 30;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.device_pool.block_tokens = 0;
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.device_pool.block_tokens = 16;
+  c.device_pool.backend = "tpu";
+  const absl::Status backend = ValidateConfig(c);
+  EXPECT_EQ(backend.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(backend.ToString().find("device_pool.backend"), std::string::npos) << backend;
 }
 
 TEST(ClusterRegistration, AdvertisesTheBoundControlPortAndAnId) {

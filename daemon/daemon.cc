@@ -12,6 +12,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
+#include "storage/device/device_runtime_factory.h"
 
 namespace strata::daemon {
 namespace {
@@ -130,8 +131,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                  config.disk.write_through ? ", write-through" : "");
   }
 
+  if (config.device_pool.bytes_per_layout > 0) {
+    absl::StatusOr<storage::DeviceBackend> backend =
+        storage::ParseDeviceBackend(config.device_pool.backend);
+    if (!backend.ok()) return backend.status();
+    absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> runtime = storage::CreateDeviceRuntime(
+        {.backend = *backend, .device_ordinal = static_cast<int>(config.device_pool.device)});
+    if (!runtime.ok()) return Annotate(runtime.status(), "device pool");
+    daemon->device_runtime_ = *std::move(runtime);
+    daemon->device_pools_ = std::make_unique<storage::DevicePools>(
+        *daemon->device_runtime_,
+        storage::DevicePoolsOptions{.bytes_per_layout = config.device_pool.bytes_per_layout,
+                                    .block_tokens = config.device_pool.block_tokens});
+    spdlog::info(
+        "device pool: {} bytes per layout in {} memory ({}), pages of {} tokens",
+        config.device_pool.bytes_per_layout, daemon->device_runtime_->Capabilities().backend,
+        daemon->device_runtime_->Capabilities().device_name, config.device_pool.block_tokens);
+  }
+
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
+  sessions.device_pools = daemon->device_pools_.get();
   sessions.store = daemon->store_.get();
   sessions.tenants = &daemon->tenants_;
   sessions.lookups = daemon->lookups_.get();
@@ -181,6 +201,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
           },
       .lookups = daemon->lookups_.get(),
       .remote = daemon->remote_.get(),
+      .device_pools = daemon->device_pools_.get(),
   });
   return daemon;
 }

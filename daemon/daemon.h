@@ -23,6 +23,8 @@
 #include "daemon/metrics.h"
 #include "daemon/vllm_event_publisher.h"
 #include "grpcpp/server.h"
+#include "storage/device/device_pools.h"
+#include "storage/device/device_runtime.h"
 #include "storage/host/host_tier.h"
 #include "storage/remote/remote_node.h"
 #include "storage/remote/remote_tier.h"
@@ -74,6 +76,10 @@ class Daemon {
   // registered the store's arena).
   storage::remote::RemoteTier* remote_tier_ = nullptr;
   std::unique_ptr<storage::remote::RemoteNode> remote_;
+  // The T0 pools engines are granted at their handshake, and the runtime that allocates them;
+  // null when [device_pool] bytes_per_layout is 0.
+  std::unique_ptr<storage::DeviceRuntime> device_runtime_;
+  std::unique_ptr<storage::DevicePools> device_pools_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;
   std::unique_ptr<grpc::Server> control_server_;

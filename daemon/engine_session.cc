@@ -35,6 +35,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       lookups_(resources.lookups),
       kv_event_token_ids_(resources.kv_event_token_ids),
       node_(resources.node),
+      device_pools_(resources.device_pools),
       limits_(limits) {
   if (node_ != nullptr && node_->remote != nullptr) streams_.emplace(*node_->remote, *host_tier_);
 }
@@ -144,7 +145,32 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   }
   *reply.response.mutable_status() = ToProto(absl::OkStatus());
   reply.attach_arena_fd = true;
+  GrantDevicePool(reply);
   return reply;
+}
+
+void EngineSession::GrantDevicePool(Reply& reply) {
+  if (device_pools_ == nullptr) return;
+  absl::StatusOr<storage::DevicePool*> pool = device_pools_->ForLayout(*layout_);
+  if (!pool.ok()) {
+    spdlog::warn("engine session {} ({}): no device pool for its layout: {}", id_, engine_id_,
+                 pool.status().ToString());
+    return;
+  }
+  const storage::SharedMemoryHandle handle = (*pool)->shared_handle();
+  const storage::DevicePoolGeometry& geometry = (*pool)->geometry();
+  v1::DevicePoolGrant* grant = reply.response.mutable_handshake()->mutable_device_pool();
+  grant->set_backend(handle.backend);
+  grant->set_size_bytes(handle.size_bytes);
+  grant->set_num_layers(geometry.num_layers);
+  grant->set_num_pages(geometry.num_pages);
+  grant->set_page_bytes(geometry.page_bytes);
+  grant->set_block_tokens(device_pools_->block_tokens());
+  if (handle.fd >= 0) {
+    reply.device_pool_fd = handle.fd;
+  } else {
+    grant->set_ipc_handle(handle.ipc.data(), handle.ipc.size());
+  }
 }
 
 absl::Status EngineSession::CheckBatch(int items, bool adds_handles) const {

@@ -27,6 +27,7 @@
 #include "daemon/node_identity.h"
 #include "daemon/session_streams.h"
 #include "daemon/tenant_directory.h"
+#include "storage/device/device_pools.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
@@ -48,6 +49,9 @@ struct SessionResources {
   // The node among its peers (handshake; LookupChainRequest.source_node). Nullable (no remote
   // tier); not owned; must outlive the session.
   const NodeIdentity* node = nullptr;
+  // The device pools (T0) the handshake grants engines, one per layout. Nullable (no device
+  // pool); not owned; must outlive the session.
+  storage::DevicePools* device_pools = nullptr;
 };
 
 struct EngineSessionLimits {
@@ -61,7 +65,9 @@ class EngineSession {
   struct Reply {
     v1::EngineResponse response;
     bool attach_arena_fd = false;  // the handshake succeeded: pass the arena fd with it
-    bool close_after = false;      // the session must end once the reply is sent
+    // With attach_arena_fd: the device pool's descriptor, passed after the arena's (-1: none).
+    int device_pool_fd = -1;
+    bool close_after = false;  // the session must end once the reply is sent
     // Nothing to send yet: the request went on in the store; Complete answers it.
     bool deferred = false;
   };
@@ -83,6 +89,9 @@ class EngineSession {
 
  private:
   Reply Handshake(const v1::HandshakeRequest& request);
+  // Grants the session's layout its device pool in the handshake's reply, when the daemon has
+  // pools and this layout can have one (otherwise the reply goes without, and the log says why).
+  void GrantDevicePool(Reply& reply);
   // Locates the chain; false when the remote tier went on asking peers (no response yet).
   absl::StatusOr<bool> Lookup(uint64_t request_id, const v1::LookupChainRequest& request,
                               v1::LookupChainResponse& response);
@@ -130,6 +139,7 @@ class EngineSession {
   LookupAccounting* const lookups_;
   const bool kv_event_token_ids_;
   const NodeIdentity* const node_;
+  storage::DevicePools* const device_pools_;
   const EngineSessionLimits limits_;
 
   bool handshaken_ = false;

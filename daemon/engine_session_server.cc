@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "core/frame_io.h"
 #include "core/status_util.h"
@@ -48,10 +49,10 @@ bool SomeoneListens(const sockaddr_un& addr) {
 }
 
 void SendOrLog(int fd, const v1::EngineResponse& response, std::chrono::milliseconds timeout,
-               int fd_to_pass, bool& ok) {
+               std::span<const int> fds_to_pass, bool& ok) {
   std::string bytes;
   response.SerializeToString(&bytes);
-  if (absl::Status s = SendFrame(fd, bytes, timeout, fd_to_pass); !s.ok()) {
+  if (absl::Status s = SendFrame(fd, bytes, timeout, fds_to_pass); !s.ok()) {
     spdlog::debug("engine session fd {}: {}", fd, std::string(s.message()));
     ok = false;
   }
@@ -241,7 +242,7 @@ void EngineSessionServer::Accept() {
           ToProto(allowed ? absl::ResourceExhaustedError("engine session limit reached")
                           : absl::PermissionDeniedError("uid not allowed by the daemon"));
       bool ok = true;
-      SendOrLog(fd.get(), refusal, options_.send_timeout, -1, ok);
+      SendOrLog(fd.get(), refusal, options_.send_timeout, {}, ok);
       continue;
     }
     const uint64_t id = next_session_id_++;
@@ -259,7 +260,8 @@ void EngineSessionServer::Accept() {
                                .tenants = options_.tenants,
                                .lookups = options_.lookups,
                                .kv_event_token_ids = options_.kv_event_token_ids,
-                               .node = &options_.node};
+                               .node = &options_.node,
+                               .device_pools = options_.device_pools};
     sessions_.emplace(id,
                       std::make_unique<Session>(id, std::move(fd), std::move(resources), limits));
     ++total_sessions_;
@@ -292,7 +294,7 @@ bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
                      session.state.engine_id(), std::string(frame.status().message()));
         v1::EngineResponse error;
         *error.mutable_status() = ToProto(frame.status());
-        SendOrLog(session.fd.get(), error, options_.send_timeout, -1, ok);
+        SendOrLog(session.fd.get(), error, options_.send_timeout, {}, ok);
         return false;
       }
       return true;
@@ -305,7 +307,7 @@ bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
       v1::EngineResponse error;
       *error.mutable_status() =
           ToProto(absl::InvalidArgumentError("malformed frame: not an EngineRequest"));
-      SendOrLog(session.fd.get(), error, options_.send_timeout, -1, ok);
+      SendOrLog(session.fd.get(), error, options_.send_timeout, {}, ok);
       return false;
     }
     ++requests_;
@@ -320,8 +322,11 @@ bool EngineSessionServer::ServeFrames(Session& session, bool& ok) {
       latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
+    // The handshake's descriptors: the arena's, then the device pool's when it has one.
+    const int handshake_fds[] = {options_.store->host().arena_fd(), reply.device_pool_fd};
+    const size_t num_fds = !reply.attach_arena_fd ? 0 : reply.device_pool_fd >= 0 ? 2 : 1;
     SendOrLog(session.fd.get(), reply.response, options_.send_timeout,
-              reply.attach_arena_fd ? options_.store->host().arena_fd() : -1, ok);
+              std::span<const int>(handshake_fds, num_fds), ok);
     if (!ok || reply.close_after) return false;
   }
   return true;
@@ -343,7 +348,7 @@ void EngineSessionServer::ServeCompletions() {
               .count());
     }
     bool ok = true;
-    SendOrLog(session.fd.get(), reply.response, options_.send_timeout, -1, ok);
+    SendOrLog(session.fd.get(), reply.response, options_.send_timeout, {}, ok);
     // Requests the engine sent meanwhile wait in the reader's buffer or the socket.
     if (!ok || reply.close_after || !ServeFrames(session, ok)) {
       CloseSession(session_id);

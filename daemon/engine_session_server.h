@@ -37,6 +37,7 @@
 #include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/device/device_pools.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 
@@ -55,6 +56,9 @@ struct EngineSessionServerOptions {
   bool kv_event_token_ids = false;
   // The node among its peers; default: no remote tier.
   NodeIdentity node;
+  // The device pools the handshake grants (SessionResources::device_pools); nullable (none);
+  // not owned; must outlive the server.
+  storage::DevicePools* device_pools = nullptr;
   uint32_t max_sessions = 256;
   // Peer uids accepted besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;

@@ -14,6 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/device/device_pools.h"
+#include "storage/device/host_runtime.h"
 #include "storage/host/payload_view.h"
 #include "storage/io/testing/io_test_util.h"
 #include "storage/tiered/tiered_store.h"
@@ -816,6 +818,65 @@ TEST_F(EngineSessionServerTest, SocketIsGroupOnly) {
   const perms mode = std::filesystem::status(server_->socket_path()).permissions();
   EXPECT_EQ(mode & perms::all,
             perms::owner_read | perms::owner_write | perms::group_read | perms::group_write);
+}
+
+// The handshake grants each layout's engines its device pool (T0): the grant describes the
+// pages, and a host pool's descriptor follows the arena's, so the engine maps the pages the
+// daemon writes. A layout that cannot have a pool handshakes without one.
+TEST_F(EngineSessionServerTest, TheHandshakeGrantsTheLayoutsDevicePool) {
+  storage::HostRuntime runtime;
+  // 2 layers x 2 KiB per 16-token page: 8 pages.
+  storage::DevicePools pools(runtime, {.bytes_per_layout = 8 * 4096, .block_tokens = 16});
+  auto server = *EngineSessionServer::Create({.socket_path = (dir_ / "pools.sock").string(),
+                                              .store = store_.get(),
+                                              .device_pools = &pools});
+  server->Start();
+
+  RawEngineClient engine(server->socket_path());
+  absl::StatusOr<v1::EngineResponse> hello = engine.Handshake(TestLayout());
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  ASSERT_EQ(hello->status().code(), 0) << hello->status().message();
+  ASSERT_TRUE(hello->handshake().has_device_pool());
+  const v1::DevicePoolGrant& grant = hello->handshake().device_pool();
+  EXPECT_EQ(grant.backend(), "host");
+  EXPECT_EQ(grant.num_layers(), 2u);
+  EXPECT_EQ(grant.num_pages(), 8u);
+  EXPECT_EQ(grant.page_bytes(), 2048u);
+  EXPECT_EQ(grant.block_tokens(), 16u);
+  EXPECT_EQ(grant.size_bytes(), 8u * 4096);
+  ASSERT_NE(engine.arena(), nullptr);
+  ASSERT_GE(engine.device_pool_fd(), 0) << "the pool's descriptor follows the arena's";
+
+  // The daemon writes a page; the engine's mapping of the granted pool reads it there.
+  absl::StatusOr<storage::DevicePool*> pool = pools.ForLayout(TestLayout());
+  ASSERT_TRUE(pool.ok());
+  std::memset((*pool)->PageData(1, 5), 0x6b, grant.page_bytes());
+  storage::SharedMemoryHandle handle{
+      .backend = grant.backend(), .size_bytes = grant.size_bytes(), .fd = engine.device_pool_fd()};
+  auto mapped = runtime.OpenShared(handle);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const auto* page =
+      static_cast<const unsigned char*>((*mapped)->data()) + (*pool)->geometry().offset(1, 5);
+  EXPECT_EQ(page[0], 0x6b);
+  EXPECT_EQ(page[grant.page_bytes() - 1], 0x6b);
+
+  // A second engine of the layout gets the same pool.
+  RawEngineClient second(server->socket_path());
+  absl::StatusOr<v1::EngineResponse> again = second.Handshake(TestLayout());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->handshake().device_pool().num_pages(), 8u);
+  EXPECT_EQ(pools.Stats().size(), 1u);
+
+  // A layout of 24-token chunks cannot have 16-token pages: it handshakes without a pool.
+  KvLayout no_pool = test_support::SmallLayout({.model_id = "no-pool", .chunk_tokens = 24});
+  RawEngineClient plain(server->socket_path());
+  absl::StatusOr<v1::EngineResponse> refused = plain.Handshake(no_pool);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status().code(), 0) << "no pool is no reason to refuse the engine";
+  EXPECT_FALSE(refused->handshake().has_device_pool());
+  EXPECT_NE(plain.arena(), nullptr);
+  EXPECT_LT(plain.device_pool_fd(), 0);
+  server->Stop();
 }
 
 }  // namespace

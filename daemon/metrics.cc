@@ -221,6 +221,50 @@ void AddLookupFamilies(std::vector<MetricFamily>& families, const LookupAccounti
   }
 }
 
+// Each device pool's pages by state, its references and its events, labelled by the layout's
+// model and tensor-parallel rank.
+void AddDevicePoolFamilies(std::vector<MetricFamily>& families, const storage::DevicePools& pools) {
+  const MetricType gauge = MetricType::Gauge;
+  const MetricType counter = MetricType::Counter;
+  const char* pages_help =
+      "Pages of the device pool (T0), by state: free, committed (of chunks in its index; "
+      "referenced ones included), referenced, reserved, pending_free (removed, still read).";
+  const char* events_help =
+      "Device pool (T0) events: hit and miss (references asked for), commit, eviction, "
+      "removed, admission_reject (a reservation free and evictable pages could not cover).";
+  for (const storage::LayoutPoolStats& layout : pools.Stats()) {
+    const storage::DevicePoolStats& s = layout.pool;
+    auto labels = [&layout](std::string key, std::string value) {
+      return std::vector<ClientMetric::Label>{{std::move(key), std::move(value)},
+                                              {"model", layout.model_id},
+                                              {"rank", std::to_string(layout.tp_rank)}};
+    };
+    AddSeries(families, "strata_device_pool_capacity_pages",
+              "Pages of the device pool (T0); a page is one block of every layer.", gauge,
+              s.capacity_pages, labels("page_bytes", std::to_string(s.page_bytes)));
+    const std::pair<const char*, uint64_t> pages[] = {{"free", s.free_pages},
+                                                      {"committed", s.committed_pages},
+                                                      {"referenced", s.referenced_pages},
+                                                      {"reserved", s.reserved_pages},
+                                                      {"pending_free", s.pending_free_pages}};
+    for (const auto& [state, count] : pages) {
+      AddSeries(families, "strata_device_pool_pages", pages_help, gauge, count,
+                labels("state", state));
+    }
+    AddSeries(families, "strata_device_pool_references",
+              "Outstanding references to device pool chunks (requests reading them).", gauge,
+              s.references, labels("kind", "request"));
+    const std::pair<const char*, uint64_t> events[] = {
+        {"hit", s.hits},        {"miss", s.misses},
+        {"commit", s.commits},  {"eviction", s.evictions},
+        {"removed", s.removed}, {"admission_reject", s.admission_rejects}};
+    for (const auto& [event, count] : events) {
+      AddSeries(families, "strata_device_pool_events_total", events_help, counter, count,
+                labels("event", event));
+    }
+  }
+}
+
 }  // namespace
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -307,6 +351,7 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
     AddMovementFamilies(families, store->movement);
   }
   if (sources_.remote != nullptr) AddRemoteFamilies(families, *sources_.remote);
+  if (sources_.device_pools != nullptr) AddDevicePoolFamilies(families, *sources_.device_pools);
   return families;
 }
 

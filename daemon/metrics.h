@@ -26,6 +26,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "storage/device/device_pools.h"
 #include "storage/remote/remote_node.h"
 #include "storage/tiered/tiered_store.h"
 
@@ -47,6 +48,8 @@ struct NodeSources {
   const LookupAccounting* lookups = nullptr;
   // The node's peers and what it served them (strata_remote_*); null when [remote] is off.
   const storage::remote::RemoteNode* remote = nullptr;
+  // The device pools (strata_device_pool_*, one series set per layout); null without any.
+  const storage::DevicePools* device_pools = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

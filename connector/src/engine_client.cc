@@ -242,19 +242,18 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
   std::shared_ptr<const ArenaMapping> arena;
   const uint64_t generation = last_generation_ + 1;
   if (options_.map_arena) {
-    if (!frame.passed_fd.valid()) {
+    if (frame.passed_fds.empty()) {
       return absl::InternalError("handshake: no arena descriptor attached");
     }
+    const int arena_fd = frame.passed_fds[0].get();
     const uint64_t size = body.arena_size_bytes();
     struct stat st {};
-    if (size == 0 || ::fstat(frame.passed_fd.get(), &st) != 0 ||
-        static_cast<uint64_t>(st.st_size) < size) {
+    if (size == 0 || ::fstat(arena_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size) {
       return absl::InternalError(
           fmt::format("handshake: arena of {} bytes does not match its descriptor ({} bytes)", size,
                       static_cast<int64_t>(st.st_size)));
     }
-    void* base =
-        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, frame.passed_fd.get(), 0);
+    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
     if (base == MAP_FAILED) return ErrnoToStatus(errno, "mmap arena");
     bool registered = false;
     if (options_.hooks.on_map) {

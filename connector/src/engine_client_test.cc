@@ -102,8 +102,8 @@ class FakePeer {
         body->set_layout_fingerprint(TestLayout().Fingerprint());
         ScopedFd arena(::memfd_create("fake-arena", MFD_CLOEXEC));
         ASSERT_EQ(::ftruncate(arena.get(), 1 << 16), 0);
-        ASSERT_TRUE(
-            SendFrame(fd, response.SerializeAsString(), milliseconds(100), arena.get()).ok());
+        const int arena_fd[] = {arena.get()};
+        ASSERT_TRUE(SendFrame(fd, response.SerializeAsString(), milliseconds(100), arena_fd).ok());
         continue;
       }
       ++requests_;

@@ -270,13 +270,13 @@ TEST_F(DevicePoolTest, TwoProcessesShareOnePageSet) {
   auto engine = [geometry](int socket_fd) {
     HostRuntime runtime;
     auto frame = RecvFrame(socket_fd, milliseconds(10000));
-    if (!frame.ok() || !frame->passed_fd.valid() || frame->payload.size() != 4 * 5) return 2;
+    if (!frame.ok() || frame->passed_fds.size() != 1 || frame->payload.size() != 4 * 5) return 2;
     uint32_t words[5];  // three shared pages, the engine's own page, its marker
     std::memcpy(words, frame->payload.data(), sizeof(words));
     SharedMemoryHandle handle;
     handle.backend = "host";
     handle.size_bytes = geometry.total_bytes();
-    handle.fd = frame->passed_fd.get();
+    handle.fd = frame->passed_fds[0].get();
     auto mapped = runtime.OpenShared(handle);
     if (!mapped.ok()) return 3;
     auto* base = static_cast<unsigned char*>((*mapped)->data());
@@ -313,9 +313,10 @@ TEST_F(DevicePoolTest, TwoProcessesShareOnePageSet) {
     request.own = *own;
     const uint32_t words[5] = {request.ref->pages[0], request.ref->pages[1], request.ref->pages[2],
                                request.own.pages[0], request.marker};
+    const int pool_fd[] = {pool->shared_handle().fd};
     ASSERT_TRUE(SendFrame(request.child->socket(),
                           std::string_view(reinterpret_cast<const char*>(words), sizeof(words)),
-                          milliseconds(10000), pool->shared_handle().fd)
+                          milliseconds(10000), pool_fd)
                     .ok());
   }
   for (Request& request : requests) {

@@ -53,11 +53,11 @@ TEST(HostSharedMemoryTest, AnotherProcessMapsItFromADescriptorPassedOverASocket)
   testing::ForkedChild child([](int socket_fd) {
     HostRuntime runtime;
     auto frame = RecvFrame(socket_fd, milliseconds(10000));
-    if (!frame.ok() || !frame->passed_fd.valid()) return 2;
+    if (!frame.ok() || frame->passed_fds.size() != 1) return 2;
     SharedMemoryHandle handle;
     handle.backend = "host";
     handle.size_bytes = kBytes;
-    handle.fd = frame->passed_fd.get();
+    handle.fd = frame->passed_fds[0].get();
     auto opened = runtime.OpenShared(handle);
     if (!opened.ok()) return 3;
     auto* bytes = static_cast<unsigned char*>((*opened)->data());
@@ -73,7 +73,8 @@ TEST(HostSharedMemoryTest, AnotherProcessMapsItFromADescriptorPassedOverASocket)
   ASSERT_TRUE(memory.ok()) << memory.status();
   auto* bytes = static_cast<unsigned char*>((*memory)->data());
   for (uint64_t i = 0; i < kBytes / 2; ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
-  ASSERT_TRUE(SendFrame(child.socket(), "pool", milliseconds(10000), (*memory)->handle().fd).ok());
+  const int pool_fd[] = {(*memory)->handle().fd};
+  ASSERT_TRUE(SendFrame(child.socket(), "pool", milliseconds(10000), pool_fd).ok());
   auto reply = RecvFrame(child.socket(), milliseconds(10000));
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(child.Wait(seconds(10)), 0);

@@ -61,8 +61,11 @@ std::string Scrape(int port) {
 class MetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
-        DaemonProcess::Start({.extra_args = {"--metrics-listen", "127.0.0.1:0"}});
+    // With a device pool in host memory: 1 MiB per layout, 64 pages of 16 tokens of
+    // MetricsLayout() (2 layers x 8 KiB each).
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(
+        {.extra_args = {"--metrics-listen", "127.0.0.1:0"},
+         .extra_toml = "[device_pool]\nbytes_per_layout = \"1MiB\"\nbackend = \"host\"\n"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
     std::smatch match;
@@ -75,7 +78,9 @@ class MetricsTest : public ::testing::Test {
     // tenant "team-a" (the last chunk half full) and a control Lookup.
     engine_ = std::make_unique<RawEngineClient>(daemon_->engine_socket());
     RawEngineClient& engine = *engine_;
-    ASSERT_TRUE(engine.Handshake(MetricsLayout()).ok());
+    absl::StatusOr<v1::EngineResponse> hello = engine.Handshake(MetricsLayout());
+    ASSERT_TRUE(hello.ok() && hello->status().code() == 0);
+    grant_ = hello->handshake().device_pool();
     std::vector<uint32_t> tokens(3 * 64);
     std::iota(tokens.begin(), tokens.end(), 0);
     const std::vector<ChunkKey> keys =
@@ -101,6 +106,7 @@ class MetricsTest : public ::testing::Test {
   std::unique_ptr<RawEngineClient> engine_;  // connected during the scrape
   int port_ = 0;
   std::string text_;
+  v1::DevicePoolGrant grant_;
 };
 
 TEST_F(MetricsTest, ExposesTheStrataSeries) {
@@ -125,6 +131,25 @@ TEST_F(MetricsTest, ExposesTheStrataSeries) {
   EXPECT_THAT(text_, HasSubstr("strata_lookup_duration_seconds_count 1\n"));
   EXPECT_THAT(text_, HasSubstr("# TYPE strata_checksum_failures_total counter\n"));
   EXPECT_THAT(text_, HasSubstr("# TYPE strata_io_errors_total counter\n"));
+}
+
+// The engine's layout was granted its device pool at the handshake, and the pool's series are
+// there (every page free: nothing uses the pool yet).
+TEST_F(MetricsTest, ExposesTheDevicePoolSeries) {
+  EXPECT_EQ(grant_.backend(), "host");
+  EXPECT_EQ(grant_.num_pages(), 64u);
+  EXPECT_EQ(grant_.page_bytes(), 8192u);
+  EXPECT_GE(engine_->device_pool_fd(), 0);
+  EXPECT_THAT(text_, ::testing::ContainsRegex(
+                         R"(strata_device_pool_capacity_pages\{[^}]*page_bytes="8192"[^}]*\} 64)"));
+  EXPECT_THAT(text_,
+              ::testing::ContainsRegex(R"(strata_device_pool_pages\{[^}]*state="free"[^}]*\} 64)"));
+  EXPECT_THAT(text_, ::testing::ContainsRegex(
+                         R"(strata_device_pool_pages\{[^}]*state="referenced"[^}]*\} 0)"));
+  EXPECT_THAT(text_,
+              ::testing::ContainsRegex(
+                  R"(strata_device_pool_events_total\{[^}]*event="admission_reject"[^}]*\} 0)"));
+  EXPECT_THAT(text_, ::testing::ContainsRegex(R"(model="metrics-model")"));
 }
 
 // A daemon over a disk tier: demotions, prefetched promotions and the disk tier's own series.

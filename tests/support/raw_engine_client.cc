@@ -5,6 +5,7 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "core/fmt_absl.h"
@@ -67,11 +68,12 @@ absl::StatusOr<v1::EngineResponse> RawEngineClient::Receive() {
   if (!response.ParseFromString(frame->payload)) {
     return absl::InternalError("the daemon sent a frame that is not an EngineResponse");
   }
-  if (frame->passed_fd.valid() && response.has_handshake() && arena_ == nullptr) {
+  if (!frame->passed_fds.empty() && response.has_handshake() && arena_ == nullptr) {
     arena_size_ = response.handshake().arena_size_bytes();
-    void* p =
-        ::mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_SHARED, frame->passed_fd.get(), 0);
+    void* p = ::mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     frame->passed_fds[0].get(), 0);
     if (p != MAP_FAILED) arena_ = static_cast<std::byte*>(p);
+    if (frame->passed_fds.size() > 1) device_pool_fd_ = std::move(frame->passed_fds[1]);
   }
   return response;
 }

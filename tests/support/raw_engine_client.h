@@ -1,6 +1,7 @@
 // RawEngineClient speaks the engine protocol frame by frame, for tests that need to send what a
 // real connector never would (garbage, truncation, requests out of order) or to drive the
-// daemon without the connector. It maps the arena the handshake passes. Not thread-safe.
+// daemon without the connector. It maps the arena the handshake passes and keeps the device
+// pool's descriptor when one follows it. Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,9 @@ class RawEngineClient {
   int fd() const { return fd_.get(); }
   // The mapped arena after a successful handshake, else nullptr.
   std::byte* arena() const { return arena_; }
+  // The device pool's descriptor the handshake passed after the arena's (a host backend's
+  // pool), else -1.
+  int device_pool_fd() const { return device_pool_fd_.get(); }
 
   // Sends `request` (with a fresh request_id) and waits for its response.
   absl::StatusOr<v1::EngineResponse> Call(v1::EngineRequest request);
@@ -62,6 +66,7 @@ class RawEngineClient {
   uint64_t next_id_ = 0;
   std::byte* arena_ = nullptr;
   uint64_t arena_size_ = 0;
+  ScopedFd device_pool_fd_;
 };
 
 }  // namespace strata::test_support
