@@ -102,6 +102,15 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
     case v1::EngineRequest::kLayersSaved:
       status = LayersSaved(request.layers_saved());
       break;
+    case v1::EngineRequest::kPoolLookup:
+      status = PoolLookup(request.pool_lookup(), *response.mutable_pool_lookup());
+      break;
+    case v1::EngineRequest::kPoolAcquire:
+      status = PoolAcquire(request.pool_acquire(), *response.mutable_pool_chunks());
+      break;
+    case v1::EngineRequest::kPoolReserve:
+      status = PoolReserve(request.pool_reserve(), *response.mutable_pool_chunks());
+      break;
     default:
       status = absl::InvalidArgumentError("request has no body");
       break;
@@ -171,6 +180,58 @@ void EngineSession::GrantDevicePool(Reply& reply) {
   } else {
     grant->set_ipc_handle(handle.ipc.data(), handle.ipc.size());
   }
+  device_pool_ = std::make_unique<SessionDevicePool>(**pool, id_);
+}
+
+absl::StatusOr<std::vector<ChunkKey>> EngineSession::PoolKeys(const v1::KeyChain& proto) const {
+  if (device_pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this session has no device pool (the daemon has none for its layout)");
+  }
+  absl::StatusOr<std::vector<ChunkKey>> keys = SessionChain(proto);
+  if (!keys.ok()) return keys.status();
+  if (!keys->empty() && keys->front().key_namespace() != KeyNamespace::kPositionIndependent) {
+    return absl::InvalidArgumentError(
+        "device pool chunks are named by position-independent keys (KeyHasher::PicKey)");
+  }
+  return keys;
+}
+
+absl::Status EngineSession::PoolLookup(const v1::PoolLookupRequest& request,
+                                       v1::PoolLookupResponse& response) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = PoolKeys(request.keys());
+  if (!keys.ok()) return keys.status();
+  device_pool_->Lookup(*keys, response);
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::PoolAcquire(const v1::PoolAcquireRequest& request,
+                                        v1::PoolChunksResponse& response) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = PoolKeys(request.keys());
+  if (!keys.ok()) return keys.status();
+  if (absl::Status s = CheckBatch(static_cast<int>(keys->size()), /*adds_handles=*/true); !s.ok()) {
+    return s;
+  }
+  device_pool_->Acquire(
+      *keys, [this] { return NextHandle(); }, response);
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::PoolReserve(const v1::PoolReserveRequest& request,
+                                        v1::PoolChunksResponse& response) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = PoolKeys(request.keys());
+  if (!keys.ok()) return keys.status();
+  if (static_cast<size_t>(request.num_pages_size()) != keys->size()) {
+    return absl::InvalidArgumentError(fmt::format("{} page counts for {} keys; give one each",
+                                                  request.num_pages_size(), keys->size()));
+  }
+  if (absl::Status s = CheckBatch(static_cast<int>(keys->size()), /*adds_handles=*/true); !s.ok()) {
+    return s;
+  }
+  const std::vector<uint32_t> num_pages(request.num_pages().begin(), request.num_pages().end());
+  device_pool_->Reserve(
+      *keys, num_pages, [this] { return NextHandle(); }, response);
+  return absl::OkStatus();
 }
 
 absl::Status EngineSession::CheckBatch(int items, bool adds_handles) const {
@@ -497,6 +558,10 @@ absl::Status EngineSession::Commit(const v1::HandlesRequest& request,
   }
   for (int i = 0; i < request.handles_size(); ++i) {
     const uint64_t handle = request.handles(i);
+    if (device_pool_ != nullptr && device_pool_->Owns(handle)) {
+      *response.add_statuses() = ToProto(device_pool_->Commit(handle));
+      continue;
+    }
     absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
     std::optional<uint64_t> checksum =
         with_checksums ? std::optional<uint64_t>(request.checksums(i)) : std::nullopt;
@@ -524,6 +589,10 @@ absl::Status EngineSession::Abort(const v1::HandlesRequest& request,
                                   v1::HandlesResponse& response) {
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
   for (uint64_t handle : request.handles()) {
+    if (device_pool_ != nullptr && device_pool_->Owns(handle)) {
+      *response.add_statuses() = ToProto(device_pool_->Abort(handle));
+      continue;
+    }
     absl::StatusOr<storage::WriteReservation> reservation = TakeReservation(handle);
     holds_.erase(handle);
     if (streams_.has_value()) streams_->Settled(handle, absl::AbortedError("aborted"), 0);
@@ -537,6 +606,10 @@ absl::Status EngineSession::Release(const v1::HandlesRequest& request,
                                     v1::HandlesResponse& response) {
   if (absl::Status s = CheckBatch(request.handles_size()); !s.ok()) return s;
   for (uint64_t handle : request.handles()) {
+    if (device_pool_ != nullptr && device_pool_->Owns(handle)) {
+      *response.add_statuses() = ToProto(device_pool_->Release(handle));
+      continue;
+    }
     auto it = leases_.find(handle);
     if (it == leases_.end()) {
       *response.add_statuses() = ToProto(absl::InvalidArgumentError(

@@ -25,6 +25,7 @@
 #include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
 #include "daemon/node_identity.h"
+#include "daemon/session_device_pool.h"
 #include "daemon/session_streams.h"
 #include "daemon/tenant_directory.h"
 #include "storage/device/device_pools.h"
@@ -83,7 +84,10 @@ class EngineSession {
   uint64_t id() const { return id_; }
   bool handshaken() const { return handshaken_; }
   const std::string& engine_id() const { return engine_id_; }
-  size_t open_handles() const { return reservations_.size() + leases_.size(); }
+  size_t open_handles() const {
+    return reservations_.size() + leases_.size() +
+           (device_pool_ != nullptr ? device_pool_->open_handles() : 0);
+  }
   // A request waits for the store: take no other request until Complete.
   bool deferred() const { return pending_.has_value(); }
 
@@ -115,6 +119,13 @@ class EngineSession {
   absl::Status Release(const v1::HandlesRequest& request, v1::HandlesResponse& response);
   // Announces written layers of streamed reservations to their streams.
   absl::Status LayersSaved(const v1::LayersSavedRequest& request);
+  // The device pool requests (T0): position-independent keys of the session's layout.
+  absl::Status PoolLookup(const v1::PoolLookupRequest& request, v1::PoolLookupResponse& response);
+  absl::Status PoolAcquire(const v1::PoolAcquireRequest& request, v1::PoolChunksResponse& response);
+  absl::Status PoolReserve(const v1::PoolReserveRequest& request, v1::PoolChunksResponse& response);
+  // The keys of a device pool request; kFailedPrecondition when the session has no pool,
+  // kInvalidArgument for keys that are not position-independent keys of its layout.
+  absl::StatusOr<std::vector<ChunkKey>> PoolKeys(const v1::KeyChain& proto) const;
   // Queues the chain's lower-tier chunks for promotion and answers at once (no disk I/O); chunks
   // only peers hold are queued once the remote tier has asked them.
   absl::Status Prefetch(const v1::PrefetchRequest& request, v1::PrefetchResponse& response);
@@ -161,6 +172,8 @@ class EngineSession {
   // Reservations whose chunk is held once committed (StoreItem.hold_ms), by handle.
   absl::flat_hash_map<uint64_t, std::chrono::milliseconds> holds_;
   absl::flat_hash_map<uint64_t, storage::ChunkLease> leases_;
+  // The layout's device pool, when the handshake granted one: its references and reservations.
+  std::unique_ptr<SessionDevicePool> device_pool_;
   // The layer streams of this session's reservations (disaggregated prefill); only with a remote
   // tier. Declared last: its streams are aborted before the reservations are.
   std::optional<SessionStreams> streams_;

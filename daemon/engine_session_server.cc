@@ -138,11 +138,18 @@ EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, Sco
                          "PrepareLoad, store: PrepareStore).")
                      .Register(*options_.registry);
   const std::pair<v1::EngineRequest::BodyCase, const char*> kOps[] = {
-      {v1::EngineRequest::kHandshake, "handshake"},     {v1::EngineRequest::kLookup, "lookup"},
-      {v1::EngineRequest::kPrepareLoad, "load"},        {v1::EngineRequest::kPrepareStore, "store"},
-      {v1::EngineRequest::kCommit, "commit"},           {v1::EngineRequest::kAbort, "abort"},
-      {v1::EngineRequest::kRelease, "release"},         {v1::EngineRequest::kPrefetch, "prefetch"},
-      {v1::EngineRequest::kLayersSaved, "layers_saved"}};
+      {v1::EngineRequest::kHandshake, "handshake"},
+      {v1::EngineRequest::kLookup, "lookup"},
+      {v1::EngineRequest::kPrepareLoad, "load"},
+      {v1::EngineRequest::kPrepareStore, "store"},
+      {v1::EngineRequest::kCommit, "commit"},
+      {v1::EngineRequest::kAbort, "abort"},
+      {v1::EngineRequest::kRelease, "release"},
+      {v1::EngineRequest::kPrefetch, "prefetch"},
+      {v1::EngineRequest::kLayersSaved, "layers_saved"},
+      {v1::EngineRequest::kPoolLookup, "pool_lookup"},
+      {v1::EngineRequest::kPoolAcquire, "pool_acquire"},
+      {v1::EngineRequest::kPoolReserve, "pool_reserve"}};
   for (const auto& [body, op] : kOps) {
     request_latency_[body] = &family.Add({{"op", op}}, LatencyBuckets());
   }

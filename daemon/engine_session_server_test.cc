@@ -1,11 +1,14 @@
 #include "daemon/engine_session_server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "core/fmt_absl.h"
@@ -16,6 +19,7 @@
 #include "proto/convert.h"
 #include "storage/device/device_pools.h"
 #include "storage/device/host_runtime.h"
+#include "storage/device/testing/forked_child.h"
 #include "storage/host/payload_view.h"
 #include "storage/io/testing/io_test_util.h"
 #include "storage/tiered/tiered_store.h"
@@ -877,6 +881,239 @@ TEST_F(EngineSessionServerTest, TheHandshakeGrantsTheLayoutsDevicePool) {
   EXPECT_NE(plain.arena(), nullptr);
   EXPECT_LT(plain.device_pool_fd(), 0);
   server->Stop();
+}
+
+// The device pool's requests over the protocol: pages reserved by one engine, written through
+// its mapping and committed, are found, referenced and read in place by another engine; the
+// pool refuses what admission cannot cover, a second writer, a chunk already there, and keys
+// that are not position-independent ones of the session's layout.
+class DevicePoolSessionTest : public EngineSessionServerTest {
+ protected:
+  void SetUp() override {
+    EngineSessionServerTest::SetUp();
+    // 8 pages of one 16-token block of every layer (2 x 2 KiB).
+    pools_.emplace(runtime_,
+                   storage::DevicePoolsOptions{.bytes_per_layout = 8 * 4096, .block_tokens = 16});
+    pool_server_ = *EngineSessionServer::Create({.socket_path = (dir_ / "pools.sock").string(),
+                                                 .store = store_.get(),
+                                                 .device_pools = &*pools_});
+    pool_server_->Start();
+  }
+  void TearDown() override {
+    pool_server_->Stop();
+    pool_server_.reset();
+    EngineSessionServerTest::TearDown();
+  }
+
+  ChunkKey Pic(uint32_t first_token) const {
+    std::vector<uint32_t> tokens(16);
+    std::iota(tokens.begin(), tokens.end(), first_token);
+    return hasher_->PicKey(tokens, 0);
+  }
+  static v1::EngineRequest PoolRequest(std::span<const ChunkKey> keys,
+                                       std::span<const uint32_t> num_pages = {}) {
+    v1::EngineRequest request;
+    if (num_pages.empty()) {
+      EXPECT_TRUE(ToProto(keys, *request.mutable_pool_acquire()->mutable_keys()).ok());
+    } else {
+      v1::PoolReserveRequest* reserve = request.mutable_pool_reserve();
+      EXPECT_TRUE(ToProto(keys, *reserve->mutable_keys()).ok());
+      reserve->mutable_num_pages()->Add(num_pages.begin(), num_pages.end());
+    }
+    return request;
+  }
+  static v1::EngineRequest Handles(v1::EngineRequest request, std::span<const uint64_t> handles,
+                                   v1::HandlesRequest* (v1::EngineRequest::*body)()) {
+    (request.*body)()->mutable_handles()->Add(handles.begin(), handles.end());
+    return request;
+  }
+  storage::DevicePool& pool() { return **pools_->ForLayout(TestLayout()); }
+  // The pool as `engine` maps it.
+  std::unique_ptr<storage::DeviceAllocation> Map(const RawEngineClient& engine) {
+    auto mapped = runtime_.OpenShared({.backend = "host",
+                                       .size_bytes = pool().geometry().total_bytes(),
+                                       .fd = engine.device_pool_fd()});
+    EXPECT_TRUE(mapped.ok()) << mapped.status();
+    return mapped.ok() ? *std::move(mapped) : nullptr;
+  }
+
+  storage::HostRuntime runtime_;
+  std::optional<storage::DevicePools> pools_;
+  std::unique_ptr<EngineSessionServer> pool_server_;
+};
+
+TEST_F(DevicePoolSessionTest, ChunksWrittenByOneEngineAreReadInPlaceByAnother) {
+  RawEngineClient writer(pool_server_->socket_path());
+  ASSERT_TRUE(writer.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = {Pic(100), Pic(200)};
+  const uint32_t pages[] = {1, 2};
+  auto reserved = writer.Call(PoolRequest(keys, pages));
+  ASSERT_TRUE(reserved.ok() && reserved->status().code() == 0) << reserved->status().message();
+  ASSERT_EQ(reserved->pool_chunks().chunks_size(), 2);
+  auto mapping = Map(writer);
+  ASSERT_NE(mapping, nullptr);
+  const storage::DevicePoolGeometry& geometry = pool().geometry();
+  std::vector<uint64_t> handles;
+  std::vector<uint32_t> written;
+  for (const v1::PoolChunk& chunk : reserved->pool_chunks().chunks()) {
+    ASSERT_EQ(chunk.status().code(), 0) << chunk.status().message();
+    handles.push_back(chunk.handle());
+    for (uint32_t page : chunk.pages()) {
+      for (uint32_t layer = 0; layer < geometry.num_layers; ++layer) {
+        std::memset(static_cast<std::byte*>(mapping->data()) + geometry.offset(layer, page),
+                    static_cast<int>(0x30 + page), geometry.page_bytes);
+      }
+      written.push_back(page);
+    }
+  }
+  EXPECT_EQ(pool().Stats().reservations, 2u);
+  auto committed = writer.Call(Handles({}, handles, &v1::EngineRequest::mutable_commit));
+  ASSERT_TRUE(committed.ok());
+  for (const v1::Status& status : committed->handles().statuses()) EXPECT_EQ(status.code(), 0);
+
+  RawEngineClient reader(pool_server_->socket_path());
+  ASSERT_TRUE(reader.Handshake(TestLayout()).ok());
+  v1::EngineRequest lookup;
+  const std::vector<ChunkKey> three = {Pic(100), Pic(200), Pic(300)};
+  ASSERT_TRUE(ToProto(three, *lookup.mutable_pool_lookup()->mutable_keys()).ok());
+  auto found = reader.Call(lookup);
+  ASSERT_TRUE(found.ok() && found->status().code() == 0);
+  EXPECT_THAT(found->pool_lookup().resident(), ::testing::ElementsAre(true, true, false));
+  auto acquired = reader.Call(PoolRequest(three));
+  ASSERT_TRUE(acquired.ok() && acquired->status().code() == 0);
+  ASSERT_EQ(acquired->pool_chunks().chunks_size(), 3);
+  EXPECT_EQ(acquired->pool_chunks().chunks(2).status().code(),
+            static_cast<int>(absl::StatusCode::kNotFound));
+  auto read_mapping = Map(reader);
+  ASSERT_NE(read_mapping, nullptr);
+  std::vector<uint64_t> refs;
+  std::vector<uint32_t> read;
+  for (int i = 0; i < 2; ++i) {
+    const v1::PoolChunk& chunk = acquired->pool_chunks().chunks(i);
+    ASSERT_EQ(chunk.status().code(), 0);
+    refs.push_back(chunk.handle());
+    for (uint32_t page : chunk.pages()) {
+      const auto* bytes =
+          reinterpret_cast<const unsigned char*>(read_mapping->data()) + geometry.offset(1, page);
+      EXPECT_EQ(bytes[0], 0x30 + page);
+      EXPECT_EQ(bytes[geometry.page_bytes - 1], 0x30 + page);
+      read.push_back(page);
+    }
+  }
+  EXPECT_EQ(read, written) << "the same pages, not copies";
+  EXPECT_EQ(pool().Stats().references, 2u);
+  EXPECT_EQ(pool().Stats().referenced_pages, 3u);
+
+  // Reserving a committed chunk, one another writer holds, or one that admission cannot cover.
+  auto again = reader.Call(PoolRequest(std::vector<ChunkKey>{Pic(100)}, std::vector<uint32_t>{1}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->pool_chunks().chunks(0).status().code(),
+            static_cast<int>(absl::StatusCode::kAlreadyExists));
+  auto open = writer.Call(PoolRequest(std::vector<ChunkKey>{Pic(400)}, std::vector<uint32_t>{1}));
+  ASSERT_TRUE(open.ok() && open->pool_chunks().chunks(0).status().code() == 0);
+  auto second_writer =
+      reader.Call(PoolRequest(std::vector<ChunkKey>{Pic(400)}, std::vector<uint32_t>{1}));
+  EXPECT_EQ(second_writer->pool_chunks().chunks(0).status().code(),
+            static_cast<int>(absl::StatusCode::kAborted));
+  // 8 pages: 3 referenced, 1 reserved, 4 free; 5 cannot be had and nothing is evicted for them.
+  auto too_many =
+      reader.Call(PoolRequest(std::vector<ChunkKey>{Pic(500)}, std::vector<uint32_t>{5}));
+  EXPECT_EQ(too_many->pool_chunks().chunks(0).status().code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(pool().Stats().admission_rejects, 1u);
+
+  // A pool handle is released like a lease; twice is an error; a host handle is not a pool's.
+  auto released = reader.Call(Handles({}, refs, &v1::EngineRequest::mutable_release));
+  ASSERT_TRUE(released.ok());
+  for (const v1::Status& status : released->handles().statuses()) EXPECT_EQ(status.code(), 0);
+  auto twice = reader.Call(Handles({}, refs, &v1::EngineRequest::mutable_release));
+  EXPECT_EQ(twice->handles().statuses(0).code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(pool().Stats().references, 0u);
+  EXPECT_TRUE(pool().CheckConsistency().ok()) << pool().CheckConsistency();
+}
+
+TEST_F(DevicePoolSessionTest, BadPoolRequestsAreRefusedAndTheSessionGoesOn) {
+  RawEngineClient engine(pool_server_->socket_path());
+  ASSERT_TRUE(engine.Handshake(TestLayout()).ok());
+  // Prefix keys do not name device pool chunks.
+  auto prefix = engine.Call(PoolRequest(Keys(1)));
+  ASSERT_TRUE(prefix.ok());
+  EXPECT_EQ(prefix->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(prefix->status().message(), HasSubstr("position-independent"));
+  // One page count per key.
+  auto uneven =
+      engine.Call(PoolRequest(std::vector<ChunkKey>{Pic(1), Pic(2)}, std::vector<uint32_t>{1}));
+  EXPECT_EQ(uneven->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // More pages than the pool has, and none.
+  auto huge = engine.Call(PoolRequest(std::vector<ChunkKey>{Pic(1)}, std::vector<uint32_t>{9}));
+  EXPECT_EQ(huge->pool_chunks().chunks(0).status().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  auto none = engine.Call(PoolRequest(std::vector<ChunkKey>{Pic(1)}, std::vector<uint32_t>{0}));
+  EXPECT_EQ(none->pool_chunks().chunks(0).status().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // The session still serves.
+  auto fine = engine.Call(PoolRequest(std::vector<ChunkKey>{Pic(1)}, std::vector<uint32_t>{1}));
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(fine->pool_chunks().chunks(0).status().code(), 0);
+
+  // A session whose daemon has no device pool.
+  RawEngineClient plain(server_->socket_path());
+  ASSERT_TRUE(plain.Handshake(TestLayout()).ok());
+  auto no_pool = plain.Call(PoolRequest(std::vector<ChunkKey>{Pic(1)}));
+  ASSERT_TRUE(no_pool.ok());
+  EXPECT_EQ(no_pool->status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+}
+
+// An engine process killed while it holds references and reservations: its session ends and
+// every page comes back.
+TEST_F(DevicePoolSessionTest, AKilledEnginesReferencesAndReservationsAreReturned) {
+  {
+    RawEngineClient writer(pool_server_->socket_path());
+    ASSERT_TRUE(writer.Handshake(TestLayout()).ok());
+    auto reserved =
+        writer.Call(PoolRequest(std::vector<ChunkKey>{Pic(1)}, std::vector<uint32_t>{2}));
+    ASSERT_TRUE(reserved.ok() && reserved->pool_chunks().chunks(0).status().code() == 0);
+    const uint64_t handle[] = {reserved->pool_chunks().chunks(0).handle()};
+    ASSERT_TRUE(writer.Call(Handles({}, handle, &v1::EngineRequest::mutable_commit)).ok());
+  }
+  const std::string socket = pool_server_->socket_path();
+  const KvLayout layout = TestLayout();
+  const ChunkKey shared = Pic(1);
+  const ChunkKey fresh = Pic(2);
+  storage::testing::ForkedChild engine([&](int parent) {
+    RawEngineClient client(socket);
+    if (!client.Handshake(layout).ok()) return 2;
+    auto acquired = client.Call(PoolRequest(std::vector<ChunkKey>{shared}));
+    if (!acquired.ok() || acquired->pool_chunks().chunks(0).status().code() != 0) return 3;
+    auto reserved =
+        client.Call(PoolRequest(std::vector<ChunkKey>{fresh}, std::vector<uint32_t>{3}));
+    if (!reserved.ok() || reserved->pool_chunks().chunks(0).status().code() != 0) return 4;
+    if (::write(parent, "r", 1) != 1) return 5;
+    ::pause();
+    return 0;
+  });
+  ASSERT_TRUE(engine.started());
+  pollfd readable{.fd = engine.socket(), .events = POLLIN, .revents = 0};
+  ASSERT_EQ(::poll(&readable, 1, 10'000), 1) << "the engine did not get its pages in time";
+  char ready = 0;
+  ASSERT_EQ(::read(engine.socket(), &ready, 1), 1) << "the engine did not get its pages";
+  EXPECT_EQ(pool().Stats().references, 1u);
+  EXPECT_EQ(pool().Stats().reservations, 1u);
+  EXPECT_EQ(pool().Stats().free_pages, 3u);
+  engine.Kill(SIGKILL);
+  EXPECT_EQ(engine.Wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((pool().Stats().references != 0 || pool().Stats().reservations != 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const storage::DevicePoolStats stats = pool().Stats();
+  EXPECT_EQ(stats.references, 0u);
+  EXPECT_EQ(stats.reservations, 0u);
+  EXPECT_EQ(stats.free_pages, 6u);
+  EXPECT_EQ(stats.referenced_pages, 0u) << "the shared chunk is evictable again";
+  EXPECT_TRUE(pool().CheckConsistency().ok()) << pool().CheckConsistency();
 }
 
 }  // namespace
