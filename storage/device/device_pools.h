@@ -5,8 +5,8 @@
 // Thread-safety: every method is thread-safe; pools, once created, live as long as DevicePools
 // and are thread-safe themselves. ForLayout allocates a new layout's pool under the lock, on the
 // caller's thread (the daemon's session thread, at that layout's first handshake): a host
-// backend's pool is faulted in then, which takes about a second per few GiB. Ownership: owns the pools; borrows the runtime, which must
-// outlive it.
+// backend's pool is faulted in then, which takes about a second per few GiB. Ownership: owns the
+// pools; borrows the runtime, which must outlive it.
 #pragma once
 
 #include <cstdint>
