@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <span>
 
+#include "core/check.h"
 #include "core/frame_io.h"
 #include "core/status_util.h"
 #include "daemon/engine_session.h"
@@ -151,6 +152,8 @@ EngineSessionServer::EngineSessionServer(EngineSessionServerOptions options, Sco
       {v1::EngineRequest::kPoolAcquire, "pool_acquire"},
       {v1::EngineRequest::kPoolReserve, "pool_reserve"}};
   for (const auto& [body, op] : kOps) {
+    // Every kind timed has its slot: a kind a later protocol adds must widen the array.
+    STRATA_CHECK_MSG(static_cast<size_t>(body) < request_latency_.size(), op);
     request_latency_[body] = &family.Add({{"op", op}}, LatencyBuckets());
   }
 }

@@ -130,7 +130,7 @@ class EngineSessionServer {
   const std::shared_ptr<DeferredCompletions> completions_;
   // Indexed by v1::EngineRequest::BodyCase; null without a registry. Read through Latency, which
   // answers null for a kind past the array's end (one a later protocol adds).
-  std::array<prometheus::Histogram*, v1::EngineRequest::kLayersSaved + 1> request_latency_{};
+  std::array<prometheus::Histogram*, v1::EngineRequest::kPoolReserve + 1> request_latency_{};
   prometheus::Histogram* Latency(int body_case) const {
     return body_case >= 0 && static_cast<size_t>(body_case) < request_latency_.size()
                ? request_latency_[body_case]

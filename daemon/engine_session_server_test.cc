@@ -896,7 +896,8 @@ class DevicePoolSessionTest : public EngineSessionServerTest {
                    storage::DevicePoolsOptions{.bytes_per_layout = 8 * 4096, .block_tokens = 16});
     pool_server_ = *EngineSessionServer::Create({.socket_path = (dir_ / "pools.sock").string(),
                                                  .store = store_.get(),
-                                                 .device_pools = &*pools_});
+                                                 .device_pools = &*pools_,
+                                                 .registry = &registry_});
     pool_server_->Start();
   }
   void TearDown() override {
@@ -937,6 +938,20 @@ class DevicePoolSessionTest : public EngineSessionServerTest {
     return mapped.ok() ? *std::move(mapped) : nullptr;
   }
 
+  // The number of requests of kind `op` the server timed.
+  uint64_t Timed(std::string_view op) {
+    for (const prometheus::MetricFamily& family : registry_.Collect()) {
+      if (family.name != "strata_engine_request_duration_seconds") continue;
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        if (metric.label.size() == 1 && metric.label[0].value == op) {
+          return metric.histogram.sample_count;
+        }
+      }
+    }
+    return 0;
+  }
+
+  prometheus::Registry registry_;
   storage::HostRuntime runtime_;
   std::optional<storage::DevicePools> pools_;
   std::unique_ptr<EngineSessionServer> pool_server_;
@@ -1031,6 +1046,10 @@ TEST_F(DevicePoolSessionTest, ChunksWrittenByOneEngineAreReadInPlaceByAnother) {
             static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(pool().Stats().references, 0u);
   EXPECT_TRUE(pool().CheckConsistency().ok()) << pool().CheckConsistency();
+  // Each kind of pool request is timed apart.
+  EXPECT_EQ(Timed("pool_lookup"), 1u);
+  EXPECT_EQ(Timed("pool_acquire"), 1u);
+  EXPECT_EQ(Timed("pool_reserve"), 5u);
 }
 
 TEST_F(DevicePoolSessionTest, BadPoolRequestsAreRefusedAndTheSessionGoesOn) {
