@@ -9,6 +9,7 @@
 #include "connector/src/copy_plan.h"
 #include "gtest/gtest.h"
 #include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::connector::internal {
 namespace {
@@ -16,14 +17,8 @@ namespace {
 constexpr uint32_t kBlockTokens = 16;
 
 KvLayout Layout() {
-  KvLayout layout;
-  layout.model_id = "pool-view-test";
-  layout.num_layers = 3;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 32;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;
-  return layout;
+  return test_support::SmallLayout(
+      {.model_id = "pool-view-test", .num_layers = 3, .head_dim = 32, .chunk_tokens = 64});
 }
 
 class DevicePoolViewTest : public ::testing::Test {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::connector::internal {
 namespace {
@@ -13,14 +14,8 @@ constexpr uint32_t kPad = 0;
 constexpr uint32_t kBlock = 16;
 
 KeyHasher Hasher() {
-  KvLayout layout;
-  layout.model_id = "pic-test";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 16;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;
-  return *KeyHasher::Create(layout, {});
+  return *KeyHasher::Create(test_support::SmallLayout({.model_id = "pic-test", .chunk_tokens = 64}),
+                            {});
 }
 
 // `count` distinct non-pad tokens starting at `first`.

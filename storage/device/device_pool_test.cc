@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "storage/device/host_runtime.h"
 #include "storage/device/testing/forked_child.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::storage {
 namespace {
@@ -29,14 +30,7 @@ ChunkKey PicKey(uint64_t id) {
 }
 
 KvLayout Layout() {
-  KvLayout layout;
-  layout.model_id = "pool-test";
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 32;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;
-  return layout;
+  return test_support::SmallLayout({.model_id = "pool-test", .head_dim = 32, .chunk_tokens = 64});
 }
 
 class DevicePoolTest : public ::testing::Test {

@@ -4,18 +4,14 @@
 
 #include "gtest/gtest.h"
 #include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
 
 namespace strata::storage {
 namespace {
 
 KvLayout Layout(std::string model, uint32_t tp_rank = 0) {
-  KvLayout layout;
-  layout.model_id = std::move(model);
-  layout.num_layers = 2;
-  layout.num_kv_heads = 2;
-  layout.head_dim = 32;
-  layout.dtype = KvDtype::kFloat16;
-  layout.chunk_tokens = 64;
+  KvLayout layout =
+      test_support::SmallLayout({.model_id = model, .head_dim = 32, .chunk_tokens = 64});
   layout.tp_rank = tp_rank;
   layout.tp_world_size = 2;
   return layout;
