@@ -93,6 +93,7 @@ EngineClient::~EngineClient() {
   absl::MutexLock lock(&mu_);
   socket_.Reset();
   arena_.reset();
+  device_pool_.reset();
 }
 
 // I/O deadlines run on the system clock (frame_io waits on it); options_.clock drives only the
@@ -128,6 +129,11 @@ uint64_t EngineClient::session_id() const {
   return session_id_;
 }
 
+std::optional<DevicePoolGrant> EngineClient::device_pool() const {
+  absl::MutexLock lock(&mu_);
+  return device_pool_grant_;
+}
+
 EngineClientStats EngineClient::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -152,6 +158,8 @@ void EngineClient::DropSessionLocked(const absl::Status& why) {
       session_id_, options_.socket_path, StatusText(why));
   socket_.Reset();
   arena_.reset();
+  device_pool_grant_.reset();
+  device_pool_.reset();
   generation_ = 0;
   session_id_ = 0;
   last_error_ = why;
@@ -267,6 +275,7 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
     arena = std::make_shared<const ArenaMapping>(static_cast<std::byte*>(base), size, generation,
                                                  options_.hooks, registered);
   }
+  STRATA_RETURN_IF_ERROR(AcceptDevicePoolLocked(body, frame.passed_fds, generation));
   socket_ = std::move(fd);
   arena_ = std::move(arena);
   last_generation_ = generation;
@@ -275,6 +284,51 @@ absl::Status EngineClient::HandshakeLocked(MonoTime deadline) {
   send_token_ids_ = body.kv_event_token_ids();
   daemon_node_ = {.node_id = body.node_id(), .remote_address = body.remote_address()};
   next_request_id_ = 2;
+  return absl::OkStatus();
+}
+
+absl::Status EngineClient::AcceptDevicePoolLocked(const v1::HandshakeResponse& body,
+                                                  std::span<const ScopedFd> passed_fds,
+                                                  uint64_t generation) {
+  device_pool_grant_.reset();
+  device_pool_.reset();
+  if (!body.has_device_pool()) return absl::OkStatus();
+  const v1::DevicePoolGrant& proto = body.device_pool();
+  DevicePoolGrant grant{.backend = proto.backend(),
+                        .geometry = {.num_layers = proto.num_layers(),
+                                     .num_pages = proto.num_pages(),
+                                     .page_bytes = proto.page_bytes()},
+                        .block_tokens = proto.block_tokens()};
+  if (absl::Status valid = grant.geometry.Validate(); !valid.ok()) {
+    return Annotate(valid, "handshake: bad device pool grant");
+  }
+  if (grant.block_tokens == 0 || proto.size_bytes() < grant.geometry.total_bytes()) {
+    return absl::InternalError(fmt::format(
+        "handshake: device pool grant of {} bytes, {}-token pages, cannot hold {} pages of {} "
+        "layers of {} bytes",
+        proto.size_bytes(), grant.block_tokens, grant.geometry.num_pages, grant.geometry.num_layers,
+        grant.geometry.page_bytes));
+  }
+  if (options_.device_runtime != nullptr) {
+    storage::SharedMemoryHandle handle{.backend = grant.backend, .size_bytes = proto.size_bytes()};
+    // The host pool's memfd follows the arena's descriptor; a CUDA pool travels as IPC bytes.
+    if (passed_fds.size() >= 2) handle.fd = passed_fds[1].get();
+    if (proto.ipc_handle().size() == handle.ipc.size()) {
+      std::memcpy(handle.ipc.data(), proto.ipc_handle().data(), handle.ipc.size());
+    }
+    absl::StatusOr<std::unique_ptr<storage::DeviceAllocation>> memory =
+        options_.device_runtime->OpenShared(handle);
+    if (memory.ok()) {
+      device_pool_ =
+          std::make_shared<const DevicePoolMapping>(grant, std::move(*memory), generation);
+    } else {
+      Log().warn(
+          "strata connector: cannot map the daemon's {} device pool ({}); position-independent "
+          "chunks are computed privately",
+          grant.backend, StatusText(memory.status()));
+    }
+  }
+  device_pool_grant_ = std::move(grant);
   return absl::OkStatus();
 }
 
@@ -522,6 +576,96 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::Release(uint64_t generat
   const MonoTime deadline = DeadlineIn(timeout);
   absl::MutexLock lock(&mu_);
   return HandlesCallLocked(v1::EngineRequest::kRelease, generation, handles, deadline);
+}
+
+absl::StatusOr<std::vector<bool>> EngineClient::PoolLookup(std::span<const ChunkKey> keys,
+                                                           milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  v1::EngineRequest request;
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *request.mutable_pool_lookup()->mutable_keys()));
+  absl::MutexLock lock(&mu_);
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(request, v1::EngineResponse::kPoolLookup, deadline));
+  const auto& resident = response.pool_lookup().resident();
+  if (static_cast<size_t>(resident.size()) != keys.size()) {
+    absl::Status bad = absl::InternalError(
+        fmt::format("protocol error: {} answers for {} keys", resident.size(), keys.size()));
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  return std::vector<bool>(resident.begin(), resident.end());
+}
+
+absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolAcquire(
+    std::span<const ChunkKey> keys, milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  v1::EngineRequest request;
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *request.mutable_pool_acquire()->mutable_keys()));
+  absl::MutexLock lock(&mu_);
+  return PoolChunksCallLocked(request, keys.size(), {}, deadline);
+}
+
+absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolReserve(
+    std::span<const ChunkKey> keys, std::span<const uint32_t> num_pages, milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  if (num_pages.size() != keys.size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} page counts for {} keys; give one each", num_pages.size(), keys.size()));
+  }
+  v1::EngineRequest request;
+  v1::PoolReserveRequest& body = *request.mutable_pool_reserve();
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *body.mutable_keys()));
+  body.mutable_num_pages()->Add(num_pages.begin(), num_pages.end());
+  absl::MutexLock lock(&mu_);
+  return PoolChunksCallLocked(request, keys.size(), num_pages, deadline);
+}
+
+absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolChunksCallLocked(
+    v1::EngineRequest& request, size_t num_keys, std::span<const uint32_t> num_pages,
+    MonoTime deadline) {
+  // Connected first, so a session whose pool is not mapped here sends nothing (a failure, or a
+  // deadline that passed, is CallLocked's to report).
+  if (SystemClock::Get()->Now() < deadline && EnsureConnectedLocked(deadline).ok() &&
+      device_pool_grant_.has_value() && device_pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the session's device pool is not mapped in this process (no device runtime, or "
+        "mapping it failed)");
+  }
+  STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
+                          CallLocked(request, v1::EngineResponse::kPoolChunks, deadline));
+  const auto& chunks = response.pool_chunks().chunks();
+  absl::Status bad;
+  if (static_cast<size_t>(chunks.size()) != num_keys) {
+    bad = absl::InternalError(
+        fmt::format("protocol error: {} pool chunks for {} keys", chunks.size(), num_keys));
+  } else if (device_pool_ == nullptr) {
+    bad = absl::InternalError("protocol error: pool chunks for a session without a pool");
+  }
+  SessionResult<std::vector<PoolPlacement>> result{generation_, arena_, {}, device_pool_};
+  result.value.reserve(num_keys);
+  const uint32_t pool_pages = device_pool_ ? device_pool_->grant().geometry.num_pages : 0;
+  for (int i = 0; bad.ok() && i < chunks.size(); ++i) {
+    const v1::PoolChunk& chunk = chunks[i];
+    PoolPlacement& placement = result.value.emplace_back();
+    placement.status = FromProto(chunk.status());
+    if (!placement.status.ok()) continue;
+    placement.handle = chunk.handle();
+    placement.pages.assign(chunk.pages().begin(), chunk.pages().end());
+    const bool in_pool = std::all_of(placement.pages.begin(), placement.pages.end(),
+                                     [&](uint32_t page) { return page < pool_pages; });
+    const bool sized =
+        num_pages.empty() ? !placement.pages.empty() : placement.pages.size() == num_pages[i];
+    if (!in_pool || !sized) {
+      bad = absl::InternalError(
+          fmt::format("protocol error: pool chunk {} has {} pages, not all in a pool of {}", i,
+                      placement.pages.size(), pool_pages));
+    }
+  }
+  if (!bad.ok()) {
+    DropSessionLocked(bad);
+    return absl::UnavailableError(StatusText(bad));
+  }
+  return result;
 }
 
 }  // namespace strata::connector::internal

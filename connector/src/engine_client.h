@@ -24,7 +24,9 @@
 //
 // Ownership: the client owns the socket. The arena mapping is shared: results hold a reference
 // and the mapping is unmapped when the last reference goes (after ArenaHooks::on_unmap), so
-// copies in flight keep their memory even when the session drops under them.
+// copies in flight keep their memory even when the session drops under them. The device pool
+// (T0) a handshake grants is mapped the same way, through EngineClientOptions::device_runtime,
+// and held the same way by the results of pool calls.
 #pragma once
 
 #include <chrono>
@@ -32,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,10 +49,13 @@
 #include "core/kv_layout.h"
 #include "core/page_prefault.h"
 #include "core/scoped_fd.h"
+#include "storage/device/device_pool.h"
+#include "storage/device/device_runtime.h"
 
 namespace strata::v1 {
 class EngineRequest;
 class EngineResponse;
+class HandshakeResponse;
 }  // namespace strata::v1
 
 namespace strata::connector::internal {
@@ -144,13 +150,51 @@ struct StoreItem {
   std::span<const uint32_t> token_ids;
 };
 
-// A result valid on one session: its handles belong to session `generation`, and its extents
-// point into `arena` (null when the client does not map arenas).
+// The device pool (T0) a handshake granted the session's layout: its geometry, how many tokens
+// one page holds, and which runtime backend made it ("host", "cuda").
+struct DevicePoolGrant {
+  std::string backend;
+  storage::DevicePoolGeometry geometry;
+  uint32_t block_tokens = 0;
+};
+
+// The granted device pool mapped in this process (DeviceRuntime::OpenShared): page p of layer l
+// lies at base() + geometry.offset(l, p). Unmapped when the last reference goes.
+class DevicePoolMapping {
+ public:
+  DevicePoolMapping(DevicePoolGrant grant, std::unique_ptr<storage::DeviceAllocation> memory,
+                    uint64_t generation)
+      : grant_(std::move(grant)), memory_(std::move(memory)), generation_(generation) {}
+  DevicePoolMapping(const DevicePoolMapping&) = delete;
+  DevicePoolMapping& operator=(const DevicePoolMapping&) = delete;
+
+  std::byte* base() const { return static_cast<std::byte*>(memory_->data()); }
+  const DevicePoolGrant& grant() const { return grant_; }
+  uint64_t generation() const { return generation_; }
+
+ private:
+  const DevicePoolGrant grant_;
+  const std::unique_ptr<storage::DeviceAllocation> memory_;
+  const uint64_t generation_;
+};
+
+// A chunk's pages in the device pool (PoolAcquire: read them in place until Release; PoolReserve:
+// write every layer of them, then Commit or Abort). status non-OK: no handle, no pages.
+struct PoolPlacement {
+  absl::Status status;
+  uint64_t handle = 0;
+  std::vector<uint32_t> pages;  // in chunk order
+};
+
+// A result valid on one session: its handles belong to session `generation`, its extents point
+// into `arena` (null when the client does not map arenas), and its pool pages into `device_pool`
+// (set for pool calls only).
 template <class T>
 struct SessionResult {
   uint64_t generation = 0;
   std::shared_ptr<const ArenaMapping> arena;
   T value;
+  std::shared_ptr<const DevicePoolMapping> device_pool;
 };
 
 struct EngineClientOptions {
@@ -163,6 +207,10 @@ struct EngineClientOptions {
   std::chrono::milliseconds reconnect_min_backoff{100};
   std::chrono::milliseconds reconnect_max_backoff{1000};
   ArenaHooks hooks;
+  // Maps the device pool a handshake grants (OpenShared); not owned; must outlive the client.
+  // Null: the grant is known (PoolLookup works) but not mapped, and PoolAcquire / PoolReserve
+  // fail. A grant that cannot be mapped leaves the session up without a mapped pool (logged).
+  storage::DeviceRuntime* device_runtime = nullptr;
   // Time source of the backoff; not owned; must outlive the client.
   const Clock* clock = SystemClock::Get();
   // How long a call polls for its reply before sleeping (RecvFrame's spin): a lookup's reply
@@ -265,6 +313,26 @@ class EngineClient {
                                                     std::span<const uint64_t> handles,
                                                     std::chrono::milliseconds timeout);
 
+  // Position-independent chunks in the session's device pool (T0). `keys` are PicKeys of the
+  // layout. Each call fails with the daemon's kFailedPrecondition when the session has no pool.
+  // Which of `keys` the pool holds now, one per key (no reference is taken).
+  absl::StatusOr<std::vector<bool>> PoolLookup(std::span<const ChunkKey> keys,
+                                               std::chrono::milliseconds timeout);
+  // A reference to each resident key's pages; kNotFound per key that is not resident. Release
+  // each handle when done reading. kFailedPrecondition (nothing sent) when this process has not
+  // mapped the session's pool.
+  absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> PoolAcquire(
+      std::span<const ChunkKey> keys, std::chrono::milliseconds timeout);
+  // num_pages[i] pages for keys[i] (all or none per key): write them, then Commit (or Abort)
+  // each handle. Per key: kAlreadyExists (resident: acquire it), kAborted (another writer),
+  // kResourceExhausted (admission refused it), kInvalidArgument. kFailedPrecondition (nothing
+  // sent) as PoolAcquire; kInvalidArgument when the sizes of keys and num_pages differ.
+  absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> PoolReserve(
+      std::span<const ChunkKey> keys, std::span<const uint32_t> num_pages,
+      std::chrono::milliseconds timeout);
+  // The current session's device pool grant; nullopt when disconnected or granted none.
+  std::optional<DevicePoolGrant> device_pool() const;
+
   bool connected() const;
   // Generation of the current session; 0 when disconnected. Every new session gets a new one.
   uint64_t generation() const;
@@ -289,6 +357,16 @@ class EngineClient {
   absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(
       int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
       std::span<const uint64_t> checksums = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool calls' shared half: sends `request`, checks one chunk per key (each chunk's pages
+  // inside the pool, `num_pages` of them when given) and returns them with the mapping.
+  absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> PoolChunksCallLocked(
+      v1::EngineRequest& request, size_t num_keys, std::span<const uint32_t> num_pages,
+      MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the handshake's device pool grant and maps it when the options say so; an error
+  // refuses the handshake only when the daemon's grant contradicts itself.
+  absl::Status AcceptDevicePoolLocked(const v1::HandshakeResponse& body,
+                                      std::span<const ScopedFd> passed_fds, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSessionLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MonoTime DeadlineIn(std::chrono::milliseconds timeout) const;
 
@@ -298,6 +376,8 @@ class EngineClient {
   mutable absl::Mutex mu_;
   ScopedFd socket_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ArenaMapping> arena_ ABSL_GUARDED_BY(mu_);
+  std::optional<DevicePoolGrant> device_pool_grant_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const DevicePoolMapping> device_pool_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of the current session; 0 when none
   uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t session_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -19,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "daemon/engine_session_server.h"
+#include "storage/device/device_pools.h"
+#include "storage/device/host_runtime.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/tiered_store.h"
 
@@ -48,6 +50,10 @@ struct TestDaemonOptions {
   std::string node_id;
   std::string remote_address = "127.0.0.1:7100";
   std::vector<std::string> admitted_peers;
+  // A device pool (T0) of this many bytes per layout on a HostRuntime (memfd "device" memory),
+  // in pages of device_pool_block_tokens tokens; 0: none.
+  uint64_t device_pool_bytes = 0;
+  uint32_t device_pool_block_tokens = 16;
 };
 
 class TestDaemon {
@@ -99,6 +105,13 @@ class TestDaemon {
       auto store = storage::TieredStore::Create(std::move(options));
       if (!store.ok()) return store.status();
       store_ = std::move(*store);
+      device_pools_.reset();
+      if (options_.device_pool_bytes > 0) {
+        device_pools_ = std::make_unique<storage::DevicePools>(
+            device_runtime_,
+            storage::DevicePoolsOptions{.bytes_per_layout = options_.device_pool_bytes,
+                                        .block_tokens = options_.device_pool_block_tokens});
+      }
     }
     daemon::NodeIdentity node;
     if (!options_.node_id.empty()) {
@@ -113,7 +126,8 @@ class TestDaemon {
                                              .store = store_.get(),
                                              .lookups = &lookups_,
                                              .kv_event_token_ids = options_.kv_event_token_ids,
-                                             .node = std::move(node)});
+                                             .node = std::move(node),
+                                             .device_pools = device_pools_.get()});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     server_->Start();
@@ -132,6 +146,8 @@ class TestDaemon {
   const std::filesystem::path& dir() const { return dir_; }
   storage::HostTier* tier() const { return &store_->host(); }
   storage::TieredStore* store() const { return store_.get(); }
+  // The device pools (null without device_pool_bytes).
+  storage::DevicePools* device_pools() const { return device_pools_.get(); }
   daemon::EngineSessionServer* server() const { return server_.get(); }
   // The engines' lookups, counted as stratad counts them.
   const daemon::LookupAccounting& lookups() const { return lookups_; }
@@ -144,6 +160,8 @@ class TestDaemon {
   daemon::LookupAccounting lookups_;
   // The store outlives the server, which posts loads to it.
   std::unique_ptr<storage::TieredStore> store_;
+  storage::HostRuntime device_runtime_;
+  std::unique_ptr<storage::DevicePools> device_pools_;
   std::unique_ptr<daemon::EngineSessionServer> server_;
 };
 

@@ -1,0 +1,213 @@
+#include "connector/src/pic_requests.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+
+namespace strata::connector::internal {
+namespace {
+
+void MakePrivate(PicChunkPlacement& chunk, absl::Status why) {
+  chunk.source = PicChunkSource::kPrivate;
+  chunk.handle = 0;
+  chunk.pages.clear();
+  chunk.why_private = std::move(why);
+}
+
+// The chunks of `request` whose source is `source`, by index.
+std::vector<size_t> ChunksOf(const PicRequest& request, PicChunkSource source) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < request.chunks.size(); ++i) {
+    if (request.chunks[i].source == source) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<ChunkKey> KeysOf(const PicRequest& request, std::span<const size_t> chunks) {
+  std::vector<ChunkKey> keys;
+  keys.reserve(chunks.size());
+  for (size_t i : chunks) keys.push_back(request.prompt.segments[request.chunks[i].segment].key);
+  return keys;
+}
+
+}  // namespace
+
+uint64_t PicRequest::recomputed_tokens(uint32_t block_tokens) const {
+  uint64_t tokens = 0;
+  for (const PicSegment& segment : prompt.segments) {
+    if (segment.kind == SegmentKind::kPrompt) tokens += segment.padded_tokens();
+  }
+  for (const PicChunkPlacement& chunk : chunks) {
+    const uint32_t padded = prompt.segments[chunk.segment].padded_tokens();
+    tokens += chunk.source == PicChunkSource::kShared ? std::min(block_tokens, padded) : padded;
+  }
+  return tokens;
+}
+
+absl::StatusOr<PicRequest> PicRequests::Begin(std::span<const uint32_t> prompt,
+                                              std::span<const SegmentMarker> markers) {
+  PicRequest request;
+  STRATA_ASSIGN_OR_RETURN(request.prompt,
+                          SplitPicPrompt(prompt, markers, hasher_, options_.segments));
+  for (size_t i = 0; i < request.prompt.segments.size(); ++i) {
+    if (request.prompt.segments[i].kind == SegmentKind::kChunk) {
+      request.chunks.push_back({.segment = i});
+    }
+  }
+  if (!request.chunks.empty()) Place(request);
+  return request;
+}
+
+void PicRequests::Place(PicRequest& request) {
+  auto all_private = [&](const absl::Status& why) {
+    for (PicChunkPlacement& chunk : request.chunks) MakePrivate(chunk, why);
+  };
+  std::vector<size_t> all(request.chunks.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+
+  // Acquire every chunk: the resident ones are shared, the rest get pages reserved below.
+  auto acquired = client_.PoolAcquire(KeysOf(request, all), options_.timeout);
+  if (!acquired.ok()) return all_private(acquired.status());
+  const uint32_t block_tokens = acquired->device_pool->grant().block_tokens;
+  if (block_tokens != options_.segments.block_tokens) {
+    // Nothing of the pool is usable: give back what was acquired (the session's end would too).
+    std::vector<uint64_t> handles;
+    for (const PoolPlacement& chunk : acquired->value) {
+      if (chunk.status.ok()) handles.push_back(chunk.handle);
+    }
+    (void)client_.Release(acquired->generation, handles, options_.timeout);
+    return all_private(absl::FailedPreconditionError(
+        fmt::format("the device pool has {}-token pages; the request is split in {}-token blocks",
+                    block_tokens, options_.segments.block_tokens)));
+  }
+  request.generation = acquired->generation;
+  request.pool = acquired->device_pool;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < request.chunks.size(); ++i) {
+    PoolPlacement& placed = acquired->value[i];
+    PicChunkPlacement& chunk = request.chunks[i];
+    if (placed.status.ok()) {
+      chunk.source = PicChunkSource::kShared;
+      chunk.handle = placed.handle;
+      chunk.pages = std::move(placed.pages);
+    } else if (placed.status.code() == absl::StatusCode::kNotFound) {
+      missing.push_back(i);
+    } else {
+      MakePrivate(chunk, placed.status);
+    }
+  }
+  if (missing.empty()) return;
+
+  // Reserve pages for the missing chunks; a chunk that appears twice is written once.
+  std::vector<size_t> to_reserve;
+  absl::flat_hash_set<ChunkKey> seen;
+  for (size_t i : missing) {
+    const ChunkKey& key = request.prompt.segments[request.chunks[i].segment].key;
+    if (seen.insert(key).second) {
+      to_reserve.push_back(i);
+    } else {
+      MakePrivate(request.chunks[i],
+                  absl::AlreadyExistsError("the same chunk appears earlier in the request"));
+    }
+  }
+  std::vector<uint32_t> num_pages;
+  for (size_t i : to_reserve) {
+    num_pages.push_back(request.prompt.segments[request.chunks[i].segment].padded_tokens() /
+                        block_tokens);
+  }
+  auto reserved = client_.PoolReserve(KeysOf(request, to_reserve), num_pages, options_.timeout);
+  if (!reserved.ok() || reserved->generation != request.generation) {
+    const absl::Status why =
+        reserved.ok() ? absl::AbortedError("the session changed") : reserved.status();
+    for (size_t i : to_reserve) MakePrivate(request.chunks[i], why);
+    return;
+  }
+  for (size_t j = 0; j < to_reserve.size(); ++j) {
+    PoolPlacement& placed = reserved->value[j];
+    PicChunkPlacement& chunk = request.chunks[to_reserve[j]];
+    if (placed.status.ok()) {
+      chunk.source = PicChunkSource::kWrite;
+      chunk.handle = placed.handle;
+      chunk.pages = std::move(placed.pages);
+    } else {
+      // kAlreadyExists: another engine committed it since the acquire; the next request
+      // shares it. kAborted: another engine is writing it. kResourceExhausted: admission.
+      MakePrivate(chunk, placed.status);
+    }
+  }
+}
+
+absl::Status PicRequests::Publish(PicRequest& request) {
+  if (request.published) return absl::OkStatus();
+  request.published = true;
+  const std::vector<size_t> written = ChunksOf(request, PicChunkSource::kWrite);
+  if (written.empty()) return absl::OkStatus();
+  std::vector<uint64_t> handles;
+  for (size_t i : written) handles.push_back(request.chunks[i].handle);
+  auto committed = client_.Commit(request.generation, handles, options_.timeout);
+  if (!committed.ok()) {
+    // The session is gone (its reservations with it) or the call failed: the engine keeps
+    // reading what it computed through its own request, but nothing was published.
+    for (size_t i : written) MakePrivate(request.chunks[i], committed.status());
+    return committed.status();
+  }
+  // Committed chunks are unreferenced (evictable) until acquired: acquire them, so this request
+  // reads them until End. A chunk evicted in between is the engine's to recompute; one found in
+  // other pages holds the same KV (same key).
+  std::vector<size_t> published;
+  for (size_t j = 0; j < written.size(); ++j) {
+    if ((*committed)[j].ok()) {
+      published.push_back(written[j]);
+      request.chunks[written[j]].handle = 0;
+    } else {
+      MakePrivate(request.chunks[written[j]], (*committed)[j]);
+    }
+  }
+  if (published.empty()) return absl::OkStatus();
+  auto acquired = client_.PoolAcquire(KeysOf(request, published), options_.timeout);
+  if (!acquired.ok() || acquired->generation != request.generation) {
+    const absl::Status why =
+        acquired.ok() ? absl::AbortedError("the session changed") : acquired.status();
+    for (size_t i : published) MakePrivate(request.chunks[i], why);
+    return why;
+  }
+  for (size_t j = 0; j < published.size(); ++j) {
+    PoolPlacement& placed = acquired->value[j];
+    PicChunkPlacement& chunk = request.chunks[published[j]];
+    if (placed.status.ok()) {
+      chunk.source = PicChunkSource::kShared;
+      chunk.handle = placed.handle;
+      chunk.pages = std::move(placed.pages);
+    } else {
+      MakePrivate(chunk, placed.status);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PicRequests::End(PicRequest& request) {
+  std::vector<uint64_t> references;
+  std::vector<uint64_t> reservations;
+  for (PicChunkPlacement& chunk : request.chunks) {
+    if (chunk.handle == 0) continue;
+    (chunk.source == PicChunkSource::kShared ? references : reservations).push_back(chunk.handle);
+    chunk.handle = 0;
+  }
+  absl::Status status;
+  // kAborted: the session (and with it every handle) is gone already.
+  auto keep_first_error = [&](const absl::Status& s) {
+    if (!s.ok() && s.code() != absl::StatusCode::kAborted && status.ok()) status = s;
+  };
+  if (!references.empty()) {
+    keep_first_error(client_.Release(request.generation, references, options_.timeout).status());
+  }
+  if (!reservations.empty()) {
+    keep_first_error(client_.Abort(request.generation, reservations, options_.timeout).status());
+  }
+  return status;
+}
+
+}  // namespace strata::connector::internal

@@ -1,0 +1,95 @@
+// PicRequests places one request's position-independent chunks in the daemon's device pool (T0)
+// for MEPIC's compute path (ALGORITHMS.md section 3c): it splits the prompt by its segment
+// markers (pic_segments.h), finds the resident chunks and references them with one acquire, and
+// reserves pool pages for the missing ones with one reserve. The engine then:
+//   - kShared chunks: recomputes block 1 into a request-private page and attends over blocks 2..n
+//     in place (their pool pages, with their block positions: the fused-RoPE kernel);
+//   - kWrite chunks: computes the chunk's NoPE KV into the reserved pages (every block of every
+//     layer), then Publish commits them for later requests;
+//   - kPrivate chunks: computes them privately (the pool could not take them: admission refused
+//     the pages, another engine is writing them, or the session has no pool);
+//   - prompt segments: computes them privately.
+// End releases the request's references (its kShared pages become evictable again once no other
+// request reads them) and aborts what was reserved but not published.
+//
+// Failure model: a request never fails for the pool's sake. Bad markers are kInvalidArgument
+// (the caller falls back to prefix caching); a pool call that fails (the daemon away, a timeout)
+// leaves the affected chunks kPrivate. Handles die with their session: Publish / End of a
+// request whose session dropped only forget them (the daemon has released them already).
+//
+// Thread-safety: thread-safe as the EngineClient is (each call holds no state of its own beyond
+// the request it is given; a request is used by one thread at a time).
+// Ownership: borrows the client and the hasher, which must outlive it. A request holds the pool
+// mapping its pages are in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "connector/src/engine_client.h"
+#include "connector/src/pic_segments.h"
+#include "core/key_hasher.h"
+
+namespace strata::connector::internal {
+
+enum class PicChunkSource : uint8_t {
+  kShared,   // resident: blocks 2..n read in place from `pages`, block 1 recomputed privately
+  kWrite,    // reserved: compute it into `pages`, then Publish
+  kPrivate,  // computed privately; the pool holds nothing of it for this request
+};
+
+struct PicChunkPlacement {
+  size_t segment = 0;  // its index in PicPrompt::segments
+  PicChunkSource source = PicChunkSource::kPrivate;
+  uint64_t handle = 0;          // kShared: the reference; kWrite: the reservation
+  std::vector<uint32_t> pages;  // pool pages, one per block, in chunk order (kShared, kWrite)
+  absl::Status why_private;     // kPrivate: why the pool does not hold it
+};
+
+struct PicRequest {
+  PicPrompt prompt;
+  std::vector<PicChunkPlacement> chunks;  // one per chunk segment, in prompt order
+  uint64_t generation = 0;                // of the session the handles belong to
+  std::shared_ptr<const DevicePoolMapping> pool;
+  bool published = false;
+
+  // Tokens the engine computes for this request: every prompt segment (padded), block 1 of
+  // each kShared chunk, and the whole of every other chunk.
+  uint64_t recomputed_tokens(uint32_t block_tokens) const;
+};
+
+struct PicRequestsOptions {
+  PicOptions segments;  // block_tokens must be the pool's (DevicePoolGrant::block_tokens)
+  std::chrono::milliseconds timeout{1000};
+};
+
+class PicRequests {
+ public:
+  PicRequests(EngineClient& client, const KeyHasher& hasher, PicRequestsOptions options)
+      : client_(client), hasher_(hasher), options_(options) {}
+
+  // The request's chunks placed as above. kInvalidArgument for bad markers (pic_segments.h).
+  absl::StatusOr<PicRequest> Begin(std::span<const uint32_t> prompt,
+                                   std::span<const SegmentMarker> markers);
+  // Commits the kWrite chunks (the engine wrote every layer of their pages) so later requests
+  // share them; each then becomes kShared for this request (it keeps reading them until End).
+  // A chunk whose commit fails becomes kPrivate. Errors of the call itself (the session
+  // dropped); the request stays valid for End.
+  absl::Status Publish(PicRequest& request);
+  // Releases the request's references and aborts its unpublished reservations. Idempotent.
+  absl::Status End(PicRequest& request);
+
+ private:
+  // Acquires the resident chunks of `request`, then reserves the rest.
+  void Place(PicRequest& request);
+
+  EngineClient& client_;
+  const KeyHasher& hasher_;
+  const PicRequestsOptions options_;
+};
+
+}  // namespace strata::connector::internal

@@ -1,0 +1,260 @@
+// PicRequests against the daemon's real session server with a device pool (TestDaemon, HostRuntime
+// pool of 8 pages): chunks written by one request are shared in place by the next, at another
+// offset; admission, another writer, bad markers, a daemon without a pool and a dropped session
+// leave chunks private and never fail the request.
+#include "connector/src/pic_requests.h"
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "connector/src/testing/pool_pages.h"
+#include "connector/src/testing/test_daemon.h"
+#include "gtest/gtest.h"
+#include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
+
+namespace strata::connector::internal {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::FillPoolPages;
+using testing::PoolPagesHold;
+using testing::TestDaemon;
+
+constexpr uint32_t kBlock = 16;
+
+KvLayout Layout() { return test_support::SmallLayout({.model_id = "pic-requests-test"}); }
+
+// `n` tokens starting at `first`.
+std::vector<uint32_t> Passage(uint32_t first, uint32_t n) {
+  std::vector<uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// A prompt of `head` tokens of its own, then `passages` (each a marked chunk), then a question.
+struct Prompt {
+  std::vector<uint32_t> tokens;
+  std::vector<SegmentMarker> markers;
+};
+Prompt Compose(uint32_t head, const std::vector<std::vector<uint32_t>>& passages) {
+  Prompt prompt;
+  prompt.tokens = Passage(900000, head);
+  for (const std::vector<uint32_t>& passage : passages) {
+    const auto begin = static_cast<uint32_t>(prompt.tokens.size());
+    prompt.tokens.insert(prompt.tokens.end(), passage.begin(), passage.end());
+    prompt.markers.push_back({begin, static_cast<uint32_t>(prompt.tokens.size())});
+  }
+  const std::vector<uint32_t> question = Passage(800000, 5);
+  prompt.tokens.insert(prompt.tokens.end(), question.begin(), question.end());
+  return prompt;
+}
+
+std::vector<PicChunkSource> Sources(const PicRequest& request) {
+  std::vector<PicChunkSource> out;
+  for (const PicChunkPlacement& chunk : request.chunks) out.push_back(chunk.source);
+  return out;
+}
+
+// One engine: its session (mapping the pool through a HostRuntime) and its PicRequests.
+struct Engine {
+  Engine(const std::string& socket, std::string id, uint32_t block_tokens = kBlock) {
+    EngineClientOptions options;
+    options.socket_path = socket;
+    options.engine_id = std::move(id);
+    options.layout = Layout();
+    options.device_runtime = &runtime;
+    options.reconnect_min_backoff = milliseconds(1);
+    options.reconnect_max_backoff = milliseconds(1);
+    client = *EngineClient::Create(std::move(options));
+    requests.emplace(
+        *client, hasher,
+        PicRequestsOptions{.segments = {.block_tokens = block_tokens, .pad_token = 7}});
+  }
+  storage::HostRuntime runtime;
+  KeyHasher hasher = *KeyHasher::Create(Layout(), {});
+  std::unique_ptr<EngineClient> client;
+  std::optional<PicRequests> requests;
+};
+
+class PicRequestsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(daemon_.Start().ok()); }
+  storage::DevicePool& pool() { return **daemon_.device_pools()->ForLayout(Layout()); }
+
+  // 2 layers x 2 KiB per 16-token page: 8 pages.
+  TestDaemon daemon_{{.device_pool_bytes = 8 * 4096}};
+};
+
+// MEPIC's reuse: the first request computes both chunks into pool pages and publishes them; a
+// second request (another engine) with the same passages at other offsets shares the same pages
+// in place and recomputes only its prompt and block 1 of each chunk.
+TEST_F(PicRequestsTest, ChunksComputedOnceAreSharedAtAnotherOffset) {
+  Engine first(daemon_.socket_path(), "first");
+  const std::vector<uint32_t> a = Passage(1000, 40);  // 3 blocks padded
+  const std::vector<uint32_t> b = Passage(2000, 16);  // 1 block
+  const Prompt p1 = Compose(10, {a, b});
+  auto r1 = first.requests->Begin(p1.tokens, p1.markers);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_EQ(Sources(*r1), (std::vector{PicChunkSource::kWrite, PicChunkSource::kWrite}));
+  EXPECT_EQ(r1->chunks[0].pages.size(), 3u);
+  EXPECT_EQ(r1->chunks[1].pages.size(), 1u);
+  EXPECT_EQ(r1->recomputed_tokens(kBlock), r1->prompt.padded_tokens.size())
+      << "nothing was cached: the whole padded prompt is computed";
+  FillPoolPages(*r1->pool, r1->chunks[0].pages, 0xa1);
+  FillPoolPages(*r1->pool, r1->chunks[1].pages, 0xb2);
+  ASSERT_TRUE(first.requests->Publish(*r1).ok());
+  EXPECT_EQ(Sources(*r1), (std::vector{PicChunkSource::kShared, PicChunkSource::kShared}));
+  EXPECT_EQ(pool().Stats().referenced_pages, 4u) << "the writer reads them until End";
+
+  Engine second(daemon_.socket_path(), "second");
+  const Prompt p2 = Compose(37, {b, a});
+  auto r2 = second.requests->Begin(p2.tokens, p2.markers);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  ASSERT_EQ(Sources(*r2), (std::vector{PicChunkSource::kShared, PicChunkSource::kShared}));
+  EXPECT_EQ(r2->chunks[0].pages, r1->chunks[1].pages) << "the same pages, not copies";
+  EXPECT_EQ(r2->chunks[1].pages, r1->chunks[0].pages);
+  EXPECT_TRUE(PoolPagesHold(*r2->pool, r2->chunks[0].pages, 0xb2));
+  EXPECT_TRUE(PoolPagesHold(*r2->pool, r2->chunks[1].pages, 0xa1));
+  uint64_t prompt_tokens = 0;
+  for (const PicSegment& segment : r2->prompt.segments) {
+    if (segment.kind == SegmentKind::kPrompt) prompt_tokens += segment.padded_tokens();
+  }
+  EXPECT_EQ(r2->recomputed_tokens(kBlock), prompt_tokens + 2 * kBlock)
+      << "one block per chunk plus the prompt segments";
+  EXPECT_EQ(pool().Stats().referenced_pages, 4u) << "two readers, one set of pages";
+
+  ASSERT_TRUE(first.requests->End(*r1).ok());
+  ASSERT_TRUE(second.requests->End(*r2).ok());
+  ASSERT_TRUE(second.requests->End(*r2).ok()) << "End is idempotent";
+  const storage::DevicePoolStats stats = pool().Stats();
+  EXPECT_EQ(stats.referenced_pages, 0u);
+  EXPECT_EQ(stats.committed_pages, 4u) << "they stay for the next request";
+  EXPECT_TRUE(pool().CheckConsistency().ok());
+}
+
+// What the pool cannot take is computed privately, and the request goes on: admission refuses
+// pages that free plus evictable ones cannot cover; a chunk another engine is writing is not
+// written twice; the same chunk twice in a prompt is written once.
+TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
+  Engine writer(daemon_.socket_path(), "writer");
+  Engine other(daemon_.socket_path(), "other");
+  const std::vector<uint32_t> big = Passage(1000, 5 * kBlock);
+  const std::vector<uint32_t> also_big = Passage(3000, 4 * kBlock);
+  const Prompt prompt = Compose(3, {big, also_big, big});
+  auto request = writer.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_EQ(Sources(*request), (std::vector{PicChunkSource::kWrite, PicChunkSource::kPrivate,
+                                            PicChunkSource::kPrivate}));
+  EXPECT_EQ(request->chunks[1].why_private.code(), absl::StatusCode::kResourceExhausted)
+      << "5 + 4 pages in a pool of 8";
+  EXPECT_EQ(request->chunks[2].why_private.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(request->recomputed_tokens(kBlock), request->prompt.padded_tokens.size());
+
+  // While the writer computes it, another engine's request computes it privately.
+  const Prompt again = Compose(20, {big});
+  auto concurrent = other.requests->Begin(again.tokens, again.markers);
+  ASSERT_TRUE(concurrent.ok());
+  ASSERT_EQ(Sources(*concurrent), (std::vector{PicChunkSource::kPrivate}));
+  EXPECT_EQ(concurrent->chunks[0].why_private.code(), absl::StatusCode::kAborted);
+
+  ASSERT_TRUE(writer.requests->Publish(*request).ok());
+  ASSERT_TRUE(writer.requests->End(*request).ok());
+  ASSERT_TRUE(other.requests->End(*concurrent).ok());
+  auto later = other.requests->Begin(again.tokens, again.markers);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(Sources(*later), (std::vector{PicChunkSource::kShared}));
+  ASSERT_TRUE(other.requests->End(*later).ok());
+  EXPECT_EQ(pool().Stats().reserved_pages, 0u);
+  EXPECT_EQ(pool().Stats().referenced_pages, 0u);
+}
+
+// A request that ends without publishing gives its reserved pages back.
+TEST_F(PicRequestsTest, AnUnpublishedRequestAbortsItsReservations) {
+  Engine engine(daemon_.socket_path(), "engine");
+  const Prompt prompt = Compose(4, {Passage(1000, 30)});
+  auto request = engine.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(request.ok());
+  ASSERT_EQ(Sources(*request), (std::vector{PicChunkSource::kWrite}));
+  EXPECT_EQ(pool().Stats().reserved_pages, 2u);
+  ASSERT_TRUE(engine.requests->End(*request).ok());
+  EXPECT_EQ(pool().Stats().reserved_pages, 0u);
+  EXPECT_EQ(pool().Stats().chunks, 0u);
+}
+
+// Bad markers are the caller's to fall back on (prefix caching), before anything is sent.
+TEST_F(PicRequestsTest, BadMarkersAreRefusedBeforeAnythingIsSent) {
+  Engine engine(daemon_.socket_path(), "engine");
+  const std::vector<uint32_t> tokens = Passage(0, 64);
+  const std::vector<SegmentMarker> overlapping{{0, 20}, {10, 30}};
+  const std::vector<SegmentMarker> out_of_range{{40, 80}};
+  const std::vector<SegmentMarker> empty{{5, 5}};
+  for (const auto* markers : {&overlapping, &out_of_range, &empty}) {
+    auto request = engine.requests->Begin(tokens, *markers);
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(engine.client->stats().requests, 0u);
+
+  auto plain = engine.requests->Begin(tokens, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->chunks.empty());
+  EXPECT_EQ(plain->recomputed_tokens(kBlock), 64u);
+  EXPECT_EQ(engine.client->stats().requests, 0u) << "no chunk, no pool call";
+}
+
+// Without a usable pool every chunk is private, with the reason, and nothing is held.
+TEST_F(PicRequestsTest, WithoutAUsablePoolEveryChunkIsPrivate) {
+  const Prompt prompt = Compose(4, {Passage(1000, 32), Passage(2000, 16)});
+
+  TestDaemon plain;
+  ASSERT_TRUE(plain.Start().ok());
+  Engine no_pool(plain.socket_path(), "no-pool");
+  auto request = no_pool.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(Sources(*request), (std::vector{PicChunkSource::kPrivate, PicChunkSource::kPrivate}));
+  EXPECT_EQ(request->chunks[0].why_private.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(no_pool.requests->End(*request).ok());
+
+  // A pool of 16-token pages for a request split in 32-token blocks: nothing is usable, and
+  // what was acquired is given back.
+  Engine writer(daemon_.socket_path(), "writer");
+  const Prompt small = Compose(4, {Passage(1000, 32)});
+  auto written = writer.requests->Begin(small.tokens, small.markers);
+  ASSERT_TRUE(written.ok());
+  ASSERT_TRUE(writer.requests->Publish(*written).ok());
+  ASSERT_TRUE(writer.requests->End(*written).ok());
+  Engine mismatched(daemon_.socket_path(), "mismatched", /*block_tokens=*/32);
+  auto refused = mismatched.requests->Begin(small.tokens, small.markers);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(Sources(*refused), (std::vector{PicChunkSource::kPrivate}));
+  EXPECT_EQ(refused->chunks[0].why_private.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool().Stats().references, 0u);
+}
+
+// A session that drops mid-request takes its handles with it: the daemon frees the pages, End
+// succeeds without sending anything for them, and the next request works on a new session.
+TEST_F(PicRequestsTest, ADroppedSessionEndsCleanly) {
+  Engine engine(daemon_.socket_path(), "engine");
+  const Prompt prompt = Compose(4, {Passage(1000, 32)});
+  auto request = engine.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(request.ok());
+  ASSERT_EQ(Sources(*request), (std::vector{PicChunkSource::kWrite}));
+  engine.client->Disconnect();
+  EXPECT_EQ(engine.requests->Publish(*request).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Sources(*request), (std::vector{PicChunkSource::kPrivate}));
+  EXPECT_TRUE(engine.requests->End(*request).ok());
+  for (int waited = 0; pool().Stats().reserved_pages != 0 && waited < 2000; ++waited) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_EQ(pool().Stats().reserved_pages, 0u);
+
+  auto next = engine.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(Sources(*next), (std::vector{PicChunkSource::kWrite}));
+  EXPECT_GT(next->generation, request->generation);
+  ASSERT_TRUE(engine.requests->End(*next).ok());
+}
+
+}  // namespace
+}  // namespace strata::connector::internal
