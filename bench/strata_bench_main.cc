@@ -13,6 +13,9 @@
 //   strata-bench pd     a disaggregated prefill through two daemons over UCX: transfer GB/s
 //                       against ucx_perftest, and the transfer exposed after a modelled
 //                       prefill (pd_command.h).
+//   strata-bench pic    position-independent chunks in the daemon's device pool (MEPIC's
+//                       workload shape): peak pages in use against a per-request copy in the
+//                       same run, and tokens recomputed per request (pic/pic_command.h).
 //   strata-bench route  the conversation trace over simulated instances with a host and a disk
 //                       tier each, routed round-robin, by longest prefix (Dynamo) and by
 //                       Strata's modelled TTFT: hit ratio, modelled TTFT, load imbalance
@@ -36,6 +39,7 @@
 #include "bench/engine/sim_engine.h"
 #include "bench/mrqa/disk_ttft.h"
 #include "bench/pd/pd_command.h"
+#include "bench/pic/pic_command.h"
 #include "bench/route/route_command.h"
 #include "bench/support/model_layouts.h"
 #include "bench/trace/trace_command.h"
@@ -404,7 +408,24 @@ int main(int argc, char** argv) {
   route->add_option("--prefill-us-per-token", r.prefill_us_per_token)->capture_default_str();
   route->add_option("--host-gbps", r.host_gbps, "host tier into the engine")->capture_default_str();
   route->add_option("--disk-gbps", r.disk_gbps, "disk tier into the engine")->capture_default_str();
+  strata::bench::PicBenchOptions c;
+  CLI::App* pic = app.add_subcommand("pic", "position-independent chunks in the device pool");
+  pic->add_option("--geometry", c.geometry, "llama8b or small")->capture_default_str();
+  pic->add_option("--chunk-tokens", c.chunk_tokens)->capture_default_str();
+  pic->add_option("--block-tokens", c.block_tokens)->capture_default_str();
+  pic->add_option("--chunks", c.chunks_per_prompt, "chunks per prompt, one run each")
+      ->delimiter(',')
+      ->capture_default_str();
+  pic->add_option("--corpus", c.corpus_passages)->capture_default_str();
+  pic->add_option("--passage-min-tokens", c.passage_min_tokens)->capture_default_str();
+  pic->add_option("--passage-max-tokens", c.passage_max_tokens)->capture_default_str();
+  pic->add_option("--zipf", c.zipf_s)->capture_default_str();
+  pic->add_option("--engines", c.engines)->capture_default_str();
+  pic->add_option("--in-flight", c.in_flight, "open requests per engine")->capture_default_str();
+  pic->add_option("--requests", c.requests, "per engine and chunk count")->capture_default_str();
+  pic->add_option("--pool", c.pool_bytes, "device_pool.bytes_per_layout")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (pic->parsed()) return strata::bench::RunPicCommand(c);
   if (route->parsed()) return strata::bench::RunRouteCommand(r);
   if (trace->parsed()) return strata::bench::RunTraceCommand(t);
   if (pd->parsed()) return strata::bench::RunPdCommand(p);

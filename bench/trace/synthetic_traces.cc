@@ -6,30 +6,13 @@
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
+#include "bench/support/zipf_sampler.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace strata::bench {
 namespace {
-
-// Draws ranks 0..n-1 with P(k) proportional to 1 / (k + 1)^s.
-class ZipfSampler {
- public:
-  ZipfSampler(uint32_t n, double s) : cumulative_(n) {
-    double sum = 0;
-    for (uint32_t k = 0; k < n; ++k) cumulative_[k] = sum += 1.0 / std::pow(k + 1.0, s);
-    for (double& c : cumulative_) c /= sum;
-  }
-  uint32_t operator()(std::mt19937_64& rng) const {
-    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    return static_cast<uint32_t>(std::lower_bound(cumulative_.begin(), cumulative_.end(), u) -
-                                 cumulative_.begin());
-  }
-
- private:
-  std::vector<double> cumulative_;
-};
 
 // Appends `count` tokens of the text named `text_id`.
 void AppendText(std::vector<uint32_t>& tokens, uint64_t text_id, uint32_t count) {
