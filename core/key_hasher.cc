@@ -19,6 +19,7 @@ static_assert(std::endian::native == std::endian::little,
 constexpr std::string_view kRootDomain = "strata.root.v1";
 constexpr std::string_view kPrefixDomain = "strata.prefix.v1";
 constexpr std::string_view kPicDomain = "strata.pic.v1";
+constexpr std::string_view kTenantPicDomain = "strata.pic.tenant.v1";
 
 // Streams length-delimited fields into an XXH3-128 state.
 class Xxh3Stream {
@@ -159,11 +160,17 @@ std::vector<ChunkKey> KeyHasher::PrefixKeys(std::span<const uint32_t> tokens,
   return keys;
 }
 
-ChunkKey KeyHasher::PicKey(std::span<const uint32_t> canonical_tokens,
-                           uint32_t compile_variant) const {
+ChunkKey KeyHasher::PicKey(std::span<const uint32_t> canonical_tokens, uint32_t compile_variant,
+                           std::string_view tenant_salt) const {
+  const bool salted = !tenant_salt.empty();
   if (options_.algorithm == HashAlgorithm::kXxh3_128) {
     Xxh3Stream stream;
-    stream.String(kPicDomain);
+    if (salted) {
+      stream.String(kTenantPicDomain);
+      stream.String(tenant_salt);
+    } else {
+      stream.String(kPicDomain);
+    }
     stream.U64(fingerprint_);
     stream.U32(compile_variant);
     stream.Tokens(canonical_tokens);
@@ -171,8 +178,13 @@ ChunkKey KeyHasher::PicKey(std::span<const uint32_t> canonical_tokens,
                                fingerprint_, stream.Digest());
   }
   CborWriter& cbor = ThreadCbor();
-  cbor.ArrayHeader(4);
-  cbor.Text(kPicDomain);
+  cbor.ArrayHeader(salted ? 5 : 4);
+  if (salted) {
+    cbor.Text(kTenantPicDomain);
+    cbor.Text(tenant_salt);
+  } else {
+    cbor.Text(kPicDomain);
+  }
   cbor.Unsigned(fingerprint_);
   cbor.Unsigned(compile_variant);
   cbor.UnsignedArray(canonical_tokens);

@@ -14,7 +14,9 @@
 // A partial last chunk is hashed over its real tokens, so its key differs from any full chunk's.
 //
 // Position-independent chunks (MEPIC/EPIC), no parent, a namespace of their own:
-//   digest = H("strata.pic.v1", layout fingerprint, compile variant, canonical padded tokens).
+//   digest = H("strata.pic.v1", layout fingerprint, compile variant, canonical padded tokens),
+//   or for a tenant's chunks H("strata.pic.tenant.v1", tenant salt, layout fingerprint, compile
+//   variant, canonical padded tokens) (CBOR: a 5-item array), so tenants never share them.
 //
 // Nothing here is process-random: the same layout, options and tokens give the same keys in
 // every process and on every run. Thread-safe (all methods are const).
@@ -71,7 +73,10 @@ class KeyHasher {
   // The key of a position-independent chunk whose tokens are already canonical (see
   // CanonicalPicTokens); `compile_variant` names how its KV was produced (for example the
   // number of dummy tokens prefilled before it), because different variants hold different KV.
-  ChunkKey PicKey(std::span<const uint32_t> canonical_tokens, uint32_t compile_variant) const;
+  // A non-empty `tenant_salt` keys the chunk in that tenant's namespace (its own domain string,
+  // so no salted key equals an unsalted one); empty: the shared namespace.
+  ChunkKey PicKey(std::span<const uint32_t> canonical_tokens, uint32_t compile_variant,
+                  std::string_view tenant_salt = {}) const;
 
   // The root digest of prefix chains for `tenant_salt` (for `strata hash` and tests).
   std::vector<uint8_t> RootDigest(std::string_view tenant_salt) const;

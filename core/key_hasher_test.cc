@@ -146,6 +146,21 @@ TEST_P(KeyHasherTest, PicKeysIgnorePositionButNotVariant) {
   EXPECT_NE(key, hasher.NextPrefixKey(ChunkKey(), canonical, {}));
 }
 
+TEST_P(KeyHasherTest, PicKeysAreSaltedPerTenant) {
+  const KeyHasher hasher = MakeHasher(GetParam(), 16);
+  const auto canonical = CanonicalPicTokens(Iota(20, 500), 16, 0);
+  const ChunkKey shared = hasher.PicKey(canonical, 0);
+  const ChunkKey a = hasher.PicKey(canonical, 0, "tenant-a");
+  EXPECT_EQ(hasher.PicKey(canonical, 0, ""), shared) << "an empty salt is the shared namespace";
+  EXPECT_NE(a, shared);
+  EXPECT_EQ(a, hasher.PicKey(canonical, 0, "tenant-a"));
+  EXPECT_NE(a, hasher.PicKey(canonical, 0, "tenant-b"));
+  EXPECT_NE(a, hasher.PicKey(canonical, 1, "tenant-a"));
+  EXPECT_EQ(a.key_namespace(), KeyNamespace::kPositionIndependent);
+  // The salt is length-delimited: moving bytes between the salt and the tokens changes the key.
+  EXPECT_NE(hasher.PicKey(canonical, 0, "ab"), hasher.PicKey(canonical, 0, "a"));
+}
+
 TEST_P(KeyHasherTest, KeysAreIdenticalAcrossProcesses) {
   const KeyHasher hasher = MakeHasher(GetParam(), 256);
   const auto tokens = Iota(700, 3);
@@ -194,6 +209,8 @@ TEST(KeyHasherXxh3, KeysArePinnedAcrossRuns) {
             "xxh3_128:prefix:a5258dd97c60ccca:c44e5819d9e5d7d888226da253423fd4");
   EXPECT_EQ(hasher.PicKey(Iota(16), 0).ToString(),
             "xxh3_128:pic:a5258dd97c60ccca:dcfe8032dabefaad8ea97c94be4645da");
+  EXPECT_EQ(hasher.PicKey(Iota(16), 0, "tenant-a").ToString(),
+            "xxh3_128:pic:a5258dd97c60ccca:8d6fe328f8e6cae690394899016449fd");
 }
 
 TEST(CanonicalPicTokens, LeadingPadToBlockBoundary) {

@@ -48,10 +48,11 @@ uint64_t PicRequest::recomputed_tokens(uint32_t block_tokens) const {
 }
 
 absl::StatusOr<PicRequest> PicRequests::Begin(std::span<const uint32_t> prompt,
-                                              std::span<const SegmentMarker> markers) {
+                                              std::span<const SegmentMarker> markers,
+                                              std::string_view tenant_salt) {
   PicRequest request;
   STRATA_ASSIGN_OR_RETURN(request.prompt,
-                          SplitPicPrompt(prompt, markers, hasher_, options_.segments));
+                          SplitPicPrompt(prompt, markers, hasher_, options_.segments, tenant_salt));
   for (size_t i = 0; i < request.prompt.segments.size(); ++i) {
     if (request.prompt.segments[i].kind == SegmentKind::kChunk) {
       request.chunks.push_back({.segment = i});

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,9 +73,11 @@ class PicRequests {
   PicRequests(EngineClient& client, const KeyHasher& hasher, PicRequestsOptions options)
       : client_(client), hasher_(hasher), options_(options) {}
 
-  // The request's chunks placed as above. kInvalidArgument for bad markers (pic_segments.h).
+  // The request's chunks placed as above, in the namespace of its `tenant_salt` (empty: chunks
+  // shared by every tenant). kInvalidArgument for bad markers (pic_segments.h).
   absl::StatusOr<PicRequest> Begin(std::span<const uint32_t> prompt,
-                                   std::span<const SegmentMarker> markers);
+                                   std::span<const SegmentMarker> markers,
+                                   std::string_view tenant_salt = {});
   // Commits the kWrite chunks (the engine wrote every layer of their pages) so later requests
   // share them; each then becomes kShared for this request (it keeps reading them until End).
   // A chunk whose commit fails becomes kPrivate. Errors of the call itself (the session

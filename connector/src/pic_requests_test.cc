@@ -170,6 +170,28 @@ TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
   EXPECT_EQ(pool().Stats().referenced_pages, 0u);
 }
 
+// Chunks are shared within a tenant, never across tenants (their keys are salted apart).
+TEST_F(PicRequestsTest, TenantsDoNotShareChunks) {
+  Engine engine(daemon_.socket_path(), "engine");
+  const Prompt prompt = Compose(4, {Passage(1000, 32)});
+  auto first = engine.requests->Begin(prompt.tokens, prompt.markers, "tenant-a");
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(Sources(*first), (std::vector{PicChunkSource::kWrite}));
+  ASSERT_TRUE(engine.requests->Publish(*first).ok());
+  ASSERT_TRUE(engine.requests->End(*first).ok());
+
+  auto same_tenant = engine.requests->Begin(prompt.tokens, prompt.markers, "tenant-a");
+  auto other_tenant = engine.requests->Begin(prompt.tokens, prompt.markers, "tenant-b");
+  auto no_tenant = engine.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(same_tenant.ok() && other_tenant.ok() && no_tenant.ok());
+  EXPECT_EQ(Sources(*same_tenant), (std::vector{PicChunkSource::kShared}));
+  EXPECT_EQ(Sources(*other_tenant), (std::vector{PicChunkSource::kWrite}));
+  EXPECT_EQ(Sources(*no_tenant), (std::vector{PicChunkSource::kWrite}));
+  for (auto* request : {&*same_tenant, &*other_tenant, &*no_tenant}) {
+    ASSERT_TRUE(engine.requests->End(*request).ok());
+  }
+}
+
 // A request that ends without publishing gives its reserved pages back.
 TEST_F(PicRequestsTest, AnUnpublishedRequestAbortsItsReservations) {
   Engine engine(daemon_.socket_path(), "engine");

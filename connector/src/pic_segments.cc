@@ -38,7 +38,8 @@ uint32_t PadToBlock(uint32_t tokens, uint32_t block_tokens) {
 
 absl::StatusOr<PicPrompt> SplitPicPrompt(std::span<const uint32_t> prompt,
                                          std::span<const SegmentMarker> chunks,
-                                         const KeyHasher& hasher, const PicOptions& options) {
+                                         const KeyHasher& hasher, const PicOptions& options,
+                                         std::string_view tenant_salt) {
   if (options.block_tokens == 0) return absl::InvalidArgumentError("PIC block size of 0 tokens");
   if (absl::Status valid = CheckMarkers(chunks, prompt.size()); !valid.ok()) return valid;
   PicPrompt result;
@@ -66,7 +67,7 @@ absl::StatusOr<PicPrompt> SplitPicPrompt(std::span<const uint32_t> prompt,
         .source_end = marker.end,
         .padded_begin = static_cast<uint32_t>(result.padded_tokens.size()),
         .pad_tokens = static_cast<uint32_t>(canonical.size()) - (marker.end - marker.begin),
-        .key = hasher.PicKey(canonical, options.compile_variant)};
+        .key = hasher.PicKey(canonical, options.compile_variant, tenant_salt)};
     result.padded_tokens.insert(result.padded_tokens.end(), canonical.begin(), canonical.end());
     result.segments.push_back(std::move(segment));
     cursor = marker.end;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -65,12 +66,14 @@ struct PicPrompt {
 };
 
 // The segments of `prompt` with `chunks` (sorted, disjoint, non-empty, inside the prompt) as its
-// chunk segments. kInvalidArgument naming the first bad marker (empty, out of range, overlapping
-// or out of order) or a zero block size: the caller then treats the request as a plain prompt
-// (prefix caching).
+// chunk segments, keyed in the namespace of the request's `tenant_salt` (empty: shared by every
+// tenant). kInvalidArgument naming the first bad marker (empty, out of range, overlapping or out
+// of order) or a zero block size: the caller then treats the request as a plain prompt (prefix
+// caching).
 absl::StatusOr<PicPrompt> SplitPicPrompt(std::span<const uint32_t> prompt,
                                          std::span<const SegmentMarker> chunks,
-                                         const KeyHasher& hasher, const PicOptions& options);
+                                         const KeyHasher& hasher, const PicOptions& options,
+                                         std::string_view tenant_salt = {});
 
 // Chunk markers from a separator token sequence (LMCache's blend mode): every non-empty run of
 // tokens before a separator is a chunk; the separators and what follows the last one (the

@@ -107,6 +107,16 @@ TEST(PicSegmentsTest, AChunksKeyDoesNotDependOnWhereItAppearsButOnItsCompileVari
       SplitPicPrompt(late, std::vector<SegmentMarker>{{61, 98}}, hasher, {.compile_variant = 3});
   ASSERT_TRUE(variant.ok());
   EXPECT_NE(variant->segments[1].key, in_b.key);
+  // A tenant's chunks are keyed in its namespace: the same for its requests, apart from others'.
+  const std::vector<SegmentMarker> at_61{{61, 98}};
+  auto tenant_a = SplitPicPrompt(late, at_61, hasher, {}, "tenant-a");
+  auto tenant_a_early =
+      SplitPicPrompt(early, std::vector<SegmentMarker>{{3, 40}}, hasher, {}, "tenant-a");
+  auto tenant_b = SplitPicPrompt(late, at_61, hasher, {}, "tenant-b");
+  ASSERT_TRUE(tenant_a.ok() && tenant_a_early.ok() && tenant_b.ok());
+  EXPECT_EQ(tenant_a->segments[1].key, tenant_a_early->segments[1].key);
+  EXPECT_NE(tenant_a->segments[1].key, in_b.key);
+  EXPECT_NE(tenant_a->segments[1].key, tenant_b->segments[1].key);
   // Adjacent chunks, and a chunk that is the whole prompt.
   auto adjacent = SplitPicPrompt(late, std::vector<SegmentMarker>{{0, 61}, {61, 98}}, hasher, {});
   ASSERT_TRUE(adjacent.ok());
