@@ -139,10 +139,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
         {.backend = *backend, .device_ordinal = static_cast<int>(config.device_pool.device)});
     if (!runtime.ok()) return Annotate(runtime.status(), "device pool");
     daemon->device_runtime_ = *std::move(runtime);
+    daemon->device_pool_tiering_ = std::make_unique<storage::DevicePoolTiering>(
+        daemon->store_->host(), *daemon->device_runtime_, config.device_pool.block_tokens);
     daemon->device_pools_ = std::make_unique<storage::DevicePools>(
         *daemon->device_runtime_,
         storage::DevicePoolsOptions{.bytes_per_layout = config.device_pool.bytes_per_layout,
-                                    .block_tokens = config.device_pool.block_tokens});
+                                    .block_tokens = config.device_pool.block_tokens,
+                                    .on_evict = daemon->device_pool_tiering_->DemoteOnEvict()});
     spdlog::info(
         "device pool: {} bytes per layout in {} memory ({}), pages of {} tokens",
         config.device_pool.bytes_per_layout, daemon->device_runtime_->Capabilities().backend,
@@ -152,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   EngineSessionServerOptions sessions;
   sessions.socket_path = config.engine.socket_path;
   sessions.device_pools = daemon->device_pools_.get();
+  sessions.device_pool_tiering = daemon->device_pool_tiering_.get();
   sessions.store = daemon->store_.get();
   sessions.tenants = &daemon->tenants_;
   sessions.lookups = daemon->lookups_.get();
@@ -202,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
       .lookups = daemon->lookups_.get(),
       .remote = daemon->remote_.get(),
       .device_pools = daemon->device_pools_.get(),
+      .device_pool_tiering = daemon->device_pool_tiering_.get(),
   });
   return daemon;
 }

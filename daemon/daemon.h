@@ -28,6 +28,7 @@
 #include "storage/host/host_tier.h"
 #include "storage/remote/remote_node.h"
 #include "storage/remote/remote_tier.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
@@ -79,6 +80,8 @@ class Daemon {
   // The T0 pools engines are granted at their handshake, and the runtime that allocates them;
   // null when [device_pool] bytes_per_layout is 0.
   std::unique_ptr<storage::DeviceRuntime> device_runtime_;
+  // Demotes what the pools evict to the host tier and promotes it back: outlives the pools.
+  std::unique_ptr<storage::DevicePoolTiering> device_pool_tiering_;
   std::unique_ptr<storage::DevicePools> device_pools_;
   std::unique_ptr<EngineSessionServer> sessions_;
   std::unique_ptr<ControlService> control_service_;

@@ -36,6 +36,7 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       kv_event_token_ids_(resources.kv_event_token_ids),
       node_(resources.node),
       device_pools_(resources.device_pools),
+      device_pool_tiering_(resources.device_pool_tiering),
       limits_(limits) {
   if (node_ != nullptr && node_->remote != nullptr) streams_.emplace(*node_->remote, *host_tier_);
 }
@@ -180,7 +181,7 @@ void EngineSession::GrantDevicePool(Reply& reply) {
   } else {
     grant->set_ipc_handle(handle.ipc.data(), handle.ipc.size());
   }
-  device_pool_ = std::make_unique<SessionDevicePool>(**pool, id_);
+  device_pool_ = std::make_unique<SessionDevicePool>(**pool, id_, *layout_, device_pool_tiering_);
 }
 
 absl::StatusOr<std::vector<ChunkKey>> EngineSession::PoolKeys(const v1::KeyChain& proto) const {

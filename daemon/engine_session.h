@@ -30,6 +30,7 @@
 #include "daemon/tenant_directory.h"
 #include "storage/device/device_pools.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 
@@ -53,6 +54,9 @@ struct SessionResources {
   // The device pools (T0) the handshake grants engines, one per layout. Nullable (no device
   // pool); not owned; must outlive the session.
   storage::DevicePools* device_pools = nullptr;
+  // Promotes a pool acquire's misses from the host tier (storage/tiered/device_pool_tiering.h).
+  // Nullable (misses stay misses); not owned; must outlive the session.
+  storage::DevicePoolTiering* device_pool_tiering = nullptr;
 };
 
 struct EngineSessionLimits {
@@ -151,6 +155,7 @@ class EngineSession {
   const bool kv_event_token_ids_;
   const NodeIdentity* const node_;
   storage::DevicePools* const device_pools_;
+  storage::DevicePoolTiering* const device_pool_tiering_;
   const EngineSessionLimits limits_;
 
   bool handshaken_ = false;

@@ -271,7 +271,8 @@ void EngineSessionServer::Accept() {
                                .lookups = options_.lookups,
                                .kv_event_token_ids = options_.kv_event_token_ids,
                                .node = &options_.node,
-                               .device_pools = options_.device_pools};
+                               .device_pools = options_.device_pools,
+                               .device_pool_tiering = options_.device_pool_tiering};
     sessions_.emplace(id,
                       std::make_unique<Session>(id, std::move(fd), std::move(resources), limits));
     ++total_sessions_;

@@ -38,6 +38,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/device/device_pools.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 
@@ -59,6 +60,9 @@ struct EngineSessionServerOptions {
   // The device pools the handshake grants (SessionResources::device_pools); nullable (none);
   // not owned; must outlive the server.
   storage::DevicePools* device_pools = nullptr;
+  // What promotes pool misses from the host tier (SessionResources::device_pool_tiering);
+  // nullable; not owned.
+  storage::DevicePoolTiering* device_pool_tiering = nullptr;
   uint32_t max_sessions = 256;
   // Peer uids accepted besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;

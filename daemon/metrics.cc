@@ -265,6 +265,30 @@ void AddDevicePoolFamilies(std::vector<MetricFamily>& families, const storage::D
   }
 }
 
+// Chunks (and their bytes) the device pools demoted to the host tier and promoted from it.
+void AddDevicePoolTieringFamilies(std::vector<MetricFamily>& families,
+                                  const storage::DevicePoolTiering& tiering) {
+  const storage::DevicePoolTieringStats s = tiering.stats();
+  const char* chunks_help =
+      "Device pool (T0) chunks moved to and from the host tier: demoted (evicted, copied to the "
+      "host tier), demote_skipped (the host tier held it already), demote_failed, promoted (a "
+      "pool miss the host tier held), promote_failed (a bad checksum or a failed copy).";
+  const std::pair<const char*, uint64_t> events[] = {{"demoted", s.demoted},
+                                                     {"demote_skipped", s.demote_skipped},
+                                                     {"demote_failed", s.demote_failures},
+                                                     {"promoted", s.promoted},
+                                                     {"promote_failed", s.promote_failures}};
+  for (const auto& [event, count] : events) {
+    AddSeries(families, "strata_device_pool_tiering_total", chunks_help, MetricType::Counter, count,
+              {{"event", event}});
+  }
+  const char* bytes_help = "Bytes the device pools demoted to the host tier and promoted from it.";
+  AddSeries(families, "strata_device_pool_tiering_bytes_total", bytes_help, MetricType::Counter,
+            s.demoted_bytes, {{"direction", "demoted"}});
+  AddSeries(families, "strata_device_pool_tiering_bytes_total", bytes_help, MetricType::Counter,
+            s.promoted_bytes, {{"direction", "promoted"}});
+}
+
 }  // namespace
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -352,6 +376,9 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
   }
   if (sources_.remote != nullptr) AddRemoteFamilies(families, *sources_.remote);
   if (sources_.device_pools != nullptr) AddDevicePoolFamilies(families, *sources_.device_pools);
+  if (sources_.device_pool_tiering != nullptr) {
+    AddDevicePoolTieringFamilies(families, *sources_.device_pool_tiering);
+  }
   return families;
 }
 

@@ -28,6 +28,7 @@
 #include "prometheus/registry.h"
 #include "storage/device/device_pools.h"
 #include "storage/remote/remote_node.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "storage/tiered/tiered_store.h"
 
 namespace strata::daemon {
@@ -50,6 +51,9 @@ struct NodeSources {
   const storage::remote::RemoteNode* remote = nullptr;
   // The device pools (strata_device_pool_*, one series set per layout); null without any.
   const storage::DevicePools* device_pools = nullptr;
+  // What moved between the pools and the host tier (strata_device_pool_tiering_*); null
+  // without pools.
+  const storage::DevicePoolTiering* device_pool_tiering = nullptr;
 };
 
 // Builds the strata_* families from NodeSources when scraped.

@@ -33,6 +33,10 @@ void SessionDevicePool::Acquire(std::span<const ChunkKey> keys,
                                 v1::PoolChunksResponse& response) {
   for (const ChunkKey& key : keys) {
     std::optional<storage::PoolChunkRef> ref = pool_.Acquire(key, owner_);
+    if (!ref.has_value() && tiering_ != nullptr) {
+      absl::StatusOr<bool> promoted = tiering_->Promote(layout_, pool_, key);
+      if (promoted.ok() && *promoted) ref = pool_.Acquire(key, owner_);
+    }
     if (!ref.has_value()) {
       AddChunk(response,
                absl::NotFoundError(fmt::format("{} is not in the device pool", key.ToString())), 0,

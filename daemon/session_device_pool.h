@@ -15,15 +15,20 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "core/chunk_key.h"
+#include "core/kv_layout.h"
 #include "storage/device/device_pool.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "strata/v1/engine.pb.h"
 
 namespace strata::daemon {
 
 class SessionDevicePool {
  public:
-  // `pool` must outlive this object; `owner` is the session's id.
-  SessionDevicePool(storage::DevicePool& pool, uint64_t owner) : pool_(pool), owner_(owner) {}
+  // `pool` (of the session's `layout`) and `tiering` (nullable: misses stay misses) must outlive
+  // this object; `owner` is the session's id.
+  SessionDevicePool(storage::DevicePool& pool, uint64_t owner, const KvLayout& layout,
+                    storage::DevicePoolTiering* tiering)
+      : pool_(pool), owner_(owner), layout_(layout), tiering_(tiering) {}
   SessionDevicePool(const SessionDevicePool&) = delete;
   SessionDevicePool& operator=(const SessionDevicePool&) = delete;
   ~SessionDevicePool();
@@ -33,6 +38,8 @@ class SessionDevicePool {
   // Which of `keys` are resident (PoolLookupResponse.resident, one per key).
   void Lookup(std::span<const ChunkKey> keys, v1::PoolLookupResponse& response) const;
   // A reference to each resident key under a new handle (`next_handle`), NOT_FOUND for the rest.
+  // A key the pool lacks but the host tier holds is promoted first (the tiering's copy, on the
+  // calling thread).
   void Acquire(std::span<const ChunkKey> keys, absl::FunctionRef<uint64_t()> next_handle,
                v1::PoolChunksResponse& response);
   // Reserves num_pages[i] pages for keys[i] (the sizes match the keys: the caller checked).
@@ -54,6 +61,8 @@ class SessionDevicePool {
  private:
   storage::DevicePool& pool_;
   const uint64_t owner_;
+  const KvLayout layout_;
+  storage::DevicePoolTiering* const tiering_;
   // Session handle -> the pool's reservation id / reference id.
   absl::flat_hash_map<uint64_t, uint64_t> reservations_;
   absl::flat_hash_map<uint64_t, uint64_t> refs_;

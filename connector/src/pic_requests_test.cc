@@ -170,6 +170,37 @@ TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
   EXPECT_EQ(pool().Stats().referenced_pages, 0u);
 }
 
+// A chunk the pool evicted went to the host tier (T0 -> T1): a later request's acquire brings it
+// back (promoted into free pages) with the bytes its writer wrote, and it is shared again.
+TEST_F(PicRequestsTest, AnEvictedChunkComesBackFromTheHostTier) {
+  Engine engine(daemon_.socket_path(), "engine");
+  const std::vector<uint32_t> x = Passage(1000, 3 * kBlock);
+  auto write = [&](const std::vector<uint32_t>& passage, uint8_t fill) {
+    const Prompt prompt = Compose(4, {passage});
+    auto request = engine.requests->Begin(prompt.tokens, prompt.markers);
+    ASSERT_TRUE(request.ok());
+    ASSERT_EQ(Sources(*request), (std::vector{PicChunkSource::kWrite}));
+    FillPoolPages(*request->pool, request->chunks[0].pages, fill);
+    ASSERT_TRUE(engine.requests->Publish(*request).ok());
+    ASSERT_TRUE(engine.requests->End(*request).ok());
+  };
+  write(x, 0x3c);
+  write(Passage(2000, 4 * kBlock), 0x4d);
+  write(Passage(3000, 3 * kBlock), 0x5e);  // 3 + 4 + 3 pages of 8: x is evicted
+  EXPECT_EQ(pool().Lookup(std::vector<ChunkKey>{engine.hasher.PicKey(x, 0)}), 0u);
+
+  const Prompt again = Compose(30, {x});
+  auto request = engine.requests->Begin(again.tokens, again.markers);
+  ASSERT_TRUE(request.ok());
+  ASSERT_EQ(Sources(*request), (std::vector{PicChunkSource::kShared}))
+      << request->chunks[0].why_private;
+  EXPECT_TRUE(PoolPagesHold(*request->pool, request->chunks[0].pages, 0x3c));
+  EXPECT_EQ(request->recomputed_tokens(kBlock), request->prompt.padded_tokens.size() - 2 * kBlock)
+      << "recomputed as a shared chunk: its first block only";
+  ASSERT_TRUE(engine.requests->End(*request).ok());
+  EXPECT_TRUE(pool().CheckConsistency().ok());
+}
+
 // Chunks are shared within a tenant, never across tenants (their keys are salted apart).
 TEST_F(PicRequestsTest, TenantsDoNotShareChunks) {
   Engine engine(daemon_.socket_path(), "engine");

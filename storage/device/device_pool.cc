@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(DeviceRuntime& ru
 
 DevicePool::DevicePool(const DevicePoolOptions& options,
                        std::unique_ptr<ShareableAllocation> memory)
-    : geometry_(options.geometry), memory_(std::move(memory)) {
+    : geometry_(options.geometry), on_evict_(options.on_evict), memory_(std::move(memory)) {
   absl::MutexLock lock(&mu_);
   free_pages_.reserve(geometry_.num_pages);
   // A stack: page 0 is handed out first.
@@ -99,6 +99,7 @@ absl::StatusOr<PoolReservation> DevicePool::Reserve(const ChunkKey& key, uint32_
     Chunk* victim = lru_.front();
     ++counters_.evictions;
     counters_.evicted_pages += victim->pages.size();
+    if (on_evict_) on_evict_(*this, victim->key, victim->pages);
     DetachLocked(victim);
   }
   auto chunk = std::make_unique<Chunk>();
@@ -356,6 +357,26 @@ absl::Status DevicePool::CheckConsistency() const {
         committed, reserved, pending, evictable, refs));
   }
   return absl::OkStatus();
+}
+
+std::vector<PoolChunkRun> PoolChunkRuns(const KvLayout& layout, uint32_t block_tokens,
+                                        const DevicePoolGeometry& geometry,
+                                        std::span<const uint32_t> pages) {
+  const auto tokens = static_cast<uint32_t>(pages.size() * block_tokens);
+  const uint64_t page_plane_bytes = layout.plane_token_bytes() * block_tokens;
+  std::vector<PoolChunkRun> runs;
+  runs.reserve(size_t{layout.num_layers} * layout.planes_per_layer() * pages.size());
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    for (uint32_t plane = 0; plane < layout.planes_per_layer(); ++plane) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        runs.push_back(
+            {.pool_offset = geometry.offset(layer, pages[i]) + plane * page_plane_bytes,
+             .chunk_offset = layout.plane_offset(layer, plane, tokens) + i * page_plane_bytes,
+             .bytes = page_plane_bytes});
+      }
+    }
+  }
+  return runs;
 }
 
 }  // namespace strata::storage

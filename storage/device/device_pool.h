@@ -20,8 +20,9 @@
 // (a session that died), AbortOwner aborts its reservations. A referenced chunk is never evicted,
 // and its pages are never reused while referenced, removed or not.
 //
-// Eviction drops the chunk (its pages go back to the free list); demotion to the host tier comes
-// with the pool's place in the TieredStore.
+// Eviction hands the chunk to DevicePoolOptions::on_evict, if any, while its pages still hold
+// its KV (the daemon demotes it to the host tier: storage/tiered/device_pool_tiering.h), then
+// frees its pages.
 //
 // Thread-safety: every method is thread-safe (one mutex; each call is O(pages it touches)).
 // Ownership: the pool owns its allocation; the engines' mappings are theirs. Pointers from
@@ -30,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -75,11 +77,34 @@ struct DevicePoolGeometry {
 absl::StatusOr<DevicePoolGeometry> DevicePoolGeometryFor(const KvLayout& layout,
                                                          uint32_t block_tokens, uint32_t num_pages);
 
+class DevicePool;
+
 struct DevicePoolOptions {
   DevicePoolGeometry geometry;
   // The shareable allocation's name (HostRuntime: the memfd's, shown in /proc/<pid>/fd).
   std::string name = "strata-device-pool";
+  // Called for each chunk evicted to make room for a reservation, under the pool's lock and
+  // before its pages are reused: its key and pages, which still hold its KV. It may read them
+  // (PageData, geometry) and must not call back into the pool. Null: evicted chunks are dropped.
+  std::function<void(const DevicePool& pool, const ChunkKey& key, std::span<const uint32_t> pages)>
+      on_evict;
 };
+
+// One contiguous run of a pool chunk's KV: `bytes` at `pool_offset` from the pool's base (a page
+// of one plane of one layer) and at `chunk_offset` in the same chunk in its layout's chunk format
+// (KvLayout: [layer][plane][token][kv_head][head_dim]).
+struct PoolChunkRun {
+  uint64_t pool_offset = 0;
+  uint64_t chunk_offset = 0;
+  uint64_t bytes = 0;
+};
+
+// The runs of a chunk of `layout` held in `pages` (in chunk order, block_tokens tokens each) of
+// a pool of `geometry`: one per layer, plane and page, covering the chunk of
+// pages.size() * block_tokens tokens. The geometry must be the layout's (DevicePoolGeometryFor).
+std::vector<PoolChunkRun> PoolChunkRuns(const KvLayout& layout, uint32_t block_tokens,
+                                        const DevicePoolGeometry& geometry,
+                                        std::span<const uint32_t> pages);
 
 enum class PoolReserveOutcome {
   kReserved,        // `pages` are the chunk's: fill them, then Commit or Abort
@@ -197,6 +222,8 @@ class DevicePool {
   void AbortLocked(uint64_t reservation_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DevicePoolGeometry geometry_;
+  const std::function<void(const DevicePool&, const ChunkKey&, std::span<const uint32_t>)>
+      on_evict_;
   const std::unique_ptr<ShareableAllocation> memory_;
 
   mutable absl::Mutex mu_;

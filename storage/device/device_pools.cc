@@ -40,8 +40,16 @@ absl::StatusOr<DevicePool*> DevicePools::ForLayout(const KvLayout& layout) {
   }
   DevicePoolGeometry geometry = *one_page;
   geometry.num_pages = static_cast<uint32_t>(pages);
-  absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(
-      runtime_, {.geometry = geometry, .name = fmt::format("strata-t0-{:016x}", fingerprint)});
+  DevicePoolOptions pool_options{.geometry = geometry,
+                                 .name = fmt::format("strata-t0-{:016x}", fingerprint)};
+  if (options_.on_evict) {
+    pool_options.on_evict = [on_evict = options_.on_evict, layout](
+                                const DevicePool& evicting, const ChunkKey& key,
+                                std::span<const uint32_t> pages) {
+      on_evict(layout, evicting, key, pages);
+    };
+  }
+  absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(runtime_, pool_options);
   if (!pool.ok()) {
     entry.failure = Annotate(pool.status(), what);
     return entry.failure;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct DevicePoolsOptions {
   uint64_t bytes_per_layout = 0;
   // Tokens of one page: the engines' KV block size.
   uint32_t block_tokens = 16;
+  // Told of every chunk a pool evicts (DevicePoolOptions::on_evict: under that pool's lock,
+  // while the pages still hold the chunk), with the pool's layout. Null: evicted chunks are
+  // dropped.
+  std::function<void(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+                     std::span<const uint32_t> pages)>
+      on_evict;
 };
 
 // One pool's figures, for metrics and status.

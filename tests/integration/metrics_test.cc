@@ -150,6 +150,11 @@ TEST_F(MetricsTest, ExposesTheDevicePoolSeries) {
               ::testing::ContainsRegex(
                   R"(strata_device_pool_events_total\{[^}]*event="admission_reject"[^}]*\} 0)"));
   EXPECT_THAT(text_, ::testing::ContainsRegex(R"(model="metrics-model")"));
+  EXPECT_THAT(text_, ::testing::ContainsRegex(
+                         R"(strata_device_pool_tiering_total\{[^}]*event="demoted"[^}]*\} 0)"));
+  EXPECT_THAT(text_,
+              ::testing::ContainsRegex(
+                  R"(strata_device_pool_tiering_bytes_total\{[^}]*direction="promoted"[^}]*\} 0)"));
 }
 
 // A daemon over a disk tier: demotions, prefetched promotions and the disk tier's own series.

@@ -22,6 +22,7 @@
 #include "storage/device/device_pools.h"
 #include "storage/device/host_runtime.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/device_pool_tiering.h"
 #include "storage/tiered/tiered_store.h"
 
 namespace strata::connector::testing {
@@ -51,7 +52,8 @@ struct TestDaemonOptions {
   std::string remote_address = "127.0.0.1:7100";
   std::vector<std::string> admitted_peers;
   // A device pool (T0) of this many bytes per layout on a HostRuntime (memfd "device" memory),
-  // in pages of device_pool_block_tokens tokens; 0: none.
+  // in pages of device_pool_block_tokens tokens, demoting to the host tier and promoted from it
+  // (DevicePoolTiering); 0: none.
   uint64_t device_pool_bytes = 0;
   uint32_t device_pool_block_tokens = 16;
 };
@@ -106,11 +108,15 @@ class TestDaemon {
       if (!store.ok()) return store.status();
       store_ = std::move(*store);
       device_pools_.reset();
+      device_pool_tiering_.reset();
       if (options_.device_pool_bytes > 0) {
+        device_pool_tiering_ = std::make_unique<storage::DevicePoolTiering>(
+            store_->host(), device_runtime_, options_.device_pool_block_tokens);
         device_pools_ = std::make_unique<storage::DevicePools>(
             device_runtime_,
             storage::DevicePoolsOptions{.bytes_per_layout = options_.device_pool_bytes,
-                                        .block_tokens = options_.device_pool_block_tokens});
+                                        .block_tokens = options_.device_pool_block_tokens,
+                                        .on_evict = device_pool_tiering_->DemoteOnEvict()});
       }
     }
     daemon::NodeIdentity node;
@@ -127,7 +133,8 @@ class TestDaemon {
                                              .lookups = &lookups_,
                                              .kv_event_token_ids = options_.kv_event_token_ids,
                                              .node = std::move(node),
-                                             .device_pools = device_pools_.get()});
+                                             .device_pools = device_pools_.get(),
+                                             .device_pool_tiering = device_pool_tiering_.get()});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     server_->Start();
@@ -161,6 +168,7 @@ class TestDaemon {
   // The store outlives the server, which posts loads to it.
   std::unique_ptr<storage::TieredStore> store_;
   storage::HostRuntime device_runtime_;
+  std::unique_ptr<storage::DevicePoolTiering> device_pool_tiering_;
   std::unique_ptr<storage::DevicePools> device_pools_;
   std::unique_ptr<daemon::EngineSessionServer> server_;
 };

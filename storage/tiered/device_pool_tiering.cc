@@ -1,0 +1,136 @@
+#include "storage/tiered/device_pool_tiering.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "storage/host/payload_view.h"
+
+namespace strata::storage {
+namespace {
+
+// The pool's reservations for promotions are this owner's (sessions' owners are their ids, > 0
+// and far below it).
+constexpr uint64_t kPromotionOwner = ~uint64_t{0};
+
+// The copy runs between a pool chunk (runs of PoolChunkRuns, from `pool_base`) and its payload in
+// `ranges` of the arena at `arena_base`, each run split where a range of the payload ends.
+// `to_pool`: payload -> pool; otherwise pool -> payload.
+std::vector<CopyRun> ArenaCopyRuns(std::span<const PoolChunkRun> chunk_runs, std::byte* pool_base,
+                                   std::byte* arena_base, std::span<const ArenaRange> ranges,
+                                   bool to_pool) {
+  std::vector<uint64_t> starts;  // the payload offset each range starts at
+  starts.reserve(ranges.size());
+  uint64_t at = 0;
+  for (const ArenaRange& range : ranges) {
+    starts.push_back(at);
+    at += range.size_bytes;
+  }
+  std::vector<CopyRun> out;
+  out.reserve(chunk_runs.size());
+  for (const PoolChunkRun& run : chunk_runs) {
+    uint64_t done = 0;
+    while (done < run.bytes) {
+      const uint64_t offset = run.chunk_offset + done;
+      const size_t r = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), offset) -
+                                           starts.begin() - 1);
+      const uint64_t in_range = offset - starts[r];
+      const uint64_t piece = std::min(run.bytes - done, ranges[r].size_bytes - in_range);
+      std::byte* arena = arena_base + ranges[r].offset + in_range;
+      std::byte* pool = pool_base + run.pool_offset + done;
+      out.push_back(to_pool ? CopyRun{.src = arena, .dst = pool, .size_bytes = piece}
+                            : CopyRun{.src = pool, .dst = arena, .size_bytes = piece});
+      done += piece;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status DevicePoolTiering::CopyAndWait(std::span<const CopyRun> runs) {
+  absl::MutexLock lock(&mu_);
+  if (stream_ == nullptr) {
+    STRATA_ASSIGN_OR_RETURN(stream_, runtime_.CreateStream("strata-t0-tiering"));
+  }
+  STRATA_RETURN_IF_ERROR(stream_->Copy(runs));
+  return stream_->Synchronize();
+}
+
+void DevicePoolTiering::Demote(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+                               std::span<const uint32_t> pages) {
+  const auto tokens = static_cast<uint32_t>(pages.size() * block_tokens_);
+  const uint64_t bytes = layout.chunk_bytes(tokens);
+  absl::StatusOr<ReserveResult> reserved = host_.ReserveSized(key, bytes, {.num_tokens = tokens});
+  if (!reserved.ok() || reserved->outcome != ReserveOutcome::kReserved) {
+    absl::MutexLock lock(&mu_);
+    ++(reserved.ok() ? stats_.demote_skipped : stats_.demote_failures);
+    return;
+  }
+  WriteReservation reservation = std::move(reserved->reservation);
+  const std::vector<PoolChunkRun> chunk_runs =
+      PoolChunkRuns(layout, block_tokens_, pool.geometry(), pages);
+  const std::vector<CopyRun> runs =
+      ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), reservation.ranges(),
+                    /*to_pool=*/false);
+  absl::Status copied = CopyAndWait(runs);
+  if (copied.ok()) copied = host_.Commit(std::move(reservation));
+  absl::MutexLock lock(&mu_);
+  if (!copied.ok()) {
+    ++stats_.demote_failures;
+    spdlog::warn("device pool: demoting {} to the host tier failed: {}", key.ToString(),
+                 copied.ToString());
+    return;
+  }
+  ++stats_.demoted;
+  stats_.demoted_bytes += bytes;
+}
+
+absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePool& pool,
+                                                const ChunkKey& key) {
+  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host_.AcquireForCopy(key));
+  const uint64_t page_bytes = layout.chunk_bytes(block_tokens_);
+  if (!lease.has_value() || lease->size_bytes() == 0 || lease->size_bytes() % page_bytes != 0) {
+    return false;
+  }
+  const uint64_t num_pages = lease->size_bytes() / page_bytes;
+  if (num_pages > pool.geometry().num_pages) return false;
+  // The bytes must be the ones committed: a chunk that rotted in the arena is not promoted.
+  if (lease->payload().Checksum() != lease->checksum()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.promote_failures;
+    return false;
+  }
+  STRATA_ASSIGN_OR_RETURN(PoolReservation reservation,
+                          pool.Reserve(key, static_cast<uint32_t>(num_pages), kPromotionOwner));
+  if (reservation.outcome != PoolReserveOutcome::kReserved) {
+    return reservation.outcome == PoolReserveOutcome::kAlreadyPresent;
+  }
+  const std::vector<PoolChunkRun> chunk_runs =
+      PoolChunkRuns(layout, block_tokens_, pool.geometry(), reservation.pages);
+  const std::vector<CopyRun> runs =
+      ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), lease->ranges(),
+                    /*to_pool=*/true);
+  absl::Status copied = CopyAndWait(runs);
+  if (copied.ok()) copied = pool.Commit(reservation.id);
+  if (!copied.ok()) pool.Abort(reservation.id);
+  absl::MutexLock lock(&mu_);
+  if (!copied.ok()) {
+    ++stats_.promote_failures;
+    spdlog::warn("device pool: promoting {} from the host tier failed: {}", key.ToString(),
+                 copied.ToString());
+    return false;
+  }
+  ++stats_.promoted;
+  stats_.promoted_bytes += lease->size_bytes();
+  return true;
+}
+
+DevicePoolTieringStats DevicePoolTiering::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,89 @@
+// DevicePoolTiering moves position-independent chunks between the device pools (T0,
+// storage/device/device_pool.h) and the host tier (T1), so T0 demotes like every other tier
+// (T0 -> T1 -> T2: the host tier demotes what it evicts in turn) and a chunk evicted from T0 comes
+// back without being recomputed:
+//   - Demote (a pool's on_evict, DevicePoolsOptions::on_evict): the evicted chunk's pages are
+//     copied into a host-tier chunk under the same key, in its layout's chunk format
+//     ([layer][plane][token]..., PoolChunkRuns) of pages * block_tokens tokens;
+//   - Promote (a pool acquire that missed): a host-tier chunk of that key, of a whole number of
+//     pages, is checksummed, given pages in the pool (admission first) and copied there, then
+//     committed.
+// Copies go through one stream of the daemon's DeviceRuntime (device <-> the arena), then wait for
+// it: the calling thread waits for the copy (the pool's lock is held during a demotion).
+//
+// Both are best effort: the chunk is a cache entry, so a failure (the host tier full or holding
+// the key already, a copy that fails, a checksum that does not match) is counted and the chunk
+// is dropped or recomputed, never served wrong.
+//
+// Thread-safety: thread-safe (the stream is used under a mutex that is never held while calling
+// into a pool, so a promotion's reservation may evict, and demote, without deadlock).
+// Ownership: borrows the host tier and the runtime, which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/chunk_key.h"
+#include "core/kv_layout.h"
+#include "storage/device/device_pool.h"
+#include "storage/device/device_runtime.h"
+#include "storage/host/host_tier.h"
+
+namespace strata::storage {
+
+struct DevicePoolTieringStats {
+  uint64_t demoted = 0;  // chunks copied into the host tier
+  uint64_t demoted_bytes = 0;
+  uint64_t demote_skipped = 0;   // the host tier held or was writing the key already
+  uint64_t demote_failures = 0;  // the host tier refused it, or the copy failed
+  uint64_t promoted = 0;         // chunks copied into a pool
+  uint64_t promoted_bytes = 0;
+  uint64_t promote_failures = 0;  // a checksum mismatch, or the copy failed
+};
+
+class DevicePoolTiering {
+ public:
+  // `block_tokens`: the pools' page size in tokens (DevicePoolsOptions::block_tokens).
+  DevicePoolTiering(HostTier& host, DeviceRuntime& runtime, uint32_t block_tokens)
+      : host_(host), runtime_(runtime), block_tokens_(block_tokens) {}
+  DevicePoolTiering(const DevicePoolTiering&) = delete;
+  DevicePoolTiering& operator=(const DevicePoolTiering&) = delete;
+
+  // Stores the chunk `key` of `layout`, evicted from `pool` and held in `pages`, in the host tier.
+  void Demote(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+              std::span<const uint32_t> pages);
+
+  // Demote as a DevicePoolsOptions::on_evict (this object must outlive the pools).
+  std::function<void(const KvLayout&, const DevicePool&, const ChunkKey&,
+                     std::span<const uint32_t>)>
+  DemoteOnEvict() {
+    return [this](const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+                  std::span<const uint32_t> pages) { Demote(layout, pool, key, pages); };
+  }
+
+  // Brings chunk `key` from the host tier into `pool` (a pool of `layout`). true when it is
+  // committed in the pool now (by this call or another writer); false when the host tier does not
+  // hold it as a whole number of the pool's pages, another writer is storing it, or the copy
+  // failed (counted). The pool's errors (kResourceExhausted: admission refused its pages).
+  absl::StatusOr<bool> Promote(const KvLayout& layout, DevicePool& pool, const ChunkKey& key);
+
+  DevicePoolTieringStats stats() const;
+
+ private:
+  // Runs `runs` on the stream and waits for them.
+  absl::Status CopyAndWait(std::span<const CopyRun> runs);
+
+  HostTier& host_;
+  DeviceRuntime& runtime_;
+  const uint32_t block_tokens_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<DeviceStream> stream_ ABSL_GUARDED_BY(mu_);
+  DevicePoolTieringStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::storage

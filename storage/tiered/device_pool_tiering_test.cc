@@ -1,0 +1,185 @@
+// DevicePoolTiering over a real host tier and a HostRuntime device pool: a chunk evicted from T0
+// lands in the host tier in its layout's chunk format, and comes back into the pool byte for byte;
+// what cannot come back (absent, not whole pages, rotted bytes, no room) is refused.
+#include "storage/tiered/device_pool_tiering.h"
+
+#include <cstring>
+
+#include "core/key_hasher.h"
+#include "gtest/gtest.h"
+#include "storage/device/device_pools.h"
+#include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
+
+namespace strata::storage {
+namespace {
+
+// 2 layers x 2 planes x 16 tokens x 64 bytes: 2 KiB per layer of a page, 4 KiB per page.
+KvLayout Layout() { return test_support::SmallLayout({.model_id = "tiering-test"}); }
+constexpr uint32_t kBlock = 16;
+
+ChunkKey Key(uint32_t id) {
+  const std::vector<uint32_t> tokens(16, id);
+  return KeyHasher::Create(Layout(), {})->PicKey(tokens, 0);
+}
+
+// The byte every (layer, plane, block i of the chunk) run holds.
+uint8_t Fill(uint32_t layer, uint32_t plane, size_t block) {
+  return static_cast<uint8_t>(1 + layer * 16 + plane * 8 + block);
+}
+
+void FillChunk(const DevicePool& pool, std::span<const uint32_t> pages) {
+  const uint64_t plane_bytes = Layout().plane_token_bytes() * kBlock;
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    for (uint32_t plane = 0; plane < 2; ++plane) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        std::memset(pool.PageData(layer, pages[i]) + plane * plane_bytes, Fill(layer, plane, i),
+                    plane_bytes);
+      }
+    }
+  }
+}
+
+bool ChunkHolds(const DevicePool& pool, std::span<const uint32_t> pages) {
+  const uint64_t plane_bytes = Layout().plane_token_bytes() * kBlock;
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    for (uint32_t plane = 0; plane < 2; ++plane) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        const std::byte* at = pool.PageData(layer, pages[i]) + plane * plane_bytes;
+        for (uint64_t b = 0; b < plane_bytes; ++b) {
+          if (at[b] != std::byte{Fill(layer, plane, i)}) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// The chunk of `blocks` blocks in chunk format ([layer][plane][token]...), as FillChunk wrote it.
+std::vector<std::byte> ExpectedChunk(size_t blocks) {
+  const KvLayout layout = Layout();
+  const auto tokens = static_cast<uint32_t>(blocks * kBlock);
+  std::vector<std::byte> chunk(layout.chunk_bytes(tokens));
+  const uint64_t plane_bytes = layout.plane_token_bytes() * kBlock;
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    for (uint32_t plane = 0; plane < 2; ++plane) {
+      for (size_t i = 0; i < blocks; ++i) {
+        std::memset(chunk.data() + layout.plane_offset(layer, plane, tokens) + i * plane_bytes,
+                    Fill(layer, plane, i), plane_bytes);
+      }
+    }
+  }
+  return chunk;
+}
+
+class DevicePoolTieringTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_ = *HostTier::Create({.capacity_bytes = 1 << 20, .page_bytes = 4096});
+    tiering_.emplace(*host_, runtime_, kBlock);
+    // 4 pages of 4 KiB.
+    pools_.emplace(runtime_, DevicePoolsOptions{.bytes_per_layout = 4 * 4096,
+                                                .block_tokens = kBlock,
+                                                .on_evict = tiering_->DemoteOnEvict()});
+    pool_ = *pools_->ForLayout(Layout());
+  }
+
+  // Stores chunk `key` of `pages` pages in the pool, filled.
+  void Store(const ChunkKey& key, uint32_t pages) {
+    absl::StatusOr<PoolReservation> reserved = pool_->Reserve(key, pages, 1);
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    FillChunk(*pool_, reserved->pages);
+    ASSERT_TRUE(pool_->Commit(reserved->id).ok());
+  }
+
+  HostRuntime runtime_;
+  std::unique_ptr<HostTier> host_;
+  std::optional<DevicePoolTiering> tiering_;
+  std::optional<DevicePools> pools_;
+  DevicePool* pool_ = nullptr;
+};
+
+TEST_F(DevicePoolTieringTest, AnEvictedChunkIsDemotedAndComesBackByteForByte) {
+  Store(Key(1), 3);
+  Store(Key(2), 3);  // evicts chunk 1: demoted
+  EXPECT_FALSE(pool_->Acquire(Key(1), 9).has_value());
+  EXPECT_EQ(tiering_->stats().demoted, 1u);
+  EXPECT_EQ(tiering_->stats().demoted_bytes, Layout().chunk_bytes(48));
+
+  // In the host tier, in chunk format.
+  absl::StatusOr<std::optional<ChunkLease>> lease = host_->AcquireForCopy(Key(1));
+  ASSERT_TRUE(lease.ok() && lease->has_value());
+  EXPECT_EQ((*lease)->num_tokens(), 48u);
+  std::vector<std::byte> payload((*lease)->size_bytes());
+  (*lease)->payload().CopyTo(payload);
+  EXPECT_EQ(payload, ExpectedChunk(3));
+  lease->reset();
+
+  // Back into the pool (evicting chunk 2, which is demoted in turn), byte for byte.
+  absl::StatusOr<bool> promoted = tiering_->Promote(Layout(), *pool_, Key(1));
+  ASSERT_TRUE(promoted.ok()) << promoted.status();
+  EXPECT_TRUE(*promoted);
+  std::optional<PoolChunkRef> back = pool_->Acquire(Key(1), 9);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->pages.size(), 3u);
+  EXPECT_TRUE(ChunkHolds(*pool_, back->pages));
+  EXPECT_EQ(tiering_->stats().promoted, 1u);
+  EXPECT_EQ(tiering_->stats().demoted, 2u) << "chunk 2 made room";
+  EXPECT_TRUE(pool_->CheckConsistency().ok());
+
+  // Evicted again, the host tier holds it already: nothing is copied.
+  ASSERT_TRUE(pool_->Release(back->ref_id).ok());
+  Store(Key(3), 4);
+  EXPECT_EQ(tiering_->stats().demote_skipped, 1u);
+  EXPECT_EQ(tiering_->stats().demoted, 2u);
+}
+
+TEST_F(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
+  // Absent from the host tier.
+  EXPECT_FALSE(*tiering_->Promote(Layout(), *pool_, Key(7)));
+  // Not a whole number of pages (a prefix chunk's partial size).
+  {
+    absl::StatusOr<ReserveResult> odd = host_->ReserveSized(Key(8), 1000, {.num_tokens = 1});
+    ASSERT_TRUE(odd.ok());
+    odd->reservation.payload().CopyFrom(std::vector<std::byte>(1000));
+    ASSERT_TRUE(host_->Commit(std::move(odd->reservation)).ok());
+  }
+  EXPECT_FALSE(*tiering_->Promote(Layout(), *pool_, Key(8)));
+
+  // Rotted in the arena since its commit: refused, counted.
+  Store(Key(1), 2);
+  Store(Key(2), 2);
+  Store(Key(3), 2);  // evicts chunk 1
+  {
+    absl::StatusOr<std::optional<ChunkLease>> lease = host_->AcquireForCopy(Key(1));
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    host_->arena_base()[(*lease)->ranges()[0].offset + 5] ^= std::byte{0x40};
+  }
+  EXPECT_FALSE(*tiering_->Promote(Layout(), *pool_, Key(1)));
+  EXPECT_EQ(tiering_->stats().promote_failures, 1u);
+
+  // No room: every page referenced. Admission refuses the promotion and evicts nothing.
+  {
+    const std::vector<std::byte> chunk = ExpectedChunk(2);
+    absl::StatusOr<ReserveResult> whole =
+        host_->ReserveSized(Key(9), chunk.size(), {.num_tokens = 32});
+    ASSERT_TRUE(whole.ok());
+    whole->reservation.payload().CopyFrom(chunk);
+    ASSERT_TRUE(host_->Commit(std::move(whole->reservation)).ok());
+  }
+  std::optional<PoolChunkRef> a = pool_->Acquire(Key(2), 5);
+  std::optional<PoolChunkRef> b = pool_->Acquire(Key(3), 5);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(tiering_->Promote(Layout(), *pool_, Key(9)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(pool_->Release(a->ref_id).ok());
+  absl::StatusOr<bool> promoted = tiering_->Promote(Layout(), *pool_, Key(9));
+  ASSERT_TRUE(promoted.ok() && *promoted);
+  std::optional<PoolChunkRef> nine = pool_->Acquire(Key(9), 5);
+  ASSERT_TRUE(nine.has_value());
+  EXPECT_TRUE(ChunkHolds(*pool_, nine->pages)) << "a host chunk in chunk format, paged";
+  EXPECT_TRUE(pool_->CheckConsistency().ok());
+}
+
+}  // namespace
+}  // namespace strata::storage
