@@ -50,12 +50,17 @@ std::vector<CopyRun> ArenaCopyRuns(std::span<const PoolChunkRun> chunk_runs, std
 
 }  // namespace
 
-absl::Status DevicePoolTiering::CopyAndWait(std::span<const CopyRun> runs) {
+absl::Status DevicePoolTiering::CopyAndWait(std::span<const CopyRun> runs, CopyDigests* digest) {
   absl::MutexLock lock(&mu_);
   if (stream_ == nullptr) {
     STRATA_ASSIGN_OR_RETURN(stream_, runtime_.CreateStream("strata-t0-tiering"));
   }
-  STRATA_RETURN_IF_ERROR(stream_->Copy(runs));
+  if (digest != nullptr) {
+    const std::vector<uint32_t> digest_of(runs.size(), 0);
+    STRATA_RETURN_IF_ERROR(stream_->CopyDigested(runs, digest_of, *digest));
+  } else {
+    STRATA_RETURN_IF_ERROR(stream_->Copy(runs));
+  }
   return stream_->Synchronize();
 }
 
@@ -75,7 +80,7 @@ void DevicePoolTiering::Demote(const KvLayout& layout, const DevicePool& pool, c
   const std::vector<CopyRun> runs =
       ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), reservation.ranges(),
                     /*to_pool=*/false);
-  absl::Status copied = CopyAndWait(runs);
+  absl::Status copied = CopyAndWait(runs, /*digest=*/nullptr);
   if (copied.ok()) copied = host_.Commit(std::move(reservation));
   absl::MutexLock lock(&mu_);
   if (!copied.ok()) {
@@ -97,8 +102,11 @@ absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePo
   }
   const uint64_t num_pages = lease->size_bytes() / page_bytes;
   if (num_pages > pool.geometry().num_pages) return false;
-  // The bytes must be the ones committed: a chunk that rotted in the arena is not promoted.
-  if (lease->payload().Checksum() != lease->checksum()) {
+  // The bytes must be the ones committed: a chunk that rotted in the arena is not promoted. A
+  // runtime that digests its copies checks them in the copy's pass over the payload (the runs
+  // are in payload order); another checks them in a pass of their own first.
+  const bool digested = runtime_.Capabilities().digested_copies;
+  if (!digested && lease->payload().Checksum() != lease->checksum()) {
     absl::MutexLock lock(&mu_);
     ++stats_.promote_failures;
     return false;
@@ -113,7 +121,11 @@ absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePo
   const std::vector<CopyRun> runs =
       ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), lease->ranges(),
                     /*to_pool=*/true);
-  absl::Status copied = CopyAndWait(runs);
+  CopyDigests digest(1);
+  absl::Status copied = CopyAndWait(runs, digested ? &digest : nullptr);
+  if (copied.ok() && digested && digest.Digest(0) != lease->checksum()) {
+    copied = absl::DataLossError("the host tier's copy does not match its checksum");
+  }
   if (copied.ok()) copied = pool.Commit(reservation.id);
   if (!copied.ok()) pool.Abort(reservation.id);
   absl::MutexLock lock(&mu_);

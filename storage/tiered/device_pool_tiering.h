@@ -6,8 +6,9 @@
 //     copied into a host-tier chunk under the same key, in its layout's chunk format
 //     ([layer][plane][token]..., PoolChunkRuns) of pages * block_tokens tokens;
 //   - Promote (a pool acquire that missed): a host-tier chunk of that key, of a whole number of
-//     pages, is checksummed, given pages in the pool (admission first) and copied there, then
-//     committed.
+//     pages, is given pages in the pool (admission first) and copied there, checksummed, then
+//     committed. A runtime with digested copies checksums the bytes as it copies them (one pass
+//     over the payload); another checksums them before the reservation (two passes).
 // Copies go through one stream of the daemon's DeviceRuntime (device <-> the arena), then wait for
 // it: the calling thread waits for the copy (the pool's lock is held during a demotion).
 //
@@ -75,8 +76,9 @@ class DevicePoolTiering {
   DevicePoolTieringStats stats() const;
 
  private:
-  // Runs `runs` on the stream and waits for them.
-  absl::Status CopyAndWait(std::span<const CopyRun> runs);
+  // Runs `runs` on the stream and waits for them; with `digest`, folds every run's source bytes
+  // into its digest 0 (the runtime must have digested_copies).
+  absl::Status CopyAndWait(std::span<const CopyRun> runs, CopyDigests* digest);
 
   HostTier& host_;
   DeviceRuntime& runtime_;

@@ -1,6 +1,8 @@
 // DevicePoolTiering over a real host tier and a HostRuntime device pool: a chunk evicted from T0
 // lands in the host tier in its layout's chunk format, and comes back into the pool byte for byte;
-// what cannot come back (absent, not whole pages, rotted bytes, no room) is refused.
+// what cannot come back (absent, not whole pages, rotted bytes, no room) is refused. Each test runs
+// with a runtime that digests its copies (the check fused into the promotion's copy) and with one
+// that does not (a checksum pass of its own first), as CUDA's.
 #include "storage/tiered/device_pool_tiering.h"
 
 #include <cstring>
@@ -72,15 +74,59 @@ std::vector<std::byte> ExpectedChunk(size_t blocks) {
   return chunk;
 }
 
-class DevicePoolTieringTest : public ::testing::Test {
+// A HostRuntime that says it cannot digest copies.
+class UndigestedRuntime final : public DeviceRuntime {
+ public:
+  UndigestedRuntime() : capabilities_(host_.Capabilities()) {
+    capabilities_.digested_copies = false;
+  }
+  const DeviceCapabilities& Capabilities() const override { return capabilities_; }
+  absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(std::string_view name) override {
+    return host_.CreateStream(name);
+  }
+  absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() override {
+    return host_.CreateEvent();
+  }
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,
+                                                             MemoryKind kind) override {
+    return host_.Allocate(size_bytes, kind);
+  }
+  absl::StatusOr<std::unique_ptr<ShareableAllocation>> AllocateShareable(
+      uint64_t size_bytes, std::string_view name) override {
+    return host_.AllocateShareable(size_bytes, name);
+  }
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> OpenShared(
+      const SharedMemoryHandle& handle) override {
+    return host_.OpenShared(handle);
+  }
+  absl::Status RegisterHostMemory(void* base, uint64_t size_bytes) override {
+    return host_.RegisterHostMemory(base, size_bytes);
+  }
+  absl::Status UnregisterHostMemory(void* base) override {
+    return host_.UnregisterHostMemory(base);
+  }
+
+ private:
+  HostRuntime host_;
+  DeviceCapabilities capabilities_;
+};
+
+// The parameter: whether the runtime digests its copies.
+class DevicePoolTieringTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    if (GetParam()) {
+      runtime_ = std::make_unique<HostRuntime>();
+    } else {
+      runtime_ = std::make_unique<UndigestedRuntime>();
+    }
+    ASSERT_EQ(runtime_->Capabilities().digested_copies, GetParam());
     host_ = *HostTier::Create({.capacity_bytes = 1 << 20, .page_bytes = 4096});
-    tiering_.emplace(*host_, runtime_, kBlock);
+    tiering_.emplace(*host_, *runtime_, kBlock);
     // 4 pages of 4 KiB.
-    pools_.emplace(runtime_, DevicePoolsOptions{.bytes_per_layout = 4 * 4096,
-                                                .block_tokens = kBlock,
-                                                .on_evict = tiering_->DemoteOnEvict()});
+    pools_.emplace(*runtime_, DevicePoolsOptions{.bytes_per_layout = 4 * 4096,
+                                                 .block_tokens = kBlock,
+                                                 .on_evict = tiering_->DemoteOnEvict()});
     pool_ = *pools_->ForLayout(Layout());
   }
 
@@ -92,14 +138,14 @@ class DevicePoolTieringTest : public ::testing::Test {
     ASSERT_TRUE(pool_->Commit(reserved->id).ok());
   }
 
-  HostRuntime runtime_;
+  std::unique_ptr<DeviceRuntime> runtime_;
   std::unique_ptr<HostTier> host_;
   std::optional<DevicePoolTiering> tiering_;
   std::optional<DevicePools> pools_;
   DevicePool* pool_ = nullptr;
 };
 
-TEST_F(DevicePoolTieringTest, AnEvictedChunkIsDemotedAndComesBackByteForByte) {
+TEST_P(DevicePoolTieringTest, AnEvictedChunkIsDemotedAndComesBackByteForByte) {
   Store(Key(1), 3);
   Store(Key(2), 3);  // evicts chunk 1: demoted
   EXPECT_FALSE(pool_->Acquire(Key(1), 9).has_value());
@@ -134,7 +180,7 @@ TEST_F(DevicePoolTieringTest, AnEvictedChunkIsDemotedAndComesBackByteForByte) {
   EXPECT_EQ(tiering_->stats().demoted, 2u);
 }
 
-TEST_F(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
+TEST_P(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
   // Absent from the host tier.
   EXPECT_FALSE(*tiering_->Promote(Layout(), *pool_, Key(7)));
   // Not a whole number of pages (a prefix chunk's partial size).
@@ -157,6 +203,13 @@ TEST_F(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
   }
   EXPECT_FALSE(*tiering_->Promote(Layout(), *pool_, Key(1)));
   EXPECT_EQ(tiering_->stats().promote_failures, 1u);
+  EXPECT_FALSE(pool_->Acquire(Key(1), 5).has_value()) << "nothing rotted is served";
+  EXPECT_TRUE(pool_->CheckConsistency().ok()) << "the reservation, if any, was aborted";
+  // A digesting runtime finds the rot in the copy, after the reservation evicted chunk 2; a
+  // checksum pass finds it before.
+  const ChunkKey two[] = {Key(2)};
+  EXPECT_EQ(pool_->Lookup(two), GetParam() ? 0u : 1u);
+  if (GetParam()) Store(Key(2), 2);
 
   // No room: every page referenced. Admission refuses the promotion and evicts nothing.
   {
@@ -180,6 +233,11 @@ TEST_F(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
   EXPECT_TRUE(ChunkHolds(*pool_, nine->pages)) << "a host chunk in chunk format, paged";
   EXPECT_TRUE(pool_->CheckConsistency().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Runtimes, DevicePoolTieringTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "DigestedCopies" : "ChecksumPass";
+                         });
 
 }  // namespace
 }  // namespace strata::storage
