@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/support/model_layouts.h"
+#include "bench/support/synthetic_text.h"
 #include "bench/support/zipf_sampler.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/pic_requests.h"
@@ -36,13 +37,8 @@ using connector::internal::SegmentKind;
 using connector::internal::SegmentMarker;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kPadToken = 0;
-
-// Token text `id` of `count` tokens (ids never 0, the pad token).
-void AppendText(std::vector<uint32_t>& tokens, uint64_t id, uint32_t count) {
-  std::mt19937_64 text(id);
-  for (uint32_t i = 0; i < count; ++i) tokens.push_back(1 + static_cast<uint32_t>(text() % 32000));
-}
+// Outside the synthetic text's vocabulary, so padding never looks like text.
+constexpr uint32_t kPadToken = kSyntheticVocabulary;
 
 // What a writer stores in block `block` of the chunk keyed `key`, and a reader checks: a fill
 // byte over every layer of the page, and the key's id and the block number at the start of its
@@ -162,6 +158,27 @@ struct EngineTally {
   uint64_t failures = 0;
   uint32_t pool_pages = 0;
   std::string error;
+
+  // Adds `other`'s counts; pool_pages is the larger (the error is not summed: each engine
+  // reports its own).
+  EngineTally& operator+=(const EngineTally& other) {
+    requests += other.requests;
+    recomputed_tokens += other.recomputed_tokens;
+    bound_tokens += other.bound_tokens;
+    late_recomputed_tokens += other.late_recomputed_tokens;
+    late_bound_tokens += other.late_bound_tokens;
+    late_requests += other.late_requests;
+    within_bound += other.within_bound;
+    prompt_tokens += other.prompt_tokens;
+    shared += other.shared;
+    written += other.written;
+    private_chunks += other.private_chunks;
+    for (const auto& [reason, count] : other.private_reasons) private_reasons[reason] += count;
+    wrong_pages += other.wrong_pages;
+    failures += other.failures;
+    pool_pages = std::max(pool_pages, other.pool_pages);
+    return *this;
+  }
 };
 
 struct Corpus {
@@ -173,7 +190,7 @@ Corpus MakeCorpus(const PicBenchOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<uint32_t> length(o.passage_min_tokens, o.passage_max_tokens);
   for (uint32_t p = 0; p < o.corpus_passages; ++p) {
-    AppendText(corpus.passages.emplace_back(), 1000 + p, length(rng));
+    AppendSyntheticText(corpus.passages.emplace_back(), 1000 + p, length(rng));
   }
   return corpus;
 }
@@ -186,7 +203,7 @@ struct Prompt {
 Prompt MakePrompt(const PicBenchOptions& o, const Corpus& corpus, const ZipfSampler& popularity,
                   uint32_t chunks, uint64_t request_id, std::mt19937_64& rng) {
   Prompt prompt;
-  AppendText(prompt.tokens, 1, o.system_tokens);
+  AppendSyntheticText(prompt.tokens, 1, o.system_tokens);
   std::vector<uint32_t> chosen;
   const uint32_t wanted = std::min(chunks, o.corpus_passages);
   while (chosen.size() < wanted) {
@@ -200,7 +217,7 @@ Prompt MakePrompt(const PicBenchOptions& o, const Corpus& corpus, const ZipfSamp
     prompt.tokens.insert(prompt.tokens.end(), text.begin(), text.end());
     prompt.markers.push_back({begin, static_cast<uint32_t>(prompt.tokens.size())});
   }
-  AppendText(prompt.tokens, 1'000'000'000 + request_id, o.question_tokens);
+  AppendSyntheticText(prompt.tokens, 1'000'000'000 + request_id, o.question_tokens);
   return prompt;
 }
 
@@ -377,21 +394,7 @@ std::string RunSetting(const PicBenchOptions& o, const KvLayout& layout, const C
       std::cerr << fmt::format("strata-bench pic: engine: {}\n", t.error);
       if (t.requests == 0) failed = true;
     }
-    all.requests += t.requests;
-    all.recomputed_tokens += t.recomputed_tokens;
-    all.bound_tokens += t.bound_tokens;
-    all.late_recomputed_tokens += t.late_recomputed_tokens;
-    all.late_bound_tokens += t.late_bound_tokens;
-    all.late_requests += t.late_requests;
-    all.within_bound += t.within_bound;
-    all.prompt_tokens += t.prompt_tokens;
-    all.shared += t.shared;
-    all.written += t.written;
-    all.private_chunks += t.private_chunks;
-    for (const auto& [reason, count] : t.private_reasons) all.private_reasons[reason] += count;
-    all.wrong_pages += t.wrong_pages;
-    all.failures += t.failures;
-    all.pool_pages = std::max(all.pool_pages, t.pool_pages);
+    all += t;
   }
   (*daemon)->Stop();
   wrong_pages += all.wrong_pages;

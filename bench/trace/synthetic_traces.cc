@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
+#include "bench/support/synthetic_text.h"
 #include "bench/support/zipf_sampler.h"
 
 #define XXH_INLINE_ALL
@@ -13,13 +14,6 @@
 
 namespace strata::bench {
 namespace {
-
-// Appends `count` tokens of the text named `text_id`.
-void AppendText(std::vector<uint32_t>& tokens, uint64_t text_id, uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) {
-    tokens.push_back(static_cast<uint32_t>(XXH3_64bits_withSeed(&i, sizeof(i), text_id) % 32000));
-  }
-}
 
 // Cuts prompts into trace blocks with chained ids, remapped to small dense integers.
 class BlockNamer {
@@ -55,8 +49,8 @@ Trace MakeMrqaTrace(const MrqaTraceOptions& o) {
   };
   auto start = [&](uint64_t id) {
     User user{.id = id};
-    AppendText(user.prompt, 1, o.system_tokens);
-    AppendText(user.prompt, 1000 + documents(rng), o.document_tokens);
+    AppendSyntheticText(user.prompt, 1, o.system_tokens);
+    AppendSyntheticText(user.prompt, 1000 + documents(rng), o.document_tokens);
     return user;
   };
   std::vector<User> active;
@@ -66,9 +60,9 @@ Trace MakeMrqaTrace(const MrqaTraceOptions& o) {
   while (!active.empty()) {
     const size_t pick = rng() % active.size();
     User& user = active[pick];
-    AppendText(user.prompt, (user.id << 20) + 2 * user.round, o.question_tokens);
+    AppendSyntheticText(user.prompt, (user.id << 20) + 2 * user.round, o.question_tokens);
     trace.requests.push_back(namer.Request(user.prompt, now_ms += 100));
-    AppendText(user.prompt, (user.id << 20) + 2 * user.round + 1, o.answer_tokens);
+    AppendSyntheticText(user.prompt, (user.id << 20) + 2 * user.round + 1, o.answer_tokens);
     if (++user.round == o.rounds) {
       if (started < o.users) {
         user = start(started++);
@@ -87,7 +81,7 @@ Trace MakeRagTrace(const RagTraceOptions& o) {
   Trace trace{.name = "rag"};
   for (uint32_t r = 0; r < o.requests; ++r) {
     std::vector<uint32_t> prompt;
-    AppendText(prompt, 1, o.system_tokens);
+    AppendSyntheticText(prompt, 1, o.system_tokens);
     std::vector<uint32_t> chosen;
     while (chosen.size() < o.passages_per_request) {
       const uint32_t passage = passages(rng);
@@ -96,8 +90,8 @@ Trace MakeRagTrace(const RagTraceOptions& o) {
       }
     }
     std::shuffle(chosen.begin(), chosen.end(), rng);
-    for (uint32_t passage : chosen) AppendText(prompt, 1000 + passage, o.passage_tokens);
-    AppendText(prompt, (uint64_t{1} << 40) + r, o.question_tokens);
+    for (uint32_t passage : chosen) AppendSyntheticText(prompt, 1000 + passage, o.passage_tokens);
+    AppendSyntheticText(prompt, (uint64_t{1} << 40) + r, o.question_tokens);
     trace.requests.push_back(namer.Request(prompt, int64_t{r} * 50));
   }
   return trace;
