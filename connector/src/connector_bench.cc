@@ -1,7 +1,8 @@
 // Connector micro-benchmarks against the daemon's real engine-session server (in-process, on a
 // Unix socket), each with its same-run baseline:
 //   BM_LookupRoundTrip   one Lookup round trip for a 32K-token prompt (128 keys of 256 tokens),
-//                        keys precomputed; p50 / p99 as counters.
+//                        keys precomputed; p50 / p99 as counters, next to BM_FramePingPong: the
+//                        same frames' round trip between two threads with no work in it.
 //   BM_GetNumNewMatched  the scheduler's whole call for the same prompt (key hashing included).
 //   BM_LoadPath          the worker's load path end to end (PrepareLoad, per-layer copies into
 //                        paged KV, per-layer waits, Release) for 16 chunks of a Llama-3-8B-like
@@ -12,17 +13,22 @@
 //                        timed in the same rounds (x_memcpy), with the page faults it takes.
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/support/model_layouts.h"
 #include "benchmark/benchmark.h"
 #include "connector/src/engine_client.h"
 #include "connector/src/testing/test_daemon.h"
+#include "core/frame_io.h"
+#include "core/scoped_fd.h"
 #include "core/status_macros.h"
 #include "storage/device/device_runtime_factory.h"
 #include "storage/device/host_runtime.h"
@@ -75,6 +81,46 @@ void BM_LookupRoundTrip(benchmark::State& state) {
   Percentiles(state, micros);
 }
 BENCHMARK(BM_LookupRoundTrip)->Arg(128)->Arg(1)->Iterations(2000)->UseRealTime();
+
+// BM_LookupRoundTrip's same-run baseline: a frame of range(0) bytes sent over a Unix socketpair
+// to a thread that blocks for it and sends it back, received with the client's own spin; what
+// this box's socket wakeups cost a round trip with no work in it (a 128-key Lookup request is
+// about 2.5 KiB, its reply tens of bytes).
+void BM_FramePingPong(benchmark::State& state) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return state.SkipWithError("socketpair");
+  }
+  ScopedFd echo_end(fds[1]);
+  std::jthread echo([&echo_end] {
+    // Ends when the client's end closes (declared after this thread, so it closes first).
+    for (;;) {
+      absl::StatusOr<ReceivedFrame> frame =
+          RecvFrame(echo_end.get(), milliseconds(10'000), std::chrono::microseconds(0));
+      if (!frame.ok() || !SendFrame(echo_end.get(), frame->payload, milliseconds(1000)).ok()) {
+        return;
+      }
+    }
+  });
+  ScopedFd client(fds[0]);
+  const std::string payload(static_cast<size_t>(state.range(0)), 'x');
+  std::vector<double> micros;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status sent = SendFrame(client.get(), payload, milliseconds(1000));
+    absl::StatusOr<ReceivedFrame> reply =
+        sent.ok() ? RecvFrame(client.get(), milliseconds(1000), internal::kDefaultReplySpin)
+                  : absl::StatusOr<ReceivedFrame>(sent);
+    micros.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+    if (!reply.ok() || reply->payload.size() != payload.size()) {
+      return state.SkipWithError("ping-pong failed");
+    }
+  }
+  Percentiles(state, micros);
+}
+BENCHMARK(BM_FramePingPong)->Arg(2560)->Arg(64)->Iterations(2000)->UseRealTime();
 
 void BM_GetNumNewMatched(benchmark::State& state) {
   const KvLayout layout = bench::Llama8bLayout();

@@ -150,6 +150,12 @@ void EngineClient::Disconnect() {
   next_attempt_ = MonoTime(0);
 }
 
+absl::Status EngineClient::ProtocolErrorLocked(std::string_view what) {
+  const absl::Status bad = absl::InternalError(fmt::format("protocol error: {}", what));
+  DropSessionLocked(bad);
+  return absl::UnavailableError(StatusText(bad));
+}
+
 void EngineClient::DropSessionLocked(const absl::Status& why) {
   if (!socket_.valid()) return;
   Log().warn(
@@ -361,19 +367,14 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
   }
   v1::EngineResponse response;
   if (!response.ParseFromString(frame->payload) || response.request_id() != request_id) {
-    absl::Status bad =
-        absl::InternalError(fmt::format("protocol error: bad response to request {}", request_id));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(fmt::format("bad response to request {}", request_id));
   }
   absl::Status status = FromProto(response.status());
   if (!status.ok()) return status;
   if (static_cast<int>(response.body_case()) != expected_body) {
-    absl::Status bad = absl::InternalError(
-        fmt::format("protocol error: response to request {} has body {}, expected {}", request_id,
-                    static_cast<int>(response.body_case()), expected_body));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(fmt::format("response to request {} has body {}, expected {}",
+                                           request_id, static_cast<int>(response.body_case()),
+                                           expected_body));
   }
   return response;
 }
@@ -425,10 +426,8 @@ absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareL
                           CallLocked(*request, v1::EngineResponse::kPrepareLoad, deadline));
   const auto& chunks = response.prepare_load().chunks();
   if (static_cast<size_t>(chunks.size()) != keys.size()) {
-    absl::Status bad = absl::InternalError(
-        fmt::format("protocol error: {} placements for {} keys", chunks.size(), keys.size()));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(
+        fmt::format("{} placements for {} keys", chunks.size(), keys.size()));
   }
   SessionResult<std::vector<LoadPlacement>> result{generation_, arena_, {}};
   result.value.reserve(keys.size());
@@ -474,10 +473,8 @@ absl::StatusOr<SessionResult<std::vector<StorePlacement>>> EngineClient::Prepare
                           CallLocked(*request, v1::EngineResponse::kPrepareStore, deadline));
   const auto& chunks = response.prepare_store().chunks();
   if (static_cast<size_t>(chunks.size()) != items.size()) {
-    absl::Status bad = absl::InternalError(
-        fmt::format("protocol error: {} placements for {} items", chunks.size(), items.size()));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(
+        fmt::format("{} placements for {} items", chunks.size(), items.size()));
   }
   SessionResult<std::vector<StorePlacement>> result{generation_, arena_, {}};
   result.value.reserve(items.size());
@@ -543,10 +540,8 @@ absl::StatusOr<std::vector<absl::Status>> EngineClient::HandlesCallLocked(
                           CallLocked(request, v1::EngineResponse::kHandles, deadline));
   const auto& statuses = response.handles().statuses();
   if (static_cast<size_t>(statuses.size()) != handles.size()) {
-    absl::Status bad = absl::InternalError(
-        fmt::format("protocol error: {} statuses for {} handles", statuses.size(), handles.size()));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(
+        fmt::format("{} statuses for {} handles", statuses.size(), handles.size()));
   }
   std::vector<absl::Status> out;
   out.reserve(handles.size());
@@ -588,10 +583,7 @@ absl::StatusOr<std::vector<bool>> EngineClient::PoolLookup(std::span<const Chunk
                           CallLocked(request, v1::EngineResponse::kPoolLookup, deadline));
   const auto& resident = response.pool_lookup().resident();
   if (static_cast<size_t>(resident.size()) != keys.size()) {
-    absl::Status bad = absl::InternalError(
-        fmt::format("protocol error: {} answers for {} keys", resident.size(), keys.size()));
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
+    return ProtocolErrorLocked(fmt::format("{} answers for {} keys", resident.size(), keys.size()));
   }
   return std::vector<bool>(resident.begin(), resident.end());
 }
@@ -634,17 +626,15 @@ absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolChun
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
                           CallLocked(request, v1::EngineResponse::kPoolChunks, deadline));
   const auto& chunks = response.pool_chunks().chunks();
-  absl::Status bad;
   if (static_cast<size_t>(chunks.size()) != num_keys) {
-    bad = absl::InternalError(
-        fmt::format("protocol error: {} pool chunks for {} keys", chunks.size(), num_keys));
-  } else if (device_pool_ == nullptr) {
-    bad = absl::InternalError("protocol error: pool chunks for a session without a pool");
+    return ProtocolErrorLocked(fmt::format("{} pool chunks for {} keys", chunks.size(), num_keys));
   }
+  if (device_pool_ == nullptr)
+    return ProtocolErrorLocked("pool chunks for a session without a pool");
   SessionResult<std::vector<PoolPlacement>> result{generation_, arena_, {}, device_pool_};
   result.value.reserve(num_keys);
   const uint32_t pool_pages = device_pool_ ? device_pool_->grant().geometry.num_pages : 0;
-  for (int i = 0; bad.ok() && i < chunks.size(); ++i) {
+  for (int i = 0; i < chunks.size(); ++i) {
     const v1::PoolChunk& chunk = chunks[i];
     PoolPlacement& placement = result.value.emplace_back();
     placement.status = FromProto(chunk.status());
@@ -656,14 +646,9 @@ absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolChun
     const bool sized =
         num_pages.empty() ? !placement.pages.empty() : placement.pages.size() == num_pages[i];
     if (!in_pool || !sized) {
-      bad = absl::InternalError(
-          fmt::format("protocol error: pool chunk {} has {} pages, not all in a pool of {}", i,
-                      placement.pages.size(), pool_pages));
+      return ProtocolErrorLocked(fmt::format("pool chunk {} has {} pages, not all in a pool of {}",
+                                             i, placement.pages.size(), pool_pages));
     }
-  }
-  if (!bad.ok()) {
-    DropSessionLocked(bad);
-    return absl::UnavailableError(StatusText(bad));
   }
   return result;
 }

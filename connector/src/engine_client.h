@@ -197,6 +197,10 @@ struct SessionResult {
   std::shared_ptr<const DevicePoolMapping> device_pool;
 };
 
+// EngineClientOptions::reply_spin's default: a lookup's reply takes tens of microseconds, and
+// waking a halted core costs about as much again.
+inline constexpr std::chrono::microseconds kDefaultReplySpin{150};
+
 struct EngineClientOptions {
   std::string socket_path;
   std::string engine_id = "engine";
@@ -213,9 +217,8 @@ struct EngineClientOptions {
   storage::DeviceRuntime* device_runtime = nullptr;
   // Time source of the backoff; not owned; must outlive the client.
   const Clock* clock = SystemClock::Get();
-  // How long a call polls for its reply before sleeping (RecvFrame's spin): a lookup's reply
-  // takes tens of microseconds, and waking a halted core costs about as much again.
-  std::chrono::microseconds reply_spin{150};
+  // How long a call polls for its reply before sleeping (RecvFrame's spin).
+  std::chrono::microseconds reply_spin = kDefaultReplySpin;
 };
 
 struct EngineClientStats {
@@ -368,6 +371,9 @@ class EngineClient {
                                       std::span<const ScopedFd> passed_fds, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSessionLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The daemon broke the protocol (`what` it did): drops the session (kInternal, logged) and
+  // returns the kUnavailable the caller answers with.
+  absl::Status ProtocolErrorLocked(std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MonoTime DeadlineIn(std::chrono::milliseconds timeout) const;
 
   const EngineClientOptions options_;
