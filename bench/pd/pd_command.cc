@@ -18,6 +18,7 @@
 #include "core/fmt_absl.h"
 #include "core/key_hasher.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "grpcpp/client_context.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/json_fields.h"
@@ -64,6 +65,9 @@ struct Run {
     return std::max<int64_t>(0, std::min(saved_unix_us, arrived_unix_us) - last_layer_unix_us) /
            1e3;
   }
+  // Every block loaded: a pull past the decoder's deadline fails its blocks (they are
+  // recomputed), so it measures no transfer.
+  bool loaded_whole() const { return failed_blocks == 0 && bytes > 0; }
   double tail_after_saves_ms() const {
     return std::max<int64_t>(0, arrived_unix_us - std::max(saved_unix_us, last_layer_unix_us)) /
            1e3;
@@ -300,27 +304,43 @@ int RunPdCommand(const PdOptions& o) {
                                         : JsonString(std::string(perftest.status().message()));
   std::string pull_json = "null";
   if (!runs[0].empty()) {
-    // The decoder fetches once the prefill has finished: all of its load is exposed.
-    std::vector<double> gbps, exposed_ms;
+    // The decoder fetches once the prefill has finished: all of its load is exposed. A pull
+    // that failed its deadline moved no KV (its blocks were recomputed): it is counted apart,
+    // not as 0 GB/s, and the transfer's figures are the medians of the pulls that loaded whole.
+    std::vector<double> gbps, exposed_ms, failed_ms;
     for (const Run& run : runs[0]) {
+      if (!run.loaded_whole()) {
+        failed_ms.push_back(run.load_ms);
+        continue;
+      }
       gbps.push_back(run.load_ms > 0 ? run.bytes / (run.load_ms * 1e6) : 0);
       exposed_ms.push_back(run.load_ms);
     }
-    const double transfer_gbps = Median(gbps);
-    const double exposed = Median(exposed_ms);
-    const double ttft_ms = modelled_prefill_ms + exposed;
-    const std::string ratio =
-        perftest.ok() ? fmt::format("{:.2f}", transfer_gbps / *perftest) : "null";
-    pull_json = fmt::format(
-        "{{\"transfer_gbps\": {:.2f}, \"transfer_vs_ucx_perftest\": {}, \"exposed_transfer_ms\": "
-        "{:.0f}, \"exposed_share_of_transfer\": 1.0, \"exposed_share_of_ttft\": {:.3f}, "
-        "\"modelled_ttft_ms\": {:.0f}}}",
-        transfer_gbps, ratio, exposed, exposed / ttft_ms, ttft_ms);
-    std::cerr << fmt::format(
-        "pd pull: {:.2f} GB/s ({}x ucx_perftest {}), exposed {:.0f} ms = 100% of the transfer, "
-        "{:.1f}% of a modelled TTFT of {:.0f} ms\n",
-        transfer_gbps, ratio, perftest.ok() ? fmt::format("{:.2f} GB/s", *perftest) : "n/a",
-        exposed, 100 * exposed / ttft_ms, ttft_ms);
+    const std::string failed_json =
+        fmt::format("\"failed_pulls\": {}, \"failed_pull_ms\": [{:.0f}]", failed_ms.size(),
+                    fmt::join(failed_ms, ", "));
+    if (gbps.empty()) {
+      pull_json = fmt::format("{{\"transfer_gbps\": null, {}}}", failed_json);
+      std::cerr << fmt::format("pd pull: none of {} pulls loaded whole (took {:.0f} ms)\n",
+                               failed_ms.size(), fmt::join(failed_ms, ", "));
+    } else {
+      const double transfer_gbps = Median(gbps);
+      const double exposed = Median(exposed_ms);
+      const double ttft_ms = modelled_prefill_ms + exposed;
+      const std::string ratio =
+          perftest.ok() ? fmt::format("{:.2f}", transfer_gbps / *perftest) : "null";
+      pull_json = fmt::format(
+          "{{\"transfer_gbps\": {:.2f}, \"transfer_vs_ucx_perftest\": {}, "
+          "\"exposed_transfer_ms\": {:.0f}, \"exposed_share_of_transfer\": 1.0, "
+          "\"exposed_share_of_ttft\": {:.3f}, \"modelled_ttft_ms\": {:.0f}, {}}}",
+          transfer_gbps, ratio, exposed, exposed / ttft_ms, ttft_ms, failed_json);
+      std::cerr << fmt::format(
+          "pd pull: {:.2f} GB/s ({}x ucx_perftest {}), exposed {:.0f} ms = 100% of the "
+          "transfer, {:.1f}% of a modelled TTFT of {:.0f} ms (medians of {} pulls that loaded "
+          "whole; {} failed their deadline, recomputed)\n",
+          transfer_gbps, ratio, perftest.ok() ? fmt::format("{:.2f} GB/s", *perftest) : "n/a",
+          exposed, 100 * exposed / ttft_ms, ttft_ms, gbps.size(), failed_ms.size());
+    }
   }
   std::string stream_json = "null";
   if (!runs[1].empty()) {
