@@ -1,21 +1,26 @@
 // The correctness oracle of position-independent reuse (ALGORITHMS.md section 3) run through the
 // daemon's device pool and the connector: a tiny CPU transformer (tests/support/tiny_transformer.h,
-// fp32 KV, NoPE keys) is the engine. Its chunks are computed once, alone, written into the pool
-// pages PicRequests reserved, published, and read in place by another engine's request that holds
-// the same passages at other offsets. MEPIC's compute path then recomputes block 1 of each chunk
-// in its context and attends over blocks 2..n from the pool at their positions here.
+// fp32 KV, NoPE keys) is the engine. Its chunks are computed once, alone (LegoLink-0: after its
+// dummy tokens), written into the pool pages PicRequests reserved, published, and read in place
+// by another engine's request that holds the same passages at other offsets. The reader then
+// recomputes what its request's policy says (pic_policy.h: MEPIC's block 1 of each chunk,
+// LegoLink-k's first k tokens, LegoLink-0's nothing, CacheBlend's tokens that deviate most at its
+// check layer) and attends over the rest from the pool at their positions here.
 //
 // Checked: the pool's pages hold, byte for byte, what the writer computed, for every reader; the
-// block recomputed after an exact prefix equals full prefill's; recomputing every chunk equals
-// full prefill; and the question's deviation from full prefill falls as the recompute budget grows
-// (no recompute, MEPIC's one block per chunk, whole chunks), each budget's deviation printed.
+// block recomputed after an exact prefix equals full prefill's; recomputing every chunk, and
+// CacheBlend at ratio 1, equal full prefill; and the question's deviation from full prefill falls
+// as each policy's recompute budget grows. Every policy's deviation is printed.
 #include <cstdio>
 #include <cstring>
-#include <random>
+#include <numeric>
+#include <string>
+#include <utility>
 
 #include "connector/src/device_pool_view.h"
 #include "connector/src/pic_requests.h"
 #include "connector/src/testing/test_daemon.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "storage/device/host_runtime.h"
 #include "tests/support/test_layout.h"
@@ -25,10 +30,14 @@ namespace strata::connector::internal {
 namespace {
 
 using std::chrono::milliseconds;
+using strata::testing::RandomTokens;
 using strata::testing::RelativeDifference;
+using strata::testing::Rows;
 using strata::testing::TinyConfig;
 using strata::testing::TinyKv;
 using strata::testing::TinyOutput;
+using strata::testing::TinyRecompute;
+using strata::testing::TinySelectiveOutput;
 using strata::testing::TinyTransformer;
 
 constexpr uint32_t kBlock = 16;
@@ -45,18 +54,6 @@ KvLayout OracleLayout() {
                                                .chunk_tokens = kBlock});
   layout.positional = PositionalFormat::kNope;
   return layout;
-}
-
-std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint32_t> tokens(n);
-  for (uint32_t& t : tokens) t = 1 + static_cast<uint32_t>(rng() % 511);  // never the pad
-  return tokens;
-}
-
-// Rows [begin, end) of a row-major matrix of `width` columns.
-std::vector<float> Rows(const std::vector<float>& m, int64_t width, int64_t begin, int64_t end) {
-  return {m.begin() + begin * width, m.begin() + end * width};
 }
 
 // A chunk's KV in its pool pages: token t in page pages[t / block], slot t % block; plane 0 holds
@@ -98,6 +95,17 @@ TinyKv ReadChunk(const PagedKvCache& pool, std::span<const uint32_t> pages, int6
   return kv;
 }
 
+// `tokens` tokens' KV of zeros, at positions 0...
+TinyKv ZeroKv(int64_t tokens) {
+  const auto rows = static_cast<size_t>(tokens * Config().kv_width());
+  TinyKv kv;
+  kv.keys.assign(Config().layers, std::vector<float>(rows, 0.0f));
+  kv.values.assign(Config().layers, std::vector<float>(rows, 0.0f));
+  kv.positions.resize(static_cast<size_t>(tokens));
+  std::iota(kv.positions.begin(), kv.positions.end(), 0);
+  return kv;
+}
+
 // One engine: a session mapping the pool, its PicRequests, and the model.
 class OracleEngine {
  public:
@@ -115,18 +123,29 @@ class OracleEngine {
 
   PicRequests& requests() { return *requests_; }
 
-  // Places the request's chunks, computes the ones it was given to write (alone, at positions
-  // 0.., NoPE keys: their canonical KV) into their pages, and publishes them.
-  PicRequest Begin(std::span<const uint32_t> prompt, std::span<const SegmentMarker> markers) {
-    absl::StatusOr<PicRequest> request = requests_->Begin(prompt, markers);
+  // Places the request's chunks, computes the ones it was given to write into their pages (their
+  // canonical NoPE KV: alone at positions 0.., after the policy's compile variant of dummy
+  // tokens), and publishes them.
+  PicRequest Begin(std::span<const uint32_t> prompt, std::span<const SegmentMarker> markers,
+                   const PicPolicy& policy = {}) {
+    absl::StatusOr<PicRequest> request = requests_->Begin(prompt, markers, {}, policy);
     EXPECT_TRUE(request.ok()) << request.status();
     for (const PicChunkPlacement& chunk : request->chunks) {
       if (chunk.source != PicChunkSource::kWrite) continue;
-      const TinyOutput alone = *model_.Prefill(Tokens(*request, chunk.segment));
-      WriteChunk(View(*request), chunk.pages, alone.kv);
+      WriteChunk(View(*request), chunk.pages, Compile(Tokens(*request, chunk.segment), policy));
     }
     EXPECT_TRUE(requests_->Publish(*request).ok());
     return *std::move(request);
+  }
+
+  // A chunk's canonical KV: prefilled after policy.compile_variant() dummy (pad) tokens, whose KV
+  // is dropped, at positions 0.. of its own.
+  TinyKv Compile(std::span<const uint32_t> chunk, const PicPolicy& policy) const {
+    const auto dummies = static_cast<int64_t>(policy.compile_variant());
+    std::vector<uint32_t> tokens(static_cast<size_t>(dummies), kPad);
+    tokens.insert(tokens.end(), chunk.begin(), chunk.end());
+    const TinyOutput out = *model_.Prefill(tokens);
+    return out.kv.Slice(dummies, out.kv.num_tokens()).AtPositions(0);
   }
 
   // The padded tokens of segment `segment`.
@@ -140,40 +159,45 @@ class OracleEngine {
                                      request.pool->base());
   }
 
-  // MEPIC's compute path over the request: prompt segments computed in context; each shared
-  // chunk's first `recompute` tokens (a multiple of the block; the whole chunk at most) computed
-  // in context, the rest read from its pool pages at its positions here. Returns the last
-  // computed segment's output (the question's hidden rows) with the whole context's KV.
-  TinyOutput Compute(const PicRequest& request, int64_t recompute) const {
-    TinyKv context;
-    context.keys.resize(Config().layers);
-    context.values.resize(Config().layers);
-    TinyOutput last;
+  // What the request's policy recomputes (ALGORITHMS.md section 3): its tokens recomputed from
+  // layer 0, and CacheBlend's selection at its check layer.
+  static TinyRecompute Plan(const PicRequest& request) {
+    TinyRecompute plan;
+    for (const PicTokenRange& range : request.recomputed_from_layer_zero(kBlock)) {
+      for (uint32_t t = range.begin; t < range.end; ++t) {
+        plan.always.push_back(static_cast<int32_t>(t));
+      }
+    }
+    if (request.policy.recompute == PicRecompute::kCacheBlend) {
+      plan.check_layer = request.policy.check_layer;
+      plan.ratio = request.policy.blend_ratio;
+    }
+    return plan;
+  }
+
+  // The request computed with `plan` over the padded prompt: the shared chunks' KV read from their
+  // pool pages at their positions here, every other token's cache empty (zero rows: they are
+  // recomputed). The question (the last segment, always recomputed) is the output's last rows.
+  TinySelectiveOutput Compute(const PicRequest& request, const TinyRecompute& plan) const {
+    TinyKv cached;
     size_t next_chunk = 0;
     for (size_t i = 0; i < request.prompt.segments.size(); ++i) {
       const PicSegment& segment = request.prompt.segments[i];
-      const std::span<const uint32_t> tokens = Tokens(request, i);
-      const int64_t position = segment.padded_begin;
-      int64_t computed = static_cast<int64_t>(tokens.size());
-      const PicChunkPlacement* chunk = nullptr;
-      if (segment.kind == SegmentKind::kChunk) {
-        chunk = &request.chunks[next_chunk++];
-        if (chunk->source == PicChunkSource::kShared) {
-          computed = std::min<int64_t>(recompute, static_cast<int64_t>(tokens.size()));
-        }
+      const auto tokens = static_cast<int64_t>(segment.padded_tokens());
+      const PicChunkPlacement* chunk =
+          segment.kind == SegmentKind::kChunk ? &request.chunks[next_chunk++] : nullptr;
+      TinyKv kv;
+      if (chunk != nullptr && chunk->source == PicChunkSource::kShared) {
+        kv = ReadChunk(View(request), chunk->pages, tokens);
+      } else {
+        kv = ZeroKv(tokens);
       }
-      if (computed > 0) {
-        last = *model_.Extend(context, tokens.first(static_cast<size_t>(computed)), position);
-        context = context.Concat(last.kv);
-      }
-      if (computed < static_cast<int64_t>(tokens.size())) {
-        const TinyKv cached = ReadChunk(View(request), chunk->pages, tokens.size());
-        context = context.Concat(cached.Slice(computed, static_cast<int64_t>(tokens.size()))
-                                     .AtPositions(position + computed));
-      }
+      cached = cached.Concat(kv.AtPositions(segment.padded_begin));
     }
-    last.kv = context;
-    return last;
+    absl::StatusOr<TinySelectiveOutput> out =
+        model_.SelectivePrefill(request.prompt.padded_tokens, cached, plan);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return *std::move(out);
   }
 
  private:
@@ -246,36 +270,88 @@ TEST(PicOracleTest, MepicReuseThroughTheDaemonAgainstFullPrefill) {
   const TinyOutput full = *model.Prefill(shared.prompt.padded_tokens);
   const PicSegment& q = shared.prompt.segments.back();
   ASSERT_EQ(q.kind, SegmentKind::kPrompt);
-  const std::vector<float> expected =
+  const std::span<const float> expected =
       Rows(full.hidden, hidden, q.padded_begin, q.padded_begin + q.padded_tokens());
 
-  std::vector<double> deviations;
-  const std::vector<int64_t> budgets = {0, kBlock, 1 << 20};
-  for (const int64_t recompute : budgets) {
-    const TinyOutput out = reader.Compute(shared, recompute);
-    deviations.push_back(RelativeDifference(out.hidden, expected));
-    std::printf("recompute %s: deviation of the question's output from full prefill %.6f\n",
-                recompute == 0        ? "none"
-                : recompute == kBlock ? "one block per chunk (MEPIC)"
-                                      : "every chunk",
-                deviations.back());
-    if (recompute == kBlock) {
-      // B follows the system prompt exactly: its recomputed block 1 is full prefill's.
-      const PicSegment& b_segment = shared.prompt.segments[shared.chunks[0].segment];
-      for (int64_t l = 0; l < Config().layers; ++l) {
-        const std::vector<float> recomputed =
-            Rows(out.kv.keys[l], width, b_segment.padded_begin, b_segment.padded_begin + kBlock);
-        EXPECT_LT(
-            RelativeDifference(recomputed, Rows(full.kv.keys[l], width, b_segment.padded_begin,
-                                                b_segment.padded_begin + kBlock)),
-            1e-5)
-            << "layer " << l;
-      }
+  // The reader's question under each policy, against full prefill. Each policy is a request of
+  // its own over the same prompt (one option per request).
+  const auto question_rows = static_cast<int64_t>(q.padded_tokens());
+  auto deviation_of = [&](const std::string& name, const PicRequest& request,
+                          const TinyRecompute& plan) {
+    const TinySelectiveOutput out = reader.Compute(request, plan);
+    const auto rows = static_cast<int64_t>(out.recomputed.size());
+    const double deviation =
+        RelativeDifference(Rows(out.hidden, hidden, rows - question_rows, rows), expected);
+    std::printf("%-34s recomputes %3lld of %zu tokens: deviation of the question %.6f\n",
+                name.c_str(), static_cast<long long>(rows), shared.prompt.padded_tokens.size(),
+                deviation);
+    return std::make_pair(deviation, out);
+  };
+  auto run = [&](const std::string& name, const PicPolicy& policy) {
+    PicRequest request = reader.Begin(second.tokens, second.markers, policy);
+    for (const PicChunkPlacement& chunk : request.chunks) {
+      EXPECT_EQ(chunk.source, PicChunkSource::kShared) << name << ": " << chunk.why_private;
     }
+    auto [deviation, out] = deviation_of(name, request, OracleEngine::Plan(request));
+    EXPECT_EQ(out.recomputed.size(), request.recomputed_tokens(kBlock))
+        << name << ": the connector's count is what the engine recomputes";
+    EXPECT_TRUE(reader.requests().End(request).ok());
+    return std::make_pair(deviation, out);
+  };
+
+  // No recompute: the chunks compiled alone, only the prompt segments computed.
+  PicRequest naive = shared;
+  naive.policy.recompute = PicRecompute::kLegoLinkZero;
+  const double none = deviation_of("no recompute", naive, OracleEngine::Plan(naive)).first;
+  auto legolink = [&](uint32_t k) {
+    return run(k < (1 << 20) ? fmt::format("LegoLink-{}", k)
+                             : "every chunk (LegoLink-k, k past all)",
+               {.recompute = PicRecompute::kLegoLink, .legolink_tokens = k})
+        .first;
+  };
+  const double lego4 = legolink(4);
+  const auto [mepic, mepic_out] = run("MEPIC (block 1 of each chunk)", {});
+  const double lego32 = legolink(32);
+  const double every_chunk = legolink(1 << 20);
+  auto blend = [&](double ratio) {
+    return run(fmt::format("CacheBlend r={:.2f} (check layer 1)", ratio),
+               {.recompute = PicRecompute::kCacheBlend, .check_layer = 1, .blend_ratio = ratio})
+        .first;
+  };
+  const double blend15 = blend(0.15), blend50 = blend(0.5), blend100 = blend(1.0);
+
+  EXPECT_GT(none, 1e-3) << "reuse without recompute is an approximation";
+  EXPECT_LT(lego4, none) << "LegoLink's recomputed tokens reduce the deviation";
+  EXPECT_LT(mepic, lego4) << "and more of them reduce it more";
+  EXPECT_LT(lego32, mepic);
+  EXPECT_LT(every_chunk, 1e-5) << "recomputing every chunk is full prefill";
+  EXPECT_LT(blend50, blend15) << "CacheBlend's deviation falls as its ratio grows";
+  EXPECT_LT(blend100, 1e-5) << "CacheBlend at ratio 1 is full prefill";
+  EXPECT_LT(blend15, none);
+
+  // B follows the system prompt exactly: MEPIC's recomputed block 1 of it is full prefill's.
+  const PicSegment& b_segment = shared.prompt.segments[shared.chunks[0].segment];
+  for (int64_t l = 0; l < Config().layers; ++l) {
+    EXPECT_LT(RelativeDifference(Rows(mepic_out.kv.keys[l], width, b_segment.padded_begin,
+                                      b_segment.padded_begin + kBlock),
+                                 Rows(full.kv.keys[l], width, b_segment.padded_begin,
+                                      b_segment.padded_begin + kBlock)),
+              1e-5)
+        << "layer " << l;
   }
-  EXPECT_GT(deviations[0], 1e-3) << "reuse without recompute is an approximation";
-  EXPECT_LT(deviations[1], deviations[0]) << "MEPIC's recomputed block reduces the deviation";
-  EXPECT_LT(deviations[2], 1e-5) << "recomputing every chunk is full prefill";
+
+  // LegoLink-0: the chunks compiled after the dummies are chunks of their own, written once by
+  // the writer and shared by the reader with nothing of them recomputed.
+  const PicPolicy zero{.recompute = PicRecompute::kLegoLinkZero};
+  PicRequest compiled = writer.Begin(first.tokens, first.markers, zero);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(compiled.chunks[i].source, PicChunkSource::kShared);
+    EXPECT_NE(compiled.chunks[i].pages, written.chunks[i].pages) << "another compile variant";
+  }
+  const double lego0 = run("LegoLink-0 (3 dummies at compile)", zero).first;
+  EXPECT_GT(lego0, 0.0);
+  EXPECT_LT(lego0, 1.0) << "an approximation, not noise";
+  ASSERT_TRUE(writer.requests().End(compiled).ok());
 
   ASSERT_TRUE(writer.requests().End(written).ok());
   ASSERT_TRUE(reader.requests().End(shared).ok());

@@ -35,24 +35,66 @@ std::vector<ChunkKey> KeysOf(const PicRequest& request, std::span<const size_t> 
 
 }  // namespace
 
+std::vector<PicTokenRange> PicRequest::recomputed_from_layer_zero(uint32_t block_tokens) const {
+  std::vector<PicTokenRange> ranges;
+  auto add = [&](uint32_t begin, uint32_t end) {
+    if (begin == end) return;
+    if (!ranges.empty() && ranges.back().end == begin) {
+      ranges.back().end = end;
+    } else {
+      ranges.push_back({begin, end});
+    }
+  };
+  size_t next_chunk = 0;
+  for (const PicSegment& segment : prompt.segments) {
+    const uint32_t begin = segment.padded_begin, end = begin + segment.padded_tokens();
+    if (segment.kind == SegmentKind::kPrompt ||
+        chunks[next_chunk++].source != PicChunkSource::kShared) {
+      add(begin, end);
+      continue;
+    }
+    switch (policy.recompute) {
+      case PicRecompute::kMepic:
+        add(begin, std::min(end, begin + block_tokens));
+        break;
+      case PicRecompute::kLegoLink:
+        add(begin, std::min(end, begin + policy.legolink_tokens));
+        break;
+      case PicRecompute::kLegoLinkZero:
+      case PicRecompute::kCacheBlend:
+        break;
+    }
+  }
+  return ranges;
+}
+
 uint64_t PicRequest::recomputed_tokens(uint32_t block_tokens) const {
   uint64_t tokens = 0;
-  for (const PicSegment& segment : prompt.segments) {
-    if (segment.kind == SegmentKind::kPrompt) tokens += segment.padded_tokens();
+  for (const PicTokenRange& range : recomputed_from_layer_zero(block_tokens)) {
+    tokens += range.end - range.begin;
   }
-  for (const PicChunkPlacement& chunk : chunks) {
-    const uint32_t padded = prompt.segments[chunk.segment].padded_tokens();
-    tokens += chunk.source == PicChunkSource::kShared ? std::min(block_tokens, padded) : padded;
+  if (policy.recompute == PicRecompute::kCacheBlend) {
+    uint64_t shared = 0;
+    for (const PicChunkPlacement& chunk : chunks) {
+      if (chunk.source == PicChunkSource::kShared) {
+        shared += prompt.segments[chunk.segment].padded_tokens();
+      }
+    }
+    tokens += static_cast<uint64_t>(static_cast<double>(shared) * policy.blend_ratio);
   }
   return tokens;
 }
 
 absl::StatusOr<PicRequest> PicRequests::Begin(std::span<const uint32_t> prompt,
                                               std::span<const SegmentMarker> markers,
-                                              std::string_view tenant_salt) {
-  PicRequest request;
+                                              std::string_view tenant_salt,
+                                              const PicPolicy& policy) {
+  STRATA_RETURN_IF_ERROR(ValidatePicPolicy(policy, hasher_.layout().num_layers));
+  PicOptions segments = options_.segments;
+  segments.compile_variant = policy.compile_variant();
+  PicRequest request{.policy = policy};
   STRATA_ASSIGN_OR_RETURN(request.prompt,
-                          SplitPicPrompt(prompt, markers, hasher_, options_.segments, tenant_salt));
+                          SplitPicPrompt(prompt, markers, hasher_, segments, tenant_salt));
   for (size_t i = 0; i < request.prompt.segments.size(); ++i) {
     if (request.prompt.segments[i].kind == SegmentKind::kChunk) {
       request.chunks.push_back({.segment = i});

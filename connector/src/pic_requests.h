@@ -2,8 +2,9 @@
 // for MEPIC's compute path (ALGORITHMS.md section 3c): it splits the prompt by its segment
 // markers (pic_segments.h), finds the resident chunks and references them with one acquire, and
 // reserves pool pages for the missing ones with one reserve. The engine then:
-//   - kShared chunks: recomputes block 1 into a request-private page and attends over blocks 2..n
-//     in place (their pool pages, with their block positions: the fused-RoPE kernel);
+//   - kShared chunks: recomputes what the request's policy says (pic_policy.h; MEPIC, the
+//     default: block 1 into a request-private page) and attends over the rest in place (their
+//     pool pages, with their block positions: the fused-RoPE kernel);
 //   - kWrite chunks: computes the chunk's NoPE KV into the reserved pages (every block of every
 //     layer), then Publish commits them for later requests;
 //   - kPrivate chunks: computes them privately (the pool could not take them: admission refused
@@ -32,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "connector/src/engine_client.h"
+#include "connector/src/pic_policy.h"
 #include "connector/src/pic_segments.h"
 #include "core/key_hasher.h"
 
@@ -51,20 +53,35 @@ struct PicChunkPlacement {
   absl::Status why_private;     // kPrivate: why the pool does not hold it
 };
 
+// Tokens [begin, end) of the padded prompt.
+struct PicTokenRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  friend bool operator==(const PicTokenRange&, const PicTokenRange&) = default;
+};
+
 struct PicRequest {
   PicPrompt prompt;
+  PicPolicy policy;
   std::vector<PicChunkPlacement> chunks;  // one per chunk segment, in prompt order
   uint64_t generation = 0;                // of the session the handles belong to
   std::shared_ptr<const DevicePoolMapping> pool;
   bool published = false;
 
-  // Tokens the engine computes for this request: every prompt segment (padded), block 1 of
-  // each kShared chunk, and the whole of every other chunk.
+  // The tokens the engine computes from layer 0 on, by the request's policy (pic_policy.h): every
+  // prompt segment (padded), every chunk not kShared, and of each kShared chunk its first block
+  // (kMepic), its first legolink_tokens tokens (kLegoLink) or nothing (kLegoLinkZero,
+  // kCacheBlend). Ascending, disjoint, merged where they touch.
+  std::vector<PicTokenRange> recomputed_from_layer_zero(uint32_t block_tokens) const;
+  // Tokens the engine computes through the last layer: those above, plus CacheBlend's selection
+  // (floor(kShared chunks' tokens x blend_ratio)).
   uint64_t recomputed_tokens(uint32_t block_tokens) const;
 };
 
 struct PicRequestsOptions {
-  PicOptions segments;  // block_tokens must be the pool's (DevicePoolGrant::block_tokens)
+  // block_tokens must be the pool's (DevicePoolGrant::block_tokens). compile_variant is not
+  // used: each request's policy sets it (PicPolicy::compile_variant).
+  PicOptions segments;
   std::chrono::milliseconds timeout{1000};
 };
 
@@ -74,10 +91,11 @@ class PicRequests {
       : client_(client), hasher_(hasher), options_(options) {}
 
   // The request's chunks placed as above, in the namespace of its `tenant_salt` (empty: chunks
-  // shared by every tenant). kInvalidArgument for bad markers (pic_segments.h).
+  // shared by every tenant), keyed by the compile variant of its recompute `policy`.
+  // kInvalidArgument for bad markers (pic_segments.h) or a bad policy (ValidatePicPolicy).
   absl::StatusOr<PicRequest> Begin(std::span<const uint32_t> prompt,
                                    std::span<const SegmentMarker> markers,
-                                   std::string_view tenant_salt = {});
+                                   std::string_view tenant_salt = {}, const PicPolicy& policy = {});
   // Commits the kWrite chunks (the engine wrote every layer of their pages) so later requests
   // share them; each then becomes kShared for this request (it keeps reading them until End).
   // A chunk whose commit fails becomes kPrivate. Errors of the call itself (the session

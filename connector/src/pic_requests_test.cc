@@ -309,5 +309,71 @@ TEST_F(PicRequestsTest, ADroppedSessionEndsCleanly) {
   ASSERT_TRUE(engine.requests->End(*next).ok());
 }
 
+// The recompute policy chosen per request: what of a shared chunk each recomputes, and
+// LegoLink-0's compile variant keeping its chunks apart from the chunks compiled alone.
+TEST_F(PicRequestsTest, EachPolicyRecomputesItsShareOfTheSharedChunks) {
+  Engine engine(daemon_.socket_path(), "policies");
+  const std::vector<uint32_t> a = Passage(1000, 40);  // 8 pads + 40 tokens: 3 blocks
+  const Prompt p = Compose(10, {a});                  // [10 + 6 pads][48][5]
+  auto written = engine.requests->Begin(p.tokens, p.markers);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_TRUE(engine.requests->Publish(*written).ok());
+  ASSERT_TRUE(engine.requests->End(*written).ok());
+
+  const uint32_t chunk_begin = 16, chunk_end = 64, total = 69;
+  struct Case {
+    PicPolicy policy;
+    std::vector<PicTokenRange> from_layer_zero;
+    uint64_t recomputed;
+  };
+  const std::vector<Case> cases = {
+      {{}, {{0, chunk_begin + kBlock}, {chunk_end, total}}, 16 + 16 + 5},
+      {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 4},
+       {{0, chunk_begin + 4}, {chunk_end, total}},
+       16 + 4 + 5},
+      {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 100},
+       {{0, total}},
+       total},  // k past the chunk: all of it
+      {{.recompute = PicRecompute::kCacheBlend, .check_layer = 1, .blend_ratio = 0.5},
+       {{0, chunk_begin}, {chunk_end, total}},
+       16 + 24 + 5},
+  };
+  for (const Case& c : cases) {
+    auto request = engine.requests->Begin(p.tokens, p.markers, {}, c.policy);
+    ASSERT_TRUE(request.ok()) << request.status();
+    ASSERT_EQ(Sources(*request), std::vector{PicChunkSource::kShared});
+    EXPECT_EQ(request->recomputed_from_layer_zero(kBlock), c.from_layer_zero);
+    EXPECT_EQ(request->recomputed_tokens(kBlock), c.recomputed);
+    ASSERT_TRUE(engine.requests->End(*request).ok());
+  }
+
+  // LegoLink-0: the chunk compiled after 3 dummies is another chunk; first written, then shared
+  // with nothing recomputed.
+  const PicPolicy zero{.recompute = PicRecompute::kLegoLinkZero};
+  auto compiled = engine.requests->Begin(p.tokens, p.markers, {}, zero);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(Sources(*compiled), std::vector{PicChunkSource::kWrite});
+  EXPECT_NE(compiled->prompt.segments[1].key, written->prompt.segments[1].key);
+  ASSERT_TRUE(engine.requests->Publish(*compiled).ok());
+  ASSERT_TRUE(engine.requests->End(*compiled).ok());
+  auto linked = engine.requests->Begin(p.tokens, p.markers, {}, zero);
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  ASSERT_EQ(Sources(*linked), std::vector{PicChunkSource::kShared});
+  EXPECT_EQ(linked->recomputed_from_layer_zero(kBlock),
+            (std::vector<PicTokenRange>{{0, chunk_begin}, {chunk_end, total}}));
+  EXPECT_EQ(linked->recomputed_tokens(kBlock), 16u + 5u);
+  ASSERT_TRUE(engine.requests->End(*linked).ok());
+
+  // Bad policies are refused before anything is sent.
+  for (const PicPolicy& bad :
+       {PicPolicy{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 0},
+        PicPolicy{.recompute = PicRecompute::kCacheBlend, .check_layer = 2},
+        PicPolicy{.recompute = PicRecompute::kCacheBlend, .blend_ratio = 1.5}}) {
+    EXPECT_EQ(engine.requests->Begin(p.tokens, p.markers, {}, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(pool().Stats().references, 0u);
+}
+
 }  // namespace
 }  // namespace strata::connector::internal

@@ -1,12 +1,15 @@
 #include "tests/support/tiny_transformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <utility>
 
 #include "core/status_macros.h"
 #include "fmt/format.h"
+#include "kernels/blend.h"
 #include "kernels/paged_attention.h"
 
 namespace strata::testing {
@@ -41,6 +44,25 @@ std::vector<float> Gains(std::mt19937_64& rng, int64_t n) {
   std::vector<float> values(static_cast<size_t>(n));
   for (float& v : values) v = uniform(rng);
   return values;
+}
+
+absl::Status ValidateTokens(std::span<const uint32_t> tokens, int64_t vocab) {
+  for (const uint32_t token : tokens) {
+    if (token >= vocab) {
+      return absl::InvalidArgumentError(fmt::format("tiny transformer: token {} >= vocab", token));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The embedding rows of `tokens`: [token][hidden].
+std::vector<float> Embed(const std::vector<float>& embedding, std::span<const uint32_t> tokens,
+                         int64_t hidden) {
+  std::vector<float> x(tokens.size() * static_cast<size_t>(hidden));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    std::copy_n(embedding.begin() + tokens[t] * hidden, hidden, x.begin() + t * hidden);
+  }
+  return x;
 }
 
 }  // namespace
@@ -117,6 +139,46 @@ absl::StatusOr<TinyOutput> TinyTransformer::Prefill(std::span<const uint32_t> to
   return Extend(empty, tokens, first_position, rotate_explicitly);
 }
 
+absl::Status TinyTransformer::ValidateKv(const TinyKv& kv) const {
+  const auto layers = static_cast<size_t>(config_.layers);
+  if (kv.keys.size() != layers || kv.values.size() != layers) {
+    return absl::InvalidArgumentError("tiny transformer: KV of another number of layers");
+  }
+  const auto rows = static_cast<size_t>(kv.num_tokens() * config_.kv_width());
+  for (size_t l = 0; l < layers; ++l) {
+    if (kv.keys[l].size() != rows || kv.values[l].size() != rows) {
+      return absl::InvalidArgumentError("tiny transformer: KV of another shape");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void TinyTransformer::ProjectQkv(int64_t layer, const float* x, float* q, float* key,
+                                 float* value) const {
+  const Layer& w = layers_[static_cast<size_t>(layer)];
+  const int64_t h = config_.hidden(), kvw = config_.kv_width();
+  std::vector<float> normed(static_cast<size_t>(h));
+  RmsNorm(x, w.attn_norm, h, normed.data());
+  MatVec(normed.data(), w.wq, h, h, q);
+  MatVec(normed.data(), w.wk, h, kvw, key);
+  MatVec(normed.data(), w.wv, h, kvw, value);
+}
+
+void TinyTransformer::AttentionAndMlpResidual(int64_t layer, const float* attn, float* x) const {
+  const Layer& w = layers_[static_cast<size_t>(layer)];
+  const int64_t h = config_.hidden(), ffn = config_.ffn_dim;
+  std::vector<float> normed(static_cast<size_t>(h)), projected(static_cast<size_t>(h));
+  std::vector<float> gate(static_cast<size_t>(ffn)), up(static_cast<size_t>(ffn));
+  MatVec(attn, w.wo, h, h, projected.data());
+  for (int64_t i = 0; i < h; ++i) x[i] += projected[i];
+  RmsNorm(x, w.mlp_norm, h, normed.data());
+  MatVec(normed.data(), w.w_gate, h, ffn, gate.data());
+  MatVec(normed.data(), w.w_up, h, ffn, up.data());
+  for (int64_t i = 0; i < ffn; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  MatVec(gate.data(), w.w_down, ffn, h, projected.data());
+  for (int64_t i = 0; i < h; ++i) x[i] += projected[i];
+}
+
 absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
                                                    std::span<const uint32_t> tokens,
                                                    int64_t first_position,
@@ -124,50 +186,28 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
   const TinyConfig& c = config_;
   const int64_t h = c.hidden(), kvw = c.kv_width();
   const auto n = static_cast<int64_t>(tokens.size());
-  const int64_t num_context = context.num_tokens();
-  if (context.keys.size() != static_cast<size_t>(c.layers) ||
-      context.values.size() != static_cast<size_t>(c.layers)) {
-    return absl::InvalidArgumentError("tiny transformer: context of another number of layers");
-  }
-  for (int64_t l = 0; l < c.layers; ++l) {
-    if (context.keys[l].size() != static_cast<size_t>(num_context * kvw) ||
-        context.values[l].size() != static_cast<size_t>(num_context * kvw)) {
-      return absl::InvalidArgumentError("tiny transformer: context KV of another shape");
-    }
-  }
+  STRATA_RETURN_IF_ERROR(ValidateKv(context));
   if (n == 0 || first_position < 0 || first_position + n > c.max_position) {
     return absl::InvalidArgumentError(
         fmt::format("tiny transformer: {} tokens from position {} (max {})", n, first_position,
                     c.max_position));
   }
-  for (const uint32_t token : tokens) {
-    if (token >= c.vocab) {
-      return absl::InvalidArgumentError(fmt::format("tiny transformer: token {} >= vocab", token));
-    }
-  }
+  STRATA_RETURN_IF_ERROR(ValidateTokens(tokens, c.vocab));
 
   TinyOutput output;
   std::vector<float>& x = output.hidden;
-  x.resize(static_cast<size_t>(n * h));
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(embedding_.begin() + tokens[t] * h, h, x.begin() + t * h);
-  }
+  x = Embed(embedding_, tokens, h);
   output.kv.positions.resize(static_cast<size_t>(n));
   std::iota(output.kv.positions.begin(), output.kv.positions.end(), first_position);
   std::vector<int64_t> all_positions = context.positions;
   all_positions.insert(all_positions.end(), output.kv.positions.begin(), output.kv.positions.end());
 
-  std::vector<float> normed(static_cast<size_t>(h)), q(static_cast<size_t>(n * h));
-  std::vector<float> attn(static_cast<size_t>(n * h)), projected(static_cast<size_t>(h));
-  std::vector<float> gate(static_cast<size_t>(c.ffn_dim)), up(static_cast<size_t>(c.ffn_dim));
+  std::vector<float> q(static_cast<size_t>(n * h)), attn(static_cast<size_t>(n * h));
   for (int64_t l = 0; l < c.layers; ++l) {
-    const Layer& w = layers_[static_cast<size_t>(l)];
     std::vector<float> keys(static_cast<size_t>(n * kvw)), values(keys.size());
     for (int64_t t = 0; t < n; ++t) {
-      RmsNorm(x.data() + t * h, w.attn_norm, h, normed.data());
-      MatVec(normed.data(), w.wq, h, h, q.data() + t * h);
-      MatVec(normed.data(), w.wk, h, kvw, keys.data() + t * kvw);
-      MatVec(normed.data(), w.wv, h, kvw, values.data() + t * kvw);
+      ProjectQkv(l, x.data() + t * h, q.data() + t * h, keys.data() + t * kvw,
+                 values.data() + t * kvw);
     }
     // This layer's context followed by the new tokens.
     std::vector<float> all_keys = context.keys[l], all_values = context.values[l];
@@ -175,22 +215,120 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
     all_values.insert(all_values.end(), values.begin(), values.end());
     STRATA_RETURN_IF_ERROR(Attend(q, std::move(all_keys), std::move(all_values), all_positions,
                                   output.kv.positions, rotate_explicitly, attn));
-    for (int64_t t = 0; t < n; ++t) {
-      float* xt = x.data() + t * h;
-      MatVec(attn.data() + t * h, w.wo, h, h, projected.data());
-      for (int64_t i = 0; i < h; ++i) xt[i] += projected[i];
-      RmsNorm(xt, w.mlp_norm, h, normed.data());
-      MatVec(normed.data(), w.w_gate, h, c.ffn_dim, gate.data());
-      MatVec(normed.data(), w.w_up, h, c.ffn_dim, up.data());
-      for (int64_t i = 0; i < c.ffn_dim; ++i)
-        gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-      MatVec(gate.data(), w.w_down, c.ffn_dim, h, projected.data());
-      for (int64_t i = 0; i < h; ++i) xt[i] += projected[i];
-    }
+    for (int64_t t = 0; t < n; ++t)
+      AttentionAndMlpResidual(l, attn.data() + t * h, x.data() + t * h);
     output.kv.keys.push_back(std::move(keys));
     output.kv.values.push_back(std::move(values));
   }
   return output;
+}
+
+absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
+    std::span<const uint32_t> tokens, const TinyKv& cached, const TinyRecompute& recompute) const {
+  const TinyConfig& c = config_;
+  const int64_t h = c.hidden(), kvw = c.kv_width();
+  const auto n = static_cast<int64_t>(tokens.size());
+  STRATA_RETURN_IF_ERROR(ValidateKv(cached));
+  STRATA_RETURN_IF_ERROR(ValidateTokens(tokens, c.vocab));
+  const std::vector<int64_t>& positions = cached.positions;
+  if (n == 0 || cached.num_tokens() != n ||
+      !std::is_sorted(positions.begin(), positions.end(), std::less_equal<>()) ||
+      positions.front() < 0 || positions.back() >= c.max_position) {
+    return absl::InvalidArgumentError(fmt::format(
+        "tiny transformer: {} tokens with a cache of {} at positions that do not increase inside "
+        "[0, {})",
+        n, cached.num_tokens(), c.max_position));
+  }
+  const std::vector<int32_t>& always = recompute.always;
+  if (!std::is_sorted(always.begin(), always.end(), std::less_equal<>()) ||
+      (!always.empty() && (always.front() < 0 || always.back() >= n))) {
+    return absl::InvalidArgumentError("tiny transformer: recomputed tokens not ascending in range");
+  }
+  if (recompute.check_layer >= c.layers || recompute.ratio < 0 || recompute.ratio > 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("tiny transformer: check layer {} of {}, ratio {}", recompute.check_layer,
+                    c.layers, recompute.ratio));
+  }
+
+  // The tokens computed at the current layer, and their hidden rows.
+  std::vector<int32_t> active = always;
+  if (recompute.check_layer >= 0) {
+    active.resize(static_cast<size_t>(n));
+    std::iota(active.begin(), active.end(), 0);
+  }
+  std::vector<uint32_t> active_tokens;
+  for (const int32_t t : active) active_tokens.push_back(tokens[t]);
+  std::vector<float> x = Embed(embedding_, active_tokens, h);
+  TinyKv kv = cached;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const auto m = static_cast<int64_t>(active.size());
+    std::vector<float> q(static_cast<size_t>(m * h)), keys(static_cast<size_t>(m * kvw));
+    std::vector<float> values(keys.size());
+    for (int64_t i = 0; i < m; ++i) {
+      ProjectQkv(l, x.data() + i * h, q.data() + i * h, keys.data() + i * kvw,
+                 values.data() + i * kvw);
+    }
+    if (l == recompute.check_layer) {
+      // CacheBlend: the tokens outside `always` that deviate most join it from here on.
+      std::vector<int32_t> others;
+      std::vector<float> fresh, old;
+      for (const int32_t t : active) {
+        if (std::binary_search(always.begin(), always.end(), t)) continue;
+        others.push_back(t);
+        fresh.insert(fresh.end(), keys.begin() + t * kvw, keys.begin() + (t + 1) * kvw);
+        old.insert(old.end(), kv.keys[l].begin() + t * kvw, kv.keys[l].begin() + (t + 1) * kvw);
+      }
+      const auto rows = static_cast<int64_t>(others.size());
+      std::vector<float> deviation(others.size());
+      STRATA_RETURN_IF_ERROR(kernels::TokenDeviation(
+          kernels::ConstMatrixView::Dense(fresh.data(), KvDtype::kFloat32, rows, kvw),
+          kernels::ConstMatrixView::Dense(old.data(), KvDtype::kFloat32, rows, kvw), deviation));
+      STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> chosen,
+                              kernels::SelectBlendTokens(deviation, 0, recompute.ratio));
+      std::vector<int32_t> selected = always;
+      for (const int32_t i : chosen) selected.push_back(others[i]);
+      std::sort(selected.begin(), selected.end());
+      // Keep the selected tokens' rows (active holds every token here: row t is token t).
+      std::vector<float> kept_x, kept_q, kept_keys, kept_values;
+      for (const int32_t t : selected) {
+        kept_x.insert(kept_x.end(), x.begin() + t * h, x.begin() + (t + 1) * h);
+        kept_q.insert(kept_q.end(), q.begin() + t * h, q.begin() + (t + 1) * h);
+        kept_keys.insert(kept_keys.end(), keys.begin() + t * kvw, keys.begin() + (t + 1) * kvw);
+        kept_values.insert(kept_values.end(), values.begin() + t * kvw,
+                           values.begin() + (t + 1) * kvw);
+      }
+      active = std::move(selected);
+      x = std::move(kept_x);
+      q = std::move(kept_q);
+      keys = std::move(kept_keys);
+      values = std::move(kept_values);
+    }
+    // The recomputed tokens' fresh KV replaces their cached rows at this layer.
+    for (size_t i = 0; i < active.size(); ++i) {
+      std::copy_n(keys.begin() + i * kvw, kvw, kv.keys[l].begin() + active[i] * kvw);
+      std::copy_n(values.begin() + i * kvw, kvw, kv.values[l].begin() + active[i] * kvw);
+    }
+    // Each run of consecutive recomputed tokens [a, b) attends causally over tokens [0, b).
+    std::vector<float> attn(q.size());
+    for (size_t i = 0; i < active.size();) {
+      size_t j = i + 1;
+      while (j < active.size() && active[j] == active[j - 1] + 1) ++j;
+      const int64_t end = active[j - 1] + 1;
+      std::vector<float> run_keys(kv.keys[l].begin(), kv.keys[l].begin() + end * kvw);
+      std::vector<float> run_values(kv.values[l].begin(), kv.values[l].begin() + end * kvw);
+      STRATA_RETURN_IF_ERROR(
+          Attend(std::span(q).subspan(i * h, (j - i) * h), std::move(run_keys),
+                 std::move(run_values), std::span(positions).first(static_cast<size_t>(end)),
+                 std::span(positions).subspan(static_cast<size_t>(active[i]), j - i),
+                 /*rotate_explicitly=*/false, std::span(attn).subspan(i * h, (j - i) * h)));
+      i = j;
+    }
+    for (size_t i = 0; i < active.size(); ++i) {
+      AttentionAndMlpResidual(l, attn.data() + i * h, x.data() + i * h);
+    }
+  }
+  return TinySelectiveOutput{
+      .recomputed = std::move(active), .hidden = std::move(x), .kv = std::move(kv)};
 }
 
 absl::Status TinyTransformer::Attend(std::span<const float> q, std::vector<float> keys,
@@ -242,6 +380,17 @@ double RelativeDifference(std::span<const float> a, std::span<const float> b) {
     norm += double(b[i]) * b[i];
   }
   return std::sqrt(diff / norm);
+}
+
+std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed, uint32_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> tokens(n);
+  for (uint32_t& t : tokens) t = 1 + static_cast<uint32_t>(rng() % (vocab - 1));
+  return tokens;
+}
+
+std::span<const float> Rows(std::span<const float> m, int64_t width, int64_t begin, int64_t end) {
+  return m.subspan(static_cast<size_t>(begin * width), static_cast<size_t>((end - begin) * width));
 }
 
 }  // namespace strata::testing

@@ -11,12 +11,16 @@
 // `rotate_explicitly`, queries and keys are rotated first (kernels::ApplyRope) and attention runs
 // with no RoPE: the standard path the fused one must equal.
 //
-// Two entry points:
+// Three entry points:
 //   - Prefill: a whole prompt at positions first_position.., every token attending to those
 //     before it (what an engine computes with no cache);
 //   - Extend: new tokens attending to a given context (cached or computed KV of earlier tokens,
 //     each at its own position) and causally to each other: chunked prefill, and reuse of cached
-//     chunks at positions they were not computed at.
+//     chunks at positions they were not computed at;
+//   - SelectivePrefill: a prompt whose KV is cached (at its positions in the prompt) for some
+//     tokens, recomputing only some of them layer by layer while the others' cached KV stands in
+//     (ALGORITHMS.md section 3): EPIC's LegoLink and MEPIC (a fixed set recomputed from layer 0),
+//     CacheBlend (a set chosen at a check layer by key deviation, kernels/blend.h).
 // Pure functions of the weights; thread-safe after Create.
 #pragma once
 
@@ -65,6 +69,23 @@ struct TinyOutput {
   TinyKv kv;                  // the new tokens' KV
 };
 
+// Which tokens SelectivePrefill recomputes: `always` (token indices, ascending) from layer 0. With
+// a check layer (>= 0), CacheBlend's selection joins them: every token is computed through the
+// layers before it; at the check layer the other tokens' fresh keys are compared with their cached
+// ones, and the floor(others * ratio) that deviate most (kernels::SelectBlendTokens) are
+// recomputed from there on with `always`.
+struct TinyRecompute {
+  std::vector<int32_t> always;
+  int64_t check_layer = -1;  // < 0: no selection
+  double ratio = 0;          // in [0, 1]
+};
+
+struct TinySelectiveOutput {
+  std::vector<int32_t> recomputed;  // ascending: the tokens computed through the last layer
+  std::vector<float> hidden;        // [recomputed][hidden]: their last layer's output
+  TinyKv kv;  // every token's KV as attended: fresh where recomputed at that layer, else cached
+};
+
 class TinyTransformer {
  public:
   // kInvalidArgument for non-positive sizes, q_heads not a multiple of kv_heads, an odd head_dim.
@@ -82,9 +103,26 @@ class TinyTransformer {
   absl::StatusOr<TinyOutput> Extend(const TinyKv& context, std::span<const uint32_t> tokens,
                                     int64_t first_position, bool rotate_explicitly = false) const;
 
+  // `tokens` at the positions of `cached`, which holds a KV row for every one of them (the rows of
+  // tokens recomputed at a layer are replaced there; the others stand in for the tokens' own KV).
+  // Each recomputed token attends to every token before it, causally. Recomputing every token is
+  // Prefill. kInvalidArgument for a cache of another shape or size, positions that do not
+  // increase, `always` not ascending or out of range, a check layer past the last layer or a
+  // ratio outside [0, 1].
+  absl::StatusOr<TinySelectiveOutput> SelectivePrefill(std::span<const uint32_t> tokens,
+                                                       const TinyKv& cached,
+                                                       const TinyRecompute& recompute) const;
+
  private:
   TinyTransformer(TinyConfig config, kernels::RopeTable rope)
       : config_(config), rope_(std::move(rope)) {}
+
+  // Checks the context's shape against the model's (kInvalidArgument).
+  absl::Status ValidateKv(const TinyKv& kv) const;
+  // Of layer `layer`, for the token whose hidden row is `x`: its query, NoPE key and value.
+  void ProjectQkv(int64_t layer, const float* x, float* q, float* key, float* value) const;
+  // Of layer `layer`: adds the attention output `attn` projected, then the MLP, to `x`.
+  void AttentionAndMlpResidual(int64_t layer, const float* attn, float* x) const;
 
   // Attention of queries `q` (the last query_positions.size() of the tokens) over one layer's
   // `keys` and `values` ([token][kv_heads][head_dim], taken: rotated in place when
@@ -104,5 +142,11 @@ class TinyTransformer {
 
 // ||a - b||_F / ||b||_F.
 double RelativeDifference(std::span<const float> a, std::span<const float> b);
+
+// `n` tokens drawn by `seed` from [1, vocab): never 0, the tests' pad token.
+std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed, uint32_t vocab = 512);
+
+// Rows [begin, end) of a row-major matrix of `width` columns (a view into `m`).
+std::span<const float> Rows(std::span<const float> m, int64_t width, int64_t begin, int64_t end);
 
 }  // namespace strata::testing

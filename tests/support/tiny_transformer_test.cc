@@ -2,31 +2,20 @@
 // ALGORITHMS.md section 3's invariants: chunked prefill equals full prefill; a NoPE cache with
 // fused RoPE equals standard RoPE attention; recomputed blocks equal full prefill's; and reusing a
 // chunk computed elsewhere deviates from full prefill by an amount that recomputing its tokens
-// removes.
+// removes; a selective prefill (EPIC, MEPIC, CacheBlend) that recomputes every token is full
+// prefill, one that recomputes a fixed set equals computing it in sequence, and CacheBlend's ends
+// (ratio 1, ratio 0 at layer 0) are full prefill and naive reuse.
 #include "tests/support/tiny_transformer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace strata::testing {
 namespace {
-
-std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint32_t> tokens(n);
-  for (uint32_t& t : tokens) t = static_cast<uint32_t>(rng() % 512);
-  return tokens;
-}
-
-std::span<const float> Rows(const std::vector<float>& m, int64_t width, int64_t begin,
-                            int64_t end) {
-  return std::span(m).subspan(static_cast<size_t>(begin * width),
-                              static_cast<size_t>((end - begin) * width));
-}
 
 class TinyTransformerTest : public ::testing::Test {
  protected:
@@ -116,6 +105,104 @@ TEST_F(TinyTransformerTest, ReusedChunkDeviatesAndRecomputeRemovesIt) {
   EXPECT_LT(deviations[2], deviations[1]) << "more recompute reduces it more";
 }
 
+// Prompt [A][B][Q] with A and B computed alone (each at position 0) and cached, moved to their
+// positions in the prompt; Q has no cache (zero rows).
+struct CachedPrompt {
+  std::vector<uint32_t> tokens;
+  TinyKv cached;
+  TinyOutput full;  // full prefill of the prompt
+};
+CachedPrompt MakeCachedPrompt(const TinyTransformer& model) {
+  const std::vector<uint32_t> a = RandomTokens(32, 7), b = RandomTokens(48, 8),
+                              q = RandomTokens(16, 9);
+  CachedPrompt p;
+  p.tokens = a;
+  p.tokens.insert(p.tokens.end(), b.begin(), b.end());
+  p.tokens.insert(p.tokens.end(), q.begin(), q.end());
+  p.full = *model.Prefill(p.tokens);
+  TinyKv none = model.Prefill(q)->kv;
+  for (auto* rows : {&none.keys, &none.values}) {
+    for (std::vector<float>& layer : *rows) std::fill(layer.begin(), layer.end(), 0.0f);
+  }
+  p.cached = model.Prefill(a)
+                 ->kv.Concat(model.Prefill(b)->kv.AtPositions(32))
+                 .Concat(none.AtPositions(80));
+  return p;
+}
+
+std::vector<int32_t> Range(int32_t begin, int32_t end) {
+  std::vector<int32_t> out;
+  for (int32_t t = begin; t < end; ++t) out.push_back(t);
+  return out;
+}
+
+TEST_F(TinyTransformerTest, SelectivePrefillOfEveryTokenIsFullPrefill) {
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  for (const TinyRecompute& every :
+       {TinyRecompute{.always = Range(0, 96)},
+        TinyRecompute{.always = Range(80, 96), .check_layer = 1, .ratio = 1.0}}) {
+    const absl::StatusOr<TinySelectiveOutput> out =
+        model_->SelectivePrefill(p.tokens, p.cached, every);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->recomputed, Range(0, 96));
+    EXPECT_LT(RelativeDifference(out->hidden, p.full.hidden), 1e-5);
+    for (int64_t l = 0; l < model_->config().layers; ++l) {
+      EXPECT_LT(RelativeDifference(out->kv.keys[l], p.full.kv.keys[l]), 1e-5) << l;
+      EXPECT_LT(RelativeDifference(out->kv.values[l], p.full.kv.values[l]), 1e-5) << l;
+    }
+  }
+}
+
+TEST_F(TinyTransformerTest, FixedSelectionEqualsComputingItInSequence) {
+  // LegoLink-k with k = 8 over B: Q and B's first 8 tokens recomputed, A and the rest of B cached.
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  std::vector<int32_t> always = Range(32, 40);
+  for (const int32_t t : Range(80, 96)) always.push_back(t);
+  const TinySelectiveOutput out = *model_->SelectivePrefill(p.tokens, p.cached, {.always = always});
+  EXPECT_EQ(out.recomputed, always);
+
+  // The same in sequence: B's first 8 after A's cache, B's cached rest, then Q.
+  const TinyKv a = p.cached.Slice(0, 32);
+  const TinyOutput head = *model_->Extend(a, std::span(p.tokens).subspan(32, 8), 32);
+  const TinyKv context = a.Concat(head.kv).Concat(p.cached.Slice(40, 80));
+  const TinyOutput q = *model_->Extend(context, std::span(p.tokens).subspan(80), 80);
+  EXPECT_LT(RelativeDifference(Rows(out.hidden, hidden(), 8, 24), q.hidden), 1e-5);
+  EXPECT_LT(RelativeDifference(Rows(out.hidden, hidden(), 0, 8), head.hidden), 1e-5);
+  EXPECT_GT(
+      RelativeDifference(Rows(out.hidden, hidden(), 8, 24), Rows(p.full.hidden, hidden(), 80, 96)),
+      1e-4)
+      << "still an approximation of full prefill";
+}
+
+TEST_F(TinyTransformerTest, CacheBlendAtLayerZeroWithRatioZeroIsNaiveReuse) {
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  const TinySelectiveOutput blend = *model_->SelectivePrefill(
+      p.tokens, p.cached, {.always = Range(80, 96), .check_layer = 0, .ratio = 0.0});
+  EXPECT_EQ(blend.recomputed, Range(80, 96));
+  const TinyOutput naive =
+      *model_->Extend(p.cached.Slice(0, 80), std::span(p.tokens).subspan(80), 80);
+  EXPECT_LT(RelativeDifference(blend.hidden, naive.hidden), 1e-5);
+}
+
+TEST_F(TinyTransformerTest, CacheBlendSelectsTheTokensThatDeviateAndConverges) {
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  const std::span<const float> expected = Rows(p.full.hidden, hidden(), 80, 96);
+  std::vector<double> deviations;
+  for (const double ratio : {0.0, 0.25, 0.5, 1.0}) {
+    const TinySelectiveOutput out = *model_->SelectivePrefill(
+        p.tokens, p.cached, {.always = Range(80, 96), .check_layer = 1, .ratio = ratio});
+    // floor(80 * ratio) of A's and B's tokens, then Q's 16.
+    ASSERT_EQ(out.recomputed.size(), static_cast<size_t>(80 * ratio) + 16);
+    EXPECT_TRUE(std::is_sorted(out.recomputed.begin(), out.recomputed.end()));
+    const auto rows = static_cast<int64_t>(out.recomputed.size());
+    deviations.push_back(RelativeDifference(Rows(out.hidden, hidden(), rows - 16, rows), expected));
+    std::printf("CacheBlend ratio %.2f: deviation of Q's output %.5f\n", ratio, deviations.back());
+  }
+  EXPECT_LT(deviations[3], 1e-5) << "ratio 1 is full prefill";
+  EXPECT_LT(deviations[1], deviations[0]) << "recompute reduces the deviation";
+  EXPECT_LT(deviations[2], deviations[0]);
+}
+
 TEST_F(TinyTransformerTest, BadInputsAreInvalidArgument) {
   const std::vector<uint32_t> out_of_vocab = {1, 2, 512};
   EXPECT_EQ(model_->Prefill(out_of_vocab).status().code(), absl::StatusCode::kInvalidArgument);
@@ -127,6 +214,22 @@ TEST_F(TinyTransformerTest, BadInputsAreInvalidArgument) {
   wrong.values.resize(1);
   EXPECT_EQ(model_->Extend(wrong, tokens, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(TinyTransformer::Create(TinyConfig{.q_heads = 3}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  for (const TinyRecompute& bad :
+       {TinyRecompute{.always = {3, 2}}, TinyRecompute{.always = {95, 96}},
+        TinyRecompute{.always = {-1}}, TinyRecompute{.check_layer = 3, .ratio = 0.5},
+        TinyRecompute{.check_layer = 1, .ratio = 1.5}}) {
+    EXPECT_EQ(model_->SelectivePrefill(p.tokens, p.cached, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(model_->SelectivePrefill(std::span(p.tokens).first(95), p.cached, {}).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a cache of another size";
+  TinyKv unordered = p.cached;
+  std::swap(unordered.positions[3], unordered.positions[4]);
+  EXPECT_EQ(model_->SelectivePrefill(p.tokens, unordered, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
