@@ -143,6 +143,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "block_tokens") s = ReadTomlUint(value, name, c.device_pool.block_tokens);
       if (key == "backend") s = ReadTomlString(value, name, c.device_pool.backend);
       if (key == "device") s = ReadTomlUint(value, name, c.device_pool.device);
+      if (key == "demote_ahead") s = ReadTomlBool(value, name, c.device_pool.demote_ahead);
     } else if (section == "engine") {
       if (key == "socket_path") s = ReadTomlString(value, name, c.engine.socket_path);
       if (key == "max_sessions") s = ReadTomlUint(value, name, c.engine.max_sessions);
@@ -381,7 +382,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
        toml::table{{"bytes_per_layout", static_cast<int64_t>(c.device_pool.bytes_per_layout)},
                    {"block_tokens", static_cast<int64_t>(c.device_pool.block_tokens)},
                    {"backend", c.device_pool.backend},
-                   {"device", static_cast<int64_t>(c.device_pool.device)}}},
+                   {"device", static_cast<int64_t>(c.device_pool.device)},
+                   {"demote_ahead", c.device_pool.demote_ahead}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},
                              {"max_sessions", static_cast<int64_t>(c.engine.max_sessions)},
                              {"allowed_uids", uids}}},

@@ -20,7 +20,9 @@
 //   [device_pool]  bytes_per_layout (device memory of the T0 pool granted to the engines of each
 //             layout at their handshake; 0 (the default): none), block_tokens (a page's tokens:
 //             the engines' KV block size, default 16), backend ("auto" (default), "cuda",
-//             "host"), device (the CUDA device, default 0)
+//             "host"), device (the CUDA device, default 0), demote_ahead (copy chunks that
+//             become evictable into the host tier on a thread, ahead of their eviction; default
+//             true)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),
@@ -133,6 +135,10 @@ struct DaemonConfig {
     // "host" (memfd memory standing in for a GPU's).
     std::string backend = "auto";
     uint32_t device = 0;  // the CUDA device
+    // Chunks that become evictable are copied into the host tier on a thread, so their eviction
+    // copies nothing under the pool's lock (storage/tiered/device_pool_tiering.h); false: they
+    // are copied when evicted, by the request that evicts them.
+    bool demote_ahead = true;
   } device_pool;
   struct Engine {
     std::string socket_path;

@@ -55,6 +55,7 @@ bytes_per_layout = "2GiB"
 block_tokens = 32
 backend = "host"
 device = 1
+demote_ahead = false
 [engine]
 socket_path = "/tmp/x.sock"
 allowed_uids = [1000, 1001]
@@ -109,6 +110,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->device_pool.block_tokens, 32u);
   EXPECT_EQ(config->device_pool.backend, "host");
   EXPECT_EQ(config->device_pool.device, 1u);
+  EXPECT_FALSE(config->device_pool.demote_ahead);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");
   EXPECT_EQ(config->log.level, "debug");
   EXPECT_EQ(config->control.event_ring_capacity, 1024u);
@@ -249,6 +251,7 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c = DefaultConfig(Env(1ull << 34));
   EXPECT_EQ(c.device_pool.bytes_per_layout, 0u) << "no device pool unless asked for";
+  EXPECT_TRUE(c.device_pool.demote_ahead);
   c.device_pool.bytes_per_layout = 1ull << 30;
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.device_pool.block_tokens = 0;

@@ -140,12 +140,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
     if (!runtime.ok()) return Annotate(runtime.status(), "device pool");
     daemon->device_runtime_ = *std::move(runtime);
     daemon->device_pool_tiering_ = std::make_unique<storage::DevicePoolTiering>(
-        daemon->store_->host(), *daemon->device_runtime_, config.device_pool.block_tokens);
+        daemon->store_->host(), *daemon->device_runtime_,
+        storage::DevicePoolTieringOptions{.block_tokens = config.device_pool.block_tokens,
+                                          .demote_ahead = config.device_pool.demote_ahead});
     daemon->device_pools_ = std::make_unique<storage::DevicePools>(
         *daemon->device_runtime_,
-        storage::DevicePoolsOptions{.bytes_per_layout = config.device_pool.bytes_per_layout,
-                                    .block_tokens = config.device_pool.block_tokens,
-                                    .on_evict = daemon->device_pool_tiering_->DemoteOnEvict()});
+        storage::DevicePoolsOptions{
+            .bytes_per_layout = config.device_pool.bytes_per_layout,
+            .block_tokens = config.device_pool.block_tokens,
+            .on_evict = daemon->device_pool_tiering_->DemoteOnEvict(),
+            .on_evictable = daemon->device_pool_tiering_->DemoteAheadOnEvictable()});
     spdlog::info(
         "device pool: {} bytes per layout in {} memory ({}), pages of {} tokens",
         config.device_pool.bytes_per_layout, daemon->device_runtime_->Capabilities().backend,
@@ -300,6 +304,8 @@ void Daemon::Stop() {
     control_server_->Wait();
   }
   if (sessions_) sessions_->Stop();
+  // No session uses the device pools now; demotions ahead stop before the pools go.
+  if (device_pool_tiering_) device_pool_tiering_->Stop();
   // Loads in flight finish (their sessions are gone: their leases are released), queued
   // demotions reach the disk; the store stays until the members go.
   if (store_) store_->Stop();

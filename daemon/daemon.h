@@ -80,7 +80,8 @@ class Daemon {
   // The T0 pools engines are granted at their handshake, and the runtime that allocates them;
   // null when [device_pool] bytes_per_layout is 0.
   std::unique_ptr<storage::DeviceRuntime> device_runtime_;
-  // Demotes what the pools evict to the host tier and promotes it back: outlives the pools.
+  // Demotes what the pools evict to the host tier (or ahead of their eviction, on its thread:
+  // Stop stops that before the pools go) and promotes it back: outlives the pools.
   std::unique_ptr<storage::DevicePoolTiering> device_pool_tiering_;
   std::unique_ptr<storage::DevicePools> device_pools_;
   std::unique_ptr<EngineSessionServer> sessions_;

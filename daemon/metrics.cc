@@ -270,14 +270,19 @@ void AddDevicePoolTieringFamilies(std::vector<MetricFamily>& families,
                                   const storage::DevicePoolTiering& tiering) {
   const storage::DevicePoolTieringStats s = tiering.stats();
   const char* chunks_help =
-      "Device pool (T0) chunks moved to and from the host tier: demoted (evicted, copied to the "
-      "host tier), demote_skipped (the host tier held it already), demote_failed, promoted (a "
-      "pool miss the host tier held), promote_failed (a bad checksum or a failed copy).";
-  const std::pair<const char*, uint64_t> events[] = {{"demoted", s.demoted},
-                                                     {"demote_skipped", s.demote_skipped},
-                                                     {"demote_failed", s.demote_failures},
-                                                     {"promoted", s.promoted},
-                                                     {"promote_failed", s.promote_failures}};
+      "Device pool (T0) chunks moved to and from the host tier: demoted (copied to the host "
+      "tier, at eviction or ahead of it), demoted_ahead (of demoted: by the demotion thread, off "
+      "the pool's lock), demote_ahead_dropped (not queued for it: the queue was full), "
+      "demote_skipped (the host tier held it already), demote_failed, promoted (a pool miss the "
+      "host tier held), promote_failed (a bad checksum or a failed copy).";
+  const std::pair<const char*, uint64_t> events[] = {
+      {"demoted", s.demoted},
+      {"demoted_ahead", s.demoted_ahead},
+      {"demote_ahead_dropped", s.demote_ahead_dropped},
+      {"demote_skipped", s.demote_skipped},
+      {"demote_failed", s.demote_failures},
+      {"promoted", s.promoted},
+      {"promote_failed", s.promote_failures}};
   for (const auto& [event, count] : events) {
     AddSeries(families, "strata_device_pool_tiering_total", chunks_help, MetricType::Counter, count,
               {{"event", event}});

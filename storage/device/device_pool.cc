@@ -58,7 +58,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(DeviceRuntime& ru
 
 DevicePool::DevicePool(const DevicePoolOptions& options,
                        std::unique_ptr<ShareableAllocation> memory)
-    : geometry_(options.geometry), on_evict_(options.on_evict), memory_(std::move(memory)) {
+    : geometry_(options.geometry),
+      on_evict_(options.on_evict),
+      on_evictable_(options.on_evictable),
+      memory_(std::move(memory)) {
   absl::MutexLock lock(&mu_);
   free_pages_.reserve(geometry_.num_pages);
   // A stack: page 0 is handed out first.
@@ -135,6 +138,7 @@ absl::Status DevicePool::Commit(uint64_t reservation_id) {
   chunk->state = State::kCommitted;
   ++counters_.commits;
   MakeEvictableLocked(chunk);
+  if (on_evictable_) on_evictable_(*this, chunk->key, holder.owner);
   return absl::OkStatus();
 }
 
@@ -165,15 +169,16 @@ void DevicePool::AbortLocked(uint64_t reservation_id) {
   index_.erase(holder.chunk->key);
 }
 
-std::optional<PoolChunkRef> DevicePool::Acquire(const ChunkKey& key, uint64_t owner) {
+std::optional<PoolChunkRef> DevicePool::Acquire(const ChunkKey& key, uint64_t owner, PoolUse use) {
   absl::MutexLock lock(&mu_);
+  const bool counted = use == PoolUse::kRequest;
   auto it = index_.find(key);
   if (it == index_.end() || it->second->state != State::kCommitted) {
-    ++counters_.misses;
+    if (counted) ++counters_.misses;
     return std::nullopt;
   }
   Chunk* chunk = it->second.get();
-  ++counters_.hits;
+  if (counted) ++counters_.hits;
   MakeUnevictableLocked(chunk);
   ++chunk->refs;
   const uint64_t id = next_id_++;
@@ -212,6 +217,7 @@ void DevicePool::ReleaseLocked(uint64_t ref_id) {
   if (chunk->state == State::kCommitted) {
     // Released last is used most recently: the back of the list.
     MakeEvictableLocked(chunk);
+    if (on_evictable_) on_evictable_(*this, chunk->key, holder.owner);
     return;
   }
   pending_free_pages_ -= chunk->pages.size();

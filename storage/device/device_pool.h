@@ -22,7 +22,8 @@
 //
 // Eviction hands the chunk to DevicePoolOptions::on_evict, if any, while its pages still hold
 // its KV (the daemon demotes it to the host tier: storage/tiered/device_pool_tiering.h), then
-// frees its pages.
+// frees its pages. DevicePoolOptions::on_evictable is told of every chunk that becomes evictable,
+// so its KV can be copied down ahead of an eviction, off the pool's lock.
 //
 // Thread-safety: every method is thread-safe (one mutex; each call is O(pages it touches)).
 // Ownership: the pool owns its allocation; the engines' mappings are theirs. Pointers from
@@ -88,6 +89,11 @@ struct DevicePoolOptions {
   // (PageData, geometry) and must not call back into the pool. Null: evicted chunks are dropped.
   std::function<void(const DevicePool& pool, const ChunkKey& key, std::span<const uint32_t> pages)>
       on_evict;
+  // Called when a committed chunk becomes evictable (its commit left it unreferenced, or its
+  // last reference was released), under the pool's lock: its key and the owner whose commit or
+  // release it was. It must be cheap and must not call back into the pool (the daemon queues
+  // the chunk for demotion ahead of its eviction). Null: nobody is told.
+  std::function<void(DevicePool& pool, const ChunkKey& key, uint64_t owner)> on_evictable;
 };
 
 // One contiguous run of a pool chunk's KV: `bytes` at `pool_offset` from the pool's base (a page
@@ -105,6 +111,10 @@ struct PoolChunkRun {
 std::vector<PoolChunkRun> PoolChunkRuns(const KvLayout& layout, uint32_t block_tokens,
                                         const DevicePoolGeometry& geometry,
                                         std::span<const uint32_t> pages);
+
+// Why a reference is taken: for a request (counted in the pool's hits and misses), or for the
+// pool's upkeep (not counted).
+enum class PoolUse : uint8_t { kRequest, kUpkeep };
 
 enum class PoolReserveOutcome {
   kReserved,        // `pages` are the chunk's: fill them, then Commit or Abort
@@ -177,8 +187,10 @@ class DevicePool {
   size_t AbortOwner(uint64_t owner);
 
   // A reference to committed chunk `key` for `owner` (the chunk becomes the most recently used);
-  // nullopt on a miss.
-  std::optional<PoolChunkRef> Acquire(const ChunkKey& key, uint64_t owner);
+  // nullopt on a miss. `use`: kUpkeep for the pool's own upkeep (a copy down to the host tier),
+  // which counts neither a hit nor a miss.
+  std::optional<PoolChunkRef> Acquire(const ChunkKey& key, uint64_t owner,
+                                      PoolUse use = PoolUse::kRequest);
   // Returns a reference. kNotFound for an unknown (or already released) reference.
   absl::Status Release(uint64_t ref_id);
   // Releases every reference of `owner`; returns how many.
@@ -224,6 +236,7 @@ class DevicePool {
   const DevicePoolGeometry geometry_;
   const std::function<void(const DevicePool&, const ChunkKey&, std::span<const uint32_t>)>
       on_evict_;
+  const std::function<void(DevicePool&, const ChunkKey&, uint64_t)> on_evictable_;
   const std::unique_ptr<ShareableAllocation> memory_;
 
   mutable absl::Mutex mu_;

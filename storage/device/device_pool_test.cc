@@ -188,6 +188,45 @@ TEST_F(DevicePoolTest, EvictionTakesTheLeastRecentlyUsedUnreferencedChunk) {
   EXPECT_TRUE(pool->CheckConsistency().ok()) << pool->CheckConsistency();
 }
 
+// on_evictable hears of every chunk that becomes evictable (its commit, its last release) with
+// the owner whose it was, and nothing else; an upkeep reference counts no hit or miss.
+TEST_F(DevicePoolTest, EveryChunkThatBecomesEvictableIsToldOfWithItsOwner) {
+  std::vector<std::pair<ChunkKey, uint64_t>> told;
+  auto geometry = DevicePoolGeometryFor(Layout(), 16, 4);
+  ASSERT_TRUE(geometry.ok());
+  auto pool = DevicePool::Create(
+      runtime_, {.geometry = *geometry,
+                 .name = "strata-test-t0",
+                 .on_evictable = [&](DevicePool&, const ChunkKey& key, uint64_t owner) {
+                   told.emplace_back(key, owner);
+                 }});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  Store(**pool, 1, 1, /*owner=*/5);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0], std::make_pair(PicKey(1), uint64_t{5}));
+
+  auto a = (*pool)->Acquire(PicKey(1), 6);
+  auto b = (*pool)->Acquire(PicKey(1), 7, PoolUse::kUpkeep);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_FALSE((*pool)->Acquire(PicKey(2), 7, PoolUse::kUpkeep).has_value());
+  EXPECT_EQ((*pool)->Stats().hits, 1u) << "the upkeep reference is not a hit";
+  EXPECT_EQ((*pool)->Stats().misses, 0u) << "nor its miss a miss";
+  ASSERT_TRUE((*pool)->Release(a->ref_id).ok());
+  EXPECT_EQ(told.size(), 1u) << "still referenced";
+  ASSERT_TRUE((*pool)->Release(b->ref_id).ok());
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1], std::make_pair(PicKey(1), uint64_t{7}));
+
+  // A removed chunk, an aborted reservation: never evictable.
+  auto held = (*pool)->Acquire(PicKey(1), 6);
+  ASSERT_TRUE((*pool)->Remove(PicKey(1)));
+  ASSERT_TRUE((*pool)->Release(held->ref_id).ok());
+  auto aborted = (*pool)->Reserve(PicKey(3), 1, 5);
+  ASSERT_TRUE(aborted.ok());
+  (*pool)->Abort(aborted->id);
+  EXPECT_EQ(told.size(), 2u);
+}
+
 TEST_F(DevicePoolTest, ARemovedChunksPagesAreFreedAtItsLastRelease) {
   auto pool = MakePool(4);
   const std::vector<uint32_t> pages = Store(*pool, 1, 2);

@@ -49,6 +49,12 @@ absl::StatusOr<DevicePool*> DevicePools::ForLayout(const KvLayout& layout) {
       on_evict(layout, evicting, key, pages);
     };
   }
+  if (options_.on_evictable) {
+    pool_options.on_evictable = [on_evictable = options_.on_evictable, layout](
+                                    DevicePool& pool, const ChunkKey& key, uint64_t owner) {
+      on_evictable(layout, pool, key, owner);
+    };
+  }
   absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(runtime_, pool_options);
   if (!pool.ok()) {
     entry.failure = Annotate(pool.status(), what);

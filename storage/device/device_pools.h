@@ -36,6 +36,10 @@ struct DevicePoolsOptions {
   std::function<void(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
                      std::span<const uint32_t> pages)>
       on_evict;
+  // Told of every chunk that becomes evictable in a pool (DevicePoolOptions::on_evictable: under
+  // that pool's lock), with the pool's layout. Null: nobody is told.
+  std::function<void(const KvLayout& layout, DevicePool& pool, const ChunkKey& key, uint64_t owner)>
+      on_evictable;
 };
 
 // One pool's figures, for metrics and status.

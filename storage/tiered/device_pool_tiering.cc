@@ -1,6 +1,7 @@
 #include "storage/tiered/device_pool_tiering.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "core/status_macros.h"
@@ -11,9 +12,10 @@
 namespace strata::storage {
 namespace {
 
-// The pool's reservations for promotions are this owner's (sessions' owners are their ids, > 0
-// and far below it).
+// The pool's reservations for promotions, and its references for demotions ahead, are these
+// owners' (sessions' owners are their ids, > 0 and far below them).
 constexpr uint64_t kPromotionOwner = ~uint64_t{0};
+constexpr uint64_t kDemotionOwner = ~uint64_t{0} - 1;
 
 // The copy runs between a pool chunk (runs of PoolChunkRuns, from `pool_base`) and its payload in
 // `ranges` of the arena at `arena_base`, each run split where a range of the payload ends.
@@ -64,39 +66,106 @@ absl::Status DevicePoolTiering::CopyAndWait(std::span<const CopyRun> runs, CopyD
   return stream_->Synchronize();
 }
 
-void DevicePoolTiering::Demote(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
-                               std::span<const uint32_t> pages) {
-  const auto tokens = static_cast<uint32_t>(pages.size() * block_tokens_);
+DevicePoolTiering::DevicePoolTiering(HostTier& host, DeviceRuntime& runtime,
+                                     DevicePoolTieringOptions options)
+    : host_(host), runtime_(runtime), options_(options) {
+  if (options_.demote_ahead) {
+    demoter_ = std::make_unique<BackgroundWorker<QueuedDemotion>>(
+        BackgroundWorkerOptions{.thread_name = "strata-t0-demote",
+                                .max_batch = 16,
+                                .max_queued = options_.demote_ahead_queue,
+                                .on_stop = BackgroundWorkerOptions::OnStop::kDropQueued,
+                                .nice = kBackgroundNice},
+        [this](std::span<QueuedDemotion> queued) { DemoteQueued(queued); });
+  }
+}
+
+DevicePoolTiering::~DevicePoolTiering() { Stop(); }
+
+void DevicePoolTiering::Stop() {
+  if (demoter_ != nullptr) demoter_->Stop();
+}
+
+void DevicePoolTiering::FlushDemotionsAhead() {
+  if (demoter_ != nullptr) demoter_->Flush();
+}
+
+DevicePoolTiering::CopyDownOutcome DevicePoolTiering::CopyDown(const KvLayout& layout,
+                                                               const DevicePool& pool,
+                                                               const ChunkKey& key,
+                                                               std::span<const uint32_t> pages) {
+  const auto tokens = static_cast<uint32_t>(pages.size() * options_.block_tokens);
   const uint64_t bytes = layout.chunk_bytes(tokens);
   absl::StatusOr<ReserveResult> reserved = host_.ReserveSized(key, bytes, {.num_tokens = tokens});
-  if (!reserved.ok() || reserved->outcome != ReserveOutcome::kReserved) {
-    absl::MutexLock lock(&mu_);
-    ++(reserved.ok() ? stats_.demote_skipped : stats_.demote_failures);
-    return;
-  }
+  if (!reserved.ok()) return CopyDownOutcome::kFailed;
+  if (reserved->outcome != ReserveOutcome::kReserved) return CopyDownOutcome::kPresent;
   WriteReservation reservation = std::move(reserved->reservation);
   const std::vector<PoolChunkRun> chunk_runs =
-      PoolChunkRuns(layout, block_tokens_, pool.geometry(), pages);
+      PoolChunkRuns(layout, options_.block_tokens, pool.geometry(), pages);
   const std::vector<CopyRun> runs =
       ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), reservation.ranges(),
                     /*to_pool=*/false);
   absl::Status copied = CopyAndWait(runs, /*digest=*/nullptr);
   if (copied.ok()) copied = host_.Commit(std::move(reservation));
-  absl::MutexLock lock(&mu_);
   if (!copied.ok()) {
-    ++stats_.demote_failures;
     spdlog::warn("device pool: demoting {} to the host tier failed: {}", key.ToString(),
                  copied.ToString());
-    return;
+    return CopyDownOutcome::kFailed;
   }
-  ++stats_.demoted;
+  absl::MutexLock lock(&mu_);
   stats_.demoted_bytes += bytes;
+  return CopyDownOutcome::kCopied;
+}
+
+void DevicePoolTiering::Demote(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+                               std::span<const uint32_t> pages) {
+  CountDemotion(CopyDown(layout, pool, key, pages), /*ahead=*/false);
+}
+
+void DevicePoolTiering::CountDemotion(CopyDownOutcome outcome, bool ahead) {
+  absl::MutexLock lock(&mu_);
+  switch (outcome) {
+    case CopyDownOutcome::kCopied:
+      ++stats_.demoted;
+      if (ahead) ++stats_.demoted_ahead;
+      break;
+    case CopyDownOutcome::kPresent:
+      ++stats_.demote_skipped;
+      break;
+    case CopyDownOutcome::kFailed:
+      ++stats_.demote_failures;
+      break;
+  }
+}
+
+void DevicePoolTiering::DemoteAhead(const KvLayout& layout, DevicePool& pool, const ChunkKey& key,
+                                    uint64_t owner) {
+  if (demoter_ == nullptr || owner == kDemotionOwner || host_.Contains(key)) return;
+  if (!demoter_->Push({.layout = layout, .pool = &pool, .key = key})) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.demote_ahead_dropped;
+  }
+}
+
+void DevicePoolTiering::DemoteQueued(std::span<QueuedDemotion> queued) {
+  for (QueuedDemotion& chunk : queued) {
+    if (host_.Contains(chunk.key)) continue;
+    // The reference keeps the chunk's pages from eviction while they are copied (its release
+    // makes the chunk the most recently used again, as it nearly was); nullopt when it was
+    // evicted (and so demoted) or removed meanwhile.
+    std::optional<PoolChunkRef> ref =
+        chunk.pool->Acquire(chunk.key, kDemotionOwner, PoolUse::kUpkeep);
+    if (!ref.has_value()) continue;
+    const CopyDownOutcome outcome = CopyDown(chunk.layout, *chunk.pool, chunk.key, ref->pages);
+    (void)chunk.pool->Release(ref->ref_id);
+    CountDemotion(outcome, /*ahead=*/true);
+  }
 }
 
 absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePool& pool,
                                                 const ChunkKey& key) {
   STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host_.AcquireForCopy(key));
-  const uint64_t page_bytes = layout.chunk_bytes(block_tokens_);
+  const uint64_t page_bytes = layout.chunk_bytes(options_.block_tokens);
   if (!lease.has_value() || lease->size_bytes() == 0 || lease->size_bytes() % page_bytes != 0) {
     return false;
   }
@@ -117,7 +186,7 @@ absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePo
     return reservation.outcome == PoolReserveOutcome::kAlreadyPresent;
   }
   const std::vector<PoolChunkRun> chunk_runs =
-      PoolChunkRuns(layout, block_tokens_, pool.geometry(), reservation.pages);
+      PoolChunkRuns(layout, options_.block_tokens, pool.geometry(), reservation.pages);
   const std::vector<CopyRun> runs =
       ArenaCopyRuns(chunk_runs, pool.PageData(0, 0), host_.arena_base(), lease->ranges(),
                     /*to_pool=*/true);

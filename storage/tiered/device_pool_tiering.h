@@ -9,16 +9,23 @@
 //     pages, is given pages in the pool (admission first) and copied there, checksummed, then
 //     committed. A runtime with digested copies checksums the bytes as it copies them (one pass
 //     over the payload); another checksums them before the reservation (two passes).
+//   - DemoteAhead (a pool's on_evictable, with demote_ahead): a chunk that becomes evictable is
+//     queued, and a thread of this object's copies it into the host tier while it holds a
+//     reference to it (so its pages stay), off the pool's lock. Its eviction then finds the
+//     host tier holding it and copies nothing under the lock. A chunk queued past the queue's
+//     bound, or evicted before the thread reached it, is copied at its eviction as above.
 // Copies go through one stream of the daemon's DeviceRuntime (device <-> the arena), then wait for
-// it: the calling thread waits for the copy (the pool's lock is held during a demotion).
+// it: the calling thread waits for the copy (the pool's lock is held during a demotion at
+// eviction, not during one ahead of it).
 //
-// Both are best effort: the chunk is a cache entry, so a failure (the host tier full or holding
+// All are best effort: the chunk is a cache entry, so a failure (the host tier full or holding
 // the key already, a copy that fails, a checksum that does not match) is counted and the chunk
 // is dropped or recomputed, never served wrong.
 //
 // Thread-safety: thread-safe (the stream is used under a mutex that is never held while calling
 // into a pool, so a promotion's reservation may evict, and demote, without deadlock).
-// Ownership: borrows the host tier and the runtime, which must outlive it.
+// Ownership: borrows the host tier and the runtime, which must outlive it. Lifecycle: the pools
+// it is told of must outlive its demotions ahead: Stop (or destroy) it before them.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,7 @@
 #include "storage/device/device_pool.h"
 #include "storage/device/device_runtime.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/background_worker.h"
 
 namespace strata::storage {
 
@@ -45,19 +53,51 @@ struct DevicePoolTieringStats {
   uint64_t promoted = 0;         // chunks copied into a pool
   uint64_t promoted_bytes = 0;
   uint64_t promote_failures = 0;  // a checksum mismatch, or the copy failed
+  // Of `demoted`: copied ahead of their eviction, by the thread, off the pool's lock.
+  uint64_t demoted_ahead = 0;
+  // Not queued for a demotion ahead (the queue full, or stopped): copied at eviction if need be.
+  uint64_t demote_ahead_dropped = 0;
+};
+
+struct DevicePoolTieringOptions {
+  // The pools' page size in tokens (DevicePoolsOptions::block_tokens).
+  uint32_t block_tokens = 16;
+  // Copy chunks that become evictable into the host tier ahead of their eviction, on a thread.
+  bool demote_ahead = false;
+  // Most chunks queued for that thread.
+  uint64_t demote_ahead_queue = 4096;
 };
 
 class DevicePoolTiering {
  public:
-  // `block_tokens`: the pools' page size in tokens (DevicePoolsOptions::block_tokens).
-  DevicePoolTiering(HostTier& host, DeviceRuntime& runtime, uint32_t block_tokens)
-      : host_(host), runtime_(runtime), block_tokens_(block_tokens) {}
+  DevicePoolTiering(HostTier& host, DeviceRuntime& runtime, DevicePoolTieringOptions options);
   DevicePoolTiering(const DevicePoolTiering&) = delete;
   DevicePoolTiering& operator=(const DevicePoolTiering&) = delete;
+  ~DevicePoolTiering();
 
   // Stores the chunk `key` of `layout`, evicted from `pool` and held in `pages`, in the host tier.
   void Demote(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
               std::span<const uint32_t> pages);
+
+  // Queues chunk `key` of `layout`, evictable in `pool` now, for a demotion ahead of its eviction
+  // (nothing without demote_ahead, for the thread's own releases, or when the host tier holds
+  // it). Cheap: called under the pool's lock.
+  void DemoteAhead(const KvLayout& layout, DevicePool& pool, const ChunkKey& key, uint64_t owner);
+
+  // DemoteAhead as a DevicePoolsOptions::on_evictable (this object must outlive the pools, and
+  // be stopped before them).
+  std::function<void(const KvLayout&, DevicePool&, const ChunkKey&, uint64_t)>
+  DemoteAheadOnEvictable() {
+    return [this](const KvLayout& layout, DevicePool& pool, const ChunkKey& key, uint64_t owner) {
+      DemoteAhead(layout, pool, key, owner);
+    };
+  }
+
+  // Returns once every chunk queued before the call is demoted or given up (tests).
+  void FlushDemotionsAhead();
+  // Drops the queued demotions ahead and waits for the one in progress; later ones are not
+  // queued. Idempotent.
+  void Stop();
 
   // Demote as a DevicePoolsOptions::on_evict (this object must outlive the pools).
   std::function<void(const KvLayout&, const DevicePool&, const ChunkKey&,
@@ -76,16 +116,33 @@ class DevicePoolTiering {
   DevicePoolTieringStats stats() const;
 
  private:
+  enum class CopyDownOutcome { kCopied, kPresent, kFailed };
+  struct QueuedDemotion {
+    KvLayout layout;
+    DevicePool* pool = nullptr;
+    ChunkKey key;
+  };
+
   // Runs `runs` on the stream and waits for them; with `digest`, folds every run's source bytes
   // into its digest 0 (the runtime must have digested_copies).
   absl::Status CopyAndWait(std::span<const CopyRun> runs, CopyDigests* digest);
+  // Copies chunk `key` held in `pages` of `pool` into a host-tier chunk and commits it.
+  CopyDownOutcome CopyDown(const KvLayout& layout, const DevicePool& pool, const ChunkKey& key,
+                           std::span<const uint32_t> pages);
+  // Counts a demotion's outcome (`ahead`: the thread's).
+  void CountDemotion(CopyDownOutcome outcome, bool ahead);
+  // The demotion thread's work: each queued chunk still in its pool and not in the host tier is
+  // referenced, copied down, released.
+  void DemoteQueued(std::span<QueuedDemotion> queued);
 
   HostTier& host_;
   DeviceRuntime& runtime_;
-  const uint32_t block_tokens_;
+  const DevicePoolTieringOptions options_;
   mutable absl::Mutex mu_;
   std::unique_ptr<DeviceStream> stream_ ABSL_GUARDED_BY(mu_);
   DevicePoolTieringStats stats_ ABSL_GUARDED_BY(mu_);
+  // With demote_ahead; declared last, so it stops before what it uses goes.
+  std::unique_ptr<BackgroundWorker<QueuedDemotion>> demoter_;
 };
 
 }  // namespace strata::storage

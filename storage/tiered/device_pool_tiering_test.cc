@@ -6,6 +6,7 @@
 #include "storage/tiered/device_pool_tiering.h"
 
 #include <cstring>
+#include <thread>
 
 #include "core/key_hasher.h"
 #include "gtest/gtest.h"
@@ -122,12 +123,26 @@ class DevicePoolTieringTest : public ::testing::TestWithParam<bool> {
     }
     ASSERT_EQ(runtime_->Capabilities().digested_copies, GetParam());
     host_ = *HostTier::Create({.capacity_bytes = 1 << 20, .page_bytes = 4096});
-    tiering_.emplace(*host_, *runtime_, kBlock);
-    // 4 pages of 4 KiB.
-    pools_.emplace(*runtime_, DevicePoolsOptions{.bytes_per_layout = 4 * 4096,
-                                                 .block_tokens = kBlock,
-                                                 .on_evict = tiering_->DemoteOnEvict()});
+    Build(/*demote_ahead=*/false);
+  }
+
+  // The tiering and a pool of 4 pages of 4 KiB demoting through it.
+  void Build(bool demote_ahead) {
+    if (tiering_) tiering_->Stop();
+    pools_.reset();
+    tiering_.emplace(
+        *host_, *runtime_,
+        DevicePoolTieringOptions{.block_tokens = kBlock, .demote_ahead = demote_ahead});
+    pools_.emplace(*runtime_,
+                   DevicePoolsOptions{.bytes_per_layout = 4 * 4096,
+                                      .block_tokens = kBlock,
+                                      .on_evict = tiering_->DemoteOnEvict(),
+                                      .on_evictable = tiering_->DemoteAheadOnEvictable()});
     pool_ = *pools_->ForLayout(Layout());
+  }
+
+  void TearDown() override {
+    if (tiering_) tiering_->Stop();
   }
 
   // Stores chunk `key` of `pages` pages in the pool, filled.
@@ -231,6 +246,94 @@ TEST_P(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
   std::optional<PoolChunkRef> nine = pool_->Acquire(Key(9), 5);
   ASSERT_TRUE(nine.has_value());
   EXPECT_TRUE(ChunkHolds(*pool_, nine->pages)) << "a host chunk in chunk format, paged";
+  EXPECT_TRUE(pool_->CheckConsistency().ok());
+}
+
+// Demotion ahead: a chunk is copied down by the tiering's thread once it becomes evictable, so
+// its eviction copies nothing under the pool's lock; the thread's own references count no hit and
+// queue nothing again; once stopped, nothing is queued and eviction demotes as before.
+TEST_P(DevicePoolTieringTest, ChunksAreDemotedAheadOfTheirEviction) {
+  Build(/*demote_ahead=*/true);
+  Store(Key(1), 2);
+  tiering_->FlushDemotionsAhead();
+  EXPECT_EQ(tiering_->stats().demoted_ahead, 1u);
+  EXPECT_EQ(tiering_->stats().demoted, 1u);
+  {
+    absl::StatusOr<std::optional<ChunkLease>> lease = host_->AcquireForCopy(Key(1));
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    std::vector<std::byte> payload((*lease)->size_bytes());
+    (*lease)->payload().CopyTo(payload);
+    EXPECT_EQ(payload, ExpectedChunk(2)) << "in chunk format, as a demotion at eviction writes it";
+  }
+  EXPECT_EQ(pool_->Stats().hits, 0u) << "the thread's reference is upkeep, not a hit";
+
+  // A reader's release queues nothing: the host tier holds the chunk already.
+  std::optional<PoolChunkRef> read = pool_->Acquire(Key(1), 7);
+  ASSERT_TRUE(read.has_value());
+  ASSERT_TRUE(pool_->Release(read->ref_id).ok());
+  Store(Key(2), 2);
+  tiering_->FlushDemotionsAhead();
+  EXPECT_EQ(tiering_->stats().demoted_ahead, 2u);
+
+  // Chunk 1's eviction finds it in the host tier: nothing copied under the lock.
+  Store(Key(3), 2);
+  EXPECT_EQ(tiering_->stats().demote_skipped, 1u);
+  tiering_->FlushDemotionsAhead();
+  EXPECT_EQ(tiering_->stats().demoted_ahead, 3u);
+  EXPECT_EQ(tiering_->stats().demoted, 3u);
+  EXPECT_EQ(tiering_->stats().demote_failures, 0u);
+
+  // And it comes back byte for byte.
+  absl::StatusOr<bool> promoted = tiering_->Promote(Layout(), *pool_, Key(1));
+  ASSERT_TRUE(promoted.ok() && *promoted) << promoted.status();
+  std::optional<PoolChunkRef> back = pool_->Acquire(Key(1), 9);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(ChunkHolds(*pool_, back->pages));
+  ASSERT_TRUE(pool_->Release(back->ref_id).ok());
+
+  // Stopped: a new chunk is not queued (counted) and its eviction demotes it.
+  tiering_->Stop();
+  Store(Key(4), 2);
+  EXPECT_EQ(tiering_->stats().demote_ahead_dropped, 1u);
+  Store(Key(5), 4);  // evicts everything
+  EXPECT_TRUE(host_->Contains(Key(4)));
+  EXPECT_EQ(pool_->Stats().references, 0u);
+  EXPECT_TRUE(pool_->CheckConsistency().ok());
+}
+
+// Requests acquiring, releasing and storing chunks while the thread copies them down: every
+// chunk the host tier ends up holding is the chunk byte for byte, and the pool stays consistent.
+TEST_P(DevicePoolTieringTest, DemotionAheadRacesRequestsSafely) {
+  Build(/*demote_ahead=*/true);
+  std::vector<std::thread> requests;
+  for (uint32_t t = 0; t < 2; ++t) {
+    requests.emplace_back([&, t] {
+      for (uint32_t i = 0; i < 200; ++i) {
+        const ChunkKey key = Key(100 + (i * 2 + t) % 12);
+        absl::StatusOr<PoolReservation> reserved = pool_->Reserve(key, 1 + i % 2, 10 + t);
+        if (reserved.ok() && reserved->outcome == PoolReserveOutcome::kReserved) {
+          FillChunk(*pool_, reserved->pages);
+          ASSERT_TRUE(pool_->Commit(reserved->id).ok());
+        }
+        if (std::optional<PoolChunkRef> ref = pool_->Acquire(key, 10 + t)) {
+          EXPECT_TRUE(ChunkHolds(*pool_, ref->pages));
+          ASSERT_TRUE(pool_->Release(ref->ref_id).ok());
+        }
+      }
+    });
+  }
+  for (std::thread& thread : requests) thread.join();
+  tiering_->FlushDemotionsAhead();
+  EXPECT_EQ(tiering_->stats().demote_failures, 0u);
+  for (uint32_t k = 100; k < 112; ++k) {
+    absl::StatusOr<std::optional<ChunkLease>> lease = host_->AcquireForCopy(Key(k));
+    ASSERT_TRUE(lease.ok());
+    if (!lease->has_value()) continue;
+    std::vector<std::byte> payload((*lease)->size_bytes());
+    (*lease)->payload().CopyTo(payload);
+    EXPECT_EQ(payload, ExpectedChunk(payload.size() / ExpectedChunk(1).size())) << k;
+  }
+  EXPECT_EQ(pool_->Stats().references, 0u);
   EXPECT_TRUE(pool_->CheckConsistency().ok());
 }
 

@@ -56,6 +56,8 @@ struct TestDaemonOptions {
   // (DevicePoolTiering); 0: none.
   uint64_t device_pool_bytes = 0;
   uint32_t device_pool_block_tokens = 16;
+  // DevicePoolTieringOptions::demote_ahead (off: tests see demotions at eviction only).
+  bool device_pool_demote_ahead = false;
 };
 
 class TestDaemon {
@@ -78,6 +80,7 @@ class TestDaemon {
   }
   ~TestDaemon() {
     Stop();
+    DropDevicePools();
     if (owns_dir_) {
       std::error_code ignored;
       std::filesystem::remove_all(dir_, ignored);
@@ -89,6 +92,7 @@ class TestDaemon {
   absl::Status Start(bool keep_tier = false) {
     if (!keep_tier || store_ == nullptr) {
       server_.reset();
+      DropDevicePools();
       store_.reset();
       storage::TieredStoreOptions options;
       options.host.capacity_bytes = options_.capacity_bytes;
@@ -107,16 +111,17 @@ class TestDaemon {
       auto store = storage::TieredStore::Create(std::move(options));
       if (!store.ok()) return store.status();
       store_ = std::move(*store);
-      device_pools_.reset();
-      device_pool_tiering_.reset();
       if (options_.device_pool_bytes > 0) {
         device_pool_tiering_ = std::make_unique<storage::DevicePoolTiering>(
-            store_->host(), device_runtime_, options_.device_pool_block_tokens);
+            store_->host(), device_runtime_,
+            storage::DevicePoolTieringOptions{.block_tokens = options_.device_pool_block_tokens,
+                                              .demote_ahead = options_.device_pool_demote_ahead});
         device_pools_ = std::make_unique<storage::DevicePools>(
-            device_runtime_,
-            storage::DevicePoolsOptions{.bytes_per_layout = options_.device_pool_bytes,
-                                        .block_tokens = options_.device_pool_block_tokens,
-                                        .on_evict = device_pool_tiering_->DemoteOnEvict()});
+            device_runtime_, storage::DevicePoolsOptions{
+                                 .bytes_per_layout = options_.device_pool_bytes,
+                                 .block_tokens = options_.device_pool_block_tokens,
+                                 .on_evict = device_pool_tiering_->DemoteOnEvict(),
+                                 .on_evictable = device_pool_tiering_->DemoteAheadOnEvictable()});
       }
     }
     daemon::NodeIdentity node;
@@ -160,6 +165,13 @@ class TestDaemon {
   const daemon::LookupAccounting& lookups() const { return lookups_; }
 
  private:
+  // The tiering's demotions stop before the pools go, and both go before the store they use.
+  void DropDevicePools() {
+    if (device_pool_tiering_) device_pool_tiering_->Stop();
+    device_pools_.reset();
+    device_pool_tiering_.reset();
+  }
+
   const TestDaemonOptions options_;
   std::filesystem::path dir_;
   bool owns_dir_ = false;
