@@ -95,17 +95,6 @@ TinyKv ReadChunk(const PagedKvCache& pool, std::span<const uint32_t> pages, int6
   return kv;
 }
 
-// `tokens` tokens' KV of zeros, at positions 0...
-TinyKv ZeroKv(int64_t tokens) {
-  const auto rows = static_cast<size_t>(tokens * Config().kv_width());
-  TinyKv kv;
-  kv.keys.assign(Config().layers, std::vector<float>(rows, 0.0f));
-  kv.values.assign(Config().layers, std::vector<float>(rows, 0.0f));
-  kv.positions.resize(static_cast<size_t>(tokens));
-  std::iota(kv.positions.begin(), kv.positions.end(), 0);
-  return kv;
-}
-
 // One engine: a session mapping the pool, its PicRequests, and the model.
 class OracleEngine {
  public:
@@ -190,7 +179,7 @@ class OracleEngine {
       if (chunk != nullptr && chunk->source == PicChunkSource::kShared) {
         kv = ReadChunk(View(request), chunk->pages, tokens);
       } else {
-        kv = ZeroKv(tokens);
+        kv = TinyKv::Zeros(Config(), tokens);
       }
       cached = cached.Concat(kv.AtPositions(segment.padded_begin));
     }
@@ -299,10 +288,16 @@ TEST(PicOracleTest, MepicReuseThroughTheDaemonAgainstFullPrefill) {
     return std::make_pair(deviation, out);
   };
 
-  // No recompute: the chunks compiled alone, only the prompt segments computed.
-  PicRequest naive = shared;
-  naive.policy.recompute = PicRecompute::kLegoLinkZero;
-  const double none = deviation_of("no recompute", naive, OracleEngine::Plan(naive)).first;
+  // No recompute: the chunks compiled alone read as they are, only the prompt segments computed.
+  TinyRecompute prompt_only;
+  for (const PicSegment& segment : shared.prompt.segments) {
+    if (segment.kind == SegmentKind::kChunk) continue;
+    for (uint32_t t = segment.padded_begin; t < segment.padded_begin + segment.padded_tokens();
+         ++t) {
+      prompt_only.always.push_back(static_cast<int32_t>(t));
+    }
+  }
+  const double none = deviation_of("no recompute", shared, prompt_only).first;
   auto legolink = [&](uint32_t k) {
     return run(k < (1 << 20) ? fmt::format("LegoLink-{}", k)
                              : "every chunk (LegoLink-k, k past all)",

@@ -53,12 +53,13 @@ std::vector<PicTokenRange> PicRequest::recomputed_from_layer_zero(uint32_t block
       add(begin, end);
       continue;
     }
+    // Lengths are clamped before they are added: k may be anything up to UINT32_MAX.
     switch (policy.recompute) {
       case PicRecompute::kMepic:
-        add(begin, std::min(end, begin + block_tokens));
+        add(begin, begin + std::min(end - begin, block_tokens));
         break;
       case PicRecompute::kLegoLink:
-        add(begin, std::min(end, begin + policy.legolink_tokens));
+        add(begin, begin + std::min(end - begin, policy.legolink_tokens));
         break;
       case PicRecompute::kLegoLinkZero:
       case PicRecompute::kCacheBlend:

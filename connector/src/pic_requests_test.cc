@@ -334,6 +334,9 @@ TEST_F(PicRequestsTest, EachPolicyRecomputesItsShareOfTheSharedChunks) {
       {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 100},
        {{0, total}},
        total},  // k past the chunk: all of it
+      {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = UINT32_MAX},
+       {{0, total}},
+       total},  // k that would wrap past the chunk's begin
       {{.recompute = PicRecompute::kCacheBlend, .check_layer = 1, .blend_ratio = 0.5},
        {{0, chunk_begin}, {chunk_end, total}},
        16 + 24 + 5},

@@ -55,6 +55,18 @@ absl::Status ValidateTokens(std::span<const uint32_t> tokens, int64_t vocab) {
   return absl::OkStatus();
 }
 
+// The rows `rows` of a row-major matrix of `width` columns, in that order.
+std::vector<float> GatherRows(std::span<const float> m, int64_t width,
+                              std::span<const int32_t> rows) {
+  std::vector<float> out;
+  out.reserve(rows.size() * static_cast<size_t>(width));
+  for (const int32_t r : rows) {
+    const auto row = m.subspan(static_cast<size_t>(r * width), static_cast<size_t>(width));
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
 // The embedding rows of `tokens`: [token][hidden].
 std::vector<float> Embed(const std::vector<float>& embedding, std::span<const uint32_t> tokens,
                          int64_t hidden) {
@@ -66,6 +78,16 @@ std::vector<float> Embed(const std::vector<float>& embedding, std::span<const ui
 }
 
 }  // namespace
+
+TinyKv TinyKv::Zeros(const TinyConfig& c, int64_t tokens) {
+  const auto rows = static_cast<size_t>(tokens * c.kv_width());
+  TinyKv kv;
+  kv.keys.assign(static_cast<size_t>(c.layers), std::vector<float>(rows, 0.0f));
+  kv.values.assign(static_cast<size_t>(c.layers), std::vector<float>(rows, 0.0f));
+  kv.positions.resize(static_cast<size_t>(tokens));
+  std::iota(kv.positions.begin(), kv.positions.end(), 0);
+  return kv;
+}
 
 TinyKv TinyKv::Slice(int64_t begin, int64_t end) const {
   TinyKv out;
@@ -153,22 +175,22 @@ absl::Status TinyTransformer::ValidateKv(const TinyKv& kv) const {
   return absl::OkStatus();
 }
 
-void TinyTransformer::ProjectQkv(int64_t layer, const float* x, float* q, float* key,
+void TinyTransformer::ProjectQkv(int64_t layer, const float* x, Workspace& ws, float* q, float* key,
                                  float* value) const {
   const Layer& w = layers_[static_cast<size_t>(layer)];
   const int64_t h = config_.hidden(), kvw = config_.kv_width();
-  std::vector<float> normed(static_cast<size_t>(h));
+  std::vector<float>& normed = ws.normed;
   RmsNorm(x, w.attn_norm, h, normed.data());
   MatVec(normed.data(), w.wq, h, h, q);
   MatVec(normed.data(), w.wk, h, kvw, key);
   MatVec(normed.data(), w.wv, h, kvw, value);
 }
 
-void TinyTransformer::AttentionAndMlpResidual(int64_t layer, const float* attn, float* x) const {
+void TinyTransformer::AttentionAndMlpResidual(int64_t layer, const float* attn, Workspace& ws,
+                                              float* x) const {
   const Layer& w = layers_[static_cast<size_t>(layer)];
   const int64_t h = config_.hidden(), ffn = config_.ffn_dim;
-  std::vector<float> normed(static_cast<size_t>(h)), projected(static_cast<size_t>(h));
-  std::vector<float> gate(static_cast<size_t>(ffn)), up(static_cast<size_t>(ffn));
+  std::vector<float>&normed = ws.normed, &projected = ws.projected, &gate = ws.gate, &up = ws.up;
   MatVec(attn, w.wo, h, h, projected.data());
   for (int64_t i = 0; i < h; ++i) x[i] += projected[i];
   RmsNorm(x, w.mlp_norm, h, normed.data());
@@ -203,10 +225,11 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
   all_positions.insert(all_positions.end(), output.kv.positions.begin(), output.kv.positions.end());
 
   std::vector<float> q(static_cast<size_t>(n * h)), attn(static_cast<size_t>(n * h));
+  Workspace ws(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     std::vector<float> keys(static_cast<size_t>(n * kvw)), values(keys.size());
     for (int64_t t = 0; t < n; ++t) {
-      ProjectQkv(l, x.data() + t * h, q.data() + t * h, keys.data() + t * kvw,
+      ProjectQkv(l, x.data() + t * h, ws, q.data() + t * h, keys.data() + t * kvw,
                  values.data() + t * kvw);
     }
     // This layer's context followed by the new tokens.
@@ -216,7 +239,7 @@ absl::StatusOr<TinyOutput> TinyTransformer::Extend(const TinyKv& context,
     STRATA_RETURN_IF_ERROR(Attend(q, std::move(all_keys), std::move(all_values), all_positions,
                                   output.kv.positions, rotate_explicitly, attn));
     for (int64_t t = 0; t < n; ++t)
-      AttentionAndMlpResidual(l, attn.data() + t * h, x.data() + t * h);
+      AttentionAndMlpResidual(l, attn.data() + t * h, ws, x.data() + t * h);
     output.kv.keys.push_back(std::move(keys));
     output.kv.values.push_back(std::move(values));
   }
@@ -260,24 +283,24 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
   for (const int32_t t : active) active_tokens.push_back(tokens[t]);
   std::vector<float> x = Embed(embedding_, active_tokens, h);
   TinyKv kv = cached;
+  Workspace ws(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const auto m = static_cast<int64_t>(active.size());
     std::vector<float> q(static_cast<size_t>(m * h)), keys(static_cast<size_t>(m * kvw));
     std::vector<float> values(keys.size());
     for (int64_t i = 0; i < m; ++i) {
-      ProjectQkv(l, x.data() + i * h, q.data() + i * h, keys.data() + i * kvw,
+      ProjectQkv(l, x.data() + i * h, ws, q.data() + i * h, keys.data() + i * kvw,
                  values.data() + i * kvw);
     }
     if (l == recompute.check_layer) {
       // CacheBlend: the tokens outside `always` that deviate most join it from here on.
+      // Here `active` holds every token: row t is token t.
       std::vector<int32_t> others;
-      std::vector<float> fresh, old;
       for (const int32_t t : active) {
-        if (std::binary_search(always.begin(), always.end(), t)) continue;
-        others.push_back(t);
-        fresh.insert(fresh.end(), keys.begin() + t * kvw, keys.begin() + (t + 1) * kvw);
-        old.insert(old.end(), kv.keys[l].begin() + t * kvw, kv.keys[l].begin() + (t + 1) * kvw);
+        if (!std::binary_search(always.begin(), always.end(), t)) others.push_back(t);
       }
+      const std::vector<float> fresh = GatherRows(keys, kvw, others);
+      const std::vector<float> old = GatherRows(kv.keys[l], kvw, others);
       const auto rows = static_cast<int64_t>(others.size());
       std::vector<float> deviation(others.size());
       STRATA_RETURN_IF_ERROR(kernels::TokenDeviation(
@@ -288,20 +311,12 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
       std::vector<int32_t> selected = always;
       for (const int32_t i : chosen) selected.push_back(others[i]);
       std::sort(selected.begin(), selected.end());
-      // Keep the selected tokens' rows (active holds every token here: row t is token t).
-      std::vector<float> kept_x, kept_q, kept_keys, kept_values;
-      for (const int32_t t : selected) {
-        kept_x.insert(kept_x.end(), x.begin() + t * h, x.begin() + (t + 1) * h);
-        kept_q.insert(kept_q.end(), q.begin() + t * h, q.begin() + (t + 1) * h);
-        kept_keys.insert(kept_keys.end(), keys.begin() + t * kvw, keys.begin() + (t + 1) * kvw);
-        kept_values.insert(kept_values.end(), values.begin() + t * kvw,
-                           values.begin() + (t + 1) * kvw);
-      }
+      // Only the selected tokens' rows go on.
+      x = GatherRows(x, h, selected);
+      q = GatherRows(q, h, selected);
+      keys = GatherRows(keys, kvw, selected);
+      values = GatherRows(values, kvw, selected);
       active = std::move(selected);
-      x = std::move(kept_x);
-      q = std::move(kept_q);
-      keys = std::move(kept_keys);
-      values = std::move(kept_values);
     }
     // The recomputed tokens' fresh KV replaces their cached rows at this layer.
     for (size_t i = 0; i < active.size(); ++i) {
@@ -324,7 +339,7 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
       i = j;
     }
     for (size_t i = 0; i < active.size(); ++i) {
-      AttentionAndMlpResidual(l, attn.data() + i * h, x.data() + i * h);
+      AttentionAndMlpResidual(l, attn.data() + i * h, ws, x.data() + i * h);
     }
   }
   return TinySelectiveOutput{

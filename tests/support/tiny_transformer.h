@@ -55,6 +55,10 @@ struct TinyKv {
   std::vector<std::vector<float>> values;  // [layer]
   std::vector<int64_t> positions;
 
+  // The KV of `tokens` tokens of a model shaped `c`, every row zero, at positions 0..: what stands
+  // for tokens that have no cache (SelectivePrefill recomputes them).
+  static TinyKv Zeros(const TinyConfig& c, int64_t tokens);
+
   int64_t num_tokens() const { return static_cast<int64_t>(positions.size()); }
   // The tokens [begin, end) of this KV.
   TinyKv Slice(int64_t begin, int64_t end) const;
@@ -119,10 +123,21 @@ class TinyTransformer {
 
   // Checks the context's shape against the model's (kInvalidArgument).
   absl::Status ValidateKv(const TinyKv& kv) const;
+  // The scratch rows of ProjectQkv and AttentionAndMlpResidual, sized for the model: one per
+  // call of Extend or SelectivePrefill, reused for every token and layer.
+  struct Workspace {
+    explicit Workspace(const TinyConfig& c)
+        : normed(static_cast<size_t>(c.hidden())),
+          projected(static_cast<size_t>(c.hidden())),
+          gate(static_cast<size_t>(c.ffn_dim)),
+          up(static_cast<size_t>(c.ffn_dim)) {}
+    std::vector<float> normed, projected, gate, up;
+  };
   // Of layer `layer`, for the token whose hidden row is `x`: its query, NoPE key and value.
-  void ProjectQkv(int64_t layer, const float* x, float* q, float* key, float* value) const;
+  void ProjectQkv(int64_t layer, const float* x, Workspace& ws, float* q, float* key,
+                  float* value) const;
   // Of layer `layer`: adds the attention output `attn` projected, then the MLP, to `x`.
-  void AttentionAndMlpResidual(int64_t layer, const float* attn, float* x) const;
+  void AttentionAndMlpResidual(int64_t layer, const float* attn, Workspace& ws, float* x) const;
 
   // Attention of queries `q` (the last query_positions.size() of the tokens) over one layer's
   // `keys` and `values` ([token][kv_heads][head_dim], taken: rotated in place when

@@ -120,13 +120,9 @@ CachedPrompt MakeCachedPrompt(const TinyTransformer& model) {
   p.tokens.insert(p.tokens.end(), b.begin(), b.end());
   p.tokens.insert(p.tokens.end(), q.begin(), q.end());
   p.full = *model.Prefill(p.tokens);
-  TinyKv none = model.Prefill(q)->kv;
-  for (auto* rows : {&none.keys, &none.values}) {
-    for (std::vector<float>& layer : *rows) std::fill(layer.begin(), layer.end(), 0.0f);
-  }
   p.cached = model.Prefill(a)
                  ->kv.Concat(model.Prefill(b)->kv.AtPositions(32))
-                 .Concat(none.AtPositions(80));
+                 .Concat(TinyKv::Zeros(model.config(), 16).AtPositions(80));
   return p;
 }
 
