@@ -79,7 +79,8 @@ TSAN_TESTS := host_tier_concurrency_test tiered_movement_test tiered_store_test 
   connector_worker_test connector_c_test daemon_process_test engine_cache_test cli_test \
   metrics_test tls_auth_test kv_events_test session_isolation_test remote_peers_test \
   remote_netns_test controller_feed_test strata_controller_membership_test controller_cluster_test \
-  controller_ha_test strata_controller_ingest_test controller_vllm_feed_test device_pool_tiering_test
+  controller_ha_test strata_controller_ingest_test controller_vllm_feed_test device_pool_tiering_test \
+  connector_pic_connector_test
 tsan_empty :=
 tsan_reports = $(abspath $(TSAN_BUILD))/tsan-reports
 

@@ -51,6 +51,7 @@
 #include "core/scoped_fd.h"
 #include "storage/device/device_pool.h"
 #include "storage/device/device_runtime.h"
+#include "storage/device/device_runtime_factory.h"
 
 namespace strata::v1 {
 class EngineRequest;
@@ -243,6 +244,16 @@ EngineClientOptions SessionOptions(const FrontEndOptions& options, bool map_aren
   session.reconnect_max_backoff = options.reconnect_max_backoff;
   session.clock = options.clock;
   return session;
+}
+
+// `runtime`; when it is null, a runtime of the front end's device_backend and device_ordinal
+// (ConnectorOptions): kFailedPrecondition as CreateDeviceRuntime.
+template <class FrontEndOptions>
+absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> RuntimeOrDefault(
+    const FrontEndOptions& options, std::unique_ptr<storage::DeviceRuntime> runtime) {
+  if (runtime != nullptr) return runtime;
+  return storage::CreateDeviceRuntime(
+      {.backend = options.device_backend, .device_ordinal = options.device_ordinal});
 }
 
 // Who a lookup is for, for the daemon's lookup accounting (LookupChainRequest), and where its KV

@@ -1,6 +1,7 @@
 // strata_connector: the Python binding of the C++ connector (strata/connector.h), for the vLLM
 // adapter in connector/python/strata_vllm, and of the page store (strata/page_store.h), for the
-// SGLang HiCache backend in connector/python/strata_sglang. Thin: values are converted at the
+// SGLang HiCache backend in connector/python/strata_sglang, and of position-independent reuse
+// (strata/pic_connector.h). Thin: values are converted at the
 // boundary, blocking calls release the GIL, and a non-OK status becomes an exception (ValueError
 // for invalid arguments, strata_connector.StrataError otherwise). Tensors are passed as (data_ptr,
 // shape, strides) tuples, so the binding needs no torch.
@@ -15,6 +16,7 @@
 #include "core/kv_layout.h"
 #include "strata/connector.h"
 #include "strata/page_store.h"
+#include "strata/pic_connector.h"
 
 namespace py = pybind11;
 
@@ -191,6 +193,64 @@ using PyTensor = std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t
 
 KvTensor ToTensor(const PyTensor& t) {
   return {reinterpret_cast<void*>(std::get<0>(t)), std::get<1>(t), std::get<2>(t)};
+}
+
+py::tuple SpanToTuple(const PicTokenSpan& span) { return py::make_tuple(span.begin, span.end); }
+
+std::vector<PicTokenSpan> ToSpans(const std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
+  std::vector<PicTokenSpan> spans;
+  spans.reserve(pairs.size());
+  for (const auto& [begin, end] : pairs) spans.push_back({begin, end});
+  return spans;
+}
+
+std::string_view ChunkStateName(PicChunkState state) {
+  switch (state) {
+    case PicChunkState::kShared:
+      return "shared";
+    case PicChunkState::kWrite:
+      return "write";
+    case PicChunkState::kPrivate:
+      return "private";
+  }
+  return "private";
+}
+
+// A plan as plain Python values: spans are (begin, end) tuples, states their names, the pool a
+// dict (or None).
+py::dict PlanToDict(const PicPlan& plan) {
+  py::dict d;
+  d["padded_tokens"] = plan.padded_tokens;
+  py::list chunks;
+  for (const PicChunk& chunk : plan.chunks) {
+    py::dict c;
+    c["padded"] = SpanToTuple(chunk.padded);
+    c["source"] = SpanToTuple(chunk.source);
+    c["state"] = ChunkStateName(chunk.state);
+    c["pool_pages"] = chunk.pool_pages;
+    c["why_private"] = chunk.why_private;
+    chunks.append(c);
+  }
+  d["chunks"] = chunks;
+  py::list recompute;
+  for (const PicTokenSpan& span : plan.recompute_from_layer_zero) {
+    recompute.append(SpanToTuple(span));
+  }
+  d["recompute_from_layer_zero"] = recompute;
+  d["recomputed_tokens"] = plan.recomputed_tokens;
+  if (plan.pool.has_value()) {
+    py::dict pool;
+    pool["base"] = plan.pool->base;
+    pool["num_layers"] = plan.pool->num_layers;
+    pool["num_pages"] = plan.pool->num_pages;
+    pool["page_bytes"] = plan.pool->page_bytes;
+    pool["layer_stride_bytes"] = plan.pool->layer_stride_bytes;
+    pool["block_tokens"] = plan.pool->block_tokens;
+    d["pool"] = pool;
+  } else {
+    d["pool"] = py::none();
+  }
+  return d;
 }
 
 }  // namespace
@@ -577,4 +637,85 @@ PYBIND11_MODULE(strata_connector, m) {
         d["connected"] = st.connected;
         return d;
       });
+
+  // Position-independent chunks (strata/pic_connector.h). Plans are dicts (PlanToDict); chunk
+  // spans go in as (begin, end) pairs. Round trips release the GIL.
+  py::class_<PicConnector>(m, "PicConnector")
+      .def(py::init([](const PyOptions& options, uint32_t pad_token) {
+             return Take(PicConnector::Create(options.ToOptions(), pad_token));
+           }),
+           py::arg("options"), py::arg("pad_token") = 0)
+      .def_static(
+          "markers_from_separator",
+          [](const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& separator) {
+            py::list out;
+            for (const PicTokenSpan& span :
+                 Take(PicConnector::MarkersFromSeparator(prompt, separator))) {
+              out.append(SpanToTuple(span));
+            }
+            return out;
+          },
+          py::arg("prompt"), py::arg("separator"),
+          "The chunk spans of a prompt whose chunks end at a separator token sequence.")
+      .def(
+          "begin",
+          [](PicConnector& c, const std::string& request_id, const std::vector<uint32_t>& prompt,
+             const std::vector<std::pair<uint32_t, uint32_t>>& chunks, const std::string& recompute,
+             uint32_t legolink_tokens, uint32_t check_layer, double blend_ratio,
+             std::string tenant) {
+            const PicRequestOptions options{.recompute = Take(ParsePicRecomputePolicy(recompute)),
+                                            .legolink_tokens = legolink_tokens,
+                                            .check_layer = check_layer,
+                                            .blend_ratio = blend_ratio,
+                                            .tenant = std::move(tenant)};
+            const std::vector<PicTokenSpan> spans = ToSpans(chunks);
+            absl::StatusOr<PicPlan> plan;
+            {
+              py::gil_scoped_release release;
+              plan = c.Begin(request_id, prompt, spans, options);
+            }
+            return PlanToDict(Take(std::move(plan)));
+          },
+          py::arg("request_id"), py::arg("prompt"), py::arg("chunks"),
+          py::arg("recompute") = "mepic", py::arg("legolink_tokens") = 16,
+          py::arg("check_layer") = 1, py::arg("blend_ratio") = 0.15, py::arg("tenant") = "",
+          "Plans a request; ValueError for bad chunk spans or options (fall back to prefix "
+          "caching).")
+      .def(
+          "publish",
+          [](PicConnector& c, const std::string& request_id) {
+            absl::StatusOr<PicPlan> plan;
+            {
+              py::gil_scoped_release release;
+              plan = c.Publish(request_id);
+            }
+            return PlanToDict(Take(std::move(plan)));
+          },
+          py::arg("request_id"), "Commits the request's written chunks; returns its plan again.")
+      .def(
+          "verify",
+          [](const PicConnector& c, const std::string& request_id) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = c.Verify(request_id);
+            }
+            if (status.code() == absl::StatusCode::kAborted) return false;
+            Check(status);
+            return true;
+          },
+          py::arg("request_id"),
+          "False when the session holding the request's shared pages dropped (recompute).")
+      .def(
+          "end",
+          [](PicConnector& c, const std::string& request_id) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = c.End(request_id);
+            }
+            Check(status);
+          },
+          py::arg("request_id"))
+      .def_property_readonly("open_requests", &PicConnector::open_requests);
 }

@@ -66,11 +66,7 @@ absl::StatusOr<std::unique_ptr<WorkerConnector>> WorkerConnector::Create(
     const ConnectorOptions& options, std::unique_ptr<storage::DeviceRuntime> runtime) {
   STRATA_RETURN_IF_ERROR(options.Validate());
   STRATA_ASSIGN_OR_RETURN(KeyHasher hasher, KeyHasher::Create(options.layout, options.hashing));
-  if (runtime == nullptr) {
-    STRATA_ASSIGN_OR_RETURN(
-        runtime, storage::CreateDeviceRuntime({.backend = options.device_backend,
-                                               .device_ordinal = options.device_ordinal}));
-  }
+  STRATA_ASSIGN_OR_RETURN(runtime, internal::RuntimeOrDefault(options, std::move(runtime)));
   auto impl = std::make_unique<Impl>(options, std::move(runtime), std::move(hasher));
   storage::DeviceRuntime* rt = impl->runtime.get();
   internal::EngineClientOptions client_options =

@@ -35,6 +35,10 @@ of its groups' hits; when one group's load must wait for a lower tier, every gro
 the worker reports the request once every group has loaded it. Saves follow vLLM's
 ``num_publishable_block_hashes`` fence when EAGLE prefix-cache hashing is on.
 
+Position-independent chunks (kv_transfer_params "strata_pic", strata_vllm.pic) need attention
+over the daemon's device pool, which stock vLLM lacks: such requests are served by prefix
+caching here, and a model runner with that attention plans them with strata_vllm.pic.PicPlanner.
+
 Threading: vLLM calls the scheduler-side methods from its scheduler thread and the worker-side
 methods from each worker's model-runner thread; one instance serves one role.
 """
@@ -55,6 +59,7 @@ from strata_vllm.kv_groups import (
     group_block_ids,
     kv_cache_groups,
 )
+from strata_vllm.pic import PIC_PARAMS_KEY
 from strata_vllm.vllm_types import CONNECTOR_BASES, METADATA_BASES, KVConnectorStats
 
 logger = logging.getLogger("strata_vllm")
@@ -331,6 +336,17 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             self._warned.add(what)
             logger.warning("strata connector: %s failed: %s", what, error)
 
+    def _note_pic_request(self, request: Any) -> None:
+        """A request that asks for position-independent chunks (strata_vllm.pic) is served by
+        prefix caching: vLLM's attention reads only its own blocks. Said once."""
+        params = _get(request, "kv_transfer_params")
+        if "pic" in self._warned or not isinstance(params, dict) or PIC_PARAMS_KEY not in params:
+            return
+        self._warned.add("pic")
+        logger.warning("strata connector: request %s asks for position-independent chunks "
+                       "(%s); this engine's attention reads only its own blocks, so it is served "
+                       "by prefix caching (strata_vllm.pic)", request.request_id, PIC_PARAMS_KEY)
+
     def _engine_stream(self) -> Optional[int]:
         if not self._workers or self._workers[0].backend != "cuda":
             return None
@@ -553,6 +569,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                          "%r; its prompt is recomputed", request.request_id, error,
                          _get(request, "kv_transfer_params"))
             return 0, False
+        self._note_pic_request(request)
         req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
         self._requests[req_id] = request
         source, decode = (node, "") if kv_transfer == "receive" else ("", node)

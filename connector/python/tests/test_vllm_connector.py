@@ -255,7 +255,7 @@ class DaemonProcess:
     """connector_test_daemon in a child process."""
 
     def __init__(self, capacity_bytes=64 << 20, disk_bytes=0, policy=None, node_id=None,
-                 peers=()):
+                 peers=(), device_pool_bytes=0):
         binary = os.environ.get("STRATA_TEST_DAEMON")
         if not binary:
             raise unittest.SkipTest("STRATA_TEST_DAEMON is not set (run through ctest)")
@@ -263,8 +263,10 @@ class DaemonProcess:
         self.dir = tempfile.mkdtemp(prefix="strata-py-")
         self.socket_path = os.path.join(self.dir, "engine.sock")
         self.args = [str(capacity_bytes), "4096", str(disk_bytes), policy or "-"]
-        if node_id:
-            self.args += [node_id, ",".join(peers)]
+        if node_id or device_pool_bytes:
+            self.args += [node_id or "-", ",".join(peers)]
+        if device_pool_bytes:
+            self.args.append(str(device_pool_bytes))  # a device pool (T0) of 16-token pages
         self.proc = None
 
     def start(self):

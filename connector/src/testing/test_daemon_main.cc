@@ -2,9 +2,11 @@
 // host tier, and over a disk tier of DISK_BYTES when that is given and not 0) on a socket path,
 // for tests in other processes (the Python adapter's tests).
 //   connector_test_daemon SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY
-//                         [NODE_ID [ADMITTED_PEER,...]]]]]]
+//                         [NODE_ID [ADMITTED_PEER,... [DEVICE_POOL_BYTES]]]]]]]
 // NODE_ID gives the daemon a node identity (as a remote tier would; "" or "-": none) and the
 // comma-separated node ids it admits as peers, for disaggregated-prefill tests.
+// DEVICE_POOL_BYTES gives each layout a device pool (T0, host memory) of that many bytes in
+// 16-token pages, for position-independent reuse.
 // Prints "ready" on stdout once it listens; exits cleanly on SIGTERM, SIGINT or end of stdin.
 #include <poll.h>
 #include <signal.h>
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s SOCKET_PATH [CAPACITY_BYTES [PAGE_BYTES [DISK_BYTES [POLICY "
-                 "[NODE_ID [ADMITTED_PEER,...]]]]]]\n",
+                 "[NODE_ID [ADMITTED_PEER,... [DEVICE_POOL_BYTES]]]]]]]\n",
                  argv[0]);
     return 2;
   }
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
       start = comma + 1;
     }
   }
+  if (argc > 8) options.device_pool_bytes = std::strtoull(argv[8], nullptr, 10);
   strata::connector::testing::TestDaemon daemon(options, argv[1]);
   if (absl::Status started = daemon.Start(); !started.ok()) {
     std::fprintf(stderr, "connector_test_daemon: %s\n", std::string(started.message()).c_str());

@@ -1,0 +1,155 @@
+// PicConnector: position-independent chunk reuse (ALGORITHMS.md section 3) for an engine whose
+// attention can read shared pages of the daemon's device pool (T0) at positions of its choosing
+// (the fused-RoPE path: kernels/paged_attention.h with block positions). A request's prompt
+// comes with the token ranges that are reusable chunks (passages, documents, tool outputs), or
+// with a separator token sequence between them as LMCache's blend mode takes; the connector
+// pads the prompt as MEPIC does, keys each chunk by its content alone (KeyHasher::PicKey), and
+// places the chunks in the pool with one acquire and one reserve. Its plan tells the engine,
+// per request:
+//   - the padded prompt to compute over (chunks start and end on block boundaries);
+//   - each chunk's state: kShared (read its pool pages in place, at its positions here),
+//     kWrite (compute its canonical KV, alone at positions 0.. and keys before RoPE, into its
+//     pool pages, then Publish), kPrivate (compute it as prompt; why_private says why);
+//   - the tokens to compute from layer 0 by the request's recompute policy (MEPIC's block 1 of
+//     each shared chunk, EPIC's LegoLink-k or LegoLink-0, CacheBlend with its check layer and
+//     ratio: the engine selects CacheBlend's tokens itself at the check layer);
+//   - where the pool lies in this process, to address its pages.
+// End gives the request's pages back: shared pages become evictable once no request reads them,
+// and what was reserved but not published is dropped.
+//
+// Failure model: a request never fails for the pool's sake. Bad markers, a bad separator or a
+// bad policy are kInvalidArgument before anything is sent: the engine then treats the request
+// as a plain prompt (prefix caching through SchedulerConnector). A daemon that is away or has no
+// pool, admission refusing pages, or another engine writing a chunk leave chunks kPrivate. The
+// connector reconnects by itself. A session that drops releases its requests' pages in the
+// daemon; they stay mapped here, unchanged until the pool evicts them for another writer, so a
+// request whose session dropped may have read pages that changed under it: Verify says so
+// (kAborted), and the engine recomputes what it computed from them.
+//
+// Thread-safety: thread-safe; requests are independent (one mutex guards the table of open
+// requests; round trips run outside it, serialized on the session).
+// Ownership: owns its daemon session and the pool mapping; a plan's addresses stay valid until
+// its request's End (or the connector's destruction, which ends every open request).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "storage/device/device_runtime.h"
+#include "strata/connector.h"
+
+namespace strata::connector {
+
+enum class PicRecomputePolicy : uint8_t { kMepic, kLegoLink, kLegoLinkZero, kCacheBlend };
+
+// "mepic", "legolink", "legolink0", "cacheblend"; kInvalidArgument naming the others.
+absl::StatusOr<PicRecomputePolicy> ParsePicRecomputePolicy(std::string_view name);
+std::string_view PicRecomputePolicyName(PicRecomputePolicy policy);
+
+struct PicRequestOptions {
+  PicRecomputePolicy recompute = PicRecomputePolicy::kMepic;
+  uint32_t legolink_tokens = 16;  // kLegoLink: the first k tokens of each shared chunk (k > 0)
+  uint32_t check_layer = 1;       // kCacheBlend: a layer of the model
+  double blend_ratio = 0.15;      // kCacheBlend: in [0, 1]
+  // Chunks are shared only among requests of the same tenant; empty: among every request.
+  std::string tenant;
+};
+
+// Tokens [begin, end).
+struct PicTokenSpan {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  friend bool operator==(const PicTokenSpan&, const PicTokenSpan&) = default;
+};
+
+enum class PicChunkState : uint8_t { kShared, kWrite, kPrivate };
+
+struct PicChunk {
+  PicTokenSpan padded;  // its tokens in the padded prompt, leading pads included
+  PicTokenSpan source;  // its tokens in the prompt as given
+  PicChunkState state = PicChunkState::kPrivate;
+  std::vector<uint32_t> pool_pages;  // kShared, kWrite: one page per block, in chunk order
+  std::string why_private;           // kPrivate
+};
+
+// The device pool as this process maps it: page p of layer l lies at
+// base + l * layer_stride_bytes + p * page_bytes (every plane of one block of one layer).
+struct PicPoolView {
+  uintptr_t base = 0;
+  uint32_t num_layers = 0;
+  uint32_t num_pages = 0;
+  uint64_t page_bytes = 0;
+  uint64_t layer_stride_bytes = 0;
+  uint32_t block_tokens = 0;
+};
+
+struct PicPlan {
+  std::vector<uint32_t> padded_tokens;
+  std::vector<PicChunk> chunks;  // in prompt order
+  // Ascending, disjoint: computed from layer 0 (prompt segments, chunks not kShared, and the
+  // policy's share of each kShared chunk).
+  std::vector<PicTokenSpan> recompute_from_layer_zero;
+  // Tokens computed through the last layer: those, plus CacheBlend's selection.
+  uint64_t recomputed_tokens = 0;
+  // Set when a chunk is kShared or kWrite.
+  std::optional<PicPoolView> pool;
+};
+
+class PicConnector {
+ public:
+  // The options' socket, engine id, layout, hashing, block_size (the engine's KV block: the
+  // daemon's pool must use the same, or every chunk is kPrivate), io_timeout (each pool round
+  // trip), backoffs, device backend and clock apply. `pad_token` fills the padding. `runtime`
+  // maps the pool (null: made from the options' device backend). kInvalidArgument for
+  // unusable options. Does not need the daemon to be up.
+  static absl::StatusOr<std::unique_ptr<PicConnector>> Create(
+      const ConnectorOptions& options, uint32_t pad_token,
+      std::unique_ptr<storage::DeviceRuntime> runtime = nullptr);
+  PicConnector(const PicConnector&) = delete;
+  PicConnector& operator=(const PicConnector&) = delete;
+  // Ends every open request.
+  ~PicConnector();
+
+  // Chunk spans from a separator token sequence: every non-empty run of tokens before a
+  // separator is a chunk; the separators and what follows the last one are prompt.
+  // kInvalidArgument for an empty separator.
+  static absl::StatusOr<std::vector<PicTokenSpan>> MarkersFromSeparator(
+      std::span<const uint32_t> prompt, std::span<const uint32_t> separator);
+
+  // Plans request `request_id` over `prompt` whose chunks are `chunks` (sorted, disjoint,
+  // non-empty, inside the prompt). kInvalidArgument naming the first bad chunk span or option;
+  // kAlreadyExists for a request that is open.
+  absl::StatusOr<PicPlan> Begin(std::string_view request_id, std::span<const uint32_t> prompt,
+                                std::span<const PicTokenSpan> chunks,
+                                const PicRequestOptions& options = {});
+  // The engine wrote every layer of the request's kWrite chunks: commits them for later
+  // requests. Returns the plan again: published chunks are kShared (this request keeps reading
+  // them until End), those that could not be are kPrivate. kNotFound for a request not open;
+  // errors of the call itself (the session dropped) leave the request open for End.
+  absl::StatusOr<PicPlan> Publish(std::string_view request_id);
+  // OK when the session that holds the request's kShared pages is still up (one round trip
+  // confirms it): whatever the engine read from them before the call was the chunks' KV. Call it
+  // after the forward pass that read them. kAborted when that session dropped, or the round trip
+  // failed (the engine recomputes what it computed from kShared pages); kNotFound for a request
+  // not open. A request with no kShared chunk is OK without a round trip.
+  absl::Status Verify(std::string_view request_id) const;
+  // Releases the request's pages; the request is closed whatever the daemon answered.
+  // kNotFound for a request not open; the daemon's errors (a dropped session is not one).
+  absl::Status End(std::string_view request_id);
+
+  size_t open_requests() const;
+
+ private:
+  struct Impl;
+  explicit PicConnector(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::connector

@@ -1,0 +1,248 @@
+// PicConnector, the public surface of position-independent reuse, against the daemon's real
+// session server with a device pool (TestDaemon, HostRuntime pool of 8 pages): a chunk written by
+// one engine is shared by another at another offset, its markers given or found by a separator;
+// bad input is refused with nothing left open; a daemon away leaves every chunk private; Verify
+// tells an engine when the session that held its pages dropped; concurrent requests.
+#include "strata/pic_connector.h"
+
+#include <numeric>
+#include <thread>
+
+#include "connector/src/testing/pool_pages.h"
+#include "connector/src/testing/test_daemon.h"
+#include "gtest/gtest.h"
+#include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
+
+namespace strata::connector {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::FillPoolPages;
+using testing::PoolPagesHold;
+using testing::TestDaemon;
+
+constexpr uint32_t kBlock = 16;
+constexpr uint32_t kPad = 7;
+constexpr uint32_t kSeparator = 999999;
+
+ConnectorOptions Options(const std::string& socket, std::string engine_id) {
+  ConnectorOptions options;
+  options.socket_path = socket;
+  options.engine_id = std::move(engine_id);
+  options.layout = test_support::SmallLayout({.model_id = "pic-connector-test"});
+  options.block_size = kBlock;
+  options.reconnect_min_backoff = milliseconds(1);
+  options.reconnect_max_backoff = milliseconds(1);
+  return options;
+}
+
+std::unique_ptr<PicConnector> Connect(const std::string& socket, std::string engine_id) {
+  auto connector = PicConnector::Create(Options(socket, std::move(engine_id)), kPad,
+                                        std::make_unique<storage::HostRuntime>());
+  EXPECT_TRUE(connector.ok()) << connector.status();
+  return *std::move(connector);
+}
+
+std::vector<uint32_t> Passage(uint32_t first, uint32_t n) {
+  std::vector<uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// `pieces` joined by the separator token.
+std::vector<uint32_t> Joined(const std::vector<std::vector<uint32_t>>& pieces) {
+  std::vector<uint32_t> tokens;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i > 0) tokens.push_back(kSeparator);
+    tokens.insert(tokens.end(), pieces[i].begin(), pieces[i].end());
+  }
+  return tokens;
+}
+
+std::vector<PicChunkState> States(const PicPlan& plan) {
+  std::vector<PicChunkState> out;
+  for (const PicChunk& chunk : plan.chunks) out.push_back(chunk.state);
+  return out;
+}
+
+storage::DevicePoolGeometry Geometry(const PicPoolView& pool) {
+  return {
+      .num_layers = pool.num_layers, .num_pages = pool.num_pages, .page_bytes = pool.page_bytes};
+}
+
+std::byte* Base(const PicPoolView& pool) { return reinterpret_cast<std::byte*>(pool.base); }
+
+class PicConnectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(daemon_.Start().ok()); }
+  storage::DevicePoolStats PoolStats() {
+    return (*daemon_.device_pools()->ForLayout(Options("", "").layout))->Stats();
+  }
+
+  // 2 layers x 2 KiB per 16-token page: 8 pages.
+  TestDaemon daemon_{{.device_pool_bytes = 8 * 4096}};
+};
+
+TEST_F(PicConnectorTest, AChunkWrittenByOneEngineIsSharedByAnotherAtAnotherOffset) {
+  const std::vector<uint32_t> a = Passage(1000, 40), b = Passage(2000, 16),
+                              question = Passage(3000, 5);
+  auto writer = Connect(daemon_.socket_path(), "writer");
+  const std::vector<uint32_t> first = Joined({a, b, question});
+  auto markers = PicConnector::MarkersFromSeparator(first, std::vector<uint32_t>{kSeparator});
+  ASSERT_TRUE(markers.ok());
+  ASSERT_EQ(*markers, (std::vector<PicTokenSpan>{{0, 40}, {41, 57}}));
+  auto written = writer->Begin("r", first, *markers);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(States(*written), (std::vector{PicChunkState::kWrite, PicChunkState::kWrite}));
+  ASSERT_TRUE(written->pool.has_value());
+  EXPECT_EQ(written->pool->block_tokens, kBlock);
+  EXPECT_EQ(written->pool->layer_stride_bytes,
+            uint64_t{written->pool->num_pages} * written->pool->page_bytes);
+  EXPECT_EQ(written->chunks[0].padded, (PicTokenSpan{0, 48})) << "8 leading pads: 3 blocks";
+  EXPECT_EQ(written->chunks[0].source, (PicTokenSpan{0, 40}));
+  EXPECT_EQ(written->chunks[0].pool_pages.size(), 3u);
+  EXPECT_EQ(written->padded_tokens[0], kPad);
+  EXPECT_EQ(written->recomputed_tokens, written->padded_tokens.size()) << "nothing was cached";
+  FillPoolPages(Base(*written->pool), Geometry(*written->pool), written->chunks[0].pool_pages,
+                0xa1);
+  FillPoolPages(Base(*written->pool), Geometry(*written->pool), written->chunks[1].pool_pages,
+                0xb2);
+  auto published = writer->Publish("r");
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(States(*published), (std::vector{PicChunkState::kShared, PicChunkState::kShared}));
+
+  // Another engine, the passages swapped behind a prompt of its own, markers given.
+  auto reader = Connect(daemon_.socket_path(), "reader");
+  std::vector<uint32_t> second = Passage(4000, 9);
+  second.insert(second.end(), b.begin(), b.end());
+  second.insert(second.end(), a.begin(), a.end());
+  second.insert(second.end(), question.begin(), question.end());
+  const std::vector<PicTokenSpan> spans = {{9, 25}, {25, 65}};
+  auto shared = reader->Begin("r", second, spans, {.recompute = PicRecomputePolicy::kMepic});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_EQ(States(*shared), (std::vector{PicChunkState::kShared, PicChunkState::kShared}));
+  EXPECT_EQ(shared->chunks[0].pool_pages, published->chunks[1].pool_pages) << "b's pages";
+  EXPECT_EQ(shared->chunks[1].pool_pages, published->chunks[0].pool_pages) << "a's pages";
+  EXPECT_TRUE(PoolPagesHold(Base(*shared->pool), Geometry(*shared->pool),
+                            shared->chunks[1].pool_pages, 0xa1));
+  // [9 prompt + 7 pads][b: 16][a: 8 pads + 40][question: 5]; MEPIC recomputes the prompt, the
+  // first block of each chunk and the question.
+  EXPECT_EQ(shared->chunks[0].padded, (PicTokenSpan{16, 32}));
+  EXPECT_EQ(shared->chunks[1].padded, (PicTokenSpan{32, 80}));
+  EXPECT_EQ(shared->recompute_from_layer_zero, (std::vector<PicTokenSpan>{{0, 48}, {80, 85}}));
+  EXPECT_EQ(shared->recomputed_tokens, 48u + 5u);
+  EXPECT_TRUE(reader->Verify("r").ok());
+  EXPECT_EQ(PoolStats().referenced_pages, 4u) << "two readers, one set of pages";
+
+  EXPECT_TRUE(writer->End("r").ok());
+  EXPECT_TRUE(reader->End("r").ok());
+  EXPECT_EQ(reader->End("r").code(), absl::StatusCode::kNotFound) << "ended already";
+  EXPECT_EQ(writer->open_requests() + reader->open_requests(), 0u);
+  EXPECT_EQ(PoolStats().referenced_pages, 0u);
+  EXPECT_EQ(PoolStats().committed_pages, 4u) << "kept for the next request";
+}
+
+TEST_F(PicConnectorTest, BadInputIsRefusedAndLeavesNothingOpen) {
+  auto engine = Connect(daemon_.socket_path(), "engine");
+  const std::vector<uint32_t> prompt = Passage(1000, 64);
+  const std::vector<std::vector<PicTokenSpan>> bad_spans = {
+      {{10, 30}, {20, 40}},  // overlapping
+      {{30, 40}, {10, 20}},  // out of order
+      {{10, 10}},            // empty
+      {{50, 70}},            // past the prompt
+  };
+  for (const std::vector<PicTokenSpan>& spans : bad_spans) {
+    EXPECT_EQ(engine->Begin("bad", prompt, spans).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  const std::vector<PicRequestOptions> bad_options = {
+      {.recompute = PicRecomputePolicy::kLegoLink, .legolink_tokens = 0},
+      {.recompute = PicRecomputePolicy::kCacheBlend, .check_layer = 2},  // a 2-layer model
+      {.recompute = PicRecomputePolicy::kCacheBlend, .blend_ratio = 1.5},
+  };
+  for (const PicRequestOptions& options : bad_options) {
+    EXPECT_EQ(engine->Begin("bad", prompt, {{{0, 32}}}, options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(engine->open_requests(), 0u);
+  EXPECT_EQ(PoolStats().reserved_pages, 0u) << "nothing was sent";
+  EXPECT_EQ(PicConnector::MarkersFromSeparator(prompt, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  ASSERT_TRUE(engine->Begin("open", prompt, {{{0, 32}}}).ok());
+  EXPECT_EQ(engine->Begin("open", prompt, {{{0, 32}}}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine->open_requests(), 1u);
+  EXPECT_EQ(engine->Publish("nobody").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->Verify("nobody").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->End("nobody").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine->End("open").ok());
+
+  for (const PicRecomputePolicy policy :
+       {PicRecomputePolicy::kMepic, PicRecomputePolicy::kLegoLink,
+        PicRecomputePolicy::kLegoLinkZero, PicRecomputePolicy::kCacheBlend}) {
+    EXPECT_EQ(*ParsePicRecomputePolicy(PicRecomputePolicyName(policy)), policy);
+  }
+  EXPECT_EQ(ParsePicRecomputePolicy("blend").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PicConnectorTest, WithoutADaemonEveryChunkIsPrivate) {
+  auto engine = Connect((daemon_.dir() / "nobody.sock").string(), "engine");
+  const std::vector<uint32_t> prompt = Passage(1000, 70);
+  auto plan = engine->Begin("r", prompt, {{{10, 42}}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(States(*plan), std::vector{PicChunkState::kPrivate});
+  EXPECT_FALSE(plan->chunks[0].why_private.empty());
+  EXPECT_FALSE(plan->pool.has_value());
+  EXPECT_EQ(plan->recompute_from_layer_zero,
+            (std::vector<PicTokenSpan>{{0, static_cast<uint32_t>(plan->padded_tokens.size())}}));
+  EXPECT_TRUE(engine->Verify("r").ok()) << "nothing was read from the pool";
+  EXPECT_TRUE(engine->End("r").ok());
+}
+
+TEST_F(PicConnectorTest, VerifySaysWhenTheSessionThatHeldThePagesDropped) {
+  auto engine = Connect(daemon_.socket_path(), "engine");
+  const std::vector<uint32_t> prompt = Passage(1000, 40);
+  ASSERT_TRUE(engine->Begin("w", prompt, {{{0, 32}}}).ok());
+  ASSERT_TRUE(engine->Publish("w").ok());
+  auto plan = engine->Begin("r", prompt, {{{0, 32}}});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(States(*plan), std::vector{PicChunkState::kShared});
+  EXPECT_TRUE(engine->Verify("r").ok());
+
+  daemon_.Stop();  // every session ends: the daemon released the pages
+  const absl::Status verified = engine->Verify("r");
+  EXPECT_EQ(verified.code(), absl::StatusCode::kAborted) << verified;
+  EXPECT_TRUE(engine->End("r").ok()) << "a dropped session is not an error";
+  EXPECT_TRUE(engine->End("w").ok());
+  EXPECT_EQ(engine->open_requests(), 0u);
+}
+
+// Requests of several threads on one connector, each its own id: placed, published and ended
+// with nothing left referenced or reserved.
+TEST_F(PicConnectorTest, ConcurrentRequests) {
+  auto engine = Connect(daemon_.socket_path(), "engine");
+  constexpr int kThreads = 4, kRequests = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRequests; ++i) {
+        const std::string id = std::to_string(t) + "/" + std::to_string(i);
+        const std::vector<uint32_t> prompt = Passage(1000 + 100 * (i % 3), 40);
+        auto plan = engine->Begin(id, prompt, {{{4, 36}}});
+        if (!plan.ok() || !engine->Publish(id).ok() || !engine->End(id).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(engine->open_requests(), 0u);
+  const storage::DevicePoolStats stats = PoolStats();
+  EXPECT_EQ(stats.referenced_pages, 0u);
+  EXPECT_EQ(stats.reserved_pages, 0u);
+}
+
+}  // namespace
+}  // namespace strata::connector
