@@ -111,9 +111,13 @@ void AttendBlocks(const PagedAttentionArgs& a, const SeqWork& w, int64_t group,
   for (int64_t j = block_begin; j < block_end; ++j) {
     const int64_t first_key = j * block_size;
     const int64_t valid = std::min(block_size, w.seq_len - first_key);
-    const int64_t physical = a.block_table[static_cast<size_t>(w.seq * a.max_blocks_per_seq + j)];
-    LoadBlock(a.kv.planes[0], a.kv_spec, physical, w.kv_head, valid, k_block.data());
-    LoadBlock(a.kv.planes[1], a.kv_spec, physical, w.kv_head, valid, v_block.data());
+    int64_t physical = a.block_table[static_cast<size_t>(w.seq * a.max_blocks_per_seq + j)];
+    const bool shared = physical >= a.kv_spec.num_blocks;
+    const PagedKvSpec& spec = shared ? a.shared_spec : a.kv_spec;
+    const PagedKvLayer& cache = shared ? a.shared_kv : a.kv;
+    if (shared) physical -= a.kv_spec.num_blocks;
+    LoadBlock(cache.planes[0], spec, physical, w.kv_head, valid, k_block.data());
+    LoadBlock(cache.planes[1], spec, physical, w.kv_head, valid, v_block.data());
     if (!a.rope.empty()) {
       const int64_t position = BlockPosition(a, w.seq, j);
       for (int64_t t = 0; t < valid; ++t) RotateRow(k_block.data() + t * dim, a.rope, position + t);
@@ -199,6 +203,27 @@ absl::Status ValidatePagedAttentionShapes(const PagedAttentionArgs& a) {
     STRATA_RETURN_IF_ERROR(CheckNotNull(a.kv.planes[p], what));
     STRATA_RETURN_IF_ERROR(CheckExtent(extent - 1, a.kv.extent_elems[p], what));
   }
+  if (a.shared_spec.num_blocks != 0) {
+    const PagedKvSpec& shared = a.shared_spec;
+    STRATA_RETURN_IF_ERROR(shared.Validate(/*writable=*/false));
+    if (shared.dtype != a.kv_spec.dtype || shared.num_planes != 2 ||
+        shared.block_size != a.kv_spec.block_size ||
+        shared.num_kv_heads != a.kv_spec.num_kv_heads || shared.head_dim != a.kv_spec.head_dim ||
+        shared.dim_stride != a.kv_spec.dim_stride) {
+      return Invalid("attention shared KV",
+                     "its dtype, planes, block_size, num_kv_heads, head_dim or dim_stride differ "
+                     "from the engine's cache");
+    }
+    if (a.kv_spec.num_blocks + shared.num_blocks > INT32_MAX) {
+      return Invalid("attention shared KV", "the block ids of both caches exceed int32");
+    }
+    const int64_t shared_extent = shared.PlaneExtentElems();
+    for (int p = 0; p < 2; ++p) {
+      const std::string what = fmt::format("attention shared KV plane {}", p);
+      STRATA_RETURN_IF_ERROR(CheckNotNull(a.shared_kv.planes[p], what));
+      STRATA_RETURN_IF_ERROR(CheckExtent(shared_extent - 1, a.shared_kv.extent_elems[p], what));
+    }
+  }
   const auto num_seqs = static_cast<int64_t>(a.seq_lens.size());
   STRATA_RETURN_IF_ERROR(CheckDim(num_seqs, "attention num_seqs"));
   STRATA_RETURN_IF_ERROR(CheckDim(a.max_blocks_per_seq, "attention max_blocks_per_seq"));
@@ -273,9 +298,10 @@ absl::Status ValidatePagedAttentionValues(const PagedAttentionArgs& a) {
     const int64_t blocks = (seq_len + block_size - 1) / block_size;
     for (int64_t j = 0; j < blocks; ++j) {
       const int64_t block = a.block_table[static_cast<size_t>(s * a.max_blocks_per_seq + j)];
-      if (block < 0 || block >= a.kv_spec.num_blocks) {
+      const int64_t num_blocks = a.kv_spec.num_blocks + a.shared_spec.num_blocks;
+      if (block < 0 || block >= num_blocks) {
         return Invalid("block_table", fmt::format("sequence {} block {} is id {}, outside [0, {})",
-                                                  s, j, block, a.kv_spec.num_blocks));
+                                                  s, j, block, num_blocks));
       }
       if (!a.rope.empty()) {
         const int64_t first = BlockPosition(a, s, j);

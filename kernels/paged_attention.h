@@ -11,6 +11,13 @@
 // logical index seq_lens[s] - n + i (prefill / append: n > 1; decode: n = 1). With `causal`, a
 // query sees keys whose logical index is <= its own; slots at or beyond seq_lens[s] are never read.
 //
+// A second cache (MEPIC's shared pages: the daemon's device pool, mapped in the engine) may stand
+// beside the engine's: block ids in [kv_spec.num_blocks, kv_spec.num_blocks +
+// shared_spec.num_blocks) name its blocks (id - kv_spec.num_blocks), so one block table mixes the
+// engine's own pages with shared ones, each at its own positions, and nothing is copied per
+// request. Its dtype, block_size, num_kv_heads, head_dim and dim_stride are kv_spec's; its block,
+// slot and head strides are its own.
+//
 // num_kv_splits > 1 splits each sequence's blocks into that many ranges whose partial softmax
 // states are merged by log-sum-exp (the decode path of the CUDA kernel; same result up to fp
 // error). With an empty RopeTableView the kernel is standard paged attention over already rotated q
@@ -32,6 +39,8 @@ struct PagedAttentionArgs {
   HeadsView out;        // same shape (any float dtype)
   PagedKvSpec kv_spec;  // num_planes == 2 (K, V); head_dim equal to q's
   PagedKvLayer kv;
+  PagedKvSpec shared_spec;  // num_blocks 0 (the default): no second cache
+  PagedKvLayer shared_kv;
   std::span<const int32_t> block_table;  // [num_seqs, max_blocks_per_seq]
   int64_t max_blocks_per_seq = 0;
   std::span<const int32_t> seq_lens;         // [num_seqs]
@@ -51,8 +60,8 @@ struct PagedAttentionArgs {
 // a view or a size is inconsistent (internal::ValidatePagedAttentionShapes) or when a value is:
 // query_start_loc not non-decreasing from 0 to num_query_tokens, a sequence with fewer keys than
 // queries, more keys than max_blocks_per_seq * block_size or more queries than max_query_len, a
-// block id used by a sequence outside [0, num_blocks), or a query or key position outside the RoPE
-// table.
+// block id used by a sequence outside both caches, or a query or key position outside the RoPE
+// table; or a second cache whose shape differs from the first's.
 absl::Status PagedAttention(const PagedAttentionArgs& args);
 
 namespace internal {

@@ -114,6 +114,35 @@ TEST_P(PagedAttentionTest, SharedBlockAtDifferentOffsets) {
   ExpectClose(RunCpu(p), p.Reference(), 1e-5, 1e-5);
 }
 
+// MEPIC's block table over two caches: some of a sequence's blocks are the engine's, others the
+// daemon's pool pages (another allocation, other strides), read in place. The output is the
+// same bits as with every block in the engine's cache, and matches the dense reference.
+TEST_P(PagedAttentionTest, BlocksOfASecondCacheAreReadInPlace) {
+  const int64_t b = GetParam().block_size;
+  Problem p = MakeProblem(GetParam(), {{4 * static_cast<int32_t>(b), 3}, {21, 1}}, 9);
+  p.splits = 2;
+  const HostTensor one_cache = RunCpu(p);
+  p.MoveToSharedCache({{0, 1}, {0, 2}, {1, 0}});
+  EXPECT_TRUE(BitIdentical(one_cache, RunCpu(p)));
+  ExpectClose(RunCpu(p), p.Reference(), 1e-5, 1e-5);
+
+  HostTensor out(KvDtype::kFloat32, p.num_tokens() * p.q_heads * p.dim);
+  PagedAttentionArgs a = p.Args(out);
+  std::vector<int32_t> past_both = p.block_table;
+  past_both[0] = static_cast<int32_t>(p.num_blocks + p.shared_blocks);
+  a.block_table = past_both;
+  EXPECT_EQ(PagedAttention(a).code(), absl::StatusCode::kInvalidArgument) << "past both caches";
+  a = p.Args(out);
+  a.shared_spec.block_size = b * 2;
+  EXPECT_EQ(PagedAttention(a).code(), absl::StatusCode::kInvalidArgument) << "another block size";
+  a = p.Args(out);
+  a.shared_kv.planes[1] = nullptr;
+  EXPECT_EQ(PagedAttention(a).code(), absl::StatusCode::kInvalidArgument) << "no V plane";
+  a = p.Args(out);
+  a.shared_kv.extent_elems[0] = 1;
+  EXPECT_EQ(PagedAttention(a).code(), absl::StatusCode::kInvalidArgument) << "a short plane";
+}
+
 TEST_P(PagedAttentionTest, ShiftingAllPositionsLeavesOutputUnchanged) {
   Problem p = MakeProblem(GetParam(), {{21, 5}, {30, 1}}, 6);
   // Explicit per-block positions (default j * B), then the same shifted by delta.

@@ -28,6 +28,10 @@ struct AttentionParams {
   const void* k;
   const void* v;
   int64_t num_blocks, block_size, block_stride, slot_stride, head_stride, dim_stride;
+  // The second cache (PagedAttentionArgs::shared_kv): block ids from num_blocks on.
+  const void* shared_k;
+  const void* shared_v;
+  int64_t shared_num_blocks, shared_block_stride, shared_slot_stride, shared_head_stride;
   const int32_t* block_table;
   int64_t max_blocks;
   const int32_t* seq_lens;
@@ -55,7 +59,10 @@ size_t SharedBytes(int64_t head_dim) {
 template <class TKV>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
   extern __shared__ float smem[];
-  __shared__ int64_t key_offset[kKeyTile];  // element offset of the key's slot, -1: skip the key
+  // Element offset of the key's row of this KV head, -1: skip the key; and its cache (0: the
+  // engine's, 1: the shared one).
+  __shared__ int64_t key_offset[kKeyTile];
+  __shared__ int key_cache[kKeyTile];
   __shared__ int64_t key_position[kKeyTile];
   __shared__ int64_t row_position[kRowsPerCta];
   __shared__ int row_ok[kRowsPerCta];
@@ -140,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
     for (int kk = 0; kk < kDimsPerLane; ++kk) acc[rr][kk] = 0.0f;
   }
 
-  const TKV* k_cache = static_cast<const TKV*>(p.k);
-  const TKV* v_cache = static_cast<const TKV*>(p.v);
+  const TKV* k_caches[2] = {static_cast<const TKV*>(p.k), static_cast<const TKV*>(p.shared_k)};
+  const TKV* v_caches[2] = {static_cast<const TKV*>(p.v), static_cast<const TKV*>(p.shared_v)};
   for (int64_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
     const int keys = static_cast<int>(min(int64_t{kKeyTile}, key_end - k0));
     __syncthreads();  // the previous tile (and the query setup) is done with shared memory
@@ -149,12 +156,13 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
       const int t = threadIdx.x;
       int64_t offset = -1;
       int64_t position = 0;
+      int cache = 0;
       if (t < keys) {
         const int64_t index = k0 + t;
         const int64_t j = index / p.block_size;
         const int64_t slot = index - j * p.block_size;
         const int64_t block = p.block_table[seq * p.max_blocks + j];
-        if (block < 0 || block >= p.num_blocks) {
+        if (block < 0 || block >= p.num_blocks + p.shared_num_blocks) {
           internal::ReportError(p.error_flags, kDeviceErrorBlockId);
         } else {
           position = (p.block_positions != nullptr ? p.block_positions[seq * p.max_blocks + j]
@@ -162,12 +170,17 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
                      slot;
           if (rope && (position < 0 || position >= p.max_position)) {
             internal::ReportError(p.error_flags, kDeviceErrorPosition);
+          } else if (block < p.num_blocks) {
+            offset = block * p.block_stride + slot * p.slot_stride + kv_head * p.head_stride;
           } else {
-            offset = block * p.block_stride + slot * p.slot_stride;
+            cache = 1;
+            offset = (block - p.num_blocks) * p.shared_block_stride + slot * p.shared_slot_stride +
+                     kv_head * p.shared_head_stride;
           }
         }
       }
       key_offset[t] = offset;
+      key_cache[t] = cache;
       key_position[t] = position;
     }
     __syncthreads();
@@ -180,9 +193,9 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
         TKV kx[kPer], vx[kPer];
         const int64_t offset = key_offset[t];
         if (offset >= 0) {  // slots beyond seq_len are never read
-          const int64_t o = offset + kv_head * p.head_stride + d0;
-          const uint4 kr = *reinterpret_cast<const uint4*>(k_cache + o);
-          const uint4 vr = *reinterpret_cast<const uint4*>(v_cache + o);
+          const int64_t o = offset + d0;
+          const uint4 kr = *reinterpret_cast<const uint4*>(k_caches[key_cache[t]] + o);
+          const uint4 vr = *reinterpret_cast<const uint4*>(v_caches[key_cache[t]] + o);
           memcpy(kx, &kr, sizeof(kr));
           memcpy(vx, &vr, sizeof(vr));
         }
@@ -199,9 +212,9 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
         float kv = 0.0f, vv = 0.0f;
         const int64_t offset = key_offset[t];
         if (offset >= 0) {  // slots beyond seq_len are never read
-          const int64_t o = offset + kv_head * p.head_stride + d * p.dim_stride;
-          kv = internal::ToF32(k_cache[o]);
-          vv = internal::ToF32(v_cache[o]);
+          const int64_t o = offset + d * p.dim_stride;
+          kv = internal::ToF32(k_caches[key_cache[t]][o]);
+          vv = internal::ToF32(v_caches[key_cache[t]][o]);
         }
         k_s[t * padded + d] = kv;
         v_s[t * dim + d] = vv;
@@ -380,6 +393,12 @@ absl::Status PagedAttention(const PagedAttentionArgs& a, void* workspace, size_t
   p.slot_stride = a.kv_spec.slot_stride;
   p.head_stride = a.kv_spec.head_stride;
   p.dim_stride = a.kv_spec.dim_stride;
+  p.shared_k = a.shared_kv.planes[0];
+  p.shared_v = a.shared_kv.planes[1];
+  p.shared_num_blocks = a.shared_spec.num_blocks;
+  p.shared_block_stride = a.shared_spec.block_stride;
+  p.shared_slot_stride = a.shared_spec.slot_stride;
+  p.shared_head_stride = a.shared_spec.head_stride;
   p.block_table = a.block_table.data();
   p.max_blocks = a.max_blocks_per_seq;
   p.seq_lens = a.seq_lens.data();
@@ -397,9 +416,14 @@ absl::Status PagedAttention(const PagedAttentionArgs& a, void* workspace, size_t
   {
     const int64_t per = 16 / DtypeSizeBytes(a.kv_spec.dtype);
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const auto strides_fit = [&](const PagedKvSpec& spec) {
+      return spec.block_stride % per == 0 && spec.slot_stride % per == 0 &&
+             spec.head_stride % per == 0;
+    };
     p.vector_loads = a.kv_spec.dim_stride == 1 && a.q.head_dim % per == 0 &&
-                     a.kv_spec.block_stride % per == 0 && a.kv_spec.slot_stride % per == 0 &&
-                     a.kv_spec.head_stride % per == 0 && aligned(p.k) && aligned(p.v);
+                     strides_fit(a.kv_spec) && aligned(p.k) && aligned(p.v) &&
+                     (a.shared_spec.num_blocks == 0 ||
+                      (strides_fit(a.shared_spec) && aligned(p.shared_k) && aligned(p.shared_v)));
   }
   p.partials = static_cast<float*>(workspace);
   p.error_flags = options.error_flags;

@@ -1,7 +1,8 @@
 // The CUDA fused-RoPE paged attention against the dense fp64 reference (ALGORITHMS.md section 2
 // tolerances: fp32 storage rtol = atol = 1e-5; bf16 / fp16 storage atol 2e-2 * max|V|) and against
 // the CPU kernel, for prefill, append and decode batches, GQA, split-K decode, several head dims
-// and block sizes, explicit block positions, a block shared at two offsets, and NaN tails.
+// and block sizes, explicit block positions, a block shared at two offsets, blocks of a second
+// cache, and NaN tails.
 #include "kernels/cuda/paged_attention.h"
 
 #include <cmath>
@@ -23,7 +24,7 @@ using testing::ToHost;
 
 // The problem's buffers on the device, and a run of the CUDA kernel.
 struct DeviceProblem {
-  DeviceBuffer k, v, q, out, table, seq_lens, qsl, qpos, bpos, workspace, flags;
+  DeviceBuffer k, v, q, out, table, seq_lens, qsl, qpos, bpos, workspace, flags, shared_k, shared_v;
   std::optional<DeviceRopeTable> rope;
 
   explicit DeviceProblem(const AttentionProblem& p)
@@ -36,6 +37,10 @@ struct DeviceProblem {
         qpos(ToDevice(p.query_positions)),
         flags(testing::ErrorWord()) {
     if (!p.block_positions.empty()) bpos = ToDevice(p.block_positions);
+    if (p.shared_blocks > 0) {
+      shared_k = ToDevice(p.shared_k);
+      shared_v = ToDevice(p.shared_v);
+    }
     if (p.rope) rope = *DeviceRopeTable::Create(*p.rope);
     out = *DeviceBuffer::Allocate(static_cast<size_t>(p.num_tokens() * p.q_heads * p.dim) * 4);
   }
@@ -46,6 +51,10 @@ struct DeviceProblem {
     a.q.data = q.data();
     a.out = HeadsView::Dense(out.data(), out_dtype, p.num_tokens(), p.q_heads, p.dim);
     a.kv = PagedKvLayer::FromSeparatePlanes(k.data(), p.k.size(), v.data(), p.v.size());
+    if (p.shared_blocks > 0) {
+      a.shared_kv = PagedKvLayer::FromSeparatePlanes(shared_k.data(), p.shared_k.size(),
+                                                     shared_v.data(), p.shared_v.size());
+    }
     a.block_table = {table.as<const int32_t>(), p.block_table.size()};
     a.seq_lens = {seq_lens.as<const int32_t>(), p.seq_lens.size()};
     a.query_start_loc = {qsl.as<const int32_t>(), p.query_start_loc.size()};
@@ -135,6 +144,20 @@ TEST_P(PagedAttentionGpuTest, SplitKDecodeOfLongSequences) {
     p.splits = splits;
     Check(p);
   }
+}
+
+// MEPIC's block table over the engine's cache and a second one (the daemon's pool pages, HND
+// strides): the blocks moved there are read in place; their old blocks hold NaN.
+TEST_P(PagedAttentionGpuTest, BlocksOfASecondCache) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  const int32_t b = static_cast<int32_t>(c.shape.block_size);
+  AttentionProblem p =
+      kernels::testing::MakeAttentionProblem(c.shape, {{4 * b, 3}, {2 * b + 5, 1}}, 7, c.kv_dtype);
+  p.MoveToSharedCache({{0, 1}, {0, 3}, {1, 0}});
+  Check(p);
+  p.splits = 3;
+  Check(p);
 }
 
 TEST_P(PagedAttentionGpuTest, BlockPositionsSharedBlocksAndShifts) {

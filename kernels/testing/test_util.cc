@@ -125,7 +125,11 @@ std::vector<double> DenseAttentionF64(const PagedAttentionArgs& a, const RopeCon
       const int64_t j = i / block_size;
       const int64_t t = i % block_size;
       const int64_t entry = static_cast<int64_t>(s) * a.max_blocks_per_seq + j;
-      const int64_t block = a.block_table[static_cast<size_t>(entry)];
+      const int64_t table_block = a.block_table[static_cast<size_t>(entry)];
+      const bool shared = table_block >= a.kv_spec.num_blocks;
+      const PagedKvSpec& spec = shared ? a.shared_spec : a.kv_spec;
+      const PagedKvLayer& cache = shared ? a.shared_kv : a.kv;
+      const int64_t block = shared ? table_block - a.kv_spec.num_blocks : table_block;
       const int64_t position =
           (a.block_positions.empty() ? j * block_size
                                      : a.block_positions[static_cast<size_t>(entry)]) +
@@ -135,9 +139,9 @@ std::vector<double> DenseAttentionF64(const PagedAttentionArgs& a, const RopeCon
         double* vr = v.data() + (i * kv_heads + g) * dim;
         for (int64_t d = 0; d < dim; ++d) {
           const int64_t off =
-              a.kv_spec.SlotOffset(block, t) + g * a.kv_spec.head_stride + d * a.kv_spec.dim_stride;
-          kr[d] = ReadElem(a.kv.planes[0], a.kv_spec.dtype, off);
-          vr[d] = ReadElem(a.kv.planes[1], a.kv_spec.dtype, off);
+              spec.SlotOffset(block, t) + g * spec.head_stride + d * spec.dim_stride;
+          kr[d] = ReadElem(cache.planes[0], spec.dtype, off);
+          vr[d] = ReadElem(cache.planes[1], spec.dtype, off);
         }
         if (rope) RopeF64({kr, static_cast<size_t>(dim)}, rope_config, inv_freq, position);
       }
@@ -188,6 +192,36 @@ PagedKvSpec AttentionProblem::Spec() const {
   return PagedKvSpec::Contiguous(kv_dtype, 2, num_blocks, block_size, kv_heads, dim);
 }
 
+PagedKvSpec AttentionProblem::SharedSpec() const {
+  return PagedKvSpec::ContiguousHnd(kv_dtype, 2, shared_blocks, block_size, kv_heads, dim);
+}
+
+void AttentionProblem::MoveToSharedCache(const std::vector<std::pair<int64_t, int64_t>>& blocks) {
+  shared_blocks = static_cast<int64_t>(blocks.size());
+  const int64_t plane = shared_blocks * block_size * kv_heads * dim;
+  shared_k = HostTensor(kv_dtype, plane);
+  shared_v = HostTensor(kv_dtype, plane);
+  const PagedKvSpec engine = Spec(), shared = SharedSpec();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < shared_blocks; ++i) {
+    const auto [seq, j] = blocks[static_cast<size_t>(i)];
+    int32_t& entry = block_table[static_cast<size_t>(seq * max_blocks + j)];
+    for (int64_t t = 0; t < block_size; ++t) {
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        for (int64_t d = 0; d < dim; ++d) {
+          const int64_t from = engine.SlotOffset(entry, t) + g * engine.head_stride + d;
+          const int64_t to = shared.SlotOffset(i, t) + g * shared.head_stride + d;
+          shared_k.Set(to, k.Get(from));
+          shared_v.Set(to, v.Get(from));
+          k.Set(from, nan);
+          v.Set(from, nan);
+        }
+      }
+    }
+    entry = static_cast<int32_t>(num_blocks + i);
+  }
+}
+
 PagedAttentionArgs AttentionProblem::Args(HostTensor& out) const {
   PagedAttentionArgs a;
   a.q = ConstHeadsView::Dense(q.data(), q.dtype(), num_tokens(), q_heads, dim);
@@ -195,6 +229,12 @@ PagedAttentionArgs AttentionProblem::Args(HostTensor& out) const {
   a.kv_spec = Spec();
   a.kv = PagedKvLayer::FromSeparatePlanes(const_cast<void*>(k.data()), k.size(),
                                           const_cast<void*>(v.data()), v.size());
+  if (shared_blocks > 0) {
+    a.shared_spec = SharedSpec();
+    a.shared_kv =
+        PagedKvLayer::FromSeparatePlanes(const_cast<void*>(shared_k.data()), shared_k.size(),
+                                         const_cast<void*>(shared_v.data()), shared_v.size());
+  }
   a.block_table = block_table;
   a.max_blocks_per_seq = max_blocks;
   a.seq_lens = seq_lens;

@@ -72,7 +72,16 @@ struct AttentionProblem {
   bool causal = true;
   int64_t splits = 1;
 
+  // The second cache (PagedAttentionArgs::shared_kv; none while shared_blocks is 0), in the HND
+  // stride order, so that its strides differ from the engine cache's.
+  int64_t shared_blocks = 0;
+  HostTensor shared_k, shared_v;
+
   PagedKvSpec Spec() const;
+  PagedKvSpec SharedSpec() const;
+  // Moves each (sequence, logical block) into a block of a new second cache, in order, and fills
+  // its old block with NaN: the block table then names it num_blocks + its index there.
+  void MoveToSharedCache(const std::vector<std::pair<int64_t, int64_t>>& blocks);
   int64_t num_tokens() const { return query_start_loc.back(); }
   // Arguments over this problem's host buffers, writing into `out`.
   PagedAttentionArgs Args(HostTensor& out) const;
