@@ -10,7 +10,10 @@
 // Checked: the pool's pages hold, byte for byte, what the writer computed, for every reader; the
 // block recomputed after an exact prefix equals full prefill's; recomputing every chunk, and
 // CacheBlend at ratio 1, equal full prefill; and the question's deviation from full prefill falls
-// as each policy's recompute budget grows. Every policy's deviation is printed.
+// as each policy's recompute budget grows; and MEPIC run as an engine runs it, its block table
+// naming its own blocks and the pool's pages read in place (kernels::PagedAttention over both
+// caches), equals MEPIC over a copy of the pages with engine blocks only for what it recomputes.
+// Every policy's deviation is printed.
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -36,6 +39,7 @@ using strata::testing::Rows;
 using strata::testing::TinyConfig;
 using strata::testing::TinyKv;
 using strata::testing::TinyOutput;
+using strata::testing::TinyPagedCache;
 using strata::testing::TinyRecompute;
 using strata::testing::TinySelectiveOutput;
 using strata::testing::TinyTransformer;
@@ -189,6 +193,65 @@ class OracleEngine {
     return *std::move(out);
   }
 
+  // MEPIC as an engine runs it, with no copy of the shared chunks: the block table names this
+  // engine's own blocks for the blocks it recomputes (the prompt segments, block 1 of each shared
+  // chunk) and the pool's pages, read in place through the mapping, for the rest. Returns the
+  // output and how many engine blocks it used.
+  std::pair<TinySelectiveOutput, int64_t> ComputePaged(const PicRequest& request) const {
+    const TinyConfig c = Config();
+    const auto blocks =
+        static_cast<int64_t>((request.prompt.padded_tokens.size() + kBlock - 1) / kBlock);
+    TinyPagedCache cache;
+    cache.block_table.assign(static_cast<size_t>(blocks), -1);
+    std::vector<int32_t> recompute;
+    int32_t engine_blocks = 0;
+    for (const PicTokenRange& range : request.recomputed_from_layer_zero(kBlock)) {
+      for (uint32_t t = range.begin; t < range.end; ++t) {
+        recompute.push_back(static_cast<int32_t>(t));
+        int32_t& entry = cache.block_table[t / kBlock];
+        if (entry < 0) entry = engine_blocks++;
+      }
+    }
+    for (const PicChunkPlacement& chunk : request.chunks) {
+      if (chunk.source != PicChunkSource::kShared) continue;
+      const uint32_t first = request.prompt.segments[chunk.segment].padded_begin / kBlock;
+      for (size_t k = 0; k < chunk.pages.size(); ++k) {
+        int32_t& entry = cache.block_table[first + k];
+        if (entry < 0) entry = engine_blocks + static_cast<int32_t>(chunk.pages[k]);
+      }
+    }
+    EXPECT_EQ(std::count(cache.block_table.begin(), cache.block_table.end(), -1), 0)
+        << "every block is the engine's or the pool's";
+
+    const PagedKvCache pool = View(request);
+    const PagedKvGeometry& g = pool.geometry;
+    cache.shared_spec = {.dtype = KvDtype::kFloat32,
+                         .num_planes = 2,
+                         .num_blocks = g.num_blocks,
+                         .block_size = g.block_size,
+                         .num_kv_heads = g.num_kv_heads,
+                         .head_dim = g.head_dim,
+                         .block_stride = g.block_stride_bytes / 4,
+                         .slot_stride = g.slot_stride_bytes / 4,
+                         .head_stride = g.head_stride_bytes / 4};
+    const auto pool_extent = static_cast<int64_t>(pool.plane_extent_bytes / 4);
+    cache.engine_spec = kernels::PagedKvSpec::Contiguous(KvDtype::kFloat32, 2, engine_blocks,
+                                                         kBlock, c.kv_heads, c.head_dim);
+    const int64_t engine_extent = engine_blocks * kBlock * c.kv_width();
+    std::vector<std::vector<float>> engine_k(c.layers, std::vector<float>(engine_extent));
+    std::vector<std::vector<float>> engine_v(c.layers, std::vector<float>(engine_extent));
+    for (int64_t l = 0; l < c.layers; ++l) {
+      cache.engine.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
+          engine_k[l].data(), engine_extent, engine_v[l].data(), engine_extent));
+      cache.shared.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
+          pool.planes[l][0], pool_extent, pool.planes[l][1], pool_extent));
+    }
+    absl::StatusOr<TinySelectiveOutput> out =
+        model_.PagedSelectivePrefill(request.prompt.padded_tokens, cache, recompute);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return {*std::move(out), engine_blocks};
+  }
+
  private:
   const TinyTransformer& model_;
   storage::HostRuntime runtime_;
@@ -334,6 +397,27 @@ TEST(PicOracleTest, MepicReuseThroughTheDaemonAgainstFullPrefill) {
               1e-5)
         << "layer " << l;
   }
+
+  // MEPIC as an engine runs it: the reader's block table names its own blocks and the pool's pages
+  // (kernels::PagedAttention over both caches): the same output as over a copy, with engine blocks
+  // only for what it recomputes.
+  PicRequest in_place = reader.Begin(second.tokens, second.markers);
+  const auto [paged, engine_blocks] = reader.ComputePaged(in_place);
+  const auto total_blocks =
+      static_cast<int64_t>((in_place.prompt.padded_tokens.size() + kBlock - 1) / kBlock);
+  std::printf(
+      "MEPIC over the pool's pages in place: %lld engine blocks of %lld, deviation %.6f\n",
+      static_cast<long long>(engine_blocks), static_cast<long long>(total_blocks),
+      RelativeDifference(Rows(paged.hidden, hidden,
+                              static_cast<int64_t>(paged.recomputed.size()) - q.padded_tokens(),
+                              static_cast<int64_t>(paged.recomputed.size())),
+                         expected));
+  EXPECT_LT(RelativeDifference(paged.hidden, mepic_out.hidden), 1e-5)
+      << "attention over the pool's pages in place equals attention over their copy";
+  EXPECT_EQ(engine_blocks,
+            static_cast<int64_t>(in_place.recomputed_tokens(kBlock) + kBlock - 1) / kBlock)
+      << "the engine holds blocks only for what it recomputes (the question's last one partial)";
+  EXPECT_TRUE(reader.requests().End(in_place).ok());
 
   // LegoLink-0: the chunks compiled after the dummies are chunks of their own, written once by
   // the writer and shared by the reader with nothing of them recomputed.

@@ -346,6 +346,121 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
       .recomputed = std::move(active), .hidden = std::move(x), .kv = std::move(kv)};
 }
 
+absl::Status TinyTransformer::ValidatePagedCache(const TinyPagedCache& cache,
+                                                 int64_t num_tokens) const {
+  const TinyConfig& c = config_;
+  const auto layers = static_cast<size_t>(c.layers);
+  auto shaped = [&](const kernels::PagedKvSpec& spec) {
+    return spec.dtype == KvDtype::kFloat32 && spec.num_planes == 2 &&
+           spec.num_kv_heads == c.kv_heads && spec.head_dim == c.head_dim;
+  };
+  const bool shared = cache.shared_spec.num_blocks > 0;
+  if (!shaped(cache.engine_spec) || cache.engine.size() != layers ||
+      (shared && (!shaped(cache.shared_spec) || cache.shared.size() != layers))) {
+    return absl::InvalidArgumentError("tiny transformer: a paged cache of another shape");
+  }
+  const int64_t block = cache.engine_spec.block_size;
+  if (block <= 0 || static_cast<int64_t>(cache.block_table.size()) * block < num_tokens) {
+    return absl::InvalidArgumentError(
+        fmt::format("tiny transformer: a block table of {} blocks for {} tokens",
+                    cache.block_table.size(), num_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TinySelectiveOutput> TinyTransformer::PagedSelectivePrefill(
+    std::span<const uint32_t> tokens, const TinyPagedCache& cache,
+    std::span<const int32_t> recompute) const {
+  const TinyConfig& c = config_;
+  const int64_t h = c.hidden(), kvw = c.kv_width();
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0 || n > c.max_position) {
+    return absl::InvalidArgumentError(fmt::format("tiny transformer: {} tokens", n));
+  }
+  STRATA_RETURN_IF_ERROR(ValidateTokens(tokens, c.vocab));
+  STRATA_RETURN_IF_ERROR(ValidatePagedCache(cache, n));
+  const kernels::PagedKvSpec& spec = cache.engine_spec;
+  const int64_t block = spec.block_size;
+  if (recompute.empty() ||
+      !std::is_sorted(recompute.begin(), recompute.end(), std::less_equal<>()) ||
+      recompute.front() < 0 || recompute.back() >= n) {
+    return absl::InvalidArgumentError("tiny transformer: recomputed tokens not ascending in range");
+  }
+  for (const int32_t t : recompute) {
+    const int32_t id = cache.block_table[static_cast<size_t>(t / block)];
+    if (id < 0 || id >= spec.num_blocks) {
+      return absl::InvalidArgumentError(fmt::format(
+          "tiny transformer: recomputed token {} lies in block id {}, not an engine block", t, id));
+    }
+  }
+
+  // One sequence per run of consecutive recomputed tokens: its keys are tokens [0, run end), its
+  // queries the run; every sequence shares the prompt's block table.
+  std::vector<int32_t> seq_lens, query_start_loc = {0};
+  for (size_t i = 0; i < recompute.size();) {
+    size_t j = i + 1;
+    while (j < recompute.size() && recompute[j] == recompute[j - 1] + 1) ++j;
+    seq_lens.push_back(recompute[j - 1] + 1);
+    query_start_loc.push_back(static_cast<int32_t>(j));
+    i = j;
+  }
+  const auto max_blocks = static_cast<int64_t>(cache.block_table.size());
+  std::vector<int32_t> block_table;
+  for (size_t s = 0; s < seq_lens.size(); ++s) {
+    block_table.insert(block_table.end(), cache.block_table.begin(), cache.block_table.end());
+  }
+  const std::vector<int64_t> query_positions(recompute.begin(), recompute.end());
+
+  const auto m = static_cast<int64_t>(recompute.size());
+  std::vector<uint32_t> active_tokens;
+  for (const int32_t t : recompute) active_tokens.push_back(tokens[static_cast<size_t>(t)]);
+  std::vector<float> x = Embed(embedding_, active_tokens, h);
+  std::vector<float> q(static_cast<size_t>(m * h)), attn(q.size());
+  std::vector<float> keys(static_cast<size_t>(m * kvw)), values(keys.size());
+  Workspace ws(c);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const kernels::PagedKvLayer& engine = cache.engine[static_cast<size_t>(l)];
+    for (int64_t i = 0; i < m; ++i) {
+      ProjectQkv(l, x.data() + i * h, ws, q.data() + i * h, keys.data() + i * kvw,
+                 values.data() + i * kvw);
+      // Its rows into its engine block, head by head (the block's strides are the cache's).
+      const int32_t t = recompute[static_cast<size_t>(i)];
+      const int64_t slot =
+          spec.SlotOffset(cache.block_table[static_cast<size_t>(t / block)], t % block);
+      for (int64_t head = 0; head < c.kv_heads; ++head) {
+        const int64_t at = slot + head * spec.head_stride;
+        const int64_t from = i * kvw + head * c.head_dim;
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          static_cast<float*>(engine.planes[0])[at + d * spec.dim_stride] = keys[from + d];
+          static_cast<float*>(engine.planes[1])[at + d * spec.dim_stride] = values[from + d];
+        }
+      }
+    }
+    kernels::PagedAttentionArgs args{
+        .q = kernels::ConstHeadsView::Dense(q.data(), KvDtype::kFloat32, m, c.q_heads, c.head_dim),
+        .out = kernels::HeadsView::Dense(attn.data(), KvDtype::kFloat32, m, c.q_heads, c.head_dim),
+        .kv_spec = spec,
+        .kv = engine,
+        .block_table = block_table,
+        .max_blocks_per_seq = max_blocks,
+        .seq_lens = seq_lens,
+        .query_start_loc = query_start_loc,
+        .query_positions = query_positions,
+        .rope = rope_.view(),
+        .causal = true};
+    if (cache.shared_spec.num_blocks > 0) {
+      args.shared_spec = cache.shared_spec;
+      args.shared_kv = cache.shared[static_cast<size_t>(l)];
+    }
+    STRATA_RETURN_IF_ERROR(kernels::PagedAttention(args));
+    for (int64_t i = 0; i < m; ++i) {
+      AttentionAndMlpResidual(l, attn.data() + i * h, ws, x.data() + i * h);
+    }
+  }
+  return TinySelectiveOutput{.recomputed = std::vector<int32_t>(recompute.begin(), recompute.end()),
+                             .hidden = std::move(x)};
+}
+
 absl::Status TinyTransformer::Attend(std::span<const float> q, std::vector<float> keys,
                                      std::vector<float> values, std::span<const int64_t> positions,
                                      std::span<const int64_t> query_positions,

@@ -11,7 +11,7 @@
 // `rotate_explicitly`, queries and keys are rotated first (kernels::ApplyRope) and attention runs
 // with no RoPE: the standard path the fused one must equal.
 //
-// Three entry points:
+// Four entry points:
 //   - Prefill: a whole prompt at positions first_position.., every token attending to those
 //     before it (what an engine computes with no cache);
 //   - Extend: new tokens attending to a given context (cached or computed KV of earlier tokens,
@@ -20,7 +20,11 @@
 //   - SelectivePrefill: a prompt whose KV is cached (at its positions in the prompt) for some
 //     tokens, recomputing only some of them layer by layer while the others' cached KV stands in
 //     (ALGORITHMS.md section 3): EPIC's LegoLink and MEPIC (a fixed set recomputed from layer 0),
-//     CacheBlend (a set chosen at a check layer by key deviation, kernels/blend.h).
+//     CacheBlend (a set chosen at a check layer by key deviation, kernels/blend.h);
+//   - PagedSelectivePrefill: the same with a fixed set, as an engine runs MEPIC: over a paged cache
+//     whose block table names the engine's own blocks (the recomputed tokens' KV is written
+//     there) and the blocks of a second cache read in place (the daemon's pool pages), through
+//     kernels::PagedAttention, with no copy of the shared KV.
 // Pure functions of the weights; thread-safe after Create.
 #pragma once
 
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/kv_transfer.h"
 #include "kernels/rope.h"
 
 namespace strata::testing {
@@ -90,6 +95,19 @@ struct TinySelectiveOutput {
   TinyKv kv;  // every token's KV as attended: fresh where recomputed at that layer, else cached
 };
 
+// A paged KV cache as an engine's attention reads it (kernels/paged_attention.h), fp32 with NoPE
+// keys: per layer, the engine's own blocks (written: each recomputed token's K and V rows at
+// each layer) and a second cache read in place (MEPIC: the daemon's pool pages).
+struct TinyPagedCache {
+  kernels::PagedKvSpec engine_spec;           // fp32, 2 planes, the model's kv_heads and head_dim
+  std::vector<kernels::PagedKvLayer> engine;  // [layer]
+  kernels::PagedKvSpec shared_spec;           // num_blocks 0: none
+  std::vector<kernels::PagedKvLayer> shared;  // [layer]; empty with no second cache
+  // Per logical block of the prompt (block_size tokens at positions j * block_size..): an engine
+  // block, or engine_spec.num_blocks + a block of the second cache.
+  std::vector<int32_t> block_table;
+};
+
 class TinyTransformer {
  public:
   // kInvalidArgument for non-positive sizes, q_heads not a multiple of kv_heads, an odd head_dim.
@@ -117,12 +135,27 @@ class TinyTransformer {
                                                        const TinyKv& cached,
                                                        const TinyRecompute& recompute) const;
 
+  // `tokens` at positions 0.. over `cache`, recomputing `recompute` (token indices, ascending)
+  // from layer 0: at each layer their K and V rows are written into their engine blocks, and each
+  // run of consecutive recomputed tokens attends causally over every token before it as the
+  // block table names them (a batch of one sequence per run; blocks of the second cache read in
+  // place). The other tokens' KV must be in the cache already. Output: the recomputed tokens and
+  // their last layer's hidden rows; `kv` is empty (the KV is in the cache). kInvalidArgument for
+  // a cache of another shape or dtype, a table that does not cover the prompt, a recomputed
+  // token whose block is not the engine's (nothing is written outside the engine's blocks), or
+  // `recompute` not ascending in range.
+  absl::StatusOr<TinySelectiveOutput> PagedSelectivePrefill(
+      std::span<const uint32_t> tokens, const TinyPagedCache& cache,
+      std::span<const int32_t> recompute) const;
+
  private:
   TinyTransformer(TinyConfig config, kernels::RopeTable rope)
       : config_(config), rope_(std::move(rope)) {}
 
   // Checks the context's shape against the model's (kInvalidArgument).
   absl::Status ValidateKv(const TinyKv& kv) const;
+  // Checks a paged cache against the model's shape and the prompt's length (kInvalidArgument).
+  absl::Status ValidatePagedCache(const TinyPagedCache& cache, int64_t num_tokens) const;
   // The scratch rows of ProjectQkv and AttentionAndMlpResidual, sized for the model: one per
   // call of Extend or SelectivePrefill, reused for every token and layer.
   struct Workspace {

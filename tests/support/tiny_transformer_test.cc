@@ -4,7 +4,9 @@
 // chunk computed elsewhere deviates from full prefill by an amount that recomputing its tokens
 // removes; a selective prefill (EPIC, MEPIC, CacheBlend) that recomputes every token is full
 // prefill, one that recomputes a fixed set equals computing it in sequence, and CacheBlend's ends
-// (ratio 1, ratio 0 at layer 0) are full prefill and naive reuse.
+// (ratio 1, ratio 0 at layer 0) are full prefill and naive reuse; and the paged selective
+// prefill, reading shared blocks of a second cache in place, equals the selective prefill over a
+// copy.
 #include "tests/support/tiny_transformer.h"
 
 #include <algorithm>
@@ -168,6 +170,84 @@ TEST_F(TinyTransformerTest, FixedSelectionEqualsComputingItInSequence) {
       RelativeDifference(Rows(out.hidden, hidden(), 8, 24), Rows(p.full.hidden, hidden(), 80, 96)),
       1e-4)
       << "still an approximation of full prefill";
+}
+
+// A paged cache as an engine holds it for MEPIC: 16-token blocks, the recomputed blocks (A's
+// first, B's first, Q) in 3 engine blocks, A's and B's other blocks in a second cache of another
+// layout (HND) read in place.
+struct PagedPrompt {
+  std::vector<float> engine_k, engine_v, shared_k, shared_v;  // [layer][block][...] each
+  TinyPagedCache cache;
+  std::vector<int32_t> recompute;
+};
+PagedPrompt MakePagedPrompt(const TinyConfig& c, const TinyKv& cached) {
+  constexpr int64_t kBlock = 16;
+  const int64_t block_elems = kBlock * c.kv_width();
+  PagedPrompt p;
+  p.cache.engine_spec =
+      kernels::PagedKvSpec::Contiguous(KvDtype::kFloat32, 2, 3, kBlock, c.kv_heads, c.head_dim);
+  p.cache.shared_spec =
+      kernels::PagedKvSpec::ContiguousHnd(KvDtype::kFloat32, 2, 3, kBlock, c.kv_heads, c.head_dim);
+  for (auto* plane : {&p.engine_k, &p.engine_v, &p.shared_k, &p.shared_v}) {
+    plane->assign(static_cast<size_t>(c.layers * 3 * block_elems), 0.0f);
+  }
+  // Logical blocks [A1 A2 B1 B2 B3 Q]: engine blocks 0, 1, 2 and shared blocks 0, 1, 2.
+  p.cache.block_table = {0, 3 + 0, 1, 3 + 1, 3 + 2, 2};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const size_t at = static_cast<size_t>(l * 3 * block_elems);
+    p.cache.engine.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
+        &p.engine_k[at], 3 * block_elems, &p.engine_v[at], 3 * block_elems));
+    p.cache.shared.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
+        &p.shared_k[at], 3 * block_elems, &p.shared_v[at], 3 * block_elems));
+    const kernels::PagedKvSpec& spec = p.cache.shared_spec;
+    for (const auto& [logical, shared] : {std::pair{1, 0}, {3, 1}, {4, 2}}) {
+      for (int64_t t = 0; t < kBlock; ++t) {
+        for (int64_t head = 0; head < c.kv_heads; ++head) {
+          const int64_t from = (logical * kBlock + t) * c.kv_width() + head * c.head_dim;
+          const int64_t to = spec.SlotOffset(shared, t) + head * spec.head_stride;
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            p.shared_k[at + to + d] = cached.keys[l][from + d];
+            p.shared_v[at + to + d] = cached.values[l][from + d];
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [begin, end] : {std::pair{0, 16}, {32, 48}, {80, 96}}) {
+    for (int32_t t = begin; t < end; ++t) p.recompute.push_back(t);
+  }
+  return p;
+}
+
+TEST_F(TinyTransformerTest, PagedSelectivePrefillReadsTheSharedBlocksInPlace) {
+  const CachedPrompt p = MakeCachedPrompt(*model_);
+  PagedPrompt paged = MakePagedPrompt(model_->config(), p.cached);
+  const absl::StatusOr<TinySelectiveOutput> out =
+      model_->PagedSelectivePrefill(p.tokens, paged.cache, paged.recompute);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const TinySelectiveOutput copied =
+      *model_->SelectivePrefill(p.tokens, p.cached, {.always = paged.recompute});
+  EXPECT_EQ(out->recomputed, copied.recomputed);
+  EXPECT_LT(RelativeDifference(out->hidden, copied.hidden), 1e-5)
+      << "the same computation as over a copied cache";
+  // The engine blocks hold the recomputed tokens' last layer KV.
+  const int64_t last = model_->config().layers - 1;
+  const int64_t block_elems = 16 * kv_width();
+  const std::span<const float> engine_keys =
+      std::span(paged.engine_k).subspan(static_cast<size_t>(last * 3 * block_elems), block_elems);
+  EXPECT_LT(RelativeDifference(engine_keys, Rows(copied.kv.keys[last], kv_width(), 0, 16)), 1e-5);
+
+  // What the engine may not do: write into a shared block, or run past the table.
+  std::vector<int32_t> into_shared = paged.recompute;
+  into_shared.insert(into_shared.begin() + 16, 16);  // A's second block's first token: shared
+  EXPECT_EQ(model_->PagedSelectivePrefill(p.tokens, paged.cache, into_shared).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  TinyPagedCache short_table = paged.cache;
+  short_table.block_table.pop_back();
+  EXPECT_EQ(model_->PagedSelectivePrefill(p.tokens, short_table, paged.recompute).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model_->PagedSelectivePrefill(p.tokens, paged.cache, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TinyTransformerTest, CacheBlendAtLayerZeroWithRatioZeroIsNaiveReuse) {
