@@ -193,10 +193,12 @@ class OracleEngine {
     return *std::move(out);
   }
 
-  // MEPIC as an engine runs it, with no copy of the shared chunks: the block table names this
-  // engine's own blocks for the blocks it recomputes (the prompt segments, block 1 of each shared
-  // chunk) and the pool's pages, read in place through the mapping, for the rest. Returns the
-  // output and how many engine blocks it used.
+  // MEPIC (or LegoLink-k) as an engine runs it, with no copy of the shared chunks: the block
+  // table names this engine's own blocks for the blocks it recomputes in (the prompt segments,
+  // block 1 of each shared chunk) and the pool's pages, read in place through the mapping, for
+  // the rest. A shared chunk's block that is recomputed only in part (LegoLink-k, k not a whole
+  // number of blocks) is first copied from its page into the engine's block: one block per chunk,
+  // never the chunk. Returns the output and how many engine blocks it used.
   std::pair<TinySelectiveOutput, int64_t> ComputePaged(const PicRequest& request) const {
     const TinyConfig c = Config();
     const auto blocks =
@@ -212,12 +214,17 @@ class OracleEngine {
         if (entry < 0) entry = engine_blocks++;
       }
     }
+    std::vector<std::pair<int32_t, uint32_t>> copied;  // (engine block, pool page)
     for (const PicChunkPlacement& chunk : request.chunks) {
       if (chunk.source != PicChunkSource::kShared) continue;
       const uint32_t first = request.prompt.segments[chunk.segment].padded_begin / kBlock;
       for (size_t k = 0; k < chunk.pages.size(); ++k) {
         int32_t& entry = cache.block_table[first + k];
-        if (entry < 0) entry = engine_blocks + static_cast<int32_t>(chunk.pages[k]);
+        if (entry < 0) {
+          entry = engine_blocks + static_cast<int32_t>(chunk.pages[k]);
+        } else {
+          copied.emplace_back(entry, chunk.pages[k]);
+        }
       }
     }
     EXPECT_EQ(std::count(cache.block_table.begin(), cache.block_table.end(), -1), 0)
@@ -241,6 +248,14 @@ class OracleEngine {
     std::vector<std::vector<float>> engine_k(c.layers, std::vector<float>(engine_extent));
     std::vector<std::vector<float>> engine_v(c.layers, std::vector<float>(engine_extent));
     for (int64_t l = 0; l < c.layers; ++l) {
+      for (const auto& [block, page] : copied) {
+        const std::span<const uint32_t> pages(&page, 1);
+        for (int64_t t = 0; t < kBlock; ++t) {
+          const int64_t row = (block * kBlock + t) * c.kv_width();
+          std::memcpy(&engine_k[l][row], Row(pool, pages, l, 0, t), c.kv_width() * 4);
+          std::memcpy(&engine_v[l][row], Row(pool, pages, l, 1, t), c.kv_width() * 4);
+        }
+      }
       cache.engine.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
           engine_k[l].data(), engine_extent, engine_v[l].data(), engine_extent));
       cache.shared.push_back(kernels::PagedKvLayer::FromSeparatePlanes(
@@ -398,26 +413,40 @@ TEST(PicOracleTest, MepicReuseThroughTheDaemonAgainstFullPrefill) {
         << "layer " << l;
   }
 
-  // MEPIC as an engine runs it: the reader's block table names its own blocks and the pool's pages
-  // (kernels::PagedAttention over both caches): the same output as over a copy, with engine blocks
-  // only for what it recomputes.
-  PicRequest in_place = reader.Begin(second.tokens, second.markers);
-  const auto [paged, engine_blocks] = reader.ComputePaged(in_place);
-  const auto total_blocks =
-      static_cast<int64_t>((in_place.prompt.padded_tokens.size() + kBlock - 1) / kBlock);
-  std::printf(
-      "MEPIC over the pool's pages in place: %lld engine blocks of %lld, deviation %.6f\n",
-      static_cast<long long>(engine_blocks), static_cast<long long>(total_blocks),
-      RelativeDifference(Rows(paged.hidden, hidden,
-                              static_cast<int64_t>(paged.recomputed.size()) - q.padded_tokens(),
-                              static_cast<int64_t>(paged.recomputed.size())),
-                         expected));
-  EXPECT_LT(RelativeDifference(paged.hidden, mepic_out.hidden), 1e-5)
-      << "attention over the pool's pages in place equals attention over their copy";
-  EXPECT_EQ(engine_blocks,
-            static_cast<int64_t>(in_place.recomputed_tokens(kBlock) + kBlock - 1) / kBlock)
-      << "the engine holds blocks only for what it recomputes (the question's last one partial)";
-  EXPECT_TRUE(reader.requests().End(in_place).ok());
+  // MEPIC and LegoLink-k as an engine runs them: the reader's block table names its own blocks and
+  // the pool's pages (kernels::PagedAttention over both caches): the same output as over a copy,
+  // with engine blocks only for the blocks it recomputes in.
+  for (const PicPolicy& policy :
+       {PicPolicy{}, PicPolicy{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 4},
+        PicPolicy{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 32}}) {
+    PicRequest in_place = reader.Begin(second.tokens, second.markers, policy);
+    const auto [paged, engine_blocks] = reader.ComputePaged(in_place);
+    const TinySelectiveOutput copy = reader.Compute(in_place, OracleEngine::Plan(in_place));
+    const auto total_blocks =
+        static_cast<int64_t>((in_place.prompt.padded_tokens.size() + kBlock - 1) / kBlock);
+    const auto rows = static_cast<int64_t>(paged.recomputed.size());
+    std::printf(
+        "%s over the pool's pages in place: %lld engine blocks of %lld, deviation %.6f\n",
+        policy.recompute == PicRecompute::kMepic
+            ? "MEPIC"
+            : fmt::format("LegoLink-{}", policy.legolink_tokens).c_str(),
+        static_cast<long long>(engine_blocks), static_cast<long long>(total_blocks),
+        RelativeDifference(Rows(paged.hidden, hidden, rows - q.padded_tokens(), rows), expected));
+    EXPECT_LT(RelativeDifference(paged.hidden, copy.hidden), 1e-5)
+        << "attention over the pool's pages in place equals attention over their copy";
+    int64_t blocks_recomputed_in = 0;
+    for (int64_t b = 0; b < total_blocks; ++b) {
+      for (const PicTokenRange& range : in_place.recomputed_from_layer_zero(kBlock)) {
+        if (range.begin < (b + 1) * kBlock && range.end > b * kBlock) {
+          ++blocks_recomputed_in;
+          break;
+        }
+      }
+    }
+    EXPECT_EQ(engine_blocks, blocks_recomputed_in)
+        << "the engine holds blocks only for the blocks it recomputes in";
+    EXPECT_TRUE(reader.requests().End(in_place).ok());
+  }
 
   // LegoLink-0: the chunks compiled after the dummies are chunks of their own, written once by
   // the writer and shared by the reader with nothing of them recomputed.
