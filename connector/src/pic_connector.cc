@@ -197,8 +197,11 @@ absl::StatusOr<PicPlan> PicConnector::Begin(std::string_view request_id,
                                    .blend_ratio = options.blend_ratio};
   absl::StatusOr<PicRequest> request = s.requests->Begin(prompt, markers, options.tenant, policy);
   if (!request.ok()) {
+    // Only this call's entry: an End that ran meanwhile took it out, and a later Begin of the same
+    // id may have put its own in.
     absl::MutexLock lock(&s.mu);
-    s.open.erase(std::string(request_id));
+    auto it = s.open.find(std::string(request_id));
+    if (it != s.open.end() && it->second == entry) s.open.erase(it);
     return request.status();
   }
   entry->request = *std::move(request);
