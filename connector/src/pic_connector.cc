@@ -27,31 +27,20 @@ constexpr std::array<std::pair<std::string_view, PicRecomputePolicy>, 4> kPolicy
     {"cacheblend", PicRecomputePolicy::kCacheBlend},
 }};
 
-PicRecompute ToRecompute(PicRecomputePolicy policy) {
-  switch (policy) {
-    case PicRecomputePolicy::kMepic:
-      return PicRecompute::kMepic;
-    case PicRecomputePolicy::kLegoLink:
-      return PicRecompute::kLegoLink;
-    case PicRecomputePolicy::kLegoLinkZero:
-      return PicRecompute::kLegoLinkZero;
-    case PicRecomputePolicy::kCacheBlend:
-      return PicRecompute::kCacheBlend;
-  }
-  return PicRecompute::kMepic;
-}
-
-PicChunkState ToState(PicChunkSource source) {
-  switch (source) {
-    case PicChunkSource::kShared:
-      return PicChunkState::kShared;
-    case PicChunkSource::kWrite:
-      return PicChunkState::kWrite;
-    case PicChunkSource::kPrivate:
-      return PicChunkState::kPrivate;
-  }
-  return PicChunkState::kPrivate;
-}
+// The public enums are the internal ones' values: a cast converts them.
+static_assert(static_cast<int>(PicRecomputePolicy::kMepic) ==
+              static_cast<int>(PicRecompute::kMepic));
+static_assert(static_cast<int>(PicRecomputePolicy::kLegoLink) ==
+              static_cast<int>(PicRecompute::kLegoLink));
+static_assert(static_cast<int>(PicRecomputePolicy::kLegoLinkZero) ==
+              static_cast<int>(PicRecompute::kLegoLinkZero));
+static_assert(static_cast<int>(PicRecomputePolicy::kCacheBlend) ==
+              static_cast<int>(PicRecompute::kCacheBlend));
+static_assert(static_cast<int>(PicChunkState::kShared) ==
+              static_cast<int>(PicChunkSource::kShared));
+static_assert(static_cast<int>(PicChunkState::kWrite) == static_cast<int>(PicChunkSource::kWrite));
+static_assert(static_cast<int>(PicChunkState::kPrivate) ==
+              static_cast<int>(PicChunkSource::kPrivate));
 
 PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
   PicPlan plan;
@@ -61,7 +50,7 @@ PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
     PicChunk& chunk = plan.chunks.emplace_back();
     chunk.padded = {segment.padded_begin, segment.padded_begin + segment.padded_tokens()};
     chunk.source = {segment.source_begin, segment.source_end};
-    chunk.state = ToState(placed.source);
+    chunk.state = static_cast<PicChunkState>(placed.source);
     chunk.pool_pages = placed.pages;
     if (placed.source == PicChunkSource::kPrivate) {
       chunk.why_private = std::string(placed.why_private.message());
@@ -191,7 +180,7 @@ absl::StatusOr<PicPlan> PicConnector::Begin(std::string_view request_id,
   std::vector<internal::SegmentMarker> markers;
   markers.reserve(chunks.size());
   for (const PicTokenSpan& span : chunks) markers.push_back({span.begin, span.end});
-  const internal::PicPolicy policy{.recompute = ToRecompute(options.recompute),
+  const internal::PicPolicy policy{.recompute = static_cast<PicRecompute>(options.recompute),
                                    .legolink_tokens = options.legolink_tokens,
                                    .check_layer = options.check_layer,
                                    .blend_ratio = options.blend_ratio};

@@ -55,6 +55,15 @@ absl::Status ValidateTokens(std::span<const uint32_t> tokens, int64_t vocab) {
   return absl::OkStatus();
 }
 
+// kInvalidArgument unless `tokens` are token indices of an n-token prompt, strictly ascending.
+absl::Status ValidateRecomputed(std::span<const int32_t> tokens, int64_t n) {
+  if (!std::is_sorted(tokens.begin(), tokens.end(), std::less_equal<>()) ||
+      (!tokens.empty() && (tokens.front() < 0 || tokens.back() >= n))) {
+    return absl::InvalidArgumentError("tiny transformer: recomputed tokens not ascending in range");
+  }
+  return absl::OkStatus();
+}
+
 // The rows `rows` of a row-major matrix of `width` columns, in that order.
 std::vector<float> GatherRows(std::span<const float> m, int64_t width,
                               std::span<const int32_t> rows) {
@@ -263,10 +272,7 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::SelectivePrefill(
         n, cached.num_tokens(), c.max_position));
   }
   const std::vector<int32_t>& always = recompute.always;
-  if (!std::is_sorted(always.begin(), always.end(), std::less_equal<>()) ||
-      (!always.empty() && (always.front() < 0 || always.back() >= n))) {
-    return absl::InvalidArgumentError("tiny transformer: recomputed tokens not ascending in range");
-  }
+  STRATA_RETURN_IF_ERROR(ValidateRecomputed(always, n));
   if (recompute.check_layer >= c.layers || recompute.ratio < 0 || recompute.ratio > 1) {
     return absl::InvalidArgumentError(
         fmt::format("tiny transformer: check layer {} of {}, ratio {}", recompute.check_layer,
@@ -381,10 +387,9 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::PagedSelectivePrefill(
   STRATA_RETURN_IF_ERROR(ValidatePagedCache(cache, n));
   const kernels::PagedKvSpec& spec = cache.engine_spec;
   const int64_t block = spec.block_size;
-  if (recompute.empty() ||
-      !std::is_sorted(recompute.begin(), recompute.end(), std::less_equal<>()) ||
-      recompute.front() < 0 || recompute.back() >= n) {
-    return absl::InvalidArgumentError("tiny transformer: recomputed tokens not ascending in range");
+  STRATA_RETURN_IF_ERROR(ValidateRecomputed(recompute, n));
+  if (recompute.empty()) {
+    return absl::InvalidArgumentError("tiny transformer: nothing to recompute");
   }
   for (const int32_t t : recompute) {
     const int32_t id = cache.block_table[static_cast<size_t>(t / block)];
