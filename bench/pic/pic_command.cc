@@ -154,6 +154,8 @@ struct EngineTally {
   uint64_t written = 0;
   uint64_t private_chunks = 0;
   std::map<std::string, uint64_t> private_reasons;  // by status code
+  // Requests that found a chunk pending (another engine writing it) and waited for it.
+  uint64_t waited_requests = 0;
   uint64_t wrong_pages = 0;
   uint64_t failures = 0;
   uint32_t pool_pages = 0;
@@ -173,6 +175,7 @@ struct EngineTally {
     shared += other.shared;
     written += other.written;
     private_chunks += other.private_chunks;
+    waited_requests += other.waited_requests;
     for (const auto& [reason, count] : other.private_reasons) private_reasons[reason] += count;
     wrong_pages += other.wrong_pages;
     failures += other.failures;
@@ -289,21 +292,36 @@ void RunEngine(const PicBenchOptions& o, const KvLayout& layout, const std::stri
     const ChunkKey& key = request.prompt.segments[request.chunks[chunk].segment].key;
     return PageSignature{.key_id = key.EventId(), .block = block};
   };
-  auto run_request = [&](uint32_t r) {
+  struct Begun {
+    uint32_t r = 0;
+    size_t prompt_tokens = 0;
+    PicRequest request;
+  };
+  auto begin_request = [&](uint32_t r) -> std::optional<Begun> {
     const uint64_t request_id = (uint64_t{engine} << 32) | r;
     const Prompt prompt = MakePrompt(o, corpus, popularity, chunks, request_id, rng);
     absl::StatusOr<PicRequest> request = requests.Begin(prompt.tokens, prompt.markers);
     if (!request.ok()) {
       ++tally.failures;
       tally.error = fmt::format("{}", request.status());
-      return;
+      return std::nullopt;
     }
-    for (size_t c = 0; c < request->chunks.size(); ++c) {
-      const auto& chunk = request->chunks[c];
+    return Begun{.r = r, .prompt_tokens = prompt.tokens.size(), .request = *std::move(request)};
+  };
+  auto pending = [](const PicRequest& request) {
+    return std::any_of(request.chunks.begin(), request.chunks.end(),
+                       [](const auto& chunk) { return chunk.source == PicChunkSource::kPending; });
+  };
+  // Computes the request: writes its kWrite chunks, publishes, checks what it shares, counts.
+  auto finish_request = [&](Begun begun) {
+    const uint32_t r = begun.r;
+    PicRequest& request = begun.request;
+    for (size_t c = 0; c < request.chunks.size(); ++c) {
+      const auto& chunk = request.chunks[c];
       if (chunk.source == PicChunkSource::kWrite) {
         ++tally.written;
         for (size_t b = 0; b < chunk.pages.size(); ++b) {
-          WriteSignature(*request->pool, chunk.pages[b], signature(*request, c, b));
+          WriteSignature(*request.pool, chunk.pages[b], signature(request, c, b));
         }
       } else if (chunk.source == PicChunkSource::kShared) {
         ++tally.shared;
@@ -312,25 +330,25 @@ void RunEngine(const PicBenchOptions& o, const KvLayout& layout, const std::stri
         ++tally.private_reasons[absl::StatusCodeToString(chunk.why_private.code())];
       }
     }
-    if (!requests.Publish(*request).ok()) ++tally.failures;
-    for (size_t c = 0; c < request->chunks.size(); ++c) {
-      const auto& chunk = request->chunks[c];
+    if (!requests.Publish(request).ok()) ++tally.failures;
+    for (size_t c = 0; c < request.chunks.size(); ++c) {
+      const auto& chunk = request.chunks[c];
       if (chunk.source != PicChunkSource::kShared) continue;
       for (size_t b = 0; b < chunk.pages.size(); ++b) {
-        if (!HoldsSignature(*request->pool, chunk.pages[b], signature(*request, c, b))) {
+        if (!HoldsSignature(*request.pool, chunk.pages[b], signature(request, c, b))) {
           ++tally.wrong_pages;
         }
       }
     }
-    const uint64_t recomputed = request->recomputed_tokens(o.block_tokens);
-    uint64_t bound = uint64_t{o.block_tokens} * request->chunks.size();
-    for (const auto& segment : request->prompt.segments) {
+    const uint64_t recomputed = request.recomputed_tokens(o.block_tokens);
+    uint64_t bound = uint64_t{o.block_tokens} * request.chunks.size();
+    for (const auto& segment : request.prompt.segments) {
       if (segment.kind == SegmentKind::kPrompt) bound += segment.padded_tokens();
     }
     ++tally.requests;
     tally.recomputed_tokens += recomputed;
     tally.bound_tokens += bound;
-    tally.prompt_tokens += prompt.tokens.size();
+    tally.prompt_tokens += begun.prompt_tokens;
     if (recomputed <= bound) ++tally.within_bound;
     const bool warm = r >= o.requests / 2;
     if (warm) {
@@ -338,22 +356,57 @@ void RunEngine(const PicBenchOptions& o, const KvLayout& layout, const std::stri
       tally.late_recomputed_tokens += recomputed;
       tally.late_bound_tokens += bound;
     }
-    PageAccounting::Request used = PagesOf(*request, o.block_tokens, prompt.tokens.size());
+    PageAccounting::Request used = PagesOf(request, o.block_tokens, begun.prompt_tokens);
     pages.Open(used, warm);
-    open.push_back({std::move(*request), std::move(used)});
+    open.push_back({std::move(request), std::move(used)});
+  };
+  // Requests deferred because another engine is writing one of their chunks. Each step's end
+  // refreshes them: a request whose chunks are all placed, or that has waited kMaxWaitSteps,
+  // runs (a chunk still pending is then computed privately). A chain of waiters (one waits for
+  // a chunk its writer, itself waiting, has not published yet) resolves a step per link.
+  constexpr uint32_t kMaxWaitSteps = 4;
+  struct Waiting {
+    Begun begun;
+    uint32_t steps = 0;
+  };
+  std::vector<Waiting> waiting;
+  auto refresh_waiting = [&](bool last_chance) {
+    std::vector<Waiting> still;
+    for (Waiting& w : waiting) {
+      ++w.steps;
+      if (!requests.Refresh(w.begun.request).ok()) ++tally.failures;
+      if (pending(w.begun.request) && w.steps < kMaxWaitSteps && !last_chance) {
+        still.push_back(std::move(w));
+      } else {
+        finish_request(std::move(w.begun));
+      }
+    }
+    waiting = std::move(still);
   };
   for (uint32_t r = 0; r < o.requests; ++r) {
     // The cold phase (each engine's first half) ends with every engine closing its requests:
     // the warm phase's peaks count warm requests alone.
     if (r == o.requests / 2) {
+      refresh_waiting(/*last_chance=*/true);
       while (!open.empty()) close_oldest();
     }
     if (open.size() >= std::max(1u, o.in_flight)) close_oldest();
-    run_request(r);
+    // A request whose chunk another engine is writing waits (an engine defers such a request
+    // to a later step); else it runs now.
+    if (std::optional<Begun> begun = begin_request(r); begun.has_value()) {
+      if (pending(begun->request)) {
+        ++tally.waited_requests;
+        waiting.push_back({.begun = *std::move(begun)});
+      } else {
+        finish_request(*std::move(begun));
+      }
+    }
     // Engines go in lockstep, a request each per step, so that `in_flight` requests of every
     // engine are open at once whatever the scheduler does.
     in_step.arrive_and_wait();
+    refresh_waiting(/*last_chance=*/false);
   }
+  refresh_waiting(/*last_chance=*/true);
   while (!open.empty()) close_oldest();
   in_step.arrive_and_drop();
 }
@@ -406,11 +459,13 @@ std::string RunSetting(const PicBenchOptions& o, const KvLayout& layout, const C
       "strata-bench pic: {:2} chunks/prompt: peak pages {} (MEPIC) vs {} (per-request copy): "
       "{:.2f}x fewer; warm {} vs {}: {:.2f}x; recomputed {:.0f} tokens/request (bound {:.0f}; "
       "second half {:.0f} vs "
-      "{:.0f}) of {:.0f}; chunks shared {} written {} private {} ({}); wrong pages {}\n",
+      "{:.0f}) of {:.0f}; chunks shared {} written {} private {} ({}); requests that waited for a "
+      "chunk being written {}; wrong pages {}\n",
       chunks, peak.mepic, peak.baseline, peak.ratio(), warm.mepic, warm.baseline, warm.ratio(),
       all.recomputed_tokens / n, all.bound_tokens / n, all.late_recomputed_tokens / late,
       all.late_bound_tokens / late, all.prompt_tokens / n, all.shared, all.written,
-      all.private_chunks, fmt::join(all.private_reasons, ", "), all.wrong_pages);
+      all.private_chunks, fmt::join(all.private_reasons, ", "), all.waited_requests,
+      all.wrong_pages);
   std::vector<std::string> reasons;
   for (const auto& [reason, count] : all.private_reasons) {
     reasons.push_back(fmt::format("\"{}\": {}", reason, count));
@@ -424,12 +479,13 @@ std::string RunSetting(const PicBenchOptions& o, const KvLayout& layout, const C
       "\"mean_recomputed_tokens\": {:.1f}, \"mean_bound_tokens\": {:.1f}, "
       "\"second_half_recomputed_tokens\": {:.1f}, \"second_half_bound_tokens\": {:.1f}, "
       "\"requests_within_bound\": {}, \"chunks_shared\": {}, \"chunks_written\": {}, "
-      "\"chunks_private\": {}, \"private_reasons\": {{{}}}, \"wrong_pages\": {}}}",
+      "\"chunks_private\": {}, \"private_reasons\": {{{}}}, \"requests_waited\": {}, "
+      "\"wrong_pages\": {}}}",
       chunks, all.requests, all.failures, seconds, all.pool_pages, peak.mepic, peak.baseline,
       peak.ratio(), warm.mepic, warm.baseline, warm.ratio(), all.prompt_tokens / n,
       all.recomputed_tokens / n, all.bound_tokens / n, all.late_recomputed_tokens / late,
       all.late_bound_tokens / late, all.within_bound, all.shared, all.written, all.private_chunks,
-      fmt::join(reasons, ", "), all.wrong_pages);
+      fmt::join(reasons, ", "), all.waited_requests, all.wrong_pages);
 }
 
 }  // namespace

@@ -41,6 +41,8 @@ static_assert(static_cast<int>(PicChunkState::kShared) ==
 static_assert(static_cast<int>(PicChunkState::kWrite) == static_cast<int>(PicChunkSource::kWrite));
 static_assert(static_cast<int>(PicChunkState::kPrivate) ==
               static_cast<int>(PicChunkSource::kPrivate));
+static_assert(static_cast<int>(PicChunkState::kPending) ==
+              static_cast<int>(PicChunkSource::kPending));
 
 PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
   PicPlan plan;
@@ -52,7 +54,7 @@ PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
     chunk.source = {segment.source_begin, segment.source_end};
     chunk.state = static_cast<PicChunkState>(placed.source);
     chunk.pool_pages = placed.pages;
-    if (placed.source == PicChunkSource::kPrivate) {
+    if (placed.source == PicChunkSource::kPrivate || placed.source == PicChunkSource::kPending) {
       chunk.why_private = std::string(placed.why_private.message());
     } else if (!plan.pool.has_value() && request.pool != nullptr) {
       const internal::DevicePoolGrant& grant = request.pool->grant();
@@ -202,6 +204,14 @@ absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
   absl::MutexLock lock(&entry->mu);
   if (!entry->request.has_value()) return NotOpen(request_id);
   STRATA_RETURN_IF_ERROR(impl_->requests->Publish(*entry->request));
+  return ToPlan(*entry->request, impl_->options.block_size);
+}
+
+absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OpenPicRequest> entry, impl_->Find(request_id));
+  absl::MutexLock lock(&entry->mu);
+  if (!entry->request.has_value()) return NotOpen(request_id);
+  STRATA_RETURN_IF_ERROR(impl_->requests->Refresh(*entry->request));
   return ToPlan(*entry->request, impl_->options.block_size);
 }
 

@@ -39,6 +39,7 @@ static_assert(STRATA_PIC_CACHEBLEND == static_cast<int>(PicRecomputePolicy::kCac
 static_assert(STRATA_PIC_SHARED == static_cast<int>(PicChunkState::kShared));
 static_assert(STRATA_PIC_WRITE == static_cast<int>(PicChunkState::kWrite));
 static_assert(STRATA_PIC_PRIVATE == static_cast<int>(PicChunkState::kPrivate));
+static_assert(STRATA_PIC_PENDING == static_cast<int>(PicChunkState::kPending));
 
 strata_pic_span ToC(const PicTokenSpan& span) { return {span.begin, span.end}; }
 
@@ -162,6 +163,18 @@ strata_status strata_pic_publish(strata_pic_connector* connector, const char* re
     STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
     if (out != nullptr) *out = nullptr;
     auto plan = connector->impl->Publish(request_id);
+    if (!plan.ok()) return FromStatus(plan.status());
+    return out == nullptr ? STRATA_OK : Emit(*std::move(plan), out);
+  });
+}
+
+strata_status strata_pic_refresh(strata_pic_connector* connector, const char* request_id,
+                                 strata_pic_plan** out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(connector != nullptr, "connector is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    if (out != nullptr) *out = nullptr;
+    auto plan = connector->impl->Refresh(request_id);
     if (!plan.ok()) return FromStatus(plan.status());
     return out == nullptr ? STRATA_OK : Emit(*std::move(plan), out);
   });

@@ -223,6 +223,7 @@ TEST_F(PicConnectorCTest, BadInputIsRefused) {
             STRATA_INVALID_ARGUMENT);
   EXPECT_EQ(strata_pic_verify(connector, "nobody"), STRATA_NOT_FOUND);
   EXPECT_EQ(strata_pic_publish(connector, "nobody", nullptr), STRATA_NOT_FOUND);
+  EXPECT_EQ(strata_pic_refresh(connector, "nobody", nullptr), STRATA_NOT_FOUND);
   EXPECT_EQ(strata_pic_open_requests(connector), 0u);
   strata_pic_plan_info info;
   EXPECT_EQ(strata_pic_plan_info_get(nullptr, &info), STRATA_INVALID_ARGUMENT);

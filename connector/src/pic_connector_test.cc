@@ -143,6 +143,38 @@ TEST_F(PicConnectorTest, AChunkWrittenByOneEngineIsSharedByAnotherAtAnotherOffse
   EXPECT_EQ(PoolStats().committed_pages, 4u) << "kept for the next request";
 }
 
+// Two engines at once: while one writes a chunk, the other's request finds it pending; a Refresh
+// after the writer published shares the writer's pages.
+TEST_F(PicConnectorTest, APendingChunkIsSharedOnceItsWriterPublishes) {
+  auto writer = Connect(daemon_.socket_path(), "writer");
+  auto waiter = Connect(daemon_.socket_path(), "waiter");
+  const std::vector<uint32_t> prompt = Passage(1000, 40);
+  const std::vector<PicTokenSpan> spans = {{0, 32}};
+  auto written = writer->Begin("w", prompt, spans);
+  ASSERT_TRUE(written.ok());
+  ASSERT_EQ(States(*written), std::vector{PicChunkState::kWrite});
+  auto waiting = waiter->Begin("p", prompt, spans);
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_EQ(States(*waiting), std::vector{PicChunkState::kPending});
+  EXPECT_FALSE(waiting->chunks[0].why_private.empty());
+  EXPECT_EQ(waiting->recomputed_tokens, waiting->padded_tokens.size())
+      << "computed whole unless the engine waits";
+  auto refreshed = waiter->Refresh("p");
+  ASSERT_TRUE(refreshed.ok());
+  EXPECT_EQ(States(*refreshed), std::vector{PicChunkState::kPending}) << "not published yet";
+
+  ASSERT_TRUE(writer->Publish("w").ok());
+  refreshed = waiter->Refresh("p");
+  ASSERT_TRUE(refreshed.ok()) << refreshed.status();
+  ASSERT_EQ(States(*refreshed), std::vector{PicChunkState::kShared});
+  EXPECT_EQ(refreshed->chunks[0].pool_pages, written->chunks[0].pool_pages);
+  EXPECT_LT(refreshed->recomputed_tokens, refreshed->padded_tokens.size());
+  EXPECT_EQ(waiter->Refresh("nobody").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(writer->End("w").ok());
+  EXPECT_TRUE(waiter->End("p").ok());
+  EXPECT_EQ(PoolStats().referenced_pages, 0u);
+}
+
 TEST_F(PicConnectorTest, BadInputIsRefusedAndLeavesNothingOpen) {
   auto engine = Connect(daemon_.socket_path(), "engine");
   const std::vector<uint32_t> prompt = Passage(1000, 64);

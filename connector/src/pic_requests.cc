@@ -10,11 +10,16 @@
 namespace strata::connector::internal {
 namespace {
 
-void MakePrivate(PicChunkPlacement& chunk, absl::Status why) {
-  chunk.source = PicChunkSource::kPrivate;
+// The chunk holds nothing of the pool for this request, as `source` (kPrivate or kPending).
+void Unplace(PicChunkPlacement& chunk, PicChunkSource source, absl::Status why) {
+  chunk.source = source;
   chunk.handle = 0;
   chunk.pages.clear();
   chunk.why_private = std::move(why);
+}
+
+void MakePrivate(PicChunkPlacement& chunk, absl::Status why) {
+  Unplace(chunk, PicChunkSource::kPrivate, std::move(why));
 }
 
 // The chunks of `request` whose source is `source`, by index.
@@ -129,9 +134,15 @@ void PicRequests::Place(PicRequest& request) {
   }
   request.generation = acquired->generation;
   request.pool = acquired->device_pool;
+  Settle(request, all, acquired->value, block_tokens);
+}
+
+void PicRequests::Settle(PicRequest& request, std::span<const size_t> which,
+                         std::vector<PoolPlacement>& acquired, uint32_t block_tokens) {
   std::vector<size_t> missing;
-  for (size_t i = 0; i < request.chunks.size(); ++i) {
-    PoolPlacement& placed = acquired->value[i];
+  for (size_t j = 0; j < which.size(); ++j) {
+    PoolPlacement& placed = acquired[j];
+    const size_t i = which[j];
     PicChunkPlacement& chunk = request.chunks[i];
     if (placed.status.ok()) {
       chunk.source = PicChunkSource::kShared;
@@ -176,12 +187,39 @@ void PicRequests::Place(PicRequest& request) {
       chunk.source = PicChunkSource::kWrite;
       chunk.handle = placed.handle;
       chunk.pages = std::move(placed.pages);
+    } else if (placed.status.code() == absl::StatusCode::kAborted ||
+               placed.status.code() == absl::StatusCode::kAlreadyExists) {
+      // Another engine is writing it, or committed it since the acquire: Refresh shares it.
+      Unplace(chunk, PicChunkSource::kPending, placed.status);
     } else {
-      // kAlreadyExists: another engine committed it since the acquire; the next request
-      // shares it. kAborted: another engine is writing it. kResourceExhausted: admission.
-      MakePrivate(chunk, placed.status);
+      MakePrivate(chunk, placed.status);  // kResourceExhausted: admission; kInvalidArgument
     }
   }
+}
+
+absl::Status PicRequests::Refresh(PicRequest& request) {
+  std::vector<size_t> pending = ChunksOf(request, PicChunkSource::kPending);
+  if (pending.empty()) return absl::OkStatus();
+  auto acquired = client_.PoolAcquire(KeysOf(request, pending), options_.timeout);
+  if (!acquired.ok() || acquired->generation != request.generation) {
+    absl::Status why = acquired.status();
+    if (acquired.ok()) {
+      // Another session's references: not this request's to keep.
+      std::vector<uint64_t> handles;
+      for (const PoolPlacement& chunk : acquired->value) {
+        if (chunk.status.ok()) handles.push_back(chunk.handle);
+      }
+      (void)client_.Release(acquired->generation, handles, options_.timeout);
+      why = absl::AbortedError("the session changed");
+    }
+    for (size_t i : pending) MakePrivate(request.chunks[i], why);
+    return why;
+  }
+  const size_t writes = ChunksOf(request, PicChunkSource::kWrite).size();
+  Settle(request, pending, acquired->value, request.pool->grant().block_tokens);
+  // Chunks the other engine gave up are this request's to write and publish.
+  if (ChunksOf(request, PicChunkSource::kWrite).size() > writes) request.published = false;
+  return absl::OkStatus();
 }
 
 absl::Status PicRequests::Publish(PicRequest& request) {

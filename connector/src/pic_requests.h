@@ -7,8 +7,11 @@
 //     pool pages, with their block positions: the fused-RoPE kernel);
 //   - kWrite chunks: computes the chunk's NoPE KV into the reserved pages (every block of every
 //     layer), then Publish commits them for later requests;
+//   - kPending chunks: another engine is writing them. Refresh, once that engine has published
+//     (a step later), shares them; an engine that does not wait computes them privately, which is
+//     always correct;
 //   - kPrivate chunks: computes them privately (the pool could not take them: admission refused
-//     the pages, another engine is writing them, or the session has no pool);
+//     the pages, the session has no pool or dropped);
 //   - prompt segments: computes them privately.
 // End releases the request's references (its kShared pages become evictable again once no other
 // request reads them) and aborts what was reserved but not published.
@@ -43,6 +46,7 @@ enum class PicChunkSource : uint8_t {
   kShared,   // resident: blocks 2..n read in place from `pages`, block 1 recomputed privately
   kWrite,    // reserved: compute it into `pages`, then Publish
   kPrivate,  // computed privately; the pool holds nothing of it for this request
+  kPending,  // another engine is writing it: Refresh may share it; until then as kPrivate
 };
 
 struct PicChunkPlacement {
@@ -50,7 +54,7 @@ struct PicChunkPlacement {
   PicChunkSource source = PicChunkSource::kPrivate;
   uint64_t handle = 0;          // kShared: the reference; kWrite: the reservation
   std::vector<uint32_t> pages;  // pool pages, one per block, in chunk order (kShared, kWrite)
-  absl::Status why_private;     // kPrivate: why the pool does not hold it
+  absl::Status why_private;     // kPrivate, kPending: why the pool does not hold it for us
 };
 
 // Tokens [begin, end) of the padded prompt.
@@ -101,12 +105,22 @@ class PicRequests {
   // A chunk whose commit fails becomes kPrivate. Errors of the call itself (the session
   // dropped); the request stays valid for End.
   absl::Status Publish(PicRequest& request);
+  // Places the request's kPending chunks again: those the other engine has published become
+  // kShared (referenced until End), those it gave up become kWrite (this request writes them:
+  // Publish again), those still being written stay kPending; a failure leaves them kPrivate.
+  // Errors of the call itself; the request stays valid for End.
+  absl::Status Refresh(PicRequest& request);
   // Releases the request's references and aborts its unpublished reservations. Idempotent.
   absl::Status End(PicRequest& request);
 
  private:
   // Acquires the resident chunks of `request`, then reserves the rest.
   void Place(PicRequest& request);
+  // Of the chunks `which` (indices into request.chunks) whose acquire answered `acquired`, one
+  // each: the resident ones become kShared; the rest get pages reserved (kWrite), or become
+  // kPending (another engine writes them) or kPrivate.
+  void Settle(PicRequest& request, std::span<const size_t> which,
+              std::vector<PoolPlacement>& acquired, uint32_t block_tokens);
 
   EngineClient& client_;
   const KeyHasher& hasher_;

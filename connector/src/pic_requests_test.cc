@@ -136,8 +136,9 @@ TEST_F(PicRequestsTest, ChunksComputedOnceAreSharedAtAnotherOffset) {
 
 // What the pool cannot take is computed privately, and the request goes on: admission refuses
 // pages that free plus evictable ones cannot cover; a chunk another engine is writing is not
-// written twice; the same chunk twice in a prompt is written once.
-TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
+// written twice (pending, then shared once published); the same chunk twice in a prompt is
+// written once.
+TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivateOrPending) {
   Engine writer(daemon_.socket_path(), "writer");
   Engine other(daemon_.socket_path(), "other");
   const std::vector<uint32_t> big = Passage(1000, 5 * kBlock);
@@ -152,14 +153,23 @@ TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
   EXPECT_EQ(request->chunks[2].why_private.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(request->recomputed_tokens(kBlock), request->prompt.padded_tokens.size());
 
-  // While the writer computes it, another engine's request computes it privately.
+  // While the writer computes it, another engine's request finds it pending (computed as
+  // private unless refreshed); a Refresh before the writer publishes leaves it pending.
   const Prompt again = Compose(20, {big});
   auto concurrent = other.requests->Begin(again.tokens, again.markers);
   ASSERT_TRUE(concurrent.ok());
-  ASSERT_EQ(Sources(*concurrent), (std::vector{PicChunkSource::kPrivate}));
+  ASSERT_EQ(Sources(*concurrent), (std::vector{PicChunkSource::kPending}));
   EXPECT_EQ(concurrent->chunks[0].why_private.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(concurrent->recomputed_tokens(kBlock), concurrent->prompt.padded_tokens.size())
+      << "a pending chunk is computed unless the engine waits";
+  ASSERT_TRUE(other.requests->Refresh(*concurrent).ok());
+  EXPECT_EQ(Sources(*concurrent), (std::vector{PicChunkSource::kPending}));
 
+  // Once the writer published, the waiting request shares the writer's pages.
   ASSERT_TRUE(writer.requests->Publish(*request).ok());
+  ASSERT_TRUE(other.requests->Refresh(*concurrent).ok());
+  ASSERT_EQ(Sources(*concurrent), (std::vector{PicChunkSource::kShared}));
+  EXPECT_EQ(concurrent->chunks[0].pages, request->chunks[0].pages);
   ASSERT_TRUE(writer.requests->End(*request).ok());
   ASSERT_TRUE(other.requests->End(*concurrent).ok());
   auto later = other.requests->Begin(again.tokens, again.markers);
@@ -168,6 +178,36 @@ TEST_F(PicRequestsTest, WhatThePoolCannotTakeIsPrivate) {
   ASSERT_TRUE(other.requests->End(*later).ok());
   EXPECT_EQ(pool().Stats().reserved_pages, 0u);
   EXPECT_EQ(pool().Stats().referenced_pages, 0u);
+}
+
+// A pending chunk whose writer gave up (ended its request unpublished) is the waiting request's to
+// write: Refresh reserves it, and Publish commits it though the request published before.
+TEST_F(PicRequestsTest, APendingChunkWhoseWriterGaveUpIsWrittenByTheWaiter) {
+  Engine writer(daemon_.socket_path(), "writer");
+  Engine waiter(daemon_.socket_path(), "waiter");
+  const Prompt prompt = Compose(4, {Passage(1000, 32)});
+  auto first = writer.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(Sources(*first), (std::vector{PicChunkSource::kWrite}));
+  auto second = waiter.requests->Begin(prompt.tokens, prompt.markers);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(Sources(*second), (std::vector{PicChunkSource::kPending}));
+  ASSERT_TRUE(waiter.requests->Publish(*second).ok()) << "nothing of its own to publish yet";
+
+  ASSERT_TRUE(writer.requests->End(*first).ok());
+  for (int waited = 0; pool().Stats().reserved_pages != 0 && waited < 2000; ++waited) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_TRUE(waiter.requests->Refresh(*second).ok());
+  ASSERT_EQ(Sources(*second), (std::vector{PicChunkSource::kWrite}));
+  ASSERT_EQ(second->chunks[0].pages.size(), 2u);
+  FillPoolPages(*second->pool, second->chunks[0].pages, 0x5c);
+  ASSERT_TRUE(waiter.requests->Publish(*second).ok());
+  EXPECT_EQ(Sources(*second), (std::vector{PicChunkSource::kShared}));
+  ASSERT_TRUE(waiter.requests->End(*second).ok());
+  EXPECT_EQ(pool().Stats().committed_pages, 2u);
+  EXPECT_EQ(pool().Stats().reserved_pages, 0u);
+  EXPECT_TRUE(pool().CheckConsistency().ok());
 }
 
 // A chunk the pool evicted went to the host tier (T0 -> T1): a later request's acquire brings it

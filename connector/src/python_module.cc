@@ -212,6 +212,8 @@ std::string_view ChunkStateName(PicChunkState state) {
       return "write";
     case PicChunkState::kPrivate:
       return "private";
+    case PicChunkState::kPending:
+      return "pending";
   }
   return "private";
 }
@@ -692,6 +694,18 @@ PYBIND11_MODULE(strata_connector, m) {
             return PlanToDict(Take(std::move(plan)));
           },
           py::arg("request_id"), "Commits the request's written chunks; returns its plan again.")
+      .def(
+          "refresh",
+          [](PicConnector& c, const std::string& request_id) {
+            absl::StatusOr<PicPlan> plan;
+            {
+              py::gil_scoped_release release;
+              plan = c.Refresh(request_id);
+            }
+            return PlanToDict(Take(std::move(plan)));
+          },
+          py::arg("request_id"),
+          "Places the request's pending chunks again; returns its plan again.")
       .def(
           "verify",
           [](const PicConnector& c, const std::string& request_id) {

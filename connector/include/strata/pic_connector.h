@@ -9,7 +9,9 @@
 //   - the padded prompt to compute over (chunks start and end on block boundaries);
 //   - each chunk's state: kShared (read its pool pages in place, at its positions here),
 //     kWrite (compute its canonical KV, alone at positions 0.. and keys before RoPE, into its
-//     pool pages, then Publish), kPrivate (compute it as prompt; why_private says why);
+//     pool pages, then Publish), kPending (another engine is writing it: Refresh a step later
+//     shares it; not waiting is computing it as prompt), kPrivate (compute it as prompt;
+//     why_private says why);
 //   - the tokens to compute from layer 0 by the request's recompute policy (MEPIC's block 1 of
 //     each shared chunk, EPIC's LegoLink-k or LegoLink-0, CacheBlend with its check layer and
 //     ratio: the engine selects CacheBlend's tokens itself at the check layer);
@@ -69,14 +71,14 @@ struct PicTokenSpan {
   friend bool operator==(const PicTokenSpan&, const PicTokenSpan&) = default;
 };
 
-enum class PicChunkState : uint8_t { kShared, kWrite, kPrivate };
+enum class PicChunkState : uint8_t { kShared, kWrite, kPrivate, kPending };
 
 struct PicChunk {
   PicTokenSpan padded;  // its tokens in the padded prompt, leading pads included
   PicTokenSpan source;  // its tokens in the prompt as given
   PicChunkState state = PicChunkState::kPrivate;
   std::vector<uint32_t> pool_pages;  // kShared, kWrite: one page per block, in chunk order
-  std::string why_private;           // kPrivate
+  std::string why_private;           // kPrivate, kPending
 };
 
 // The device pool as this process maps it: page p of layer l lies at
@@ -134,6 +136,11 @@ class PicConnector {
   // them until End), those that could not be are kPrivate. kNotFound for a request not open;
   // errors of the call itself (the session dropped) leave the request open for End.
   absl::StatusOr<PicPlan> Publish(std::string_view request_id);
+  // Places the request's kPending chunks again (call it once the engines writing them have had
+  // a step): published ones become kShared, ones their writer gave up become kWrite (compute and
+  // Publish them), the others stay kPending. Returns the plan again. kNotFound for a request not
+  // open; errors of the call itself leave the pending chunks kPrivate.
+  absl::StatusOr<PicPlan> Refresh(std::string_view request_id);
   // OK when the session that holds the request's kShared pages is still up (one round trip
   // confirms it): whatever the engine read from them before the call was the chunks' KV. Call it
   // after the forward pass that read them. kAborted when that session dropped, or the round trip

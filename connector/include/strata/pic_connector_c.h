@@ -27,9 +27,10 @@ typedef enum strata_pic_recompute {
 } strata_pic_recompute;
 
 typedef enum strata_pic_chunk_state {
-  STRATA_PIC_SHARED = 0, /* read its pool pages in place */
-  STRATA_PIC_WRITE = 1,  /* compute its canonical KV into its pool pages, then publish */
-  STRATA_PIC_PRIVATE = 2 /* compute it as prompt; why_private says why */
+  STRATA_PIC_SHARED = 0,  /* read its pool pages in place */
+  STRATA_PIC_WRITE = 1,   /* compute its canonical KV into its pool pages, then publish */
+  STRATA_PIC_PRIVATE = 2, /* compute it as prompt; why_private says why */
+  STRATA_PIC_PENDING = 3  /* another engine writes it: strata_pic_refresh a step later */
 } strata_pic_chunk_state;
 
 /* Tokens [begin, end). */
@@ -78,6 +79,9 @@ strata_status strata_pic_begin(strata_pic_connector* connector, const char* requ
 /* PicConnector::Publish; *out (when `out` is not NULL) is the plan again. */
 strata_status strata_pic_publish(strata_pic_connector* connector, const char* request_id,
                                  strata_pic_plan** out);
+/* PicConnector::Refresh; *out (when `out` is not NULL) is the plan again. */
+strata_status strata_pic_refresh(strata_pic_connector* connector, const char* request_id,
+                                 strata_pic_plan** out);
 /* PicConnector::Verify: STRATA_ABORTED when the session that held the request's shared pages
  * dropped (recompute what was read from them). */
 strata_status strata_pic_verify(strata_pic_connector* connector, const char* request_id);
@@ -111,7 +115,7 @@ typedef struct strata_pic_chunk_info {
   uint32_t state;         /* strata_pic_chunk_state */
   const uint32_t* pool_pages;
   size_t num_pool_pages;
-  const char* why_private; /* "" unless STRATA_PIC_PRIVATE */
+  const char* why_private; /* "" unless STRATA_PIC_PRIVATE or STRATA_PIC_PENDING */
 } strata_pic_chunk_info;
 
 strata_status strata_pic_plan_info_get(const strata_pic_plan* plan, strata_pic_plan_info* out);

@@ -17,7 +17,8 @@ EPIC, CacheBlend)::
 Only "chunks" or "separator" is required (one of them, not both). ``pic_params`` reads and
 checks them; ``PicPlanner`` plans a request over ``strata_connector.PicConnector``: it pads the
 prompt, finds the chunks other requests computed in the daemon's device pool, and says which
-pages to read in place, which to compute and publish, and which tokens to recompute.
+pages to read in place, which to compute and publish, which another engine is computing now
+("pending": refresh a step later to share them), and which tokens to recompute.
 
 Executing a plan needs attention that reads the daemon's pool pages at the positions the plan
 gives them (the fused-RoPE path of kernels/paged_attention.h). Stock vLLM's attention reads only
@@ -161,6 +162,11 @@ class PicPlanner:
     def publish(self, request_id: str) -> dict:
         """The engine wrote the plan's "write" chunks: commit them; returns the plan again."""
         return self._connector.publish(request_id)
+
+    def refresh(self, request_id: str) -> dict:
+        """Places the plan's "pending" chunks again (another engine was writing them) once that
+        engine has had a step: published ones are "shared"; returns the plan again."""
+        return self._connector.refresh(request_id)
 
     def verify(self, request_id: str) -> bool:
         """False when the pages the request read may have changed (recompute what used them)."""

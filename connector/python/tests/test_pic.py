@@ -132,6 +132,22 @@ class PicPlannerTest(unittest.TestCase):
         with self.assertRaises(strata_connector.StrataError):
             reader.end("r2")
 
+    def test_a_pending_chunk_is_shared_once_its_writer_publishes(self):
+        writer, waiter = self.planner("writer"), self.planner("waiter")
+        prompt = list(range(1000, 1040))
+        params = {"strata_pic": {"chunks": [[0, 32]]}}
+        written = writer.begin("w", prompt, params)
+        self.assertEqual(written["chunks"][0]["state"], "write")
+        waiting = waiter.begin("p", prompt, params)
+        self.assertEqual(waiting["chunks"][0]["state"], "pending")
+        self.assertEqual(waiter.refresh("p")["chunks"][0]["state"], "pending")
+        writer.publish("w")
+        shared = waiter.refresh("p")
+        self.assertEqual(shared["chunks"][0]["state"], "shared")
+        self.assertEqual(shared["chunks"][0]["pool_pages"], written["chunks"][0]["pool_pages"])
+        writer.end("w")
+        waiter.end("p")
+
     def test_bad_requests_fall_back_to_prefix_caching(self):
         planner = self.planner("engine")
         prompt = list(range(100, 164))
