@@ -271,7 +271,7 @@ int Run(int argc, char** argv) {
   std::string codec;
   uint32_t group_size = 0, bits = 0;
   float energy = 0;
-  compress_cmd->add_option("--codec", codec, "int8|kivi4|kivi2|cachegen|xkv")->required();
+  compress_cmd->add_option("--codec", codec, "int8|kivi8|kivi4|kivi2|cachegen|xkv")->required();
   compress_cmd->add_option("--group-size", group_size, "kivi, cachegen, xkv (0: the default)");
   compress_cmd->add_option("--bits", bits, "cachegen: 2, 4 or 8 (0: the default)");
   compress_cmd->add_option("--energy", energy, "xkv: share of energy kept, (0, 1] (0: 0.99)");

@@ -11,9 +11,10 @@
 //             writer, default 256MiB; 0 writes them on the evicting thread),
 //             prefetch_queue_chunks (chunks
 //             an engine's Prefetch may queue for background promotion; >= 1), write_through,
-//             codec (chunks written to disk are encoded: "int8", "kivi4", "kivi2", "cachegen",
-//             "xkv"; "" (the default) stores them as they are), codec_group_size, codec_bits,
-//             codec_energy (the codec's parameters, 0: its defaults; storage/codec/codec.h)
+//             codec (chunks written to disk are encoded: "int8", "kivi8", "kivi4", "kivi2",
+//             "cachegen", "xkv"; "" (the default) stores them as they are), codec_group_size,
+//             codec_bits, codec_energy (the codec's parameters, 0: its defaults;
+//             storage/codec/codec.h)
 //   [disk.tenant_codecs]  tenant = "codec" (its defaults; "" : as they are), or tenant = { codec
 //             = "kivi4", group_size = 64, bits = 0, energy = 0 }: the chunks the host tier
 //             stored under that tenant are written to disk so, in place of [disk] codec

@@ -311,6 +311,7 @@ void Register(const char* name, std::vector<std::vector<int64_t>> args) {
 void RegisterAll() {
   if (User()) {  // the user's KV, in its own dtype: each codec at its defaults, and a few variants
     Register("int8", {{0, 0, 0, 0, 0}});
+    Register("kivi8", {{0, 0, 0, 0, 0}});
     Register("kivi4", {{0, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
     Register("kivi2", {{0, 0, 0, 0, 0}});
     Register("cachegen", {{0, 0, 8, 0, 0}, {0, 0, 4, 0, 0}});
@@ -318,6 +319,7 @@ void RegisterAll() {
     return;
   }
   Register("int8", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
+  Register("kivi8", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 32, 0, 0, 0}, {0, 256, 0, 0, 0}});
   Register("kivi4", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
   Register("kivi2", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
   Register("cachegen",

@@ -14,6 +14,8 @@ std::string_view CodecIdName(CodecId id) {
       return "cachegen";
     case CodecId::kXkv:
       return "xkv";
+    case CodecId::kKivi8:
+      return "kivi8";
   }
   return "unknown";
 }

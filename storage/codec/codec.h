@@ -38,16 +38,18 @@ enum class CodecId : uint16_t {
   kKivi2 = 3,
   kCacheGen = 4,
   kXkv = 5,
+  kKivi8 = 6,
 };
 
-// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen", "xkv"), or "unknown" for a value
-// that names none.
+// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8"), or "unknown"
+// for a value that names none.
 std::string_view CodecIdName(CodecId id);
 
 // The parameters a caller may choose per Compress call. Each codec says which it reads; a codec
 // given a parameter it does not take, or a value it cannot use, answers kInvalidArgument.
 struct CodecParams {
-  // kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the default (32).
+  // kivi8 / kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the
+  // default (kivi4 and kivi2 32; kivi8 the largest power of two up to 128 dividing a plane).
   // cachegen: channels per group of one token; 0 picks every channel of the plane.
   // xkv: consecutive layers factored together; 0 picks the default (4).
   // int8 takes none (0): it scales per token and head.

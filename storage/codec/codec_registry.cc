@@ -12,13 +12,16 @@
 namespace strata::storage {
 namespace {
 
-const std::array<const Codec*, 5>& Codecs() {
+const std::array<const Codec*, 6>& Codecs() {
   static const QuantCodec int8(CodecId::kInt8);
   static const QuantCodec kivi4(CodecId::kKivi4);
   static const QuantCodec kivi2(CodecId::kKivi2);
   static const CacheGenCodec cachegen;
   static const XkvCodec xkv;
-  static const std::array<const Codec*, 5> codecs = {&int8, &kivi4, &kivi2, &cachegen, &xkv};
+  static const QuantCodec kivi8(CodecId::kKivi8);
+  // Appended in CodecId order after the first five: the fuzzers' seeds name codecs by index.
+  static const std::array<const Codec*, 6> codecs = {&int8,     &kivi4, &kivi2,
+                                                     &cachegen, &xkv,   &kivi8};
   return codecs;
 }
 

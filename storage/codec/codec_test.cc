@@ -42,7 +42,7 @@ std::vector<float> GroupScales(std::string_view codec, const KvLayout& layout, u
   const uint64_t cols = uint64_t{layout.num_kv_heads} * layout.head_dim;
   std::vector<float> scales(payload.size() / DtypeSizeBytes(layout.dtype));
   const bool int8 = codec == "int8";
-  const float levels = codec == "kivi4" ? 15.0f : 3.0f;
+  const float levels = codec == "kivi8" ? 255.0f : codec == "kivi4" ? 15.0f : 3.0f;
   const uint32_t g = int8 ? layout.head_dim : group_size;
   for (uint32_t plane = 0; plane < layout.num_layers * layout.planes_per_layer(); ++plane) {
     const uint64_t base = uint64_t{plane} * num_tokens * cols;
@@ -117,7 +117,7 @@ TEST(CodecRegistryTest, FindsEveryCodecByNameAndId) {
     EXPECT_EQ(*CodecRegistry::Find(codec->id()), codec);
     EXPECT_FALSE(codec->error_bound().empty());
   }
-  EXPECT_THAT(names, ::testing::ElementsAre("int8", "kivi4", "kivi2", "cachegen", "xkv"));
+  EXPECT_THAT(names, ::testing::ElementsAre("int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8"));
   EXPECT_EQ(*CodecRegistry::Find("KIVI4"), *CodecRegistry::Find("kivi4"));
 }
 
@@ -243,7 +243,8 @@ TEST_P(CodecRoundTripTest, DecodesWithinTheBoundAndLayersMatchTheWhole) {
   const Codec& codec = Get(c.codec);
   const uint32_t group_size = c.codec == "int8" ? 0 : 32;
   const std::vector<std::byte> original = MakeKv(layout, c.num_tokens, c.shape, 7);
-  const std::vector<std::byte> encoded = EncodeOrDie(codec, layout, c.num_tokens, original);
+  const std::vector<std::byte> encoded =
+      EncodeOrDie(codec, layout, c.num_tokens, original, {.group_size = group_size});
   const std::vector<std::byte> decoded = DecodeOrDie(codec, layout, c.num_tokens, encoded);
   const RoundTripErrors errors =
       CheckBound(c.codec, layout, c.num_tokens, group_size, original, decoded);
@@ -264,7 +265,7 @@ TEST_P(CodecRoundTripTest, DecodesWithinTheBoundAndLayersMatchTheWhole) {
 
 std::vector<RoundTripCase> RoundTripCases() {
   std::vector<RoundTripCase> cases;
-  for (const char* codec : {"int8", "kivi4", "kivi2"}) {
+  for (const char* codec : {"int8", "kivi8", "kivi4", "kivi2"}) {
     for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
       for (KvShape shape : {KvShape::kGaussian, KvShape::kShaped}) {
         cases.push_back({codec, dtype, shape, 64, KvKind::kMha});
@@ -284,12 +285,13 @@ TEST(CodecAlgorithmsTest, RelativeErrorOnGaussianDataMatchesTheSimulation) {
   // fp32 KV, so that only the quantization error counts. ALGORITHMS.md: G = 32 gives int4 ~7.8 %
   // and int2 ~39 %. int8 here is symmetric over a head (64 channels), not asymmetric over 32:
   // the uniform model gives (rms of max|x| over 64 normals, ~2.6) / 127 / sqrt(12) ~ 0.59 %.
+  // kivi8 groups 128 by default: (mean range of 128 normals, ~5.2) / 255 / sqrt(12) ~ 0.59 %.
   const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat32, 2, 2, 64, 256);
   const std::vector<std::byte> original = MakeKv(layout, 256, KvShape::kGaussian, 11);
   const struct {
     const char* codec;
     double expected;
-  } cases[] = {{"int8", 0.0059}, {"kivi4", 0.078}, {"kivi2", 0.39}};
+  } cases[] = {{"int8", 0.0059}, {"kivi8", 0.0059}, {"kivi4", 0.078}, {"kivi2", 0.39}};
   for (const auto& c : cases) {
     const Codec& codec = Get(c.codec);
     const std::vector<std::byte> decoded =
@@ -381,6 +383,28 @@ TEST(CodecAlgorithmsTest, ConstantChunksDecodeExactly) {
   }
 }
 
+TEST(CodecAlgorithmsTest, Kivi8GroupsTheLargestPowerOfTwoUpTo128ThatDividesAPlane) {
+  const struct {
+    KvKind kind;
+    uint32_t kv_heads, head_dim, expected_group;
+  } cases[] = {
+      {KvKind::kMha, 8, 128, 128},       // Llama-3.1-8B: a head's channels
+      {KvKind::kMha, 2, 64, 128},        // two heads of 64
+      {KvKind::kMha, 3, 32, 32},         // 96 channels
+      {KvKind::kMlaLatent, 1, 576, 64},  // DeepSeek's latent: 576 = 64 x 9
+  };
+  for (const auto& c : cases) {
+    KvLayout layout =
+        CodecTestLayout("codec-test", KvDtype::kBfloat16, 1, c.kv_heads, c.head_dim, 256);
+    layout.kind = c.kind;
+    const std::vector<std::byte> encoded =
+        EncodeOrDie(Get("kivi8"), layout, 256, MakeKv(layout, 256, KvShape::kShaped, 5), {});
+    absl::StatusOr<EncodedChunk> chunk = EncodedChunk::Parse(encoded);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    EXPECT_EQ(chunk->header().group_size, c.expected_group) << c.kv_heads << "x" << c.head_dim;
+  }
+}
+
 TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
   // Llama-3.1-8B geometry (8 KV heads x 128, bf16), 2 layers of a 256-token chunk.
   KvLayout layout = CodecTestLayout("codec-test", KvDtype::kBfloat16, 2, 8, 128, 256);
@@ -399,6 +423,8 @@ TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
       // tokens, values per token over channels): 16 / (b + 2) = 2.67x and 16 / (b + 2) = 4x.
       {"kivi4", 0, 2 * (t * c / 2 + 8 * (t / 32) * c), 2.6},
       {"kivi2", 0, 2 * (t * c / 4 + 8 * (t / 32) * c), 3.9},
+      // kivi8 groups 128 by default: 16 / (8 + 0.5) = 1.88x.
+      {"kivi8", 0, 2 * (t * c + 8 * (t / 128) * c), 1.88},
       // Groups of 128 meet issue 16's kivi4 target (>= 3.5x).
       {"kivi4", 128, 2 * (t * c / 2 + 8 * (t / 128) * c), 3.5},
   };

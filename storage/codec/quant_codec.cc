@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "core/check.h"
@@ -21,7 +22,12 @@ using kernels::QuantAxis;
 using kernels::QuantParams;
 using kernels::QuantScheme;
 
-constexpr uint32_t kDefaultGroupSize = 32;
+// KIVI's group of 32 for 4 and 2 bits. At 8 bits a 32-group's fp32 scale and zero would cost a
+// quarter of its codes (1.6x), so kivi8 groups up to 128 (1.88x at 16 bits): the largest power of
+// two up to 128 that divides the plane's channels (64 for an MLA latent of 576).
+uint32_t DefaultGroupSize(int bits, int64_t cols) {
+  return bits == 8 ? static_cast<uint32_t>(std::gcd(int64_t{128}, cols)) : 32;
+}
 
 // One plane of a layer: how it is quantized and the sizes of its parts in the layer's section.
 struct PlanePlan {
@@ -78,7 +84,7 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
       plan.planes[p].quantized_rows = num_tokens;
     }
   } else {
-    plan.group_size = group_size == 0 ? kDefaultGroupSize : group_size;
+    plan.group_size = group_size == 0 ? DefaultGroupSize(bits, plan.cols) : group_size;
     const int64_t g = plan.group_size;
     if (plan.cols % g != 0) {
       return absl::InvalidArgumentError(fmt::format(
@@ -217,7 +223,8 @@ QuantCodec::QuantCodec(CodecId id)
             : id == CodecId::kKivi4 ? 4
                                     : 8),
       kivi_(id != CodecId::kInt8) {
-  STRATA_CHECK(id == CodecId::kInt8 || id == CodecId::kKivi4 || id == CodecId::kKivi2);
+  STRATA_CHECK(id == CodecId::kInt8 || id == CodecId::kKivi8 || id == CodecId::kKivi4 ||
+               id == CodecId::kKivi2);
 }
 
 std::string_view QuantCodec::error_bound() const {
@@ -225,6 +232,10 @@ std::string_view QuantCodec::error_bound() const {
     case CodecId::kInt8:
       return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = max|x| / 127 per token "
              "and head";
+    case CodecId::kKivi8:
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 255 per "
+             "group (keys: group_size tokens of a channel; values: group_size channels of a "
+             "token); residual keys exact";
     case CodecId::kKivi4:
       return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 15 per "
              "group (keys: group_size tokens of a channel; values: group_size channels of a "

@@ -1,12 +1,13 @@
-// QuantCodec: the quantizing codecs `int8`, `kivi4` and `kivi2` (ALGORITHMS.md section 5a), built
+// QuantCodec: the quantizing codecs `int8`, `kivi8`, `kivi4` and `kivi2` (ALGORITHMS.md 5a), built
 // on the CPU quantization reference in kernels/quant.h (its math, rounding and code packing).
 //
 // Each plane of a layer (K and V for MHA, the latent for MLA) is a matrix [num_tokens, C] with
 // C = num_kv_heads * head_dim channels, quantized in groups with fp32 scales (and zeros):
 //   int8   symmetric, 8 bits, one group per token and head (head_dim channels), every plane:
 //          s = max|x| / 127, q = clamp(rint(x / s), -127, 127), x^ = q * s.
-//   kivi4, kivi2   asymmetric, b = 4 or 2 bits, group size G (CodecParams::group_size, default 32,
-//          which must divide C): s = (max - min) / (2^b - 1), q = clamp(rint((x - min) / s), 0,
+//   kivi8, kivi4, kivi2   asymmetric, b = 8, 4 or 2 bits, group size G (CodecParams::group_size,
+//          which must divide C; default 32, and for kivi8 the largest power of two up to 128
+//          that divides C): s = (max - min) / (2^b - 1), q = clamp(rint((x - min) / s), 0,
 //          2^b - 1), x^ = q * s + min.
 //          Keys, and an MLA latent, per channel: a group is G consecutive tokens of one channel;
 //          the last num_tokens mod G tokens (KIVI's residual) are kept unquantized, in the
@@ -26,8 +27,9 @@
 // its scales (fp32: int8 [token][kv_head]; kivi keys [token / G][channel]; kivi values
 // [token][channel / G]), its zeros (kivi only, shaped as its scales), then its residual tokens
 // (kivi keys only, raw). Ratio over a 16-bit payload, before the residual and the frame:
-// int8 2 / (1 + 4 / head_dim), 1.94x at head_dim 128; kivi<b> 16 / (b + 64 / G), kivi4 2.67x and
-// kivi2 4.0x at G = 32, 3.56x and 6.4x at G = 128.
+// int8 2 / (1 + 4 / head_dim), 1.94x at head_dim 128; kivi<b> 16 / (b + 64 / G), kivi8 1.88x at
+// G = 128, kivi4 2.67x and kivi2 4.0x at G = 32, 3.56x and 6.4x at G = 128. kivi8 trades int8's
+// 1.94x for a quarter of its error on KV with outlier key channels (keys scaled per channel).
 //
 // Encode runs kernels::Quantize per plane; Decode runs kernels::Dequantize, whose loops the
 // compiler vectorizes (with an AVX2 build of them on x86-64 CPUs that have it), after checking the
@@ -51,7 +53,7 @@ namespace strata::storage {
 
 class QuantCodec final : public Codec {
  public:
-  // id: CodecId::kInt8, kKivi4 or kKivi2 (checked).
+  // id: CodecId::kInt8, kKivi8, kKivi4 or kKivi2 (checked).
   explicit QuantCodec(CodecId id);
 
   CodecId id() const override { return id_; }

@@ -124,8 +124,8 @@ write("control_lookup_fuzz", "tokens-fixed32-unpacked",
       field(1, layout) + b"".join(varint(7 << 3 | 5) + struct.pack("<I", t) for t in lookup_tokens))
 
 # ---- codec_frame_fuzz: mode, codec index, layout index, tokens, group_size, bits, mutations ----
-# Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv (CodecRegistry::All()).
-for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv"]):
+# Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv, 5 kivi8 (CodecRegistry::All()).
+for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8"]):
     for layout in range(4):
         write("codec_frame_fuzz", f"{name}-layout{layout}", bytes([0, codec, layout, 255, 0, 0]))
     # A bit flipped in layer 1's section with the checksums recomputed; low-rank KV.
