@@ -20,6 +20,20 @@ namespace {
 
 using internal::Invalid;
 
+constexpr float kFp16Max = 65504.0f;
+
+// The fp16 value nearest `v` toward +infinity (`up`) or -infinity, as its bits; |v| <= kFp16Max
+// rounds to a finite value.
+uint16_t FloatToFp16Directed(float v, bool up) {
+  const uint16_t h = FloatToFp16Bits(v);
+  const float back = Fp16BitsToFloat(h);
+  if (up ? back >= v : back <= v) return h;
+  const bool negative = (h & 0x8000u) != 0;
+  if ((h & 0x7fffu) == 0) return up ? 0x0001u : 0x8001u;  // a zero: the smallest subnormal
+  // One unit in the last place toward the direction: magnitudes grow away from zero.
+  return static_cast<uint16_t>(up != negative ? h + 1 : h - 1);
+}
+
 int64_t GroupOf(const QuantParams& p, int64_t cols, int64_t r, int64_t c) {
   return p.axis == QuantAxis::kPerToken ? r * (cols / p.group_size) + c / p.group_size
                                         : (r / p.group_size) * cols + c;
@@ -207,6 +221,7 @@ absl::StatusOr<QuantizedSizes> QuantizedSizesFor(const QuantParams& p, int64_t r
     }
   } else if (p.scheme == QuantScheme::kSymmetric) {
     if (p.bits != 8) return Invalid("quant", fmt::format("symmetric bits {} is not 8", p.bits));
+    if (p.fp16_params) return Invalid("quant", "fp16_params is for the asymmetric scheme");
   } else {
     return Invalid("quant", "unknown scheme");
   }
@@ -281,9 +296,24 @@ absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<
     }
   }
   const float levels = static_cast<float>((1 << p.bits) - 1);
-  for (size_t g = 0; g < static_cast<size_t>(num_groups); ++g) {
-    scales[g] = asymmetric ? (hi[g] - lo[g]) / levels : hi[g] / 127.0f;
-    if (asymmetric) zeros[g] = lo[g];
+  if (p.fp16_params) {
+    for (size_t g = 0; g < static_cast<size_t>(num_groups); ++g) {
+      if (!(lo[g] >= -kFp16Max && hi[g] <= kFp16Max)) {
+        return absl::OutOfRangeError(fmt::format(
+            "quant: group {} spans [{}, {}], beyond fp16's range for its zero and scale", g, lo[g],
+            hi[g]));
+      }
+    }
+    for (size_t g = 0; g < static_cast<size_t>(num_groups); ++g) {
+      lo[g] = Fp16BitsToFloat(FloatToFp16Directed(lo[g], /*up=*/false));
+      scales[g] = Fp16BitsToFloat(FloatToFp16Directed((hi[g] - lo[g]) / levels, /*up=*/true));
+      zeros[g] = lo[g];
+    }
+  } else {
+    for (size_t g = 0; g < static_cast<size_t>(num_groups); ++g) {
+      scales[g] = asymmetric ? (hi[g] - lo[g]) / levels : hi[g] / 127.0f;
+      if (asymmetric) zeros[g] = lo[g];
+    }
   }
   const int per_word = 32 / p.bits;
   const int64_t words_per_row = x.cols / per_word;

@@ -43,6 +43,12 @@ struct QuantParams {
   QuantAxis axis = QuantAxis::kPerToken;
   int bits = 8;             // asymmetric: 2, 4 or 8; symmetric: 8
   int64_t group_size = 32;  // >= 1
+  // Asymmetric only: each group's zero and scale are fp16 values (still stored as fp32 here), so
+  // that a caller may keep them as fp16: the zero is min rounded down to fp16, the scale
+  // (max - zero) / (2^b - 1) rounded up, and the codes are computed from those (every element
+  // stays within the levels: |x - x^| <= scale / 2 as before, with the rounded scale). A group
+  // whose min or max lies outside fp16's finite range is kOutOfRange. CPU only.
+  bool fp16_params = false;
 };
 
 // Buffer sizes for a [rows, cols] matrix.
@@ -58,7 +64,8 @@ absl::StatusOr<QuantizedSizes> QuantizedSizesFor(const QuantParams& params, int6
 
 // Quantizes x into codes / scales / zeros, whose sizes must equal QuantizedSizesFor (zeros may be
 // empty for the symmetric scheme). kInvalidArgument, with nothing written, on any mismatch or bad
-// view. Non-finite inputs give unspecified (but in-bounds) codes.
+// view; kOutOfRange, with nothing written, for fp16_params beyond fp16's range. Non-finite inputs
+// give unspecified (but in-bounds) codes.
 absl::Status Quantize(const QuantParams& params, const ConstMatrixView& x,
                       std::span<uint32_t> codes, std::span<float> scales, std::span<float> zeros);
 

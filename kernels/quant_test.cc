@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
 #include "kernels/testing/test_util.h"
 
 namespace strata::kernels {
@@ -19,11 +20,14 @@ struct QuantCase {
   QuantAxis axis;
   int bits;
   KvDtype dtype;
+  bool fp16_params = false;
 };
 
 class QuantTest : public ::testing::TestWithParam<QuantCase> {
  protected:
-  QuantParams Params() const { return {GetParam().scheme, GetParam().axis, GetParam().bits, 32}; }
+  QuantParams Params() const {
+    return {GetParam().scheme, GetParam().axis, GetParam().bits, 32, GetParam().fp16_params};
+  }
 };
 
 // Runs quantize -> dequantize on x and checks the per-element bound |x - x^| <= scale/2 (1 + 1e-3)
@@ -62,8 +66,20 @@ double RoundTrip(const QuantParams& params, const HostTensor& x, int64_t rows, i
         amax = std::max(amax, std::fabs(v));
       }
       const float scale = scales[static_cast<size_t>(g)];
-      if (params.scheme == QuantScheme::kAsymmetric) {
-        EXPECT_EQ(scale, (hi - lo) / static_cast<float>((1 << params.bits) - 1));
+      const float levels = static_cast<float>((1 << params.bits) - 1);
+      if (params.fp16_params) {
+        // Both fp16 values: the zero the nearest at or below min, the scale the nearest at or
+        // above (max - zero) / levels (fp16 spacing is at most 2^-10 of a value, or 2^-24).
+        const float zero = zeros[static_cast<size_t>(g)];
+        for (const float v : {zero, scale}) EXPECT_EQ(Fp16BitsToFloat(FloatToFp16Bits(v)), v);
+        EXPECT_LE(zero, lo);
+        EXPECT_LT(lo - zero, std::ldexp(std::fabs(lo), -10) + std::ldexp(1.0f, -24));
+        const float wanted = (hi - zero) / levels;
+        EXPECT_GE(scale, wanted);
+        EXPECT_LT(scale - wanted, std::ldexp(wanted, -10) + std::ldexp(1.0f, -24));
+        lo = zero;
+      } else if (params.scheme == QuantScheme::kAsymmetric) {
+        EXPECT_EQ(scale, (hi - lo) / levels);
         EXPECT_EQ(zeros[static_cast<size_t>(g)], lo);
       } else {
         EXPECT_EQ(scale, amax / 127.0f);
@@ -77,8 +93,7 @@ double RoundTrip(const QuantParams& params, const HostTensor& x, int64_t rows, i
           (word >> (((r * cols + c) % per_word) * params.bits)) & ((1u << params.bits) - 1u);
       if (params.scheme == QuantScheme::kAsymmetric && scale > 0) {
         EXPECT_EQ(code,
-                  static_cast<uint32_t>(std::clamp(std::rint((orig - lo) / scale), 0.0f,
-                                                   static_cast<float>((1 << params.bits) - 1))));
+                  static_cast<uint32_t>(std::clamp(std::rint((orig - lo) / scale), 0.0f, levels)));
       }
       err2 += (orig - rec) * double{orig - rec};
       norm2 += double{orig} * orig;
@@ -147,7 +162,28 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, KvDtype::kFloat32},
         QuantCase{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, KvDtype::kFloat32},
         QuantCase{QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, KvDtype::kFloat32},
-        QuantCase{QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, KvDtype::kBfloat16}));
+        QuantCase{QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, KvDtype::kBfloat16},
+        QuantCase{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, KvDtype::kFloat32, true},
+        QuantCase{QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, KvDtype::kBfloat16, true},
+        QuantCase{QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, KvDtype::kFloat16, true}));
+
+TEST(QuantFp16ParamsTest, GroupsBeyondFp16AreOutOfRangeAndSymmetricIsRefused) {
+  const int64_t rows = 32, cols = 32;
+  HostTensor x(KvDtype::kFloat32, rows * cols);
+  x.Fill(1.0f);
+  x.Set(5, 70000.0f);  // beyond fp16's 65504
+  QuantParams params{QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, 32, true};
+  std::vector<uint32_t> codes(static_cast<size_t>(rows * cols / 4));
+  std::vector<float> scales(static_cast<size_t>(rows)), zeros(scales.size(), 7.0f);
+  const ConstMatrixView in = ConstMatrixView::Dense(x.data(), x.dtype(), rows, cols);
+  EXPECT_EQ(Quantize(params, in, codes, scales, zeros).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(zeros[0], 7.0f);  // nothing written
+  x.Set(5, -65504.0f);        // fp16's least value: in range, and its zero
+  ASSERT_TRUE(Quantize(params, in, codes, scales, zeros).ok());
+  EXPECT_EQ(zeros[0], -65504.0f);
+  params.scheme = QuantScheme::kSymmetric;
+  EXPECT_EQ(Quantize(params, in, codes, scales, {}).code(), absl::StatusCode::kInvalidArgument);
+}
 
 TEST(QuantPackTest, PackUnpackRoundTripsBitExactly) {
   std::mt19937_64 rng(3);

@@ -130,6 +130,9 @@ absl::Status Quantize(const QuantParams& params, const ConstMatrixView& x,
       !s.ok()) {
     return s;
   }
+  if (params.fp16_params) {
+    return absl::InvalidArgumentError("quant: fp16_params are computed on the CPU only");
+  }
   const QuantGeometry g = Geometry(params, x);
   const auto groups = static_cast<int64_t>(scales.size());
   const auto words = static_cast<int64_t>(codes.size());

@@ -1,7 +1,8 @@
 // CUDA KIVI-style quantization (see kernels/quant.h for the scheme, grouping and storage). Inputs,
 // codes, scales and zeros are device memory. The arithmetic is the CPU reference's, operation by
 // operation with IEEE rounding and no fused multiply-add, so codes, scales, zeros and dequantized
-// values are bit-identical to kernels::Quantize / Dequantize.
+// values are bit-identical to kernels::Quantize / Dequantize. Quantize refuses fp16_params
+// (kInvalidArgument): the CPU computes those.
 #pragma once
 
 #include <cstdint>

@@ -36,7 +36,9 @@ const Codec& Get(std::string_view name) {
 
 // The scale of every element's group, recomputed from the definitions in quant_codec.h (fp32
 // arithmetic, as the codec does): int8 per token and head, kivi keys per channel over whole groups
-// of tokens, kivi values per token over channels. NaN marks a residual key (must decode exactly).
+// of tokens, kivi values per token over channels. kivi8's fp16 zero and scale are bounded from
+// above: a zero up to 2^-10 |min| below min widens the range, a scale rounds up by up to 2^-10.
+// NaN marks a residual key (must decode exactly).
 std::vector<float> GroupScales(std::string_view codec, const KvLayout& layout, uint32_t num_tokens,
                                uint32_t group_size, std::span<const std::byte> payload) {
   const uint64_t cols = uint64_t{layout.num_kv_heads} * layout.head_dim;
@@ -63,7 +65,14 @@ std::vector<float> GroupScales(std::string_view codec, const KvLayout& layout, u
           hi = std::max(hi, v);
           amax = std::max(amax, std::fabs(v));
         }
-        scales[base + t * cols + c] = int8 ? amax / 127.0f : (hi - lo) / levels;
+        float scale = int8 ? amax / 127.0f : (hi - lo) / levels;
+        if (codec == "kivi8") {
+          const float fp16_step = std::ldexp(1.0f, -24);
+          scale = ((hi - lo) + std::ldexp(std::fabs(lo), -10) + fp16_step) / levels *
+                      (1 + std::ldexp(1.0f, -10)) +
+                  fp16_step;
+        }
+        scales[base + t * cols + c] = scale;
       }
     }
   }
@@ -405,6 +414,19 @@ TEST(CodecAlgorithmsTest, Kivi8GroupsTheLargestPowerOfTwoUpTo128ThatDividesAPlan
   }
 }
 
+TEST(CodecAlgorithmsTest, Kivi8KeepsFp16ScalesAndRefusesKvBeyondFp16) {
+  const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kFloat32, 1, 1, 128, 128);
+  std::vector<std::byte> payload = MakeKv(layout, 128, KvShape::kShaped, 9);
+  const Codec& codec = Get("kivi8");
+  // One group per plane (128 tokens of each key channel; each value token's 128 channels): an
+  // fp16 scale and zero each, 2 x 128 x 4 bytes per plane.
+  const std::vector<std::byte> encoded = EncodeOrDie(codec, layout, 128, payload);
+  EXPECT_EQ(FirstSection(encoded).size(), 2u * (128 * 128 + 2 * 128 * 2));
+  const float big = 70000.0f;  // beyond fp16's 65504: no fp16 zero can hold the group's min
+  std::memcpy(payload.data() + 4 * 1000, &big, 4);
+  EXPECT_EQ(codec.Encode(layout, 128, payload, {}).status().code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
   // Llama-3.1-8B geometry (8 KV heads x 128, bf16), 2 layers of a 256-token chunk.
   KvLayout layout = CodecTestLayout("codec-test", KvDtype::kBfloat16, 2, 8, 128, 256);
@@ -423,8 +445,8 @@ TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
       // tokens, values per token over channels): 16 / (b + 2) = 2.67x and 16 / (b + 2) = 4x.
       {"kivi4", 0, 2 * (t * c / 2 + 8 * (t / 32) * c), 2.6},
       {"kivi2", 0, 2 * (t * c / 4 + 8 * (t / 32) * c), 3.9},
-      // kivi8 groups 128 by default: 16 / (8 + 0.5) = 1.88x.
-      {"kivi8", 0, 2 * (t * c + 8 * (t / 128) * c), 1.88},
+      // kivi8 groups 128 by default, with an fp16 scale and zero: 16 / (8 + 0.25) = 1.94x.
+      {"kivi8", 0, 2 * (t * c + 4 * (t / 128) * c), 1.93},
       // Groups of 128 meet issue 16's kivi4 target (>= 3.5x).
       {"kivi4", 128, 2 * (t * c / 2 + 8 * (t / 128) * c), 3.5},
   };

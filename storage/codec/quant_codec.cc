@@ -22,9 +22,9 @@ using kernels::QuantAxis;
 using kernels::QuantParams;
 using kernels::QuantScheme;
 
-// KIVI's group of 32 for 4 and 2 bits. At 8 bits a 32-group's fp32 scale and zero would cost a
-// quarter of its codes (1.6x), so kivi8 groups up to 128 (1.88x at 16 bits): the largest power of
-// two up to 128 that divides the plane's channels (64 for an MLA latent of 576).
+// KIVI's group of 32 for 4 and 2 bits. At 8 bits a 32-group's scale and zero would cost an eighth
+// of its codes even in fp16 (1.78x), so kivi8 groups up to 128 (1.94x at 16 bits): the largest
+// power of two up to 128 that divides the plane's channels (64 for an MLA latent of 576).
 uint32_t DefaultGroupSize(int bits, int64_t cols) {
   return bits == 8 ? static_cast<uint32_t>(std::gcd(int64_t{128}, cols)) : 32;
 }
@@ -37,7 +37,9 @@ struct PlanePlan {
   kernels::QuantizedSizes sizes;
 
   uint64_t code_bytes() const { return static_cast<uint64_t>(sizes.code_words) * 4; }
-  uint64_t scale_bytes() const { return static_cast<uint64_t>(sizes.num_groups) * 4; }
+  // A scale or a zero: fp32, or fp16 (kivi8).
+  uint64_t param_bytes() const { return params.fp16_params ? 2 : 4; }
+  uint64_t scale_bytes() const { return static_cast<uint64_t>(sizes.num_groups) * param_bytes(); }
   uint64_t zero_bytes() const {
     return params.scheme == QuantScheme::kAsymmetric ? scale_bytes() : 0;
   }
@@ -94,10 +96,12 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
     }
     // Keys (or an MLA latent) per channel, whole groups of tokens; values per token.
     PlanePlan& keys = plan.planes[0];
-    keys.params = {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, bits, g};
+    // kivi8 keeps its scales and zeros in fp16, which halves their cost at 8 bits.
+    const bool fp16_params = bits == 8;
+    keys.params = {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, bits, g, fp16_params};
     keys.quantized_rows = num_tokens / g * g;
     keys.residual_rows = num_tokens - keys.quantized_rows;
-    plan.planes[1].params = {QuantScheme::kAsymmetric, QuantAxis::kPerToken, bits, g};
+    plan.planes[1].params = {QuantScheme::kAsymmetric, QuantAxis::kPerToken, bits, g, fp16_params};
     plan.planes[1].quantized_rows = num_tokens;
   }
   for (uint32_t p = 0; p < plan.num_planes; ++p) {
@@ -119,23 +123,67 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
   return plan;
 }
 
-// The spans of one plane's parts, laid out from `base` in section order.
+// The parts of one plane, laid out from `base` in section order.
 template <class Byte>
 struct PlaneParts {
   PlaneParts(const PlanePlan& plane, Byte* base)
       : codes(reinterpret_cast<Word*>(base), static_cast<size_t>(plane.sizes.code_words)),
-        scales(reinterpret_cast<Float*>(base + plane.code_bytes()),
-               static_cast<size_t>(plane.sizes.num_groups)),
-        zeros(reinterpret_cast<Float*>(base + plane.code_bytes() + plane.scale_bytes()),
-              plane.zero_bytes() / 4),
-        residual(base + plane.code_bytes() + plane.scale_bytes() + plane.zero_bytes()) {}
+        scales(base + plane.code_bytes()),
+        zeros(scales + plane.scale_bytes()),
+        residual(zeros + plane.zero_bytes()) {}
 
   using Word = std::conditional_t<std::is_const_v<Byte>, const uint32_t, uint32_t>;
-  using Float = std::conditional_t<std::is_const_v<Byte>, const float, float>;
   std::span<Word> codes;
-  std::span<Float> scales;
-  std::span<Float> zeros;
+  Byte* scales;  // num_groups fp32 or fp16 values (PlanePlan::param_bytes)
+  Byte* zeros;   // as many as scales, or none (int8)
   Byte* residual;
+};
+
+// A plane's scales and zeros as fp32 for the kernels: the section's own where it holds fp32
+// (its parts are 4-byte aligned), else (fp16) copies, which Store writes back.
+template <class Byte>
+class PlaneParams {
+ public:
+  using Float = std::conditional_t<std::is_const_v<Byte>, const float, float>;
+
+  PlaneParams(const PlanePlan& plane, const PlaneParts<Byte>& parts)
+      : fp16_(plane.params.fp16_params),
+        groups_(static_cast<size_t>(plane.sizes.num_groups)),
+        zero_count_(plane.zero_bytes() / plane.param_bytes()) {
+    if (!fp16_) {
+      scales_ = {reinterpret_cast<Float*>(parts.scales), groups_};
+      zeros_ = {reinterpret_cast<Float*>(parts.zeros), zero_count_};
+      return;
+    }
+    owned_.resize(groups_ + zero_count_);
+    for (size_t i = 0; i < owned_.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, parts.scales + 2 * i, 2);  // the zeros follow the scales
+      owned_[i] = kernels::Fp16BitsToFloat(bits);
+    }
+    scales_ = std::span<Float>(owned_).first(groups_);
+    zeros_ = std::span<Float>(owned_).subspan(groups_);
+  }
+
+  std::span<Float> scales() const { return scales_; }
+  std::span<Float> zeros() const { return zeros_; }
+
+  // Writes fp16 values back into the section (exact: the kernel made them fp16 values).
+  void Store(const PlaneParts<std::byte>& parts) const {
+    if (!fp16_) return;
+    for (size_t i = 0; i < owned_.size(); ++i) {
+      const uint16_t bits = kernels::FloatToFp16Bits(owned_[i]);
+      std::memcpy(parts.scales + 2 * i, &bits, 2);
+    }
+  }
+
+ private:
+  bool fp16_;
+  size_t groups_;
+  size_t zero_count_;
+  std::vector<float> owned_;
+  std::span<Float> scales_;
+  std::span<Float> zeros_;
 };
 
 absl::Status EncodeLayer(const LayerPlan& plan, const std::byte* in, std::span<std::byte> section) {
@@ -144,10 +192,12 @@ absl::Status EncodeLayer(const LayerPlan& plan, const std::byte* in, std::span<s
     const PlanePlan& plane = plan.planes[p];
     PlaneParts<std::byte> parts(plane, out);
     if (plane.quantized_rows > 0) {
+      PlaneParams<std::byte> params(plane, parts);
       STRATA_RETURN_IF_ERROR(kernels::Quantize(
           plane.params,
           kernels::ConstMatrixView::Dense(in, plan.dtype, plane.quantized_rows, plan.cols),
-          parts.codes, parts.scales, parts.zeros));
+          parts.codes, params.scales(), params.zeros()));
+      params.Store(parts);
     }
     const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
     std::memcpy(parts.residual, in + plan.plane_bytes - residual_bytes, residual_bytes);
@@ -165,8 +215,9 @@ absl::Status DecodeLayerSection(const LayerPlan& plan, std::span<const std::byte
     const PlanePlan& plane = plan.planes[p];
     const PlaneParts<const std::byte> parts(plane, in);
     if (plane.quantized_rows > 0) {
+      const PlaneParams<const std::byte> params(plane, parts);
       STRATA_RETURN_IF_ERROR(kernels::Dequantize(
-          plane.params, parts.codes, parts.scales, parts.zeros,
+          plane.params, parts.codes, params.scales(), params.zeros(),
           kernels::MatrixView::Dense(out, plan.dtype, plane.quantized_rows, plan.cols)));
     }
     const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
@@ -233,9 +284,9 @@ std::string_view QuantCodec::error_bound() const {
       return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = max|x| / 127 per token "
              "and head";
     case CodecId::kKivi8:
-      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 255 per "
-             "group (keys: group_size tokens of a channel; values: group_size channels of a "
-             "token); residual keys exact";
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - z) / 255 rounded "
+             "up to fp16, z = min rounded down to fp16, per group (keys: group_size tokens of a "
+             "channel; values: group_size channels of a token); residual keys exact";
     case CodecId::kKivi4:
       return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 15 per "
              "group (keys: group_size tokens of a channel; values: group_size channels of a "
