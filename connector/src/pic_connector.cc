@@ -44,7 +44,7 @@ static_assert(static_cast<int>(PicChunkState::kPrivate) ==
 static_assert(static_cast<int>(PicChunkState::kPending) ==
               static_cast<int>(PicChunkSource::kPending));
 
-PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
+PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens, PositionalFormat positional) {
   PicPlan plan;
   plan.padded_tokens = request.prompt.padded_tokens;
   for (const PicChunkPlacement& placed : request.chunks) {
@@ -63,7 +63,8 @@ PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens) {
                               .num_pages = grant.geometry.num_pages,
                               .page_bytes = grant.geometry.page_bytes,
                               .layer_stride_bytes = grant.geometry.layer_stride_bytes(),
-                              .block_tokens = grant.block_tokens};
+                              .block_tokens = grant.block_tokens,
+                              .keys_rotated = positional == PositionalFormat::kRopeApplied};
     }
   }
   for (const internal::PicTokenRange& range : request.recomputed_from_layer_zero(block_tokens)) {
@@ -196,7 +197,7 @@ absl::StatusOr<PicPlan> PicConnector::Begin(std::string_view request_id,
     return request.status();
   }
   entry->request = *std::move(request);
-  return ToPlan(*entry->request, s.options.block_size);
+  return ToPlan(*entry->request, s.options.block_size, s.options.layout.positional);
 }
 
 absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
@@ -204,7 +205,7 @@ absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
   absl::MutexLock lock(&entry->mu);
   if (!entry->request.has_value()) return NotOpen(request_id);
   STRATA_RETURN_IF_ERROR(impl_->requests->Publish(*entry->request));
-  return ToPlan(*entry->request, impl_->options.block_size);
+  return ToPlan(*entry->request, impl_->options.block_size, impl_->options.layout.positional);
 }
 
 absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
@@ -212,7 +213,7 @@ absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
   absl::MutexLock lock(&entry->mu);
   if (!entry->request.has_value()) return NotOpen(request_id);
   STRATA_RETURN_IF_ERROR(impl_->requests->Refresh(*entry->request));
-  return ToPlan(*entry->request, impl_->options.block_size);
+  return ToPlan(*entry->request, impl_->options.block_size, impl_->options.layout.positional);
 }
 
 absl::Status PicConnector::Verify(std::string_view request_id) const {

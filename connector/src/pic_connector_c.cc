@@ -220,6 +220,7 @@ strata_status strata_pic_plan_info_get(const strata_pic_plan* plan, strata_pic_p
       out->pool_page_bytes = p.pool->page_bytes;
       out->pool_layer_stride_bytes = p.pool->layer_stride_bytes;
       out->pool_block_tokens = p.pool->block_tokens;
+      out->pool_keys_rotated = p.pool->keys_rotated ? 1 : 0;
     }
     return STRATA_OK;
   });

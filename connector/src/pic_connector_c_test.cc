@@ -149,6 +149,7 @@ TEST_F(PicConnectorCTest, AChunkWrittenThroughOneConnectorIsSharedByAnother) {
   EXPECT_EQ(written.info.padded_tokens[0], kPad);
   ASSERT_EQ(written.info.has_pool, 1);
   EXPECT_EQ(written.info.pool_block_tokens, 16u);
+  EXPECT_EQ(written.info.pool_keys_rotated, 1) << "a rope_applied layout";
   const std::vector<uint32_t> a_pages(written.chunks[0].pool_pages,
                                       written.chunks[0].pool_pages + 3);
   FillPoolPages(Base(written.info), Geometry(written.info), a_pages, 0xa1);

@@ -2,15 +2,21 @@
 // session server with a device pool (TestDaemon, HostRuntime pool of 8 pages): a chunk written by
 // one engine is shared by another at another offset, its markers given or found by a separator;
 // bad input is refused with nothing left open; a daemon away leaves every chunk private; Verify
-// tells an engine when the session that held its pages dropped; concurrent requests.
+// tells an engine when the session that held its pages dropped; concurrent requests; a
+// rope_applied layout's chunk, stored rotated at its canonical positions, re-rotated on load.
 #include "strata/pic_connector.h"
 
+#include <cmath>
 #include <numeric>
+#include <random>
 #include <thread>
 
+#include "connector/src/device_pool_view.h"
 #include "connector/src/testing/pool_pages.h"
 #include "connector/src/testing/test_daemon.h"
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
+#include "kernels/rope.h"
 #include "storage/device/host_runtime.h"
 #include "tests/support/test_layout.h"
 
@@ -145,6 +151,120 @@ TEST_F(PicConnectorTest, AChunkWrittenByOneEngineIsSharedByAnotherAtAnotherOffse
 
 // Two engines at once: while one writes a chunk, the other's request finds it pending; a Refresh
 // after the writer published shares the writer's pages.
+// Keys of a rope_applied layout, stored as the writer's attention left them (rotated at the
+// chunk's canonical positions 0..n), are re-rotated by the chunk's offset as a reader copies them:
+// they equal RoPE applied at the reader's positions. The pages themselves stay canonical.
+TEST_F(PicConnectorTest, ARopeAppliedChunkIsStoredAtItsCanonicalPositionsAndReRotatedOnLoad) {
+  const KvLayout layout = Options("", "").layout;
+  ASSERT_EQ(layout.positional, PositionalFormat::kRopeApplied);
+  const int64_t heads = layout.num_kv_heads, dim = layout.head_dim, n = 2 * kBlock;
+  auto table = kernels::RopeTable::Create({.rotary_dim = dim, .max_position = 256});
+  ASSERT_TRUE(table.ok());
+  // The chunk's keys before RoPE, per layer, fp32 [token][head][dim].
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> nope(layout.num_layers, std::vector<float>(n * heads * dim));
+  for (auto& layer : nope) {
+    for (float& v : layer) v = normal(rng);
+  }
+  // `positions` of the chunk's keys rotated, rounded to the layout's fp16.
+  auto rotated = [&](uint32_t layer, int64_t first) {
+    std::vector<uint16_t> out(nope[layer].size());
+    std::vector<float> keys = nope[layer];
+    std::vector<int64_t> positions(n);
+    std::iota(positions.begin(), positions.end(), first);
+    const auto view = kernels::HeadsView::Dense(keys.data(), KvDtype::kFloat32, n, heads, dim);
+    EXPECT_TRUE(kernels::ApplyRope(*table, view, view, positions).ok());
+    for (size_t i = 0; i < keys.size(); ++i) out[i] = kernels::FloatToFp16Bits(keys[i]);
+    return out;
+  };
+  // Token t's key row (heads x dim fp16) in the chunk's pages.
+  auto key_row = [&](const PicPlan& plan, const PicChunk& chunk, uint32_t layer, int64_t t) {
+    auto cache =
+        internal::DevicePoolAsPagedKvCache(layout, kBlock, Geometry(*plan.pool), Base(*plan.pool));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache->planes[layer][0] +
+           chunk.pool_pages[t / kBlock] * cache->geometry.block_stride_bytes +
+           (t % kBlock) * cache->geometry.slot_stride_bytes;
+  };
+  const uint64_t row_bytes = heads * dim * 2;
+
+  const std::vector<uint32_t> passage = Passage(1000, n);
+  auto writer = Connect(daemon_.socket_path(), "writer");
+  auto written = writer->Begin("w", passage, std::vector<PicTokenSpan>{{0, uint32_t(n)}});
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(States(*written), (std::vector{PicChunkState::kWrite}));
+  ASSERT_TRUE(written->pool->keys_rotated) << "a rope_applied layout";
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    const std::vector<uint16_t> canonical = rotated(layer, 0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(key_row(*written, written->chunks[0], layer, t),
+                  canonical.data() + t * heads * dim, row_bytes);
+    }
+  }
+  ASSERT_TRUE(writer->Publish("w").ok());
+
+  // Another engine holds the passage behind 9 tokens of its own: at padded position 16.
+  auto reader = Connect(daemon_.socket_path(), "reader");
+  std::vector<uint32_t> prompt = Passage(5000, 9);
+  prompt.insert(prompt.end(), passage.begin(), passage.end());
+  auto shared = reader->Begin("r", prompt, std::vector<PicTokenSpan>{{9, uint32_t(9 + n)}});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_EQ(States(*shared), (std::vector{PicChunkState::kShared}));
+  ASSERT_TRUE(shared->pool->keys_rotated);
+  const PicChunk& chunk = shared->chunks[0];
+  ASSERT_EQ(chunk.padded, (PicTokenSpan{16, uint32_t(16 + n)}));
+  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
+    // The copy into the reader's own blocks, re-rotated from j to padded.begin + j.
+    std::vector<uint16_t> copy(n * heads * dim);
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(copy.data() + t * heads * dim, key_row(*shared, chunk, layer, t), row_bytes);
+    }
+    std::vector<int64_t> from(n), to(n);
+    std::iota(from.begin(), from.end(), 0);
+    std::iota(to.begin(), to.end(), int64_t{chunk.padded.begin});
+    ASSERT_TRUE(kernels::ReRotateRope(
+                    *table,
+                    kernels::HeadsView::Dense(copy.data(), KvDtype::kFloat16, n, heads, dim), from,
+                    to)
+                    .ok());
+    const std::vector<uint16_t> wanted = rotated(layer, chunk.padded.begin);
+    const std::vector<uint16_t> canonical = rotated(layer, 0);
+    int mismatches = 0;
+    for (size_t i = 0; i < copy.size(); ++i) {
+      const float got = kernels::Fp16BitsToFloat(copy[i]);
+      const float want = kernels::Fp16BitsToFloat(wanted[i]);
+      // Two fp16 roundings (stored, re-rotated) against one: a few units in the last place.
+      if (std::fabs(got - want) > 4e-3f * std::fabs(want) + 2e-3f) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0) << "layer " << layer;
+    EXPECT_NE(canonical, wanted) << "the offset moves the keys";
+    for (int64_t t = 0; t < n; ++t) {
+      EXPECT_EQ(0, std::memcmp(key_row(*shared, chunk, layer, t),
+                               canonical.data() + t * heads * dim, row_bytes))
+          << "the pages stay canonical: layer " << layer << " token " << t;
+    }
+  }
+  EXPECT_TRUE(writer->End("w").ok());
+  EXPECT_TRUE(reader->End("r").ok());
+}
+
+TEST(PicConnectorNopeTest, ANopeLayoutsPagesHoldKeysBeforeRope) {
+  ConnectorOptions options = Options("", "");
+  options.layout.positional = PositionalFormat::kNope;
+  TestDaemon daemon({.device_pool_bytes = 8 * 4096});
+  ASSERT_TRUE(daemon.Start().ok());
+  options.socket_path = daemon.socket_path();
+  options.engine_id = "nope";
+  auto connector = PicConnector::Create(options, kPad, std::make_unique<storage::HostRuntime>());
+  ASSERT_TRUE(connector.ok()) << connector.status();
+  auto plan = (*connector)->Begin("r", Passage(1000, 32), std::vector<PicTokenSpan>{{0, 32}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->pool.has_value());
+  EXPECT_FALSE(plan->pool->keys_rotated);
+  EXPECT_TRUE((*connector)->End("r").ok());
+}
+
 TEST_F(PicConnectorTest, APendingChunkIsSharedOnceItsWriterPublishes) {
   auto writer = Connect(daemon_.socket_path(), "writer");
   auto waiter = Connect(daemon_.socket_path(), "waiter");

@@ -248,6 +248,7 @@ py::dict PlanToDict(const PicPlan& plan) {
     pool["page_bytes"] = plan.pool->page_bytes;
     pool["layer_stride_bytes"] = plan.pool->layer_stride_bytes;
     pool["block_tokens"] = plan.pool->block_tokens;
+    pool["keys_rotated"] = plan.pool->keys_rotated;
     d["pool"] = pool;
   } else {
     d["pool"] = py::none();

@@ -9,9 +9,10 @@
 //   - the padded prompt to compute over (chunks start and end on block boundaries);
 //   - each chunk's state: kShared (read its pool pages in place, at its positions here),
 //     kWrite (compute its canonical KV, alone at positions 0.. and keys before RoPE, into its
-//     pool pages, then Publish), kPending (another engine is writing it: Refresh a step later
-//     shares it; not waiting is computing it as prompt), kPrivate (compute it as prompt;
-//     why_private says why);
+//     pool pages, then Publish; a rope_applied layout's keys are rotated instead, and read
+//     through a re-rotated copy: PicPoolView::keys_rotated), kPending (another engine is writing
+//     it: Refresh a step later shares it; not waiting is computing it as prompt), kPrivate (compute
+//     it as prompt; why_private says why);
 //   - the tokens to compute from layer 0 by the request's recompute policy (MEPIC's block 1 of
 //     each shared chunk, EPIC's LegoLink-k or LegoLink-0, CacheBlend with its check layer and
 //     ratio: the engine selects CacheBlend's tokens itself at the check layer);
@@ -22,7 +23,7 @@
 // Failure model: a request never fails for the pool's sake. Bad markers, a bad separator or a
 // bad policy are kInvalidArgument before anything is sent: the engine then treats the request
 // as a plain prompt (prefix caching through SchedulerConnector). A daemon that is away or has no
-// pool, admission refusing pages, or another engine writing a chunk leave chunks kPrivate. The
+// pool, or admission refusing pages, leave chunks kPrivate. The
 // connector reconnects by itself. A session that drops releases its requests' pages in the
 // daemon; they stay mapped here, unchanged until the pool evicts them for another writer, so a
 // request whose session dropped may have read pages that changed under it: Verify says so
@@ -90,6 +91,17 @@ struct PicPoolView {
   uint64_t page_bytes = 0;
   uint64_t layer_stride_bytes = 0;
   uint32_t block_tokens = 0;
+  // How the pages hold a chunk's keys, from the layout's positional format:
+  //   false (nope): before RoPE. The fused-RoPE attention reads them in place at the chunk's
+  //     positions here; a kWrite chunk is computed alone at positions 0.. and stored before RoPE.
+  //   true (rope_applied): after RoPE at the chunk's canonical positions 0..n (its padded span,
+  //     leading pads included), as an engine whose attention reads rotated keys stores them. Such
+  //     an engine copies a kShared chunk's pages into its own blocks and re-rotates the keys by
+  //     padded.begin on the way (kernels::ReRotateRope from positions j to padded.begin + j; the
+  //     pages are never rotated in place: other requests read them); a kWrite chunk is computed
+  //     alone at positions 0.. with RoPE applied. The chunk's pages are still shared, but each
+  //     request holds a rotated copy too: CacheBlend's and EPIC's shape, not MEPIC's.
+  bool keys_rotated = false;
 };
 
 struct PicPlan {

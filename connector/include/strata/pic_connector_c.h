@@ -107,6 +107,10 @@ typedef struct strata_pic_plan_info {
   uint64_t pool_page_bytes;
   uint64_t pool_layer_stride_bytes;
   uint32_t pool_block_tokens;
+  /* 1: the layout is rope_applied, and the pages hold keys after RoPE at each chunk's canonical
+   * positions 0..n: an engine copies a shared chunk's pages into its own blocks re-rotating the
+   * keys by padded.begin. 0: keys before RoPE, read in place (PicPoolView::keys_rotated). */
+  int32_t pool_keys_rotated;
 } strata_pic_plan_info;
 
 typedef struct strata_pic_chunk_info {

@@ -110,6 +110,8 @@ class PicPlannerTest(unittest.TestCase):
         self.assertEqual(plan["padded_tokens"][:8], [PAD] * 8)
         pool = plan["pool"]
         self.assertEqual(pool["block_tokens"], PAGE_TOKENS)
+        # The options' layout is rope_applied (the default): keys rotated at canonical positions.
+        self.assertIs(pool["keys_rotated"], True)
         fill(pool, plan["chunks"][0]["pool_pages"], 0xA1)
         fill(pool, plan["chunks"][1]["pool_pages"], 0xB2)
         published = writer.publish("r1")
