@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "connector/src/engine_client.h"
+#include "connector/src/pic_plan.h"
 #include "connector/src/pic_requests.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
@@ -27,7 +28,7 @@ constexpr std::array<std::pair<std::string_view, PicRecomputePolicy>, 4> kPolicy
     {"cacheblend", PicRecomputePolicy::kCacheBlend},
 }};
 
-// The public enums are the internal ones' values: a cast converts them.
+// The public policy is the internal one's values: a cast converts it.
 static_assert(static_cast<int>(PicRecomputePolicy::kMepic) ==
               static_cast<int>(PicRecompute::kMepic));
 static_assert(static_cast<int>(PicRecomputePolicy::kLegoLink) ==
@@ -36,43 +37,6 @@ static_assert(static_cast<int>(PicRecomputePolicy::kLegoLinkZero) ==
               static_cast<int>(PicRecompute::kLegoLinkZero));
 static_assert(static_cast<int>(PicRecomputePolicy::kCacheBlend) ==
               static_cast<int>(PicRecompute::kCacheBlend));
-static_assert(static_cast<int>(PicChunkState::kShared) ==
-              static_cast<int>(PicChunkSource::kShared));
-static_assert(static_cast<int>(PicChunkState::kWrite) == static_cast<int>(PicChunkSource::kWrite));
-static_assert(static_cast<int>(PicChunkState::kPrivate) ==
-              static_cast<int>(PicChunkSource::kPrivate));
-static_assert(static_cast<int>(PicChunkState::kPending) ==
-              static_cast<int>(PicChunkSource::kPending));
-
-PicPlan ToPlan(const PicRequest& request, uint32_t block_tokens, PositionalFormat positional) {
-  PicPlan plan;
-  plan.padded_tokens = request.prompt.padded_tokens;
-  for (const PicChunkPlacement& placed : request.chunks) {
-    const internal::PicSegment& segment = request.prompt.segments[placed.segment];
-    PicChunk& chunk = plan.chunks.emplace_back();
-    chunk.padded = {segment.padded_begin, segment.padded_begin + segment.padded_tokens()};
-    chunk.source = {segment.source_begin, segment.source_end};
-    chunk.state = static_cast<PicChunkState>(placed.source);
-    chunk.pool_pages = placed.pages;
-    if (placed.source == PicChunkSource::kPrivate || placed.source == PicChunkSource::kPending) {
-      chunk.why_private = std::string(placed.why_private.message());
-    } else if (!plan.pool.has_value() && request.pool != nullptr) {
-      const internal::DevicePoolGrant& grant = request.pool->grant();
-      plan.pool = PicPoolView{.base = reinterpret_cast<uintptr_t>(request.pool->base()),
-                              .num_layers = grant.geometry.num_layers,
-                              .num_pages = grant.geometry.num_pages,
-                              .page_bytes = grant.geometry.page_bytes,
-                              .layer_stride_bytes = grant.geometry.layer_stride_bytes(),
-                              .block_tokens = grant.block_tokens,
-                              .keys_rotated = positional == PositionalFormat::kRopeApplied};
-    }
-  }
-  for (const internal::PicTokenRange& range : request.recomputed_from_layer_zero(block_tokens)) {
-    plan.recompute_from_layer_zero.push_back({range.begin, range.end});
-  }
-  plan.recomputed_tokens = request.recomputed_tokens(block_tokens);
-  return plan;
-}
 
 absl::Status NotOpen(std::string_view request_id) {
   return absl::NotFoundError(fmt::format("no open position-independent request '{}'", request_id));
@@ -197,7 +161,7 @@ absl::StatusOr<PicPlan> PicConnector::Begin(std::string_view request_id,
     return request.status();
   }
   entry->request = *std::move(request);
-  return ToPlan(*entry->request, s.options.block_size, s.options.layout.positional);
+  return internal::ToPicPlan(*entry->request, s.options.block_size, s.options.layout.positional);
 }
 
 absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
@@ -205,7 +169,8 @@ absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
   absl::MutexLock lock(&entry->mu);
   if (!entry->request.has_value()) return NotOpen(request_id);
   STRATA_RETURN_IF_ERROR(impl_->requests->Publish(*entry->request));
-  return ToPlan(*entry->request, impl_->options.block_size, impl_->options.layout.positional);
+  return internal::ToPicPlan(*entry->request, impl_->options.block_size,
+                             impl_->options.layout.positional);
 }
 
 absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
@@ -213,7 +178,8 @@ absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
   absl::MutexLock lock(&entry->mu);
   if (!entry->request.has_value()) return NotOpen(request_id);
   STRATA_RETURN_IF_ERROR(impl_->requests->Refresh(*entry->request));
-  return ToPlan(*entry->request, impl_->options.block_size, impl_->options.layout.positional);
+  return internal::ToPicPlan(*entry->request, impl_->options.block_size,
+                             impl_->options.layout.positional);
 }
 
 absl::Status PicConnector::Verify(std::string_view request_id) const {

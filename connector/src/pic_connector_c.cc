@@ -222,6 +222,8 @@ strata_status strata_pic_plan_info_get(const strata_pic_plan* plan, strata_pic_p
       out->pool_block_tokens = p.pool->block_tokens;
       out->pool_keys_rotated = p.pool->keys_rotated ? 1 : 0;
     }
+    out->num_blocks = p.block_table.blocks.size();
+    out->own_blocks = p.block_table.own_blocks;
     return STRATA_OK;
   });
 }
@@ -243,6 +245,25 @@ strata_status strata_pic_plan_chunk(const strata_pic_plan* plan, size_t index,
     out->pool_pages = chunk.pool_pages.data();
     out->num_pool_pages = chunk.pool_pages.size();
     out->why_private = chunk.why_private.c_str();
+    return STRATA_OK;
+  });
+}
+
+strata_status strata_pic_plan_block(const strata_pic_plan* plan, size_t index,
+                                    strata_pic_block_info* out) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(plan != nullptr, "plan is NULL");
+    STRATA_C_REQUIRE(out != nullptr, "out is NULL");
+    const std::vector<strata::connector::PicBlock>& blocks = plan->impl.block_table.blocks;
+    if (index >= blocks.size()) {
+      return strata::connector::c_abi::Fail(
+          STRATA_OUT_OF_RANGE, fmt::format("block {} of a plan of {}", index, blocks.size()));
+    }
+    const strata::connector::PicBlock& block = blocks[index];
+    out->pool = block.pool ? 1 : 0;
+    out->index = block.index;
+    out->has_fill = block.fill_from_page.has_value() ? 1 : 0;
+    out->fill_from_page = block.fill_from_page.value_or(0);
     return STRATA_OK;
   });
 }

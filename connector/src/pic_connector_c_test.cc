@@ -183,6 +183,22 @@ TEST_F(PicConnectorCTest, AChunkWrittenThroughOneConnectorIsSharedByAnother) {
   EXPECT_EQ(shared.info.recompute_from_layer_zero[0].begin, 0u);
   EXPECT_EQ(shared.info.recompute_from_layer_zero[0].end, 20u);
   EXPECT_EQ(shared.info.recomputed_tokens, 20u);
+  // Its block table: the prompt, then a's 3 blocks, all the reader's own (a rope_applied pool is
+  // read through re-rotated copies): block 1 of a recomputed in part, each filled from its page.
+  ASSERT_EQ(shared.info.num_blocks, 4u);
+  EXPECT_EQ(shared.info.own_blocks, 4u);
+  strata_pic_block_info block;
+  ASSERT_EQ(strata_pic_plan_block(plan, 0, &block), STRATA_OK);
+  EXPECT_EQ(block.has_fill, 0) << "the prompt";
+  for (uint32_t j = 1; j < 4; ++j) {
+    ASSERT_EQ(strata_pic_plan_block(plan, j, &block), STRATA_OK);
+    EXPECT_EQ(block.pool, 0);
+    EXPECT_EQ(block.index, j);
+    EXPECT_EQ(block.has_fill, 1);
+    EXPECT_EQ(block.fill_from_page, a_pages[j - 1]);
+  }
+  EXPECT_EQ(strata_pic_plan_block(plan, 4, &block), STRATA_OUT_OF_RANGE);
+  EXPECT_EQ(strata_pic_plan_block(plan, 0, nullptr), STRATA_INVALID_ARGUMENT);
   strata_pic_plan_destroy(plan);
   EXPECT_EQ(strata_pic_verify(reader, "r"), STRATA_OK);
   EXPECT_EQ(strata_pic_end(reader, "r"), STRATA_OK);

@@ -214,6 +214,11 @@ TEST_F(PicConnectorTest, ARopeAppliedChunkIsStoredAtItsCanonicalPositionsAndReRo
   ASSERT_TRUE(shared->pool->keys_rotated);
   const PicChunk& chunk = shared->chunks[0];
   ASSERT_EQ(chunk.padded, (PicTokenSpan{16, uint32_t(16 + n)}));
+  // Read through own blocks: MEPIC computes block 1 whole; block 2 is a re-rotated copy.
+  ASSERT_EQ(shared->block_table.blocks.size(), 3u);
+  EXPECT_FALSE(shared->block_table.blocks[2].pool);
+  EXPECT_EQ(shared->block_table.blocks[2].fill_from_page, chunk.pool_pages[1]);
+  EXPECT_FALSE(shared->block_table.blocks[1].fill_from_page.has_value());
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     // The copy into the reader's own blocks, re-rotated from j to padded.begin + j.
     std::vector<uint16_t> copy(n * heads * dim);
@@ -249,20 +254,100 @@ TEST_F(PicConnectorTest, ARopeAppliedChunkIsStoredAtItsCanonicalPositionsAndReRo
   EXPECT_TRUE(reader->End("r").ok());
 }
 
-TEST(PicConnectorNopeTest, ANopeLayoutsPagesHoldKeysBeforeRope) {
-  ConnectorOptions options = Options("", "");
+// The block table (PicPlan::block_table) of a nope layout: the shared chunk's pages read in place
+// but where the policy recomputes; CacheBlend fills every shared block from its page.
+TEST(PicConnectorNopeTest, TheBlockTableReadsSharedPagesInPlaceWhereNothingIsRecomputed) {
+  ConnectorOptions options = Options("", "nope");
   options.layout.positional = PositionalFormat::kNope;
   TestDaemon daemon({.device_pool_bytes = 8 * 4096});
   ASSERT_TRUE(daemon.Start().ok());
   options.socket_path = daemon.socket_path();
-  options.engine_id = "nope";
-  auto connector = PicConnector::Create(options, kPad, std::make_unique<storage::HostRuntime>());
-  ASSERT_TRUE(connector.ok()) << connector.status();
-  auto plan = (*connector)->Begin("r", Passage(1000, 32), std::vector<PicTokenSpan>{{0, 32}});
+  auto created = PicConnector::Create(options, kPad, std::make_unique<storage::HostRuntime>());
+  ASSERT_TRUE(created.ok()) << created.status();
+  PicConnector& connector = **created;
+  const std::vector<uint32_t> passage = Passage(1000, 48);  // 3 blocks, no pads
+  auto written = connector.Begin("w", passage, std::vector<PicTokenSpan>{{0, 48}});
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_FALSE(written->pool->keys_rotated);
+  EXPECT_EQ(written->block_table.own_blocks, 3u) << "a chunk being written is the engine's own";
+  ASSERT_TRUE(connector.Publish("w").ok());
+  const std::vector<uint32_t> pages = written->chunks[0].pool_pages;
+
+  // [9 prompt tokens + 7 pads][the passage: 3 blocks][3 question tokens]: blocks 0..4.
+  std::vector<uint32_t> prompt = Passage(5000, 9);
+  prompt.insert(prompt.end(), passage.begin(), passage.end());
+  prompt.insert(prompt.end(), {7001, 7002, 7003});
+  const std::vector<PicTokenSpan> spans = {{9, 57}};
+  using B = PicBlock;
+  const struct {
+    PicRecomputePolicy recompute;
+    uint32_t legolink_tokens;
+    std::vector<PicBlock> blocks;
+  } cases[] = {
+      // MEPIC: block 1 of the chunk computed whole, blocks 2..3 in place.
+      {PicRecomputePolicy::kMepic,
+       0,
+       {B{false, 0}, B{false, 1}, B{true, pages[1]}, B{true, pages[2]}, B{false, 2}}},
+      // LegoLink-4: 4 tokens of block 1; its other 12 come from its page.
+      {PicRecomputePolicy::kLegoLink,
+       4,
+       {B{false, 0}, B{false, 1, pages[0]}, B{true, pages[1]}, B{true, pages[2]}, B{false, 2}}},
+      // LegoLink-0: nothing of the chunk.
+      {PicRecomputePolicy::kLegoLinkZero,
+       0,
+       {B{false, 0}, B{true, 0}, B{true, 0}, B{true, 0}, B{false, 1}}},
+      // CacheBlend: every shared block is the request's own, filled from its page.
+      {PicRecomputePolicy::kCacheBlend,
+       0,
+       {B{false, 0}, B{false, 1, pages[0]}, B{false, 2, pages[1]}, B{false, 3, pages[2]},
+        B{false, 4}}},
+  };
+  for (const auto& c : cases) {
+    PicRequestOptions request{.recompute = c.recompute};
+    if (c.legolink_tokens > 0) request.legolink_tokens = c.legolink_tokens;
+    auto plan = connector.Begin("r", prompt, spans, request);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string policy(PicRecomputePolicyName(c.recompute));
+    if (c.recompute == PicRecomputePolicy::kLegoLinkZero) {
+      // Compiled after its dummies: another key, a chunk of its own to write.
+      EXPECT_EQ(States(*plan), (std::vector{PicChunkState::kWrite}));
+      EXPECT_EQ(plan->block_table.own_blocks, 5u) << policy;
+      EXPECT_TRUE(connector.End("r").ok());
+      continue;
+    }
+    ASSERT_EQ(States(*plan), (std::vector{PicChunkState::kShared})) << policy;
+    ASSERT_EQ(plan->block_table.blocks.size(), c.blocks.size()) << policy;
+    uint32_t own = 0;
+    for (size_t j = 0; j < c.blocks.size(); ++j) {
+      const PicBlock& got = plan->block_table.blocks[j];
+      EXPECT_EQ(got.pool, c.blocks[j].pool) << policy << " block " << j;
+      EXPECT_EQ(got.index, c.blocks[j].index) << policy << " block " << j;
+      EXPECT_EQ(got.fill_from_page, c.blocks[j].fill_from_page) << policy << " block " << j;
+      own += got.pool ? 0 : 1;
+    }
+    EXPECT_EQ(plan->block_table.own_blocks, own) << policy;
+    EXPECT_TRUE(connector.End("r").ok());
+  }
+
+  // The table the attention kernel takes: own blocks by the engine's ids, pages after them.
+  auto plan = connector.Begin("r", prompt, spans);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(plan->pool.has_value());
-  EXPECT_FALSE(plan->pool->keys_rotated);
-  EXPECT_TRUE((*connector)->End("r").ok());
+  const PicBlockTable& table = plan->block_table;
+  auto attention = table.AttentionTable(std::vector<int32_t>{40, 41, 42}, 100);
+  ASSERT_TRUE(attention.ok()) << attention.status();
+  EXPECT_EQ(*attention, (std::vector<int32_t>{40, 41, 100 + static_cast<int32_t>(pages[1]),
+                                              100 + static_cast<int32_t>(pages[2]), 42}));
+  EXPECT_EQ(table.AttentionTable(std::vector<int32_t>{40, 41}, 100).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "too few own blocks";
+  EXPECT_EQ(table.AttentionTable(std::vector<int32_t>{40, 41, 100}, 100).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "an own block past the engine's";
+  EXPECT_EQ(table.AttentionTable(std::vector<int32_t>{0, 1, 2}, INT32_MAX).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a page id past int32";
+  EXPECT_TRUE(connector.End("r").ok());
+  EXPECT_TRUE(connector.End("w").ok());
 }
 
 TEST_F(PicConnectorTest, APendingChunkIsSharedOnceItsWriterPublishes) {

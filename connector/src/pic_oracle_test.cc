@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "connector/src/device_pool_view.h"
+#include "connector/src/pic_plan.h"
 #include "connector/src/pic_requests.h"
 #include "connector/src/testing/test_daemon.h"
 #include "fmt/format.h"
@@ -193,42 +194,29 @@ class OracleEngine {
     return *std::move(out);
   }
 
-  // MEPIC (or LegoLink-k) as an engine runs it, with no copy of the shared chunks: the block
-  // table names this engine's own blocks for the blocks it recomputes in (the prompt segments,
-  // block 1 of each shared chunk) and the pool's pages, read in place through the mapping, for
-  // the rest. A shared chunk's block that is recomputed only in part (LegoLink-k, k not a whole
-  // number of blocks) is first copied from its page into the engine's block: one block per chunk,
-  // never the chunk. Returns the output and how many engine blocks it used.
+  // MEPIC (or LegoLink-k) as an engine runs it, with no copy of the shared chunks: the plan's
+  // block table (pic_plan.h) names this engine's own blocks for the blocks it recomputes in (the
+  // prompt segments, block 1 of each shared chunk) and the pool's pages, read in place through the
+  // mapping, for the rest. A shared chunk's block that is recomputed only in part (LegoLink-k, k
+  // not a whole number of blocks) is first filled from its page: one block per chunk, never the
+  // chunk. Returns the output and how many engine blocks it used.
   std::pair<TinySelectiveOutput, int64_t> ComputePaged(const PicRequest& request) const {
     const TinyConfig c = Config();
-    const auto blocks =
-        static_cast<int64_t>((request.prompt.padded_tokens.size() + kBlock - 1) / kBlock);
+    const PicBlockTable table = ToPicPlan(request, kBlock, PositionalFormat::kNope).block_table;
+    const auto engine_blocks = static_cast<int32_t>(table.own_blocks);
+    std::vector<int32_t> own(engine_blocks);
+    std::iota(own.begin(), own.end(), 0);
     TinyPagedCache cache;
-    cache.block_table.assign(static_cast<size_t>(blocks), -1);
+    cache.block_table = *table.AttentionTable(own, engine_blocks);
     std::vector<int32_t> recompute;
-    int32_t engine_blocks = 0;
     for (const PicTokenRange& range : request.recomputed_from_layer_zero(kBlock)) {
-      for (uint32_t t = range.begin; t < range.end; ++t) {
+      for (uint32_t t = range.begin; t < range.end; ++t)
         recompute.push_back(static_cast<int32_t>(t));
-        int32_t& entry = cache.block_table[t / kBlock];
-        if (entry < 0) entry = engine_blocks++;
-      }
     }
     std::vector<std::pair<int32_t, uint32_t>> copied;  // (engine block, pool page)
-    for (const PicChunkPlacement& chunk : request.chunks) {
-      if (chunk.source != PicChunkSource::kShared) continue;
-      const uint32_t first = request.prompt.segments[chunk.segment].padded_begin / kBlock;
-      for (size_t k = 0; k < chunk.pages.size(); ++k) {
-        int32_t& entry = cache.block_table[first + k];
-        if (entry < 0) {
-          entry = engine_blocks + static_cast<int32_t>(chunk.pages[k]);
-        } else {
-          copied.emplace_back(entry, chunk.pages[k]);
-        }
-      }
+    for (const PicBlock& block : table.blocks) {
+      if (block.fill_from_page.has_value()) copied.emplace_back(block.index, *block.fill_from_page);
     }
-    EXPECT_EQ(std::count(cache.block_table.begin(), cache.block_table.end(), -1), 0)
-        << "every block is the engine's or the pool's";
 
     const PagedKvCache pool = View(request);
     const PagedKvGeometry& g = pool.geometry;

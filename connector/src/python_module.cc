@@ -219,7 +219,7 @@ std::string_view ChunkStateName(PicChunkState state) {
 }
 
 // A plan as plain Python values: spans are (begin, end) tuples, states their names, the pool a
-// dict (or None).
+// dict (or None), the block table a list of {"pool", "index", "fill_from_page" (or None)}.
 py::dict PlanToDict(const PicPlan& plan) {
   py::dict d;
   d["padded_tokens"] = plan.padded_tokens;
@@ -234,6 +234,17 @@ py::dict PlanToDict(const PicPlan& plan) {
     chunks.append(c);
   }
   d["chunks"] = chunks;
+  py::list blocks;
+  for (const PicBlock& block : plan.block_table.blocks) {
+    py::dict b;
+    b["pool"] = block.pool;
+    b["index"] = block.index;
+    b["fill_from_page"] =
+        block.fill_from_page.has_value() ? py::object(py::int_(*block.fill_from_page)) : py::none();
+    blocks.append(b);
+  }
+  d["block_table"] = blocks;
+  d["own_blocks"] = plan.block_table.own_blocks;
   py::list recompute;
   for (const PicTokenSpan& span : plan.recompute_from_layer_zero) {
     recompute.append(SpanToTuple(span));

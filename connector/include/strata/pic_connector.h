@@ -104,6 +104,36 @@ struct PicPoolView {
   bool keys_rotated = false;
 };
 
+// One block of the padded prompt (tokens [j * block_tokens, (j + 1) * block_tokens), at those
+// positions) as the attention backend reads it: a pool page in place, or a block of the
+// request's own.
+struct PicBlock {
+  bool pool = false;   // true: pool page `index`, read in place; false: own block `index`
+  uint32_t index = 0;  // the page, or the request's own block in [0, PicBlockTable::own_blocks)
+  // An own block standing for part of a kShared chunk: before the forward pass, copy this pool
+  // page into it (and for PicPoolView::keys_rotated, re-rotate its keys by the chunk's
+  // padded.begin); the engine then writes the tokens it recomputes over the copy. Absent for a
+  // block the engine computes whole.
+  std::optional<uint32_t> fill_from_page;
+};
+
+// The request's block table. Shared chunks' blocks are pool pages read in place, but for the
+// blocks a policy recomputes in (MEPIC's block 1, LegoLink-k's first k tokens), every shared block
+// under CacheBlend (all tokens run through its early layers, and selected ones are rewritten
+// after) and every shared block of a keys_rotated pool (read through a re-rotated copy): those are
+// own blocks filled from their page. Nothing is ever written into a pool page.
+struct PicBlockTable {
+  std::vector<PicBlock> blocks;  // one per block of the padded prompt
+  uint32_t own_blocks = 0;       // own blocks the request needs
+
+  // The table kernels::PagedAttention takes with the pool as its second cache
+  // (PagedAttentionArgs::shared_kv): own block i is own_block_ids[i], pool page p is
+  // engine_num_blocks + p. kInvalidArgument when own_block_ids does not hold own_blocks ids, an
+  // id lies outside [0, engine_num_blocks), or an entry would overflow int32.
+  absl::StatusOr<std::vector<int32_t>> AttentionTable(std::span<const int32_t> own_block_ids,
+                                                      int32_t engine_num_blocks) const;
+};
+
 struct PicPlan {
   std::vector<uint32_t> padded_tokens;
   std::vector<PicChunk> chunks;  // in prompt order
@@ -114,6 +144,7 @@ struct PicPlan {
   uint64_t recomputed_tokens = 0;
   // Set when a chunk is kShared or kWrite.
   std::optional<PicPoolView> pool;
+  PicBlockTable block_table;
 };
 
 class PicConnector {

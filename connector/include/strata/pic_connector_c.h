@@ -111,6 +111,9 @@ typedef struct strata_pic_plan_info {
    * positions 0..n: an engine copies a shared chunk's pages into its own blocks re-rotating the
    * keys by padded.begin. 0: keys before RoPE, read in place (PicPoolView::keys_rotated). */
   int32_t pool_keys_rotated;
+  /* The block table (PicPlan::block_table): num_blocks entries, strata_pic_plan_block. */
+  size_t num_blocks;
+  uint32_t own_blocks;
 } strata_pic_plan_info;
 
 typedef struct strata_pic_chunk_info {
@@ -122,7 +125,20 @@ typedef struct strata_pic_chunk_info {
   const char* why_private; /* "" unless STRATA_PIC_PRIVATE or STRATA_PIC_PENDING */
 } strata_pic_chunk_info;
 
+/* One block of the padded prompt as the attention reads it (PicBlock): pool 1, pool page `index`
+ * read in place; pool 0, the request's own block `index` (of own_blocks), filled first from pool
+ * page fill_from_page when has_fill (re-rotating its keys when pool_keys_rotated). */
+typedef struct strata_pic_block_info {
+  int32_t pool;
+  uint32_t index;
+  int32_t has_fill;
+  uint32_t fill_from_page;
+} strata_pic_block_info;
+
 strata_status strata_pic_plan_info_get(const strata_pic_plan* plan, strata_pic_plan_info* out);
+/* STRATA_OUT_OF_RANGE for an index past the plan's blocks. */
+strata_status strata_pic_plan_block(const strata_pic_plan* plan, size_t index,
+                                    strata_pic_block_info* out);
 /* STRATA_OUT_OF_RANGE for an index past the plan's chunks. */
 strata_status strata_pic_plan_chunk(const strata_pic_plan* plan, size_t index,
                                     strata_pic_chunk_info* out);

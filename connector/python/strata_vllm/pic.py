@@ -18,7 +18,9 @@ Only "chunks" or "separator" is required (one of them, not both). ``pic_params``
 checks them; ``PicPlanner`` plans a request over ``strata_connector.PicConnector``: it pads the
 prompt, finds the chunks other requests computed in the daemon's device pool, and says which
 pages to read in place, which to compute and publish, which another engine is computing now
-("pending": refresh a step later to share them), and which tokens to recompute.
+("pending": refresh a step later to share them), and which tokens to recompute; its
+"block_table" names, per block of the padded prompt, a pool page read in place or one of the
+request's own blocks (filled first from a page where it stands for part of a shared chunk).
 
 Executing a plan needs attention that reads the daemon's pool pages at the positions the plan
 gives them (the fused-RoPE path of kernels/paged_attention.h). Stock vLLM's attention reads only

@@ -127,6 +127,14 @@ class PicPlannerTest(unittest.TestCase):
         # The prompt and its pads, block 1 of each chunk, then the question.
         self.assertEqual(plan["recompute_from_layer_zero"], [(0, 48), (80, 83)])
         self.assertEqual(plan["recomputed_tokens"], 51)
+        # Blocks: prompt, b, a's three, question; a's last two are copies filled from a's pages
+        # (re-rotated: the pool holds rotated keys), the rest computed whole.
+        a_pages = published["chunks"][0]["pool_pages"]
+        self.assertEqual(plan["own_blocks"], 6)
+        self.assertEqual(
+            [(b["pool"], b["index"], b["fill_from_page"]) for b in plan["block_table"]],
+            [(False, 0, None), (False, 1, None), (False, 2, None), (False, 3, a_pages[1]),
+             (False, 4, a_pages[2]), (False, 5, None)])
         self.assertTrue(reader.verify("r2"))
         reader.end("r2")
         writer.end("r1")
