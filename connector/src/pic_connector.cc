@@ -78,6 +78,17 @@ struct PicConnector::Impl {
     return it->second;
   }
 
+  // Runs `step` (PicRequests::Publish or Refresh) on the open request `request_id`, under its
+  // mutex, and returns its plan again.
+  absl::StatusOr<PicPlan> Step(std::string_view request_id,
+                               absl::Status (internal::PicRequests::*step)(internal::PicRequest&)) {
+    STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OpenPicRequest> entry, Find(request_id));
+    absl::MutexLock lock(&entry->mu);
+    if (!entry->request.has_value()) return NotOpen(request_id);
+    STRATA_RETURN_IF_ERROR(((*requests).*step)(*entry->request));
+    return internal::ToPicPlan(*entry->request, options.block_size, options.layout.positional);
+  }
+
   const ConnectorOptions options;
   const std::unique_ptr<storage::DeviceRuntime> runtime;
   const KeyHasher hasher;
@@ -165,21 +176,11 @@ absl::StatusOr<PicPlan> PicConnector::Begin(std::string_view request_id,
 }
 
 absl::StatusOr<PicPlan> PicConnector::Publish(std::string_view request_id) {
-  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OpenPicRequest> entry, impl_->Find(request_id));
-  absl::MutexLock lock(&entry->mu);
-  if (!entry->request.has_value()) return NotOpen(request_id);
-  STRATA_RETURN_IF_ERROR(impl_->requests->Publish(*entry->request));
-  return internal::ToPicPlan(*entry->request, impl_->options.block_size,
-                             impl_->options.layout.positional);
+  return impl_->Step(request_id, &internal::PicRequests::Publish);
 }
 
 absl::StatusOr<PicPlan> PicConnector::Refresh(std::string_view request_id) {
-  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OpenPicRequest> entry, impl_->Find(request_id));
-  absl::MutexLock lock(&entry->mu);
-  if (!entry->request.has_value()) return NotOpen(request_id);
-  STRATA_RETURN_IF_ERROR(impl_->requests->Refresh(*entry->request));
-  return internal::ToPicPlan(*entry->request, impl_->options.block_size,
-                             impl_->options.layout.positional);
+  return impl_->Step(request_id, &internal::PicRequests::Refresh);
 }
 
 absl::Status PicConnector::Verify(std::string_view request_id) const {

@@ -75,6 +75,20 @@ strata_status Emit(PicPlan plan, strata_pic_plan** out) {
   return STRATA_OK;
 }
 
+// strata_pic_publish and strata_pic_refresh: `step` on the open request, its plan in *out (when
+// out is not NULL).
+strata_status Step(strata_pic_connector* connector, const char* request_id, strata_pic_plan** out,
+                   absl::StatusOr<PicPlan> (PicConnector::*step)(std::string_view)) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(connector != nullptr, "connector is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    if (out != nullptr) *out = nullptr;
+    absl::StatusOr<PicPlan> plan = ((*connector->impl).*step)(request_id);
+    if (!plan.ok()) return FromStatus(plan.status());
+    return out == nullptr ? STRATA_OK : Emit(*std::move(plan), out);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -158,26 +172,12 @@ strata_status strata_pic_begin(strata_pic_connector* connector, const char* requ
 
 strata_status strata_pic_publish(strata_pic_connector* connector, const char* request_id,
                                  strata_pic_plan** out) {
-  return Guard([&] {
-    STRATA_C_REQUIRE(connector != nullptr, "connector is NULL");
-    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
-    if (out != nullptr) *out = nullptr;
-    auto plan = connector->impl->Publish(request_id);
-    if (!plan.ok()) return FromStatus(plan.status());
-    return out == nullptr ? STRATA_OK : Emit(*std::move(plan), out);
-  });
+  return Step(connector, request_id, out, &PicConnector::Publish);
 }
 
 strata_status strata_pic_refresh(strata_pic_connector* connector, const char* request_id,
                                  strata_pic_plan** out) {
-  return Guard([&] {
-    STRATA_C_REQUIRE(connector != nullptr, "connector is NULL");
-    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
-    if (out != nullptr) *out = nullptr;
-    auto plan = connector->impl->Refresh(request_id);
-    if (!plan.ok()) return FromStatus(plan.status());
-    return out == nullptr ? STRATA_OK : Emit(*std::move(plan), out);
-  });
+  return Step(connector, request_id, out, &PicConnector::Refresh);
 }
 
 strata_status strata_pic_verify(strata_pic_connector* connector, const char* request_id) {

@@ -267,6 +267,17 @@ py::dict PlanToDict(const PicPlan& plan) {
   return d;
 }
 
+// PicConnector::Publish or Refresh on the open request, the GIL released, its plan as a dict.
+template <absl::StatusOr<PicPlan> (PicConnector::*Step)(std::string_view)>
+py::dict PlanStep(PicConnector& connector, const std::string& request_id) {
+  absl::StatusOr<PicPlan> plan;
+  {
+    py::gil_scoped_release release;
+    plan = (connector.*Step)(request_id);
+  }
+  return PlanToDict(Take(std::move(plan)));
+}
+
 }  // namespace
 }  // namespace strata::connector
 
@@ -695,29 +706,10 @@ PYBIND11_MODULE(strata_connector, m) {
           py::arg("check_layer") = 1, py::arg("blend_ratio") = 0.15, py::arg("tenant") = "",
           "Plans a request; ValueError for bad chunk spans or options (fall back to prefix "
           "caching).")
-      .def(
-          "publish",
-          [](PicConnector& c, const std::string& request_id) {
-            absl::StatusOr<PicPlan> plan;
-            {
-              py::gil_scoped_release release;
-              plan = c.Publish(request_id);
-            }
-            return PlanToDict(Take(std::move(plan)));
-          },
-          py::arg("request_id"), "Commits the request's written chunks; returns its plan again.")
-      .def(
-          "refresh",
-          [](PicConnector& c, const std::string& request_id) {
-            absl::StatusOr<PicPlan> plan;
-            {
-              py::gil_scoped_release release;
-              plan = c.Refresh(request_id);
-            }
-            return PlanToDict(Take(std::move(plan)));
-          },
-          py::arg("request_id"),
-          "Places the request's pending chunks again; returns its plan again.")
+      .def("publish", PlanStep<&PicConnector::Publish>, py::arg("request_id"),
+           "Commits the request's written chunks; returns its plan again.")
+      .def("refresh", PlanStep<&PicConnector::Refresh>, py::arg("request_id"),
+           "Places the request's pending chunks again; returns its plan again.")
       .def(
           "verify",
           [](const PicConnector& c, const std::string& request_id) {
