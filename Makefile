@@ -72,7 +72,7 @@ test-asan: deps
 # scratch and 1.5 min to run on 2 cores. UCX_MEM_MMAP_HOOK_MODE=none: UCX's mmap and
 # madvise hooks crash TSan's interceptors as a thread exits.
 TSAN_BUILD ?= build/tsan
-TSAN_TESTS := host_tier_concurrency_test tiered_movement_test tiered_store_test disk_tier_test \
+TSAN_TESTS := host_tier_concurrency_test tiered_movement_test tiered_store_test disk_tier_test disk_encoding_test \
   disk_io_engine_test device_runtime_test remote_transport_test remote_tier_test \
   engine_session_server_test control_service_test lookup_accounting_test core_test \
   connector_engine_client_test connector_page_store_test connector_scheduler_test \

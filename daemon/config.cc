@@ -135,6 +135,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "codec_group_size") s = ReadTomlUint(value, name, c.disk.codec_group_size);
       if (key == "codec_bits") s = ReadTomlUint(value, name, c.disk.codec_bits);
       if (key == "codec_energy") s = ReadTomlNonNegative(value, name, c.disk.codec_energy);
+      if (key == "codec_threads") s = ReadTomlUint(value, name, c.disk.codec_threads);
       if (key == "tenant_codecs") s = ReadTenantCodecs(value, name, c.disk.tenant_codecs);
     } else if (section == "device_pool") {
       if (key == "bytes_per_layout") {
@@ -377,7 +378,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"codec", c.disk.codec},
                    {"codec_group_size", static_cast<int64_t>(c.disk.codec_group_size)},
                    {"codec_bits", static_cast<int64_t>(c.disk.codec_bits)},
-                   {"codec_energy", c.disk.codec_energy}}},
+                   {"codec_energy", c.disk.codec_energy},
+                   {"codec_threads", static_cast<int64_t>(c.disk.codec_threads)}}},
       {"device_pool",
        toml::table{{"bytes_per_layout", static_cast<int64_t>(c.device_pool.bytes_per_layout)},
                    {"block_tokens", static_cast<int64_t>(c.device_pool.block_tokens)},

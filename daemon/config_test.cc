@@ -46,6 +46,7 @@ codec = "cachegen"
 codec_group_size = 16
 codec_bits = 4
 codec_energy = 0.95
+codec_threads = 3
 [disk.tenant_codecs]
 premium = ""
 bulk = { codec = "kivi4", group_size = 64 }
@@ -100,6 +101,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->disk.codec_group_size, 16u);
   EXPECT_EQ(config->disk.codec_bits, 4u);
   EXPECT_DOUBLE_EQ(config->disk.codec_energy, 0.95);
+  EXPECT_EQ(config->disk.codec_threads, 3u);
   ASSERT_EQ(config->disk.tenant_codecs.size(), 3u);
   EXPECT_EQ(config->disk.tenant_codecs.at("premium").codec, "");
   EXPECT_EQ(config->disk.tenant_codecs.at("bulk").codec, "kivi4");

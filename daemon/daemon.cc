@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
         .codec = config.disk.codec,
         .codec_params = {.group_size = config.disk.codec_group_size,
                          .bits = config.disk.codec_bits,
-                         .energy = static_cast<float>(config.disk.codec_energy)}};
+                         .energy = static_cast<float>(config.disk.codec_energy)},
+        .codec_threads = config.disk.codec_threads};
     for (const auto& [tenant, choice] : config.disk.tenant_codecs) {
       store.disk->tenant_codecs[tenant] = {.codec = choice.codec,
                                            .params = {.group_size = choice.group_size,

@@ -292,6 +292,59 @@ std::vector<std::byte> RoundTrip(const Codec& codec, const KvLayout& layout, uin
   return out;
 }
 
+// ReadBatch reads encoded chunks in windows and decodes them on the decode threads (none: on
+// the reader) while it reads on: whatever the threads, each chunk of a mixed batch comes back as
+// it would alone, and each failure stays its own.
+TEST_F(DiskEncodingTest, ABatchDecodesOnTheDecodeThreadsAndEachChunkComesBackAsAlone) {
+  const KvLayout layout = EncodedLayout();
+  KvLayout plain_layout = layout;  // never noted: its chunks are stored as they are
+  plain_layout.model_id = "disk-plain";
+  std::vector<std::vector<std::byte>> chunks;
+  for (uint8_t i = 0; i < 9; ++i) {
+    chunks.push_back(testing::MakeKv(layout, 32, testing::KvShape::kShaped, 40 + i));
+  }
+  for (const uint32_t threads : {0u, 1u, 3u}) {
+    SCOPED_TRACE(threads);
+    tier_ = std::make_unique<DiskLowerTier>(
+        disk_.get(), DiskEncodingOptions{.fallback = {.codec = int8_}, .decode_threads = threads});
+    tier_->NoteLayout(layout);
+    // Chunks 0-6 encoded, 7 and 8 plain; read with one never stored between them, and chunk 6
+    // into a destination too small.
+    std::vector<ChunkKey> keys;
+    for (uint8_t i = 0; i < 7; ++i) keys.push_back(KeyFor(layout, 40 + i));
+    keys.push_back(KeyFor(plain_layout, 47));
+    keys.push_back(KeyFor(plain_layout, 48));
+    for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(Put(keys[i], chunks[i], 32).ok());
+    ASSERT_TRUE(disk_->Lookup(keys[0])->encoding.encoded());
+    ASSERT_FALSE(disk_->Lookup(keys[7])->encoding.encoded());
+    const std::vector<size_t> order = {0, 7, 1, 2, 9, 3, 8, 4, 5, 6};
+    std::vector<ChunkKey> batch;
+    std::vector<std::vector<std::byte>> outs;
+    for (size_t i : order) {
+      batch.push_back(i < keys.size() ? keys[i] : KeyFor(layout, 99));
+      outs.emplace_back(chunks[0].size() - (i == 6 ? 2 : 0));
+    }
+    std::vector<std::span<std::byte>> parts(outs.begin(), outs.end());
+    std::vector<LowerTier::MutableParts> destinations;
+    for (std::span<std::byte>& part : parts) destinations.emplace_back(&part, 1);
+    const std::vector<absl::Status> statuses = tier_->ReadBatch(batch, destinations);
+    ASSERT_EQ(statuses.size(), order.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
+      SCOPED_TRACE(i);
+      if (i == 9) {
+        EXPECT_EQ(statuses[k].code(), absl::StatusCode::kAborted);
+      } else if (i == 6) {
+        EXPECT_EQ(statuses[k].code(), absl::StatusCode::kInvalidArgument);
+      } else {
+        ASSERT_TRUE(statuses[k].ok()) << statuses[k];
+        EXPECT_EQ(outs[k], i < 7 ? RoundTrip(*int8_, layout, 32, chunks[i]) : chunks[i]);
+      }
+    }
+    for (const ChunkKey& key : keys) ASSERT_TRUE(*tier_->Remove(key));
+  }
+}
+
 TEST_F(DiskEncodingTest, RecodeCompressesAChunkInPlaceAndDecompressesIt) {
   tier_ = std::make_unique<DiskLowerTier>(disk_.get());  // Compress needs no [disk] codec
   const KvLayout layout = EncodedLayout();

@@ -295,41 +295,73 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
 std::vector<absl::Status> DiskLowerTier::ReadBatch(std::span<const ChunkKey> keys,
                                                    std::span<const MutableParts> destinations) {
   if (keys.size() != destinations.size()) return disk_->ReadBatch(keys, destinations);
-  // Encoded chunks are read into staging buffers of their stored size and decoded from there.
+  // Encoded chunks are read into staging buffers of their stored size and decoded from there,
+  // kEncodedReadWindow at a time: the decodes of one window run on the pool while the next is
+  // read.
   std::vector<std::optional<DiskChunkInfo>> infos(keys.size());
-  std::vector<AlignedBuffer> staging;  // returned to the kept ones at the end
-  std::vector<std::span<std::byte>> staged_parts;
-  std::vector<MutableParts> targets(destinations.begin(), destinations.end());
-  staging.reserve(keys.size());
-  staged_parts.reserve(keys.size());
+  std::vector<AlignedBuffer> staging(keys.size());  // returned to the kept ones at the end
+  std::vector<std::span<std::byte>> staged_parts(keys.size());
+  std::vector<size_t> plain;    // read straight into their destinations, first, in one batch
+  std::vector<size_t> encoded;  // read through staging, in windows
   for (size_t i = 0; i < keys.size(); ++i) {
     infos[i] = disk_->Lookup(keys[i]);
-    if (!infos[i].has_value() || !infos[i]->encoding.encoded()) continue;
-    const AlignedBuffer& buffer = staging.emplace_back(TakeStaging(infos[i]->payload_bytes));
-    targets[i] = {&staged_parts.emplace_back(buffer.span().first(infos[i]->payload_bytes)), 1};
-  }
-  std::vector<absl::Status> statuses = disk_->ReadBatch(keys, targets);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!infos[i].has_value()) continue;
-    uint64_t wanted = 0;
-    for (std::span<std::byte> part : destinations[i]) wanted += part.size();
-    const LowerTier::ChunkInfo chunk = FromDisk(*infos[i]);
-    if (wanted != chunk.payload_bytes) {
-      statuses[i] = absl::InvalidArgumentError(fmt::format(
-          "disk tier: destination of {} bytes for a {}-byte chunk", wanted, chunk.payload_bytes));
+    if (!infos[i].has_value() || !infos[i]->encoding.encoded()) {
+      plain.push_back(i);
       continue;
     }
-    if (statuses[i].code() == absl::StatusCode::kInvalidArgument) {
-      // The record changed between the lookup and the read: the caller looks again.
-      statuses[i] = absl::AbortedError(
-          fmt::format("disk tier: {} changed while it was read", keys[i].ToString()));
-      continue;
-    }
-    if (!statuses[i].ok() || !infos[i]->encoding.encoded()) continue;
-    statuses[i] = DecodeInto(keys[i], *infos[i], targets[i].front(), destinations[i]);
+    encoded.push_back(i);
+    staging[i] = TakeStaging(infos[i]->payload_bytes);
+    staged_parts[i] = staging[i].span().first(infos[i]->payload_bytes);
   }
-  for (AlignedBuffer& buffer : staging) ReturnStaging(std::move(buffer));
+  std::vector<absl::Status> statuses(keys.size());
+  // The statuses of reads of keys[indices[k]]: destination checks, then the decode, queued.
+  TaskPool::Batch decodes(decoders_);
+  auto read = [&](std::span<const size_t> indices) {
+    std::vector<ChunkKey> read_keys;
+    std::vector<MutableParts> targets;
+    for (size_t i : indices) {
+      read_keys.push_back(keys[i]);
+      targets.push_back(infos[i].has_value() && infos[i]->encoding.encoded()
+                            ? MutableParts(&staged_parts[i], 1)
+                            : destinations[i]);
+    }
+    std::vector<absl::Status> read_statuses = disk_->ReadBatch(read_keys, targets);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const size_t i = indices[k];
+      statuses[i] = Settle(keys[i], infos[i], destinations[i], std::move(read_statuses[k]));
+      if (!statuses[i].ok() || !infos[i].has_value() || !infos[i]->encoding.encoded()) continue;
+      decodes.Run([this, &statuses, &keys, &infos, &staged_parts, destinations, i] {
+        statuses[i] = DecodeInto(keys[i], *infos[i], staged_parts[i], destinations[i]);
+      });
+    }
+  };
+  if (!plain.empty()) read(plain);
+  for (size_t first = 0; first < encoded.size(); first += kEncodedReadWindow) {
+    read(std::span<const size_t>(encoded).subspan(
+        first, std::min(kEncodedReadWindow, encoded.size() - first)));
+    if (decoders_.threads() == 0) decodes.Wait();
+  }
+  decodes.Wait();
+  for (size_t i : encoded) ReturnStaging(std::move(staging[i]));
   return statuses;
+}
+
+absl::Status DiskLowerTier::Settle(const ChunkKey& key, const std::optional<DiskChunkInfo>& info,
+                                   MutableParts destination, absl::Status read) const {
+  if (!info.has_value()) return read;
+  uint64_t wanted = 0;
+  for (std::span<std::byte> part : destination) wanted += part.size();
+  const LowerTier::ChunkInfo chunk = FromDisk(*info);
+  if (wanted != chunk.payload_bytes) {
+    return absl::InvalidArgumentError(fmt::format(
+        "disk tier: destination of {} bytes for a {}-byte chunk", wanted, chunk.payload_bytes));
+  }
+  if (read.code() == absl::StatusCode::kInvalidArgument) {
+    // The record changed between the lookup and the read: the caller looks again.
+    return absl::AbortedError(
+        fmt::format("disk tier: {} changed while it was read", key.ToString()));
+  }
+  return read;
 }
 
 absl::Status DiskLowerTier::DecodeInto(const ChunkKey& key, const DiskChunkInfo& info,

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   std::unique_ptr<TieredStore> store(new TieredStore());
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
-    DiskEncodingOptions encoding;
+    DiskEncodingOptions encoding{.decode_threads = disk.codec_threads};
     absl::StatusOr<DiskEncoding> fallback = FindEncoding(disk.codec, disk.codec_params);
     if (!fallback.ok()) return Annotate(fallback.status(), "disk tier");
     encoding.fallback = *fallback;

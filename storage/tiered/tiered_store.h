@@ -55,6 +55,7 @@
 #include "storage/codec/codec.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/lower_tier.h"
+#include "storage/tiered/task_pool.h"
 #include "storage/tiered/tier.h"
 
 namespace strata::storage {
@@ -85,6 +86,9 @@ struct TieredDiskOptions {
     CodecParams params;
   };
   std::map<std::string, TenantCodec> tenant_codecs;
+  // Threads that decode encoded chunks as they are promoted (DiskEncodingOptions::
+  // decode_threads); 0: the reading thread decodes them.
+  uint32_t codec_threads = CoresUpTo(4);
 };
 
 // How chunks move between the host tier and the tiers below it.
