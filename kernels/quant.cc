@@ -1,6 +1,7 @@
 #include "kernels/quant.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -32,11 +33,6 @@ uint16_t FloatToFp16Directed(float v, bool up) {
   if ((h & 0x7fffu) == 0) return up ? 0x0001u : 0x8001u;  // a zero: the smallest subnormal
   // One unit in the last place toward the direction: magnitudes grow away from zero.
   return static_cast<uint16_t>(up != negative ? h + 1 : h - 1);
-}
-
-int64_t GroupOf(const QuantParams& p, int64_t cols, int64_t r, int64_t c) {
-  return p.axis == QuantAxis::kPerToken ? r * (cols / p.group_size) + c / p.group_size
-                                        : (r / p.group_size) * cols + c;
 }
 
 absl::Status CheckBits(int bits) {
@@ -212,6 +208,106 @@ DequantizeFn PathFunction(internal::DequantizePath path) {
   return path == internal::DequantizePath::kBaseline ? DequantizeBaseline : Avx2OrNull();
 }
 
+// Quantize's last step: the codes of x's values (already fp32, row-major) from their groups'
+// lows and scales.
+struct CodesArgs {
+  const QuantParams& params;
+  int64_t rows;
+  int64_t cols;
+  const std::vector<float>& values;  // rows x cols
+  const std::vector<float>& lo;      // per group
+  std::span<const float> scales;     // per group
+  std::span<uint32_t> codes;
+};
+
+// One element's code: (v - lo) / scale rounded to the nearest level (asymmetric), or v / scale
+// rounded into [-127, 127] as a byte (symmetric); 0 for a group whose scale is not positive and
+// for a NaN.
+template <bool kAsymmetric>
+[[gnu::always_inline]] inline uint8_t CodeOf(float v, float lo, float scale, float levels) {
+  if constexpr (kAsymmetric) {
+    const float q = std::rint((v - lo) / scale);
+    return scale > 0 && q >= 0.0f ? static_cast<uint8_t>(static_cast<int32_t>(std::min(q, levels)))
+                                  : uint8_t{0};
+  } else {
+    const float q = std::rint(v / scale);
+    const float clamped = scale > 0 && q == q ? std::clamp(q, -127.0f, 127.0f) : 0.0f;
+    return static_cast<uint8_t>(static_cast<int32_t>(clamped));
+  }
+}
+
+// The codes, written so that the compiler vectorizes them (as Dequantize's loops): per row, one
+// byte per element over contiguous spans, its low and scale constant along a group (kPerToken) or
+// read from the group row (kPerChannel), then packed kBits at a time, LSB first (8-bit codes are
+// the words' bytes already). Always inlined, so each CPU path compiles them for its own
+// instruction set; with AVX2, rint is one instruction instead of a call.
+template <int kBits, bool kAsymmetric>
+[[gnu::always_inline]] inline void CodesRows(const CodesArgs& a) {
+  static_assert(std::endian::native == std::endian::little, "codes are written as bytes");
+  constexpr int kPerByte = 8 / kBits;
+  const int64_t group_size = a.params.group_size;
+  const int64_t rows = a.rows, cols = a.cols;
+  const float levels = static_cast<float>((1 << kBits) - 1);
+  auto* packed = reinterpret_cast<uint8_t*>(a.codes.data());
+  std::vector<uint8_t> spread(kBits == 8 ? 0 : static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = a.values.data() + r * cols;
+    uint8_t* row_packed = packed + r * cols / kPerByte;
+    uint8_t* q = kBits == 8 ? row_packed : spread.data();
+    if (a.params.axis == QuantAxis::kPerToken) {
+      const int64_t groups = cols / group_size;
+      for (int64_t g = 0; g < groups; ++g) {
+        const float lo = kAsymmetric ? a.lo[static_cast<size_t>(r * groups + g)] : 0.0f;
+        const float scale = a.scales[static_cast<size_t>(r * groups + g)];
+        for (int64_t k = g * group_size; k < (g + 1) * group_size; ++k) {
+          q[k] = CodeOf<kAsymmetric>(v[k], lo, scale, levels);
+        }
+      }
+    } else {
+      const float* lo = a.lo.data() + (r / group_size) * cols;
+      const float* scale = a.scales.data() + (r / group_size) * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        q[c] = CodeOf<kAsymmetric>(v[c], kAsymmetric ? lo[c] : 0.0f, scale[c], levels);
+      }
+    }
+    if constexpr (kBits != 8) {
+      for (int64_t j = 0; j < cols / kPerByte; ++j) {
+        unsigned byte = 0;
+        for (int k = 0; k < kPerByte; ++k) byte |= unsigned{q[j * kPerByte + k]} << (k * kBits);
+        row_packed[j] = static_cast<uint8_t>(byte);
+      }
+    }
+  }
+}
+
+[[gnu::always_inline]] inline void CodesAny(const CodesArgs& a) {
+  if (a.params.scheme == QuantScheme::kSymmetric) {
+    CodesRows<8, false>(a);
+  } else if (a.params.bits == 8) {
+    CodesRows<8, true>(a);
+  } else if (a.params.bits == 4) {
+    CodesRows<4, true>(a);
+  } else {
+    CodesRows<2, true>(a);
+  }
+}
+
+using CodesFn = void (*)(const CodesArgs&);
+void CodesBaseline(const CodesArgs& a) { CodesAny(a); }
+#if defined(__x86_64__)
+[[gnu::target("avx2")]] void CodesAvx2(const CodesArgs& a) { CodesAny(a); }
+#endif
+
+// Quantize's codes on `path` (DequantizePath names Quantize's paths too), or null when this build
+// or CPU lacks it.
+CodesFn CodesPathFunction(internal::DequantizePath path) {
+  if (path == internal::DequantizePath::kBaseline) return CodesBaseline;
+#if defined(__x86_64__)
+  if (Avx2OrNull() != nullptr) return CodesAvx2;
+#endif
+  return nullptr;
+}
+
 }  // namespace
 
 absl::StatusOr<QuantizedSizes> QuantizedSizesFor(const QuantParams& p, int64_t rows, int64_t cols) {
@@ -267,10 +363,12 @@ absl::Status ValidateDequantize(const QuantParams& params, const ConstMatrixView
 
 }  // namespace internal
 
-absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<uint32_t> codes,
-                      std::span<float> scales, std::span<float> zeros) {
-  STRATA_RETURN_IF_ERROR(
-      internal::ValidateQuantize(p, x, codes.size(), scales.size(), zeros.size()));
+namespace {
+
+// Quantize with its codes computed by `codes_on_path`; the arguments are valid.
+absl::Status QuantizeWith(CodesFn codes_on_path, const QuantParams& p, const ConstMatrixView& x,
+                          std::span<uint32_t> codes, std::span<float> scales,
+                          std::span<float> zeros) {
   const bool asymmetric = p.scheme == QuantScheme::kAsymmetric;
   const int64_t num_groups = static_cast<int64_t>(scales.size());
   std::vector<float> lo(static_cast<size_t>(num_groups), INFINITY);
@@ -283,15 +381,46 @@ absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<
         values[static_cast<size_t>(r * x.cols + c)] = At<T>(x, r, c);
     }
   });
+  // Each group's low and high (asymmetric) or largest magnitude, its elements taken in order: a
+  // row's groups of consecutive channels (kPerToken) one after the other, or a group row's
+  // channels side by side, row after row (kPerChannel).
   for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t c = 0; c < x.cols; ++c) {
-      const float v = values[static_cast<size_t>(r * x.cols + c)];
-      const auto g = static_cast<size_t>(GroupOf(p, x.cols, r, c));
-      if (asymmetric) {
-        lo[g] = std::min(lo[g], v);
-        hi[g] = std::max(hi[g], v);
-      } else {
-        hi[g] = std::max(hi[g], std::fabs(v));
+    const float* v = values.data() + r * x.cols;
+    if (p.axis == QuantAxis::kPerToken) {
+      const int64_t groups = x.cols / p.group_size;
+      for (int64_t g = 0; g < groups; ++g) {
+        float group_lo = INFINITY, group_hi = -INFINITY;
+        const int64_t end = (g + 1) * p.group_size;
+        if (asymmetric) {
+          for (int64_t c = g * p.group_size; c < end; ++c) {
+            group_lo = std::min(group_lo, v[c]);
+            group_hi = std::max(group_hi, v[c]);
+          }
+        } else {
+          // The largest magnitude does not depend on the order it is taken in (magnitudes are
+          // never -0, and a NaN is never taken), so it is taken 8 lanes at a time.
+          std::array<float, 8> lanes;
+          lanes.fill(-INFINITY);
+          int64_t c = g * p.group_size;
+          for (; c + 8 <= end; c += 8) {
+            for (size_t j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], std::fabs(v[c + j]));
+          }
+          for (; c < end; ++c) lanes[0] = std::max(lanes[0], std::fabs(v[c]));
+          for (const float lane : lanes) group_hi = std::max(group_hi, lane);
+        }
+        lo[static_cast<size_t>(r * groups + g)] = group_lo;
+        hi[static_cast<size_t>(r * groups + g)] = group_hi;
+      }
+    } else {
+      float* row_lo = lo.data() + (r / p.group_size) * x.cols;
+      float* row_hi = hi.data() + (r / p.group_size) * x.cols;
+      for (int64_t c = 0; c < x.cols; ++c) {
+        if (asymmetric) {
+          row_lo[c] = std::min(row_lo[c], v[c]);
+          row_hi[c] = std::max(row_hi[c], v[c]);
+        } else {
+          row_hi[c] = std::max(row_hi[c], std::fabs(v[c]));
+        }
       }
     }
   }
@@ -315,36 +444,33 @@ absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<
       if (asymmetric) zeros[g] = lo[g];
     }
   }
-  const int per_word = 32 / p.bits;
-  const int64_t words_per_row = x.cols / per_word;
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t w = 0; w < words_per_row; ++w) {
-      uint32_t word = 0;
-      for (int k = 0; k < per_word; ++k) {
-        const int64_t c = w * per_word + k;
-        const float v = values[static_cast<size_t>(r * x.cols + c)];
-        const auto g = static_cast<size_t>(GroupOf(p, x.cols, r, c));
-        const float scale = scales[g];
-        uint32_t code = 0;
-        if (asymmetric) {
-          if (scale > 0) {
-            const float q = std::rint((v - lo[g]) / scale);
-            code = q >= 0.0f ? static_cast<uint32_t>(std::min(q, levels)) : 0u;  // NaN -> 0
-          }
-        } else if (scale > 0) {
-          const float q = std::rint(v / scale);
-          const float clamped = q == q ? std::clamp(q, -127.0f, 127.0f) : 0.0f;  // NaN -> 0
-          code = static_cast<uint32_t>(static_cast<int32_t>(clamped)) & 0xffu;
-        }
-        word |= code << (k * p.bits);
-      }
-      codes[static_cast<size_t>(r * words_per_row + w)] = word;
-    }
-  }
+  codes_on_path(CodesArgs{p, x.rows, x.cols, values, lo, scales, codes});
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<uint32_t> codes,
+                      std::span<float> scales, std::span<float> zeros) {
+  static const internal::DequantizePath fastest =
+      internal::DequantizePathAvailable(internal::DequantizePath::kAvx2)
+          ? internal::DequantizePath::kAvx2
+          : internal::DequantizePath::kBaseline;
+  return internal::QuantizeOnPath(fastest, p, x, codes, scales, zeros);
+}
+
 namespace internal {
+
+absl::Status QuantizeOnPath(DequantizePath path, const QuantParams& p, const ConstMatrixView& x,
+                            std::span<uint32_t> codes, std::span<float> scales,
+                            std::span<float> zeros) {
+  const CodesFn codes_on_path = CodesPathFunction(path);
+  if (codes_on_path == nullptr) {
+    return absl::FailedPreconditionError("quantize: this CPU path is not available");
+  }
+  STRATA_RETURN_IF_ERROR(ValidateQuantize(p, x, codes.size(), scales.size(), zeros.size()));
+  return QuantizeWith(codes_on_path, p, x, codes, scales, zeros);
+}
 
 bool DequantizePathAvailable(DequantizePath path) { return PathFunction(path) != nullptr; }
 

@@ -96,6 +96,11 @@ bool DequantizePathAvailable(DequantizePath path);
 absl::Status DequantizeOnPath(DequantizePath path, const QuantParams& params,
                               std::span<const uint32_t> codes, std::span<const float> scales,
                               std::span<const float> zeros, const MatrixView& out);
+// Quantize with its codes computed on `path` (the same two paths, with the same guarantee);
+// kFailedPrecondition when this CPU (or build) lacks it.
+absl::Status QuantizeOnPath(DequantizePath path, const QuantParams& params,
+                            const ConstMatrixView& x, std::span<uint32_t> codes,
+                            std::span<float> scales, std::span<float> zeros);
 }  // namespace internal
 
 }  // namespace strata::kernels

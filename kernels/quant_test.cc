@@ -258,6 +258,76 @@ TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
   }
 }
 
+TEST(QuantPathTest, EveryCpuPathQuantizesBitForBitAsTheBaseline) {
+  using internal::DequantizePath;
+  if (!internal::DequantizePathAvailable(DequantizePath::kAvx2)) {
+    GTEST_SKIP() << "this CPU (or build) has no AVX2 path to compare with the baseline";
+  }
+  // Inputs that include zeros of both signs, subnormals, huge values, infinities and NaNs, and
+  // groups of one value repeated (a zero scale), so that every rounding and special case of the
+  // codes is reached.
+  std::mt19937_64 rng(11);
+  const float specials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
+                            65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
+  const int64_t rows = 64, cols = 96;
+  for (const bool with_specials : {false, true}) {
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (float& v : x) {
+      v = with_specials && rng() % 16 == 0
+              ? specials[rng() % std::size(specials)]
+              : std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                           static_cast<int>(rng() % 20) - 10);
+    }
+    std::fill_n(x.begin(), 64, 0.75f);  // row 0's first groups: one value, a zero scale
+    for (const QuantCase& c :
+         std::vector<QuantCase>{{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 2, {}},
+                                {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
+                                {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}}) {
+      for (const bool fp16_params : {false, true}) {
+        if (fp16_params && c.scheme == QuantScheme::kSymmetric) continue;
+        QuantParams params{c.scheme, c.axis, c.bits, 32};
+        params.fp16_params = fp16_params;
+        const QuantizedSizes sizes = *QuantizedSizesFor(params, rows, cols);
+        for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "bits " << c.bits << " axis " << static_cast<int>(c.axis)
+                       << " fp16 params " << fp16_params << " dtype " << DtypeName(dtype)
+                       << " specials " << with_specials);
+          HostTensor in(dtype, rows * cols);
+          for (int64_t i = 0; i < rows * cols; ++i) in.Set(i, x[static_cast<size_t>(i)]);
+          struct Out {
+            absl::Status status;
+            std::vector<uint32_t> codes;
+            std::vector<float> scales, zeros;
+          };
+          std::vector<Out> outs;
+          for (const DequantizePath path : {DequantizePath::kBaseline, DequantizePath::kAvx2}) {
+            Out& out = outs.emplace_back();
+            out.codes.assign(static_cast<size_t>(sizes.code_words), 0xdeadbeefu);
+            out.scales.assign(static_cast<size_t>(sizes.num_groups), -1.0f);
+            out.zeros.assign(out.scales.size(), -1.0f);
+            out.status = internal::QuantizeOnPath(
+                path, params, ConstMatrixView::Dense(in.data(), dtype, rows, cols), out.codes,
+                out.scales, out.zeros);
+          }
+          EXPECT_EQ(outs[0].status, outs[1].status);
+          if (!outs[0].status.ok()) continue;
+          EXPECT_EQ(outs[0].codes, outs[1].codes);
+          EXPECT_EQ(0, std::memcmp(outs[0].scales.data(), outs[1].scales.data(),
+                                   outs[0].scales.size() * sizeof(float)));
+          EXPECT_EQ(0, std::memcmp(outs[0].zeros.data(), outs[1].zeros.data(),
+                                   outs[0].zeros.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantValidationTest, RejectsBadShapesAndSizes) {
   std::vector<float> x(64 * 32);
   const auto view = ConstMatrixView::Dense(x.data(), KvDtype::kFloat32, 64, 32);
