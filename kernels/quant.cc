@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/status_macros.h"
@@ -42,11 +43,6 @@ absl::Status CheckBits(int bits) {
   return absl::OkStatus();
 }
 
-template <class T>
-float At(const ConstMatrixView& x, int64_t r, int64_t c) {
-  return ToFloat(static_cast<const T*>(x.data)[r * x.row_stride + c]);
-}
-
 // x^ of one code: code * scale + zero (asymmetric) or int8(code) * scale (symmetric; adding a zero
 // of 0 would turn -0 into +0).
 template <bool kAsymmetric>
@@ -75,6 +71,17 @@ struct DequantizeArgs {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), half);
   }
   for (; i < n; ++i) out[i] = FromFloat<Fp16>(in[i]);
+}
+
+// fp16 to fp32 with F16C, eight at a time: exact, as ToFloat is (a NaN's payload may differ,
+// which Quantize never reads: NaNs take no part in a group's range and get code 0).
+[[gnu::target("avx2,f16c")]] void Fp16ToFloatsF16c(const Fp16* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < n; ++i) out[i] = ToFloat(in[i]);
 }
 
 // fp32 to bf16 over a contiguous run, which the compiler vectorizes with AVX2 better than the
@@ -292,20 +299,50 @@ template <int kBits, bool kAsymmetric>
   }
 }
 
-using CodesFn = void (*)(const CodesArgs&);
+// Quantize's first step: x's values in fp32, row-major, into `out` (rows x cols). With kAvx2, fp16
+// rows convert with F16C.
+template <bool kAvx2>
+[[gnu::always_inline]] inline void ToFloatsAny(const ConstMatrixView& x, float* out) {
+  DispatchFloatDtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < x.rows; ++r) {
+      const T* row = static_cast<const T*>(x.data) + r * x.row_stride;
+      float* row_out = out + r * x.cols;
+#if defined(__x86_64__)
+      if constexpr (kAvx2 && std::is_same_v<T, Fp16>) {
+        Fp16ToFloatsF16c(row, row_out, x.cols);
+        continue;
+      }
+#endif
+      for (int64_t c = 0; c < x.cols; ++c) row_out[c] = ToFloat(row[c]);
+    }
+  });
+}
+
+// Quantize's per-element steps on one CPU path.
+struct QuantizeSteps {
+  void (*to_floats)(const ConstMatrixView& x, float* out);
+  void (*codes)(const CodesArgs& a);
+};
+void ToFloatsBaseline(const ConstMatrixView& x, float* out) { ToFloatsAny<false>(x, out); }
 void CodesBaseline(const CodesArgs& a) { CodesAny(a); }
 #if defined(__x86_64__)
+[[gnu::target("avx2,f16c")]] void ToFloatsAvx2(const ConstMatrixView& x, float* out) {
+  ToFloatsAny<true>(x, out);
+}
 [[gnu::target("avx2")]] void CodesAvx2(const CodesArgs& a) { CodesAny(a); }
 #endif
 
-// Quantize's codes on `path` (DequantizePath names Quantize's paths too), or null when this build
-// or CPU lacks it.
-CodesFn CodesPathFunction(internal::DequantizePath path) {
-  if (path == internal::DequantizePath::kBaseline) return CodesBaseline;
+// Quantize's steps on `path` (DequantizePath names Quantize's paths too), or nullopt when this
+// build or CPU lacks it.
+std::optional<QuantizeSteps> QuantizePathSteps(internal::DequantizePath path) {
+  if (path == internal::DequantizePath::kBaseline) {
+    return QuantizeSteps{ToFloatsBaseline, CodesBaseline};
+  }
 #if defined(__x86_64__)
-  if (Avx2OrNull() != nullptr) return CodesAvx2;
+  if (Avx2OrNull() != nullptr) return QuantizeSteps{ToFloatsAvx2, CodesAvx2};
 #endif
-  return nullptr;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -365,22 +402,16 @@ absl::Status ValidateDequantize(const QuantParams& params, const ConstMatrixView
 
 namespace {
 
-// Quantize with its codes computed by `codes_on_path`; the arguments are valid.
-absl::Status QuantizeWith(CodesFn codes_on_path, const QuantParams& p, const ConstMatrixView& x,
-                          std::span<uint32_t> codes, std::span<float> scales,
-                          std::span<float> zeros) {
+// Quantize with the per-element steps of one path; the arguments are valid.
+absl::Status QuantizeWith(const QuantizeSteps& steps, const QuantParams& p,
+                          const ConstMatrixView& x, std::span<uint32_t> codes,
+                          std::span<float> scales, std::span<float> zeros) {
   const bool asymmetric = p.scheme == QuantScheme::kAsymmetric;
   const int64_t num_groups = static_cast<int64_t>(scales.size());
   std::vector<float> lo(static_cast<size_t>(num_groups), INFINITY);
   std::vector<float> hi(static_cast<size_t>(num_groups), -INFINITY);
   std::vector<float> values(static_cast<size_t>(x.rows * x.cols));
-  DispatchFloatDtype(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t r = 0; r < x.rows; ++r) {
-      for (int64_t c = 0; c < x.cols; ++c)
-        values[static_cast<size_t>(r * x.cols + c)] = At<T>(x, r, c);
-    }
-  });
+  steps.to_floats(x, values.data());
   // Each group's low and high (asymmetric) or largest magnitude, its elements taken in order: a
   // row's groups of consecutive channels (kPerToken) one after the other, or a group row's
   // channels side by side, row after row (kPerChannel).
@@ -444,7 +475,7 @@ absl::Status QuantizeWith(CodesFn codes_on_path, const QuantParams& p, const Con
       if (asymmetric) zeros[g] = lo[g];
     }
   }
-  codes_on_path(CodesArgs{p, x.rows, x.cols, values, lo, scales, codes});
+  steps.codes(CodesArgs{p, x.rows, x.cols, values, lo, scales, codes});
   return absl::OkStatus();
 }
 
@@ -464,12 +495,12 @@ namespace internal {
 absl::Status QuantizeOnPath(DequantizePath path, const QuantParams& p, const ConstMatrixView& x,
                             std::span<uint32_t> codes, std::span<float> scales,
                             std::span<float> zeros) {
-  const CodesFn codes_on_path = CodesPathFunction(path);
-  if (codes_on_path == nullptr) {
+  const std::optional<QuantizeSteps> steps = QuantizePathSteps(path);
+  if (!steps.has_value()) {
     return absl::FailedPreconditionError("quantize: this CPU path is not available");
   }
   STRATA_RETURN_IF_ERROR(ValidateQuantize(p, x, codes.size(), scales.size(), zeros.size()));
-  return QuantizeWith(codes_on_path, p, x, codes, scales, zeros);
+  return QuantizeWith(*steps, p, x, codes, scales, zeros);
 }
 
 bool DequantizePathAvailable(DequantizePath path) { return PathFunction(path) != nullptr; }
