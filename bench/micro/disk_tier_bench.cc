@@ -25,10 +25,12 @@
 //      chunks decode on --decode_threads threads ([disk] codec_threads; default the daemon's,
 //      the cores up to 4; 0: on the promoting thread) while the next ones are read.
 //   6. with --codec=NAME and --compress_tokens > 0: a --compress_tokens prefix of shaped KV is
-//      stored as it is, then compressed in place chunk by chunk (DiskLowerTier::Recode, what the
-//      control API's Compress runs: read, decode, encode, measure the error, write and sync,
-//      swap), then decompressed the same way; against the codec's Encode alone over the same
-//      chunks in the same run (what Compress cannot beat on one core). No target.
+//      stored as it is, then a TieredStore opens that disk and compresses it in place
+//      (TieredStore::Recode, what the control API's Compress runs: per chunk read, encode,
+//      decode to measure the error, write and sync, swap; chunks side by side on
+//      --decode_threads recode threads, [disk] codec_threads, and the caller), then decompresses
+//      it the same way; against the codec's Encode alone over the same chunks on one core in the
+//      same run. No target.
 // --register_buffers (default true; =false turns it off) registers the memory the tier reads
 // into and writes from (phases 1-2: the source and target buffers; phase 4: the source buffer,
 // then the host arena) with the tier's io engines (DiskTier::RegisterMemory). Each timed loop
@@ -66,6 +68,7 @@
 #include "storage/io/aligned_buffer.h"
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/disk_lower_tier.h"
+#include "storage/tiered/tiered_store.h"
 
 namespace strata::storage {
 namespace {
@@ -309,7 +312,8 @@ std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& code
   const uint64_t total_bytes = chunks * chunk_bytes;
   const std::string tier_dir = flags.dir + "/compress";
   // Room for the chunks as they are and their encoded forms beside them.
-  auto disk = OpenTier(tier_dir, 2 * total_bytes + (1ull << 30), kind);
+  const uint64_t capacity_bytes = 2 * total_bytes + (1ull << 30);
+  auto disk = OpenTier(tier_dir, capacity_bytes, kind);
   DiskLowerTier below(disk.get());
   below.NoteLayout(layout);
 
@@ -329,6 +333,16 @@ std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& code
     if (!status.ok()) Die(fmt::format("compress put: {}", status));
   }
 
+  // The store opens the disk (as a restarted daemon does) and recodes the chunks on its recode
+  // threads, as the control API's Compress and Decompress do.
+  disk.reset();
+  absl::StatusOr<std::unique_ptr<TieredStore>> store =
+      TieredStore::Create({.host = {.capacity_bytes = 2u << 20},
+                           .disk = TieredDiskOptions{.directory = tier_dir,
+                                                     .capacity_bytes = capacity_bytes,
+                                                     .codec_threads = flags.decode_threads}});
+  if (!store.ok()) Die(fmt::format("compress: open the store: {}", store.status()));
+
   auto start = Clock::now();
   uint64_t encoded_bytes = 0;
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -339,45 +353,41 @@ std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& code
   }
   const double encode_s = Seconds(Clock::now() - start);
 
-  double max_relative_error = 0;
-  uint64_t stored_after = 0;
   double cpu_start = CpuSeconds();
   start = Clock::now();
-  for (const ChunkKey& key : keys) {
-    absl::StatusOr<LowerTier::RecodeResult> result = below.Recode(key, {.codec = &codec});
-    if (!result.ok()) Die(fmt::format("compress: {}", result.status()));
-    if (result->outcome != LowerTier::RecodeOutcome::kRecoded) Die("compress: chunk not recoded");
-    max_relative_error = std::max(max_relative_error, result->error.relative_frobenius);
-    stored_after += result->stored_bytes_after;
-  }
+  absl::StatusOr<RecodeTotals> compressed = (*store)->Recode(keys, Tier::kDisk, {.codec = &codec});
   const double compress_s = Seconds(Clock::now() - start);
   const double compress_cpu_s = CpuSeconds() - cpu_start;
-  if (stored_after != encoded_bytes) Die("compress: stored bytes differ from the codec's frames");
+  if (!compressed.ok()) Die(fmt::format("compress: {}", compressed.status()));
+  if (compressed->recoded != chunks) Die("compress: not every chunk was recoded");
+  if (compressed->stored_bytes_after != encoded_bytes) {
+    Die("compress: stored bytes differ from the codec's frames");
+  }
 
   cpu_start = CpuSeconds();
   start = Clock::now();
-  for (const ChunkKey& key : keys) {
-    absl::StatusOr<LowerTier::RecodeResult> result = below.Recode(key, {});
-    if (!result.ok()) Die(fmt::format("decompress: {}", result.status()));
-    if (result->outcome != LowerTier::RecodeOutcome::kRecoded) Die("decompress: not recoded");
-  }
+  absl::StatusOr<RecodeTotals> decompressed = (*store)->Recode(keys, Tier::kDisk, {});
   const double decompress_s = Seconds(Clock::now() - start);
   const double decompress_cpu_s = CpuSeconds() - cpu_start;
-  disk.reset();
+  if (!decompressed.ok()) Die(fmt::format("decompress: {}", decompressed.status()));
+  if (decompressed->recoded != chunks) Die("decompress: not every chunk was recoded");
+  store->reset();
   std::filesystem::remove_all(tier_dir);
 
   const double gb = static_cast<double>(total_bytes) / 1e9;
   return fmt::format(
-      "{{\"codec\": \"{}\", \"chunks\": {}, \"bytes\": {}, \"ratio\": {:.3f}, "
+      "{{\"codec\": \"{}\", \"recode_threads\": {}, \"chunks\": {}, \"bytes\": {}, "
+      "\"ratio\": {:.3f}, "
       "\"max_relative_error\": {:.5f},\n"
       "    \"encode_alone_GBps\": {:.3f}, \"compress_GBps\": {:.3f}, "
       "\"compress_chunks_per_s\": {:.2f}, \"compress_vs_encode_alone\": {:.3f}, "
       "\"compress_cpu_s_per_GB\": {:.3f},\n"
       "    \"decompress_GBps\": {:.3f}, \"decompress_cpu_s_per_GB\": {:.3f}}}",
-      codec.name(), chunks, total_bytes,
-      static_cast<double>(total_bytes) / static_cast<double>(encoded_bytes), max_relative_error,
-      gb / encode_s, gb / compress_s, static_cast<double>(chunks) / compress_s,
-      encode_s / compress_s, compress_cpu_s / gb, gb / decompress_s, decompress_cpu_s / gb);
+      codec.name(), flags.decode_threads, chunks, total_bytes,
+      static_cast<double>(total_bytes) / static_cast<double>(encoded_bytes),
+      compressed->max_error.relative_frobenius, gb / encode_s, gb / compress_s,
+      static_cast<double>(chunks) / compress_s, encode_s / compress_s, compress_cpu_s / gb,
+      gb / decompress_s, decompress_cpu_s / gb);
 }
 
 int Main(const Flags& flags) {

@@ -16,6 +16,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -46,7 +47,14 @@ struct StoredEncoding {
   float max_abs_error = -1;
 
   bool encoded() const { return codec != 0; }
-  friend bool operator==(const StoredEncoding&, const StoredEncoding&) = default;
+  // Field by field, the errors bit for bit: an error measured on KV that holds a NaN is a NaN,
+  // and the record must still equal itself (DiskTier::Replace and DropCorrupt match on it).
+  friend bool operator==(const StoredEncoding& a, const StoredEncoding& b) {
+    return a.codec == b.codec && a.decoded_bytes == b.decoded_bytes &&
+           a.decoded_checksum == b.decoded_checksum &&
+           std::bit_cast<uint32_t>(a.relative_error) == std::bit_cast<uint32_t>(b.relative_error) &&
+           std::bit_cast<uint32_t>(a.max_abs_error) == std::bit_cast<uint32_t>(b.max_abs_error);
+  }
 };
 
 struct RecordHeader {

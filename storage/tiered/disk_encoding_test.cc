@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -406,6 +407,38 @@ TEST_F(DiskEncodingTest, RecodeCompressesAChunkInPlaceAndDecompressesIt) {
   EXPECT_EQ(tier_->Lookup(key)->codec, CodecId::kInt8);
   EXPECT_TRUE(tier_->Lookup(key)->error.has_value()) << "kept in the index across a restart";
   EXPECT_EQ(ChecksumBytes(*Read(key, chunk.size())), checksum);
+}
+
+// KV holding a NaN has a NaN for its measured error; its record still matches itself, so it can
+// be recoded again and dropped as corrupt (a NaN compared unequal to itself once, which made every
+// later Replace see a changed chunk).
+TEST_F(DiskEncodingTest, AChunkWhoseMeasuredErrorIsNaNCanBeRecodedAgain) {
+  const KvLayout layout = EncodedLayout();
+  std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 30);
+  const uint16_t nan_bits = 0x7fc0;  // a bf16 quiet NaN
+  std::memcpy(chunk.data() + 64, &nan_bits, sizeof(nan_bits));
+  const ChunkKey key = KeyFor(layout, 30);
+  ASSERT_TRUE(Put(key, chunk, 32).ok());  // layout not noted: stored as it is
+  absl::StatusOr<LowerTier::RecodeResult> compressed =
+      tier_->Recode(key, {.codec = int8_, .layout = &layout});
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  ASSERT_EQ(compressed->outcome, LowerTier::RecodeOutcome::kRecoded);
+  EXPECT_TRUE(std::isnan(compressed->error.relative_frobenius));
+  const std::optional<DiskChunkInfo> stored = disk_->Lookup(key);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(std::isnan(stored->encoding.relative_error));
+  EXPECT_EQ(*stored, *disk_->Lookup(key));
+  // The store is told the NaN, not "not measured".
+  const std::optional<LowerTier::ChunkInfo> info = tier_->Lookup(key);
+  ASSERT_TRUE(info.has_value() && info->error.has_value());
+  EXPECT_TRUE(std::isnan(info->error->relative_frobenius));
+
+  absl::StatusOr<LowerTier::RecodeResult> decompressed = tier_->Recode(key, {});
+  ASSERT_TRUE(decompressed.ok()) << decompressed.status();
+  EXPECT_EQ(decompressed->outcome, LowerTier::RecodeOutcome::kRecoded);
+  ASSERT_EQ(tier_->Recode(key, {.codec = int8_})->outcome, LowerTier::RecodeOutcome::kRecoded);
+  EXPECT_TRUE(*disk_->DropCorrupt(key, *disk_->Lookup(key)));
+  EXPECT_FALSE(tier_->Contains(key));
 }
 
 TEST_F(DiskEncodingTest, RecodeLeavesWhatItCannotEncodeAndRefusesBadParameters) {

@@ -26,7 +26,8 @@ LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
     chunk.payload_bytes = info.encoding.decoded_bytes;
     chunk.payload_checksum = info.encoding.decoded_checksum;
     chunk.codec = static_cast<CodecId>(info.encoding.codec);
-    if (info.encoding.relative_error >= 0) {
+    // -1: not measured; a NaN was measured (on KV that holds a NaN) and is reported as such.
+    if (!(info.encoding.relative_error < 0)) {
       chunk.error = KvError{.relative_frobenius = info.encoding.relative_error,
                             .max_abs = info.encoding.max_abs_error};
     }

@@ -1,8 +1,12 @@
 #include "storage/tiered/tiered_store.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "core/fmt_absl.h"
 #include "core/status_macros.h"
 #include "core/status_util.h"
@@ -62,6 +66,38 @@ absl::StatusOr<DiskEncoding> FindEncoding(const std::string& name, const CodecPa
   if (name.empty()) return encoding;
   STRATA_ASSIGN_OR_RETURN(encoding.codec, CodecRegistry::Find(name));
   return encoding;
+}
+
+// The larger of two errors, or NaN when either is (an error measured on KV that holds a NaN): a
+// total never hides that one chunk's error is unknown.
+double LargerError(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::max(a, b);
+}
+
+// Counts one chunk's recode into `totals`.
+void AddRecode(const LowerTier::RecodeResult& result, RecodeTotals& totals) {
+  switch (result.outcome) {
+    case LowerTier::RecodeOutcome::kRecoded:
+      ++totals.recoded;
+      totals.stored_bytes_before += result.stored_bytes_before;
+      totals.stored_bytes_after += result.stored_bytes_after;
+      totals.max_error.relative_frobenius =
+          LargerError(totals.max_error.relative_frobenius, result.error.relative_frobenius);
+      totals.max_error.max_abs = LargerError(totals.max_error.max_abs, result.error.max_abs);
+      break;
+    case LowerTier::RecodeOutcome::kAlreadyInForm:
+      ++totals.already_in_form;
+      break;
+    case LowerTier::RecodeOutcome::kMissing:
+      ++totals.missing;
+      break;
+    case LowerTier::RecodeOutcome::kNotSmaller:
+      ++totals.not_smaller;
+      break;
+    case LowerTier::RecodeOutcome::kNoLayout:
+      ++totals.no_layout;
+      break;
+  }
 }
 
 }  // namespace
@@ -142,6 +178,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   // Loads past a host miss wait for reads anyway; a host hit is microseconds: the session thread
   // wins the CPU (shortest job first), nicer threads take the rest.
   store->loads_ = std::make_unique<TaskThread>("strata-loads", kBackgroundNice);
+  store->recoders_ = std::make_unique<TaskPool>(
+      "strata-recode", options.disk.has_value() ? options.disk->codec_threads : 0);
   store->maintenance_ = std::make_unique<TaskThread>("strata-tiered");
   return store;
 }
@@ -478,33 +516,29 @@ absl::StatusOr<RecodeTotals> TieredStore::Recode(std::span<const ChunkKey> keys,
     return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(tier)));
   }
   if (demoter_ != nullptr && below == lower_.front()) demoter_->Flush();
+  absl::Mutex mu;
   RecodeTotals totals;
-  for (const ChunkKey& key : keys) {
-    absl::StatusOr<LowerTier::RecodeResult> result = below->Recode(key, recoding);
-    if (!result.ok()) return result.status();
-    switch (result->outcome) {
-      case LowerTier::RecodeOutcome::kRecoded:
-        ++totals.recoded;
-        totals.stored_bytes_before += result->stored_bytes_before;
-        totals.stored_bytes_after += result->stored_bytes_after;
-        totals.max_error.relative_frobenius =
-            std::max(totals.max_error.relative_frobenius, result->error.relative_frobenius);
-        totals.max_error.max_abs = std::max(totals.max_error.max_abs, result->error.max_abs);
-        break;
-      case LowerTier::RecodeOutcome::kAlreadyInForm:
-        ++totals.already_in_form;
-        break;
-      case LowerTier::RecodeOutcome::kMissing:
-        ++totals.missing;
-        break;
-      case LowerTier::RecodeOutcome::kNotSmaller:
-        ++totals.not_smaller;
-        break;
-      case LowerTier::RecodeOutcome::kNoLayout:
-        ++totals.no_layout;
-        break;
+  size_t failed_at = keys.size();  // the first key whose recode failed, and its error
+  absl::Status failure;
+  std::atomic<bool> failed{false};
+  {
+    TaskPool::Batch batch(*recoders_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      batch.Run([&, i] {
+        if (failed.load()) return;
+        absl::StatusOr<LowerTier::RecodeResult> result = below->Recode(keys[i], recoding);
+        absl::MutexLock lock(&mu);
+        if (result.ok()) {
+          AddRecode(*result, totals);
+        } else if (i < failed_at) {
+          failed = true;
+          failed_at = i;
+          failure = result.status();
+        }
+      });
     }
   }
+  if (!failure.ok()) return failure;
   return totals;
 }
 

@@ -87,7 +87,8 @@ struct TieredDiskOptions {
   };
   std::map<std::string, TenantCodec> tenant_codecs;
   // Threads that decode encoded chunks as they are promoted (DiskEncodingOptions::
-  // decode_threads); 0: the reading thread decodes them.
+  // decode_threads), and as many that recode chunks for Recode (Compress, Decompress); 0: the
+  // reading thread decodes them, and Recode's caller recodes them one by one.
   uint32_t codec_threads = CoresUpTo(4);
 };
 
@@ -158,7 +159,7 @@ struct RecodeTotals {
   uint64_t no_layout = 0;
   uint64_t stored_bytes_before = 0;
   uint64_t stored_bytes_after = 0;
-  KvError max_error;  // each field the largest over the recoded chunks
+  KvError max_error;  // each field the largest over the recoded chunks; NaN when one's is NaN
 };
 
 // Which chunks Clear removes: the keys given, or every chunk of a layout, or every chunk.
@@ -252,10 +253,12 @@ class TieredStore {
                                   const KvLayout* layout);
   // Stores each of `keys` that `tier` (a tier below the host tier) holds in the form `recoding`
   // names (LowerTier::Recode: Compress and Decompress); demotions queued before the call are
-  // written first, so a chunk evicted just before is recoded with the rest. Blocks on I/O.
-  // kFailedPrecondition for a tier the store lacks, the host tier (engines read its chunks in
-  // place, as they are) or a tier that keeps no encoded chunks; the tier's errors stop the call
-  // at that chunk (those before it stay recoded).
+  // written first, so a chunk evicted just before is recoded with the rest. The chunks are
+  // recoded side by side on the store's recode threads (TieredDiskOptions::codec_threads) and
+  // the caller's, which blocks until all are done. kFailedPrecondition for a tier the store
+  // lacks, the host tier (engines read its chunks in place, as they are) or a tier that keeps no
+  // encoded chunks. The tier's first error (by key order) is the answer, and it stops the call:
+  // chunks not started yet are left as they were; those under way finish, recoded.
   absl::StatusOr<RecodeTotals> Recode(std::span<const ChunkKey> keys, Tier tier,
                                       const LowerTier::Recoding& recoding);
   // One page of the chunks `tier` (a tier below the host tier; the host tier lists through
@@ -316,6 +319,8 @@ class TieredStore {
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<TaskThread> loads_;
+  // Recode's threads ("strata-recode"), which the maintenance thread's tasks use.
+  std::unique_ptr<TaskPool> recoders_;
   std::unique_ptr<TaskThread> maintenance_;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> async_loads_{0};

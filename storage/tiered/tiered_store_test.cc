@@ -1,6 +1,7 @@
 #include "storage/tiered/tiered_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <thread>
 #include <vector>
@@ -29,7 +30,8 @@ class TieredStoreTest : public ::testing::Test {
       options.disk = TieredDiskOptions{.directory = scratch_.path(),
                                        .capacity_bytes = 1 << 20,
                                        .segment_bytes = 64 << 10,
-                                       .codec = std::move(codec)};
+                                       .codec = std::move(codec),
+                                       .codec_threads = codec_threads_};
     }
     options.movement.demotion_queue_bytes = demotion_queue_bytes;
     // The remote tier's place, when a test asks for three tiers: a second disk tier.
@@ -88,6 +90,7 @@ class TieredStoreTest : public ::testing::Test {
   }
 
   const KvLayout layout_ = testing::SmallLayout();
+  uint32_t codec_threads_ = 2;  // the next Open's TieredDiskOptions::codec_threads
   testing::ScratchDir scratch_;
   testing::ScratchDir remote_scratch_;
   std::unique_ptr<LowerTier> remote_;  // the next Open's registered tier
@@ -192,6 +195,59 @@ TEST_F(TieredStoreTest, ADiskCodecStoresEvictionsEncodedAndPromotesThemDecoded) 
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Recode (Compress, Decompress) runs its chunks side by side on the recode threads, or one by
+// one on the caller without them: the same totals and chunks either way. An error stops it with
+// the error of the first key that failed.
+TEST_F(TieredStoreTest, RecodeRecodesChunksSideBySideAndTheFirstErrorIsTheAnswer) {
+  const Codec* int8 = *CodecRegistry::Find("int8");
+  for (const uint32_t threads : {0u, 3u}) {
+    SCOPED_TRACE(threads);
+    store_.reset();
+    codec_threads_ = threads;
+    Open(/*with_disk=*/true);
+    store_->NoteLayout(layout_);
+    for (uint64_t id = 0; id < 12; ++id) Store(id);  // 0-7 are evicted to disk, as they are
+    std::vector<ChunkKey> keys = Keys(0, 8);
+    keys.push_back(Key(99));  // in no tier
+    absl::StatusOr<RecodeTotals> totals = store_->Recode(keys, Tier::kDisk, {.codec = int8});
+    ASSERT_TRUE(totals.ok()) << totals.status();
+    EXPECT_EQ(totals->recoded, 8u);
+    EXPECT_EQ(totals->missing, 1u);
+    EXPECT_EQ(totals->stored_bytes_before, 8 * kChunkBytes);
+    EXPECT_LT(totals->stored_bytes_after, totals->stored_bytes_before);
+    double largest = 0;  // the chunks' own errors: NaN when the pattern holds a NaN
+    for (uint64_t id = 0; id < 8; ++id) {
+      std::vector<std::byte> expected(kChunkBytes);
+      ASSERT_TRUE(int8->Decode(layout_,
+                               *int8->Encode(layout_, 16, testing::Pattern(id, kChunkBytes), {}),
+                               expected)
+                      .ok());
+      const std::optional<LowerTier::ChunkInfo> info = store_->DescribeBelowHost(Key(id));
+      ASSERT_TRUE(info.has_value()) << id;
+      EXPECT_EQ(info->codec, CodecId::kInt8) << id;
+      EXPECT_EQ(info->payload_checksum, ChecksumBytes(expected)) << id;
+      ASSERT_TRUE(info->error.has_value()) << id;
+      const double error = info->error->relative_frobenius;
+      largest = std::isnan(largest) || std::isnan(error) ? NAN : std::max(largest, error);
+    }
+    if (std::isnan(largest)) {
+      EXPECT_TRUE(std::isnan(totals->max_error.relative_frobenius));
+    } else {
+      EXPECT_DOUBLE_EQ(totals->max_error.relative_frobenius, largest);
+    }
+    // Decompressed again, then refused by every chunk: the first key's error, nothing changed.
+    totals = store_->Recode(keys, Tier::kDisk, {});
+    ASSERT_TRUE(totals.ok()) << totals.status();
+    EXPECT_EQ(totals->recoded, 8u);
+    totals = store_->Recode(keys, Tier::kDisk, {.codec = int8, .params = {.bits = 4}});
+    EXPECT_EQ(totals.status().code(), absl::StatusCode::kInvalidArgument);
+    for (uint64_t id = 0; id < 8; ++id) {
+      EXPECT_EQ(store_->DescribeBelowHost(Key(id))->codec, std::nullopt) << id;
+    }
+    ASSERT_TRUE(store_->Clear({}, std::nullopt).ok());  // the next round starts empty
+  }
 }
 
 // [disk.tenant_codecs]: a tenant's chunks are written to disk as its own codec says, whichever
