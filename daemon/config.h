@@ -15,7 +15,8 @@
 //             "cachegen", "xkv"; "" (the default) stores them as they are), codec_group_size,
 //             codec_bits, codec_energy (the codec's parameters, 0: its defaults;
 //             storage/codec/codec.h), codec_threads (threads decoding encoded chunks as they
-//             are promoted; default: the cores, up to 4; 0: the reading thread)
+//             are promoted, and as many recoding chunks for Compress / Decompress; default:
+//             the cores, up to 4; 0: the calling thread alone)
 //   [disk.tenant_codecs]  tenant = "codec" (its defaults; "" : as they are), or tenant = { codec
 //             = "kivi4", group_size = 64, bits = 0, energy = 0 }: the chunks the host tier
 //             stored under that tenant are written to disk so, in place of [disk] codec
@@ -116,8 +117,9 @@ struct DaemonConfig {
     uint32_t codec_group_size = 0;
     uint32_t codec_bits = 0;
     double codec_energy = 0;
-    // Threads that decode encoded chunks as they are promoted, while the next ones are read
-    // (default: the machine's cores, up to 4; 0: the reading thread decodes them).
+    // Threads that decode encoded chunks as they are promoted, while the next ones are read, and
+    // as many that recode chunks for Compress and Decompress (default: the machine's cores, up to
+    // 4; 0: the calling thread alone).
     uint32_t codec_threads = storage::CoresUpTo(4);
     // A tenant's own codec ("" : stored as they are) and parameters, in place of the above for
     // the chunks stored under it (an engine request's tenant salt): e.g. one tenant's KV kept

@@ -315,8 +315,9 @@ std::vector<absl::Status> DiskLowerTier::ReadBatch(std::span<const ChunkKey> key
     staged_parts[i] = staging[i].span().first(infos[i]->payload_bytes);
   }
   std::vector<absl::Status> statuses(keys.size());
-  // The statuses of reads of keys[indices[k]]: destination checks, then the decode, queued.
   TaskPool::Batch decodes(decoders_);
+  // Reads keys[i] for each i of `indices` in one disk batch, settles each one's status, and
+  // queues the decode of each encoded one that read.
   auto read = [&](std::span<const size_t> indices) {
     std::vector<ChunkKey> read_keys;
     std::vector<MutableParts> targets;

@@ -124,7 +124,7 @@ class DiskLowerTier final : public LowerTier {
   absl::Mutex checked_mu_;
   // Fingerprints of the layouts whose encodings NoteLayout checked.
   absl::flat_hash_set<uint64_t> checked_layouts_ ABSL_GUARDED_BY(checked_mu_);
-  // Last: its threads stop before what their decodes use goes.
+  // Last, so destroyed first: its threads join before anything a decode uses goes.
   TaskPool decoders_;
 };
 

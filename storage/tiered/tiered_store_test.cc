@@ -17,6 +17,7 @@ namespace strata::storage {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
 
@@ -243,6 +244,7 @@ TEST_F(TieredStoreTest, RecodeRecodesChunksSideBySideAndTheFirstErrorIsTheAnswer
     EXPECT_EQ(totals->recoded, 8u);
     totals = store_->Recode(keys, Tier::kDisk, {.codec = int8, .params = {.bits = 4}});
     EXPECT_EQ(totals.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(totals.status().message()), HasSubstr(Key(0).ToString()));
     for (uint64_t id = 0; id < 8; ++id) {
       EXPECT_EQ(store_->DescribeBelowHost(Key(id))->codec, std::nullopt) << id;
     }
