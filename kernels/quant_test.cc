@@ -211,6 +211,19 @@ TEST(QuantPackTest, PackUnpackRoundTripsBitExactly) {
   EXPECT_EQ(UnpackCodes(4, two, codes).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What the path tests feed both CPU paths: zeros of both signs, subnormals, values at and past
+// fp16's range, infinities and NaNs; and every scheme, axis and bit width.
+const float kSpecials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
+                           65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
+const QuantCase kPathCases[] = {{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, {}},
+                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 2, {}},
+                                {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
+                                {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}};
+
 TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
   using internal::DequantizePath;
   if (!internal::DequantizePathAvailable(DequantizePath::kAvx2)) {
@@ -219,23 +232,13 @@ TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
   // Random codes, and scales and zeros that include zeros, subnormals, huge values, infinities
   // and NaNs, so that every rounding and special case of the output conversions is reached.
   std::mt19937_64 rng(5);
-  const float specials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
-                            65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
   auto random_float = [&] {
-    if (rng() % 8 == 0) return specials[rng() % std::size(specials)];
+    if (rng() % 8 == 0) return kSpecials[rng() % std::size(kSpecials)];
     return std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
                       static_cast<int>(rng() % 60) - 40);
   };
   const int64_t rows = 64, cols = 96;
-  for (const QuantCase& c :
-       std::vector<QuantCase>{{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
-                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
-                              {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
-                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, {}},
-                              {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, {}},
-                              {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 2, {}},
-                              {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
-                              {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}}) {
+  for (const QuantCase& c : kPathCases) {
     const QuantParams params{c.scheme, c.axis, c.bits, 32};
     const QuantizedSizes sizes = *QuantizedSizesFor(params, rows, cols);
     std::vector<uint32_t> codes(static_cast<size_t>(sizes.code_words));
@@ -267,27 +270,17 @@ TEST(QuantPathTest, EveryCpuPathQuantizesBitForBitAsTheBaseline) {
   // groups of one value repeated (a zero scale), so that every rounding and special case of the
   // codes is reached.
   std::mt19937_64 rng(11);
-  const float specials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
-                            65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
   const int64_t rows = 64, cols = 96;
   for (const bool with_specials : {false, true}) {
     std::vector<float> x(static_cast<size_t>(rows * cols));
     for (float& v : x) {
       v = with_specials && rng() % 16 == 0
-              ? specials[rng() % std::size(specials)]
+              ? kSpecials[rng() % std::size(kSpecials)]
               : std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
                            static_cast<int>(rng() % 20) - 10);
     }
     std::fill_n(x.begin(), 64, 0.75f);  // row 0's first groups: one value, a zero scale
-    for (const QuantCase& c :
-         std::vector<QuantCase>{{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
-                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
-                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
-                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 4, {}},
-                                {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 2, {}},
-                                {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 2, {}},
-                                {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
-                                {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}}) {
+    for (const QuantCase& c : kPathCases) {
       for (const bool fp16_params : {false, true}) {
         if (fp16_params && c.scheme == QuantScheme::kSymmetric) continue;
         QuantParams params{c.scheme, c.axis, c.bits, 32};
