@@ -275,6 +275,11 @@ int Run(int argc, char** argv) {
   compress_cmd->add_option("--group-size", group_size, "kivi, cachegen, xkv (0: the default)");
   compress_cmd->add_option("--bits", bits, "cachegen: 2, 4 or 8 (0: the default)");
   compress_cmd->add_option("--energy", energy, "xkv: share of energy kept, (0, 1] (0: 0.99)");
+  std::string tenant;
+  CLI::Option* compress_tenant = compress_cmd->add_option(
+      "--tenant", tenant, "every chunk of the tier this tenant (a tenant salt) stored");
+  CLI::Option* decompress_tenant = decompress_cmd->add_option(
+      "--tenant", tenant, "every chunk of the tier this tenant (a tenant salt) stored");
   for (CLI::App* cmd : {compress_cmd, decompress_cmd}) {
     cmd->add_option("--tier", tier_name, "tier (default disk)");
   }
@@ -292,7 +297,6 @@ int Run(int argc, char** argv) {
   clear_cmd->add_flag("--all", clear_all, "every chunk");
   clear_cmd->add_flag("--by-layout", by_layout, "every chunk of the layout given by the flags");
   clear_cmd->add_option("--tier", tier_name, "tier (default every tier)");
-  std::string tenant;
   CLI::Option* clear_tenant = clear_cmd->add_option(
       "--tenant", tenant, "every chunk this tenant (a tenant salt; \"\" for none) stored");
 
@@ -398,7 +402,10 @@ int Run(int argc, char** argv) {
   absl::StatusOr<v1::Tier> move_target = v1::TIER_UNSPECIFIED;
   if (*stats_cmd) node_call.emplace().mutable_stats();
   if (*pin_cmd || *unpin_cmd || *move_cmd || *compress_cmd || *decompress_cmd) {
-    absl::StatusOr<v1::ChunkSelector> selector = selector_flags.Build();
+    // Compress and decompress take --tenant in place of the selector flags.
+    const bool by_tenant = compress_tenant->count() + decompress_tenant->count() > 0;
+    absl::StatusOr<v1::ChunkSelector> selector =
+        by_tenant ? v1::ChunkSelector() : selector_flags.Build();
     if (!selector.ok()) return Fail(selector.status());
     const v1::PinKind kind = soft ? v1::PIN_KIND_SOFT : v1::PIN_KIND_HARD;
     if (*pin_cmd) {
@@ -415,6 +422,7 @@ int Run(int argc, char** argv) {
     } else if (*compress_cmd) {
       v1::CompressRequest& request = *node_call.emplace().mutable_compress();
       *request.mutable_selector() = *std::move(selector);
+      if (by_tenant) request.set_tenant(tenant);
       request.set_codec(codec);
       request.set_tier(tier);
       request.mutable_params()->set_group_size(group_size);
@@ -423,6 +431,7 @@ int Run(int argc, char** argv) {
     } else if (*decompress_cmd) {
       v1::DecompressRequest& request = *node_call.emplace().mutable_decompress();
       *request.mutable_selector() = *std::move(selector);
+      if (by_tenant) request.set_tenant(tenant);
       request.set_tier(tier);
     } else {
       move_target = ParseTier(target_name);

@@ -279,11 +279,6 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
   if (absl::Status s = CheckTier(request.tier(), Unspecified::kEvery, *options_.store); !s.ok()) {
     return s;
   }
-  if (request.has_tenant() && NamesLowerTier(request.tier())) {
-    return absl::FailedPreconditionError(fmt::format(
-        "the {} tier does not record tenants: clear a tenant from the host tier or every tier",
-        storage::TierName(*StoreTier(request.tier()))));
-  }
   // Which chunks go: the selector's keys, a tenant's, a layout's, or every chunk.
   storage::ClearSelection selection;
   if (by_selector) {
@@ -291,13 +286,10 @@ absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearR
     if (!chunks.ok()) return chunks.status();
     selection.keys.emplace(chunks->keys.begin(), chunks->keys.end());
   } else if (request.has_tenant()) {
-    selection.keys.emplace();
-    storage::ListChunksOptions page_options{.limit = kMaxPageSize, .tenant = request.tenant()};
-    do {
-      const storage::ChunkPage page = options_.store->host().ListChunks(page_options);
-      for (const storage::ChunkInfo& info : page.chunks) selection.keys->insert(info.key);
-      page_options.cursor = page.next_cursor;
-    } while (page_options.cursor != 0);
+    absl::StatusOr<std::vector<ChunkKey>> keys =
+        options_.store->TenantKeys(request.tenant(), StoreTier(request.tier()));
+    if (!keys.ok()) return keys.status();
+    selection.keys.emplace(keys->begin(), keys->end());
   } else if (request.has_layout()) {
     absl::StatusOr<KvLayout> layout = FromProto(request.layout());
     if (!layout.ok()) return layout.status();
@@ -327,7 +319,7 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
         fmt::format("Compress: {}", std::string(codec.status().message())));
   }
   absl::StatusOr<storage::RecodeTotals> totals =
-      Recode(request.selector(), request.tier(),
+      Recode(request.selector(), request.has_tenant() ? &request.tenant() : nullptr, request.tier(),
              {.codec = *codec,
               .params = {.group_size = request.params().group_size(),
                          .bits = request.params().bits(),
@@ -357,7 +349,8 @@ grpc::ServerUnaryReactor* ControlService::Decompress(grpc::CallbackServerContext
 absl::Status ControlService::DoDecompress(const v1::DecompressRequest& request,
                                           v1::DecompressResponse& response) {
   absl::StatusOr<storage::RecodeTotals> totals =
-      Recode(request.selector(), request.tier(), {.codec = nullptr});
+      Recode(request.selector(), request.has_tenant() ? &request.tenant() : nullptr, request.tier(),
+             {.codec = nullptr});
   if (!totals.ok()) return totals.status();
   response.set_decompressed_chunks(totals->recoded);
   response.set_not_compressed(totals->already_in_form);
@@ -368,11 +361,27 @@ absl::Status ControlService::DoDecompress(const v1::DecompressRequest& request,
 }
 
 absl::StatusOr<storage::RecodeTotals> ControlService::Recode(
-    const v1::ChunkSelector& selector, v1::Tier tier, storage::LowerTier::Recoding recoding) {
-  absl::StatusOr<control::ResolvedChunks> chunks = Resolve(selector);
-  if (!chunks.ok()) return chunks.status();
+    const v1::ChunkSelector& selector, const std::string* tenant, v1::Tier tier,
+    storage::LowerTier::Recoding recoding) {
+  const bool by_selector = selector.tokens_size() > 0 || selector.keys_size() > 0;
+  if (by_selector == (tenant != nullptr)) {
+    return absl::InvalidArgumentError(
+        "Compress and Decompress need exactly one of: a selector (tokens with a layout, or "
+        "keys), a tenant");
+  }
   if (tier == v1::TIER_UNSPECIFIED) tier = v1::TIER_DISK;
   if (absl::Status s = CheckTier(tier, Unspecified::kInvalid, *options_.store); !s.ok()) return s;
+  std::vector<ChunkKey> keys;
+  if (tenant != nullptr) {
+    absl::StatusOr<std::vector<ChunkKey>> stored =
+        options_.store->TenantKeys(*tenant, StoreTier(tier));
+    if (!stored.ok()) return stored.status();
+    keys = *std::move(stored);
+  } else {
+    absl::StatusOr<control::ResolvedChunks> chunks = Resolve(selector);
+    if (!chunks.ok()) return chunks.status();
+    keys = std::move(chunks->keys);
+  }
   std::optional<KvLayout> layout;
   if (selector.has_layout()) {
     absl::StatusOr<KvLayout> parsed = FromProto(selector.layout());
@@ -380,7 +389,7 @@ absl::StatusOr<storage::RecodeTotals> ControlService::Recode(
     layout = *parsed;
     recoding.layout = &*layout;
   }
-  return options_.store->Recode(chunks->keys, *StoreTier(tier), recoding);
+  return options_.store->Recode(keys, *StoreTier(tier), recoding);
 }
 
 grpc::ServerUnaryReactor* ControlService::Health(grpc::CallbackServerContext* context,
@@ -516,15 +525,13 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
   const uint32_t limit = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
   if (NamesLowerTier(request.tier())) {
     const storage::Tier tier = *StoreTier(request.tier());
-    if (request.has_tenant()) {
-      return absl::FailedPreconditionError(
-          fmt::format("the {} tier does not record tenants", storage::TierName(tier)));
-    }
     absl::StatusOr<std::optional<ChunkKey>> after = ParseLowerTierPageToken(request.page_token());
     if (!after.ok()) return after.status();
-    absl::StatusOr<storage::LowerTier::ListPage> page = options_.store->ListBelowHost(
-        tier,
-        {.after = *after, .limit = limit, .layout_fingerprint = request.layout_fingerprint()});
+    storage::LowerTier::ListOptions page_options{
+        .after = *after, .limit = limit, .layout_fingerprint = request.layout_fingerprint()};
+    if (request.has_tenant()) page_options.tenant = request.tenant();
+    absl::StatusOr<storage::LowerTier::ListPage> page =
+        options_.store->ListBelowHost(tier, page_options);
     if (!page.ok()) return page.status();
     AppendRows(
         page->chunks.size(),

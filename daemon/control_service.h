@@ -123,8 +123,10 @@ class ControlService final
   absl::Status DoCompress(const v1::CompressRequest& request, v1::CompressResponse& response);
   absl::Status DoDecompress(const v1::DecompressRequest& request, v1::DecompressResponse& response);
   // Compress's and Decompress's common part: the selector's chunks of `tier` (TIER_UNSPECIFIED:
-  // the disk tier) recoded (TieredStore::Recode).
-  absl::StatusOr<storage::RecodeTotals> Recode(const v1::ChunkSelector& selector, v1::Tier tier,
+  // the disk tier), or those `tenant` (nullable: none) stored there, recoded
+  // (TieredStore::Recode).
+  absl::StatusOr<storage::RecodeTotals> Recode(const v1::ChunkSelector& selector,
+                                               const std::string* tenant, v1::Tier tier,
                                                storage::LowerTier::Recoding recoding);
   absl::Status DoListChunks(const v1::ListChunksRequest& request, v1::ListChunksResponse& response);
   absl::StatusOr<control::ResolvedChunks> Resolve(const v1::ChunkSelector& selector) const;

@@ -1299,33 +1299,92 @@ TEST_F(ControlServiceDiskTest, WatchEventsTellTheDiskTiersChangesToo) {
   EXPECT_EQ(events[4].removed().cause(), v1::ChunkEvent::REMOVAL_CAUSE_REMOVED);
 }
 
-TEST_F(ControlServiceDiskTest, ClearByTenantTakesTheDiskCopiesOfItsHostChunks) {
+TEST_F(ControlServiceDiskTest, TheDiskRecordsTenantsForListingsClearsAndCompress) {
   const std::vector<ChunkKey> alice = StoreChain(Tokens(32, 1), "alice");
   const std::vector<ChunkKey> bob = StoreChain(Tokens(16, 1), "bob");
-  ASSERT_EQ(*store_->FlushToLowerTiers(), 3u);  // every chunk gets a disk copy
-  // The disk tier does not know tenants.
+  ASSERT_EQ(*store_->FlushToLowerTiers(), 3u);     // every chunk gets a disk copy
+  ASSERT_EQ(tier_->Remove(alice[0])->chunks, 1u);  // now only on disk
+  const auto disk_keys = [&](const std::string& tenant) {
+    v1::ListChunksRequest list;
+    list.set_tenant(tenant);
+    list.set_tier(v1::TIER_DISK);
+    v1::ListChunksResponse listed;
+    EXPECT_TRUE(Call(&Stub::ListChunks, list, listed).ok());
+    std::set<ChunkKey> keys;
+    for (const v1::ChunkEntry& entry : listed.chunks()) keys.insert(*FromProto(entry.key()));
+    return keys;
+  };
+  EXPECT_EQ(disk_keys("alice"), std::set<ChunkKey>(alice.begin(), alice.end()));
+  EXPECT_EQ(disk_keys("bob"), std::set<ChunkKey>{bob[0]});
+  EXPECT_TRUE(disk_keys("carol").empty());
+
+  // Compress and Decompress by tenant: alice's chunks on disk, bob's stay as they are.
+  store_->NoteLayout(TestLayout());  // what an engine's handshake tells the disk
+  v1::CompressRequest compress;
+  compress.set_codec("int8");
+  v1::CompressResponse compressed;
+  EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "neither a selector nor a tenant";
+  compress.set_tenant("alice");
+  *compress.mutable_selector() = KeySelector(bob);
+  EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "both";
+  compress.clear_selector();
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_EQ(compressed.compressed_chunks(), 2u);
+  const absl::StatusOr<storage::LowerTier::ListPage> on_disk =
+      store_->ListBelowHost(storage::Tier::kDisk, {});
+  ASSERT_TRUE(on_disk.ok()) << on_disk.status();
+  EXPECT_EQ(on_disk->chunks.size(), 3u);
+  for (const storage::LowerTier::ListedChunk& chunk : on_disk->chunks) {
+    EXPECT_EQ(chunk.info.codec.has_value(), chunk.key != bob[0]);
+    EXPECT_EQ(chunk.info.tenant, chunk.key == bob[0] ? "bob" : "alice") << "kept as recoded";
+  }
+  v1::DecompressRequest decompress;
+  decompress.set_tenant("alice");
+  v1::DecompressResponse decompressed;
+  ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
+  EXPECT_EQ(decompressed.decompressed_chunks(), 2u);
+  compress.set_tier(v1::TIER_HOST);
+  EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  // A chunk promoted from disk keeps its tenant in the host tier.
+  v1::MoveRequest move;
+  *move.mutable_selector() = TokenSelector(Tokens(16, 1));
+  move.mutable_selector()->set_tenant_salt("alice");
+  move.set_target(v1::TIER_HOST);
+  v1::MoveResponse moved;
+  ASSERT_TRUE(Call(&Stub::Move, move, moved).ok());
+  EXPECT_EQ(moved.moved_chunks(), 1u);
+  EXPECT_EQ(tier_->TenantOf(alice[0]), "alice");
+  move.set_target(v1::TIER_DISK);  // and back, from the host tier under that tenant
+  ASSERT_TRUE(Call(&Stub::Move, move, moved).ok());
+  EXPECT_FALSE(tier_->Contains(alice[0]));
+
+  // Cleared from the disk by tenant: alice's chunk only on disk goes, and her host chunk's copy.
   v1::ClearRequest clear;
   clear.set_tenant("alice");
   clear.set_tier(v1::TIER_DISK);
   v1::ClearResponse response;
-  EXPECT_EQ(Call(&v1::StrataControl::Stub::Clear, clear, response).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-  v1::ListChunksRequest list;
-  list.set_tenant("alice");
-  list.set_tier(v1::TIER_DISK);
-  v1::ListChunksResponse listed;
-  EXPECT_EQ(Call(&v1::StrataControl::Stub::ListChunks, list, listed).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-
+  ASSERT_TRUE(Call(&Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 2u);
+  EXPECT_FALSE(OnDisk(alice[0]));
+  EXPECT_FALSE(OnDisk(alice[1]));
+  EXPECT_TRUE(tier_->Contains(alice[1]));
+  // Every tier: the host chunk goes too; bob's chunks stay everywhere.
   clear.set_tier(v1::TIER_UNSPECIFIED);
-  ASSERT_TRUE(Call(&v1::StrataControl::Stub::Clear, clear, response).ok());
-  EXPECT_EQ(response.removed_chunks(), 4u);  // two in each tier
-  for (const ChunkKey& key : alice) {
-    EXPECT_FALSE(tier_->Contains(key));
-    EXPECT_FALSE(OnDisk(key));
-  }
+  ASSERT_TRUE(Call(&Stub::Clear, clear, response).ok());
+  EXPECT_EQ(response.removed_chunks(), 1u);
+  EXPECT_FALSE(tier_->Contains(alice[1]));
   EXPECT_TRUE(tier_->Contains(bob[0]));
   EXPECT_TRUE(OnDisk(bob[0]));
+  // No remote tier here.
+  clear.set_tier(v1::TIER_REMOTE);
+  EXPECT_EQ(Call(&Stub::Clear, clear, response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 }  // namespace

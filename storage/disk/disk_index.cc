@@ -21,14 +21,18 @@ constexpr char kEntryPrefix = 'k';
 constexpr std::string_view kWatermarkKey = "m/watermark";
 constexpr std::string_view kLayoutPrefix = "m/layout/";  // + 16 hex digits of the fingerprint
 // Version 1: a chunk stored as it is; version 2 adds the encoding (codec u16, decoded bytes and
-// checksum u64); version 3 adds the encoding's measured errors (relative, max absolute: f32).
-// Each entry is written in the lowest version that holds it.
+// checksum u64); version 3 adds the encoding's measured errors (relative, max absolute: f32);
+// version 4, a chunk a tenant stored, has version 3's fields (zero encoding for a chunk stored as
+// it is, errors -1 when not measured) followed by the tenant's name (its size u16, then its
+// bytes). Each entry is written in the lowest version that holds it.
 constexpr uint8_t kEntryVersion = 1;
 constexpr uint8_t kEncodedEntryVersion = 2;
 constexpr uint8_t kMeasuredEntryVersion = 3;
+constexpr uint8_t kTenantEntryVersion = 4;
 constexpr size_t kEntryBytes = 1 + 5 * 8 + 4;
 constexpr size_t kEncodedEntryBytes = kEntryBytes + 2 + 2 * 8;
 constexpr size_t kMeasuredEntryBytes = kEncodedEntryBytes + 2 * 4;
+constexpr size_t kTenantEntryBytes = kMeasuredEntryBytes + 2;  // + the tenant's bytes
 
 absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -41,30 +45,39 @@ absl::Status FromRocks(const rocksdb::Status& status, std::string_view what) {
 std::string EntryKey(const ChunkKey& key) { return kEntryPrefix + EncodeKey(key); }
 
 std::string EncodeEntry(const IndexEntry& entry) {
+  const bool tenant = !entry.tenant.empty();
   const bool encoded = entry.encoding.encoded();
   const bool measured = encoded && entry.encoding.relative_error >= 0;
-  std::string out(measured  ? kMeasuredEntryBytes
-                  : encoded ? kEncodedEntryBytes
-                            : kEntryBytes,
+  std::string out(tenant     ? kTenantEntryBytes + entry.tenant.size()
+                  : measured ? kMeasuredEntryBytes
+                  : encoded  ? kEncodedEntryBytes
+                             : kEntryBytes,
                   '\0');
   char* p = out.data();
-  *p++ = static_cast<char>(measured  ? kMeasuredEntryVersion
-                           : encoded ? kEncodedEntryVersion
-                                     : kEntryVersion);
+  *p++ = static_cast<char>(tenant     ? kTenantEntryVersion
+                           : measured ? kMeasuredEntryVersion
+                           : encoded  ? kEncodedEntryVersion
+                                      : kEntryVersion);
   for (uint64_t field : {entry.segment_id, entry.offset, entry.payload_bytes,
                          entry.payload_checksum, entry.layout_fingerprint}) {
     std::memcpy(p, &field, 8);
     p += 8;
   }
   std::memcpy(p, &entry.num_tokens, 4);
-  if (!encoded) return out;
+  if (!encoded && !tenant) return out;
   p += 4;
   std::memcpy(p, &entry.encoding.codec, 2);
   std::memcpy(p + 2, &entry.encoding.decoded_bytes, 8);
   std::memcpy(p + 10, &entry.encoding.decoded_checksum, 8);
-  if (!measured) return out;
-  std::memcpy(p + 18, &entry.encoding.relative_error, 4);
-  std::memcpy(p + 22, &entry.encoding.max_abs_error, 4);
+  if (!measured && !tenant) return out;
+  const float relative_error = measured ? entry.encoding.relative_error : -1.0f;
+  const float max_abs_error = measured ? entry.encoding.max_abs_error : -1.0f;
+  std::memcpy(p + 18, &relative_error, 4);
+  std::memcpy(p + 22, &max_abs_error, 4);
+  if (!tenant) return out;
+  const auto tenant_bytes = static_cast<uint16_t>(entry.tenant.size());
+  std::memcpy(p + 26, &tenant_bytes, 2);
+  std::memcpy(p + 28, entry.tenant.data(), entry.tenant.size());
   return out;
 }
 
@@ -73,7 +86,9 @@ bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
   const uint8_t version = static_cast<uint8_t>(bytes[0]);
   if (!(version == kEntryVersion && bytes.size() == kEntryBytes) &&
       !(version == kEncodedEntryVersion && bytes.size() == kEncodedEntryBytes) &&
-      !(version == kMeasuredEntryVersion && bytes.size() == kMeasuredEntryBytes)) {
+      !(version == kMeasuredEntryVersion && bytes.size() == kMeasuredEntryBytes) &&
+      !(version == kTenantEntryVersion && bytes.size() > kTenantEntryBytes &&
+        bytes.size() <= kTenantEntryBytes + kMaxRecordTenantBytes)) {
     return false;
   }
   const char* p = bytes.data() + 1;
@@ -84,19 +99,32 @@ bool DecodeEntry(std::string_view bytes, IndexEntry& entry) {
   }
   std::memcpy(&entry.num_tokens, p, 4);
   entry.encoding = {};
+  entry.tenant.clear();
   if (version == kEntryVersion) return true;
   p += 4;
   std::memcpy(&entry.encoding.codec, p, 2);
   std::memcpy(&entry.encoding.decoded_bytes, p + 2, 8);
   std::memcpy(&entry.encoding.decoded_checksum, p + 10, 8);
-  if (version == kMeasuredEntryVersion) {
-    std::memcpy(&entry.encoding.relative_error, p + 18, 4);
-    std::memcpy(&entry.encoding.max_abs_error, p + 22, 4);
-    if (!(entry.encoding.relative_error >= 0) || !(entry.encoding.max_abs_error >= 0)) {
-      return false;
-    }
+  if (version == kEncodedEntryVersion) return entry.encoding.encoded();
+  std::memcpy(&entry.encoding.relative_error, p + 18, 4);
+  std::memcpy(&entry.encoding.max_abs_error, p + 22, 4);
+  const bool measured = entry.encoding.relative_error >= 0 && entry.encoding.max_abs_error >= 0;
+  if (version == kMeasuredEntryVersion) return measured && entry.encoding.encoded();
+  // Version 4: errors both measured or both -1; a plain chunk's encoding fields all zero.
+  uint16_t tenant_bytes = 0;
+  std::memcpy(&tenant_bytes, p + 26, 2);
+  if (tenant_bytes == 0 || kTenantEntryBytes + tenant_bytes != bytes.size()) return false;
+  entry.tenant.assign(p + 28, tenant_bytes);
+  if (!measured && !(entry.encoding.relative_error == -1 && entry.encoding.max_abs_error == -1)) {
+    return false;
   }
-  return entry.encoding.encoded();
+  if (!entry.encoding.encoded()) {
+    const bool zero =
+        entry.encoding.decoded_bytes == 0 && entry.encoding.decoded_checksum == 0 && !measured;
+    entry.encoding = {};
+    return zero;
+  }
+  return true;
 }
 
 std::string EncodePosition(const LogPosition& position) {

@@ -42,6 +42,7 @@ struct IndexEntry {
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
   StoredEncoding encoding;  // the record header's
+  std::string tenant;       // the record header's: "" for none
 
   friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
 };

@@ -62,6 +62,46 @@ TEST(DiskIndexTest, EncodedEntriesAndKeptLayoutsSurviveReopen) {
   EXPECT_EQ(layouts->front(), layout);
 }
 
+TEST(DiskIndexTest, TenantsSurviveReopenWithEveryEncoding) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/index";
+  IndexEntry plain = EntryFor(1);
+  plain.tenant = "tenant-a";
+  IndexEntry encoded = EntryFor(2);
+  encoded.encoding = {.codec = 2, .decoded_bytes = 99999, .decoded_checksum = 0xFEEDu};
+  encoded.tenant = "b";
+  IndexEntry measured = EntryFor(3);
+  measured.encoding = {.codec = 1,
+                       .decoded_bytes = 4096,
+                       .decoded_checksum = 0xBEEFu,
+                       .relative_error = 0.25f,
+                       .max_abs_error = 0.0f};
+  measured.tenant = std::string(kMaxRecordTenantBytes, 'x');
+  {
+    auto index = DiskIndex::Open({.path = path});
+    ASSERT_TRUE(index.ok()) << index.status();
+    for (const IndexEntry* entry : {&plain, &encoded, &measured}) {
+      ASSERT_TRUE((*index)->Put(SyntheticKey(77, entry->num_tokens), *entry, {}).ok());
+    }
+    ASSERT_TRUE((*index)->Put(SyntheticKey(77, 4), EntryFor(4), {}).ok());
+  }
+  auto index = DiskIndex::Open({.path = path});
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::map<uint64_t, IndexEntry> seen;
+  absl::StatusOr<DiskIndex::ScanCounts> counts = (*index)->ForEach(
+      [&](const ChunkKey&, const IndexEntry& entry) { seen[entry.num_tokens] = entry; });
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->undecodable, 0u);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[1], plain);
+  EXPECT_FALSE(seen[1].encoding.encoded());
+  EXPECT_EQ(seen[2], encoded);
+  EXPECT_EQ(seen[2].encoding.relative_error, -1) << "not measured";
+  EXPECT_EQ(seen[3], measured);
+  EXPECT_EQ(seen[4], EntryFor(4));
+  EXPECT_EQ(seen[4].tenant, "");
+}
+
 TEST(DiskIndexTest, EntriesAndWatermarkSurviveReopen) {
   ScratchDir dir;
   const std::string path = dir.path() + "/index";

@@ -285,7 +285,8 @@ DiskChunkInfo DiskTier::InfoOf(const IndexEntry& entry) {
                        .payload_checksum = entry.payload_checksum,
                        .layout_fingerprint = entry.layout_fingerprint,
                        .num_tokens = entry.num_tokens,
-                       .encoding = entry.encoding};
+                       .encoding = entry.encoding,
+                       .tenant = entry.tenant};
 }
 
 IndexEntry DiskTier::EntryOf(const DiskPut& put, LogPosition position) {
@@ -295,7 +296,9 @@ IndexEntry DiskTier::EntryOf(const DiskPut& put, LogPosition position) {
                     .payload_checksum = put.payload_checksum,
                     .layout_fingerprint = put.layout_fingerprint,
                     .num_tokens = put.num_tokens,
-                    .encoding = put.encoding};
+                    .encoding = put.encoding,
+                    .tenant = put.tenant.size() <= kMaxRecordTenantBytes ? std::string(put.tenant)
+                                                                         : std::string()};
 }
 
 RecordHeader DiskTier::HeaderOf(const ChunkKey& key, const IndexEntry& entry) {
@@ -304,7 +307,8 @@ RecordHeader DiskTier::HeaderOf(const ChunkKey& key, const IndexEntry& entry) {
                       .payload_bytes = entry.payload_bytes,
                       .payload_checksum = entry.payload_checksum,
                       .num_tokens = entry.num_tokens,
-                      .encoding = entry.encoding};
+                      .encoding = entry.encoding,
+                      .tenant = entry.tenant};
 }
 
 bool DiskTier::MatchesLocked(const ChunkKey& key, const DiskChunkInfo& expected) const {

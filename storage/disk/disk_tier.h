@@ -70,6 +70,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,10 @@ struct DiskPut {
   // How the payload relates to the chunk (kept in the record and the index, reported by Lookup
   // and List; the tier itself never encodes or decodes).
   StoredEncoding encoding;
+  // The tenant that stored the chunk ("" for none), kept in the record and the index for
+  // List's tenant filter. One longer than kMaxRecordTenantBytes is not kept (the chunk is
+  // stored as no tenant's). The caller's memory, like the payload's.
+  std::string_view tenant;
 };
 
 // What Lookup reports about a chunk on disk.
@@ -136,6 +141,7 @@ struct DiskChunkInfo {
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
   StoredEncoding encoding;
+  std::string tenant;  // DiskPut::tenant as kept
 
   friend bool operator==(const DiskChunkInfo&, const DiskChunkInfo&) = default;
 };
@@ -148,6 +154,8 @@ struct DiskListOptions {
   // out or were removed meanwhile). At least 1.
   uint32_t limit = 100;
   uint64_t layout_fingerprint = 0;  // 0: every layout
+  // Only the chunks this tenant stored (DiskPut::tenant; "" is no tenant's); nullopt: every one.
+  std::optional<std::string> tenant;
 };
 
 struct DiskChunkPage {

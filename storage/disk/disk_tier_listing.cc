@@ -12,8 +12,9 @@ absl::StatusOr<DiskChunkPage> DiskTier::List(const DiskListOptions& options) con
   absl::StatusOr<bool> more = index_->ForEachAfter(
       options.after, options.limit, [&](const ChunkKey& key, const IndexEntry& entry) {
         last = key;
-        if (options.layout_fingerprint == 0 ||
-            entry.layout_fingerprint == options.layout_fingerprint) {
+        if ((options.layout_fingerprint == 0 ||
+             entry.layout_fingerprint == options.layout_fingerprint) &&
+            (!options.tenant.has_value() || entry.tenant == *options.tenant)) {
           keys.push_back(key);
         }
       });

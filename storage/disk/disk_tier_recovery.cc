@@ -163,7 +163,8 @@ absl::Status DiskTier::ReconcileSegment(Segment& segment, uint64_t from_offset, 
                                .payload_checksum = header->payload_checksum,
                                .layout_fingerprint = header->layout_fingerprint,
                                .num_tokens = header->num_tokens,
-                               .encoding = header->encoding};
+                               .encoding = header->encoding,
+                               .tenant = header->tenant};
         STRATA_RETURN_IF_ERROR(index_->Put(header->key, entry, {segment_id, offset}));
         chunks_[header->key] = Chunk{.entry = entry};
         ++stats_.recovered_records;

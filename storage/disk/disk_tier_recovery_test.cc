@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/scoped_fd.h"
 #include "storage/disk/disk_index.h"
@@ -15,6 +18,7 @@ namespace {
 
 using testing::DiskTierTest;
 using testing::KeyOf;
+using testing::PayloadOf;
 using testing::PutChunk;
 using testing::ReadChunk;
 
@@ -70,6 +74,87 @@ TEST_P(DiskTierRecoveryTest, DurableRecordMissingFromTheIndexIsReindexed) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ((*tier)->stats().recovered_records, 1u);
   for (uint64_t id = 0; id < 3; ++id) EXPECT_TRUE(ReadChunk(**tier, id, SizeOf(id)).ok()) << id;
+}
+
+// Puts chunk `id` (PayloadOf(id, SizeOf(id))) under `tenant`.
+absl::Status PutForTenant(DiskTier& tier, uint64_t id, std::string_view tenant) {
+  const std::vector<std::byte> payload = PayloadOf(id, SizeOf(id));
+  const std::span<const std::byte> parts[] = {payload};
+  const DiskPut put{.key = KeyOf(id),
+                    .layout_fingerprint = testing::kTestFingerprint,
+                    .payload = parts,
+                    .payload_checksum = ChecksumBytes(payload),
+                    .num_tokens = 16,
+                    .tenant = tenant};
+  return tier.PutBatch({&put, 1}).front();
+}
+
+// The ids of the chunks `tenant` stored, listed two index entries a page.
+std::vector<uint64_t> TenantIds(const DiskTier& tier, const std::string& tenant) {
+  std::vector<uint64_t> ids;
+  DiskListOptions options{.limit = 2, .tenant = tenant};
+  do {
+    absl::StatusOr<DiskChunkPage> page = tier.List(options);
+    if (!page.ok()) {
+      ADD_FAILURE() << page.status();
+      return ids;
+    }
+    for (const auto& [key, info] : page->chunks) {
+      EXPECT_EQ(info.tenant, tenant);
+      for (uint64_t id = 0; id < 100; ++id) {
+        if (KeyOf(id) == key) ids.push_back(id);
+      }
+    }
+    options.after = page->resume_after;
+  } while (options.after.has_value());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+TEST_P(DiskTierRecoveryTest, TenantsSurviveARestartReindexingAndCompaction) {
+  const std::string too_long(kMaxRecordTenantBytes + 1, 'z');
+  {
+    auto tier = OpenTier();
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    for (uint64_t id = 0; id < 8; ++id) {
+      ASSERT_TRUE(PutForTenant(**tier, id, id % 2 == 0 ? "alice" : "bob").ok()) << id;
+    }
+    ASSERT_TRUE(PutForTenant(**tier, 8, too_long).ok());  // stored, as no tenant's
+    ASSERT_TRUE(PutChunk(**tier, 9, SizeOf(9)).ok());
+    EXPECT_EQ(TenantIds(**tier, "alice"), (std::vector<uint64_t>{0, 2, 4, 6}));
+    EXPECT_EQ(TenantIds(**tier, "bob"), (std::vector<uint64_t>{1, 3, 5, 7}));
+    EXPECT_EQ(TenantIds(**tier, ""), (std::vector<uint64_t>{8, 9}));
+    EXPECT_EQ(TenantIds(**tier, "carol"), std::vector<uint64_t>{});
+    EXPECT_EQ((*tier)->Lookup(KeyOf(3))->tenant, "bob");
+    EXPECT_EQ((*tier)->Lookup(KeyOf(8))->tenant, "");
+  }
+  {
+    // Chunk 2's index entry is lost: re-indexed from its record's header, tenant included.
+    auto index = DiskIndex::Open({.path = options_.directory + "/index"});
+    ASSERT_TRUE(index.ok()) << index.status();
+    ASSERT_TRUE((*index)->Delete(KeyOf(2)).ok());
+    ASSERT_TRUE((*index)->SetWatermark({0, 0}).ok());
+  }
+  auto tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->stats().recovered_records, 1u);
+  EXPECT_EQ(TenantIds(**tier, "alice"), (std::vector<uint64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(TenantIds(**tier, "bob"), (std::vector<uint64_t>{1, 3, 5, 7}));
+
+  // Compaction copies the records forward with their tenants.
+  for (uint64_t id : {1, 3, 5}) ASSERT_TRUE((*tier)->Remove(KeyOf(id)).value());
+  for (uint64_t id = 10; id < 30; ++id) ASSERT_TRUE(PutChunk(**tier, id, SizeOf(id)).ok());
+  for (uint64_t id = 10; id < 30; ++id) ASSERT_TRUE((*tier)->Remove(KeyOf(id)).value());
+  absl::StatusOr<int> compacted = (*tier)->Compact(0.01);
+  ASSERT_TRUE(compacted.ok()) << compacted.status();
+  EXPECT_GT(*compacted, 0);
+  EXPECT_EQ(TenantIds(**tier, "alice"), (std::vector<uint64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(TenantIds(**tier, "bob"), (std::vector<uint64_t>{7}));
+  tier->reset();
+  tier = OpenTier();
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ(TenantIds(**tier, "alice"), (std::vector<uint64_t>{0, 2, 4, 6}));
+  for (uint64_t id : {0, 2, 4, 6, 7}) EXPECT_TRUE(ReadChunk(**tier, id, SizeOf(id)).ok()) << id;
 }
 
 TEST_P(DiskTierRecoveryTest, TornRecordIsDroppedAndNeverServed) {

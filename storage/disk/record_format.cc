@@ -15,6 +15,9 @@ constexpr size_t kHeaderChecksumOffset = kKeyOffset + kMaxKeyBytes;
 constexpr size_t kKeyFixedBytes = 1 + 1 + 8;
 constexpr size_t kEncodingOffset = kHeaderChecksumOffset + 8;  // version 2's fields
 constexpr size_t kEncodingChecksumOffset = kEncodingOffset + 16;
+constexpr size_t kTenantChecksumOffset = 248;
+constexpr size_t kTenantOffset = 256;  // its size u16, then its bytes
+static_assert(kTenantOffset + 2 + kMaxRecordTenantBytes <= kRecordHeaderBytes);
 
 template <typename T>
 void Store(std::span<std::byte> block, size_t offset, T value) {
@@ -76,6 +79,13 @@ void EncodeRecordHeader(const RecordHeader& header, std::span<std::byte> block) 
   Store<uint16_t>(block, 46, header.encoding.codec);
   std::memcpy(block.data() + kKeyOffset, key.data(), key.size());
   Store<uint64_t>(block, kHeaderChecksumOffset, ChecksumBytes(block.first(kHeaderChecksumOffset)));
+  STRATA_CHECK(header.tenant.size() <= kMaxRecordTenantBytes);
+  if (!header.tenant.empty()) {
+    Store<uint16_t>(block, kTenantOffset, static_cast<uint16_t>(header.tenant.size()));
+    std::memcpy(block.data() + kTenantOffset + 2, header.tenant.data(), header.tenant.size());
+    Store<uint64_t>(block, kTenantChecksumOffset,
+                    ChecksumBytes(block.subspan(kTenantOffset, 2 + header.tenant.size())));
+  }
   if (!encoded) return;
   Store<uint64_t>(block, kEncodingOffset, header.encoding.decoded_bytes);
   Store<uint64_t>(block, kEncodingOffset + 8, header.encoding.decoded_checksum);
@@ -105,6 +115,14 @@ absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block
   }
   const uint16_t key_bytes = Load<uint16_t>(block, 44);
   if (key_bytes > kMaxKeyBytes) return absl::DataLossError("record header: key size");
+  const uint16_t tenant_bytes = Load<uint16_t>(block, kTenantOffset);
+  if (tenant_bytes > kMaxRecordTenantBytes) {
+    return absl::DataLossError("record header: tenant size");
+  }
+  if (tenant_bytes != 0 && Load<uint64_t>(block, kTenantChecksumOffset) !=
+                               ChecksumBytes(block.subspan(kTenantOffset, 2 + tenant_bytes))) {
+    return absl::DataLossError("record header: tenant checksum mismatch");
+  }
   RecordHeader header;
   auto key = DecodeKey(
       {reinterpret_cast<const char*>(block.data()) + kKeyOffset, static_cast<size_t>(key_bytes)});
@@ -114,6 +132,8 @@ absl::StatusOr<RecordHeader> DecodeRecordHeader(std::span<const std::byte> block
   header.payload_checksum = Load<uint64_t>(block, 24);
   header.layout_fingerprint = Load<uint64_t>(block, 32);
   header.num_tokens = Load<uint32_t>(block, 40);
+  header.tenant.assign(reinterpret_cast<const char*>(block.data()) + kTenantOffset + 2,
+                       tenant_bytes);
   if (codec != 0) {
     header.encoding = {.codec = codec,
                        .decoded_bytes = Load<uint64_t>(block, kEncodingOffset),

@@ -11,9 +11,12 @@
 // frame), adds:
 //   120 decoded bytes u64         128 decoded xxh3-64 u64     136 xxh3-64 of bytes [120, 136) u64
 // A chunk stored as it is is written as version 1, so a daemon that knows only version 1 reads
-// it. A header whose magic, version, sizes, key or checksum is wrong is torn or corrupt
-// (kDataLoss).
-// Pure functions; thread-safe.
+// it. Either version may name the tenant that stored the chunk, in bytes no earlier reader looks
+// at (so the version does not change):
+//   248 xxh3-64 of bytes [256, 258 + n) u64   256 tenant bytes n u16   258 tenant (n bytes)
+// all zero for a chunk of no tenant (""), n <= kMaxRecordTenantBytes. A header whose magic,
+// version, sizes, key or checksum is wrong is torn or corrupt (kDataLoss). Pure functions;
+// thread-safe.
 #pragma once
 
 #include <bit>
@@ -33,6 +36,8 @@ inline constexpr uint64_t kRecordMagic = 0x314B534454525453ull;  // "STRTDSK1"
 inline constexpr uint32_t kRecordFormatVersion = 1;
 inline constexpr uint32_t kEncodedRecordFormatVersion = 2;
 inline constexpr uint64_t kRecordHeaderBytes = kIoAlignment;
+// The longest tenant name a record holds.
+inline constexpr size_t kMaxRecordTenantBytes = 1024;
 
 // How a stored payload relates to the chunk: the chunk itself (codec 0), or its encoded frame,
 // which decodes to decoded_bytes bytes whose xxh3-64 is decoded_checksum.
@@ -64,6 +69,7 @@ struct RecordHeader {
   uint64_t payload_checksum = 0;
   uint32_t num_tokens = 0;
   StoredEncoding encoding;
+  std::string tenant;  // "" for none; at most kMaxRecordTenantBytes
 };
 
 // Bytes a record with `payload_bytes` of payload occupies in its segment.
@@ -71,7 +77,8 @@ inline constexpr uint64_t RecordBytes(uint64_t payload_bytes) {
   return kRecordHeaderBytes + AlignUp(payload_bytes);
 }
 
-// Writes `header` into `block` (kRecordHeaderBytes long), zeroing the rest of it.
+// Writes `header` into `block` (kRecordHeaderBytes long), zeroing the rest of it. The tenant
+// must fit (checked).
 void EncodeRecordHeader(const RecordHeader& header, std::span<std::byte> block);
 
 // Parses a header block; kDataLoss when it is not a valid header of this format.

@@ -77,6 +77,56 @@ TEST(RecordFormatTest, AnEncodedRecordIsVersionTwoAndItsEncodingIsChecked) {
   EXPECT_FALSE(decoded->encoding.encoded());
 }
 
+TEST(RecordFormatTest, ATenantRidesInEitherVersionAndIsChecked) {
+  for (uint16_t codec : {uint16_t{0}, uint16_t{1}}) {
+    RecordHeader header{.key = SyntheticKey(0xABCDu, 9),
+                        .layout_fingerprint = 0xABCDu,
+                        .payload_bytes = 4000,
+                        .payload_checksum = 0x77u,
+                        .num_tokens = 16,
+                        .tenant = "tenant-a"};
+    if (codec != 0)
+      header.encoding = {.codec = codec, .decoded_bytes = 8000, .decoded_checksum = 3};
+    AlignedBuffer block(kRecordHeaderBytes);
+    EncodeRecordHeader(header, block.span());
+    uint32_t version = 0;
+    std::memcpy(&version, block.data() + 8, 4);
+    EXPECT_EQ(version, codec == 0 ? kRecordFormatVersion : kEncodedRecordFormatVersion);
+    auto decoded = DecodeRecordHeader(block.span());
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->tenant, "tenant-a");
+    EXPECT_EQ(decoded->encoding, header.encoding);
+
+    // The tenant's size, its bytes and its checksum are checked.
+    for (size_t offset : {248u, 256u, 258u, 265u}) {
+      AlignedBuffer copy(kRecordHeaderBytes);
+      std::memcpy(copy.data(), block.data(), kRecordHeaderBytes);
+      copy.data()[offset] ^= std::byte{0x01};
+      EXPECT_EQ(DecodeRecordHeader(copy.span()).status().code(), absl::StatusCode::kDataLoss)
+          << "codec " << codec << ", flipped byte " << offset;
+    }
+    // The longest tenant fits; a size past it is corrupt whatever the checksum says.
+    header.tenant.assign(kMaxRecordTenantBytes, 't');
+    EncodeRecordHeader(header, block.span());
+    decoded = DecodeRecordHeader(block.span());
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->tenant, header.tenant);
+    const uint16_t too_long = kMaxRecordTenantBytes + 1;
+    std::memcpy(block.data() + 256, &too_long, 2);
+    EXPECT_EQ(DecodeRecordHeader(block.span()).status().code(), absl::StatusCode::kDataLoss);
+
+    // No tenant: the area stays zero, as in a record written before tenants were recorded.
+    header.tenant.clear();
+    EncodeRecordHeader(header, block.span());
+    for (size_t offset = 248; offset < 258 + 16; ++offset) {
+      EXPECT_EQ(block.data()[offset], std::byte{0}) << offset;
+    }
+    decoded = DecodeRecordHeader(block.span());
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->tenant, "");
+  }
+}
+
 TEST(RecordFormatTest, KeysRoundTripAndMalformedKeysAreDataLoss) {
   const ChunkKey key = SyntheticKey(7, 1);
   auto decoded = DecodeKey(EncodeKey(key));

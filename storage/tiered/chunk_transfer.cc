@@ -43,16 +43,18 @@ struct PromotionSlot {
 };
 
 // Checks the chunk's size (`payload_bytes` of `num_tokens` tokens, found `where`) against
-// `layout` and reserves it in the host tier; without a layout (null), reserves the size found.
+// `layout` and reserves it in the host tier, under `tenant` (the tenant the tier below recorded;
+// nullopt: none); without a layout (null), reserves the size found.
 absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout* layout,
                                           const ChunkKey& key, uint64_t payload_bytes,
-                                          uint32_t num_tokens, std::string_view where) {
+                                          uint32_t num_tokens, std::string_view where,
+                                          std::optional<std::string_view> tenant) {
   if (layout != nullptr && (num_tokens == 0 || layout->chunk_bytes(num_tokens) != payload_bytes)) {
     return absl::InvalidArgumentError(
         fmt::format("promote {}: {} bytes {} for {} tokens of a layout of {} bytes each",
                     key.ToString(), payload_bytes, where, num_tokens, layout->bytes_per_token()));
   }
-  const ReserveOptions options{.num_tokens = num_tokens, .reused = true};
+  const ReserveOptions options{.num_tokens = num_tokens, .reused = true, .tenant_name = tenant};
   STRATA_ASSIGN_OR_RETURN(ReserveResult reserved,
                           layout != nullptr ? host.Reserve(*layout, key, options)
                                             : host.ReserveSized(key, payload_bytes, options));
@@ -72,8 +74,9 @@ absl::StatusOr<PromotionSlot> ReserveSlot(HostTier& host, const KvLayout* layout
 absl::StatusOr<PromoteOutcome> PromoteFromStaging(HostTier& host, const KvLayout* layout,
                                                   const ChunkKey& key,
                                                   const StagedPayload& payload) {
-  STRATA_ASSIGN_OR_RETURN(PromotionSlot slot, ReserveSlot(host, layout, key, payload.payload_bytes,
-                                                          payload.num_tokens, "staged for disk"));
+  STRATA_ASSIGN_OR_RETURN(PromotionSlot slot,
+                          ReserveSlot(host, layout, key, payload.payload_bytes, payload.num_tokens,
+                                      "staged for disk", payload.tenant));
   if (slot.settled.has_value()) return *slot.settled;
   slot.reservation.payload().CopyFrom(payload.payload());
   STRATA_RETURN_IF_ERROR(host.Commit(std::move(slot.reservation), payload.checksum));
@@ -102,8 +105,9 @@ std::vector<absl::StatusOr<PromoteOutcome>> PromoteRunChecked(LowerTier& below, 
     }
     const std::optional<LowerTier::ChunkInfo> info = below.Lookup(key);
     if (!info.has_value()) continue;
-    absl::StatusOr<PromotionSlot> slot =
-        ReserveSlot(host, layout, key, info->payload_bytes, info->num_tokens, "on disk");
+    absl::StatusOr<PromotionSlot> slot = ReserveSlot(
+        host, layout, key, info->payload_bytes, info->num_tokens, "on disk",
+        below.records_tenants() ? std::optional<std::string_view>(info->tenant) : std::nullopt);
     if (!slot.ok() || slot->settled.has_value()) {
       results[i] = slot.ok() ? absl::StatusOr<PromoteOutcome>(*slot->settled) : slot.status();
       continue;

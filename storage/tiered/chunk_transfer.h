@@ -53,7 +53,9 @@ absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& 
 // (kResourceExhausted, ...); the disk tier's Read errors (kDataLoss: the disk copy was dropped;
 // kAborted: it left the disk tier meanwhile). On any error the host reservation is aborted.
 // A chunk `staged` (nullable) holds for its disk write is promoted from its staging buffer
-// instead (a memcpy, no disk read), with the checksum the host tier gave it.
+// instead (a memcpy, no disk read), with the checksum the host tier gave it. The host tier
+// records the chunk under the tenant `below` recorded (LowerTier::records_tenants) or the
+// staging buffer names (its ReserveOptions::tenant_name), accounted under no tenant's quota.
 absl::StatusOr<PromoteOutcome> PromoteChunk(LowerTier& below, HostTier& host,
                                             const KvLayout& layout, const ChunkKey& key,
                                             const Demoter* staged = nullptr);

@@ -21,7 +21,8 @@ LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
   LowerTier::ChunkInfo chunk{.payload_bytes = info.payload_bytes,
                              .payload_checksum = info.payload_checksum,
                              .num_tokens = info.num_tokens,
-                             .stored_bytes = info.payload_bytes};
+                             .stored_bytes = info.payload_bytes,
+                             .tenant = info.tenant};
   if (info.encoding.encoded()) {
     chunk.payload_bytes = info.encoding.decoded_bytes;
     chunk.payload_checksum = info.encoding.decoded_checksum;
@@ -148,7 +149,8 @@ absl::StatusOr<LowerTier::ListPage> DiskLowerTier::List(const ListOptions& optio
   absl::StatusOr<DiskChunkPage> page =
       disk_->List({.after = options.after,
                    .limit = options.limit,
-                   .layout_fingerprint = options.layout_fingerprint});
+                   .layout_fingerprint = options.layout_fingerprint,
+                   .tenant = options.tenant});
   if (!page.ok()) return page.status();
   ListPage listed{.resume_after = page->resume_after};
   listed.chunks.reserve(page->chunks.size());
@@ -220,7 +222,8 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
               .layout_fingerprint = info->layout_fingerprint,
               .payload = plain,
               .payload_checksum = chunk_info.payload_checksum,
-              .num_tokens = info->num_tokens};
+              .num_tokens = info->num_tokens,
+              .tenant = info->tenant};
   std::optional<EncodedPut> encoded;
   if (encode) {
     const std::span<std::byte> check = decoded.span().first(chunk_info.payload_bytes);
@@ -267,7 +270,8 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
                      .layout_fingerprint = put.key.layout_fingerprint(),
                      .payload = put.payload,
                      .payload_checksum = put.payload_checksum,
-                     .num_tokens = put.num_tokens};
+                     .num_tokens = put.num_tokens,
+                     .tenant = put.tenant};
     const DiskEncoding& encoding = encoding_.For(put.tenant);
     const std::shared_ptr<const KvLayout> layout =
         encoding.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());

@@ -68,6 +68,7 @@ class DiskLowerTier final : public LowerTier {
   Tier tier() const override { return Tier::kDisk; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
   absl::StatusOr<ListPage> List(const ListOptions& options) const override;
+  bool records_tenants() const override { return true; }
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override;
   // Plain chunks are read straight into their destinations, in one batch; encoded ones through
   // staging, kEncodedReadWindow at a time, each window's chunks decoding on the decode threads

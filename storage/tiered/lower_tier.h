@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -59,6 +60,8 @@ class LowerTier {
     // The encoded form's error as measured when it was encoded (Recode, a codec's write);
     // nullopt when not measured.
     std::optional<KvError> error;
+    // The tenant that stored it (Put::tenant), in a tier that records_tenants(); "" otherwise.
+    std::string tenant;
   };
 
   // One chunk to store: its key (whose layout fingerprint it is filed under), its payload, the
@@ -69,7 +72,8 @@ class LowerTier {
     uint64_t payload_checksum = 0;
     uint32_t num_tokens = 0;
     // The tenant the host tier stored the chunk under ("" for none): a tier may store tenants'
-    // chunks differently (DiskEncodingOptions::tenants).
+    // chunks differently (DiskEncodingOptions::tenants), and one that records_tenants() keeps
+    // it for ChunkInfo::tenant and ListOptions::tenant.
     std::string_view tenant;
   };
 
@@ -80,6 +84,9 @@ class LowerTier {
     // Chunks examined: a page holds at most this many (fewer when some are filtered out). >= 1.
     uint32_t limit = 100;
     uint64_t layout_fingerprint = 0;  // 0: every layout
+    // Only the chunks this tenant stored ("" is no tenant's); nullopt: every one. Only for a
+    // tier that records_tenants().
+    std::optional<std::string> tenant;
   };
   struct ListedChunk {
     ChunkKey key;
@@ -129,8 +136,13 @@ class LowerTier {
   // One page of the chunks the tier holds, in an order of keys the tier fixes: paging from
   // nullopt until resume_after is nullopt visits every chunk held throughout once; chunks stored
   // or removed meanwhile may or may not appear. kFailedPrecondition for a tier that holds no list
-  // of its own (the remote tier: its chunks are its peers'); kInvalidArgument for a zero limit.
+  // of its own (the remote tier: its chunks are its peers') or, given a tenant, records none;
+  // kInvalidArgument for a zero limit.
   virtual absl::StatusOr<ListPage> List(const ListOptions& options) const = 0;
+
+  // Whether the tier keeps the tenant each chunk was put under (the disk tier does); false by
+  // default.
+  virtual bool records_tenants() const { return false; }
 
   // Stores each chunk; one status per put, in order (kResourceExhausted: no room).
   virtual std::vector<absl::Status> PutBatch(std::span<const Put> puts) = 0;

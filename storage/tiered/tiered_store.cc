@@ -25,6 +25,9 @@
 namespace strata::storage {
 namespace {
 
+// Chunks per page as TenantKeys walks a tier's listing.
+constexpr uint32_t kTenantPageSize = 10000;
+
 absl::Status NoLongerCached(const ChunkKey& key) {
   return absl::AbortedError(
       fmt::format("chunk {} is no longer cached; redo the lookup", key.ToString()));
@@ -551,7 +554,45 @@ absl::StatusOr<LowerTier::ListPage> TieredStore::ListBelowHost(
   if (below == nullptr) {
     return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(tier)));
   }
+  if (options.tenant.has_value() && !below->records_tenants()) {
+    return absl::FailedPreconditionError(
+        fmt::format("the {} tier does not record tenants", TierName(tier)));
+  }
   return below->List(options);
+}
+
+absl::StatusOr<std::vector<ChunkKey>> TieredStore::TenantKeys(const std::string& tenant,
+                                                              std::optional<Tier> tier) {
+  if (tier.has_value() && !has(*tier)) {
+    return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(*tier)));
+  }
+  std::vector<ChunkKey> keys;
+  absl::flat_hash_set<ChunkKey> seen;
+  if (!tier.has_value() || *tier == Tier::kHost) {
+    ListChunksOptions page_options{.limit = kTenantPageSize, .tenant = tenant};
+    do {
+      const ChunkPage page = host_->ListChunks(page_options);
+      for (const ChunkInfo& info : page.chunks) {
+        if (seen.insert(info.key).second) keys.push_back(info.key);
+      }
+      page_options.cursor = page.next_cursor;
+    } while (page_options.cursor != 0);
+  }
+  if (tier == Tier::kHost) return keys;
+  if (demoter_ != nullptr) demoter_->Flush();
+  for (const LowerTier* below : lower_) {
+    if (tier.has_value() ? *tier != below->tier() : !below->records_tenants()) continue;
+    LowerTier::ListOptions page_options{.limit = kTenantPageSize, .tenant = tenant};
+    do {
+      absl::StatusOr<LowerTier::ListPage> page = ListBelowHost(below->tier(), page_options);
+      if (!page.ok()) return page.status();
+      for (const LowerTier::ListedChunk& chunk : page->chunks) {
+        if (seen.insert(chunk.key).second) keys.push_back(chunk.key);
+      }
+      page_options.after = page->resume_after;
+    } while (page_options.after.has_value());
+  }
+  return keys;
 }
 
 absl::StatusOr<RemoveResult> TieredStore::Clear(const ClearSelection& selection,

@@ -262,10 +262,19 @@ class TieredStore {
   absl::StatusOr<RecodeTotals> Recode(std::span<const ChunkKey> keys, Tier tier,
                                       const LowerTier::Recoding& recoding);
   // One page of the chunks `tier` (a tier below the host tier; the host tier lists through
-  // host().ListChunks) holds: LowerTier::List. kFailedPrecondition for a tier the store lacks;
-  // kInvalidArgument for the host tier; the tier's errors. May block on the tier's index I/O.
+  // host().ListChunks) holds: LowerTier::List. kFailedPrecondition for a tier the store lacks,
+  // and for a tenant filter on a tier that records no tenants; kInvalidArgument for the host
+  // tier; the tier's errors. May block on the tier's index I/O.
   absl::StatusOr<LowerTier::ListPage> ListBelowHost(Tier tier,
                                                     const LowerTier::ListOptions& options) const;
+  // The keys of the chunks `tenant` stored ("" is the tenant of requests without a salt, and of
+  // disk records that name none) that `tier` holds, or with nullopt that any tier recording
+  // tenants holds (the host tier and each LowerTier::records_tenants() tier), each once.
+  // Demotions queued before the call are written first, so a chunk evicted just before is found
+  // where it went. kFailedPrecondition for a tier the store lacks or one that records no
+  // tenants; the tiers' listing errors. Blocks on I/O.
+  absl::StatusOr<std::vector<ChunkKey>> TenantKeys(const std::string& tenant,
+                                                   std::optional<Tier> tier);
   // Removes the selected chunks from `tier` (every tier when empty); demotions queued before the
   // call are written first, so a chunk evicted just before is cleared with the rest. Blocks on
   // disk I/O.

@@ -29,6 +29,7 @@ class DiskInPlaceOf final : public LowerTier {
   absl::StatusOr<ListPage> List(const ListOptions& options) const override {
     return below_.List(options);
   }
+  bool records_tenants() const override { return below_.records_tenants(); }
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override {
     return below_.PutBatch(puts);
   }
