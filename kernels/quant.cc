@@ -9,11 +9,11 @@
 
 #include "core/status_macros.h"
 #include "fmt/format.h"
+#include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/internal/validate.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -198,14 +198,7 @@ void DequantizeBaseline(const DequantizeArgs& a) { DequantizeAny<false>(a); }
 [[gnu::target("avx2,f16c")]] void DequantizeAvx2(const DequantizeArgs& a) {
   DequantizeAny<true>(a);
 }
-// F16C is CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not name it).
-bool HasF16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-}
-DequantizeFn Avx2OrNull() {
-  return __builtin_cpu_supports("avx2") && HasF16c() ? DequantizeAvx2 : nullptr;
-}
+DequantizeFn Avx2OrNull() { return HasAvx2F16c() ? DequantizeAvx2 : nullptr; }
 #else
 DequantizeFn Avx2OrNull() { return nullptr; }
 #endif

@@ -1,12 +1,17 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
 #include "storage/codec/codec.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
@@ -117,6 +122,71 @@ RoundTripErrors CheckBound(std::string_view codec, const KvLayout& layout, uint3
 }
 
 // ---- Registry and parameters.
+
+// Two payloads of `n` random elements of `dtype` that lie close to each other, with an infinity,
+// NaNs (in either payload), zeros of both signs and (fp16) subnormals among them when `specials`.
+std::pair<std::vector<std::byte>, std::vector<std::byte>> NearbyPayloads(KvDtype dtype, uint64_t n,
+                                                                         bool specials,
+                                                                         uint32_t seed) {
+  const uint32_t size = DtypeSizeBytes(dtype);
+  std::vector<std::byte> x(n * size), y(n * size);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> value(0.0f, 3.0f), noise(0.0f, 0.05f);
+  const auto put = [&](std::vector<std::byte>& payload, uint64_t i, float v) {
+    kernels::DispatchFloatDtype(dtype, [&](auto tag) {
+      const auto element = kernels::FromFloat<decltype(tag)>(v);
+      std::memcpy(payload.data() + i * size, &element, size);
+    });
+  };
+  const float kSpecials[] = {std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::infinity(), -0.0f, 0.0f, 3e-7f};
+  for (uint64_t i = 0; i < n; ++i) {
+    const float v = value(rng);
+    put(x, i, v);
+    put(y, i, v + noise(rng));
+    if (specials && i % 97 == 13) put(i % 2 == 0 ? x : y, i, kSpecials[(i / 97) % 5]);
+  }
+  return {std::move(x), std::move(y)};
+}
+
+TEST(CompareKvTest, MeasuresTheErrorsAndEveryCpuPathAgreesBitForBit) {
+  // x = 1..5 and y = x but 6 in place of 5: ||x - y|| / ||x|| = 1 / sqrt(55), max |x - y| = 1.
+  const float xs[] = {1, 2, 3, 4, 5}, ys[] = {1, 2, 3, 4, 6};
+  const KvError simple =
+      CompareKv(KvDtype::kFloat32, std::as_bytes(std::span(xs)), std::as_bytes(std::span(ys)));
+  EXPECT_DOUBLE_EQ(simple.relative_frobenius, 1 / std::sqrt(55.0));
+  EXPECT_EQ(simple.max_abs, 1.0);
+  // A NaN difference makes the relative error NaN and leaves the largest difference to the rest.
+  const float with_nan[] = {1, 2, std::numeric_limits<float>::quiet_NaN(), 4, 6};
+  const KvError nan = CompareKv(KvDtype::kFloat32, std::as_bytes(std::span(xs)),
+                                std::as_bytes(std::span(with_nan)));
+  EXPECT_TRUE(std::isnan(nan.relative_frobenius));
+  EXPECT_EQ(nan.max_abs, 1.0);
+
+  const auto same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) ||
+           std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+  };
+  for (const KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
+    for (const uint64_t n : {0u, 1u, 3u, 4u, 5u, 7u, 8u, 1000u, 4099u}) {
+      for (const bool specials : {false, true}) {
+        const auto [x, y] = NearbyPayloads(dtype, n, specials, static_cast<uint32_t>(n) + 7);
+        const KvError fast = CompareKv(dtype, x, y);
+        const KvError baseline = internal::CompareKvBaseline(dtype, x, y);
+        EXPECT_TRUE(same(fast.relative_frobenius, baseline.relative_frobenius))
+            << DtypeName(dtype) << " n " << n << " specials " << specials << ": "
+            << fast.relative_frobenius << " vs " << baseline.relative_frobenius;
+        EXPECT_TRUE(same(fast.max_abs, baseline.max_abs))
+            << DtypeName(dtype) << " n " << n << " specials " << specials << ": " << fast.max_abs
+            << " vs " << baseline.max_abs;
+        if (!specials && n > 0) {
+          EXPECT_GT(fast.relative_frobenius, 0.0);
+          EXPECT_LT(fast.relative_frobenius, 0.1);
+        }
+      }
+    }
+  }
+}
 
 TEST(CodecRegistryTest, FindsEveryCodecByNameAndId) {
   std::vector<std::string> names;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -418,6 +421,45 @@ TEST_F(TieredStoreTest, ClearAndFlushSpanTheTiers) {
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(removed->chunks, 4u + 4u);
   EXPECT_TRUE(store_->LocatePrefix(Keys(0, 6)).empty());
+}
+
+TEST_F(TieredStoreTest, TenantKeysFindATenantsChunksWhereverTheyWentAndPromotionsKeepThem) {
+  Open(/*with_disk=*/true, /*demotion_queue_bytes=*/1 << 20);
+  store_->HoldDemotionsForTesting(true);
+  for (uint64_t id = 0; id < 5; ++id) {  // 0 is evicted, staged for its disk write
+    absl::StatusOr<ReserveResult> reserved = store_->host().Reserve(
+        layout_, Key(id), {.num_tokens = 16, .tenant_name = id % 2 == 0 ? "a" : "b"});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    reserved->reservation.payload().CopyFrom(testing::Pattern(id, kChunkBytes));
+    ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
+  }
+  ASSERT_EQ(store_->Stats().lower[0].chunks, 0u) << "not written yet";
+  const auto keys_of = [&](const std::string& tenant, std::optional<Tier> tier) {
+    absl::StatusOr<std::vector<ChunkKey>> keys = store_->TenantKeys(tenant, tier);
+    EXPECT_TRUE(keys.ok()) << keys.status();
+    std::set<ChunkKey> set;
+    if (keys.ok()) set.insert(keys->begin(), keys->end());
+    EXPECT_EQ(set.size(), keys.ok() ? keys->size() : 0) << "each key once";
+    return set;
+  };
+  // Every tier: the staged chunk is written first, and found on disk under its tenant.
+  EXPECT_EQ(keys_of("a", std::nullopt), (std::set<ChunkKey>{Key(0), Key(2), Key(4)}));
+  EXPECT_EQ(store_->Stats().lower[0].chunks, 1u);
+  EXPECT_EQ(keys_of("a", Tier::kHost), (std::set<ChunkKey>{Key(2), Key(4)}));
+  EXPECT_EQ(keys_of("a", Tier::kDisk), (std::set<ChunkKey>{Key(0)}));
+  EXPECT_EQ(keys_of("b", std::nullopt), (std::set<ChunkKey>{Key(1), Key(3)}));
+  EXPECT_TRUE(keys_of("b", Tier::kDisk).empty());
+  EXPECT_TRUE(keys_of("", std::nullopt).empty());
+  EXPECT_EQ(store_->TenantKeys("a", Tier::kRemote).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // Promoted back, the chunk is the tenant's in the host tier again.
+  absl::StatusOr<MoveResult> moved = store_->Move(Keys(0, 1), Tier::kHost, &layout_);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->moved_chunks, 1u);
+  EXPECT_EQ(store_->host().TenantOf(Key(0)), "a");
+  EXPECT_EQ(keys_of("a", Tier::kHost).count(Key(0)), 1u);
+  store_->HoldDemotionsForTesting(false);
 }
 
 TEST_F(TieredStoreTest, RegisteredTiersJoinBelowTheDiskTierInOrder) {

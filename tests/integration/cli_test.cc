@@ -283,6 +283,17 @@ TEST_F(CliDiskTest, CompressLsAndDecompressGolden) {
                                       "compressed; 0 not in the tier\n"));
   CliResult again = Cli({"decompress", "--key", keys_[0].ToString()});
   EXPECT_EQ(again.out, "decompressed 0 chunks (0 B -> 0 B); 1 not compressed; 0 not in the tier\n");
+
+  // Every disk chunk of a tenant: this engine's requests carry no tenant salt ("").
+  CliResult by_tenant = Cli({"decompress", "--tenant", ""});
+  EXPECT_EQ(by_tenant.code, 0) << by_tenant.err;
+  EXPECT_THAT(by_tenant.out, ::testing::MatchesRegex("decompressed 1 chunks \\([0-9.]+ KiB -> "
+                                                     "64.0 KiB\\); 1 not compressed; 0 not in the "
+                                                     "tier\n"));
+  CliResult nobody = Cli({"compress", "--codec", "int8", "--tenant", "nobody"});
+  EXPECT_EQ(nobody.code, 0) << nobody.err;
+  EXPECT_EQ(nobody.out,
+            "compressed 0 chunks (0 B -> 0 B); 0 compressed already; 0 not in the tier\n");
 }
 
 }  // namespace
