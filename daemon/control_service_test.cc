@@ -1319,7 +1319,6 @@ TEST_F(ControlServiceDiskTest, TheDiskRecordsTenantsForListingsClearsAndCompress
   EXPECT_TRUE(disk_keys("carol").empty());
 
   // Compress and Decompress by tenant: alice's chunks on disk, bob's stay as they are.
-  store_->NoteLayout(TestLayout());  // what an engine's handshake tells the disk
   v1::CompressRequest compress;
   compress.set_codec("int8");
   v1::CompressResponse compressed;
@@ -1333,6 +1332,9 @@ TEST_F(ControlServiceDiskTest, TheDiskRecordsTenantsForListingsClearsAndCompress
       << "both";
   compress.clear_selector();
   ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_EQ(compressed.unknown_layout_chunks(), 2u) << "no engine told the disk their layout";
+  *compress.mutable_selector()->mutable_layout() = ToProto(TestLayout());  // a layout alone
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
   EXPECT_EQ(compressed.compressed_chunks(), 2u);
   const absl::StatusOr<storage::LowerTier::ListPage> on_disk =
       store_->ListBelowHost(storage::Tier::kDisk, {});
@@ -1344,6 +1346,7 @@ TEST_F(ControlServiceDiskTest, TheDiskRecordsTenantsForListingsClearsAndCompress
   }
   v1::DecompressRequest decompress;
   decompress.set_tenant("alice");
+  *decompress.mutable_selector()->mutable_layout() = ToProto(TestLayout());
   v1::DecompressResponse decompressed;
   ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
   EXPECT_EQ(decompressed.decompressed_chunks(), 2u);

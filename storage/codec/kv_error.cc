@@ -119,10 +119,7 @@ KvError Total(const LaneSums& sums) {
 
 float ElementAt(KvDtype dtype, std::span<const std::byte> payload, uint64_t i) {
   return kernels::DispatchFloatDtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T value;
-    std::memcpy(&value, payload.data() + i * sizeof(T), sizeof(T));
-    return kernels::ToFloat(value);
+    return static_cast<float>(Element<decltype(tag)>(payload.data(), i));  // exact both ways
   });
 }
 
