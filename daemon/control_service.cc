@@ -48,6 +48,11 @@ absl::Status CheckTier(v1::Tier tier, Unspecified unspecified, const storage::Ti
   return absl::OkStatus();
 }
 
+// Whether `selector` names chunks (tokens or keys), not at most a layout.
+bool NamesChunks(const v1::ChunkSelector& selector) {
+  return selector.tokens_size() > 0 || selector.keys_size() > 0;
+}
+
 // A tier below the host tier named for what only the host tier records (pins, tenants).
 bool NamesLowerTier(v1::Tier tier) { return tier != v1::TIER_UNSPECIFIED && tier != v1::TIER_HOST; }
 
@@ -267,8 +272,7 @@ grpc::ServerUnaryReactor* ControlService::Clear(grpc::CallbackServerContext* con
 }
 
 absl::Status ControlService::DoClear(const v1::ClearRequest& request, v1::ClearResponse& response) {
-  const bool by_selector = request.has_selector() && (request.selector().tokens_size() > 0 ||
-                                                      request.selector().keys_size() > 0);
+  const bool by_selector = NamesChunks(request.selector());
   const int forms =
       int{by_selector} + int{request.has_layout()} + int{request.all()} + int{request.has_tenant()};
   if (forms != 1) {
@@ -363,8 +367,7 @@ absl::Status ControlService::DoDecompress(const v1::DecompressRequest& request,
 absl::StatusOr<storage::RecodeTotals> ControlService::Recode(
     const v1::ChunkSelector& selector, const std::string* tenant, v1::Tier tier,
     storage::LowerTier::Recoding recoding) {
-  const bool by_selector = selector.tokens_size() > 0 || selector.keys_size() > 0;
-  if (by_selector == (tenant != nullptr)) {
+  if (NamesChunks(selector) == (tenant != nullptr)) {
     return absl::InvalidArgumentError(
         "Compress and Decompress need exactly one of: a selector (tokens with a layout, or "
         "keys), a tenant");

@@ -338,6 +338,11 @@ std::optional<DiskChunkInfo> DiskTier::Lookup(const ChunkKey& key) const {
   return InfoOf(it->second.entry);
 }
 
+bool DiskTier::Contains(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return chunks_.contains(key);
+}
+
 absl::Status DiskTier::Read(const ChunkKey& key, std::span<std::byte> destination) {
   const std::span<std::byte> parts[] = {destination};
   return Read(key, parts);

@@ -226,7 +226,8 @@ class DiskTier {
 
   // The chunk's description, or nullopt when it is not on disk (a miss is not an error).
   std::optional<DiskChunkInfo> Lookup(const ChunkKey& key) const;
-  bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+  // Whether the chunk is on disk, without describing it (engines' lookups ask this per key).
+  bool Contains(const ChunkKey& key) const;
 
   // Keeps `layout` with the index (DiskIndex::PutLayout) unless it is kept already, so that the
   // chunks encoded for it can be decoded after a restart: call it before storing the first.

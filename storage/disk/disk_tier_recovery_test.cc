@@ -22,7 +22,18 @@ using testing::PayloadOf;
 using testing::PutChunk;
 using testing::ReadChunk;
 
-using DiskTierRecoveryTest = DiskTierTest;
+class DiskTierRecoveryTest : public DiskTierTest {
+ protected:
+  // Leaves the state a Put of chunk `id` killed between fdatasync and the index write leaves (with
+  // the tier closed): the record is in its segment, the index neither names it nor has a
+  // watermark past it.
+  void ForgetIndexEntry(uint64_t id) {
+    auto index = DiskIndex::Open({.path = options_.directory + "/index"});
+    ASSERT_TRUE(index.ok()) << index.status();
+    ASSERT_TRUE((*index)->Delete(KeyOf(id)).ok());
+    ASSERT_TRUE((*index)->SetWatermark({0, 0}).ok());
+  }
+};
 
 uint64_t SizeOf(uint64_t id) { return 1000 + (id * 7919) % 150000; }
 
@@ -62,14 +73,7 @@ TEST_P(DiskTierRecoveryTest, DurableRecordMissingFromTheIndexIsReindexed) {
     ASSERT_TRUE(tier.ok()) << tier.status();
     for (uint64_t id = 0; id < 3; ++id) ASSERT_TRUE(PutChunk(**tier, id, SizeOf(id)).ok());
   }
-  {
-    // The state a Put killed between fdatasync and the index write leaves: the record is in the
-    // segment, the index neither names it nor has a watermark past it.
-    auto index = DiskIndex::Open({.path = options_.directory + "/index"});
-    ASSERT_TRUE(index.ok()) << index.status();
-    ASSERT_TRUE((*index)->Delete(KeyOf(1)).ok());
-    ASSERT_TRUE((*index)->SetWatermark({0, 0}).ok());
-  }
+  ForgetIndexEntry(1);
   auto tier = OpenTier();
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ((*tier)->stats().recovered_records, 1u);
@@ -128,13 +132,7 @@ TEST_P(DiskTierRecoveryTest, TenantsSurviveARestartReindexingAndCompaction) {
     EXPECT_EQ((*tier)->Lookup(KeyOf(3))->tenant, "bob");
     EXPECT_EQ((*tier)->Lookup(KeyOf(8))->tenant, "");
   }
-  {
-    // Chunk 2's index entry is lost: re-indexed from its record's header, tenant included.
-    auto index = DiskIndex::Open({.path = options_.directory + "/index"});
-    ASSERT_TRUE(index.ok()) << index.status();
-    ASSERT_TRUE((*index)->Delete(KeyOf(2)).ok());
-    ASSERT_TRUE((*index)->SetWatermark({0, 0}).ok());
-  }
+  ForgetIndexEntry(2);  // re-indexed from its record's header, tenant included
   auto tier = OpenTier();
   ASSERT_TRUE(tier.ok()) << tier.status();
   EXPECT_EQ((*tier)->stats().recovered_records, 1u);

@@ -67,6 +67,7 @@ class DiskLowerTier final : public LowerTier {
 
   Tier tier() const override { return Tier::kDisk; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override;
+  bool Contains(const ChunkKey& key) const override { return disk_->Contains(key); }
   absl::StatusOr<ListPage> List(const ListOptions& options) const override;
   bool records_tenants() const override { return true; }
   std::vector<absl::Status> PutBatch(std::span<const Put> puts) override;

@@ -131,7 +131,9 @@ class LowerTier {
 
   // The chunk when the tier holds it; in memory only.
   virtual std::optional<ChunkInfo> Lookup(const ChunkKey& key) const = 0;
-  bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
+  // Whether the tier holds the chunk; in memory only. The engines' lookups ask it per key, so a
+  // tier may answer it without building the chunk's description (the default does).
+  virtual bool Contains(const ChunkKey& key) const { return Lookup(key).has_value(); }
 
   // One page of the chunks the tier holds, in an order of keys the tier fixes: paging from
   // nullopt until resume_after is nullopt visits every chunk held throughout once; chunks stored

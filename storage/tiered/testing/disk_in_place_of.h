@@ -26,6 +26,7 @@ class DiskInPlaceOf final : public LowerTier {
 
   Tier tier() const override { return as_; }
   std::optional<ChunkInfo> Lookup(const ChunkKey& key) const override { return below_.Lookup(key); }
+  bool Contains(const ChunkKey& key) const override { return below_.Contains(key); }
   absl::StatusOr<ListPage> List(const ListOptions& options) const override {
     return below_.List(options);
   }
