@@ -25,4 +25,14 @@ bool HasAvx2F16c() {
   return has;
 }
 
+bool HasAvx512f() {
+#if defined(__x86_64__)
+  // libgcc's probe also checks XCR0, that the kernel saves the AVX-512 state.
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace strata::kernels

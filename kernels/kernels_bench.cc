@@ -4,6 +4,7 @@
 #include <chrono>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -267,6 +268,46 @@ BENCHMARK(BM_Quantize)
     ->Args({8, 1})
     ->Args({4, 0})
     ->Args({4, 1})
+    ->Unit(benchmark::kMicrosecond);
+
+// ---- Dequantization alone, of a 256-token x 1024-channel block into a buffer that stays in cache
+// (the kernel's own rate; codec_bench times whole decodes), on each CPU path, so that the SIMD
+// paths read as ratios to the baseline of the same run. Args: out dtype (0 bf16, 1 fp16), scheme
+// (0 int8 symmetric per token and head of 128, 1 kivi4 keys per channel, 2 kivi4 values per token;
+// groups of 32), path (1 baseline, 2 AVX2, 3 AVX-512).
+void BM_Dequantize(benchmark::State& state) {
+  const int64_t rows = 256, cols = 1024;
+  const KvDtype dtype = state.range(0) == 0 ? KvDtype::kBfloat16 : KvDtype::kFloat16;
+  const QuantParams p =
+      state.range(1) == 0
+          ? QuantParams{QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, 128}
+          : QuantParams{QuantScheme::kAsymmetric,
+                        state.range(1) == 1 ? QuantAxis::kPerChannel : QuantAxis::kPerToken, 4, 32};
+  const auto path = static_cast<internal::DequantizePath>(state.range(2));
+  if (!internal::DequantizePathAvailable(path)) {
+    state.SkipWithError("this CPU has no such path");
+    return;
+  }
+  std::mt19937_64 rng(4);
+  HostTensor x(dtype, rows * cols), back(dtype, rows * cols);
+  x.FillNormal(rng);
+  const QuantizedSizes sizes = *QuantizedSizesFor(p, rows, cols);
+  std::vector<uint32_t> codes(static_cast<size_t>(sizes.code_words));
+  std::vector<float> scales(static_cast<size_t>(sizes.num_groups)), zeros(scales.size());
+  STRATA_CHECK(
+      Quantize(p, ConstMatrixView::Dense(x.data(), dtype, rows, cols), codes, scales, zeros).ok());
+  for (auto _ : state) {
+    STRATA_CHECK(internal::DequantizeOnPath(path, p, codes, scales, zeros,
+                                            MatrixView::Dense(back.data(), dtype, rows, cols))
+                     .ok());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * back.size_bytes());
+  constexpr const char* kPathNames[] = {"", "baseline", "avx2", "avx512"};
+  state.SetLabel(std::string(DtypeName(dtype)) + " output, " + kPathNames[state.range(2)]);
+}
+BENCHMARK(BM_Dequantize)
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {1, 2, 3}})
     ->Unit(benchmark::kMicrosecond);
 
 // ---- Page summaries + scores + top-K: 512 pages of 16 tokens, 8 KV heads x 128, 32 query heads.

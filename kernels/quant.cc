@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
+#include "kernels/internal/dequantize_rows_x86.h"
 #include "kernels/internal/validate.h"
 
 #if defined(__x86_64__)
@@ -20,6 +21,7 @@
 namespace strata::kernels {
 namespace {
 
+using internal::DequantizePath;
 using internal::Invalid;
 
 constexpr float kFp16Max = 65504.0f;
@@ -60,19 +62,6 @@ struct DequantizeArgs {
 };
 
 #if defined(__x86_64__)
-// fp32 to fp16 with F16C, eight at a time: vcvtps2ph rounds to nearest even, makes overflow
-// infinity, keeps subnormals and quiets a NaN keeping its top payload bits, as FloatToFp16Bits
-// does (quant_test compares the paths bit for bit, specials included).
-[[gnu::target("avx2,f16c")]] void FloatsToFp16F16c(const float* in, Fp16* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i half =
-        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), half);
-  }
-  for (; i < n; ++i) out[i] = FromFloat<Fp16>(in[i]);
-}
-
 // fp16 to fp32 with F16C, eight at a time: exact, as ToFloat is (a NaN's payload may differ,
 // which Quantize never reads: NaNs take no part in a group's range and get code 0).
 [[gnu::target("avx2,f16c")]] void Fp16ToFloatsF16c(const Fp16* in, float* out, int64_t n) {
@@ -84,21 +73,16 @@ struct DequantizeArgs {
   for (; i < n; ++i) out[i] = ToFloat(in[i]);
 }
 
-// fp32 to bf16 over a contiguous run, which the compiler vectorizes with AVX2 better than the
-// conversion inside Dequantize's group loops.
-[[gnu::target("avx2")]] void FloatsToBf16Avx2(const float* in, Bf16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FromFloat<Bf16>(in[i]);
-}
 #endif
 
 // Dequantize's loops, written so that the compiler vectorizes them: per row, the packed codes are
 // spread to one byte per element (code c of a row sits in byte c * kBits / 8 of the little-endian
 // words, LSB first), then each element is x^ of its code over contiguous spans of the row, its
 // scale and zero constant along a group (kPerToken) or read from the group row (kPerChannel).
-// Always inlined, so that each CPU path below compiles them for its own instruction set. With
-// kAvx2 (x86-64 only), 16-bit rows are computed in fp32 and converted in one run per row
-// (FloatsToFp16F16c, FloatsToBf16Avx2): 1.1-2.7x faster decodes than converting in the loops.
-template <class T, int kBits, bool kAsymmetric, bool kAvx2>
+// Always inlined, so that each CPU path below compiles them for its own instruction set. On the
+// SIMD paths (x86-64 only), codes spread and 16-bit rows are written by the row kernels of
+// internal/dequantize_rows_x86.h, sixteen elements at a time.
+template <class T, int kBits, bool kAsymmetric, DequantizePath kPath>
 [[gnu::always_inline]] inline void DequantizeRows(const DequantizeArgs& a) {
   static_assert(std::endian::native == std::endian::little, "codes are read as bytes");
   constexpr int kPerByte = 8 / kBits;
@@ -107,15 +91,19 @@ template <class T, int kBits, bool kAsymmetric, bool kAvx2>
   const int64_t group_size = a.params.group_size;
   const auto* packed = reinterpret_cast<const uint8_t*>(a.codes.data());
   std::vector<uint8_t> spread(kBits == 8 ? 0 : static_cast<size_t>(cols));
-  constexpr bool kViaFloats = kAvx2 && !std::is_same_v<T, float>;
-  using Out = std::conditional_t<kViaFloats, float, T>;
-  std::vector<float> floats(kViaFloats ? static_cast<size_t>(cols) : 0);
   for (int64_t r = 0; r < a.out.rows; ++r) {
     const uint8_t* row_packed = packed + r * cols / kPerByte;
     const uint8_t* q = row_packed;
     if constexpr (kBits != 8) {
       uint8_t* s = spread.data();
-      for (int64_t j = 0; j < cols / kPerByte; ++j) {
+      int64_t j = 0;
+#if defined(__x86_64__)
+      if constexpr (kPath != DequantizePath::kBaseline) {
+        j = kBits == 4 ? internal::SpreadCodes4Avx2(row_packed, cols / kPerByte, s)
+                       : internal::SpreadCodes2Avx2(row_packed, cols / kPerByte, s);
+      }
+#endif
+      for (; j < cols / kPerByte; ++j) {
         const unsigned byte = row_packed[j];
         for (int k = 0; k < kPerByte; ++k) {
           s[j * kPerByte + k] = static_cast<uint8_t>((byte >> (k * kBits)) & kMask);
@@ -123,89 +111,111 @@ template <class T, int kBits, bool kAsymmetric, bool kAvx2>
       }
       q = s;
     }
-    T* row_out = static_cast<T*>(a.out.data) + r * a.out.row_stride;
-    Out* o = nullptr;
-    if constexpr (kViaFloats) {
-      o = floats.data();
-    } else {
-      o = row_out;
+    T* o = static_cast<T*>(a.out.data) + r * a.out.row_stride;
+    const bool per_token = a.params.axis == QuantAxis::kPerToken;
+    const int64_t groups = cols / group_size;
+    const float* s =
+        per_token ? a.scales.data() + r * groups : a.scales.data() + (r / group_size) * cols;
+    const float* z = !kAsymmetric ? nullptr
+                     : per_token  ? a.zeros.data() + r * groups
+                                  : a.zeros.data() + (r / group_size) * cols;
+#if defined(__x86_64__)
+    if constexpr (kPath != DequantizePath::kBaseline && !std::is_same_v<T, float>) {
+      const internal::DequantizeRowArgs row{q, s, z, cols, group_size, a.params.axis, kAsymmetric};
+      if constexpr (kPath == DequantizePath::kAvx512) {
+        internal::DequantizeRowAvx512(row, o);
+      } else {
+        internal::DequantizeRowAvx2(row, o);
+      }
+      continue;
     }
-    if (a.params.axis == QuantAxis::kPerToken) {
-      const int64_t groups = cols / group_size;
-      const float* s = a.scales.data() + r * groups;
-      const float* z = kAsymmetric ? a.zeros.data() + r * groups : nullptr;
+#endif
+    if (per_token) {
       for (int64_t g = 0; g < groups; ++g) {
         const float scale = s[g], zero = kAsymmetric ? z[g] : 0.0f;
         const uint8_t* gq = q + g * group_size;
-        Out* go = o + g * group_size;
+        T* go = o + g * group_size;
         for (int64_t k = 0; k < group_size; ++k) {
-          go[k] = FromFloat<Out>(DequantValue<kAsymmetric>(gq[k], scale, zero));
+          go[k] = FromFloat<T>(DequantValue<kAsymmetric>(gq[k], scale, zero));
         }
       }
     } else {
-      const float* s = a.scales.data() + (r / group_size) * cols;
-      const float* z = kAsymmetric ? a.zeros.data() + (r / group_size) * cols : nullptr;
       for (int64_t c = 0; c < cols; ++c) {
-        o[c] = FromFloat<Out>(DequantValue<kAsymmetric>(q[c], s[c], kAsymmetric ? z[c] : 0.0f));
+        o[c] = FromFloat<T>(DequantValue<kAsymmetric>(q[c], s[c], kAsymmetric ? z[c] : 0.0f));
       }
     }
-#if defined(__x86_64__)
-    if constexpr (kViaFloats && std::is_same_v<T, Fp16>) {
-      FloatsToFp16F16c(floats.data(), row_out, cols);
-    } else if constexpr (kViaFloats) {
-      FloatsToBf16Avx2(floats.data(), row_out, cols);
-    }
-#endif
   }
 }
 
-template <class T, bool kAvx2>
+template <class T, DequantizePath kPath>
 [[gnu::always_inline]] inline void DequantizeAs(const DequantizeArgs& a) {
   if (a.params.scheme == QuantScheme::kSymmetric) {
-    DequantizeRows<T, 8, false, kAvx2>(a);
+    DequantizeRows<T, 8, false, kPath>(a);
   } else if (a.params.bits == 8) {
-    DequantizeRows<T, 8, true, kAvx2>(a);
+    DequantizeRows<T, 8, true, kPath>(a);
   } else if (a.params.bits == 4) {
-    DequantizeRows<T, 4, true, kAvx2>(a);
+    DequantizeRows<T, 4, true, kPath>(a);
   } else {
-    DequantizeRows<T, 2, true, kAvx2>(a);
+    DequantizeRows<T, 2, true, kPath>(a);
   }
 }
 
-template <bool kAvx2>
+template <DequantizePath kPath>
 [[gnu::always_inline]] inline void DequantizeAny(const DequantizeArgs& a) {
   switch (a.out.dtype) {
     case KvDtype::kBfloat16:
-      DequantizeAs<Bf16, kAvx2>(a);
+      DequantizeAs<Bf16, kPath>(a);
       break;
     case KvDtype::kFloat16:
-      DequantizeAs<Fp16, kAvx2>(a);
+      DequantizeAs<Fp16, kPath>(a);
       break;
     default:
-      DequantizeAs<float, kAvx2>(a);
+      DequantizeAs<float, kPath>(a);
   }
 }
 
 // The CPU paths: the same loops compiled for the baseline instruction set and, on x86-64, for
-// AVX2 with F16C's fp16 conversions. Both run the same fp32 operations (no contraction into fused
-// multiply-adds: the library builds with -ffp-contract=off), so their results are identical bit for
-// bit.
+// AVX2 with F16C's fp16 conversions and for AVX-512. All run the same fp32 operations (no
+// contraction into fused multiply-adds: the library builds with -ffp-contract=off), so their
+// results are identical bit for bit.
 using DequantizeFn = void (*)(const DequantizeArgs&);
 
-void DequantizeBaseline(const DequantizeArgs& a) { DequantizeAny<false>(a); }
+void DequantizeBaseline(const DequantizeArgs& a) { DequantizeAny<DequantizePath::kBaseline>(a); }
 
 #if defined(__x86_64__)
 [[gnu::target("avx2,f16c")]] void DequantizeAvx2(const DequantizeArgs& a) {
-  DequantizeAny<true>(a);
+  DequantizeAny<DequantizePath::kAvx2>(a);
 }
-DequantizeFn Avx2OrNull() { return HasAvx2F16c() ? DequantizeAvx2 : nullptr; }
-#else
-DequantizeFn Avx2OrNull() { return nullptr; }
+[[gnu::target("avx512f,avx2,f16c")]] void DequantizeAvx512(const DequantizeArgs& a) {
+  DequantizeAny<DequantizePath::kAvx512>(a);
+}
 #endif
 
 // The function of `path`, or null when this build or CPU lacks it.
-DequantizeFn PathFunction(internal::DequantizePath path) {
-  return path == internal::DequantizePath::kBaseline ? DequantizeBaseline : Avx2OrNull();
+DequantizeFn PathFunction(DequantizePath path) {
+  switch (path) {
+    case DequantizePath::kBaseline:
+      return DequantizeBaseline;
+#if defined(__x86_64__)
+    case DequantizePath::kAvx2:
+      return HasAvx2F16c() ? DequantizeAvx2 : nullptr;
+    case DequantizePath::kAvx512:
+      return HasAvx2F16c() && HasAvx512f() ? DequantizeAvx512 : nullptr;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+// The fastest path this CPU has.
+DequantizePath FastestPath() {
+  static const DequantizePath fastest = [] {
+    for (const DequantizePath path : {DequantizePath::kAvx512, DequantizePath::kAvx2}) {
+      if (PathFunction(path) != nullptr) return path;
+    }
+    return DequantizePath::kBaseline;
+  }();
+  return fastest;
 }
 
 // Quantize's last step: the codes of x's values (already fp32, row-major) from their groups'
@@ -326,16 +336,16 @@ void CodesBaseline(const CodesArgs& a) { CodesAny(a); }
 [[gnu::target("avx2")]] void CodesAvx2(const CodesArgs& a) { CodesAny(a); }
 #endif
 
-// Quantize's steps on `path` (DequantizePath names Quantize's paths too), or nullopt when this
-// build or CPU lacks it.
-std::optional<QuantizeSteps> QuantizePathSteps(internal::DequantizePath path) {
-  if (path == internal::DequantizePath::kBaseline) {
-    return QuantizeSteps{ToFloatsBaseline, CodesBaseline};
-  }
+// Quantize's steps on `path` (DequantizePath names Quantize's paths too; the AVX-512 path
+// quantizes with AVX2's steps), or nullopt when this build or CPU lacks it.
+std::optional<QuantizeSteps> QuantizePathSteps(DequantizePath path) {
+  if (PathFunction(path) == nullptr) return std::nullopt;
+  if (path == DequantizePath::kBaseline) return QuantizeSteps{ToFloatsBaseline, CodesBaseline};
 #if defined(__x86_64__)
-  if (Avx2OrNull() != nullptr) return QuantizeSteps{ToFloatsAvx2, CodesAvx2};
-#endif
+  return QuantizeSteps{ToFloatsAvx2, CodesAvx2};
+#else
   return std::nullopt;
+#endif
 }
 
 }  // namespace
@@ -476,11 +486,7 @@ absl::Status QuantizeWith(const QuantizeSteps& steps, const QuantParams& p,
 
 absl::Status Quantize(const QuantParams& p, const ConstMatrixView& x, std::span<uint32_t> codes,
                       std::span<float> scales, std::span<float> zeros) {
-  static const internal::DequantizePath fastest =
-      internal::DequantizePathAvailable(internal::DequantizePath::kAvx2)
-          ? internal::DequantizePath::kAvx2
-          : internal::DequantizePath::kBaseline;
-  return internal::QuantizeOnPath(fastest, p, x, codes, scales, zeros);
+  return internal::QuantizeOnPath(FastestPath(), p, x, codes, scales, zeros);
 }
 
 namespace internal {
@@ -515,11 +521,7 @@ absl::Status DequantizeOnPath(DequantizePath path, const QuantParams& p,
 absl::Status Dequantize(const QuantParams& p, std::span<const uint32_t> codes,
                         std::span<const float> scales, std::span<const float> zeros,
                         const MatrixView& out) {
-  static const internal::DequantizePath fastest =
-      internal::DequantizePathAvailable(internal::DequantizePath::kAvx2)
-          ? internal::DequantizePath::kAvx2
-          : internal::DequantizePath::kBaseline;
-  return internal::DequantizeOnPath(fastest, p, codes, scales, zeros, out);
+  return internal::DequantizeOnPath(FastestPath(), p, codes, scales, zeros, out);
 }
 
 absl::Status PackCodes(int bits, std::span<const uint16_t> codes, std::span<uint32_t> packed) {

@@ -88,16 +88,17 @@ absl::Status ValidateDequantize(const QuantParams& params, const ConstMatrixView
                                 size_t code_words, size_t num_scales, size_t num_zeros);
 
 // The CPU code paths of Dequantize: the same loops built for the compiler's baseline instruction
-// set and, on x86-64, for AVX2 (with F16C's fp16 conversions). Dequantize takes the fastest path
-// the CPU has; the results are identical bit for bit (the tests compare them).
-enum class DequantizePath : uint8_t { kBaseline = 1, kAvx2 = 2 };
+// set and, on x86-64, for AVX2 (with F16C's fp16 conversions) and AVX-512, whose 16-bit outputs
+// are written by SIMD row kernels (internal/dequantize_rows_x86.h). Dequantize takes the fastest
+// path the CPU has; the results are identical bit for bit (the tests compare them).
+enum class DequantizePath : uint8_t { kBaseline = 1, kAvx2 = 2, kAvx512 = 3 };
 bool DequantizePathAvailable(DequantizePath path);
 // Dequantize on `path`; kFailedPrecondition when this CPU (or build) lacks it.
 absl::Status DequantizeOnPath(DequantizePath path, const QuantParams& params,
                               std::span<const uint32_t> codes, std::span<const float> scales,
                               std::span<const float> zeros, const MatrixView& out);
-// Quantize with its codes computed on `path` (the same two paths, with the same guarantee);
-// kFailedPrecondition when this CPU (or build) lacks it.
+// Quantize with its codes computed on `path` (the same paths, with the same guarantee; AVX-512
+// computes them as AVX2 does); kFailedPrecondition when this CPU (or build) lacks it.
 absl::Status QuantizeOnPath(DequantizePath path, const QuantParams& params,
                             const ConstMatrixView& x, std::span<uint32_t> codes,
                             std::span<float> scales, std::span<float> zeros);

@@ -224,10 +224,20 @@ const QuantCase kPathCases[] = {{QuantScheme::kAsymmetric, QuantAxis::kPerChanne
                                 {QuantScheme::kSymmetric, QuantAxis::kPerToken, 8, {}},
                                 {QuantScheme::kSymmetric, QuantAxis::kPerChannel, 8, {}}};
 
+// The SIMD paths this CPU (and build) has.
+std::vector<internal::DequantizePath> SimdPaths() {
+  std::vector<internal::DequantizePath> paths;
+  for (const auto path : {internal::DequantizePath::kAvx2, internal::DequantizePath::kAvx512}) {
+    if (internal::DequantizePathAvailable(path)) paths.push_back(path);
+  }
+  return paths;
+}
+
 TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
   using internal::DequantizePath;
-  if (!internal::DequantizePathAvailable(DequantizePath::kAvx2)) {
-    GTEST_SKIP() << "this CPU (or build) has no AVX2 path to compare with the baseline";
+  const std::vector<DequantizePath> paths = SimdPaths();
+  if (paths.empty()) {
+    GTEST_SKIP() << "this CPU (or build) has no SIMD path to compare with the baseline";
   }
   // Random codes, and scales and zeros that include zeros, subnormals, huge values, infinities
   // and NaNs, so that every rounding and special case of the output conversions is reached.
@@ -237,35 +247,53 @@ TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
     return std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
                       static_cast<int>(rng() % 60) - 40);
   };
-  const int64_t rows = 64, cols = 96;
-  for (const QuantCase& c : kPathCases) {
-    const QuantParams params{c.scheme, c.axis, c.bits, 32};
-    const QuantizedSizes sizes = *QuantizedSizesFor(params, rows, cols);
-    std::vector<uint32_t> codes(static_cast<size_t>(sizes.code_words));
-    for (uint32_t& word : codes) word = static_cast<uint32_t>(rng());
-    std::vector<float> scales(static_cast<size_t>(sizes.num_groups)), zeros(scales.size());
-    for (float& v : scales) v = random_float();
-    for (float& v : zeros) v = random_float();
-    for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
-      HostTensor baseline(dtype, rows * cols), avx2(dtype, rows * cols);
-      for (auto [path, out] : {std::pair{DequantizePath::kBaseline, &baseline},
-                               std::pair{DequantizePath::kAvx2, &avx2}}) {
-        ASSERT_TRUE(internal::DequantizeOnPath(path, params, codes, scales, zeros,
-                                               MatrixView::Dense(out->data(), dtype, rows, cols))
-                        .ok());
+  // Shapes of whole sixteen-element blocks, and ones whose groups (20 channels) and rows (36 of
+  // them, 8-bit codes only) leave elements over for the SIMD paths' scalar tails.
+  struct Shape {
+    int64_t rows, cols, group_size;
+  };
+  for (const Shape shape : {Shape{64, 96, 32}, Shape{60, 80, 20}, Shape{24, 36, 12}}) {
+    for (const QuantCase& c : kPathCases) {
+      const QuantParams params{c.scheme, c.axis, c.bits, shape.group_size};
+      const absl::StatusOr<QuantizedSizes> sizes =
+          QuantizedSizesFor(params, shape.rows, shape.cols);
+      if (!sizes.ok()) continue;  // 36 channels of 2- or 4-bit codes do not fill whole words
+      std::vector<uint32_t> codes(static_cast<size_t>(sizes->code_words));
+      for (uint32_t& word : codes) word = static_cast<uint32_t>(rng());
+      std::vector<float> scales(static_cast<size_t>(sizes->num_groups)), zeros(scales.size());
+      for (float& v : scales) v = random_float();
+      for (float& v : zeros) v = random_float();
+      for (KvDtype dtype : {KvDtype::kFloat16, KvDtype::kBfloat16, KvDtype::kFloat32}) {
+        const int64_t n = shape.rows * shape.cols;
+        auto dequantize = [&](DequantizePath path) {
+          HostTensor out(dtype, n);
+          EXPECT_TRUE(internal::DequantizeOnPath(
+                          path, params, codes, scales, zeros,
+                          MatrixView::Dense(out.data(), dtype, shape.rows, shape.cols))
+                          .ok());
+          return out;
+        };
+        const HostTensor baseline = dequantize(DequantizePath::kBaseline);
+        for (const DequantizePath path : paths) {
+          const HostTensor simd = dequantize(path);
+          EXPECT_EQ(0, std::memcmp(baseline.data(), simd.data(),
+                                   static_cast<size_t>(baseline.size_bytes())))
+              << "path " << static_cast<int>(path) << " bits " << c.bits << " axis "
+              << static_cast<int>(c.axis) << " dtype " << DtypeName(dtype) << " shape "
+              << shape.rows << "x" << shape.cols << "/" << shape.group_size;
+        }
       }
-      EXPECT_EQ(
-          0, std::memcmp(baseline.data(), avx2.data(), static_cast<size_t>(baseline.size_bytes())))
-          << "bits " << c.bits << " dtype " << DtypeName(dtype);
     }
   }
 }
 
 TEST(QuantPathTest, EveryCpuPathQuantizesBitForBitAsTheBaseline) {
   using internal::DequantizePath;
-  if (!internal::DequantizePathAvailable(DequantizePath::kAvx2)) {
-    GTEST_SKIP() << "this CPU (or build) has no AVX2 path to compare with the baseline";
+  std::vector<DequantizePath> paths = SimdPaths();
+  if (paths.empty()) {
+    GTEST_SKIP() << "this CPU (or build) has no SIMD path to compare with the baseline";
   }
+  paths.insert(paths.begin(), DequantizePath::kBaseline);
   // Inputs that include zeros of both signs, subnormals, huge values, infinities and NaNs, and
   // groups of one value repeated (a zero scale), so that every rounding and special case of the
   // codes is reached.
@@ -299,7 +327,7 @@ TEST(QuantPathTest, EveryCpuPathQuantizesBitForBitAsTheBaseline) {
             std::vector<float> scales, zeros;
           };
           std::vector<Out> outs;
-          for (const DequantizePath path : {DequantizePath::kBaseline, DequantizePath::kAvx2}) {
+          for (const DequantizePath path : paths) {
             Out& out = outs.emplace_back();
             out.codes.assign(static_cast<size_t>(sizes.code_words), 0xdeadbeefu);
             out.scales.assign(static_cast<size_t>(sizes.num_groups), -1.0f);
@@ -308,13 +336,16 @@ TEST(QuantPathTest, EveryCpuPathQuantizesBitForBitAsTheBaseline) {
                 path, params, ConstMatrixView::Dense(in.data(), dtype, rows, cols), out.codes,
                 out.scales, out.zeros);
           }
-          EXPECT_EQ(outs[0].status, outs[1].status);
-          if (!outs[0].status.ok()) continue;
-          EXPECT_EQ(outs[0].codes, outs[1].codes);
-          EXPECT_EQ(0, std::memcmp(outs[0].scales.data(), outs[1].scales.data(),
-                                   outs[0].scales.size() * sizeof(float)));
-          EXPECT_EQ(0, std::memcmp(outs[0].zeros.data(), outs[1].zeros.data(),
-                                   outs[0].zeros.size() * sizeof(float)));
+          for (size_t i = 1; i < outs.size(); ++i) {
+            SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(paths[i]));
+            EXPECT_EQ(outs[0].status, outs[i].status);
+            if (!outs[0].status.ok()) continue;
+            EXPECT_EQ(outs[0].codes, outs[i].codes);
+            EXPECT_EQ(0, std::memcmp(outs[0].scales.data(), outs[i].scales.data(),
+                                     outs[0].scales.size() * sizeof(float)));
+            EXPECT_EQ(0, std::memcmp(outs[0].zeros.data(), outs[i].zeros.data(),
+                                     outs[0].zeros.size() * sizeof(float)));
+          }
         }
       }
     }

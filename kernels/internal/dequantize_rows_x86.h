@@ -1,0 +1,45 @@
+// Dequantize's SIMD row kernels for x86-64 (quant.cc's AVX2 and AVX-512 paths): one row of x^
+// written straight as bf16 or fp16 from its codes (spread one byte per element), sixteen elements
+// at a time, each bit for bit what quant.cc's scalar formula gives (fp32 product, then the zero's
+// sum, each rounded; no fused multiply-add; bf16 and fp16 rounded to nearest even, NaNs quieted
+// keeping their top payload bits). quant_test compares every path with the baseline, specials
+// included.
+//
+// Callers check the CPU first (cpu_features.h): the *Avx2 functions need HasAvx2F16c(), the
+// *Avx512 ones HasAvx512f(). Pure functions over caller-owned buffers; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/quant.h"
+
+namespace strata::kernels::internal {
+
+// One row's inputs: `codes` one byte per element (int8 two's complement for the symmetric scheme),
+// `scales` and `zeros` (zeros unused when symmetric) per group of the row (kPerToken: cols /
+// group_size of them) or per column (kPerChannel: cols of them).
+struct DequantizeRowArgs {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const float* zeros = nullptr;
+  int64_t cols = 0;
+  int64_t group_size = 0;
+  QuantAxis axis = QuantAxis::kPerToken;
+  bool asymmetric = true;
+};
+
+#if defined(__x86_64__)
+void DequantizeRowAvx2(const DequantizeRowArgs& row, Bf16* out);
+void DequantizeRowAvx2(const DequantizeRowArgs& row, Fp16* out);
+void DequantizeRowAvx512(const DequantizeRowArgs& row, Bf16* out);
+void DequantizeRowAvx512(const DequantizeRowArgs& row, Fp16* out);
+
+// Spreads the kBits (4 or 2) codes of whole 16-byte blocks of `packed` (`bytes` long) one byte per
+// code into `spread`, LSB first; returns the bytes done (the rest is the caller's). Needs
+// HasAvx2F16c().
+int64_t SpreadCodes4Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread);
+int64_t SpreadCodes2Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread);
+#endif
+
+}  // namespace strata::kernels::internal
