@@ -22,9 +22,7 @@ constexpr std::chrono::milliseconds kControlDrainGrace{500};
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config)
-    : config_(std::move(config)),
-      tenants_(config_.host.tenant_quotas),
-      registry_(std::make_shared<prometheus::Registry>()) {}
+    : config_(std::move(config)), registry_(std::make_shared<prometheus::Registry>()) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -52,7 +50,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.default_lease = std::chrono::milliseconds(config.host.lease_ms);
   host.verify_every_n_loads = config.host.verify_every_n_loads;
   host.policy = config.host.policy;
-  host.tenant_quotas = daemon->tenants_.quotas();
+  host.tenant_quotas = config.host.tenant_quotas;
   host.observer = daemon->event_log_->observer(storage::Tier::kHost);
   if (!config.disk.directory.empty()) {
     store.disk = storage::TieredDiskOptions{
@@ -162,7 +160,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   sessions.device_pools = daemon->device_pools_.get();
   sessions.device_pool_tiering = daemon->device_pool_tiering_.get();
   sessions.store = daemon->store_.get();
-  sessions.tenants = &daemon->tenants_;
   sessions.lookups = daemon->lookups_.get();
   sessions.kv_event_token_ids = daemon->kv_publisher_ != nullptr;
   sessions.max_sessions = config.engine.max_sessions;

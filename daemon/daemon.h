@@ -60,7 +60,6 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
 
   const DaemonConfig config_;
-  const TenantDirectory tenants_;
   // Components register their histograms here; the exposer (when configured) serves it and
   // node_metrics_.
   const std::shared_ptr<prometheus::Registry> registry_;

@@ -31,7 +31,6 @@ EngineSession::EngineSession(uint64_t id, SessionResources resources, EngineSess
       store_(resources.store),
       host_tier_(&resources.store->host()),
       completions_(std::move(resources.completions)),
-      tenants_(resources.tenants),
       lookups_(resources.lookups),
       kv_event_token_ids_(resources.kv_event_token_ids),
       node_(resources.node),
@@ -455,7 +454,6 @@ absl::Status EngineSession::PrepareStore(const v1::PrepareStoreRequest& request,
     options.num_tokens = item.num_tokens();
     options.partial = item.num_tokens() < layout_->chunk_tokens;
     options.owner = id_;
-    options.tenant = tenants_ == nullptr ? 0 : tenants_->IdOf(item.tenant());
     options.tenant_name = item.tenant();
     if (item.has_parent()) {
       absl::StatusOr<ChunkKey> parent = SessionKey(item.parent());

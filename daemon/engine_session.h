@@ -27,7 +27,6 @@
 #include "daemon/node_identity.h"
 #include "daemon/session_device_pool.h"
 #include "daemon/session_streams.h"
-#include "daemon/tenant_directory.h"
 #include "storage/device/device_pools.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/device_pool_tiering.h"
@@ -41,8 +40,6 @@ struct SessionResources {
   storage::TieredStore* store = nullptr;  // required
   // Where the store posts the loads it completes (required).
   std::shared_ptr<DeferredCompletions> completions;
-  // Nullable (no quotas): maps a store's tenant to its quota id.
-  const TenantDirectory* tenants = nullptr;
   // Nullable: where the session's Lookups are counted (LookupSource::kEngine).
   LookupAccounting* lookups = nullptr;
   // KV events carry token ids: the handshake asks the connector to send each stored chunk's
@@ -150,7 +147,6 @@ class EngineSession {
   storage::TieredStore* const store_;
   storage::HostTier* const host_tier_;
   const std::shared_ptr<DeferredCompletions> completions_;
-  const TenantDirectory* const tenants_;
   LookupAccounting* const lookups_;
   const bool kv_event_token_ids_;
   const NodeIdentity* const node_;

@@ -267,7 +267,6 @@ void EngineSessionServer::Accept() {
     spdlog::debug("engine session {} opened by pid {} uid {}", id, cred.pid, cred.uid);
     SessionResources resources{.store = options_.store,
                                .completions = completions_,
-                               .tenants = options_.tenants,
                                .lookups = options_.lookups,
                                .kv_event_token_ids = options_.kv_event_token_ids,
                                .node = &options_.node,

@@ -34,7 +34,6 @@
 #include "daemon/deferred_completions.h"
 #include "daemon/lookup_accounting.h"
 #include "daemon/node_identity.h"
-#include "daemon/tenant_directory.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "storage/device/device_pools.h"
@@ -49,8 +48,6 @@ struct EngineSessionServerOptions {
   // Not owned; must outlive the server, and stop (running the loads it accepted) after the
   // server's Stop.
   storage::TieredStore* store = nullptr;
-  // Who has a host-tier quota; nullable (no quotas); not owned; must outlive the server.
-  const TenantDirectory* tenants = nullptr;
   // Where the engines' Lookups are counted; nullable; not owned; must outlive the server.
   LookupAccounting* lookups = nullptr;
   // Ask connectors for each stored chunk's token ids (SessionResources::kv_event_token_ids).

@@ -207,15 +207,14 @@ TEST_F(EngineSessionServerTest, AHeldChunkIsSoftPinnedOnceCommitted) {
 
 TEST_F(EngineSessionServerTest, ATenantAboveItsQuotaLosesItsOwnChunks) {
   // A tier of 8 one-page chunks where tenant "a" may keep 2 once it is full.
-  const TenantDirectory tenants({{"a", 2 * 4096}});
   std::unique_ptr<storage::TieredStore> store =
       *storage::TieredStore::Create({.host = {.capacity_bytes = 8 * 4096,
                                               .page_bytes = 4096,
                                               .policy = "lru",
-                                              .tenant_quotas = tenants.quotas()}});
+                                              .tenant_quotas = {{"a", 2 * 4096}}}});
   storage::HostTier* tier = &store->host();
   std::unique_ptr<EngineSessionServer> server = *EngineSessionServer::Create(
-      {.socket_path = (dir_ / "quota.sock").string(), .store = store.get(), .tenants = &tenants});
+      {.socket_path = (dir_ / "quota.sock").string(), .store = store.get()});
   server->Start();
   RawEngineClient client(server->socket_path());
   ASSERT_TRUE(client.Handshake(TestLayout()).ok());

@@ -13,6 +13,7 @@
 #include "core/byte_size.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
+#include "storage/policy/eviction_policy.h"
 
 namespace strata::bench {
 namespace {

@@ -62,8 +62,7 @@ absl::StatusOr<ReplayResult> ReplayOnHostTier(const Trace& trace, const ReplayOp
                                                      .page_bytes = kPageBytes,
                                                      .arena_name = "strata-trace-replay",
                                                      .hard_pin_quota_bytes = 0,
-                                                     .policy = options.policy,
-                                                     .tenant_quotas = options.tenant_quotas}));
+                                                     .policy = options.policy}));
   const auto start = std::chrono::steady_clock::now();
   std::vector<ChunkKey> keys;
   for (const TraceRequest& request : trace.requests) {
@@ -83,12 +82,9 @@ absl::StatusOr<ReplayResult> ReplayOnHostTier(const Trace& trace, const ReplayOp
       const bool partial = last && request.last_block_partial();
       const uint32_t tokens =
           partial ? request.input_tokens % kTraceBlockTokens : kTraceBlockTokens;
-      absl::StatusOr<storage::ReserveResult> reserved =
-          tier->Reserve(layout, keys[i],
-                        {.num_tokens = tokens,
-                         .parent = i == 0 ? ChunkKey() : keys[i - 1],
-                         .partial = partial,
-                         .tenant = request.tenant});
+      absl::StatusOr<storage::ReserveResult> reserved = tier->Reserve(
+          layout, keys[i],
+          {.num_tokens = tokens, .parent = i == 0 ? ChunkKey() : keys[i - 1], .partial = partial});
       if (absl::IsResourceExhausted(reserved.status())) {
         ++result.rejected_stores;
         continue;

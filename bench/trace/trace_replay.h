@@ -8,18 +8,15 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "bench/trace/trace.h"
-#include "storage/policy/eviction_policy.h"
 
 namespace strata::bench {
 
 struct ReplayOptions {
   std::string policy;
   uint64_t capacity_blocks = 0;
-  std::vector<storage::TenantQuota> tenant_quotas;
 };
 
 struct ReplayResult {

@@ -7,6 +7,7 @@
 #include "bench/trace/trace.h"
 #include "bench/trace/trace_replay.h"
 #include "gtest/gtest.h"
+#include "storage/policy/eviction_policy.h"
 
 namespace strata::bench {
 namespace {

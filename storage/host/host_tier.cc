@@ -3,6 +3,7 @@
 #include "storage/host/host_tier.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,15 @@ using internal_host::IdOf;
 using internal_host::kNumShards;
 using internal_host::PagesOf;
 using internal_host::RecordOf;
+
+// The quota id of each tenant of `quotas`: from 1, in the map's order.
+absl::flat_hash_map<std::string, uint32_t> QuotaIds(const std::map<std::string, uint64_t>& quotas) {
+  absl::flat_hash_map<std::string, uint32_t> ids;
+  for (const auto& [tenant, bytes] : quotas) {
+    ids.emplace(tenant, static_cast<uint32_t>(ids.size() + 1));
+  }
+  return ids;
+}
 
 }  // namespace
 
@@ -54,10 +64,20 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
         "host tier: verify_every_n_loads must be at least 1 (1 verifies every load)");
   }
   if (options.clock == nullptr) return absl::InvalidArgumentError("host tier: clock is null");
+  std::vector<TenantQuota> quotas_by_id;
+  for (const auto& [tenant, id] : QuotaIds(options.tenant_quotas)) {
+    const uint64_t bytes = options.tenant_quotas.at(tenant);
+    if (tenant.empty() || bytes == 0 || bytes > options.capacity_bytes) {
+      return absl::InvalidArgumentError(fmt::format(
+          "host tier: tenant quota '{}' = {} must name a tenant and lie in (0, capacity {}]",
+          tenant, bytes, options.capacity_bytes));
+    }
+    quotas_by_id.push_back({.tenant = id, .bytes = bytes});
+  }
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<EvictionPolicy> policy,
       MakeEvictionPolicy(options.policy, {.capacity_bytes = options.capacity_bytes,
-                                          .tenant_quotas = options.tenant_quotas}));
+                                          .tenant_quotas = std::move(quotas_by_id)}));
   absl::StatusOr<std::unique_ptr<SharedArena>> arena =
       SharedArena::Create({.size_bytes = options.capacity_bytes,
                            .use_hugepages = options.use_hugepages,
@@ -75,6 +95,7 @@ HostTier::HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> 
       observer_(options.observer),
       arena_(std::move(arena)),
       shards_(new Shard[kNumShards]),
+      quota_ids_(QuotaIds(options.tenant_quotas)),
       tenants_(std::make_unique<internal_host::TenantTable>()),
       allocator_(static_cast<uint32_t>(options.capacity_bytes / options.page_bytes)),
       policy_(std::move(policy)) {}
@@ -93,6 +114,12 @@ HostTier::~HostTier() {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
+
+uint32_t HostTier::QuotaIdOf(std::optional<std::string_view> tenant) const {
+  if (!tenant.has_value()) return 0;
+  auto it = quota_ids_.find(absl::string_view(tenant->data(), tenant->size()));
+  return it == quota_ids_.end() ? 0 : it->second;
+}
 
 HostTier::Record* HostTier::FindLocked(const ChunkKey& key) const {
   Shard& shard = ShardFor(key);

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -85,8 +86,10 @@ struct HostTierOptions {
   uint32_t verify_every_n_loads = 1;
   // Eviction policy name (storage/policy/eviction_policy.h).
   std::string policy = std::string(kDefaultEvictionPolicy);
-  // Bounds on tenants' shares of the tier (see TenantQuotaPolicy); empty for none.
-  std::vector<TenantQuota> tenant_quotas;
+  // The bytes each named tenant may keep in the tier (a tenant is ReserveOptions::tenant_name; see
+  // TenantQuotaPolicy): tenant -> bytes, each in (0, capacity_bytes]. Every other tenant, and
+  // chunks stored under none, share the tier bounded only by its capacity. Empty for none.
+  std::map<std::string, uint64_t> tenant_quotas;
   // Time source of lease deadlines and pin TTLs; not owned; must outlive the tier.
   Clock* clock = SystemClock::Get();
   // Told about every eviction; nullable; not owned; must outlive the tier.
@@ -106,11 +109,10 @@ struct ReserveOptions {
   // A promotion from a lower tier that a reader asked for (PolicyChunkInfo::reused; a hint for
   // the eviction policy).
   bool reused = false;
-  // The tenant that stores the chunk, for HostTierOptions::tenant_quotas (0 when untracked).
-  uint32_t tenant = 0;
-  // The tenant's name (an engine request's tenant salt, "" for none), recorded with the chunk
-  // for ListChunksOptions::tenant; nullopt records none. At most 65535 tenants have chunks at
-  // once: beyond that Reserve answers kResourceExhausted for a chunk of a new tenant.
+  // The tenant that stores the chunk (an engine request's tenant salt, "" for none), recorded
+  // with the chunk for ListChunksOptions::tenant and accounted to its quota when
+  // HostTierOptions::tenant_quotas names it; nullopt records none. At most 65535 tenants have
+  // chunks at once: beyond that Reserve answers kResourceExhausted for a chunk of a new tenant.
   std::optional<std::string_view> tenant_name;
   // The chunk's tokens, for ChunkObserver::OnStored (KV events); empty when not tracked. Kept
   // with the reservation until Commit.
@@ -445,7 +447,7 @@ class HostTier {
     bool is_lease = false;
     bool partial = false;             // reservations: policy hint
     bool reused = false;              // reservations: policy hint
-    uint32_t tenant = 0;              // reservations: policy hint
+    uint32_t quota_id = 0;            // reservations: the tenant's quota id (0: none)
     ChunkKey parent;                  // reservations: policy hint
     std::vector<uint32_t> token_ids;  // reservations: for the observer
   };
@@ -464,6 +466,8 @@ class HostTier {
   inline uint32_t PagesFor(uint64_t size_bytes) const;
   inline void MaybeDestroyLocked(Record* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The quota id a chunk of `tenant` is accounted under: 0 for none, or a tenant with no quota.
+  uint32_t QuotaIdOf(std::optional<std::string_view> tenant) const;
   Record* FindLocked(const ChunkKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<ExtentList> AllocateLocked(uint32_t num_pages, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -511,6 +515,9 @@ class HostTier {
   // mu_ and then the shard's writer lock (lock order: mu_ before any shard mutex; never two
   // shard mutexes at once).
   const std::unique_ptr<Shard[]> shards_;
+  // The quota id of each tenant with a quota (options_.tenant_quotas; ids from 1 in the map's
+  // order, what the policy partitions by). Immutable.
+  const absl::flat_hash_map<std::string, uint32_t> quota_ids_;
   // Tenant names of the indexed chunks. Guarded by mu_ (the pointer is const).
   const std::unique_ptr<internal_host::TenantTable> tenants_ ABSL_PT_GUARDED_BY(mu_);
 

@@ -142,7 +142,7 @@ absl::StatusOr<ReserveResult> HostTier::ReserveSized(const ChunkKey& key, uint64
                           .is_lease = false,
                           .partial = options.partial,
                           .reused = options.reused,
-                          .tenant = options.tenant,
+                          .quota_id = QuotaIdOf(options.tenant_name),
                           .parent = options.parent,
                           .token_ids = {options.token_ids.begin(), options.token_ids.end()}});
   ++bound_handles_;
@@ -217,7 +217,7 @@ absl::Status HostTier::Commit(WriteReservation&& reservation,
                      .parent = parent,
                      .partial = handle.partial,
                      .reused = handle.reused,
-                     .tenant = handle.tenant});
+                     .tenant = handle.quota_id});
   if (observer_ != nullptr) {
     observer_->OnStored(record->key, handle.parent, record->num_tokens, handle.token_ids);
   }

@@ -153,6 +153,15 @@ TEST_F(HostTierTest, CreateRejectsUnusableOptions) {
   bad = good;
   bad.policy = "belady";
   EXPECT_EQ(code(bad), kInvalid);
+  // Tenant quotas name a tenant and lie in (0, capacity].
+  for (const auto& [tenant, bytes] : std::vector<std::pair<std::string, uint64_t>>{
+           {"", kPage}, {"a", 0}, {"a", 16 * kPage + 1}}) {
+    bad = good;
+    bad.tenant_quotas = {{tenant, bytes}};
+    EXPECT_EQ(code(bad), kInvalid) << "'" << tenant << "' " << bytes;
+  }
+  good.tenant_quotas = {{"a", 16 * kPage}, {"b", kPage}};
+  EXPECT_TRUE(HostTier::Create(good).ok());
 }
 
 TEST_F(HostTierTest, StoreAndLoadRoundTrip) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -29,7 +30,10 @@ class TieredStoreTest : public ::testing::Test {
  protected:
   void Open(bool with_disk, uint64_t demotion_queue_bytes = 0, std::string codec = "") {
     TieredStoreOptions options;
-    options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096, .policy = "lru"};
+    options.host = {.capacity_bytes = 4 * kChunkBytes,
+                    .page_bytes = 4096,
+                    .policy = "lru",
+                    .tenant_quotas = tenant_quotas_};
     if (with_disk) {
       options.disk = TieredDiskOptions{.directory = scratch_.path(),
                                        .capacity_bytes = 1 << 20,
@@ -95,6 +99,7 @@ class TieredStoreTest : public ::testing::Test {
 
   const KvLayout layout_ = testing::SmallLayout();
   uint32_t codec_threads_ = 2;  // the next Open's TieredDiskOptions::codec_threads
+  std::map<std::string, uint64_t> tenant_quotas_;  // the next Open's host tenant quotas
   testing::ScratchDir scratch_;
   testing::ScratchDir remote_scratch_;
   std::unique_ptr<LowerTier> remote_;  // the next Open's registered tier
@@ -460,6 +465,31 @@ TEST_F(TieredStoreTest, TenantKeysFindATenantsChunksWhereverTheyWentAndPromotion
   EXPECT_EQ(store_->host().TenantOf(Key(0)), "a");
   EXPECT_EQ(keys_of("a", Tier::kHost).count(Key(0)), 1u);
   store_->HoldDemotionsForTesting(false);
+}
+
+// A chunk promoted from disk counts against its tenant's host quota again, so the tenant that
+// goes above its quota loses its own chunks, the promoted one included, not other tenants'.
+TEST_F(TieredStoreTest, PromotedChunksCountAgainstTheirTenantsQuota) {
+  tenant_quotas_ = {{"a", kChunkBytes}};
+  Open(/*with_disk=*/true);
+  const auto store = [&](uint64_t id, std::string_view tenant) {
+    absl::StatusOr<ReserveResult> reserved =
+        store_->host().Reserve(layout_, Key(id), {.num_tokens = 16, .tenant_name = tenant});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    reserved->reservation.payload().CopyFrom(testing::Pattern(id, kChunkBytes));
+    ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
+  };
+  store(0, "a");
+  for (uint64_t id = 1; id <= 4; ++id) store(id, "b");  // the 4th evicts a's chunk (at quota)
+  ASSERT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
+  absl::StatusOr<MoveResult> moved = store_->Move(Keys(0, 1), Tier::kHost, &layout_);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->moved_chunks, 1u);  // evicting b's oldest, 1
+  ASSERT_TRUE(store_->host().Contains(Key(0)));
+  // a's next chunk takes a above its quota: a's promoted chunk goes, b's oldest (2) stays.
+  store(5, "a");
+  EXPECT_FALSE(store_->host().Contains(Key(0)));
+  for (uint64_t id = 2; id <= 5; ++id) EXPECT_TRUE(store_->host().Contains(Key(id))) << id;
 }
 
 TEST_F(TieredStoreTest, RegisteredTiersJoinBelowTheDiskTierInOrder) {
