@@ -1,4 +1,5 @@
-#include "kernels/internal/dequantize_rows_x86.h"
+// The SIMD row kernels of internal/dequantize_rows.h (x86-64 only; empty elsewhere).
+#include "kernels/internal/dequantize_rows.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge source of their
@@ -12,13 +13,6 @@ namespace strata::kernels::internal {
 namespace {
 
 constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
-// x^ of one code as quant.cc's scalar path computes it (the tails of rows).
-template <bool kAsymmetric>
-inline float DequantValue(uint8_t code, float scale, float zero) {
-  if constexpr (kAsymmetric) return static_cast<float>(code) * scale + zero;
-  return static_cast<float>(static_cast<int8_t>(code)) * scale;
-}
 
 // ---- Blocks: sixteen elements from q to out, as struct templates whose Run the row's loops call.
 // Scales and zeros: one each for all sixteen (kPerToken), or sixteen each (kPerChannel).

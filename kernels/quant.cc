@@ -11,7 +11,7 @@
 #include "fmt/format.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
-#include "kernels/internal/dequantize_rows_x86.h"
+#include "kernels/internal/dequantize_rows.h"
 #include "kernels/internal/validate.h"
 
 #if defined(__x86_64__)
@@ -22,6 +22,7 @@ namespace strata::kernels {
 namespace {
 
 using internal::DequantizePath;
+using internal::DequantValue;
 using internal::Invalid;
 
 constexpr float kFp16Max = 65504.0f;
@@ -45,14 +46,6 @@ absl::Status CheckBits(int bits) {
   return absl::OkStatus();
 }
 
-// x^ of one code: code * scale + zero (asymmetric) or int8(code) * scale (symmetric; adding a zero
-// of 0 would turn -0 into +0).
-template <bool kAsymmetric>
-inline float DequantValue(uint8_t code, float scale, float zero) {
-  if constexpr (kAsymmetric) return static_cast<float>(code) * scale + zero;
-  return static_cast<float>(static_cast<int8_t>(code)) * scale;
-}
-
 struct DequantizeArgs {
   const QuantParams& params;
   std::span<const uint32_t> codes;
@@ -72,7 +65,6 @@ struct DequantizeArgs {
   }
   for (; i < n; ++i) out[i] = ToFloat(in[i]);
 }
-
 #endif
 
 // Dequantize's loops, written so that the compiler vectorizes them: per row, the packed codes are
@@ -81,7 +73,7 @@ struct DequantizeArgs {
 // scale and zero constant along a group (kPerToken) or read from the group row (kPerChannel).
 // Always inlined, so that each CPU path below compiles them for its own instruction set. On the
 // SIMD paths (x86-64 only), codes spread and 16-bit rows are written by the row kernels of
-// internal/dequantize_rows_x86.h, sixteen elements at a time.
+// internal/dequantize_rows.h, sixteen elements at a time.
 template <class T, int kBits, bool kAsymmetric, DequantizePath kPath>
 [[gnu::always_inline]] inline void DequantizeRows(const DequantizeArgs& a) {
   static_assert(std::endian::native == std::endian::little, "codes are read as bytes");

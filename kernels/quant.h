@@ -89,7 +89,7 @@ absl::Status ValidateDequantize(const QuantParams& params, const ConstMatrixView
 
 // The CPU code paths of Dequantize: the same loops built for the compiler's baseline instruction
 // set and, on x86-64, for AVX2 (with F16C's fp16 conversions) and AVX-512, whose 16-bit outputs
-// are written by SIMD row kernels (internal/dequantize_rows_x86.h). Dequantize takes the fastest
+// are written by SIMD row kernels (internal/dequantize_rows.h). Dequantize takes the fastest
 // path the CPU has; the results are identical bit for bit (the tests compare them).
 enum class DequantizePath : uint8_t { kBaseline = 1, kAvx2 = 2, kAvx512 = 3 };
 bool DequantizePathAvailable(DequantizePath path);

@@ -1,9 +1,9 @@
-// Dequantize's SIMD row kernels for x86-64 (quant.cc's AVX2 and AVX-512 paths): one row of x^
-// written straight as bf16 or fp16 from its codes (spread one byte per element), sixteen elements
-// at a time, each bit for bit what quant.cc's scalar formula gives (fp32 product, then the zero's
-// sum, each rounded; no fused multiply-add; bf16 and fp16 rounded to nearest even, NaNs quieted
-// keeping their top payload bits). quant_test compares every path with the baseline, specials
-// included.
+// Dequantize's per-element formula and its SIMD row kernels for x86-64 (quant.cc's AVX2 and
+// AVX-512 paths, in dequantize_rows_x86.cc): one row of x^ written straight as bf16 or fp16 from
+// its codes (spread one byte per element), sixteen elements at a time, each bit for bit what
+// DequantValue gives rounded once to the dtype (bf16 and fp16 rounded to nearest even, NaNs
+// quieted keeping their top payload bits). quant_test compares every path with the baseline,
+// specials included.
 //
 // Callers check the CPU first (cpu_features.h): the *Avx2 functions need HasAvx2F16c(), the
 // *Avx512 ones HasAvx512f(). Pure functions over caller-owned buffers; thread-safe.
@@ -15,6 +15,15 @@
 #include "kernels/quant.h"
 
 namespace strata::kernels::internal {
+
+// x^ of one code: code * scale + zero (asymmetric) or int8(code) * scale (symmetric; adding a zero
+// of 0 would turn -0 into +0), each operation rounded to fp32 (no fused multiply-add: the library
+// builds with -ffp-contract=off).
+template <bool kAsymmetric>
+inline float DequantValue(uint8_t code, float scale, float zero) {
+  if constexpr (kAsymmetric) return static_cast<float>(code) * scale + zero;
+  return static_cast<float>(static_cast<int8_t>(code)) * scale;
+}
 
 // One row's inputs: `codes` one byte per element (int8 two's complement for the symmetric scheme),
 // `scales` and `zeros` (zeros unused when symmetric) per group of the row (kPerToken: cols /
