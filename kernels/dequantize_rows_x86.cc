@@ -3,9 +3,16 @@
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge source of their
-// masked builtins, which -Wmaybe-uninitialized reports once they inline (a known false positive).
+// masked builtins, which -Wmaybe-uninitialized reports in the intrinsics' header once they inline
+// (a known false positive); the warning stays on for this file's own code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #include <type_traits>
 
@@ -14,10 +21,7 @@ namespace {
 
 constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-// ---- Blocks: sixteen elements from q to out, as struct templates whose Run the row's loops call.
-// Scales and zeros: one each for all sixteen (kPerToken), or sixteen each (kPerChannel).
-
-// AVX2: two halves of eight.
+// ---- AVX2 helpers.
 
 // fp32 values as bf16 bits (one per 32-bit lane), rounded to nearest even as FloatToBf16Bits
 // rounds a number; a NaN's lane is QuietNansAvx2's to fix.
@@ -45,6 +49,10 @@ template <bool kAsymmetric>
   return kAsymmetric ? _mm256_add_ps(product, zero) : product;
 }
 
+// ---- Blocks: sixteen elements from q to out, as struct templates whose Run the row's loops call.
+// Scales and zeros: one each for all sixteen (kPerToken), or sixteen each (kPerChannel).
+
+// AVX2: two halves of eight.
 template <class T, bool kAsymmetric, bool kPerToken>
 struct Avx2Block {
   [[gnu::target("avx2,f16c")]] static void Run(const uint8_t* q, const float* s, const float* z,

@@ -44,9 +44,9 @@ void DequantizeRowAvx2(const DequantizeRowArgs& row, Fp16* out);
 void DequantizeRowAvx512(const DequantizeRowArgs& row, Bf16* out);
 void DequantizeRowAvx512(const DequantizeRowArgs& row, Fp16* out);
 
-// Spreads the kBits (4 or 2) codes of whole 16-byte blocks of `packed` (`bytes` long) one byte per
-// code into `spread`, LSB first; returns the bytes done (the rest is the caller's). Needs
-// HasAvx2F16c().
+// Spread the 4-bit (SpreadCodes4Avx2) or 2-bit (SpreadCodes2Avx2) codes of the whole 16-byte
+// blocks of `packed` (`bytes` long) one byte per code into `spread`, LSB first, and return the
+// bytes done (the rest is the caller's). Need HasAvx2F16c().
 int64_t SpreadCodes4Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread);
 int64_t SpreadCodes2Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread);
 #endif

@@ -64,15 +64,15 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
         "host tier: verify_every_n_loads must be at least 1 (1 verifies every load)");
   }
   if (options.clock == nullptr) return absl::InvalidArgumentError("host tier: clock is null");
+  const absl::flat_hash_map<std::string, uint32_t> quota_ids = QuotaIds(options.tenant_quotas);
   std::vector<TenantQuota> quotas_by_id;
-  for (const auto& [tenant, id] : QuotaIds(options.tenant_quotas)) {
-    const uint64_t bytes = options.tenant_quotas.at(tenant);
+  for (const auto& [tenant, bytes] : options.tenant_quotas) {
     if (tenant.empty() || bytes == 0 || bytes > options.capacity_bytes) {
       return absl::InvalidArgumentError(fmt::format(
           "host tier: tenant quota '{}' = {} must name a tenant and lie in (0, capacity {}]",
           tenant, bytes, options.capacity_bytes));
     }
-    quotas_by_id.push_back({.tenant = id, .bytes = bytes});
+    quotas_by_id.push_back({.tenant = quota_ids.at(tenant), .bytes = bytes});
   }
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<EvictionPolicy> policy,
