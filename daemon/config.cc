@@ -16,6 +16,7 @@
 #include "fmt/format.h"
 #include "storage/codec/codec_registry.h"
 #include "storage/device/device_runtime_factory.h"
+#include "storage/host/host_tier.h"
 #include "toml++/toml.h"
 
 namespace strata::daemon {
@@ -256,12 +257,10 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.host.hard_pin_quota_bytes.value_or(0) > c.host.capacity_bytes) {
     return Bad("config: host.hard_pin_quota_bytes exceeds host.capacity_bytes");
   }
-  for (const auto& [tenant, bytes] : c.host.tenant_quotas) {
-    if (tenant.empty() || bytes == 0 || bytes > c.host.capacity_bytes) {
-      return Bad(fmt::format(
-          "config: host.tenant_quotas.'{}' = {} must name a tenant and lie in (0, capacity]",
-          tenant, bytes));
-    }
+  if (absl::Status s =
+          storage::HostTier::CheckTenantQuotas(c.host.tenant_quotas, c.host.capacity_bytes);
+      !s.ok()) {
+    return Bad(fmt::format("config: host.tenant_quotas: {}", s.message()));
   }
   if (!c.disk.directory.empty() && (c.disk.segment_bytes == 0 || c.disk.segment_bytes % 4096 != 0 ||
                                     c.disk.capacity_bytes / c.disk.segment_bytes < 3)) {

@@ -14,6 +14,7 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include <cstring>
 #include <type_traits>
 
 namespace strata::kernels::internal {
@@ -40,22 +41,46 @@ constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   return _mm256_blendv_epi8(bits, quiet, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
 }
 
-// x^ of the eight codes at q with their scales and zeros.
+// x^ of the eight codes in the low bytes of `bytes` with their scales and zeros.
 template <bool kAsymmetric>
-[[gnu::target("avx2")]] inline __m256 ValuesAvx2(const uint8_t* q, __m256 scale, __m256 zero) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+[[gnu::target("avx2")]] inline __m256 ValuesAvx2(__m128i bytes, __m256 scale, __m256 zero) {
   const __m256i codes = kAsymmetric ? _mm256_cvtepu8_epi32(bytes) : _mm256_cvtepi8_epi32(bytes);
   const __m256 product = _mm256_mul_ps(_mm256_cvtepi32_ps(codes), scale);
   return kAsymmetric ? _mm256_add_ps(product, zero) : product;
 }
 
-// ---- Blocks: sixteen elements from q to out, as struct templates whose Run the row's loops call.
-// Scales and zeros: one each for all sixteen (kPerToken), or sixteen each (kPerChannel).
+// ---- Codes: the sixteen codes from element c of a row, one per byte. For 4- and 2-bit codes, c
+// starts a byte (c * kBits a multiple of 8); the byte's codes go LSB first.
+template <int kBits>
+[[gnu::target("avx2")]] inline __m128i Codes16(const uint8_t* row, int64_t c) {
+  static_assert(kBits == 8 || kBits == 4 || kBits == 2);
+  if constexpr (kBits == 8) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c));
+  } else if constexpr (kBits == 4) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    // Shifting 16-bit lanes is exact after the mask: bits shifted in from the other byte go.
+    return _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+  } else {
+    int32_t word;
+    std::memcpy(&word, row + c / 4, sizeof(word));
+    const __m128i b = _mm_cvtsi32_si128(word);
+    const __m128i mask = _mm_set1_epi8(0x03);
+    const __m128i c0 = _mm_and_si128(b, mask);
+    const __m128i c1 = _mm_and_si128(_mm_srli_epi16(b, 2), mask);
+    const __m128i c2 = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+    const __m128i c3 = _mm_and_si128(_mm_srli_epi16(b, 6), mask);
+    return _mm_unpacklo_epi16(_mm_unpacklo_epi8(c0, c1), _mm_unpacklo_epi8(c2, c3));
+  }
+}
+
+// ---- Blocks: sixteen codes (one per byte) to out, as struct templates whose Run the row's loops
+// call. Scales and zeros: one each for all sixteen (kPerToken), or sixteen each (kPerChannel).
 
 // AVX2: two halves of eight.
 template <class T, bool kAsymmetric, bool kPerToken>
 struct Avx2Block {
-  [[gnu::target("avx2,f16c")]] static void Run(const uint8_t* q, const float* s, const float* z,
+  [[gnu::target("avx2,f16c")]] static void Run(__m128i codes, const float* s, const float* z,
                                                T* out) {
     const __m256 scale_a = kPerToken ? _mm256_set1_ps(*s) : _mm256_loadu_ps(s);
     const __m256 scale_b = kPerToken ? scale_a : _mm256_loadu_ps(s + 8);
@@ -64,9 +89,12 @@ struct Avx2Block {
       zero_a = kPerToken ? _mm256_set1_ps(*z) : _mm256_loadu_ps(z);
       zero_b = kPerToken ? zero_a : _mm256_loadu_ps(z + 8);
     }
-    const __m256 a = ValuesAvx2<kAsymmetric>(q, scale_a, zero_a);
-    const __m256 b = ValuesAvx2<kAsymmetric>(q + 8, scale_b, zero_b);
-    if constexpr (std::is_same_v<T, Fp16>) {
+    const __m256 a = ValuesAvx2<kAsymmetric>(codes, scale_a, zero_a);
+    const __m256 b = ValuesAvx2<kAsymmetric>(_mm_unpackhi_epi64(codes, codes), scale_b, zero_b);
+    if constexpr (std::is_same_v<T, float>) {
+      _mm256_storeu_ps(out, a);
+      _mm256_storeu_ps(out + 8, b);
+    } else if constexpr (std::is_same_v<T, Fp16>) {
       _mm256_storeu_si256(
           reinterpret_cast<__m256i*>(out),
           _mm256_set_m128i(_mm256_cvtps_ph(b, kRoundNearest), _mm256_cvtps_ph(a, kRoundNearest)));
@@ -90,14 +118,17 @@ struct Avx2Block {
 // AVX-512: one register of sixteen.
 template <class T, bool kAsymmetric, bool kPerToken>
 struct Avx512Block {
-  [[gnu::target("avx512f,avx2,f16c")]] static void Run(const uint8_t* q, const float* s,
+  [[gnu::target("avx512f,avx2,f16c")]] static void Run(__m128i codes, const float* s,
                                                        const float* z, T* out) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    const __m512i codes = kAsymmetric ? _mm512_cvtepu8_epi32(bytes) : _mm512_cvtepi8_epi32(bytes);
-    __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(codes),
+    const __m512i wide = kAsymmetric ? _mm512_cvtepu8_epi32(codes) : _mm512_cvtepi8_epi32(codes);
+    __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(wide),
                              kPerToken ? _mm512_set1_ps(*s) : _mm512_loadu_ps(s));
     if constexpr (kAsymmetric) {
       x = _mm512_add_ps(x, kPerToken ? _mm512_set1_ps(*z) : _mm512_loadu_ps(z));
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      _mm512_storeu_ps(out, x);
+      return;
     }
     __m256i half;
     if constexpr (std::is_same_v<T, Fp16>) {
@@ -121,87 +152,75 @@ struct Avx512Block {
 // ---- The row, over sixteen-element blocks of either kind.
 
 // The row's loops. Not inlined into a caller without the block's target: each path's wrapper below
-// flattens it, so that its blocks inline there.
-template <class T, bool kAsymmetric, template <class, bool, bool> class Block>
+// flattens it, so that its blocks inline there. A group's scale and zero are read into locals
+// first, which nothing the loop stores can alias, so that their broadcasts leave the loop.
+template <class T, int kBits, bool kAsymmetric, template <class, bool, bool> class Block>
 inline void Row(const DequantizeRowArgs& a, T* out) {
   const uint8_t* q = a.codes;
   const float* s = a.scales;
   const float* z = a.zeros;
+  const int64_t cols = a.cols, group_size = a.group_size;  // locals: stores may alias `a`
   if (a.axis == QuantAxis::kPerToken) {
-    const int64_t groups = a.cols / a.group_size;
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t end = (g + 1) * a.group_size;
-      int64_t c = g * a.group_size;
-      for (; c + 16 <= end; c += 16) {
-        Block<T, kAsymmetric, true>::Run(q + c, s + g, kAsymmetric ? z + g : nullptr, out + c);
+    for (int64_t g = 0; g < cols / group_size; ++g) {
+      const float scale = s[g], zero = kAsymmetric ? z[g] : 0.0f;
+      const int64_t end = (g + 1) * group_size;
+      int64_t c = g * group_size;
+      // A group of 4- or 2-bit codes that starts inside a byte (group sizes no model uses) takes
+      // the scalar loop.
+      if (c * kBits % 8 == 0) {
+        for (; c + 16 <= end; c += 16) {
+          Block<T, kAsymmetric, true>::Run(Codes16<kBits>(q, c), &scale, &zero, out + c);
+        }
       }
       for (; c < end; ++c) {
-        out[c] = FromFloat<T>(DequantValue<kAsymmetric>(q[c], s[g], kAsymmetric ? z[g] : 0.0f));
+        out[c] = FromFloat<T>(DequantValue<kAsymmetric>(CodeAt<kBits>(q, c), scale, zero));
       }
     }
     return;
   }
   int64_t c = 0;
-  for (; c + 16 <= a.cols; c += 16) {
-    Block<T, kAsymmetric, false>::Run(q + c, s + c, kAsymmetric ? z + c : nullptr, out + c);
+  for (; c + 16 <= cols; c += 16) {
+    Block<T, kAsymmetric, false>::Run(Codes16<kBits>(q, c), s + c, kAsymmetric ? z + c : nullptr,
+                                      out + c);
   }
-  for (; c < a.cols; ++c) {
-    out[c] = FromFloat<T>(DequantValue<kAsymmetric>(q[c], s[c], kAsymmetric ? z[c] : 0.0f));
+  for (; c < cols; ++c) {
+    out[c] = FromFloat<T>(
+        DequantValue<kAsymmetric>(CodeAt<kBits>(q, c), s[c], kAsymmetric ? z[c] : 0.0f));
+  }
+}
+
+// The row of `a`'s code width and scheme.
+template <class T, template <class, bool, bool> class Block>
+inline void AnyRow(const DequantizeRowArgs& a, T* out) {
+  if (!a.asymmetric) return Row<T, 8, false, Block>(a, out);
+  switch (a.bits) {
+    case 8:
+      return Row<T, 8, true, Block>(a, out);
+    case 4:
+      return Row<T, 4, true, Block>(a, out);
+    default:
+      return Row<T, 2, true, Block>(a, out);
   }
 }
 
 template <class T>
 [[gnu::target("avx2,f16c"), gnu::flatten]] void RowAvx2(const DequantizeRowArgs& a, T* out) {
-  a.asymmetric ? Row<T, true, Avx2Block>(a, out) : Row<T, false, Avx2Block>(a, out);
+  AnyRow<T, Avx2Block>(a, out);
 }
 template <class T>
 [[gnu::target("avx512f,avx2,f16c"), gnu::flatten]] void RowAvx512(const DequantizeRowArgs& a,
                                                                   T* out) {
-  a.asymmetric ? Row<T, true, Avx512Block>(a, out) : Row<T, false, Avx512Block>(a, out);
-}
-
-template <int kBits>
-[[gnu::target("avx2")]] int64_t SpreadCodes(const uint8_t* packed, int64_t bytes, uint8_t* spread) {
-  static_assert(kBits == 4 || kBits == 2);
-  constexpr int kPerByte = 8 / kBits;
-  const __m128i mask = _mm_set1_epi8(static_cast<char>((1 << kBits) - 1));
-  int64_t j = 0;
-  for (; j + 16 <= bytes; j += 16) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j));
-    auto* out = reinterpret_cast<__m128i*>(spread + j * kPerByte);
-    // Code k of each byte (shifting 16-bit lanes is exact after the mask: bits shifted in from
-    // the lane's other byte are masked off).
-    const __m128i c0 = _mm_and_si128(b, mask);
-    const __m128i c1 = _mm_and_si128(_mm_srli_epi16(b, kBits), mask);
-    if constexpr (kBits == 4) {
-      _mm_storeu_si128(out, _mm_unpacklo_epi8(c0, c1));
-      _mm_storeu_si128(out + 1, _mm_unpackhi_epi8(c0, c1));
-    } else {
-      const __m128i c2 = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-      const __m128i c3 = _mm_and_si128(_mm_srli_epi16(b, 6), mask);
-      const __m128i low01 = _mm_unpacklo_epi8(c0, c1), high01 = _mm_unpackhi_epi8(c0, c1);
-      const __m128i low23 = _mm_unpacklo_epi8(c2, c3), high23 = _mm_unpackhi_epi8(c2, c3);
-      _mm_storeu_si128(out, _mm_unpacklo_epi16(low01, low23));
-      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(low01, low23));
-      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(high01, high23));
-      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(high01, high23));
-    }
-  }
-  return j;
+  AnyRow<T, Avx512Block>(a, out);
 }
 
 }  // namespace
 
+void DequantizeRowAvx2(const DequantizeRowArgs& row, float* out) { RowAvx2(row, out); }
 void DequantizeRowAvx2(const DequantizeRowArgs& row, Bf16* out) { RowAvx2(row, out); }
 void DequantizeRowAvx2(const DequantizeRowArgs& row, Fp16* out) { RowAvx2(row, out); }
+void DequantizeRowAvx512(const DequantizeRowArgs& row, float* out) { RowAvx512(row, out); }
 void DequantizeRowAvx512(const DequantizeRowArgs& row, Bf16* out) { RowAvx512(row, out); }
 void DequantizeRowAvx512(const DequantizeRowArgs& row, Fp16* out) { RowAvx512(row, out); }
-int64_t SpreadCodes4Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread) {
-  return SpreadCodes<4>(packed, bytes, spread);
-}
-int64_t SpreadCodes2Avx2(const uint8_t* packed, int64_t bytes, uint8_t* spread) {
-  return SpreadCodes<2>(packed, bytes, spread);
-}
 
 }  // namespace strata::kernels::internal
 

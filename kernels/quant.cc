@@ -68,52 +68,40 @@ struct DequantizeArgs {
 #endif
 
 // Dequantize's loops, written so that the compiler vectorizes them: per row, the packed codes are
-// spread to one byte per element (code c of a row sits in byte c * kBits / 8 of the little-endian
-// words, LSB first), then each element is x^ of its code over contiguous spans of the row, its
-// scale and zero constant along a group (kPerToken) or read from the group row (kPerChannel).
-// Always inlined, so that each CPU path below compiles them for its own instruction set. On the
-// SIMD paths (x86-64 only), codes spread and 16-bit rows are written by the row kernels of
-// internal/dequantize_rows.h, sixteen elements at a time.
+// spread to one byte per element (CodeAt), then each element is x^ of its code over contiguous
+// spans of the row, its scale and zero constant along a group (kPerToken) or read from the group
+// row (kPerChannel). Always inlined, so that each CPU path below compiles them for its own
+// instruction set. On the SIMD paths (x86-64 only), rows are written from their packed codes by
+// the row kernels of internal/dequantize_rows.h, sixteen elements at a time.
 template <class T, int kBits, bool kAsymmetric, DequantizePath kPath>
 [[gnu::always_inline]] inline void DequantizeRows(const DequantizeArgs& a) {
   static_assert(std::endian::native == std::endian::little, "codes are read as bytes");
-  constexpr int kPerByte = 8 / kBits;
-  constexpr unsigned kMask = (1u << kBits) - 1u;
   const int64_t cols = a.out.cols;
   const int64_t group_size = a.params.group_size;
+  const bool per_token = a.params.axis == QuantAxis::kPerToken;
+  const int64_t groups = cols / group_size;
   const auto* packed = reinterpret_cast<const uint8_t*>(a.codes.data());
-  std::vector<uint8_t> spread(kBits == 8 ? 0 : static_cast<size_t>(cols));
+  // The baseline's row of spread codes (the SIMD paths read them packed).
+  std::vector<uint8_t> spread(
+      kBits == 8 || kPath != DequantizePath::kBaseline ? 0 : static_cast<size_t>(cols));
   for (int64_t r = 0; r < a.out.rows; ++r) {
-    const uint8_t* row_packed = packed + r * cols / kPerByte;
-    const uint8_t* q = row_packed;
-    if constexpr (kBits != 8) {
-      uint8_t* s = spread.data();
-      int64_t j = 0;
-#if defined(__x86_64__)
-      if constexpr (kPath != DequantizePath::kBaseline) {
-        j = kBits == 4 ? internal::SpreadCodes4Avx2(row_packed, cols / kPerByte, s)
-                       : internal::SpreadCodes2Avx2(row_packed, cols / kPerByte, s);
-      }
-#endif
-      for (; j < cols / kPerByte; ++j) {
-        const unsigned byte = row_packed[j];
-        for (int k = 0; k < kPerByte; ++k) {
-          s[j * kPerByte + k] = static_cast<uint8_t>((byte >> (k * kBits)) & kMask);
-        }
-      }
-      q = s;
-    }
+    const uint8_t* row_packed = packed + r * cols * kBits / 8;
     T* o = static_cast<T*>(a.out.data) + r * a.out.row_stride;
-    const bool per_token = a.params.axis == QuantAxis::kPerToken;
-    const int64_t groups = cols / group_size;
     const float* s =
         per_token ? a.scales.data() + r * groups : a.scales.data() + (r / group_size) * cols;
     const float* z = !kAsymmetric ? nullptr
                      : per_token  ? a.zeros.data() + r * groups
                                   : a.zeros.data() + (r / group_size) * cols;
 #if defined(__x86_64__)
-    if constexpr (kPath != DequantizePath::kBaseline && !std::is_same_v<T, float>) {
-      const internal::DequantizeRowArgs row{q, s, z, cols, group_size, a.params.axis, kAsymmetric};
+    if constexpr (kPath != DequantizePath::kBaseline) {
+      const internal::DequantizeRowArgs row{.codes = row_packed,
+                                            .bits = kBits,
+                                            .scales = s,
+                                            .zeros = z,
+                                            .cols = cols,
+                                            .group_size = group_size,
+                                            .axis = a.params.axis,
+                                            .asymmetric = kAsymmetric};
       if constexpr (kPath == DequantizePath::kAvx512) {
         internal::DequantizeRowAvx512(row, o);
       } else {
@@ -122,6 +110,11 @@ template <class T, int kBits, bool kAsymmetric, DequantizePath kPath>
       continue;
     }
 #endif
+    const uint8_t* q = row_packed;
+    if constexpr (kBits != 8) {
+      for (int64_t c = 0; c < cols; ++c) spread[c] = internal::CodeAt<kBits>(row_packed, c);
+      q = spread.data();
+    }
     if (per_token) {
       for (int64_t g = 0; g < groups; ++g) {
         const float scale = s[g], zero = kAsymmetric ? z[g] : 0.0f;

@@ -1,5 +1,6 @@
 #include "kernels/quant.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -213,8 +214,22 @@ TEST(QuantPackTest, PackUnpackRoundTripsBitExactly) {
 
 // What the path tests feed both CPU paths: zeros of both signs, subnormals, values at and past
 // fp16's range, infinities and NaNs; and every scheme, axis and bit width.
-const float kSpecials[] = {0.0f,     -0.0f, 1e-40f,   -3e-39f,   6e-8f, 65504.0f,
-                           65520.0f, 3e38f, INFINITY, -INFINITY, NAN,   -NAN};
+// NaNs with payloads whose rounding to bf16 would carry (0x7fffffff to -0, 0xffc0ffff to another
+// NaN), so a path that converts a NaN as a number fails.
+const float kSpecials[] = {0.0f,
+                           -0.0f,
+                           1e-40f,
+                           -3e-39f,
+                           6e-8f,
+                           65504.0f,
+                           65520.0f,
+                           3e38f,
+                           INFINITY,
+                           -INFINITY,
+                           NAN,
+                           -NAN,
+                           std::bit_cast<float>(0x7fffffffu),
+                           std::bit_cast<float>(0xffc0ffffu)};
 const QuantCase kPathCases[] = {{QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 8, {}},
                                 {QuantScheme::kAsymmetric, QuantAxis::kPerToken, 8, {}},
                                 {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, 4, {}},
@@ -247,12 +262,15 @@ TEST(QuantPathTest, EveryCpuPathDequantizesBitForBitAsTheBaseline) {
     return std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
                       static_cast<int>(rng() % 60) - 40);
   };
-  // Shapes of whole sixteen-element blocks, and ones whose groups (20 channels) and rows (36 of
-  // them, 8-bit codes only) leave elements over for the SIMD paths' scalar tails.
+  // Shapes of whole sixteen-element blocks; ones whose groups (20 channels) and rows (36 of them,
+  // 8-bit codes only) leave elements over for the SIMD paths' scalar tails; and groups of 2-bit
+  // (18 channels) and 4-bit (17) codes that start inside a byte, which the SIMD paths write with
+  // their scalar loop.
   struct Shape {
     int64_t rows, cols, group_size;
   };
-  for (const Shape shape : {Shape{64, 96, 32}, Shape{60, 80, 20}, Shape{24, 36, 12}}) {
+  for (const Shape shape : {Shape{64, 96, 32}, Shape{60, 80, 20}, Shape{24, 36, 12},
+                            Shape{36, 144, 18}, Shape{34, 136, 17}}) {
     for (const QuantCase& c : kPathCases) {
       const QuantParams params{c.scheme, c.axis, c.bits, shape.group_size};
       const absl::StatusOr<QuantizedSizes> sizes =

@@ -64,14 +64,11 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
         "host tier: verify_every_n_loads must be at least 1 (1 verifies every load)");
   }
   if (options.clock == nullptr) return absl::InvalidArgumentError("host tier: clock is null");
-  const absl::flat_hash_map<std::string, uint32_t> quota_ids = QuotaIds(options.tenant_quotas);
+  STRATA_RETURN_IF_ERROR(
+      Annotate(CheckTenantQuotas(options.tenant_quotas, options.capacity_bytes), "host tier"));
+  absl::flat_hash_map<std::string, uint32_t> quota_ids = QuotaIds(options.tenant_quotas);
   std::vector<TenantQuota> quotas_by_id;
   for (const auto& [tenant, bytes] : options.tenant_quotas) {
-    if (tenant.empty() || bytes == 0 || bytes > options.capacity_bytes) {
-      return absl::InvalidArgumentError(fmt::format(
-          "host tier: tenant quota '{}' = {} must name a tenant and lie in (0, capacity {}]",
-          tenant, bytes, options.capacity_bytes));
-    }
     quotas_by_id.push_back({.tenant = quota_ids.at(tenant), .bytes = bytes});
   }
   STRATA_ASSIGN_OR_RETURN(
@@ -84,18 +81,32 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
                            .prefault = options.prefault,
                            .name = options.arena_name});
   if (!arena.ok()) return Annotate(arena.status(), "host tier");
-  return std::unique_ptr<HostTier>(new HostTier(options, *std::move(arena), std::move(policy)));
+  return std::unique_ptr<HostTier>(
+      new HostTier(options, *std::move(arena), std::move(policy), std::move(quota_ids)));
+}
+
+absl::Status HostTier::CheckTenantQuotas(const std::map<std::string, uint64_t>& quotas,
+                                         uint64_t capacity_bytes) {
+  for (const auto& [tenant, bytes] : quotas) {
+    if (tenant.empty() || bytes == 0 || bytes > capacity_bytes) {
+      return absl::InvalidArgumentError(
+          fmt::format("tenant quota '{}' = {} must name a tenant and lie in (0, capacity {}]",
+                      tenant, bytes, capacity_bytes));
+    }
+  }
+  return absl::OkStatus();
 }
 
 HostTier::HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> arena,
-                   std::unique_ptr<EvictionPolicy> policy)
+                   std::unique_ptr<EvictionPolicy> policy,
+                   absl::flat_hash_map<std::string, uint32_t> quota_ids)
     : options_(options),
       clock_(options.clock),
       listener_(options.listener),
       observer_(options.observer),
       arena_(std::move(arena)),
       shards_(new Shard[kNumShards]),
-      quota_ids_(QuotaIds(options.tenant_quotas)),
+      quota_ids_(std::move(quota_ids)),
       tenants_(std::make_unique<internal_host::TenantTable>()),
       allocator_(static_cast<uint32_t>(options.capacity_bytes / options.page_bytes)),
       policy_(std::move(policy)) {}

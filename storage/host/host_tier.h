@@ -307,8 +307,14 @@ class HostTier {
  public:
   // Creates the arena and an empty tier. kInvalidArgument for unusable options (zero capacity, a
   // capacity that is not a multiple of page_bytes, more than 2^32 pages, a zero lease, zero
-  // verify_every_n_loads, an unknown policy); arena errors as SharedArena::Create reports them.
+  // verify_every_n_loads, an unknown policy, tenant quotas CheckTenantQuotas refuses); arena
+  // errors as SharedArena::Create reports them.
   static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
+  // OK when each of `quotas` (HostTierOptions::tenant_quotas) names a tenant and lies in
+  // (0, capacity_bytes]; else kInvalidArgument naming the first, by name, that does not. Create
+  // checks it; a config loader may, before making anything.
+  static absl::Status CheckTenantQuotas(const std::map<std::string, uint64_t>& quotas,
+                                        uint64_t capacity_bytes);
 
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
@@ -458,7 +464,8 @@ class HostTier {
   };
 
   HostTier(const HostTierOptions& options, std::unique_ptr<SharedArena> arena,
-           std::unique_ptr<EvictionPolicy> policy);
+           std::unique_ptr<EvictionPolicy> policy,
+           absl::flat_hash_map<std::string, uint32_t> quota_ids);
 
   // Inline, in internal/host_tier_inline.h: functions in several files inline them.
   static inline size_t ShardIndex(const ChunkKey& key);
