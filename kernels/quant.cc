@@ -68,7 +68,7 @@ struct DequantizeArgs {
 #endif
 
 // Dequantize's loops, written so that the compiler vectorizes them: per row, the packed codes are
-// spread to one byte per element (CodeAt), then each element is x^ of its code over contiguous
+// spread to one byte per element, then each element is x^ of its code over contiguous
 // spans of the row, its scale and zero constant along a group (kPerToken) or read from the group
 // row (kPerChannel). Always inlined, so that each CPU path below compiles them for its own
 // instruction set. On the SIMD paths (x86-64 only), rows are written from their packed codes by
@@ -112,7 +112,16 @@ template <class T, int kBits, bool kAsymmetric, DequantizePath kPath>
 #endif
     const uint8_t* q = row_packed;
     if constexpr (kBits != 8) {
-      for (int64_t c = 0; c < cols; ++c) spread[c] = internal::CodeAt<kBits>(row_packed, c);
+      // Byte by byte, each byte's codes LSB first (as CodeAt reads them): a loop the compiler
+      // unrolls, where CodeAt per element costs a shift and a mask of its own.
+      constexpr int kPerByte = 8 / kBits;
+      for (int64_t j = 0; j < cols / kPerByte; ++j) {
+        const unsigned byte = row_packed[j];
+        for (int k = 0; k < kPerByte; ++k) {
+          spread[j * kPerByte + k] =
+              static_cast<uint8_t>((byte >> (k * kBits)) & ((1u << kBits) - 1u));
+        }
+      }
       q = spread.data();
     }
     if (per_token) {
