@@ -312,11 +312,12 @@ std::string FormatCompress(const v1::CompressResponse& compress) {
                   compress.compressed_chunks(), HumanBytes(compress.stored_bytes_before()),
                   HumanBytes(compress.stored_bytes_after()), compress.already_compressed(),
                   compress.missing_chunks());
-  if (compress.not_smaller_chunks() + compress.unknown_layout_chunks() > 0) {
+  if (compress.not_smaller_chunks() + compress.unknown_layout_chunks() + compress.busy_chunks() >
+      0) {
     out += fmt::format(
-        "left as they were: {} the codec would not shrink, {} of a layout the disk does not know "
-        "(give the layout flags)\n",
-        compress.not_smaller_chunks(), compress.unknown_layout_chunks());
+        "left as they were: {} the codec would not shrink, {} of a layout the tier does not know "
+        "(give the layout flags), {} engines kept reading (retry)\n",
+        compress.not_smaller_chunks(), compress.unknown_layout_chunks(), compress.busy_chunks());
   }
   if (compress.compressed_chunks() > 0) {
     out += fmt::format("largest error: relative {:.3g}, absolute {:.3g} (the codec promises: {})\n",
@@ -327,10 +328,16 @@ std::string FormatCompress(const v1::CompressResponse& compress) {
 }
 
 std::string FormatDecompress(const v1::DecompressResponse& decompress) {
-  return fmt::format("decompressed {} chunks ({} -> {}); {} not compressed; {} not in the tier\n",
-                     decompress.decompressed_chunks(), HumanBytes(decompress.stored_bytes_before()),
-                     HumanBytes(decompress.stored_bytes_after()), decompress.not_compressed(),
-                     decompress.missing_chunks());
+  std::string out =
+      fmt::format("decompressed {} chunks ({} -> {}); {} not compressed; {} not in the tier\n",
+                  decompress.decompressed_chunks(), HumanBytes(decompress.stored_bytes_before()),
+                  HumanBytes(decompress.stored_bytes_after()), decompress.not_compressed(),
+                  decompress.missing_chunks());
+  if (decompress.busy_chunks() > 0) {
+    out += fmt::format("left as they were: {} engines kept reading (retry)\n",
+                       decompress.busy_chunks());
+  }
+  return out;
 }
 
 std::string FormatDrain(const v1::DrainResponse& drain) {

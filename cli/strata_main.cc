@@ -262,9 +262,9 @@ int Run(int argc, char** argv) {
       "clear",
       "remove chunks: --key/--tokens, --by-layout (with the layout flags), --tenant or --all");
   CLI::App* compress_cmd = app.add_subcommand(
-      "compress", "store chunks of the disk tier encoded by a codec (--codec), in place");
+      "compress", "store chunks of a tier (disk, or host) encoded by a codec (--codec), in place");
   CLI::App* decompress_cmd =
-      app.add_subcommand("decompress", "store compressed chunks of the disk tier as they decode");
+      app.add_subcommand("decompress", "store compressed chunks of a tier as they decode");
   for (CLI::App* cmd : {pin_cmd, unpin_cmd, move_cmd, clear_cmd, compress_cmd, decompress_cmd}) {
     selector_flags.Register(cmd, /*with_keys=*/true);
   }
@@ -281,7 +281,7 @@ int Run(int argc, char** argv) {
   CLI::Option* decompress_tenant = decompress_cmd->add_option(
       "--tenant", tenant, "every chunk of the tier this tenant (a tenant salt) stored");
   for (CLI::App* cmd : {compress_cmd, decompress_cmd}) {
-    cmd->add_option("--tier", tier_name, "tier (default disk)");
+    cmd->add_option("--tier", tier_name, "tier: disk|host (default disk)");
   }
   for (CLI::App* cmd : {pin_cmd, unpin_cmd}) {
     cmd->add_flag("--soft", soft, "a soft pin (with --ttl-ms) instead of a hard one");

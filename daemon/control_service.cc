@@ -16,6 +16,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/convert.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/tiered/chunk_codec.h"
 
 namespace strata::daemon {
 namespace {
@@ -339,6 +340,7 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
   response.set_max_relative_error(totals->max_error.relative_frobenius);
   response.set_max_abs_error(totals->max_error.max_abs);
   response.set_error_bound(std::string((*codec)->error_bound()));
+  response.set_busy_chunks(totals->busy);
   return absl::OkStatus();
 }
 
@@ -359,6 +361,7 @@ absl::Status ControlService::DoDecompress(const v1::DecompressRequest& request,
   response.set_decompressed_chunks(totals->recoded);
   response.set_not_compressed(totals->already_in_form);
   response.set_missing_chunks(totals->missing);
+  response.set_busy_chunks(totals->busy);
   response.set_stored_bytes_before(totals->stored_bytes_before);
   response.set_stored_bytes_after(totals->stored_bytes_after);
   return absl::OkStatus();
@@ -456,8 +459,10 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* con
   tier->set_tier(v1::TIER_HOST);
   tier->set_capacity_bytes(host.capacity_bytes);
   tier->set_used_bytes(host.used_bytes);
-  tier->set_payload_bytes(host.payload_bytes);
+  // payload_bytes as the chunks decode; stored_bytes as the tier holds them.
+  tier->set_payload_bytes(host.payload_bytes - host.encoded_bytes + host.encoded_decoded_bytes);
   tier->set_stored_bytes(host.payload_bytes);
+  tier->set_encoded_chunks(host.encoded_chunks);
   tier->set_chunks(host.chunks);
   tier->set_pinned_bytes(host.hard_pinned_bytes + host.soft_pinned_bytes);
   tier->set_reserved_bytes(host.reserved_bytes);
@@ -570,14 +575,17 @@ absl::Status ControlService::DoListChunks(const v1::ListChunksRequest& request,
                 : static_cast<uint64_t>(
                       std::chrono::ceil<std::chrono::milliseconds>(info.soft_pin_deadline - now)
                           .count());
+        const bool encoded = info.encoding.encoded();
         return ListedRow{.key = &info.key,
                          .tier = v1::TIER_HOST,
-                         .size_bytes = info.size_bytes,
+                         .size_bytes = encoded ? info.encoding.decoded_bytes : info.size_bytes,
                          .num_tokens = info.num_tokens,
                          .hard_pinned = info.hard_pinned,
                          .soft_pin_remaining_ms = soft_pin_remaining_ms,
                          .leases = info.leases,
-                         .stored_bytes = info.size_bytes};
+                         .stored_bytes = info.size_bytes,
+                         .codec_id = info.encoding.codec,
+                         .error = storage::KeptError(info.encoding)};
       },
       request.columnar(), response);
   response.set_next_page_token(HostPageToken(page.next_cursor));

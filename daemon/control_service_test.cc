@@ -614,24 +614,52 @@ TEST_F(ControlServiceTest, ClearDuringALoadNeverFreesUnderTheReader) {
   EXPECT_TRUE(tier_->CheckConsistency().ok());
 }
 
-TEST_F(ControlServiceTest, CompressWithoutADiskTierIsRefused) {
-  StoreChain(Tokens(16, 1));
+TEST_F(ControlServiceTest, CompressesHostChunksInPlaceWithoutADiskTier) {
+  StoreChain(Tokens(32, 1));
   v1::CompressRequest compress;
-  *compress.mutable_selector() = TokenSelector(Tokens(16, 1));
-  compress.set_codec("kivi2");
+  *compress.mutable_selector() = TokenSelector(Tokens(32, 1));
+  compress.set_codec("int8");
   v1::CompressResponse compressed;
   grpc::Status status = Call(&Stub::Compress, compress, compressed);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), HasSubstr("disk tier not configured"));
   compress.set_tier(v1::TIER_HOST);
   status = Call(&Stub::Compress, compress, compressed);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(status.error_message(), HasSubstr("in place"));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(compressed.compressed_chunks(), 2u);
+  EXPECT_EQ(compressed.busy_chunks(), 0u);
+  EXPECT_EQ(compressed.stored_bytes_before(), 2 * 4096u);
+  EXPECT_LT(compressed.stored_bytes_after(), 2 * 4096u * 7 / 10);  // 16-wide heads: 0.65x
+
+  v1::ListChunksRequest list;
+  list.set_tier(v1::TIER_HOST);
+  v1::ListChunksResponse listed;
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, listed).ok());
+  ASSERT_EQ(listed.chunks_size(), 2);
+  for (const v1::ChunkEntry& entry : listed.chunks()) {
+    EXPECT_EQ(entry.codec(), "int8");
+    EXPECT_EQ(entry.size_bytes(), 4096u);
+    EXPECT_LT(entry.stored_bytes(), 4096u);
+    EXPECT_TRUE(entry.has_relative_error());
+  }
+  v1::StatsResponse stats;
+  ASSERT_TRUE(Call(&Stub::Stats, v1::StatsRequest(), stats).ok());
+  EXPECT_EQ(stats.tiers(0).encoded_chunks(), 2u);
+  EXPECT_EQ(stats.tiers(0).payload_bytes(), 2 * 4096u);
+  EXPECT_EQ(stats.tiers(0).stored_bytes(), compressed.stored_bytes_after());
+
   v1::DecompressRequest decompress;
-  *decompress.mutable_selector() = TokenSelector(Tokens(16, 1));
+  *decompress.mutable_selector() = TokenSelector(Tokens(32, 1));
   v1::DecompressResponse decompressed;
   EXPECT_EQ(Call(&Stub::Decompress, decompress, decompressed).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+  decompress.set_tier(v1::TIER_HOST);
+  ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
+  EXPECT_EQ(decompressed.decompressed_chunks(), 2u);
+  EXPECT_EQ(decompressed.stored_bytes_after(), 2 * 4096u);
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, listed).ok());
+  EXPECT_EQ(listed.chunks(0).codec(), "");
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
 }
 
 TEST_F(ControlServiceTest, ListChunksPagesAndFilters) {
@@ -1350,9 +1378,13 @@ TEST_F(ControlServiceDiskTest, TheDiskRecordsTenantsForListingsClearsAndCompress
   v1::DecompressResponse decompressed;
   ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
   EXPECT_EQ(decompressed.decompressed_chunks(), 2u);
+  // The tenant's host chunks, in place, and back.
   compress.set_tier(v1::TIER_HOST);
-  EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(Call(&Stub::Compress, compress, compressed).ok());
+  EXPECT_GT(compressed.compressed_chunks(), 0u);
+  decompress.set_tier(v1::TIER_HOST);
+  ASSERT_TRUE(Call(&Stub::Decompress, decompress, decompressed).ok());
+  EXPECT_EQ(decompressed.decompressed_chunks(), compressed.compressed_chunks());
 
   // A chunk promoted from disk keeps its tenant in the host tier.
   v1::MoveRequest move;

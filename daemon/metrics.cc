@@ -320,6 +320,18 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
                                   s.used_bytes));
     families.push_back(
         HostFamily("strata_tier_chunks", "Committed chunks in the tier.", gauge, s.chunks));
+    families.push_back(
+        HostFamily("strata_tier_stored_bytes",
+                   "Payload bytes as the tier stores them (below the chunks' size where encoded).",
+                   gauge, s.payload_bytes));
+    families.push_back(
+        HostFamily("strata_tier_encoded_chunks",
+                   "Chunks the tier stores encoded by a codec ([disk] codec, Compress).", gauge,
+                   s.encoded_chunks));
+    families.push_back(
+        HostFamily("strata_load_decoded_chunks_total",
+                   "Host chunks stored encoded (Compress) that loads decoded back in place first.",
+                   counter, store->movement.load_decoded));
     families.push_back({"strata_tier_pinned_bytes",
                         "Payload bytes of pinned chunks, by pin kind.",
                         gauge,

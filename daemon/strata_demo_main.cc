@@ -61,7 +61,7 @@ std::vector<std::byte> ExpectedPayload(const ChunkKey& key, uint64_t size_bytes)
 class CountingListener : public storage::EvictionListener {
  public:
   void OnEvicted(const ChunkKey&, const storage::PayloadView& payload, uint64_t checksum, uint32_t,
-                 std::string_view) override {
+                 std::string_view, const StoredEncoding&) override {
     ++chunks;
     bytes += payload.size_bytes();
     if (payload.Checksum() != checksum) ++corrupt;

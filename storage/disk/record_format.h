@@ -19,7 +19,6 @@
 // thread-safe.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -28,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chunk_key.h"
+#include "core/stored_encoding.h"
 #include "storage/io/aligned_buffer.h"
 
 namespace strata::storage {
@@ -38,29 +38,6 @@ inline constexpr uint32_t kEncodedRecordFormatVersion = 2;
 inline constexpr uint64_t kRecordHeaderBytes = kIoAlignment;
 // The longest tenant name a record holds.
 inline constexpr size_t kMaxRecordTenantBytes = 1024;
-
-// How a stored payload relates to the chunk: the chunk itself (codec 0), or its encoded frame,
-// which decodes to decoded_bytes bytes whose xxh3-64 is decoded_checksum.
-struct StoredEncoding {
-  uint16_t codec = 0;  // a CodecId; 0: stored as it is
-  uint64_t decoded_bytes = 0;
-  uint64_t decoded_checksum = 0;
-  // The error of the decoded chunk against the chunk it was encoded from, when the encoder
-  // measured it (Compress, and [disk] codec's writes); -1: not measured. Kept in the index only
-  // (DiskIndex), not in the record header: a record re-indexed from its header has none.
-  float relative_error = -1;
-  float max_abs_error = -1;
-
-  bool encoded() const { return codec != 0; }
-  // Field by field, the errors bit for bit: an error measured on KV that holds a NaN is a NaN,
-  // and the record must still equal itself (DiskTier::Replace and DropCorrupt match on it).
-  friend bool operator==(const StoredEncoding& a, const StoredEncoding& b) {
-    return a.codec == b.codec && a.decoded_bytes == b.decoded_bytes &&
-           a.decoded_checksum == b.decoded_checksum &&
-           std::bit_cast<uint32_t>(a.relative_error) == std::bit_cast<uint32_t>(b.relative_error) &&
-           std::bit_cast<uint32_t>(a.max_abs_error) == std::bit_cast<uint32_t>(b.max_abs_error);
-  }
-};
 
 struct RecordHeader {
   ChunkKey key;

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/chunk_key.h"
+#include "core/stored_encoding.h"
 #include "storage/host/payload_view.h"
 
 namespace strata::storage {
@@ -25,8 +26,11 @@ class EvictionListener {
   // `payload` holds the chunk's committed bytes; `checksum` is their xxh3-64 as computed at
   // commit (not re-verified here). `num_tokens` is the token count it was reserved with.
   // `tenant` is the tenant it was stored under (ReserveOptions::tenant_name; "" for none).
+  // `encoding` is the payload's form: encoded() when it is a codec's frame (HostTier::
+  // ReplaceForm), which the listener must decode before anyone reads it as the chunk.
   virtual void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                         uint32_t num_tokens, std::string_view tenant) = 0;
+                         uint32_t num_tokens, std::string_view tenant,
+                         const StoredEncoding& encoding) = 0;
 };
 
 }  // namespace strata::storage

@@ -140,9 +140,13 @@ HostTier::Record* HostTier::FindLocked(const ChunkKey& key) const {
 }
 
 ArenaRangeList HostTier::RangesFor(const Record& record) const {
+  return RangesOf(record.extents, record.size_bytes);
+}
+
+ArenaRangeList HostTier::RangesOf(const ExtentList& extents, uint64_t size_bytes) const {
   ArenaRangeList ranges;
-  uint64_t remaining = record.size_bytes;
-  for (const Extent& extent : record.extents) {
+  uint64_t remaining = size_bytes;
+  for (const Extent& extent : extents) {
     const uint64_t length =
         std::min<uint64_t>(uint64_t{extent.num_pages} * options_.page_bytes, remaining);
     ranges.push_back({uint64_t{extent.first_page} * options_.page_bytes, length});
@@ -195,6 +199,7 @@ void HostTier::DetachLocked(Record* record, RemovalCause cause, bool notify) {
   if (notify && observer_ != nullptr) observer_->OnRemoved(record->key, cause);
   by_seq_.erase(record->seq);
   tenants_->Release(std::exchange(record->tenant, 0));
+  SetFormLocked(record, StoredEncoding{});
   const uint32_t pages = PagesOf(*record);
   if (record->in_expiry) {
     expiry_.erase({record->expiry, record});
@@ -290,14 +295,18 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       continue;
     }
     std::vector<Record*> victims;
-    std::vector<std::string> victim_tenants;  // for the listener; detaching frees the labels
+    std::vector<std::string> victim_tenants;   // for the listener; detaching frees the labels
+    std::vector<StoredEncoding> victim_forms;  // for the listener; detaching forgets them
     uint64_t victim_pages = 0;
     while (victim_pages < shortfall) {
       const std::optional<ChunkId> id = policy_->PopVictim();
       if (!id.has_value()) break;
       Record* victim = RecordOf(*id);
       STRATA_DCHECK(!victim->unevictable && victim->state == ChunkState::kCommitted);
-      if (listener_ != nullptr) victim_tenants.emplace_back(tenants_->Name(victim->tenant));
+      if (listener_ != nullptr) {
+        victim_tenants.emplace_back(tenants_->Name(victim->tenant));
+        victim_forms.push_back(FormOfLocked(victim));
+      }
       DetachLocked(victim, RemovalCause::kEvicted, /*notify=*/true);
       victim->state = ChunkState::kEvicting;
       detached_.insert(victim);
@@ -320,7 +329,8 @@ absl::StatusOr<ExtentList> HostTier::AllocateLocked(uint32_t num_pages, uint64_t
       for (size_t i = 0; i < victims.size(); ++i) {
         const Record& victim = *victims[i];
         listener_->OnEvicted(victim.key, PayloadView(arena_->base(), ranges[i], victim.size_bytes),
-                             victim.checksum, victim.num_tokens, victim_tenants[i]);
+                             victim.checksum, victim.num_tokens, victim_tenants[i],
+                             victim_forms[i]);
       }
       mu_.Lock();
       evicting_pages_ -= victim_pages;

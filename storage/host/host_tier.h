@@ -23,6 +23,12 @@
 // a reader must finish within the deadline and must check expired() after copying: bytes copied
 // under an expired lease are not trustworthy (the daemon re-validates before reporting success).
 // This keeps a stuck or dead client from pinning memory forever.
+//
+// Forms: a committed chunk is stored plain (the bytes its writer committed) or encoded (a codec's
+// frame, StoredEncoding, put in place by ReplaceForm: Compress). Engines read plain chunks only:
+// Acquire, AcquirePrefix and AcquireForCopy find an encoded chunk only when asked for Forms::kAny
+// (what decodes it: storage/tiered/host_forms.h), so no engine or copy ever reads a frame as KV.
+// Lookup and Contains find both forms (the chunk is cached either way).
 #pragma once
 
 #include <chrono>
@@ -49,6 +55,7 @@
 #include "core/chunk_key.h"
 #include "core/clock.h"
 #include "core/kv_layout.h"
+#include "core/stored_encoding.h"
 #include "storage/host/chunk_observer.h"
 #include "storage/host/eviction_listener.h"
 #include "storage/host/page_allocator.h"
@@ -168,6 +175,12 @@ struct ReserveResult {
   WriteReservation reservation;  // valid only for kReserved
 };
 
+// Which forms of a chunk an Acquire call leases (see Forms above).
+enum class Forms {
+  kPlainOnly,  // plain chunks; an encoded chunk is left alone as if absent (no miss counted)
+  kAny,        // plain or encoded: the caller reads ChunkLease::encoding()
+};
+
 // Read access to one committed chunk until deadline() (see the lease contract above).
 // Move-only; destroying it (or Release) releases the lease.
 class ChunkLease {
@@ -184,8 +197,10 @@ class ChunkLease {
   const ChunkKey& key() const { return key_; }
   uint64_t size_bytes() const { return size_bytes_; }
   uint32_t num_tokens() const { return num_tokens_; }
-  // xxh3-64 of the payload, computed at commit.
+  // xxh3-64 of the payload, computed at commit (or at ReplaceForm).
   uint64_t checksum() const { return checksum_; }
+  // The payload's form: encoded() for a frame (only leases taken with Forms::kAny).
+  const StoredEncoding& encoding() const { return encoding_; }
   uint64_t owner() const { return owner_; }
   MonoTime deadline() const { return deadline_; }
   // True once the deadline has passed on the tier's clock.
@@ -205,6 +220,7 @@ class ChunkLease {
   ChunkKey key_;
   uint64_t size_bytes_ = 0;
   uint64_t checksum_ = 0;
+  StoredEncoding encoding_;
   uint32_t num_tokens_ = 0;
   uint64_t owner_ = 0;
   MonoTime deadline_{0};
@@ -239,7 +255,8 @@ struct PinResult {
 // One committed chunk as ListChunks reports it.
 struct ChunkInfo {
   ChunkKey key;
-  uint64_t size_bytes = 0;
+  uint64_t size_bytes = 0;  // as stored: an encoded chunk's frame (encoding.decoded_bytes decoded)
+  StoredEncoding encoding;
   uint32_t num_tokens = 0;
   bool hard_pinned = false;
   MonoTime soft_pin_deadline{0};  // 0 when not soft-pinned (may lie in the past)
@@ -301,6 +318,11 @@ struct HostTierStats {
   uint64_t commits = 0;  // chunks committed so far (stores)
   uint64_t committed_bytes = 0;
   uint64_t hit_bytes = 0;  // payload bytes of the hits (loads)
+  // Committed chunks stored encoded (ReplaceForm), their stored bytes (counted in payload_bytes)
+  // and the bytes they decode to.
+  uint64_t encoded_chunks = 0;
+  uint64_t encoded_bytes = 0;
+  uint64_t encoded_decoded_bytes = 0;
 };
 
 class HostTier {
@@ -366,24 +388,42 @@ class HostTier {
   // reader checks the lease's checksum() against the bytes it copies). nullopt on a miss. kDataLoss
   // on a checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
   // once no other lease reads them. kInvalidArgument for an empty key or a non-positive
-  // duration. kAborted when the lease expired while its checksum was being verified.
+  // duration. kAborted when the lease expired while its checksum was being verified. An encoded
+  // chunk is a miss unless `forms` is kAny (and then uncounted, like a copy: it is no load yet).
   absl::StatusOr<std::optional<ChunkLease>> Acquire(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
-      uint64_t owner = 0, bool reader_verifies = false);
+      uint64_t owner = 0, bool reader_verifies = false, Forms forms = Forms::kPlainOnly);
   // Leases a committed chunk for a copy the daemon makes of it (to the disk tier: write-through,
   // Move, Drain), which is not a load: no hit or miss is counted, the eviction policy and the
   // verify_every_n_loads counter are untouched and no checksum is verified (the copy carries
-  // lease.checksum(), which its reader checks). nullopt on a miss. kInvalidArgument for an empty
-  // key or a non-positive duration.
+  // lease.checksum(), which its reader checks). nullopt on a miss (and for an encoded chunk
+  // unless `forms` is kAny). kInvalidArgument for an empty key or a non-positive duration.
   absl::StatusOr<std::optional<ChunkLease>> AcquireForCopy(
-      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt);
-  // Leases the longest leading run of `chain` that is committed and verifies, in one pass under
-  // the tier lock (then verification without it). Stops at the first miss or checksum failure
+      const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
+      Forms forms = Forms::kPlainOnly);
+  // Leases the longest leading run of `chain` that is committed plain and verifies, in one pass
+  // under the tier lock (then verification without it). Stops at the first miss or checksum failure
   // (dropping that chunk, data_loss_chunks = 1), or at a lease that expired while it was being
   // verified. kInvalidArgument for an empty key anywhere in `chain` or a non-positive duration.
   absl::StatusOr<PrefixLeases> AcquirePrefix(
       std::span<const ChunkKey> chain,
       std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt, uint64_t owner = 0);
+
+  // Stores the chunk `lease` reads in another form, in place: `payload` with `encoding` (an
+  // encoded frame, or a plain chunk with a default StoredEncoding), with the payload's xxh3-64
+  // as its checksum. A form that needs no more pages than the chunk holds is written into pages
+  // of its own under the tier lock (a memcpy of the form, never an eviction); a larger one is
+  // copied into fresh pages with no lock held (finding them may evict other chunks, as Reserve
+  // does), then the chunk takes them and its old pages are freed; it keeps its key, tokens, tenant,
+  // pins and commit order, and the policy sees it reinserted at its new size as a reused chunk
+  // (tenant quotas count stored bytes). The observer is not told: the chunk never left. On success
+  // `lease` reads the new form. `lease` must be the chunk's only lease, so no reader sees the swap.
+  // kUnavailable: another lease reads the chunk (retry later); kAborted: the chunk was removed or
+  // evicted, or the lease was released or has expired; kResourceExhausted: no room for the new
+  // form, or a hard pin whose new size would exceed the quota; kInvalidArgument: an empty lease or
+  // one of another tier, an empty payload or one larger than the tier.
+  absl::Status ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
+                           const StoredEncoding& encoding);
 
   // Pins a committed chunk. Hard pins are idempotent and count the chunk's size against the
   // quota (kResourceExhausted beyond it); a soft pin protects until now + ttl (re-pinning
@@ -493,6 +533,8 @@ class HostTier {
   std::string ExhaustedMessageLocked(uint64_t size_bytes, uint32_t num_pages, MonoTime now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ArenaRangeList RangesFor(const Record& record) const;
+  // The arena ranges of `size_bytes` laid over `extents`.
+  ArenaRangeList RangesOf(const ExtentList& extents, uint64_t size_bytes) const;
   // How AcquireChain treats the leases it hands out.
   enum class LeaseUse {
     kLoad,            // an engine's load: counted, touches the policy, verified when due
@@ -501,11 +543,29 @@ class HostTier {
   };
   // Leases the committed run of `chain` for `use`.
   AcquireRun AcquireChain(std::span<const ChunkKey> chain, std::chrono::nanoseconds duration,
-                          uint64_t owner, LeaseUse use = LeaseUse::kLoad);
+                          uint64_t owner, LeaseUse use = LeaseUse::kLoad,
+                          Forms forms = Forms::kPlainOnly);
   // Acquire and AcquireForCopy: checks the arguments, then leases `key` for `use`.
   absl::StatusOr<std::optional<ChunkLease>> AcquireOne(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
-      LeaseUse use);
+      LeaseUse use, Forms forms);
+  // The record `lease` reads when ReplaceForm may swap its form (see its errors).
+  absl::StatusOr<Record*> ReplaceableLocked(const ChunkLease& lease) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a committed chunk's form (encodings_ and its accounting); a plain one forgets it.
+  void SetFormLocked(Record* record, const StoredEncoding& encoding)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK unless `record` is hard-pinned and `size_bytes` in its place would exceed the pin quota.
+  absl::Status CheckPinQuotaLocked(const Record& record, uint64_t size_bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReplaceForm's swap: the chunk takes `extents` (holding the new form, `size_bytes` of it with
+  // `checksum`) in place of its pages (freed, unless freed already), with `encoding`, and is
+  // reinserted in the policy; `lease` (its only one) reads the new form.
+  void SwapFormLocked(Record* record, ExtentList extents, uint64_t size_bytes, uint64_t checksum,
+                      const StoredEncoding& encoding, ChunkLease& lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The form of a committed chunk; a default (plain) StoredEncoding when it has none.
+  StoredEncoding FormOfLocked(const Record* record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnChecksumMismatch(ChunkLease& lease, uint64_t computed);
 
   // Called by the handles.
@@ -546,6 +606,13 @@ class HostTier {
   bool admitting_ ABSL_GUARDED_BY(mu_) = true;
   // Chunks out of the index that still hold pages (read by leases, or being evicted).
   absl::flat_hash_set<Record*> detached_ ABSL_GUARDED_BY(mu_);
+  // The forms of the committed chunks stored encoded (Record::encoded), and their bytes stored
+  // and decoded.
+  absl::flat_hash_map<const Record*, StoredEncoding> encodings_ ABSL_GUARDED_BY(mu_);
+  uint64_t encoded_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t encoded_decoded_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Pages ReplaceForm holds while it copies a new form into them, by call.
+  absl::flat_hash_map<uint64_t, ExtentList> replacing_ ABSL_GUARDED_BY(mu_);
 
   uint64_t committed_pages_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unevictable_pages_ ABSL_GUARDED_BY(mu_) = 0;  // of committed chunks

@@ -41,7 +41,7 @@ bool PayloadIsIntact(const ChunkKey& key, const PayloadView& payload) {
 class CheckingListener : public EvictionListener {
  public:
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum, uint32_t,
-                 std::string_view) override {
+                 std::string_view, const StoredEncoding&) override {
     ++evicted;
     if (!PayloadIsIntact(key, payload) || payload.Checksum() != checksum) ++corrupt;
   }

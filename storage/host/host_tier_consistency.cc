@@ -29,6 +29,7 @@ absl::Status HostTier::CheckConsistency() const {
   std::vector<Extent> extents = allocator_.FreeRunsForTesting();
   uint64_t chunks = 0, payload = 0, committed_pages = 0, unevictable_pages = 0, hard_pinned = 0;
   uint64_t reservations = 0, reserved = 0;
+  uint64_t encoded = 0, encoded_bytes = 0, encoded_decoded = 0;
   absl::flat_hash_map<const Record*, uint32_t> leases;
   for (const auto& [id, handle] : handles_) {
     if (handle.is_lease) ++leases[handle.record];
@@ -58,6 +59,15 @@ absl::Status HostTier::CheckConsistency() const {
         committed_pages += PagesOf(*record);
         if (record->unevictable) unevictable_pages += PagesOf(*record);
         if (record->hard_pinned) hard_pinned += record->size_bytes;
+        if (record->encoded) {
+          const auto form = encodings_.find(record);
+          if (form == encodings_.end() || !form->second.encoded()) {
+            return fail(fmt::format("encoded chunk {} has no form", record->key.ToString()));
+          }
+          ++encoded;
+          encoded_bytes += record->size_bytes;
+          encoded_decoded += form->second.decoded_bytes;
+        }
       } else if (record->state == ChunkState::kReserved) {
         if (!record->extents.empty()) {
           ++reservations;
@@ -75,6 +85,8 @@ absl::Status HostTier::CheckConsistency() const {
     }
     STRATA_RETURN_IF_ERROR(check_record(record));
   }
+  for (const auto& [call, held] : replacing_)
+    extents.insert(extents.end(), held.begin(), held.end());
   std::sort(extents.begin(), extents.end(),
             [](const Extent& a, const Extent& b) { return a.first_page < b.first_page; });
   uint64_t next_page = 0;
@@ -96,6 +108,12 @@ absl::Status HostTier::CheckConsistency() const {
         "hard-pinned bytes, tracked {} / {} / {} / {} / {}",
         chunks, payload, committed_pages, unevictable_pages, hard_pinned, chunks_, payload_bytes_,
         committed_pages_, unevictable_pages_, hard_pinned_bytes_));
+  }
+  if (encoded != encodings_.size() || encoded_bytes != encoded_bytes_ ||
+      encoded_decoded != encoded_decoded_bytes_) {
+    return fail(fmt::format(
+        "encoded chunks: counted {} / {} bytes / {} decoded, tracked {} / {} / {}", encoded,
+        encoded_bytes, encoded_decoded, encodings_.size(), encoded_bytes_, encoded_decoded_bytes_));
   }
   if (reservations != reservations_ || reserved != reserved_bytes_) {
     return fail(fmt::format("reservations: counted {} / {} bytes, tracked {} / {}", reservations,

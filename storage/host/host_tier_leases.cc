@@ -33,6 +33,7 @@ ChunkLease::ChunkLease(ChunkLease&& other) noexcept
       key_(other.key_),
       size_bytes_(other.size_bytes_),
       checksum_(other.checksum_),
+      encoding_(other.encoding_),
       num_tokens_(other.num_tokens_),
       owner_(other.owner_),
       deadline_(other.deadline_),
@@ -48,6 +49,7 @@ ChunkLease& ChunkLease::operator=(ChunkLease&& other) noexcept {
     key_ = other.key_;
     size_bytes_ = other.size_bytes_;
     checksum_ = other.checksum_;
+    encoding_ = other.encoding_;
     num_tokens_ = other.num_tokens_;
     owner_ = other.owner_;
     deadline_ = other.deadline_;
@@ -115,8 +117,9 @@ bool HostTier::Contains(const ChunkKey& key) const {
 
 HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
                                             std::chrono::nanoseconds duration, uint64_t owner,
-                                            LeaseUse use) {
-  const bool is_load = use != LeaseUse::kTierCopy;
+                                            LeaseUse use, Forms forms) {
+  // A decoder's lease (kAny) is no load: the load counts once the chunk is plain.
+  const bool is_load = use != LeaseUse::kTierCopy && forms == Forms::kPlainOnly;
   AcquireRun run;
   std::vector<bool> verify;
   const MonoTime now = clock_->Now();
@@ -129,6 +132,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
         if (is_load) ++misses_;
         break;
       }
+      if (record->encoded && forms == Forms::kPlainOnly) break;
       if (is_load) {
         ++hits_;
         hit_bytes_ += record->size_bytes;
@@ -156,6 +160,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
       lease.deadline_ = deadline;
       lease.base_ = arena_->base();
       lease.ranges_ = RangesFor(*record);
+      if (record->encoded) lease.encoding_ = FormOfLocked(record);
       run.leases.push_back(std::move(lease));
     }
   }
@@ -208,25 +213,25 @@ absl::Status HostTier::OnChecksumMismatch(ChunkLease& lease, uint64_t computed) 
 
 absl::StatusOr<std::optional<ChunkLease>> HostTier::Acquire(
     const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
-    bool reader_verifies) {
+    bool reader_verifies, Forms forms) {
   return AcquireOne(key, lease_duration, owner,
-                    reader_verifies ? LeaseUse::kLoadUnverified : LeaseUse::kLoad);
+                    reader_verifies ? LeaseUse::kLoadUnverified : LeaseUse::kLoad, forms);
 }
 
 absl::StatusOr<std::optional<ChunkLease>> HostTier::AcquireForCopy(
-    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration) {
-  return AcquireOne(key, lease_duration, /*owner=*/0, LeaseUse::kTierCopy);
+    const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, Forms forms) {
+  return AcquireOne(key, lease_duration, /*owner=*/0, LeaseUse::kTierCopy, forms);
 }
 
 absl::StatusOr<std::optional<ChunkLease>> HostTier::AcquireOne(
     const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
-    LeaseUse use) {
+    LeaseUse use, Forms forms) {
   if (key.empty()) return absl::InvalidArgumentError("host tier: acquire: empty chunk key");
   const std::chrono::nanoseconds duration = lease_duration.value_or(options_.default_lease);
   if (duration.count() <= 0) {
     return absl::InvalidArgumentError("host tier: acquire: lease duration must be positive");
   }
-  AcquireRun run = AcquireChain({&key, 1}, duration, owner, use);
+  AcquireRun run = AcquireChain({&key, 1}, duration, owner, use, forms);
   if (!run.failure.ok()) return run.failure;
   if (run.leases.empty()) return std::optional<ChunkLease>();
   return std::optional<ChunkLease>(std::move(run.leases.front()));

@@ -36,6 +36,7 @@ ChunkPage HostTier::ListChunks(const ListChunksOptions& options) const {
     if (tenant != 0 && record.tenant != tenant) continue;
     page.chunks.push_back({.key = record.key,
                            .size_bytes = record.size_bytes,
+                           .encoding = FormOfLocked(&record),
                            .num_tokens = record.num_tokens,
                            .hard_pinned = record.hard_pinned,
                            .soft_pin_deadline = record.soft_pin_deadline,
@@ -72,6 +73,9 @@ HostTierStats HostTier::Stats() const {
       .commits = commits_,
       .committed_bytes = committed_bytes_,
       .hit_bytes = hit_bytes_,
+      .encoded_chunks = encodings_.size(),
+      .encoded_bytes = encoded_bytes_,
+      .encoded_decoded_bytes = encoded_decoded_bytes_,
   };
   for (const Record* record : detached_) stats.pending_free_bytes += record->size_bytes;
   for (const auto& [expiry, record] : expiry_) {

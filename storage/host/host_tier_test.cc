@@ -41,12 +41,15 @@ class RecordingListener : public EvictionListener {
     uint32_t num_tokens;
     std::string tenant;
     bool still_indexed;
+    StoredEncoding encoding;
   };
 
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t num_tokens, std::string_view tenant) override {
+                 uint32_t num_tokens, std::string_view tenant,
+                 const StoredEncoding& encoding) override {
     Evicted evicted{key,        Read(payload),       checksum,
-                    num_tokens, std::string(tenant), tier != nullptr && tier->Contains(key)};
+                    num_tokens, std::string(tenant), tier != nullptr && tier->Contains(key),
+                    encoding};
     absl::MutexLock lock(&mu);
     chunks.push_back(std::move(evicted));
   }

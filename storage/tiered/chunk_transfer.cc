@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
+#include "storage/tiered/host_forms.h"
 
 namespace strata::storage {
 
@@ -26,11 +27,17 @@ absl::Status PutPayload(LowerTier& below, const ChunkKey& key, const PayloadView
                        .tenant = tenant});
 }
 
-absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key) {
-  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host.AcquireForCopy(key));
+absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key,
+                              const KnownLayouts& layouts) {
+  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease,
+                          host.AcquireForCopy(key, std::nullopt, Forms::kAny));
   if (!lease.has_value()) return false;
-  STRATA_RETURN_IF_ERROR(PutPayload(below, key, lease->payload(), lease->checksum(),
-                                    lease->num_tokens(), host.TenantOf(key)));
+  const std::string tenant = host.TenantOf(key);
+  STRATA_RETURN_IF_ERROR(
+      WithChunkBytes(layouts, key, lease->num_tokens(), lease->payload(), lease->checksum(),
+                     lease->encoding(), [&](const PayloadView& chunk, uint64_t checksum) {
+                       return PutPayload(below, key, chunk, checksum, lease->num_tokens(), tenant);
+                     }));
   return true;
 }
 

@@ -45,8 +45,11 @@ enum class PromoteOutcome {
 // Writes the host tier's copy of `key` to `below` under a copy lease (HostTier::AcquireForCopy:
 // not counted as a load); the host copy stays. false when the host tier does not hold `key`. The
 // record carries the checksum the host tier committed, so a host copy corrupted in memory is
-// caught by the disk tier's Read (kDataLoss), never served. The disk tier's Put errors.
-absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key);
+// caught by the disk tier's Read (kDataLoss), never served. A chunk the host tier holds encoded
+// is written as it decodes (WithChunkBytes, with `layouts`: kDataLoss when it does not). The
+// disk tier's Put errors.
+absl::StatusOr<bool> CopyDown(HostTier& host, LowerTier& below, const ChunkKey& key,
+                              const KnownLayouts& layouts);
 
 // Promotes `key` (a key of `layout`) from `below` into `host`. kInvalidArgument when the disk
 // record's size does not match layout.chunk_bytes(num_tokens); the host tier's Reserve errors

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/fmt_absl.h"
+#include "spdlog/spdlog.h"
 #include "storage/tiered/chunk_transfer.h"
 
 namespace strata::storage {
@@ -31,13 +33,33 @@ void Demoter::Count(const absl::Status& status) {
 }
 
 void Demoter::OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                        uint32_t num_tokens, std::string_view tenant) {
+                        uint32_t num_tokens, std::string_view tenant,
+                        const StoredEncoding& encoding) {
   // Written through, or promoted from disk and evicted again: keys name their content, so the
   // disk copy is this chunk and nothing needs writing.
   if (disk_->Contains(key)) {
     Count(absl::OkStatus());
     return;
   }
+  if (!encoding.encoded()) {
+    Demote(key, payload, checksum, num_tokens, tenant);
+    return;
+  }
+  const KnownLayouts none;
+  absl::Status decoded =
+      WithChunkBytes(options_.layouts != nullptr ? *options_.layouts : none, key, num_tokens,
+                     payload, checksum, encoding, [&](const PayloadView& chunk, uint64_t sum) {
+                       Demote(key, chunk, sum, num_tokens, tenant);
+                       return absl::OkStatus();
+                     });
+  if (!decoded.ok()) {
+    spdlog::warn("demoter: evicted {} lost: {}", key.ToString(), decoded);
+    Count(decoded);
+  }
+}
+
+void Demoter::Demote(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+                     uint32_t num_tokens, std::string_view tenant) {
   const uint64_t payload_bytes = payload.size_bytes();
   const uint64_t staged_bytes = AlignUp(payload_bytes);
   bool queue = false;

@@ -11,7 +11,9 @@
 // synchronous.
 //
 // A chunk the disk tier holds already (written through, or promoted from it) is counted as
-// demoted and not copied.
+// demoted and not copied. A chunk the host tier held encoded (Compress) is decoded on the
+// evicting thread first (WithChunkBytes, with DemoterOptions::layouts): the tier below is given
+// the chunk, never the host tier's frame; one that does not decode is counted as failed.
 //
 // Visibility: a chunk is staged from the end of its copy in OnEvicted until its write finished
 // and the disk tier shows it (or the write failed): FindStaged hands out its staging buffer, so
@@ -50,6 +52,7 @@
 #include "storage/host/eviction_listener.h"
 #include "storage/io/aligned_buffer.h"
 #include "storage/tiered/background_worker.h"
+#include "storage/tiered/host_forms.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
@@ -71,6 +74,9 @@ struct DemoterOptions {
   uint64_t max_queued_bytes = 256ull << 20;
   // Most chunks per LowerTier::PutBatch; at least 1.
   uint32_t max_batch_chunks = 4;
+  // The layouts that decode evicted chunks the host tier held encoded; nullable (such a chunk is
+  // then lost, counted as failed); not owned; must outlive the demoter.
+  const KnownLayouts* layouts = nullptr;
 };
 
 class Demoter final : public EvictionListener {
@@ -83,7 +89,8 @@ class Demoter final : public EvictionListener {
   Demoter& operator=(const Demoter&) = delete;
 
   void OnEvicted(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
-                 uint32_t num_tokens, std::string_view tenant) override;
+                 uint32_t num_tokens, std::string_view tenant,
+                 const StoredEncoding& encoding) override;
 
   // The staged payload of `key` when it waits for (or is in) its disk write, else nullptr. The
   // buffer stays valid and unchanged while the caller holds it.
@@ -122,6 +129,9 @@ class Demoter final : public EvictionListener {
   void WriteBatch(std::span<Queued> batch);
   // Takes written, failed or dropped chunks out of staged_ and the budget.
   void Unstage(std::span<const Queued> items);
+  // OnEvicted of a plain chunk: stages it for its write, or writes it here.
+  void Demote(const ChunkKey& key, const PayloadView& payload, uint64_t checksum,
+              uint32_t num_tokens, std::string_view tenant);
   void Count(const absl::Status& status);
 
   LowerTier* const disk_;

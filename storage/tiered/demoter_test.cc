@@ -331,8 +331,8 @@ TEST_P(PromoterTest, BadInputsAndStopAreClearErrors) {
 // An eviction listener that holds the first eviction until released.
 class GateListener final : public EvictionListener {
  public:
-  void OnEvicted(const ChunkKey&, const PayloadView&, uint64_t, uint32_t,
-                 std::string_view) override {
+  void OnEvicted(const ChunkKey&, const PayloadView&, uint64_t, uint32_t, std::string_view,
+                 const StoredEncoding&) override {
     if (entered.HasBeenNotified()) return;
     entered.Notify();
     release.WaitForNotification();

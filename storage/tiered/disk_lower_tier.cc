@@ -12,6 +12,7 @@
 #include "storage/codec/codec_registry.h"
 #include "storage/host/payload_view.h"
 #include "storage/io/aligned_buffer.h"
+#include "storage/tiered/chunk_codec.h"
 
 namespace strata::storage {
 namespace {
@@ -27,52 +28,17 @@ LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
     chunk.payload_bytes = info.encoding.decoded_bytes;
     chunk.payload_checksum = info.encoding.decoded_checksum;
     chunk.codec = static_cast<CodecId>(info.encoding.codec);
-    // -1: not measured; a NaN was measured (on KV that holds a NaN) and is reported as such.
-    if (!(info.encoding.relative_error < 0)) {
-      chunk.error = KvError{.relative_frobenius = info.encoding.relative_error,
-                            .max_abs = info.encoding.max_abs_error};
-    }
+    chunk.error = KeptError(info.encoding);
   }
   return chunk;
-}
-
-// A chunk's encoded form, owned until the disk has written it.
-struct EncodedPut {
-  std::vector<std::byte> frame;
-  std::span<const std::byte> part;  // the frame, as DiskPut's one part
-  StoredEncoding encoding;
-};
-
-// `chunk` (of `num_tokens` tokens of `layout`) encoded by `codec`, and in `decoded` what a read of
-// it will deliver (may be `chunk` itself); nullopt when the frame would not shrink it. The
-// codec's errors (kInvalidArgument for a layout or parameters it refuses).
-absl::StatusOr<std::optional<EncodedPut>> EncodeChunk(const Codec& codec, const CodecParams& params,
-                                                      const KvLayout& layout, uint32_t num_tokens,
-                                                      std::span<const std::byte> chunk,
-                                                      std::span<std::byte> decoded) {
-  absl::StatusOr<std::vector<std::byte>> frame = codec.Encode(layout, num_tokens, chunk, params);
-  if (!frame.ok()) return frame.status();
-  if (frame->size() >= chunk.size()) return std::nullopt;
-  // Its checksum is what the store is told and reads are checked by.
-  if (absl::Status s = codec.Decode(layout, *frame, decoded); !s.ok()) {
-    return absl::InternalError(
-        fmt::format("codec {} does not decode its own frame: {}", codec.name(), s.ToString()));
-  }
-  std::optional<EncodedPut> encoded(
-      EncodedPut{.frame = *std::move(frame),
-                 .encoding = {.codec = static_cast<uint16_t>(codec.id()),
-                              .decoded_bytes = chunk.size(),
-                              .decoded_checksum = ChecksumBytes(decoded)}});
-  encoded->part = encoded->frame;
-  return encoded;
 }
 
 // The chunk of `put` encoded by `encoding`'s codec for `layout`, with its error measured, or
 // nullopt when it is better stored as it is (the codec refuses it or it does not shrink).
 // `chunk` and `decoded` are scratch of at least the chunk's size.
-std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layout,
-                                 const DiskEncoding& encoding, std::span<std::byte> chunk,
-                                 std::span<std::byte> decoded) {
+std::optional<EncodedChunk> Encode(const LowerTier::Put& put, const KvLayout& layout,
+                                   const DiskEncoding& encoding, std::span<std::byte> chunk,
+                                   std::span<std::byte> decoded) {
   const uint64_t bytes = layout.chunk_bytes(put.num_tokens);
   if (PartsBytes(put.payload) != bytes) return std::nullopt;
   chunk = chunk.first(bytes);
@@ -82,53 +48,11 @@ std::optional<EncodedPut> Encode(const LowerTier::Put& put, const KvLayout& layo
     std::memcpy(chunk.data() + at, part.data(), part.size());
     at += part.size();
   }
-  absl::StatusOr<std::optional<EncodedPut>> encoded =
+  absl::StatusOr<std::optional<EncodedChunk>> encoded =
       EncodeChunk(*encoding.codec, encoding.params, layout, put.num_tokens, chunk, decoded);
   if (!encoded.ok() || !encoded->has_value()) return std::nullopt;
-  const KvError error = CompareKv(layout.dtype, chunk, decoded);
-  (*encoded)->encoding.relative_error = static_cast<float>(error.relative_frobenius);
-  (*encoded)->encoding.max_abs_error = static_cast<float>(error.max_abs);
+  KeepError(CompareKv(layout.dtype, chunk, decoded), (*encoded)->encoding);
   return **std::move(encoded);
-}
-
-// Decodes `frame` into `destination` layer by layer, each layer straight into the piece that
-// holds it (arena pages hold whole layers of a chunk), or through a buffer when it straddles two;
-// checks the decoded bytes against the encoding's checksum as they come.
-absl::Status DecodeLayers(const Codec& codec, const KvLayout& layout, const DiskChunkInfo& info,
-                          std::span<const std::byte> frame, LowerTier::MutableParts destination) {
-  const uint64_t layer_bytes = layout.layer_bytes(info.num_tokens);
-  if (layer_bytes * layout.num_layers != info.encoding.decoded_bytes) {
-    return absl::DataLossError("the record's sizes disagree with its layout");
-  }
-  ChecksumStream checksum;
-  std::vector<std::byte> straddling;
-  size_t part = 0;
-  uint64_t part_start = 0;  // offset of destination[part] in the chunk
-  for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
-    const uint64_t offset = layout.plane_offset(layer, 0, info.num_tokens);
-    while (offset >= part_start + destination[part].size())
-      part_start += destination[part++].size();
-    const bool whole = offset + layer_bytes <= part_start + destination[part].size();
-    if (!whole) straddling.resize(layer_bytes);
-    const std::span<std::byte> out =
-        whole ? destination[part].subspan(offset - part_start, layer_bytes)
-              : std::span<std::byte>(straddling);
-    if (absl::Status s = codec.DecodeLayer(layout, frame, layer, out); !s.ok()) return s;
-    checksum.Update(out);
-    if (whole) continue;
-    uint64_t copied = 0;  // into the pieces the layer spans
-    for (size_t p = part, start = part_start; copied < layer_bytes;
-         start += destination[p++].size()) {
-      const uint64_t from = offset + copied - start;
-      const uint64_t n = std::min<uint64_t>(destination[p].size() - from, layer_bytes - copied);
-      std::memcpy(destination[p].data() + from, straddling.data() + copied, n);
-      copied += n;
-    }
-  }
-  if (checksum.Digest() != info.encoding.decoded_checksum) {
-    return absl::DataLossError("the decoded bytes differ from those stored");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -224,10 +148,10 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
               .payload_checksum = chunk_info.payload_checksum,
               .num_tokens = info->num_tokens,
               .tenant = info->tenant};
-  std::optional<EncodedPut> encoded;
+  std::optional<EncodedChunk> encoded;
   if (encode) {
     const std::span<std::byte> check = decoded.span().first(chunk_info.payload_bytes);
-    absl::StatusOr<std::optional<EncodedPut>> frame =
+    absl::StatusOr<std::optional<EncodedChunk>> frame =
         EncodeChunk(*recoding.codec, recoding.params, *layout, info->num_tokens, whole[0], check);
     if (!frame.ok()) {
       return Annotate(frame.status(),
@@ -243,8 +167,7 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
     put.payload = {&encoded->part, 1};
     put.payload_checksum = ChecksumBytes(encoded->frame);
     put.encoding = encoded->encoding;
-    put.encoding.relative_error = static_cast<float>(result.error.relative_frobenius);
-    put.encoding.max_abs_error = static_cast<float>(result.error.max_abs);
+    KeepError(result.error, put.encoding);
   }
   absl::StatusOr<bool> replaced = disk_->Replace(put, *info);
   if (!replaced.ok()) return replaced.status();
@@ -257,7 +180,7 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
 std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
   std::vector<DiskPut> disk_puts;
   disk_puts.reserve(puts.size());
-  std::vector<std::unique_ptr<EncodedPut>> encoded;  // stable addresses for the parts
+  std::vector<std::unique_ptr<EncodedChunk>> encoded;  // stable addresses for the parts
   AlignedBuffer chunk;
   AlignedBuffer decoded;
   absl::Cleanup keep = [&] {
@@ -283,10 +206,10 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
         if (buffer->size() > 0) ReturnStaging(std::move(*buffer));
         *buffer = TakeStaging(bytes);
       }
-      if (std::optional<EncodedPut> frame =
+      if (std::optional<EncodedChunk> frame =
               Encode(put, *layout, encoding, chunk.span(), decoded.span())) {
-        const EncodedPut& kept =
-            *encoded.emplace_back(std::make_unique<EncodedPut>(*std::move(frame)));
+        const EncodedChunk& kept =
+            *encoded.emplace_back(std::make_unique<EncodedChunk>(*std::move(frame)));
         disk_put.payload = {&kept.part, 1};
         disk_put.payload_checksum = ChecksumBytes(kept.frame);
         disk_put.encoding = kept.encoding;
@@ -377,7 +300,8 @@ absl::Status DiskLowerTier::DecodeInto(const ChunkKey& key, const DiskChunkInfo&
       CodecRegistry::Find(static_cast<CodecId>(info.encoding.codec));
   absl::Status status = layout == nullptr ? absl::DataLossError("its layout is not kept")
                         : !codec.ok()     ? codec.status()
-                                      : DecodeLayers(**codec, *layout, info, frame, destination);
+                                          : DecodeChunk(**codec, *layout, info.num_tokens,
+                                                        info.encoding, frame, destination);
   if (!status.ok()) {
     // Never wrong bytes: the chunk goes (unless it was replaced meanwhile), and the engine
     // recomputes it.

@@ -112,6 +112,7 @@ class LowerTier {
     kNotSmaller,     // the codec's frame would not shrink it: left as it was
     kNoLayout,       // its layout is unknown to the tier and was not given (or its size is not the
                      // layout's for its tokens): left as it was
+    kBusy,           // the host tier only: readers held it throughout (HostForms): left as it was
   };
   struct RecodeResult {
     RecodeOutcome outcome = RecodeOutcome::kMissing;

@@ -51,6 +51,8 @@ struct MovementStats {
   uint64_t async_loads = 0;
   uint64_t load_promoted = 0;
   std::array<uint64_t, kTierCount> load_promoted_from{};  // of those, by the tier they came from
+  // Host chunks stored encoded (Compress) that loads decoded back in place before leasing them.
+  uint64_t load_decoded = 0;
   // Chunks promoted for peers that asked for chunks held only below the host tier.
   uint64_t peer_promoted = 0;
   // Write-through by outcome; all 0 when write-through is off (write_through false).

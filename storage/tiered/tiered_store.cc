@@ -17,6 +17,7 @@
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/demoter.h"
 #include "storage/tiered/disk_lower_tier.h"
+#include "storage/tiered/host_forms.h"
 #include "storage/tiered/prefix_locator.h"
 #include "storage/tiered/promoter.h"
 #include "storage/tiered/task_thread.h"
@@ -100,6 +101,9 @@ void AddRecode(const LowerTier::RecodeResult& result, RecodeTotals& totals) {
     case LowerTier::RecodeOutcome::kNoLayout:
       ++totals.no_layout;
       break;
+    case LowerTier::RecodeOutcome::kBusy:
+      ++totals.busy;
+      break;
   }
 }
 
@@ -111,6 +115,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
         "tiered store: the host tier's eviction listener is the store's demoter; pass none");
   }
   std::unique_ptr<TieredStore> store(new TieredStore());
+  store->layouts_ = std::make_unique<KnownLayouts>();
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
     DiskEncodingOptions encoding{.decode_threads = disk.codec_threads};
@@ -145,8 +150,9 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   if (options.host.observer != nullptr) observers.push_back(options.host.observer);
   if (!store->lower_.empty()) {
     LowerTier* nearest = store->lower_.front();
-    absl::StatusOr<std::unique_ptr<Demoter>> demoter =
-        Demoter::Create(nearest, {.max_queued_bytes = movement.demotion_queue_bytes});
+    absl::StatusOr<std::unique_ptr<Demoter>> demoter = Demoter::Create(
+        nearest,
+        {.max_queued_bytes = movement.demotion_queue_bytes, .layouts = store->layouts_.get()});
     if (!demoter.ok()) return Annotate(demoter.status(), "demoter");
     store->demoter_ = *std::move(demoter);
     options.host.listener = store->demoter_.get();
@@ -167,6 +173,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   absl::StatusOr<std::unique_ptr<HostTier>> host = HostTier::Create(options.host);
   if (!host.ok()) return Annotate(host.status(), "host tier");
   store->host_ = *std::move(host);
+  store->host_forms_ = std::make_unique<HostForms>(*store->host_, *store->layouts_);
   if (store->write_through_ != nullptr) store->write_through_->Start(store->host_.get());
   if (!store->lower_.empty()) {
     if (movement.register_arena) {
@@ -288,11 +295,10 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
       return leased;
     }
     if (!acquired->has_value()) {
-      if (FindBelow(key) == nullptr) {
-        leased.failure = NoLongerCached(key);
-        return leased;
-      }
-      break;  // the rest goes on the loads thread
+      // Held encoded (decoded on the loads thread) or below: the rest goes on the loads thread.
+      if (host_->Contains(key) || FindBelow(key) != nullptr) break;
+      leased.failure = NoLongerCached(key);
+      return leased;
     }
     leased.leases.push_back(std::move(**acquired));
   }
@@ -326,6 +332,23 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
   for (size_t i = leased.leases.size(); i < keys.size(); ++i) {
     const ChunkKey& key = keys[i];
     absl::StatusOr<std::optional<ChunkLease>> acquired = acquire(key);
+    // Held encoded (Compress): decoded back in place, then leased as any plain chunk (decoded
+    // again when a Compress encoded it once more in between, a few times at most).
+    for (int decodes = 0; acquired.ok() && !acquired->has_value() && host_->Contains(key);
+         ++decodes) {
+      if (decodes == HostForms::kBusyTries) {
+        acquired = absl::UnavailableError(fmt::format(
+            "chunk {} was compressed again after each of {} decodes for this load; retry",
+            key.ToString(), decodes));
+        break;
+      }
+      if (absl::Status decoded = host_forms_->DecodeInPlace(key); !decoded.ok()) {
+        leased.failure = decoded;
+        return;
+      }
+      decoded_loads_.fetch_add(1, std::memory_order_relaxed);
+      acquired = acquire(key);
+    }
     if (acquired.ok() && !acquired->has_value() && !lower_.empty()) {
       if (i >= run_first + run.size()) {
         // keys[i] is missing; the run goes on while the host tier lacks the chunks after it and
@@ -493,7 +516,7 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
   // Down: written below first, then dropped from the host tier (never in no tier); other lower
   // tiers keep their copies.
   if (!into->Contains(key)) {
-    absl::StatusOr<bool> copied = CopyDown(*host_, *into, key);
+    absl::StatusOr<bool> copied = CopyDown(*host_, *into, key, *layouts_);
     if (!copied.ok()) return copied.status();
     if (!*copied) return MoveOutcome::kMissing;  // evicted or removed meanwhile
   }
@@ -504,21 +527,20 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
 }
 
 void TieredStore::NoteLayout(const KvLayout& layout) {
+  layouts_->Note(layout);
   for (LowerTier* below : lower_) below->NoteLayout(layout);
 }
 
 absl::StatusOr<RecodeTotals> TieredStore::Recode(std::span<const ChunkKey> keys, Tier tier,
                                                  const LowerTier::Recoding& recoding) {
-  if (tier == Tier::kHost) {
-    return absl::FailedPreconditionError(
-        "the host tier keeps chunks as engines read them, in place: compress their copies in a "
-        "tier below it (the disk tier)");
-  }
   LowerTier* const below = FindTier(tier);
-  if (below == nullptr) {
+  if (tier != Tier::kHost && below == nullptr) {
     return absl::FailedPreconditionError(fmt::format("{} tier not configured", TierName(tier)));
   }
   if (demoter_ != nullptr && below == lower_.front()) demoter_->Flush();
+  auto recode = [&](const ChunkKey& key) {
+    return below == nullptr ? host_forms_->Recode(key, recoding) : below->Recode(key, recoding);
+  };
   absl::Mutex mu;
   RecodeTotals totals;
   size_t failed_at = keys.size();  // the first key whose recode failed, and its error
@@ -529,7 +551,7 @@ absl::StatusOr<RecodeTotals> TieredStore::Recode(std::span<const ChunkKey> keys,
     for (size_t i = 0; i < keys.size(); ++i) {
       batch.Run([&, i] {
         if (failed.load()) return;
-        absl::StatusOr<LowerTier::RecodeResult> result = below->Recode(keys[i], recoding);
+        absl::StatusOr<LowerTier::RecodeResult> result = recode(keys[i]);
         absl::MutexLock lock(&mu);
         if (result.ok()) {
           AddRecode(*result, totals);
@@ -643,7 +665,7 @@ absl::StatusOr<uint64_t> TieredStore::FlushToLowerTiers() {
     const ChunkPage page = host_->ListChunks(page_options);
     for (const ChunkInfo& info : page.chunks) {
       if (nearest.Contains(info.key)) continue;
-      absl::StatusOr<bool> copied = CopyDown(*host_, nearest, info.key);
+      absl::StatusOr<bool> copied = CopyDown(*host_, nearest, info.key, *layouts_);
       if (!copied.ok()) return copied.status();
       if (*copied) ++flushed;
     }
@@ -685,6 +707,7 @@ TieredStoreStats TieredStore::Stats() const {
     movement.prefetch_failed = promoter.failed;
   }
   movement.async_loads = async_loads_.load(std::memory_order_relaxed);
+  movement.load_decoded = decoded_loads_.load(std::memory_order_relaxed);
   for (size_t t = 0; t < kTierCount; ++t) {
     movement.load_promoted_from[t] = load_promoted_[t].load(std::memory_order_relaxed);
     movement.load_promoted += movement.load_promoted_from[t];

@@ -14,14 +14,18 @@
 //   - LocatePrefix: the tier of each leading chunk of a chain, from the tiers' in-memory indexes.
 //     LocatePrefixOrAsk adds what tiers that ask (the remote tier) learn, completing later.
 //   - AcquireForLoad: leases a chain's chunks for a load. Host hits are leased on the caller's
-//     thread at once. When the first chunk the host tier lacks is in a lower tier, the rest of
-//     the load (promotion into the host tier, then leasing) runs on the thread "strata-loads" and
-//     completes through a callback: the caller's thread (the session thread, which serves every
-//     engine) never waits for disk I/O.
+//     thread at once. When the first chunk the host tier lacks plain is held encoded (Compress)
+//     or in a lower tier, the rest of the load (decoding in place, promotion into the host tier,
+//     then leasing) runs on the thread "strata-loads" and completes through a callback: the
+//     caller's thread (the session thread, which serves every engine) never waits for disk I/O
+//     or a codec.
 //   - Prefetch: queues a chain's lower-tier chunks for background promotion.
 //   - Move, Clear, FlushToLowerTiers: operators' moves, run synchronously by the caller; Submit
 //     runs them on the thread "strata-tiered" for callers that must not block (gRPC handlers).
+//   - Recode: Compress and Decompress, of host chunks in place (HostForms) or of a lower tier's.
 //   - Stats: per tier, and of the movement between tiers.
+// What copies a host chunk below (the demoter, Move, Drain) writes it as it decodes: tiers below
+// are never given the host tier's encoded frames.
 //
 // Threading: every method is thread-safe. Callbacks (AcquireForLoad's `done`, Submit's tasks) run
 // on the store's threads, never on the caller's, and must not call Stop.
@@ -62,6 +66,8 @@ namespace strata::storage {
 
 class DiskTier;
 class Demoter;
+class HostForms;
+class KnownLayouts;
 class Promoter;
 class TaskThread;
 class WriteThrough;
@@ -157,6 +163,7 @@ struct RecodeTotals {
   uint64_t missing = 0;
   uint64_t not_smaller = 0;
   uint64_t no_layout = 0;
+  uint64_t busy = 0;  // host tier only
   uint64_t stored_bytes_before = 0;
   uint64_t stored_bytes_after = 0;
   KvError max_error;  // each field the largest over the recoded chunks; NaN when one's is NaN
@@ -217,11 +224,13 @@ class TieredStore {
 
   using LoadDone = absl::AnyInvocable<void(LoadLeases) &&>;
   // Leases `keys` (a chain of `layout`) in order for a load, stopping at the first failure (see
-  // LoadLeases). Returns the result at once when the host tier holds every chunk, or when the
-  // first chunk it lacks is in no tier (failure kAborted: redo the lookup), and then never calls
-  // `done`. Otherwise returns nullopt: the leases taken so far and the rest of the load go to the
-  // thread "strata-loads", which promotes the lower-tier chunks (kPromotionRunChunks at a time,
-  // one queue of reads each) and leases them, and calls `done` there with the whole result.
+  // LoadLeases). Returns the result at once when the host tier holds every chunk plain, or when
+  // the first chunk it lacks is in no tier (failure kAborted: redo the lookup), and then never
+  // calls `done`. Otherwise returns nullopt: the leases taken so far and the rest of the load go
+  // to the thread "strata-loads", which decodes host chunks held encoded back in place
+  // (HostForms::DecodeInPlace: a chunk that does not decode fails the load there, kDataLoss),
+  // promotes the lower-tier chunks (kPromotionRunChunks at a time, one queue of reads each) and
+  // leases them, and calls `done` there with the whole result.
   // After Stop that second step fails with kUnavailable (through the returned result).
   std::optional<LoadLeases> AcquireForLoad(std::shared_ptr<const KvLayout> layout,
                                            std::vector<ChunkKey> keys, const LoadOptions& options,
@@ -251,14 +260,14 @@ class TieredStore {
   // Blocks on I/O. kFailedPrecondition for a tier the store lacks; the tiers' errors.
   absl::StatusOr<MoveResult> Move(std::span<const ChunkKey> keys, Tier target,
                                   const KvLayout* layout);
-  // Stores each of `keys` that `tier` (a tier below the host tier) holds in the form `recoding`
-  // names (LowerTier::Recode: Compress and Decompress); demotions queued before the call are
-  // written first, so a chunk evicted just before is recoded with the rest. The chunks are
-  // recoded side by side on the store's recode threads (TieredDiskOptions::codec_threads) and
-  // the caller's, which blocks until all are done. kFailedPrecondition for a tier the store
-  // lacks, the host tier (engines read its chunks in place, as they are) or a tier that keeps no
-  // encoded chunks. The tier's first error (by key order) is the answer, and it stops the call:
-  // chunks not started yet are left as they were; those under way finish, recoded.
+  // Stores each of `keys` that `tier` holds in the form `recoding` names (Compress and
+  // Decompress): the host tier's chunks in place (HostForms::Recode), a lower tier's by
+  // LowerTier::Recode; demotions queued before the call are written first, so a chunk evicted
+  // just before is recoded with the rest. The chunks are recoded side by side on the store's
+  // recode threads (TieredDiskOptions::codec_threads) and the caller's, which blocks until all
+  // are done. kFailedPrecondition for a tier the store lacks or a tier that keeps no encoded
+  // chunks. The tier's first error (by key order) is the answer, and it stops the call: chunks
+  // not started yet are left as they were; those under way finish, recoded.
   absl::StatusOr<RecodeTotals> Recode(std::span<const ChunkKey> keys, Tier tier,
                                       const LowerTier::Recoding& recoding);
   // One page of the chunks `tier` (a tier below the host tier; the host tier lists through
@@ -317,6 +326,7 @@ class TieredStore {
   absl::StatusOr<MoveOutcome> MoveOne(const ChunkKey& key, LowerTier* into, const KvLayout* layout);
 
   // Declared in dependency order: destroyed bottom up.
+  std::unique_ptr<KnownLayouts> layouts_;
   std::unique_ptr<DiskTier> disk_tier_;
   // The tiers below the host tier, top down (the disk tier through DiskLowerTier first, when
   // configured); `lower_` views `owned_lower_`. Every mover speaks to them through LowerTier alone.
@@ -326,6 +336,7 @@ class TieredStore {
   std::unique_ptr<WriteThrough> write_through_;
   std::unique_ptr<ChunkObserverFanout> observers_;
   std::unique_ptr<HostTier> host_;
+  std::unique_ptr<HostForms> host_forms_;
   std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<TaskThread> loads_;
   // Recode's threads ("strata-recode"), which the maintenance thread's tasks use.
@@ -333,6 +344,7 @@ class TieredStore {
   std::unique_ptr<TaskThread> maintenance_;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> async_loads_{0};
+  std::atomic<uint64_t> decoded_loads_{0};
   std::array<std::atomic<uint64_t>, kTierCount> load_promoted_{};  // by the tier promoted from
   std::atomic<uint64_t> peer_promoted_{0};
 };

@@ -1,0 +1,168 @@
+// The forms of committed chunks: HostTier::ReplaceForm (a chunk stored encoded, or plain again,
+// in place) and the record of each encoded chunk's form.
+#include <cstring>
+#include <utility>
+
+#include "core/check.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "storage/host/host_tier.h"
+#include "storage/host/internal/chunk_record.h"
+#include "storage/host/internal/host_tier_inline.h"
+#include "storage/host/internal/tenant_table.h"
+
+namespace strata::storage {
+namespace {
+
+using internal_host::ChunkState;
+using internal_host::IdOf;
+using internal_host::PagesOf;
+
+}  // namespace
+
+void HostTier::SetFormLocked(Record* record, const StoredEncoding& encoding) {
+  if (record->encoded) {
+    auto it = encodings_.find(record);
+    encoded_bytes_ -= record->size_bytes;
+    encoded_decoded_bytes_ -= it->second.decoded_bytes;
+    encodings_.erase(it);
+    record->encoded = false;
+  }
+  if (!encoding.encoded()) return;
+  encodings_.emplace(record, encoding);
+  encoded_bytes_ += record->size_bytes;
+  encoded_decoded_bytes_ += encoding.decoded_bytes;
+  record->encoded = true;
+}
+
+StoredEncoding HostTier::FormOfLocked(const Record* record) const {
+  if (!record->encoded) return {};
+  return encodings_.at(record);
+}
+
+absl::StatusOr<HostTier::Record*> HostTier::ReplaceableLocked(const ChunkLease& lease) const {
+  auto it = handles_.find(lease.handle_);
+  if (it == handles_.end()) {
+    return absl::AbortedError(fmt::format(
+        "host tier: replace form of chunk {}: the lease was released", lease.key().ToString()));
+  }
+  Record* record = it->second.record;
+  if (record->state != ChunkState::kCommitted) {
+    return absl::AbortedError(fmt::format(
+        "host tier: replace form of chunk {}: the chunk was removed", lease.key().ToString()));
+  }
+  if (lease.expired()) {
+    return absl::AbortedError(fmt::format(
+        "host tier: replace form of chunk {}: the lease has expired", lease.key().ToString()));
+  }
+  if (record->leases > 1) {
+    return absl::UnavailableError(
+        fmt::format("host tier: replace form of chunk {}: {} other leases read it",
+                    lease.key().ToString(), record->leases - 1));
+  }
+  return record;
+}
+
+absl::Status HostTier::CheckPinQuotaLocked(const Record& record, uint64_t size_bytes) const {
+  if (!record.hard_pinned ||
+      hard_pinned_bytes_ - record.size_bytes + size_bytes <= options_.hard_pin_quota_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(fmt::format(
+      "host tier: replace form of chunk {}: its hard pin at {} bytes would exceed the quota",
+      record.key.ToString(), size_bytes));
+}
+
+absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
+                                   const StoredEncoding& encoding) {
+  if (!lease.valid() || lease.tier_ != this) {
+    return absl::InvalidArgumentError(
+        "host tier: replace form: an empty lease, or one of another tier");
+  }
+  if (payload.empty() || payload.size() > options_.capacity_bytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("host tier: replace form of chunk {}: a payload of {} bytes",
+                    lease.key().ToString(), payload.size()));
+  }
+  const uint32_t num_pages = PagesFor(payload.size());
+  const uint64_t checksum = ChecksumBytes(payload);
+  uint64_t call = 0;
+  ExtentList extents;
+  {
+    absl::MutexLock lock(&mu_);
+    STRATA_ASSIGN_OR_RETURN(Record * record, ReplaceableLocked(lease));
+    STRATA_RETURN_IF_ERROR(CheckPinQuotaLocked(*record, payload.size()));
+    if (num_pages <= PagesOf(*record)) {
+      // No more pages than it holds: its own are freed and the new form is written into pages
+      // of theirs, all under the lock (no reader can lease it meanwhile), so a form that shrinks
+      // never evicts another chunk.
+      allocator_.Free(record->extents);
+      record->extents.clear();
+      absl::StatusOr<ExtentList> own = allocator_.Allocate(num_pages);
+      STRATA_CHECK_MSG(own.ok(), "host tier: the pages a chunk freed cannot be allocated again");
+      MutablePayloadView(arena_->base(), RangesOf(*own, payload.size()), payload.size())
+          .CopyFrom(payload);
+      SwapFormLocked(record, *std::move(own), payload.size(), checksum, encoding, lease);
+      return absl::OkStatus();
+    }
+    // May release mu_ to hand evicted chunks to the listener: the chunk is checked again below.
+    STRATA_ASSIGN_OR_RETURN(extents, AllocateLocked(num_pages, payload.size()));
+    call = next_handle_++;
+    replacing_.emplace(call, extents);
+  }
+  // The new pages are this call's alone: filled with no lock held.
+  MutablePayloadView(arena_->base(), RangesOf(extents, payload.size()), payload.size())
+      .CopyFrom(payload);
+
+  absl::MutexLock lock(&mu_);
+  replacing_.erase(call);
+  absl::StatusOr<Record*> replaceable = ReplaceableLocked(lease);
+  if (replaceable.ok()) {
+    if (absl::Status quota = CheckPinQuotaLocked(**replaceable, payload.size()); !quota.ok()) {
+      replaceable = quota;
+    }
+  }
+  if (!replaceable.ok()) {
+    allocator_.Free(extents);
+    pages_freed_.SignalAll();
+    return replaceable.status();
+  }
+  SwapFormLocked(*replaceable, std::move(extents), payload.size(), checksum, encoding, lease);
+  return absl::OkStatus();
+}
+
+void HostTier::SwapFormLocked(Record* record, ExtentList extents, uint64_t size_bytes,
+                              uint64_t checksum, const StoredEncoding& encoding,
+                              ChunkLease& lease) {
+  const uint32_t old_pages = PagesOf(*record);  // 0 when they were freed already
+  const uint32_t old_committed_pages = PagesFor(record->size_bytes);
+  policy_->OnRemove(IdOf(record));
+  if (record->unevictable) {
+    unevictable_pages_ -= old_committed_pages;
+    record->unevictable = false;
+  }
+  SetFormLocked(record, StoredEncoding{});
+  if (record->hard_pinned) hard_pinned_bytes_ += size_bytes - record->size_bytes;
+  committed_pages_ -= old_committed_pages;
+  committed_pages_ += PagesFor(size_bytes);
+  payload_bytes_ += size_bytes - record->size_bytes;
+  if (old_pages > 0) allocator_.Free(record->extents);
+  pages_freed_.SignalAll();
+  record->extents = std::move(extents);
+  record->size_bytes = size_bytes;
+  record->checksum = checksum;
+  SetFormLocked(record, encoding);
+  policy_->OnInsert({.id = IdOf(record),
+                     .key_hash = record->key.ShortHash(),
+                     .size_bytes = record->size_bytes,
+                     .reused = true,
+                     .tenant = QuotaIdOf(tenants_->Name(record->tenant))});
+  UpdateProtectionLocked(record, clock_->Now());
+
+  lease.size_bytes_ = record->size_bytes;
+  lease.checksum_ = checksum;
+  lease.encoding_ = encoding;
+  lease.ranges_ = RangesFor(*record);
+}
+
+}  // namespace strata::storage
