@@ -409,19 +409,27 @@ class HostTier {
       std::span<const ChunkKey> chain,
       std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt, uint64_t owner = 0);
 
-  // Stores the chunk `lease` reads in another form, in place: `payload` with `encoding` (an
-  // encoded frame, or a plain chunk with a default StoredEncoding), with the payload's xxh3-64
-  // as its checksum. A form that needs no more pages than the chunk holds is written into pages
-  // of its own under the tier lock (a memcpy of the form, never an eviction); a larger one is
-  // copied into fresh pages with no lock held (finding them may evict other chunks, as Reserve
-  // does), then the chunk takes them and its old pages are freed; it keeps its key, tokens, tenant,
-  // pins and commit order, and the policy sees it reinserted at its new size as a reused chunk
-  // (tenant quotas count stored bytes). The observer is not told: the chunk never left. On success
-  // `lease` reads the new form. `lease` must be the chunk's only lease, so no reader sees the swap.
-  // kUnavailable: another lease reads the chunk (retry later); kAborted: the chunk was removed or
-  // evicted, or the lease was released or has expired; kResourceExhausted: no room for the new
-  // form, or a hard pin whose new size would exceed the quota; kInvalidArgument: an empty lease or
-  // one of another tier, an empty payload or one larger than the tier.
+  // Writes a new form of a chunk into `pages` (exactly its size); its error fails ReplaceForm.
+  using FormWriter = absl::FunctionRef<absl::Status(const MutablePayloadView& pages)>;
+  // Stores the chunk `lease` reads in another form, in place: `size_bytes` that `write` puts
+  // into fresh pages, whose xxh3-64 is `checksum`, in the form `encoding` (an encoded frame, or a
+  // plain chunk with a default StoredEncoding). The pages are found as Reserve finds them (this
+  // may evict other chunks) and written with no lock held (`write` may read the chunk through
+  // `lease`: its pages stay until the swap); then, under the tier lock, the chunk takes them and
+  // its old pages are freed. It keeps its key, tokens, tenant, pins and commit order, and the
+  // policy sees it reinserted at its new size as a reused chunk (tenant quotas count stored
+  // bytes). The observer is not told: the chunk never left. On success `lease` reads the new
+  // form. `lease` must be the chunk's only lease, so no reader sees the swap. kUnavailable:
+  // another lease reads the chunk (retry later); kAborted: the chunk was removed or evicted, or
+  // the lease was released or has expired; kResourceExhausted: no room for the new form, or a
+  // hard pin whose new size would exceed the quota; kInvalidArgument: an empty lease or one of
+  // another tier, a size of 0 or larger than the tier; `write`'s error (nothing changed).
+  absl::Status ReplaceForm(ChunkLease& lease, uint64_t size_bytes, uint64_t checksum,
+                           const StoredEncoding& encoding, FormWriter write);
+  // ReplaceForm of a copy of `payload` (not the chunk's own pages), its checksum computed here.
+  // A payload that needs no more pages than the chunk holds is copied into pages of the chunk's
+  // own under the tier lock (no reader can lease it meanwhile: a memcpy of the payload held
+  // there), so a form that shrinks never evicts another chunk; a larger one as above.
   absl::Status ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
                            const StoredEncoding& encoding);
 
@@ -549,6 +557,8 @@ class HostTier {
   absl::StatusOr<std::optional<ChunkLease>> AcquireOne(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration, uint64_t owner,
       LeaseUse use, Forms forms);
+  // ReplaceForm's checks of its arguments.
+  absl::Status CheckReplacement(const ChunkLease& lease, uint64_t size_bytes) const;
   // The record `lease` reads when ReplaceForm may swap its form (see its errors).
   absl::StatusOr<Record*> ReplaceableLocked(const ChunkLease& lease) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -73,28 +73,31 @@ absl::Status HostTier::CheckPinQuotaLocked(const Record& record, uint64_t size_b
       record.key.ToString(), size_bytes));
 }
 
-absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
-                                   const StoredEncoding& encoding) {
+absl::Status HostTier::CheckReplacement(const ChunkLease& lease, uint64_t size_bytes) const {
   if (!lease.valid() || lease.tier_ != this) {
     return absl::InvalidArgumentError(
         "host tier: replace form: an empty lease, or one of another tier");
   }
-  if (payload.empty() || payload.size() > options_.capacity_bytes) {
+  if (size_bytes == 0 || size_bytes > options_.capacity_bytes) {
     return absl::InvalidArgumentError(
-        fmt::format("host tier: replace form of chunk {}: a payload of {} bytes",
-                    lease.key().ToString(), payload.size()));
+        fmt::format("host tier: replace form of chunk {}: a form of {} bytes",
+                    lease.key().ToString(), size_bytes));
   }
-  const uint32_t num_pages = PagesFor(payload.size());
+  return absl::OkStatus();
+}
+
+absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
+                                   const StoredEncoding& encoding) {
+  STRATA_RETURN_IF_ERROR(CheckReplacement(lease, payload.size()));
   const uint64_t checksum = ChecksumBytes(payload);
-  uint64_t call = 0;
-  ExtentList extents;
+  const uint32_t num_pages = PagesFor(payload.size());
   {
     absl::MutexLock lock(&mu_);
     STRATA_ASSIGN_OR_RETURN(Record * record, ReplaceableLocked(lease));
     STRATA_RETURN_IF_ERROR(CheckPinQuotaLocked(*record, payload.size()));
     if (num_pages <= PagesOf(*record)) {
-      // No more pages than it holds: its own are freed and the new form is written into pages
-      // of theirs, all under the lock (no reader can lease it meanwhile), so a form that shrinks
+      // No more pages than it holds: its own are freed and the payload is copied into pages of
+      // theirs, all under the lock (no reader can lease it meanwhile), so a form that shrinks
       // never evicts another chunk.
       allocator_.Free(record->extents);
       record->extents.clear();
@@ -105,29 +108,49 @@ absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte>
       SwapFormLocked(record, *std::move(own), payload.size(), checksum, encoding, lease);
       return absl::OkStatus();
     }
+  }
+  return ReplaceForm(lease, payload.size(), checksum, encoding,
+                     [payload](const MutablePayloadView& pages) {
+                       pages.CopyFrom(payload);
+                       return absl::OkStatus();
+                     });
+}
+
+absl::Status HostTier::ReplaceForm(ChunkLease& lease, uint64_t size_bytes, uint64_t checksum,
+                                   const StoredEncoding& encoding, FormWriter write) {
+  STRATA_RETURN_IF_ERROR(CheckReplacement(lease, size_bytes));
+  const uint32_t num_pages = PagesFor(size_bytes);
+  uint64_t call = 0;
+  ExtentList extents;
+  {
+    absl::MutexLock lock(&mu_);
+    STRATA_ASSIGN_OR_RETURN(Record * record, ReplaceableLocked(lease));
+    STRATA_RETURN_IF_ERROR(CheckPinQuotaLocked(*record, size_bytes));
     // May release mu_ to hand evicted chunks to the listener: the chunk is checked again below.
-    STRATA_ASSIGN_OR_RETURN(extents, AllocateLocked(num_pages, payload.size()));
+    STRATA_ASSIGN_OR_RETURN(extents, AllocateLocked(num_pages, size_bytes));
     call = next_handle_++;
     replacing_.emplace(call, extents);
   }
-  // The new pages are this call's alone: filled with no lock held.
-  MutablePayloadView(arena_->base(), RangesOf(extents, payload.size()), payload.size())
-      .CopyFrom(payload);
+  // The new pages are this call's alone: filled with no lock held, while the lease keeps the
+  // chunk's own pages for `write` to read.
+  const ArenaRangeList ranges = RangesOf(extents, size_bytes);
+  const absl::Status written = write(MutablePayloadView(arena_->base(), ranges, size_bytes));
 
   absl::MutexLock lock(&mu_);
   replacing_.erase(call);
   absl::StatusOr<Record*> replaceable = ReplaceableLocked(lease);
   if (replaceable.ok()) {
-    if (absl::Status quota = CheckPinQuotaLocked(**replaceable, payload.size()); !quota.ok()) {
+    if (absl::Status quota = CheckPinQuotaLocked(**replaceable, size_bytes); !quota.ok()) {
       replaceable = quota;
     }
   }
+  if (!written.ok()) replaceable = written;
   if (!replaceable.ok()) {
     allocator_.Free(extents);
     pages_freed_.SignalAll();
     return replaceable.status();
   }
-  SwapFormLocked(*replaceable, std::move(extents), payload.size(), checksum, encoding, lease);
+  SwapFormLocked(*replaceable, std::move(extents), size_bytes, checksum, encoding, lease);
   return absl::OkStatus();
 }
 

@@ -41,8 +41,7 @@ void KeepError(const KvError& error, StoredEncoding& encoding) {
 std::optional<KvError> KeptError(const StoredEncoding& encoding) {
   // -1: not measured; a NaN was measured (on KV that holds a NaN) and is reported as such.
   if (!encoding.encoded() || encoding.relative_error < 0) return std::nullopt;
-  return KvError{.relative_frobenius = encoding.relative_error,
-                 .max_abs = encoding.max_abs_error};
+  return KvError{.relative_frobenius = encoding.relative_error, .max_abs = encoding.max_abs_error};
 }
 
 absl::Status DecodeChunk(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
@@ -89,21 +88,34 @@ absl::Status DecodeChunk(const Codec& codec, const KvLayout& layout, uint32_t nu
   return absl::OkStatus();
 }
 
+std::span<const std::byte> Contiguous(const PayloadView& payload, std::vector<std::byte>& scratch) {
+  const std::span<const ArenaRange> ranges = payload.ranges();
+  bool adjacent = true;
+  for (size_t i = 1; i < ranges.size() && adjacent; ++i) {
+    adjacent = ranges[i].offset == ranges[i - 1].offset + ranges[i - 1].size_bytes;
+  }
+  if (adjacent && !ranges.empty()) {
+    return {payload.range_bytes(0).data(), static_cast<size_t>(payload.size_bytes())};
+  }
+  if (scratch.size() < payload.size_bytes()) scratch.resize(payload.size_bytes());
+  const std::span<std::byte> copy(scratch.data(), static_cast<size_t>(payload.size_bytes()));
+  payload.CopyTo(copy);
+  return copy;
+}
+
+absl::InlinedVector<std::span<std::byte>, 4> Pieces(const MutablePayloadView& pages) {
+  absl::InlinedVector<std::span<std::byte>, 4> pieces;
+  for (size_t i = 0; i < pages.ranges().size(); ++i) pieces.push_back(pages.range_bytes(i));
+  return pieces;
+}
+
 absl::StatusOr<std::vector<std::byte>> DecodePayload(const KvLayout& layout, uint32_t num_tokens,
                                                      const StoredEncoding& encoding,
                                                      const PayloadView& payload) {
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(static_cast<CodecId>(encoding.codec));
   if (!codec.ok()) return codec.status();
-  // A frame in one piece is decoded where it lies; one across pages is gathered first.
   std::vector<std::byte> gathered;
-  std::span<const std::byte> frame;
-  if (payload.ranges().size() == 1) {
-    frame = payload.range_bytes(0);
-  } else {
-    gathered.resize(payload.size_bytes());
-    payload.CopyTo(gathered);
-    frame = gathered;
-  }
+  const std::span<const std::byte> frame = Contiguous(payload, gathered);
   std::vector<std::byte> chunk(encoding.decoded_bytes);
   const std::span<std::byte> whole[] = {chunk};
   if (absl::Status s = DecodeChunk(**codec, layout, num_tokens, encoding, frame, whole); !s.ok()) {

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "core/kv_layout.h"
 #include "core/stored_encoding.h"
@@ -51,6 +52,13 @@ std::optional<KvError> KeptError(const StoredEncoding& encoding);
 absl::Status DecodeChunk(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
                          const StoredEncoding& encoding, std::span<const std::byte> frame,
                          std::span<const std::span<std::byte>> destination);
+
+// `payload` as one span: the arena's own bytes when its ranges lie end to end, else a copy in
+// `scratch` (grown to fit; the caller may keep it for the next).
+std::span<const std::byte> Contiguous(const PayloadView& payload, std::vector<std::byte>& scratch);
+
+// The pieces of `pages`, in order: DecodeChunk's destination.
+absl::InlinedVector<std::span<std::byte>, 4> Pieces(const MutablePayloadView& pages);
 
 // The chunk `payload` (an encoded form, `encoding`, of `num_tokens` tokens of `layout`, in the
 // host arena's pieces) decodes to, checked as DecodeChunk checks it. kDataLoss as DecodeChunk;

@@ -84,8 +84,10 @@ class HostForms {
   absl::StatusOr<LowerTier::RecodeResult> RecodeOnce(const ChunkKey& key,
                                                      const LowerTier::Recoding& recoding);
   absl::Status DecodeOnce(const ChunkKey& key);
-  // The plain chunk an encoded `lease` reads; a chunk that does not decode is removed.
-  absl::StatusOr<std::vector<std::byte>> Decode(const KvLayout& layout, ChunkLease& lease);
+  // Stores the chunk an encoded `lease` (its only one) reads as it decodes, decoded straight
+  // into fresh pages (HostTier::ReplaceForm's errors); one that does not decode is removed
+  // (kDataLoss).
+  absl::Status DecodeLeased(const KvLayout& layout, ChunkLease& lease);
 
   HostTier& host_;
   KnownLayouts& layouts_;

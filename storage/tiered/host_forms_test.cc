@@ -81,13 +81,13 @@ TEST_F(HostFormsTest, CompressedChunksAreDecodedInPlaceBeforeALoadLeasesThem) {
   EXPECT_TRUE(store_->host().CheckConsistency().ok());
   const StoredEncoding form = FormOf(Key(1));
   ASSERT_TRUE(form.encoded());
-  EXPECT_FLOAT_EQ(form.relative_error, ErrorOf(1, [&] {
-                    std::vector<std::byte> decoded(kChunkBytes);
-                    const Codec& int8 = **CodecRegistry::Find("int8");
-                    EXPECT_TRUE(int8.Decode(layout_, *int8.Encode(layout_, 16, Kv(1), {}), decoded)
-                                    .ok());
-                    return decoded;
-                  }()));
+  EXPECT_FLOAT_EQ(
+      form.relative_error, ErrorOf(1, [&] {
+        std::vector<std::byte> decoded(kChunkBytes);
+        const Codec& int8 = **CodecRegistry::Find("int8");
+        EXPECT_TRUE(int8.Decode(layout_, *int8.Encode(layout_, 16, Kv(1), {}), decoded).ok());
+        return decoded;
+      }()));
 
   // Still cached, so a lookup counts it; the load decodes it on the loads thread.
   EXPECT_EQ(store_->LocatePrefix(Keys(0, 3)).size(), 3u);
@@ -191,8 +191,7 @@ TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
   ASSERT_TRUE(below.has_value());
   EXPECT_EQ(below->payload_bytes, kChunkBytes);
   EXPECT_EQ(below->payload_checksum, form1.decoded_checksum);
-  ASSERT_TRUE(
-      store_->Clear({.keys = absl::flat_hash_set<ChunkKey>{Key(1)}}, Tier::kDisk).ok());
+  ASSERT_TRUE(store_->Clear({.keys = absl::flat_hash_set<ChunkKey>{Key(1)}}, Tier::kDisk).ok());
   // Evictions (four more chunks in a four-chunk tier) demote chunks 0 and 1 decoded.
   for (uint64_t id = 2; id < 6; ++id) StoreKv(id);
   store_->Flush();
@@ -208,6 +207,7 @@ TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
 }
 
 TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
+  host_chunks_ = 8;  // room to decode every chunk into fresh pages while the loader leases them
   Open(/*with_disk=*/false);
   store_->NoteLayout(layout_);
   for (uint64_t id = 0; id < 4; ++id) StoreKv(id);

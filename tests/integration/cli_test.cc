@@ -268,6 +268,19 @@ TEST_F(CliDiskTest, CompressLsAndDecompressGolden) {
   CliResult host_back = Cli({"decompress", "--tier", "host", "--key", keys_[2].ToString()});
   EXPECT_EQ(host_back.code, 0) << host_back.err;
   EXPECT_THAT(host_back.out, ::testing::StartsWith("decompressed 1 chunks ("));
+  // Compressed again, it is still an engine's hit: the daemon decodes it back before the load.
+  host = Cli({"compress", "--codec", "kivi4", "--tier", "host", "--key", keys_[2].ToString()});
+  EXPECT_EQ(host.code, 0) << host.err;
+  EXPECT_THAT(host.out, ::testing::StartsWith("compressed 1 chunks (64.0 KiB -> "));
+  absl::StatusOr<v1::EngineResponse> loaded =
+      engine_->Call(test_support::PrepareLoadRequest({&keys_[2], 1}));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->prepare_load().chunks_size(), 1);
+  EXPECT_EQ(loaded->prepare_load().chunks(0).status().code(), 0)
+      << loaded->prepare_load().chunks(0).status().message();
+  EXPECT_EQ(loaded->prepare_load().chunks(0).size_bytes(), 64u << 10);
+  host_ls = Cli({"ls", "--tier", "host"});
+  EXPECT_THAT(host_ls.out, ::testing::Not(HasSubstr("kivi4")));
 
   // The engine's handshake announced the layout to the disk: keys alone are enough.
   CliResult compress = Cli({"compress", "--codec", "int8", "--key", keys_[0].ToString(), "--key",

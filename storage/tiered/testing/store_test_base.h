@@ -22,12 +22,13 @@ namespace strata::storage::testing {
 
 constexpr uint64_t kChunkBytes = 4096;  // SmallLayout: 16 tokens x 256 bytes
 
-// A store whose host tier holds four one-page chunks, over a disk tier (when `with_disk`).
+// A store whose host tier holds four one-page chunks (host_chunks_), over a disk tier (when
+// `with_disk`).
 class TieredStoreTestBase : public ::testing::Test {
  protected:
   void Open(bool with_disk, uint64_t demotion_queue_bytes = 0, std::string codec = "") {
     TieredStoreOptions options;
-    options.host = {.capacity_bytes = 4 * kChunkBytes,
+    options.host = {.capacity_bytes = host_chunks_ * kChunkBytes,
                     .page_bytes = 4096,
                     .policy = "lru",
                     .tenant_quotas = tenant_quotas_};
@@ -96,6 +97,7 @@ class TieredStoreTestBase : public ::testing::Test {
 
   const KvLayout layout_ = SmallLayout();
   uint32_t codec_threads_ = 2;  // the next Open's TieredDiskOptions::codec_threads
+  uint64_t host_chunks_ = 4;    // the next Open's host tier capacity, in chunks
   std::map<std::string, uint64_t> tenant_quotas_;  // the next Open's host tenant quotas
   ScratchDir scratch_;
   ScratchDir remote_scratch_;
