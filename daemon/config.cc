@@ -55,14 +55,15 @@ absl::Status ReadTenantQuotas(const toml::node& node, std::string_view key,
   return absl::OkStatus();
 }
 
-// Reads [disk.tenant_codecs]: tenant = "codec", or tenant = { codec, group_size, bits, energy }.
+// Reads [host.tenant_codecs] or [disk.tenant_codecs]: tenant = "codec", or tenant = { codec,
+// group_size, bits, energy }.
 absl::Status ReadTenantCodecs(const toml::node& node, std::string_view key,
-                              std::map<std::string, DaemonConfig::Disk::TenantCodec>& out) {
+                              std::map<std::string, DaemonConfig::TenantCodec>& out) {
   const toml::table* table = node.as_table();
   if (table == nullptr) return Bad(fmt::format("config: {} must be a table", key));
   for (const auto& [tenant, value] : *table) {
     const std::string name = fmt::format("{}.{}", key, tenant.str());
-    DaemonConfig::Disk::TenantCodec choice;
+    DaemonConfig::TenantCodec choice;
     const toml::table* fields = value.as_table();
     if (fields == nullptr) {
       if (absl::Status s = ReadTomlString(value, name, choice.codec); !s.ok()) return s;
@@ -97,6 +98,52 @@ absl::Status CheckCodecChoice(std::string_view codec_key, const std::string& cod
   return absl::OkStatus();
 }
 
+// Reads `key` when it is one of a tier's codec keys ([host] and [disk]: codec, codec_group_size,
+// codec_bits, codec_energy, tenant_codecs) into `tier`; nullopt for any other key.
+template <typename Tier>
+std::optional<absl::Status> ReadCodecKey(std::string_view key, const std::string& name,
+                                         const toml::node& value, Tier& tier) {
+  if (key == "codec") return ReadTomlString(value, name, tier.codec);
+  if (key == "codec_group_size") return ReadTomlUint(value, name, tier.codec_group_size);
+  if (key == "codec_bits") return ReadTomlUint(value, name, tier.codec_bits);
+  if (key == "codec_energy") return ReadTomlNonNegative(value, name, tier.codec_energy);
+  if (key == "tenant_codecs") return ReadTenantCodecs(value, name, tier.tenant_codecs);
+  return std::nullopt;
+}
+
+// OK when a tier's codec keys name codecs and energies in [0, 1] and its tenant codecs name
+// tenants; `section` names the tier's section in errors.
+template <typename Tier>
+absl::Status CheckTierCodecs(std::string_view section, const Tier& tier) {
+  STRATA_RETURN_IF_ERROR(CheckCodecChoice(fmt::format("{}.codec", section), tier.codec,
+                                          fmt::format("{}.codec_energy", section),
+                                          tier.codec_energy));
+  for (const auto& [tenant, choice] : tier.tenant_codecs) {
+    const std::string key = fmt::format("{}.tenant_codecs.'{}'", section, tenant);
+    if (tenant.empty()) return Bad(fmt::format("config: {} must name a tenant", key));
+    STRATA_RETURN_IF_ERROR(CheckCodecChoice(key, choice.codec, key + ".energy", choice.energy));
+  }
+  return absl::OkStatus();
+}
+
+// A tier's codec keys as TOML, into its section's table.
+template <typename Tier>
+void InsertCodecKeys(const Tier& tier, toml::table& section) {
+  section.insert("codec", tier.codec);
+  section.insert("codec_group_size", static_cast<int64_t>(tier.codec_group_size));
+  section.insert("codec_bits", static_cast<int64_t>(tier.codec_bits));
+  section.insert("codec_energy", tier.codec_energy);
+  if (tier.tenant_codecs.empty()) return;
+  toml::table codecs;
+  for (const auto& [tenant, choice] : tier.tenant_codecs) {
+    codecs.insert(tenant, toml::table{{"codec", choice.codec},
+                                      {"group_size", static_cast<int64_t>(choice.group_size)},
+                                      {"bits", static_cast<int64_t>(choice.bits)},
+                                      {"energy", choice.energy}});
+  }
+  section.insert("tenant_codecs", codecs);
+}
+
 absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
   return ForEachTomlField(root, [&c](std::string_view section, std::string_view key,
                                      const std::string& name, const toml::node& value) {
@@ -122,6 +169,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "verify_every_n_loads") s = ReadTomlUint(value, name, c.host.verify_every_n_loads);
       if (key == "policy") s = ReadTomlString(value, name, c.host.policy);
       if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
+      if (std::optional<absl::Status> read = ReadCodecKey(key, name, value, c.host)) s = *read;
     } else if (section == "disk") {
       if (key == "directory") s = ReadTomlString(value, name, c.disk.directory);
       if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.disk.capacity_bytes);
@@ -132,12 +180,8 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "prefetch_queue_chunks")
         s = ReadTomlUint(value, name, c.disk.prefetch_queue_chunks);
       if (key == "write_through") s = ReadTomlBool(value, name, c.disk.write_through);
-      if (key == "codec") s = ReadTomlString(value, name, c.disk.codec);
-      if (key == "codec_group_size") s = ReadTomlUint(value, name, c.disk.codec_group_size);
-      if (key == "codec_bits") s = ReadTomlUint(value, name, c.disk.codec_bits);
-      if (key == "codec_energy") s = ReadTomlNonNegative(value, name, c.disk.codec_energy);
+      if (std::optional<absl::Status> read = ReadCodecKey(key, name, value, c.disk)) s = *read;
       if (key == "codec_threads") s = ReadTomlUint(value, name, c.disk.codec_threads);
-      if (key == "tenant_codecs") s = ReadTenantCodecs(value, name, c.disk.tenant_codecs);
     } else if (section == "device_pool") {
       if (key == "bytes_per_layout") {
         s = ReadTomlBytes(value, name, c.device_pool.bytes_per_layout);
@@ -272,24 +316,14 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.disk.write_through && c.disk.directory.empty()) {
     return Bad("config: disk.write_through needs a disk tier (disk.directory)");
   }
-  if (absl::Status s =
-          CheckCodecChoice("disk.codec", c.disk.codec, "disk.codec_energy", c.disk.codec_energy);
-      !s.ok()) {
-    return s;
-  }
+  STRATA_RETURN_IF_ERROR(CheckTierCodecs("host", c.host));
+  STRATA_RETURN_IF_ERROR(CheckTierCodecs("disk", c.disk));
   if (!c.disk.codec.empty() && c.disk.directory.empty()) {
     return Bad("config: disk.codec needs a disk tier (disk.directory)");
   }
-  for (const auto& [tenant, choice] : c.disk.tenant_codecs) {
-    const std::string key = fmt::format("disk.tenant_codecs.'{}'", tenant);
-    if (tenant.empty()) return Bad(fmt::format("config: {} must name a tenant", key));
-    if (absl::Status s = CheckCodecChoice(key, choice.codec, key + ".energy", choice.energy);
-        !s.ok()) {
-      return s;
-    }
-    if (c.disk.directory.empty()) {
-      return Bad(fmt::format("config: {} needs a disk tier (disk.directory)", key));
-    }
+  if (!c.disk.tenant_codecs.empty() && c.disk.directory.empty()) {
+    return Bad(fmt::format("config: disk.tenant_codecs.'{}' needs a disk tier (disk.directory)",
+                           c.disk.tenant_codecs.begin()->first));
   }
   if (c.disk.prefetch_queue_chunks == 0) {
     return Bad("config: disk.prefetch_queue_chunks must be at least 1");
@@ -374,10 +408,6 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"demotion_queue_bytes", static_cast<int64_t>(c.disk.demotion_queue_bytes)},
                    {"prefetch_queue_chunks", static_cast<int64_t>(c.disk.prefetch_queue_chunks)},
                    {"write_through", c.disk.write_through},
-                   {"codec", c.disk.codec},
-                   {"codec_group_size", static_cast<int64_t>(c.disk.codec_group_size)},
-                   {"codec_bits", static_cast<int64_t>(c.disk.codec_bits)},
-                   {"codec_energy", c.disk.codec_energy},
                    {"codec_threads", static_cast<int64_t>(c.disk.codec_threads)}}},
       {"device_pool",
        toml::table{{"bytes_per_layout", static_cast<int64_t>(c.device_pool.bytes_per_layout)},
@@ -426,16 +456,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
     }
     root["host"].as_table()->insert("tenant_quotas", quotas);
   }
-  if (!c.disk.tenant_codecs.empty()) {
-    toml::table codecs;
-    for (const auto& [tenant, choice] : c.disk.tenant_codecs) {
-      codecs.insert(tenant, toml::table{{"codec", choice.codec},
-                                        {"group_size", static_cast<int64_t>(choice.group_size)},
-                                        {"bits", static_cast<int64_t>(choice.bits)},
-                                        {"energy", choice.energy}});
-    }
-    root["disk"].as_table()->insert("tenant_codecs", codecs);
-  }
+  InsertCodecKeys(c.host, *root["host"].as_table());
+  InsertCodecKeys(c.disk, *root["disk"].as_table());
   if (c.host.hard_pin_quota_bytes.has_value()) {
     root["host"].as_table()->insert("hard_pin_quota_bytes",
                                     static_cast<int64_t>(*c.host.hard_pin_quota_bytes));

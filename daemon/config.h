@@ -5,7 +5,11 @@
 //   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
 //             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
 //             "s3fifo", "prefix-lru")
+//             codec, codec_group_size, codec_bits, codec_energy (as [disk]'s: the chunks
+//             committed to the host tier are compressed in place in the background, and decoded
+//             back by the daemon before a load; "" (the default) keeps them as they are)
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
+//   [host.tenant_codecs]  as [disk.tenant_codecs], for [host] codec
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
 //             demotion_queue_bytes (evicted chunks staged in memory for the background
 //             writer, default 256MiB; 0 writes them on the evicting thread),
@@ -77,6 +81,15 @@ namespace strata::daemon {
 inline constexpr std::string_view kDefaultMetricsAddress = "127.0.0.1:9464";
 
 struct DaemonConfig {
+  // A tenant's own codec ("" : kept as they are) and parameters, in place of its tier's codec for
+  // the chunks stored under it (an engine request's tenant salt): e.g. one tenant's KV kept
+  // exact while the others' is compressed.
+  struct TenantCodec {
+    std::string codec;
+    uint32_t group_size = 0;
+    uint32_t bits = 0;
+    double energy = 0;
+  };
   struct Host {
     uint64_t capacity_bytes = 0;
     uint32_t page_bytes = 2u << 20;
@@ -90,6 +103,13 @@ struct DaemonConfig {
     // Tenant (an engine request's tenant salt) -> the bytes of the tier it may keep once the
     // tier is full (TenantQuotaPolicy). Empty: no quotas.
     std::map<std::string, uint64_t> tenant_quotas;
+    // The codec the chunks committed here are compressed with in the background, in place
+    // (storage/tiered/host_compressor.h); "": kept as they are. The same keys as [disk]'s.
+    std::string codec;
+    uint32_t codec_group_size = 0;
+    uint32_t codec_bits = 0;
+    double codec_energy = 0;
+    std::map<std::string, TenantCodec> tenant_codecs;
   } host;
   struct Disk {
     // Holds the segment files and the index; "" disables the disk tier.
@@ -121,15 +141,7 @@ struct DaemonConfig {
     // as many that recode chunks for Compress and Decompress (default: the machine's cores, up to
     // 4; 0: the calling thread alone).
     uint32_t codec_threads = storage::CoresUpTo(4);
-    // A tenant's own codec ("" : stored as they are) and parameters, in place of the above for
-    // the chunks stored under it (an engine request's tenant salt): e.g. one tenant's KV kept
-    // exact while the others' is compressed.
-    struct TenantCodec {
-      std::string codec;
-      uint32_t group_size = 0;
-      uint32_t bits = 0;
-      double energy = 0;
-    };
+    // Tenants whose chunks are written to disk with their own codec (TenantCodec).
     std::map<std::string, TenantCodec> tenant_codecs;
   } disk;
   struct DevicePool {

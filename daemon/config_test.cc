@@ -34,9 +34,13 @@ capacity_bytes = "1GiB"
 page_bytes = 65536
 policy = "lru"
 verify_every_n_loads = 8
+codec = "kivi4"
+codec_group_size = 64
 [host.tenant_quotas]
 team-a = "256MiB"
 "team b" = 1048576
+[host.tenant_codecs]
+team-a = ""
 [disk]
 directory = "/var/cache/strata"
 capacity_bytes = "100GiB"
@@ -92,6 +96,11 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->host.tenant_quotas,
             (std::map<std::string, uint64_t>{{"team-a", 256ull << 20}, {"team b", 1ull << 20}}));
   EXPECT_EQ(config->engine.allowed_uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_EQ(config->host.codec, "kivi4");
+  EXPECT_EQ(config->host.codec_group_size, 64u);
+  EXPECT_EQ(config->host.codec_bits, 0u);
+  ASSERT_EQ(config->host.tenant_codecs.size(), 1u);
+  EXPECT_EQ(config->host.tenant_codecs.at("team-a").codec, "");
   EXPECT_EQ(config->disk.directory, "/var/cache/strata");
   EXPECT_EQ(config->disk.capacity_bytes, 100ull << 30);
   EXPECT_EQ(config->disk.segment_bytes, 256ull << 20);
@@ -226,6 +235,17 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.disk.directory.clear();  // tenants' codecs without a disk tier
   c.disk.codec.clear();
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.tenant_codecs.clear();
+  c.host.codec = "kivi4";  // [host] codec needs no disk tier
+  c.host.tenant_codecs["exact"] = {};
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.host.codec = "zip";
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.host.codec = "int8";
+  c.host.tenant_codecs[""] = {.codec = "int8"};
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.host.tenant_codecs.clear();
+  c.host.codec.clear();
   c.disk.directory = "/var/cache/strata";
   c = DefaultConfig(Env(1ull << 34));
   c.remote.listen_address = "127.0.0.1:7400";  // peers without a shared token

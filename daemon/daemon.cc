@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <span>
+#include <string>
 
 #include "control/secret_files.h"
 #include "core/fmt_absl.h"
@@ -18,6 +20,19 @@ namespace strata::daemon {
 namespace {
 
 constexpr std::chrono::milliseconds kControlDrainGrace{500};
+
+// A tier's [*.tenant_codecs] as the store takes them.
+std::map<std::string, storage::TieredDiskOptions::TenantCodec> StoreTenantCodecs(
+    const std::map<std::string, DaemonConfig::TenantCodec>& tenants) {
+  std::map<std::string, storage::TieredDiskOptions::TenantCodec> store;
+  for (const auto& [tenant, choice] : tenants) {
+    store[tenant] = {.codec = choice.codec,
+                     .params = {.group_size = choice.group_size,
+                                .bits = choice.bits,
+                                .energy = static_cast<float>(choice.energy)}};
+  }
+  return store;
+}
 
 }  // namespace
 
@@ -52,6 +67,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   host.policy = config.host.policy;
   host.tenant_quotas = config.host.tenant_quotas;
   host.observer = daemon->event_log_->observer(storage::Tier::kHost);
+  store.host_codec = {.codec = config.host.codec,
+                      .params = {.group_size = config.host.codec_group_size,
+                                 .bits = config.host.codec_bits,
+                                 .energy = static_cast<float>(config.host.codec_energy)},
+                      .tenant_codecs = StoreTenantCodecs(config.host.tenant_codecs)};
   if (!config.disk.directory.empty()) {
     store.disk = storage::TieredDiskOptions{
         .directory = config.disk.directory,
@@ -63,12 +83,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                          .bits = config.disk.codec_bits,
                          .energy = static_cast<float>(config.disk.codec_energy)},
         .codec_threads = config.disk.codec_threads};
-    for (const auto& [tenant, choice] : config.disk.tenant_codecs) {
-      store.disk->tenant_codecs[tenant] = {.codec = choice.codec,
-                                           .params = {.group_size = choice.group_size,
-                                                      .bits = choice.bits,
-                                                      .energy = static_cast<float>(choice.energy)}};
-    }
+    store.disk->tenant_codecs = StoreTenantCodecs(config.disk.tenant_codecs);
     store.movement = {.demotion_queue_bytes = config.disk.demotion_queue_bytes,
                       .write_through = config.disk.write_through,
                       .prefetch_queue_chunks = config.disk.prefetch_queue_chunks,

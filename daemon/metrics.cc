@@ -332,6 +332,18 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
         HostFamily("strata_load_decoded_chunks_total",
                    "Host chunks stored encoded (Compress) that loads decoded back in place first.",
                    counter, store->movement.load_decoded));
+    const storage::MovementStats& m = store->movement;
+    families.push_back(
+        {"strata_host_compressions_total",
+         "Chunks committed to the host tier that [host] codec compressed in place, by outcome "
+         "(busy: engines read them throughout; skipped: gone, of no known layout, not smaller, "
+         "or of a tenant kept exact; dropped: the queue was full).",
+         counter,
+         {Value(counter, static_cast<double>(m.host_compressed), {{"outcome", "compressed"}}),
+          Value(counter, static_cast<double>(m.host_compress_busy), {{"outcome", "busy"}}),
+          Value(counter, static_cast<double>(m.host_compress_skipped), {{"outcome", "skipped"}}),
+          Value(counter, static_cast<double>(m.host_compress_failed), {{"outcome", "failed"}}),
+          Value(counter, static_cast<double>(m.host_compress_dropped), {{"outcome", "dropped"}})}});
     families.push_back({"strata_tier_pinned_bytes",
                         "Payload bytes of pinned chunks, by pin kind.",
                         gauge,

@@ -194,8 +194,8 @@ PromotionResult RunPromotion(const Flags& flags, IoEngineKind kind, const Codec*
   const std::string engine_name = disk->engine_name();
 
   // The disk tier as the tiered store's promotions see it, encoding with `codec`.
-  DiskLowerTier below(disk.get(),
-                      {.fallback = {.codec = codec}, .decode_threads = flags.decode_threads});
+  DiskLowerTier below(disk.get(), {.codecs = {.fallback = {.codec = codec}},
+                                   .decode_threads = flags.decode_threads});
   below.NoteLayout(layout);
 
   // Store the prefix: distinct chunks (a stamped pattern; with a codec, shaped KV, the same for

@@ -11,11 +11,11 @@
 
 namespace strata::storage {
 
-absl::StatusOr<std::optional<EncodedChunk>> EncodeChunk(const Codec& codec,
-                                                        const CodecParams& params,
-                                                        const KvLayout& layout, uint32_t num_tokens,
-                                                        std::span<const std::byte> chunk,
-                                                        std::span<std::byte> decoded) {
+absl::StatusOr<std::optional<EncodedForm>> EncodeChunk(const Codec& codec,
+                                                       const CodecParams& params,
+                                                       const KvLayout& layout, uint32_t num_tokens,
+                                                       std::span<const std::byte> chunk,
+                                                       std::span<std::byte> decoded) {
   absl::StatusOr<std::vector<std::byte>> frame = codec.Encode(layout, num_tokens, chunk, params);
   if (!frame.ok()) return frame.status();
   if (frame->size() >= chunk.size()) return std::nullopt;
@@ -24,11 +24,11 @@ absl::StatusOr<std::optional<EncodedChunk>> EncodeChunk(const Codec& codec,
     return absl::InternalError(
         fmt::format("codec {} does not decode its own frame: {}", codec.name(), s));
   }
-  std::optional<EncodedChunk> encoded(
-      EncodedChunk{.frame = *std::move(frame),
-                   .encoding = {.codec = static_cast<uint16_t>(codec.id()),
-                                .decoded_bytes = chunk.size(),
-                                .decoded_checksum = ChecksumBytes(decoded)}});
+  std::optional<EncodedForm> encoded(
+      EncodedForm{.frame = *std::move(frame),
+                  .encoding = {.codec = static_cast<uint16_t>(codec.id()),
+                               .decoded_bytes = chunk.size(),
+                               .decoded_checksum = ChecksumBytes(decoded)}});
   encoded->part = encoded->frame;
   return encoded;
 }

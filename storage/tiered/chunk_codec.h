@@ -22,7 +22,7 @@
 namespace strata::storage {
 
 // A chunk's encoded form, owned by whoever keeps it until it is written.
-struct EncodedChunk {
+struct EncodedForm {
   std::vector<std::byte> frame;
   std::span<const std::byte> part;  // the frame, as a one-part payload
   StoredEncoding encoding;          // its error not measured (-1)
@@ -32,11 +32,11 @@ struct EncodedChunk {
 // size) what a decode of it delivers; nullopt when the frame would not shrink it. The codec's
 // errors (kInvalidArgument for a layout or parameters it refuses); kInternal for a codec that
 // does not decode its own frame.
-absl::StatusOr<std::optional<EncodedChunk>> EncodeChunk(const Codec& codec,
-                                                        const CodecParams& params,
-                                                        const KvLayout& layout, uint32_t num_tokens,
-                                                        std::span<const std::byte> chunk,
-                                                        std::span<std::byte> decoded);
+absl::StatusOr<std::optional<EncodedForm>> EncodeChunk(const Codec& codec,
+                                                       const CodecParams& params,
+                                                       const KvLayout& layout, uint32_t num_tokens,
+                                                       std::span<const std::byte> chunk,
+                                                       std::span<std::byte> decoded);
 
 // Records `error` (a decode against the chunk encoded) in `encoding`.
 void KeepError(const KvError& error, StoredEncoding& encoding);

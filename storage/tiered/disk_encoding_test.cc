@@ -60,8 +60,8 @@ class DiskEncodingTest : public ::testing::Test {
         {.directory = scratch_.path(), .capacity_bytes = 16 << 20, .segment_bytes = 1 << 20});
     ASSERT_TRUE(disk.ok()) << disk.status();
     disk_ = *std::move(disk);
-    tier_ = std::make_unique<DiskLowerTier>(disk_.get(),
-                                            DiskEncodingOptions{.fallback = {.codec = int8_}});
+    tier_ = std::make_unique<DiskLowerTier>(
+        disk_.get(), DiskEncodingOptions{.codecs = {.fallback = {.codec = int8_}}});
   }
 
   absl::Status Put(const ChunkKey& key, std::span<const std::byte> payload, uint32_t tokens) {
@@ -137,14 +137,15 @@ TEST_F(DiskEncodingTest, ANotedLayoutsChunksAreStoredEncodedAndComeBackAsTheCode
   EXPECT_EQ(Read(key, chunk.size() - 6).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// DiskEncodingOptions::tenants: a named tenant's chunks by its own encoding, every other chunk
-// (no tenant, or a tenant not named) by the fallback, here none.
+// DiskEncodingOptions::codecs.tenants: a named tenant's chunks by its own encoding, every other
+// chunk (no tenant, or a tenant not named) by the fallback, here none.
 TEST_F(DiskEncodingTest, ATenantsOwnEncodingReplacesTheFallbackForItsChunksOnly) {
   const Codec* kivi4 = *CodecRegistry::Find("kivi4");
   tier_ = std::make_unique<DiskLowerTier>(
       disk_.get(),
       DiskEncodingOptions{
-          .tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 16}}}, {"exact", {}}}});
+          .codecs = {.tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 16}}},
+                                 {"exact", {}}}}});
   const KvLayout layout = EncodedLayout();
   tier_->NoteLayout(layout);
   const std::vector<std::byte> chunk = testing::MakeKv(layout, 32, testing::KvShape::kShaped, 3);
@@ -182,9 +183,10 @@ TEST_F(DiskEncodingTest, EncodingsThatRefuseANotedLayoutAreLoggedOnce) {
   tier_ = std::make_unique<DiskLowerTier>(
       disk_.get(),
       DiskEncodingOptions{
-          .fallback = {.codec = int8_, .params = {.group_size = 16}},            // int8 takes none
-          .tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 48}}},  // 128 channels
-                      {"fine", {.codec = kivi4, .params = {.group_size = 32}}}}});
+          .codecs = {
+              .fallback = {.codec = int8_, .params = {.group_size = 16}},  // int8 takes none
+              .tenants = {{"bulk", {.codec = kivi4, .params = {.group_size = 48}}},  // 128 channels
+                          {"fine", {.codec = kivi4, .params = {.group_size = 32}}}}}});
   const KvLayout layout = EncodedLayout();
   tier_->NoteLayout(layout);
   tier_->NoteLayout(layout);
@@ -307,7 +309,8 @@ TEST_F(DiskEncodingTest, ABatchDecodesOnTheDecodeThreadsAndEachChunkComesBackAsA
   for (const uint32_t threads : {0u, 1u, 3u}) {
     SCOPED_TRACE(threads);
     tier_ = std::make_unique<DiskLowerTier>(
-        disk_.get(), DiskEncodingOptions{.fallback = {.codec = int8_}, .decode_threads = threads});
+        disk_.get(),
+        DiskEncodingOptions{.codecs = {.fallback = {.codec = int8_}}, .decode_threads = threads});
     tier_->NoteLayout(layout);
     // Chunks 0-6 encoded, 7 and 8 plain; read with one never stored between them, and chunk 6
     // into a destination too small.

@@ -36,9 +36,9 @@ LowerTier::ChunkInfo FromDisk(const DiskChunkInfo& info) {
 // The chunk of `put` encoded by `encoding`'s codec for `layout`, with its error measured, or
 // nullopt when it is better stored as it is (the codec refuses it or it does not shrink).
 // `chunk` and `decoded` are scratch of at least the chunk's size.
-std::optional<EncodedChunk> Encode(const LowerTier::Put& put, const KvLayout& layout,
-                                   const DiskEncoding& encoding, std::span<std::byte> chunk,
-                                   std::span<std::byte> decoded) {
+std::optional<EncodedForm> Encode(const LowerTier::Put& put, const KvLayout& layout,
+                                  const CodecChoice& encoding, std::span<std::byte> chunk,
+                                  std::span<std::byte> decoded) {
   const uint64_t bytes = layout.chunk_bytes(put.num_tokens);
   if (PartsBytes(put.payload) != bytes) return std::nullopt;
   chunk = chunk.first(bytes);
@@ -48,7 +48,7 @@ std::optional<EncodedChunk> Encode(const LowerTier::Put& put, const KvLayout& la
     std::memcpy(chunk.data() + at, part.data(), part.size());
     at += part.size();
   }
-  absl::StatusOr<std::optional<EncodedChunk>> encoded =
+  absl::StatusOr<std::optional<EncodedForm>> encoded =
       EncodeChunk(*encoding.codec, encoding.params, layout, put.num_tokens, chunk, decoded);
   if (!encoded.ok() || !encoded->has_value()) return std::nullopt;
   KeepError(CompareKv(layout.dtype, chunk, decoded), (*encoded)->encoding);
@@ -56,12 +56,6 @@ std::optional<EncodedChunk> Encode(const LowerTier::Put& put, const KvLayout& la
 }
 
 }  // namespace
-
-const DiskEncoding& DiskEncodingOptions::For(std::string_view tenant) const {
-  if (tenant.empty()) return fallback;
-  auto it = tenants.find(tenant);
-  return it == tenants.end() ? fallback : it->second;
-}
 
 std::optional<LowerTier::ChunkInfo> DiskLowerTier::Lookup(const ChunkKey& key) const {
   const std::optional<DiskChunkInfo> info = disk_->Lookup(key);
@@ -92,7 +86,7 @@ void DiskLowerTier::NoteLayout(const KvLayout& layout) {
     absl::MutexLock lock(&checked_mu_);
     if (!checked_layouts_.insert(layout.Fingerprint()).second) return;
   }
-  auto check = [&layout](std::string_view whose, const DiskEncoding& encoding) {
+  auto check = [&layout](std::string_view whose, const CodecChoice& encoding) {
     if (encoding.codec == nullptr) return;
     if (absl::Status s = encoding.codec->CheckParams(layout, encoding.params); !s.ok()) {
       spdlog::warn(
@@ -100,8 +94,8 @@ void DiskLowerTier::NoteLayout(const KvLayout& layout) {
           encoding.codec->name(), layout.DebugString(), s.ToString());
     }
   };
-  check("the", encoding_.fallback);
-  for (const auto& [tenant, encoding] : encoding_.tenants) {
+  check("the", encoding_.codecs.fallback);
+  for (const auto& [tenant, encoding] : encoding_.codecs.tenants) {
     check(fmt::format("tenant '{}''s", tenant), encoding);
   }
 }
@@ -148,10 +142,10 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
               .payload_checksum = chunk_info.payload_checksum,
               .num_tokens = info->num_tokens,
               .tenant = info->tenant};
-  std::optional<EncodedChunk> encoded;
+  std::optional<EncodedForm> encoded;
   if (encode) {
     const std::span<std::byte> check = decoded.span().first(chunk_info.payload_bytes);
-    absl::StatusOr<std::optional<EncodedChunk>> frame =
+    absl::StatusOr<std::optional<EncodedForm>> frame =
         EncodeChunk(*recoding.codec, recoding.params, *layout, info->num_tokens, whole[0], check);
     if (!frame.ok()) {
       return Annotate(frame.status(),
@@ -180,7 +174,7 @@ absl::StatusOr<LowerTier::RecodeResult> DiskLowerTier::Recode(const ChunkKey& ke
 std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
   std::vector<DiskPut> disk_puts;
   disk_puts.reserve(puts.size());
-  std::vector<std::unique_ptr<EncodedChunk>> encoded;  // stable addresses for the parts
+  std::vector<std::unique_ptr<EncodedForm>> encoded;  // stable addresses for the parts
   AlignedBuffer chunk;
   AlignedBuffer decoded;
   absl::Cleanup keep = [&] {
@@ -195,7 +189,7 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
                      .payload_checksum = put.payload_checksum,
                      .num_tokens = put.num_tokens,
                      .tenant = put.tenant};
-    const DiskEncoding& encoding = encoding_.For(put.tenant);
+    const CodecChoice& encoding = encoding_.codecs.For(put.tenant);
     const std::shared_ptr<const KvLayout> layout =
         encoding.codec == nullptr ? nullptr : disk_->KeptLayout(put.key.layout_fingerprint());
     if (layout != nullptr) {
@@ -206,10 +200,10 @@ std::vector<absl::Status> DiskLowerTier::PutBatch(std::span<const Put> puts) {
         if (buffer->size() > 0) ReturnStaging(std::move(*buffer));
         *buffer = TakeStaging(bytes);
       }
-      if (std::optional<EncodedChunk> frame =
+      if (std::optional<EncodedForm> frame =
               Encode(put, *layout, encoding, chunk.span(), decoded.span())) {
-        const EncodedChunk& kept =
-            *encoded.emplace_back(std::make_unique<EncodedChunk>(*std::move(frame)));
+        const EncodedForm& kept =
+            *encoded.emplace_back(std::make_unique<EncodedForm>(*std::move(frame)));
         disk_put.payload = {&kept.part, 1};
         disk_put.payload_checksum = ChecksumBytes(kept.frame);
         disk_put.encoding = kept.encoding;

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/codec/codec.h"
+#include "storage/codec/codec_choice.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/io/aligned_buffer.h"
 #include "storage/tiered/lower_tier.h"
@@ -40,24 +41,13 @@
 
 namespace strata::storage {
 
-// One way of storing chunks on disk: encoded by `codec` with `params`; no codec: as they are.
-struct DiskEncoding {
-  const Codec* codec = nullptr;  // from CodecRegistry; not owned
-  CodecParams params;
-};
-
-// How DiskLowerTier encodes the chunks it writes ([disk] codec, [disk.tenant_codecs]): a chunk
-// the host tier stored under a tenant named in `tenants` by that tenant's encoding, every other
-// chunk (no tenant, or one not named) by `fallback`.
+// How DiskLowerTier encodes the chunks it writes ([disk] codec, [disk.tenant_codecs]): each by
+// the choice `codecs` makes for the tenant the host tier stored it under.
 struct DiskEncodingOptions {
-  DiskEncoding fallback;
-  std::map<std::string, DiskEncoding, std::less<>> tenants;
+  TenantCodecs codecs;
   // Threads that decode the encoded chunks a ReadBatch reads while it reads the next ones
   // ([disk] codec_threads); 0 decodes each window on the reading thread once it is read.
   uint32_t decode_threads = 0;
-
-  // The encoding of a chunk put under `tenant` (LowerTier::Put::tenant).
-  const DiskEncoding& For(std::string_view tenant) const;
 };
 
 class DiskLowerTier final : public LowerTier {

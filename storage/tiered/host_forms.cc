@@ -40,11 +40,10 @@ std::shared_ptr<const KvLayout> KnownLayouts::Find(uint64_t fingerprint) const {
   return it == layouts_.end() ? nullptr : it->second;
 }
 
-absl::Status WithChunkBytes(
-    const KnownLayouts& layouts, const ChunkKey& key, uint32_t num_tokens,
-    const PayloadView& payload, uint64_t checksum, const StoredEncoding& encoding,
-    absl::FunctionRef<absl::Status(const PayloadView& chunk, uint64_t chunk_checksum)> use) {
-  if (!encoding.encoded()) return use(payload, checksum);
+absl::StatusOr<std::vector<std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
+                                                       const ChunkKey& key, uint32_t num_tokens,
+                                                       const StoredEncoding& encoding,
+                                                       const PayloadView& payload) {
   const std::shared_ptr<const KvLayout> layout = layouts.Find(key.layout_fingerprint());
   if (layout == nullptr) {
     return absl::DataLossError(fmt::format(
@@ -53,8 +52,18 @@ absl::Status WithChunkBytes(
   absl::StatusOr<std::vector<std::byte>> chunk =
       DecodePayload(*layout, num_tokens, encoding, payload);
   if (!chunk.ok()) return Annotate(chunk.status(), fmt::format("host chunk {}", key.ToString()));
-  const ArenaRange whole[] = {{.offset = 0, .size_bytes = chunk->size()}};
-  return use(PayloadView(chunk->data(), whole, chunk->size()), encoding.decoded_checksum);
+  return chunk;
+}
+
+absl::Status WithChunkBytes(
+    const KnownLayouts& layouts, const ChunkKey& key, uint32_t num_tokens,
+    const PayloadView& payload, uint64_t checksum, const StoredEncoding& encoding,
+    absl::FunctionRef<absl::Status(const PayloadView& chunk, uint64_t chunk_checksum)> use) {
+  if (!encoding.encoded()) return use(payload, checksum);
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> chunk,
+                          DecodeHostChunk(layouts, key, num_tokens, encoding, payload));
+  const ArenaRange whole[] = {{.offset = 0, .size_bytes = chunk.size()}};
+  return use(PayloadView(chunk.data(), whole, chunk.size()), encoding.decoded_checksum);
 }
 
 absl::StatusOr<LowerTier::RecodeResult> HostForms::Recode(const ChunkKey& key,
@@ -128,7 +137,7 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
     std::vector<std::byte>& decoding = Scratch(1);
     if (decoding.size() < chunk_bytes) decoding.resize(chunk_bytes);
     const std::span<std::byte> decoded(decoding.data(), chunk_bytes);
-    absl::StatusOr<std::optional<EncodedChunk>> frame =
+    absl::StatusOr<std::optional<EncodedForm>> frame =
         EncodeChunk(*recoding.codec, recoding.params, *layout, lease->num_tokens(), chunk, decoded);
     if (!frame.ok()) {
       return Annotate(frame.status(),

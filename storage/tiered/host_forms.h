@@ -5,8 +5,9 @@
 //   - HostForms::Recode: Compress and Decompress of one host chunk (LowerTier::Recode's
 //     outcomes, plus kBusy: engines read the chunk throughout the retries).
 //   - HostForms::DecodeInPlace: an encoded chunk put back in plain form, before a load leases it.
-//   - WithChunkBytes: a host chunk as the chunk, for what copies it below (the demoter, CopyDown):
-//     tiers below are given plain chunks, never the host tier's frames.
+//   - WithChunkBytes, DecodeHostChunk: a host chunk as the chunk, for what copies it below (the
+//     demoter, CopyDown, write-through): tiers below are given plain chunks, never the host
+//     tier's frames.
 //
 // Thread-safety: every method and function is thread-safe. HostForms' calls block (codec work,
 // and up to kBusyTries tries kBusyWait apart while other leases read a chunk: each try leases the
@@ -47,13 +48,20 @@ class KnownLayouts {
 
 // Calls `use(chunk, chunk_checksum)` with the host chunk `key` (`payload`, of `num_tokens`
 // tokens, in `encoding`'s form, committed with `checksum`) as the chunk: `payload` and
-// `checksum` themselves when plain; else its decode (with the layout `layouts` knows for the
-// key) and encoding.decoded_checksum. kDataLoss when it does not decode or its layout is
-// unknown; else `use`'s status.
+// `checksum` themselves when plain; else DecodeHostChunk's and encoding.decoded_checksum.
+// DecodeHostChunk's errors; else `use`'s status.
 absl::Status WithChunkBytes(
     const KnownLayouts& layouts, const ChunkKey& key, uint32_t num_tokens,
     const PayloadView& payload, uint64_t checksum, const StoredEncoding& encoding,
     absl::FunctionRef<absl::Status(const PayloadView& chunk, uint64_t chunk_checksum)> use);
+
+// The host chunk `key` (`payload`, of `num_tokens` tokens, in `encoding`'s encoded form) as it
+// decodes, with the layout `layouts` knows for it. kDataLoss when it does not decode or its
+// layout is unknown.
+absl::StatusOr<std::vector<std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
+                                                       const ChunkKey& key, uint32_t num_tokens,
+                                                       const StoredEncoding& encoding,
+                                                       const PayloadView& payload);
 
 class HostForms {
  public:

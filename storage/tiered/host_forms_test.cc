@@ -26,9 +26,9 @@ class HostFormsTest : public testing::TieredStoreTestBase {
     return testing::MakeKv(layout_, 16, testing::KvShape::kShaped, id);
   }
 
-  void StoreKv(uint64_t id) {
+  void StoreKv(uint64_t id, std::optional<std::string_view> tenant = std::nullopt) {
     absl::StatusOr<ReserveResult> reserved =
-        store_->host().Reserve(layout_, Key(id), {.num_tokens = 16});
+        store_->host().Reserve(layout_, Key(id), {.num_tokens = 16, .tenant_name = tenant});
     ASSERT_TRUE(reserved.ok()) << reserved.status();
     ASSERT_EQ(reserved->outcome, ReserveOutcome::kReserved);
     reserved->reservation.payload().CopyFrom(Kv(id));
@@ -240,6 +240,58 @@ TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
   EXPECT_GT(loads.load(), 0);
   const absl::Status consistent = store_->host().CheckConsistency();
   EXPECT_TRUE(consistent.ok()) << consistent;
+}
+
+TEST_F(HostFormsTest, AHostCodecCompressesCommitsInTheBackgroundAndLoadsDecodeThem) {
+  host_codec_ = {.codec = "int8", .tenant_codecs = {{"exact", {.codec = ""}}}};
+  host_chunks_ = 8;
+  Open(/*with_disk=*/false);
+  store_->NoteLayout(layout_);
+  StoreKv(0);
+  StoreKv(1);
+  StoreKv(2, "exact");  // this tenant's chunks are kept as they are
+  store_->Flush();
+  MovementStats movement = store_->Stats().movement;
+  EXPECT_EQ(movement.host_compressed, 2u);
+  EXPECT_EQ(movement.host_compress_skipped, 1u);
+  EXPECT_EQ(movement.host_compress_failed, 0u);
+  EXPECT_EQ(store_->host().Stats().encoded_chunks, 2u);
+  EXPECT_TRUE(FormOf(Key(1)).encoded());
+  EXPECT_FALSE(FormOf(Key(2)).encoded());
+  bool deferred = false;
+  LoadLeases leased = Load(Keys(0, 3), deferred);
+  EXPECT_TRUE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 3u);
+  EXPECT_LT(ErrorOf(0, Bytes(leased.leases[0].payload())), 0.01);
+  EXPECT_EQ(Bytes(leased.leases[2].payload()), Kv(2));
+  EXPECT_EQ(store_->Stats().movement.load_decoded, 2u);
+}
+
+TEST_F(HostFormsTest, AnUnknownHostCodecIsRefusedAtCreate) {
+  TieredStoreOptions options;
+  options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096};
+  options.host_codec = {.codec = "zip"};
+  EXPECT_EQ(TieredStore::Create(std::move(options)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HostFormsTest, WriteThroughOfAChunkCompressedFirstWritesItDecoded) {
+  host_codec_ = {.codec = "int8"};
+  write_through_ = true;
+  Open(/*with_disk=*/true);
+  store_->NoteLayout(layout_);
+  StoreKv(0);
+  store_->Flush();
+  // Written through before or after its compression: the disk holds the chunk or its decode.
+  std::optional<LowerTier::ChunkInfo> below = store_->DescribeBelowHost(Key(0));
+  ASSERT_TRUE(below.has_value());
+  EXPECT_EQ(below->payload_bytes, kChunkBytes);
+  const StoredEncoding form = FormOf(Key(0));
+  ASSERT_TRUE(form.encoded());
+  EXPECT_TRUE(below->payload_checksum == ChecksumBytes(Kv(0)) ||
+              below->payload_checksum == form.decoded_checksum);
+  EXPECT_EQ(store_->Stats().movement.write_through_written, 1u);
 }
 
 }  // namespace

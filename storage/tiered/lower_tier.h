@@ -72,7 +72,7 @@ class LowerTier {
     uint64_t payload_checksum = 0;
     uint32_t num_tokens = 0;
     // The tenant the host tier stored the chunk under ("" for none): a tier may store tenants'
-    // chunks differently (DiskEncodingOptions::tenants), and one that records_tenants() keeps
+    // chunks differently (DiskEncodingOptions::codecs), and one that records_tenants() keeps
     // it for ChunkInfo::tenant and ListOptions::tenant.
     std::string_view tenant;
   };

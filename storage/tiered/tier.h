@@ -53,6 +53,14 @@ struct MovementStats {
   std::array<uint64_t, kTierCount> load_promoted_from{};  // of those, by the tier they came from
   // Host chunks stored encoded (Compress) that loads decoded back in place before leasing them.
   uint64_t load_decoded = 0;
+  // [host] codec: committed chunks compressed in place, and those left as they were (busy:
+  // engines read them throughout; skipped: gone, of no known layout, not smaller, or of a
+  // tenant whose choice is none; failed; dropped: the queue was full). All 0 when it is off.
+  uint64_t host_compressed = 0;
+  uint64_t host_compress_busy = 0;
+  uint64_t host_compress_skipped = 0;
+  uint64_t host_compress_failed = 0;
+  uint64_t host_compress_dropped = 0;
   // Chunks promoted for peers that asked for chunks held only below the host tier.
   uint64_t peer_promoted = 0;
   // Write-through by outcome; all 0 when write-through is off (write_through false).

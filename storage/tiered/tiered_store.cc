@@ -17,6 +17,7 @@
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/demoter.h"
 #include "storage/tiered/disk_lower_tier.h"
+#include "storage/tiered/host_compressor.h"
 #include "storage/tiered/host_forms.h"
 #include "storage/tiered/prefix_locator.h"
 #include "storage/tiered/promoter.h"
@@ -64,12 +65,29 @@ absl::Status CheckOrder(std::span<const std::unique_ptr<LowerTier>> lower) {
   return absl::OkStatus();
 }
 
-// The encoding of codec `name` (CodecRegistry's; "" : none) with `params`.
-absl::StatusOr<DiskEncoding> FindEncoding(const std::string& name, const CodecParams& params) {
-  DiskEncoding encoding{.params = params};
-  if (name.empty()) return encoding;
-  STRATA_ASSIGN_OR_RETURN(encoding.codec, CodecRegistry::Find(name));
-  return encoding;
+// The codec of `name` (CodecRegistry's; "" : none) with `params`.
+absl::StatusOr<CodecChoice> FindCodec(const std::string& name, const CodecParams& params) {
+  CodecChoice choice{.params = params};
+  if (name.empty()) return choice;
+  STRATA_ASSIGN_OR_RETURN(choice.codec, CodecRegistry::Find(name));
+  return choice;
+}
+
+// The codecs `name` and `tenants` name ([disk] or [host] codec and tenant_codecs); `where` names
+// the tier in errors.
+absl::StatusOr<TenantCodecs> FindCodecs(
+    const std::string& name, const CodecParams& params,
+    const std::map<std::string, TieredDiskOptions::TenantCodec>& tenants, std::string_view where) {
+  TenantCodecs codecs;
+  absl::StatusOr<CodecChoice> fallback = FindCodec(name, params);
+  if (!fallback.ok()) return Annotate(fallback.status(), where);
+  codecs.fallback = *fallback;
+  for (const auto& [tenant, choice] : tenants) {
+    absl::StatusOr<CodecChoice> own = FindCodec(choice.codec, choice.params);
+    if (!own.ok()) return Annotate(own.status(), fmt::format("{}, tenant '{}'", where, tenant));
+    codecs.tenants.emplace(tenant, *own);
+  }
+  return codecs;
 }
 
 // The larger of two errors, or NaN when either is (an error measured on KV that holds a NaN): a
@@ -119,14 +137,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
     DiskEncodingOptions encoding{.decode_threads = disk.codec_threads};
-    absl::StatusOr<DiskEncoding> fallback = FindEncoding(disk.codec, disk.codec_params);
-    if (!fallback.ok()) return Annotate(fallback.status(), "disk tier");
-    encoding.fallback = *fallback;
-    for (const auto& [tenant, choice] : disk.tenant_codecs) {
-      absl::StatusOr<DiskEncoding> own = FindEncoding(choice.codec, choice.params);
-      if (!own.ok()) return Annotate(own.status(), fmt::format("disk tier, tenant '{}'", tenant));
-      encoding.tenants.emplace(tenant, *own);
-    }
+    STRATA_ASSIGN_OR_RETURN(encoding.codecs, FindCodecs(disk.codec, disk.codec_params,
+                                                        disk.tenant_codecs, "disk tier"));
     absl::StatusOr<std::unique_ptr<DiskTier>> tier =
         DiskTier::Open({.directory = disk.directory,
                         .capacity_bytes = disk.capacity_bytes,
@@ -158,11 +170,21 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
     options.host.listener = store->demoter_.get();
     if (movement.write_through) {
       absl::StatusOr<std::unique_ptr<WriteThrough>> write_through =
-          WriteThrough::Create(nearest, {});
+          WriteThrough::Create(nearest, {.layouts = store->layouts_.get()});
       if (!write_through.ok()) return Annotate(write_through.status(), "write-through");
       store->write_through_ = *std::move(write_through);
       observers.push_back(store->write_through_.get());
     }
+  }
+  STRATA_ASSIGN_OR_RETURN(const TenantCodecs host_codecs,
+                          FindCodecs(options.host_codec.codec, options.host_codec.params,
+                                     options.host_codec.tenant_codecs, "host codec"));
+  if (host_codecs.any()) {
+    absl::StatusOr<std::unique_ptr<HostCompressor>> compressor =
+        HostCompressor::Create({.codecs = host_codecs});
+    if (!compressor.ok()) return Annotate(compressor.status(), "host codec");
+    store->compressor_ = *std::move(compressor);
+    observers.push_back(store->compressor_.get());
   }
   if (observers.size() > 1) {
     store->observers_ = std::make_unique<ChunkObserverFanout>(observers);
@@ -175,6 +197,9 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   store->host_ = *std::move(host);
   store->host_forms_ = std::make_unique<HostForms>(*store->host_, *store->layouts_);
   if (store->write_through_ != nullptr) store->write_through_->Start(store->host_.get());
+  if (store->compressor_ != nullptr) {
+    store->compressor_->Start(store->host_forms_.get(), store->host_.get());
+  }
   if (!store->lower_.empty()) {
     if (movement.register_arena) {
       for (LowerTier* below : store->lower_) RegisterArena(*store->host_, *below);
@@ -198,6 +223,8 @@ TieredStore::~TieredStore() { Stop(); }
 
 void TieredStore::Stop() {
   if (stopped_.exchange(true)) return;
+  // Queued compressions are dropped; the one in progress finishes.
+  if (compressor_ != nullptr) compressor_->Stop();
   // Loads and operators' tasks already accepted run to the end (their callbacks with them),
   // while the promoter, whose prefetch a load may wait for, still runs.
   // (Null when Create failed before making them: the destructor stops what was made.)
@@ -679,6 +706,7 @@ bool TieredStore::Submit(absl::AnyInvocable<void() &&> task) {
 }
 
 void TieredStore::Flush() {
+  if (compressor_ != nullptr) compressor_->Flush();
   loads_->Flush();
   maintenance_->Flush();
   if (promoter_ != nullptr) promoter_->Flush();
@@ -695,6 +723,14 @@ TieredStoreStats TieredStore::Stats() const {
   stats.host = host_->Stats();
   for (const LowerTier* below : lower_) stats.lower.push_back(below->Stats());
   MovementStats& movement = stats.movement;
+  if (compressor_ != nullptr) {
+    const HostCompressorStats compressor = compressor_->Stats();
+    movement.host_compressed = compressor.compressed;
+    movement.host_compress_busy = compressor.busy;
+    movement.host_compress_skipped = compressor.skipped;
+    movement.host_compress_failed = compressor.failed;
+    movement.host_compress_dropped = compressor.dropped;
+  }
   if (demoter_ != nullptr) {
     movement.demoted = demoter_->demoted();
     movement.demotion_failures = demoter_->failed();

@@ -32,12 +32,12 @@
 //
 // Lifecycle and ownership: Create opens the disk tier (recovering what it held), takes the
 // registered tiers and creates
-// the host tier, with the demoter as its eviction listener and `observer` (plus write-through) as
-// its observer. Stop() (also run by the destructor): runs the loads and tasks already accepted
-// (their callbacks run), drops queued prefetches and write-throughs, writes queued demotions,
-// and unregisters the arena from the lower tiers; AcquireForLoad past a lower-tier
-// miss, Submit and Prefetch fail from then on. Leases handed out stay valid after Stop but must
-// be released before the store is destroyed.
+// the host tier, with the demoter as its eviction listener and `observer` (plus write-through and
+// the [host] codec's compressor) as its observer. Stop() (also run by the destructor): runs the
+// loads and tasks already accepted (their callbacks run), drops queued prefetches and
+// write-throughs, writes queued demotions, and unregisters the arena from the lower tiers;
+// AcquireForLoad past a lower-tier miss, Submit and Prefetch fail from then on. Leases handed out
+// stay valid after Stop but must be released before the store is destroyed.
 #pragma once
 
 #include <array>
@@ -66,6 +66,7 @@ namespace strata::storage {
 
 class DiskTier;
 class Demoter;
+class HostCompressor;
 class HostForms;
 class KnownLayouts;
 class Promoter;
@@ -86,7 +87,7 @@ struct TieredDiskOptions {
   std::string codec;
   CodecParams codec_params;
   // Tenants whose chunks are stored otherwise: tenant -> its codec ("" : as they are) and
-  // parameters, in place of `codec` (DiskEncodingOptions::tenants).
+  // parameters, in place of `codec` (DiskEncodingOptions::codecs).
   struct TenantCodec {
     std::string codec;
     CodecParams params;
@@ -113,10 +114,21 @@ struct MovementOptions {
   bool register_arena = false;
 };
 
+// [host] codec: the chunks the host tier commits are compressed in place in the background
+// (HostCompressor) with `codec` (CodecRegistry's names; empty: none) and `params`, or those of
+// the tenants in `tenant_codecs` with theirs ("" : kept as they are). Nothing is compressed when
+// no codec is named at all.
+struct HostCodecOptions {
+  std::string codec;
+  CodecParams params;
+  std::map<std::string, TieredDiskOptions::TenantCodec> tenant_codecs;
+};
+
 struct TieredStoreOptions {
   // The host tier. `listener` must be null (the store sets its demoter); `observer` is kept and
   // gets the host tier's events beside write-through.
   HostTierOptions host;
+  HostCodecOptions host_codec;
   // No disk tier when empty.
   std::optional<TieredDiskOptions> disk;
   // Tiers registered below the disk tier (below the host tier when there is none), top down:
@@ -334,6 +346,7 @@ class TieredStore {
   std::vector<LowerTier*> lower_;
   std::unique_ptr<Demoter> demoter_;
   std::unique_ptr<WriteThrough> write_through_;
+  std::unique_ptr<HostCompressor> compressor_;
   std::unique_ptr<ChunkObserverFanout> observers_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<HostForms> host_forms_;

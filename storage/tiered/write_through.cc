@@ -8,6 +8,7 @@
 #include "core/fmt_absl.h"
 #include "spdlog/spdlog.h"
 #include "storage/tiered/chunk_transfer.h"
+#include "storage/tiered/host_forms.h"
 
 namespace strata::storage {
 
@@ -98,11 +99,28 @@ void WriteThrough::WriteBatch(std::span<const ChunkKey> keys) {
 void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
   std::vector<ChunkLease> leases;
   std::vector<std::string> tenants;  // each lease's, for the tier below's choice of form
+  // A chunk the host tier holds encoded already ([host] codec) is written as it decodes.
+  std::vector<std::vector<std::byte>> decoded;
   for (const ChunkKey& key : keys) {
     std::optional<ChunkLease> lease;
     if (!disk_->Contains(key)) {
-      absl::StatusOr<std::optional<ChunkLease>> acquired = host.AcquireForCopy(key, options_.lease);
+      absl::StatusOr<std::optional<ChunkLease>> acquired =
+          host.AcquireForCopy(key, options_.lease, Forms::kAny);
       if (acquired.ok()) lease = *std::move(acquired);
+    }
+    std::vector<std::byte> chunk;
+    if (lease.has_value() && lease->encoding().encoded()) {
+      absl::Status status = absl::FailedPreconditionError("no layouts to decode with");
+      if (options_.layouts != nullptr) {
+        absl::StatusOr<std::vector<std::byte>> plain = DecodeHostChunk(
+            *options_.layouts, key, lease->num_tokens(), lease->encoding(), lease->payload());
+        status = plain.status();
+        if (plain.ok()) chunk = *std::move(plain);
+      }
+      if (!status.ok()) {
+        spdlog::warn("write-through of chunk {} skipped: {}", key.ToString(), status);
+        lease.reset();
+      }
     }
     if (!lease.has_value()) {
       skipped_.fetch_add(1, std::memory_order_relaxed);
@@ -110,6 +128,7 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
     }
     tenants.push_back(host.TenantOf(key));
     leases.push_back(*std::move(lease));
+    decoded.push_back(std::move(chunk));
   }
   if (leases.empty()) return;
 
@@ -117,12 +136,18 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
   std::vector<LowerTier::Put> puts;
   puts.reserve(leases.size());
   for (size_t i = 0; i < leases.size(); ++i) {
-    parts[i] = PayloadParts(leases[i].payload());
-    puts.push_back({.key = leases[i].key(),
-                    .payload = parts[i],
-                    .payload_checksum = leases[i].checksum(),
-                    .num_tokens = leases[i].num_tokens(),
-                    .tenant = tenants[i]});
+    const bool plain = decoded[i].empty();
+    if (plain) {
+      parts[i] = PayloadParts(leases[i].payload());
+    } else {
+      parts[i] = {std::span<const std::byte>(decoded[i])};
+    }
+    puts.push_back(
+        {.key = leases[i].key(),
+         .payload = parts[i],
+         .payload_checksum = plain ? leases[i].checksum() : leases[i].encoding().decoded_checksum,
+         .num_tokens = leases[i].num_tokens(),
+         .tenant = tenants[i]});
   }
   const std::vector<absl::Status> results = disk_->PutBatch(puts);
 

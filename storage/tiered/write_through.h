@@ -40,6 +40,7 @@
 #include "storage/host/chunk_observer.h"
 #include "storage/host/host_tier.h"
 #include "storage/tiered/background_worker.h"
+#include "storage/tiered/host_forms.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
@@ -51,6 +52,9 @@ struct WriteThroughOptions {
   uint32_t max_batch_chunks = 4;
   // How long a chunk stays leased for its write; a write that outlasts it is undone (see above).
   std::chrono::nanoseconds lease = std::chrono::seconds(30);
+  // The layouts that decode a chunk the host tier holds encoded by its turn ([host] codec): it
+  // is written as it decodes. Nullable (such a chunk is skipped); not owned; must outlive it.
+  const KnownLayouts* layouts = nullptr;
 };
 
 struct WriteThroughStats {

@@ -40,6 +40,8 @@ class TieredStoreTestBase : public ::testing::Test {
                                        .codec_threads = codec_threads_};
     }
     options.movement.demotion_queue_bytes = demotion_queue_bytes;
+    options.movement.write_through = write_through_;
+    options.host_codec = host_codec_;
     // The remote tier's place, when a test asks for three tiers: a second disk tier.
     if (remote_ != nullptr) options.lower.push_back(std::move(remote_));
     absl::StatusOr<std::unique_ptr<TieredStore>> store = TieredStore::Create(std::move(options));
@@ -96,8 +98,10 @@ class TieredStoreTestBase : public ::testing::Test {
   }
 
   const KvLayout layout_ = SmallLayout();
-  uint32_t codec_threads_ = 2;  // the next Open's TieredDiskOptions::codec_threads
-  uint64_t host_chunks_ = 4;    // the next Open's host tier capacity, in chunks
+  uint32_t codec_threads_ = 2;   // the next Open's TieredDiskOptions::codec_threads
+  uint64_t host_chunks_ = 4;     // the next Open's host tier capacity, in chunks
+  bool write_through_ = false;   // the next Open's MovementOptions::write_through
+  HostCodecOptions host_codec_;  // the next Open's [host] codec
   std::map<std::string, uint64_t> tenant_quotas_;  // the next Open's host tenant quotas
   ScratchDir scratch_;
   ScratchDir remote_scratch_;
