@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/fmt_absl.h"
+#include "core/stored_encoding.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
@@ -372,6 +373,10 @@ absl::StatusOr<bool> EngineSession::PrepareLoad(uint64_t request_id,
     return s;
   }
   storage::LoadOptions options{.owner = id_, .reader_verifies = request.connector_verifies()};
+  for (const uint32_t codec : request.decoded_codecs()) {
+    // Codec ids above 63 name no codec the host tier can hold (Forms::encoded_codecs).
+    if (codec > 0 && codec < 64) options.reader_decodes |= uint64_t{1} << codec;
+  }
   if (request.lease_ms() != 0) {
     options.lease =
         std::min<std::chrono::nanoseconds>(milliseconds(request.lease_ms()), limits_.max_lease);
@@ -423,6 +428,12 @@ void EngineSession::PlaceLoad(storage::LoadLeases leased, size_t num_keys,
     placement->set_size_bytes(held.size_bytes());
     placement->set_checksum(held.checksum());
     SetExtents(held.ranges(), placement->mutable_extents());
+    if (const StoredEncoding& form = held.encoding(); form.encoded()) {
+      v1::PayloadEncoding* encoding = placement->mutable_encoding();
+      encoding->set_codec(form.codec);
+      encoding->set_decoded_bytes(form.decoded_bytes);
+      encoding->set_decoded_checksum(form.decoded_checksum);
+    }
     *placement->mutable_status() = ToProto(absl::OkStatus());
     leases_.emplace(handle, std::move(held));
   }

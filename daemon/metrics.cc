@@ -332,6 +332,11 @@ std::vector<MetricFamily> NodeCollector::Collect() const {
         HostFamily("strata_load_decoded_chunks_total",
                    "Host chunks stored encoded (Compress) that loads decoded back in place first.",
                    counter, store->movement.load_decoded));
+    families.push_back(HostFamily(
+        "strata_load_encoded_chunks_total",
+        "Host chunks stored encoded that loads handed to engines as they are, to be decoded on "
+        "the engines' devices.",
+        counter, store->movement.load_encoded));
     const storage::MovementStats& m = store->movement;
     families.push_back(
         {"strata_host_compressions_total",

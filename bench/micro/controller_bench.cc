@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/support/flags.h"
 #include "controller/index/cluster_index.h"
 #include "fmt/format.h"
 
@@ -301,25 +302,20 @@ int Main(const Flags& flags) {
 
 int main(int argc, char** argv) {
   strata::controller::Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string_view name = arg.substr(0, eq);
-    const std::string value(eq == std::string_view::npos ? "" : arg.substr(eq + 1));
-    uint64_t* target = name == "--instances"             ? &flags.instances
-                       : name == "--chunks-per-instance" ? &flags.chunks_per_instance
-                       : name == "--chain-length"        ? &flags.chain_length
-                       : name == "--lookups"             ? &flags.lookups
-                       : name == "--seed"                ? &flags.seed
-                                                         : nullptr;
-    if (target == nullptr || value.empty()) {
-      std::fprintf(stderr,
-                   "usage: %s [--instances=N] [--chunks-per-instance=N] [--chain-length=N] "
-                   "[--lookups=N] [--seed=N]\n",
-                   argv[0]);
-      return 2;
-    }
-    *target = std::stoull(value);
-  }
+  const bool parsed = strata::bench::ParseFlags(
+      argc, argv,
+      "[--instances=N] [--chunks-per-instance=N] [--chain-length=N] [--lookups=N] [--seed=N]",
+      [&](std::string_view name, const std::string& value) {
+        uint64_t* target = name == "--instances"             ? &flags.instances
+                           : name == "--chunks-per-instance" ? &flags.chunks_per_instance
+                           : name == "--chain-length"        ? &flags.chain_length
+                           : name == "--lookups"             ? &flags.lookups
+                           : name == "--seed"                ? &flags.seed
+                                                             : nullptr;
+        if (target == nullptr || value.empty()) return false;
+        *target = std::stoull(value);
+        return true;
+      });
+  if (!parsed) return 2;
   return strata::controller::Main(flags);
 }

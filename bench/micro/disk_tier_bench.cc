@@ -55,6 +55,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/support/flags.h"
 #include "bench/support/model_layouts.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
@@ -573,47 +574,45 @@ int Main(const Flags& flags) {
 
 int main(int argc, char** argv) {
   strata::storage::Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (name == "--dir") {
-      flags.dir = value;
-    } else if (name == "--total_mib") {
-      flags.total_mib = std::stoull(value);
-    } else if (name == "--recovery_chunks") {
-      flags.recovery_chunks = std::stoull(value);
-    } else if (name == "--request_kib") {
-      flags.request_kib = static_cast<uint32_t>(std::stoul(value));
-    } else if (name == "--rounds") {
-      flags.rounds = std::max(1, std::stoi(value));
-    } else if (name == "--batch") {
-      flags.batch = std::max<uint64_t>(1, std::stoull(value));
-    } else if (name == "--promotion_tokens") {
-      flags.promotion_tokens = std::stoull(value);
-    } else if (name == "--engine") {
-      flags.engine = value;
-    } else if (name == "--codec") {
-      flags.codec = value;
-    } else if (name == "--compress_tokens") {
-      flags.compress_tokens = std::stoull(value);
-    } else if (name == "--decode_threads") {
-      flags.decode_threads = static_cast<uint32_t>(std::stoul(value));
-    } else if (name == "--promotion_run") {
-      flags.promotion_run = std::max<uint64_t>(1, std::stoull(value));
-    } else if (name == "--register_buffers") {
-      flags.register_buffers = value.empty() || value == "true" || value == "1";
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--dir=PATH] [--total_mib=N] [--recovery_chunks=N] "
-                   "[--rounds=N] [--request_kib=N] [--engine=auto|io_uring|sync] [--batch=N] "
-                   "[--promotion_tokens=N] [--promotion_run=N] [--register_buffers=true|false] "
-                   "[--codec=NAME] [--compress_tokens=N] [--decode_threads=N]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  const bool parsed = strata::bench::ParseFlags(
+      argc, argv,
+      "[--dir=PATH] [--total_mib=N] [--recovery_chunks=N] [--rounds=N] [--request_kib=N] "
+      "[--engine=auto|io_uring|sync] [--batch=N] [--promotion_tokens=N] [--promotion_run=N] "
+      "[--register_buffers=true|false] [--codec=NAME] [--compress_tokens=N] "
+      "[--decode_threads=N]",
+      [&](std::string_view name, const std::string& value) {
+        if (name == "--dir") {
+          flags.dir = value;
+        } else if (name == "--total_mib") {
+          flags.total_mib = std::stoull(value);
+        } else if (name == "--recovery_chunks") {
+          flags.recovery_chunks = std::stoull(value);
+        } else if (name == "--request_kib") {
+          flags.request_kib = static_cast<uint32_t>(std::stoul(value));
+        } else if (name == "--rounds") {
+          flags.rounds = std::max(1, std::stoi(value));
+        } else if (name == "--batch") {
+          flags.batch = std::max<uint64_t>(1, std::stoull(value));
+        } else if (name == "--promotion_tokens") {
+          flags.promotion_tokens = std::stoull(value);
+        } else if (name == "--engine") {
+          flags.engine = value;
+        } else if (name == "--codec") {
+          flags.codec = value;
+        } else if (name == "--compress_tokens") {
+          flags.compress_tokens = std::stoull(value);
+        } else if (name == "--decode_threads") {
+          flags.decode_threads = static_cast<uint32_t>(std::stoul(value));
+        } else if (name == "--promotion_run") {
+          flags.promotion_run = std::max<uint64_t>(1, std::stoull(value));
+        } else if (name == "--register_buffers") {
+          flags.register_buffers = value.empty() || value == "true" || value == "1";
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return 2;
   strata::storage::g_io_bytes = flags.request_kib << 10;
   return strata::storage::Main(flags);
 }

@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/support/flags.h"
 #include "bench/support/model_layouts.h"
 #include "core/fmt_absl.h"
 #include "fmt/format.h"
@@ -190,22 +191,21 @@ int Main(const Flags& flags) {
 
 int main(int argc, char** argv) {
   strata::storage::Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name(arg.substr(0, eq));
-    const std::string value(eq == std::string_view::npos ? "" : arg.substr(eq + 1));
-    if (name == "--codec") {
-      flags.codec = value;
-    } else if (name == "--chunks") {
-      flags.chunks = std::stoull(value);
-    } else if (name == "--rounds") {
-      flags.rounds = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "usage: host_forms_bench [--codec=NAME] [--chunks=N] [--rounds=N]\n");
-      return 2;
-    }
-  }
+  const bool parsed =
+      strata::bench::ParseFlags(argc, argv, "[--codec=NAME] [--chunks=N] [--rounds=N]",
+                                [&](std::string_view name, const std::string& value) {
+                                  if (name == "--codec") {
+                                    flags.codec = value;
+                                  } else if (name == "--chunks") {
+                                    flags.chunks = std::stoull(value);
+                                  } else if (name == "--rounds") {
+                                    flags.rounds = std::stoi(value);
+                                  } else {
+                                    return false;
+                                  }
+                                  return true;
+                                });
+  if (!parsed) return 2;
   if (flags.chunks == 0 || flags.rounds <= 0) {
     std::fprintf(stderr, "host_forms_bench: --chunks and --rounds must be positive\n");
     return 2;

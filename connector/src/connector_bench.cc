@@ -7,6 +7,9 @@
 //   BM_LoadPath          the worker's load path end to end (PrepareLoad, per-layer copies into
 //                        paged KV, per-layer waits, Release) for 16 chunks of a Llama-3-8B-like
 //                        layout, in bytes per second, next to BM_Memcpy of the same bytes.
+//   BM_CompressedLoadPath  the same load path for chunks the daemon holds compressed (int8,
+//                        kivi4), decoded by the worker as each layer loads, next to the same
+//                        chunks plain.
 //   BM_StorePath         the worker's store path alone (PrepareStore, per-layer copies out of
 //                        paged KV, Commit) for the same 16 chunks into a warm and into a cold
 //                        arena, in bytes per second and as a ratio to a memcpy of the same bytes
@@ -30,6 +33,8 @@
 #include "core/frame_io.h"
 #include "core/scoped_fd.h"
 #include "core/status_macros.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/testing/shaped_kv.h"
 #include "storage/device/device_runtime_factory.h"
 #include "storage/device/host_runtime.h"
 #include "strata/connector.h"
@@ -189,9 +194,51 @@ ConnectorOptions WorkerOptions(const testing::TestDaemon& daemon, const KvLayout
   return options;
 }
 
+// Loads `prompt`'s chunks (cached by `daemon`) into fresh paged KV in blocks of `block_size`
+// through a worker on `runtime`, engine memory from `memory`, once per iteration, and counts
+// the decoded bytes. The first load (page faults, arena registration) is a warm-up outside the
+// timing.
+void TimeLoads(benchmark::State& state, const testing::TestDaemon& daemon, const KvLayout& layout,
+               const std::vector<uint32_t>& prompt, int64_t block_size,
+               std::unique_ptr<storage::DeviceRuntime> runtime, storage::DeviceRuntime& memory,
+               bool host_memory) {
+  const int64_t tokens = kLoadChunks * layout.chunk_tokens;
+  const EngineKv kv = AllocateEngineKv(memory, layout, tokens, block_size, host_memory);
+  auto worker =
+      *WorkerConnector::Create(WorkerOptions(daemon, layout, block_size), std::move(runtime));
+  if (!worker->RegisterKvCaches(kv.layers).ok()) return state.SkipWithError("register");
+  ConnectorMetadata meta{.block_size = static_cast<uint32_t>(block_size),
+                         .chunk_tokens = layout.chunk_tokens};
+  meta.loads.push_back({.request_id = "r",
+                        .tokens = std::vector<uint32_t>(prompt.begin(), prompt.begin() + tokens),
+                        .token_begin = 0,
+                        .token_end = tokens,
+                        .block_ids = kv.block_ids});
+  const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
+  const auto load = [&] {
+    if (!worker->StartLoadKv(meta).ok()) return false;
+    for (uint32_t l = 0; l < layout.num_layers; ++l) (void)worker->WaitForLayerLoad(l);
+    (void)worker->WaitForSave();
+    return worker->GetBlockIdsWithLoadErrors().empty();
+  };
+  if (!load()) return state.SkipWithError("warm-up load failed");
+  if (!worker->Stats().connected) return state.SkipWithError("not connected");
+  const WorkerStats warm = worker->Stats();
+  for (auto _ : state) {
+    if (!load()) return state.SkipWithError("load failed");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  const WorkerStats done = worker->Stats();
+  if (done.chunks_decoded > warm.chunks_decoded) {
+    // What crossed to the device against what the engine received.
+    state.counters["x_smaller"] =
+        static_cast<double>(done.bytes_loaded - warm.bytes_loaded) /
+        static_cast<double>(done.encoded_bytes_loaded - warm.encoded_bytes_loaded);
+  }
+}
+
 // range(0): engine block size; range(1): 0 = host engine (HostRuntime), 1 = KV in GPU memory
-// (CudaRuntime; skipped without a GPU); range(2) below. The first iteration (page faults, arena
-// registration) is a warm-up outside the timing.
+// (CudaRuntime; skipped without a GPU); range(2) below.
 void BM_LoadPath(benchmark::State& state) {
   const KvLayout layout = bench::Llama8bLayout();
   const int64_t block_size = state.range(0);
@@ -217,34 +264,7 @@ void BM_LoadPath(benchmark::State& state) {
   std::iota(prompt.begin(), prompt.end(), 1);
   const std::vector<ChunkKey> keys = KeyHasher::Create(layout, {})->PrefixKeys(prompt, {});
   Populate(*daemon.tier(), layout, keys);
-
-  const EngineKv kv = AllocateEngineKv(**memory, layout, tokens, block_size, !cuda);
-  auto worker =
-      *WorkerConnector::Create(WorkerOptions(daemon, layout, block_size), std::move(runtime));
-  if (!worker->RegisterKvCaches(kv.layers).ok()) return state.SkipWithError("register");
-  ConnectorMetadata meta{.block_size = static_cast<uint32_t>(block_size),
-                         .chunk_tokens = layout.chunk_tokens};
-  meta.loads.push_back({.request_id = "r",
-                        .tokens = std::vector<uint32_t>(prompt.begin(), prompt.begin() + tokens),
-                        .token_begin = 0,
-                        .token_end = tokens,
-                        .block_ids = kv.block_ids});
-  const uint64_t bytes = layout.chunk_bytes(layout.chunk_tokens) * kLoadChunks;
-  const auto load = [&] {
-    if (!worker->StartLoadKv(meta).ok()) return false;
-    for (uint32_t l = 0; l < layout.num_layers; ++l) (void)worker->WaitForLayerLoad(l);
-    (void)worker->WaitForSave();
-    return worker->GetBlockIdsWithLoadErrors().empty();
-  };
-  if (!load()) return state.SkipWithError("warm-up load failed");
-  if (!worker->Stats().connected) return state.SkipWithError("not connected");
-  for (auto _ : state) {
-    if (!worker->StartLoadKv(meta).ok()) return state.SkipWithError("start");
-    for (uint32_t l = 0; l < layout.num_layers; ++l) (void)worker->WaitForLayerLoad(l);
-    (void)worker->WaitForSave();
-    if (!worker->GetBlockIdsWithLoadErrors().empty()) return state.SkipWithError("load failed");
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  TimeLoads(state, daemon, layout, prompt, block_size, std::move(runtime), **memory, !cuda);
 }
 BENCHMARK(BM_LoadPath)
     ->Args({16, 0, 0})
@@ -253,6 +273,52 @@ BENCHMARK(BM_LoadPath)
     ->Args({16, 1, 0})
     ->Args({256, 1, 0})
     ->Args({16, 1, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The load path of compressed chunks: range(0) names the codec the daemon holds the 16 chunks
+// in (shaped KV: storage/codec/testing/shaped_kv.h), decoded by the worker's HostRuntime as each
+// layer loads (ConnectorOptions::decode_on_device); "none" is the same chunks plain, the
+// same-run baseline. Block size 16; the daemon verifies on the first lease only. x_smaller: the
+// engine's bytes over the frames' (what crossed to the device).
+void BM_CompressedLoadPath(benchmark::State& state) {
+  static constexpr const char* kCodecs[] = {"none", "int8", "kivi4"};
+  const std::string_view codec = kCodecs[state.range(0)];
+  state.SetLabel(std::string(codec));
+  const KvLayout layout = bench::Llama8bLayout();
+  const int64_t tokens = kLoadChunks * layout.chunk_tokens;
+  testing::TestDaemon daemon(
+      {.capacity_bytes = 1ull << 30, .page_bytes = 2 << 20, .verify_every_n_loads = 1u << 30});
+  if (!daemon.Start().ok()) return state.SkipWithError("daemon");
+  std::vector<uint32_t> prompt(tokens + 1);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  const std::vector<ChunkKey> keys = KeyHasher::Create(layout, {})->PrefixKeys(prompt, {});
+  const std::vector<std::byte> kv =
+      storage::testing::MakeKv(layout, layout.chunk_tokens, storage::testing::KvShape::kShaped, 1);
+  for (const ChunkKey& key : keys) {
+    auto reserved = daemon.tier()->Reserve(layout, key, {.num_tokens = layout.chunk_tokens});
+    if (!reserved.ok() || reserved->outcome != storage::ReserveOutcome::kReserved) {
+      return state.SkipWithError("reserve");
+    }
+    reserved->reservation.payload().CopyFrom(kv);
+    if (!daemon.tier()->Commit(std::move(reserved->reservation)).ok()) {
+      return state.SkipWithError("commit");
+    }
+  }
+  if (codec != "none") {
+    auto recoded =
+        daemon.store()->Recode(keys, storage::Tier::kHost,
+                               {.codec = *storage::CodecRegistry::Find(codec), .layout = &layout});
+    if (!recoded.ok() || recoded->recoded != keys.size()) return state.SkipWithError("compress");
+  }
+  auto memory = storage::CreateDeviceRuntime({.backend = storage::DeviceBackend::kHost});
+  TimeLoads(state, daemon, layout, prompt, 16, std::make_unique<storage::HostRuntime>(), **memory,
+            true);
+}
+BENCHMARK(BM_CompressedLoadPath)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/fmt_absl.h"
 #include "fmt/format.h"
 
 namespace strata::connector::internal {
@@ -71,6 +72,25 @@ class PayloadWriter {
 
 }  // namespace
 
+absl::Status ValidateExtents(std::span<const ArenaExtent> extents, uint64_t arena_size_bytes,
+                             uint64_t total_bytes) {
+  uint64_t total = 0;
+  for (const ArenaExtent& extent : extents) {
+    if (extent.length == 0 || extent.offset > arena_size_bytes ||
+        extent.length > arena_size_bytes - extent.offset) {
+      return absl::InvalidArgumentError(
+          fmt::format("extent [{}, +{}) outside the arena of {} bytes", extent.offset,
+                      extent.length, arena_size_bytes));
+    }
+    total += extent.length;
+  }
+  if (total != total_bytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("extents hold {} bytes, not {}", total, total_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache,
                                uint64_t arena_size_bytes, const ChunkCopy& chunk) {
   const PagedKvGeometry& g = cache.geometry;
@@ -84,20 +104,11 @@ absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache
         fmt::format("tokens [{}, {}) outside a chunk of {}", chunk.token_begin,
                     uint64_t{chunk.token_begin} + chunk.num_tokens, chunk.chunk_tokens));
   }
-  uint64_t total = 0;
-  for (const ArenaExtent& extent : chunk.extents) {
-    if (extent.length == 0 || extent.offset > arena_size_bytes ||
-        extent.length > arena_size_bytes - extent.offset) {
-      return absl::InvalidArgumentError(
-          fmt::format("extent [{}, +{}) outside the arena of {} bytes", extent.offset,
-                      extent.length, arena_size_bytes));
-    }
-    total += extent.length;
-  }
-  if (total != layout.chunk_bytes(chunk.chunk_tokens)) {
+  if (absl::Status s =
+          ValidateExtents(chunk.extents, arena_size_bytes, layout.chunk_bytes(chunk.chunk_tokens));
+      !s.ok()) {
     return absl::InvalidArgumentError(
-        fmt::format("extents hold {} bytes; a chunk of {} tokens has {}", total, chunk.chunk_tokens,
-                    layout.chunk_bytes(chunk.chunk_tokens)));
+        fmt::format("{} (a chunk of {} tokens)", s.message(), chunk.chunk_tokens));
   }
   if (chunk.position_begin < 0) {
     return absl::InvalidArgumentError(fmt::format("negative position {}", chunk.position_begin));

@@ -42,6 +42,11 @@ enum class CopyDirection {
   kEngineToArena,  // save
 };
 
+// Checks that `extents` lie inside an arena of `arena_size_bytes`, none empty, and that their
+// lengths sum to `total_bytes`. kInvalidArgument naming the first problem.
+absl::Status ValidateExtents(std::span<const ArenaExtent> extents, uint64_t arena_size_bytes,
+                             uint64_t total_bytes);
+
 // Checks everything a plan for `chunk` will touch: 1 <= chunk_tokens <= layout.chunk_tokens, the
 // token range inside the chunk, extents inside an arena of `arena_size_bytes` whose lengths sum
 // to layout.chunk_bytes(chunk_tokens), block_ids covering the positions, every block id named in

@@ -49,6 +49,7 @@
 #include "core/kv_layout.h"
 #include "core/page_prefault.h"
 #include "core/scoped_fd.h"
+#include "core/stored_encoding.h"
 #include "storage/device/device_pool.h"
 #include "storage/device/device_runtime.h"
 #include "storage/device/device_runtime_factory.h"
@@ -116,7 +117,10 @@ struct LoadPlacement {
   uint64_t handle = 0;
   uint64_t size_bytes = 0;
   std::vector<ArenaExtent> extents;  // the payload in order
-  uint64_t checksum = 0;             // xxh3-64 of the payload
+  uint64_t checksum = 0;             // xxh3-64 of the payload (of the frame when encoded)
+  // Encoded: the payload is a codec's frame, which the caller asked to decode itself
+  // (PrepareLoad's decoded_codecs); plain otherwise.
+  StoredEncoding encoding;
 };
 
 enum class StoreDisposition {
@@ -303,10 +307,12 @@ class EngineClient {
                                     std::chrono::milliseconds timeout);
   // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
   // `verifies`: the caller checks each placement's checksum as it copies, so the daemon does
-  // not check first.
+  // not check first. `decoded_codecs`: bit c set when the caller decodes frames of codec c
+  // itself, so a chunk the daemon holds in that form is placed as it is (LoadPlacement::
+  // encoding); 0: every chunk is placed plain.
   absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> PrepareLoad(
       std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout,
-      bool verifies = false);
+      bool verifies = false, uint64_t decoded_codecs = 0);
   // Reserves space for `items`; one placement per item, in order.
   absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
       std::span<const StoreItem> items, std::chrono::milliseconds timeout);

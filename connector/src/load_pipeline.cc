@@ -9,6 +9,7 @@
 #include "core/fmt_absl.h"
 #include "core/status_macros.h"
 #include "core/xxh3_dispatch.h"
+#include "storage/codec/codec_registry.h"
 
 namespace strata::connector::internal {
 namespace {
@@ -34,6 +35,12 @@ absl::StatusOr<std::unique_ptr<LoadPipeline>> LoadPipeline::Create(const Connect
   pipeline->layer_events_.resize(options.layout.num_layers);
   for (auto& event : pipeline->layer_events_) {
     STRATA_ASSIGN_OR_RETURN(event, runtime.CreateEvent());
+  }
+  for (const storage::Codec* codec : storage::CodecRegistry::All()) {
+    const auto id = static_cast<uint16_t>(codec->id());
+    if (options.decode_on_device && id < 64 && runtime.DecodesOnDevice(codec->id())) {
+      pipeline->decoded_codecs_ |= uint64_t{1} << id;
+    }
   }
   return pipeline;
 }
@@ -76,6 +83,7 @@ void LoadPipeline::Start(const PagedKvCache& cache, std::span<const TransferSpec
 
 void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec> specs) {
   TransferBatch batch;
+  uint64_t staging_bytes = 0;  // what the batch's encoded chunks stage
   const int64_t chunk = layout().chunk_tokens;
   for (const TransferSpec& spec : specs) {
     const size_t index = batch.requests.size();
@@ -101,7 +109,7 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
         hasher_.PrefixKeys(spec.tokens, {spec.tenant_salt, spec.lora_name}, PartialChunk::kInclude);
     const std::span<const ChunkKey> keys = std::span(chain).subspan(first, last - first + 1);
     auto placed = client_.PrepareLoad(keys, options_.lease_ms, options_.io_timeout,
-                                      options_.verify_checksums);
+                                      options_.verify_checksums, decoded_codecs_);
     if (!placed.ok()) {
       request.failed_from = spec.token_begin;
       stats_.chunks_failed += keys.size();
@@ -114,7 +122,7 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
       ChunkTransfer transfer;
       transfer.request = index;
       transfer.generation = placed->generation;
-      transfer.handle = placement.status.ok() ? placement.handle : 0;
+      transfer.handle = placement.handle;  // 0 when the daemon leased nothing
       transfer.arena = placed->arena;
       transfer.extents = std::move(placement.extents);
       transfer.checksum = placement.checksum;
@@ -128,7 +136,13 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
       if (usable.ok() && transfer.arena == nullptr) {
         usable = absl::InternalError("no arena mapped");
       }
-      if (usable.ok()) {
+      if (usable.ok() && placement.encoding.encoded()) {
+        usable = PlanDecode(transfer, placement, staging_bytes);
+        if (usable.ok()) {
+          usable =
+              ValidateChunkCopy(layout(), cache, staging_bytes, transfer.Copy(request.block_ids));
+        }
+      } else if (usable.ok()) {
         usable = ValidateChunkCopy(layout(), cache, transfer.arena->size_bytes(),
                                    transfer.Copy(request.block_ids));
       }
@@ -148,8 +162,75 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
       batch.chunks.push_back(std::move(transfer));
     }
   }
+  if (staging_bytes > 0) Stage(batch, staging_bytes);
   PrefaultArenaPages(runtime_, batch, CopyDirection::kArenaToEngine);
   batch_ = std::move(batch);
+}
+
+absl::Status LoadPipeline::PlanDecode(ChunkTransfer& transfer, const LoadPlacement& placement,
+                                      uint64_t& staging_bytes) const {
+  const StoredEncoding& form = placement.encoding;
+  if (form.codec >= 64 || ((decoded_codecs_ >> form.codec) & 1) == 0) {
+    return absl::InvalidArgumentError(fmt::format(
+        "the chunk came encoded by codec {}, which this load does not decode", form.codec));
+  }
+  STRATA_ASSIGN_OR_RETURN(transfer.codec,
+                          storage::CodecRegistry::Find(static_cast<storage::CodecId>(form.codec)));
+  if (form.decoded_bytes != layout().chunk_bytes(transfer.chunk_tokens)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "the chunk's frame decodes to {} bytes; a chunk of {} tokens has {}", form.decoded_bytes,
+        transfer.chunk_tokens, layout().chunk_bytes(transfer.chunk_tokens)));
+  }
+  STRATA_RETURN_IF_ERROR(
+      ValidateExtents(transfer.extents, transfer.arena->size_bytes(), placement.size_bytes));
+  // Frames start 256-byte aligned (codecs read them 4-byte aligned), and so do staged layers.
+  constexpr uint64_t kAlign = 256;
+  const auto aligned = [](uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  transfer.frame_offset = aligned(staging_bytes);
+  transfer.frame_bytes = placement.size_bytes;
+  transfer.layer_offset = aligned(transfer.frame_offset + placement.size_bytes);
+  const uint64_t layer_bytes = layout().layer_bytes(transfer.chunk_tokens);
+  staging_bytes = transfer.layer_offset + layer_bytes;
+  transfer.decoded_extents.assign(layout().num_layers, {transfer.layer_offset, layer_bytes});
+  return absl::OkStatus();
+}
+
+void LoadPipeline::Stage(TransferBatch& batch, uint64_t staging_bytes) {
+  if (staging_ == nullptr || staging_->size_bytes() < staging_bytes) {
+    staging_.reset();
+    auto allocated = runtime_.Allocate(staging_bytes, storage::MemoryKind::kDevice);
+    if (!allocated.ok()) {
+      Log().warn(
+          "strata connector: no room to decode compressed chunks ({} bytes of staging): {}; "
+          "their blocks are recomputed",
+          staging_bytes, allocated.status().message());
+      for (ChunkTransfer& c : batch.chunks) {
+        if (!c.encoded() || !c.planned) continue;
+        c.planned = false;
+        c.failed = true;
+        RequestTransfer& request = batch.requests[c.request];
+        request.failed_from = std::min(request.failed_from, c.position_begin);
+      }
+      return;
+    }
+    staging_ = *std::move(allocated);
+  }
+  batch.staging = static_cast<std::byte*>(staging_->data());
+}
+
+absl::Status LoadPipeline::EnqueueDecodes(TransferBatch& batch, uint32_t layer) {
+  for (ChunkTransfer& c : batch.chunks) {
+    if (!c.planned || !c.encoded()) continue;
+    STRATA_RETURN_IF_ERROR(stream_->DecodeLayer({.codec = c.codec,
+                                                 .layout = &layout(),
+                                                 .frame = batch.staging + c.frame_offset,
+                                                 .frame_bytes = c.frame_bytes,
+                                                 .layer = layer,
+                                                 .out = batch.staging + c.layer_offset,
+                                                 .out_bytes = layout().layer_bytes(c.chunk_tokens),
+                                                 .failure = &c.decode_failure}));
+  }
+  return absl::OkStatus();
 }
 
 void LoadPipeline::Enqueue(const PagedKvCache& cache, const StepOptions& step) {
@@ -158,9 +239,15 @@ void LoadPipeline::Enqueue(const PagedKvCache& cache, const StepOptions& step) {
                                [](const ChunkTransfer& c) { return c.planned; });
   if (!any) return;
   if (options_.verify_checksums && runtime_.Capabilities().digested_copies) AddDigests(batch);
-  absl::Status status;
-  if (step.engine_stream.has_value()) status = stream_->WaitForExternal(*step.engine_stream);
+  // Frames go to staging (ours alone) before the wait for the engine's stream: only the copies
+  // into the engine's memory must follow its work.
+  absl::Status status = copier_.EnqueueFrames(batch, *stream_);
+  if (status.ok() && step.engine_stream.has_value()) {
+    status = stream_->WaitForExternal(*step.engine_stream);
+  }
   for (uint32_t l = 0; l < layout().num_layers && status.ok(); ++l) {
+    status = EnqueueDecodes(batch, l);
+    if (!status.ok()) break;
     status = copier_.Enqueue(layout(), cache, batch, l, CopyDirection::kArenaToEngine, *stream_);
     if (status.ok()) status = stream_->Record(*layer_events_[l]);
   }
@@ -187,6 +274,14 @@ void LoadPipeline::Finish() {
   }
   for (ChunkTransfer& c : batch.chunks) {
     if (c.planned && batch.copies_failed) c.failed = true;
+    if (c.planned && !c.failed && !c.decode_failure.ok()) {
+      c.failed = true;
+      ++stats_.chunks_corrupt;
+      Log().warn(
+          "strata connector: a loaded chunk's frame did not decode ({}); its blocks are "
+          "recomputed",
+          c.decode_failure.message());
+    }
     if (c.planned && !c.failed && options_.verify_checksums) {
       const uint64_t read =
           batch.digests != nullptr ? batch.digests->Digest(c.digest) : ArenaChecksum(c);
@@ -226,6 +321,10 @@ void LoadPipeline::Finish() {
     if (c.planned && c.position_begin < request.failed_from) {
       ++stats_.chunks_loaded;
       stats_.bytes_loaded += uint64_t{c.num_tokens} * layout().bytes_per_token();
+      if (c.encoded()) {
+        ++stats_.chunks_decoded;
+        stats_.encoded_bytes_loaded += c.frame_bytes;
+      }
     } else {
       ++stats_.chunks_failed;
     }
@@ -234,6 +333,8 @@ void LoadPipeline::Finish() {
     FailPositions(request.block_ids, request.failed_from, request.token_end);
   }
   batch_.reset();
+  // The copies are over (Synchronize above): a large staging goes back.
+  if (staging_ != nullptr && staging_->size_bytes() > kKeptStagingBytes) staging_.reset();
 }
 
 }  // namespace strata::connector::internal

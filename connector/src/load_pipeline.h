@@ -5,6 +5,15 @@
 // Loads fail closed and never as an error: whatever cannot be read, copied or verified becomes
 // block ids the engine recomputes (TakeFailedBlocks).
 //
+// Compressed chunks (ConnectorOptions::decode_on_device, for the codecs the runtime decodes):
+// PrepareLoad names those codecs, and a chunk the daemon holds in one comes as its frame. Its
+// frame is copied whole to device staging ahead of layer 0 (digested into its checksum check as
+// a plain chunk's payload is), and each layer is decoded on the stream (DeviceStream::
+// DecodeLayer) into a staged layer that the layer's copies read, all in stream order. A frame
+// that does not decode fails its chunk (counted corrupt). The staging is one allocation per
+// step's need (frames, plus one layer per chunk), kept for the next step up to
+// kKeptStagingBytes.
+//
 // Step lifecycle (at most one step in flight):
 //   Start -> WaitForLayer(0..n-1) -> Finish (run by the wait for the last layer, or called by
 //   the owner when the engine moves on without waiting for every layer)
@@ -14,11 +23,11 @@
 // contract). Its copies run on its stream (a HostRuntime copy thread or a CUDA stream); the
 // destructor waits for them.
 //
-// Ownership: owns its stream, its per-layer events, the step in flight (whose chunks keep the
-// arena mapped while copies name it) and the failed blocks not yet taken. Borrows the options,
-// the runtime, the key hasher and the engine client, which must outlive it. The engine's memory
-// that `cache` names must stay valid until Finish returns; the leases are released in Finish
-// (or by the daemon when the session closes).
+// Ownership: owns its stream, its per-layer events, the decode staging, the step in flight (whose
+// chunks keep the arena mapped while copies name it) and the failed blocks not yet taken. Borrows
+// the options, the runtime, the key hasher and the engine client, which must outlive it. The
+// engine's memory that `cache` names must stay valid until Finish returns; the leases are released
+// in Finish (or by the daemon when the session closes).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +51,10 @@ struct LoadStats {
   uint64_t chunks_loaded = 0;
   uint64_t chunks_failed = 0;
   uint64_t bytes_loaded = 0;
-  uint64_t chunks_corrupt = 0;  // loaded, but their bytes did not match their checksum
+  uint64_t chunks_corrupt = 0;        // loaded, but their bytes did not match their checksum or
+                                      // (compressed) did not decode
+  uint64_t chunks_decoded = 0;        // of chunks_loaded, compressed ones decoded on the device
+  uint64_t encoded_bytes_loaded = 0;  // the frames of those
 };
 
 class LoadPipeline {
@@ -83,7 +95,19 @@ class LoadPipeline {
   LoadPipeline(const ConnectorOptions& options, storage::DeviceRuntime& runtime,
                const KeyHasher& hasher, EngineClient& client);
 
+  // Decode staging kept after a step at most (more is freed once the step is over).
+  static constexpr uint64_t kKeptStagingBytes = 64ull << 20;
+
   const KvLayout& layout() const { return options_.layout; }
+  // Plans the decode of a chunk placed encoded: checks its codec and sizes and gives it room in
+  // the staging, which grows to `staging_bytes`. kInvalidArgument naming the problem.
+  absl::Status PlanDecode(ChunkTransfer& transfer, const LoadPlacement& placement,
+                          uint64_t& staging_bytes) const;
+  // Points the batch at staging of `staging_bytes` (allocated when the held one is smaller); on
+  // failure the encoded chunks fail.
+  void Stage(TransferBatch& batch, uint64_t staging_bytes);
+  // Enqueues the decode of layer `layer` of each planned encoded chunk.
+  absl::Status EnqueueDecodes(TransferBatch& batch, uint32_t layer);
   // Blocks holding positions [from, to) of `block_ids` become load errors.
   void FailPositions(std::span<const int32_t> block_ids, int64_t from, int64_t to);
   void Plan(const PagedKvCache& cache, std::span<const TransferSpec> specs);
@@ -96,6 +120,9 @@ class LoadPipeline {
   std::unique_ptr<storage::DeviceStream> stream_;
   std::vector<std::unique_ptr<storage::DeviceEvent>> layer_events_;  // one per layer
   LayerCopier copier_;
+  // Bit c set: the codecs PrepareLoad asks to decode here (options, then the runtime).
+  uint64_t decoded_codecs_ = 0;
+  std::unique_ptr<storage::DeviceAllocation> staging_;  // named by copies in flight
   // Declared after the stream: destroyed first, once ~LoadPipeline has waited for the copies.
   std::optional<TransferBatch> batch_;
   std::vector<int32_t> failed_blocks_;

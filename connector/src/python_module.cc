@@ -560,6 +560,8 @@ PYBIND11_MODULE(strata_connector, m) {
         d["chunks_already_present"] = st.chunks_already_present;
         d["chunks_save_failed"] = st.chunks_save_failed;
         d["chunks_corrupt"] = st.chunks_corrupt;
+        d["chunks_decoded"] = st.chunks_decoded;
+        d["encoded_bytes_loaded"] = st.encoded_bytes_loaded;
         d["bytes_saved"] = st.bytes_saved;
         d["async_requests_loaded"] = st.async_requests_loaded;
         d["async_requests_in_flight"] = st.async_requests_in_flight;

@@ -28,8 +28,14 @@ absl::Status LayerCopier::Enqueue(const KvLayout& layout, const PagedKvCache& ca
   const bool digested = batch.digests != nullptr;
   runs_.clear();
   digest_of_.clear();
+  decoded_runs_.clear();
   for (const ChunkTransfer& c : batch.chunks) {
     if (!c.planned) continue;
+    if (c.encoded()) {
+      AppendLayerRuns(layout, cache, batch.staging, c.Copy(batch.requests[c.request].block_ids),
+                      layer, direction, decoded_runs_);
+      continue;
+    }
     chunk_runs_.clear();
     AppendLayerRuns(layout, cache, c.arena->base(), c.Copy(batch.requests[c.request].block_ids),
                     layer, direction, digested ? chunk_runs_ : runs_,
@@ -37,7 +43,27 @@ absl::Status LayerCopier::Enqueue(const KvLayout& layout, const PagedKvCache& ca
     runs_.insert(runs_.end(), chunk_runs_.begin(), chunk_runs_.end());
     digest_of_.insert(digest_of_.end(), chunk_runs_.size(), c.digest);
   }
-  return digested ? stream.CopyDigested(runs_, digest_of_, *batch.digests) : stream.Copy(runs_);
+  absl::Status copied =
+      digested ? stream.CopyDigested(runs_, digest_of_, *batch.digests) : stream.Copy(runs_);
+  if (copied.ok() && !decoded_runs_.empty()) copied = stream.Copy(decoded_runs_);
+  return copied;
+}
+
+absl::Status LayerCopier::EnqueueFrames(TransferBatch& batch, storage::DeviceStream& stream) {
+  runs_.clear();
+  digest_of_.clear();
+  for (const ChunkTransfer& c : batch.chunks) {
+    if (!c.planned || !c.encoded()) continue;
+    std::byte* staged = batch.staging + c.frame_offset;
+    for (const ArenaExtent& extent : c.extents) {
+      runs_.push_back({c.arena->base() + extent.offset, staged, extent.length});
+      digest_of_.push_back(c.digest);
+      staged += extent.length;
+    }
+  }
+  if (runs_.empty()) return absl::OkStatus();
+  return batch.digests != nullptr ? stream.CopyDigested(runs_, digest_of_, *batch.digests)
+                                  : stream.Copy(runs_);
 }
 
 }  // namespace strata::connector::internal

@@ -19,6 +19,7 @@
 #include "connector/src/engine_client.h"
 #include "connector/src/paged_kv.h"
 #include "core/kv_layout.h"
+#include "storage/codec/codec.h"
 #include "storage/device/copy_digests.h"
 #include "storage/device/device_runtime.h"
 
@@ -34,14 +35,32 @@ struct ChunkTransfer {
   uint64_t checksum = 0;
   uint32_t digest = 0;  // its index in TransferBatch::digests
   std::shared_ptr<const ArenaMapping> arena;
-  std::vector<ArenaExtent> extents;
+  std::vector<ArenaExtent> extents;  // its payload in the arena: the chunk, or its frame
   uint32_t chunk_tokens = 0;
   uint32_t token_begin = 0;
   uint32_t num_tokens = 0;
   int64_t position_begin = 0;
 
+  // A load of a chunk the daemon placed encoded, which the stream decodes (LoadPipeline): its
+  // codec; its frame, copied whole to frame_offset of the batch's staging; each layer decoded in
+  // turn to layer_offset there, and copied into the engine from it through decoded_extents (one
+  // per layer, each naming the staged layer, so the plan walks the chunk's payload as usual).
+  const storage::Codec* codec = nullptr;
+  uint64_t frame_offset = 0;
+  uint64_t frame_bytes = 0;
+  uint64_t layer_offset = 0;
+  std::vector<ArenaExtent> decoded_extents;
+  absl::Status decode_failure;  // written by the stream when a layer does not decode
+
+  bool encoded() const { return codec != nullptr; }
+  // The payload the engine's copies read: the arena's, or an encoded chunk's staged layers.
   ChunkCopy Copy(std::span<const int32_t> block_ids) const {
-    return {extents, chunk_tokens, token_begin, num_tokens, position_begin, block_ids};
+    return {encoded() ? decoded_extents : extents,
+            chunk_tokens,
+            token_begin,
+            num_tokens,
+            position_begin,
+            block_ids};
   }
 };
 
@@ -59,6 +78,9 @@ struct TransferBatch {
   // Copies that digest what they move: one digest per planned chunk, filled by the stream (read
   // once its copies have completed). Null: the copies do not digest.
   std::unique_ptr<storage::CopyDigests> digests;
+  // Device memory the encoded chunks stage in (their frames and decoded layers); null when the
+  // batch has none.
+  std::byte* staging = nullptr;
   // Saves: the layer the next enqueue must be for the digests to follow payload order; an
   // engine that saves layers out of order gets its checksums computed by the daemon instead.
   uint32_t next_layer = 0;
@@ -82,14 +104,20 @@ class LayerCopier {
   // Enqueues layer `layer` of `batch`'s planned chunks on `stream`, in `direction`. With
   // digests each chunk's runs feed its digest, kept apart from (never merged with) a
   // neighbour's, and a load's runs read its whole payload in order (AppendLayerRuns'
-  // whole_payload). Every planned chunk must have passed ValidateChunkCopy against `layout`
-  // and `cache`. The stream's error otherwise (nothing of this layer may have been enqueued).
+  // whole_payload). An encoded chunk's layer is copied from its staged decode, not digested
+  // (its digest is its frame's: EnqueueFrames). Every planned chunk must have passed
+  // ValidateChunkCopy against `layout` and `cache`. The stream's error otherwise (nothing of this
+  // layer may have been enqueued).
   absl::Status Enqueue(const KvLayout& layout, const PagedKvCache& cache, TransferBatch& batch,
                        uint32_t layer, CopyDirection direction, storage::DeviceStream& stream);
+  // Loads: enqueues the copy of each planned encoded chunk's frame from the arena to its place
+  // in the batch's staging, digested when the batch digests. The stream's error otherwise.
+  absl::Status EnqueueFrames(TransferBatch& batch, storage::DeviceStream& stream);
 
  private:
   std::vector<storage::CopyRun> runs_;
   std::vector<storage::CopyRun> chunk_runs_;
+  std::vector<storage::CopyRun> decoded_runs_;  // from staged decodes: copied, never digested
   std::vector<uint32_t> digest_of_;
 };
 

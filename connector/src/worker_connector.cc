@@ -219,6 +219,8 @@ WorkerStats WorkerConnector::Stats() const {
                     .chunks_already_present = save.chunks_already_present,
                     .chunks_save_failed = save.chunks_save_failed,
                     .chunks_corrupt = load.chunks_corrupt,
+                    .chunks_decoded = load.chunks_decoded,
+                    .encoded_bytes_loaded = load.encoded_bytes_loaded,
                     .bytes_saved = save.bytes_saved,
                     .connected = impl_->client->connected()};
   if (const internal::AsyncLoader* async = impl_->async_load.get(); async != nullptr) {
@@ -227,6 +229,8 @@ WorkerStats WorkerConnector::Stats() const {
     stats.chunks_failed += more.chunks_failed;
     stats.bytes_loaded += more.bytes_loaded;
     stats.chunks_corrupt += more.chunks_corrupt;
+    stats.chunks_decoded += more.chunks_decoded;
+    stats.encoded_bytes_loaded += more.encoded_bytes_loaded;
     stats.async_requests_loaded = async->requests_over();
     stats.async_requests_in_flight = async->in_flight();
   }

@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "connector/src/testing/test_daemon.h"
+#include "core/key_hasher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/device/host_runtime.h"
 #include "strata/connector.h"
 
@@ -440,6 +442,142 @@ TEST_F(WorkerConnectorTest, ChecksumVerificationCatchesBytesChangedUnderTheCopy)
   EXPECT_THAT(run.failed_blocks, ElementsAreArray(BlocksOf(run.blocks, 0, 47)))
       << "chunk 0 failed, so every later chunk of the prefix is recomputed too";
   EXPECT_EQ(b.worker().Stats().chunks_corrupt, 1u);
+}
+
+// Compressed chunks. The plain chunk `index` of `tokens` holds (what engines stored), and
+// what `codec` decodes its frame to (what a load of it compressed must give, byte for byte).
+std::vector<std::byte> PlainChunk(const std::vector<uint32_t>& tokens, uint32_t index) {
+  const KvLayout layout = TestLayout();
+  const auto hashes = PrefixHashes(tokens);
+  std::vector<std::byte> payload(layout.chunk_bytes(kChunk));
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (uint32_t plane = 0; plane < 2; ++plane) {
+      std::byte* rows = payload.data() + layout.plane_offset(l, plane, kChunk);
+      for (uint32_t t = 0; t < kChunk; ++t) {
+        for (uint64_t b = 0; b < kRowBytes; ++b) {
+          rows[t * kRowBytes + b] = ExpectedByte(hashes[index * kChunk + t], l, plane, b);
+        }
+      }
+    }
+  }
+  return payload;
+}
+std::vector<std::byte> DecodedChunk(const storage::Codec& codec, std::span<const std::byte> plain) {
+  const KvLayout layout = TestLayout();
+  std::vector<std::byte> decoded(plain.size());
+  EXPECT_TRUE(codec.Decode(layout, *codec.Encode(layout, kChunk, plain, {}), decoded).ok());
+  return decoded;
+}
+
+// Positions of [0, end) whose rows in `engine` differ from `chunks` (chunk p / kChunk's row).
+std::vector<int64_t> PositionsUnlike(Engine& engine, const std::vector<int32_t>& blocks,
+                                     int64_t end,
+                                     const std::vector<std::vector<std::byte>>& chunks) {
+  const KvLayout layout = TestLayout();
+  std::vector<int64_t> unlike;
+  for (int64_t p = 0; p < end; ++p) {
+    const std::vector<std::byte>& chunk = chunks[p / kChunk];
+    bool same = true;
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      for (uint32_t plane = 0; plane < 2; ++plane) {
+        const std::byte* want =
+            chunk.data() + layout.plane_offset(l, plane, kChunk) + (p % kChunk) * kRowBytes;
+        same = same && std::memcmp(engine.Row(blocks, p, l, plane), want, kRowBytes) == 0;
+      }
+    }
+    if (!same) unlike.push_back(p);
+  }
+  return unlike;
+}
+
+// The daemon compresses every chunk of its host tier with `codec`.
+void CompressHostChunks(TestDaemon& daemon, std::string_view codec, size_t expected) {
+  std::vector<ChunkKey> keys;
+  for (const storage::ChunkInfo& info : daemon.tier()->ListChunks({}).chunks) {
+    keys.push_back(info.key);
+  }
+  auto totals = daemon.store()->Recode(keys, storage::Tier::kHost,
+                                       {.codec = *storage::CodecRegistry::Find(codec)});
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  ASSERT_EQ(totals->recoded, expected);
+}
+
+TEST_F(WorkerConnectorTest, CompressedChunksAreDecodedOnTheWorkersRuntimeAndStayCompressed) {
+  const auto prompt = Prompt(48);
+  Engine a(daemon_.socket_path());
+  a.RunPrompt("a", prompt);
+  CompressHostChunks(daemon_, "int8", 3);
+  const storage::Codec& int8 = **storage::CodecRegistry::Find("int8");
+  std::vector<std::vector<std::byte>> decoded;
+  for (uint32_t c = 0; c < 3; ++c) decoded.push_back(DecodedChunk(int8, PlainChunk(prompt, c)));
+
+  // Decoded here: the layers the engine reads are the codec's decode, and the daemon keeps the
+  // chunks compressed.
+  Engine b(daemon_.socket_path(), {}, nullptr, Form::kSeparate, 21);
+  const Engine::Run run = b.RunPrompt("b", prompt);
+  EXPECT_EQ(run.matched, 47);
+  EXPECT_TRUE(run.failed_blocks.empty());
+  EXPECT_THAT(PositionsUnlike(b, run.blocks, 47, decoded), ::testing::IsEmpty());
+  EXPECT_FALSE(
+      PositionsUnlike(b, run.blocks, 47,
+                      {PlainChunk(prompt, 0), PlainChunk(prompt, 1), PlainChunk(prompt, 2)})
+          .empty())
+      << "int8 is lossy: a decode equal to the plain chunks would mean no decode ran";
+  const WorkerStats stats = b.worker().Stats();
+  EXPECT_EQ(stats.chunks_loaded, 3u);
+  EXPECT_EQ(stats.chunks_decoded, 3u);
+  EXPECT_GT(stats.encoded_bytes_loaded, 0u);
+  EXPECT_LT(stats.encoded_bytes_loaded, 3 * TestLayout().chunk_bytes(kChunk));
+  EXPECT_EQ(stats.chunks_corrupt, 0u);
+  EXPECT_EQ(daemon_.store()->Stats().movement.load_encoded, 3u);
+  EXPECT_EQ(daemon_.store()->Stats().movement.load_decoded, 0u);
+  EXPECT_EQ(daemon_.tier()->Stats().encoded_chunks, 3u);
+
+  // A worker that does not decode gets the same bytes, decoded by the daemon in place.
+  Engine c(
+      daemon_.socket_path(), [](ConnectorOptions& o) { o.decode_on_device = false; }, nullptr,
+      Form::kStacked, 22);
+  const Engine::Run plain_run = c.RunPrompt("c", prompt);
+  EXPECT_EQ(plain_run.matched, 47);
+  EXPECT_TRUE(plain_run.failed_blocks.empty());
+  EXPECT_THAT(PositionsUnlike(c, plain_run.blocks, 47, decoded), ::testing::IsEmpty());
+  EXPECT_EQ(c.worker().Stats().chunks_decoded, 0u);
+  EXPECT_EQ(daemon_.store()->Stats().movement.load_decoded, 3u);
+  EXPECT_EQ(daemon_.tier()->Stats().encoded_chunks, 0u);
+}
+
+TEST_F(WorkerConnectorTest, ACompressedChunkThatDoesNotDecodeFailsItsBlocks) {
+  // Neither the daemon nor the connector checks the frame's checksum: the decode must catch it.
+  TestDaemon daemon({.verify_every_n_loads = 1u << 30});
+  ASSERT_TRUE(daemon.Start().ok());
+  const auto prompt = Prompt(48);
+  Engine a(daemon.socket_path());
+  a.RunPrompt("a", prompt);
+  CompressHostChunks(daemon, "int8", 3);
+  // A first load: the daemon verifies a chunk on its first lease only.
+  EXPECT_TRUE(a.RunPrompt("a2", prompt).failed_blocks.empty());
+  const std::vector<ChunkKey> keys =
+      KeyHasher::Create(TestLayout(), {})->PrefixKeys(prompt, {}, PartialChunk::kInclude);
+  {
+    auto lease = daemon.tier()->AcquireForCopy(keys[1], std::nullopt, storage::Forms::kAny);
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    ASSERT_TRUE((*lease)->encoding().encoded());
+    const storage::ArenaRange& range = (*lease)->ranges().back();
+    daemon.tier()->arena_base()[range.offset + range.size_bytes - 3] ^= std::byte{0x21};
+  }
+  Engine b(
+      daemon.socket_path(), [](ConnectorOptions& o) { o.verify_checksums = false; }, nullptr,
+      Form::kStacked, 23);
+  const Engine::Run run = b.RunPrompt("b", prompt);
+  EXPECT_EQ(run.matched, 47);
+  // Chunk 0 loads; chunk 1 and every chunk after it are recomputed.
+  EXPECT_THAT(run.failed_blocks, ElementsAreArray(BlocksOf(run.blocks, kChunk, 47)));
+  EXPECT_THAT(PositionsUnlike(
+                  b, run.blocks, kChunk,
+                  {DecodedChunk(**storage::CodecRegistry::Find("int8"), PlainChunk(prompt, 0))}),
+              ::testing::IsEmpty());
+  EXPECT_EQ(b.worker().Stats().chunks_corrupt, 1u);
+  EXPECT_EQ(b.worker().Stats().chunks_loaded, 1u);
 }
 
 TEST_F(WorkerConnectorTest, FailedCopiesFailTheLoad) {

@@ -1,16 +1,17 @@
 // DeviceRuntime is the seam through which Strata moves bytes between host memory (the shared
 // arena) and wherever an engine keeps its KV (GPU memory, or host memory for CPU engines and
-// tests): capabilities, streams of asynchronous copy batches, events to wait on, allocations and
-// host-memory registration. CudaRuntime (storage/device/cuda_runtime.h, built when CUDA is on)
-// runs copies with cudaMemcpyAsync on CUDA streams; HostRuntime (storage/device/host_runtime.h)
-// runs them with memcpy on one worker thread per stream, so all logic runs and is tested without a
-// GPU. Shareable allocations (the daemon's device pool, T0) are what other processes map: CUDA IPC
-// handles on a GPU, memfd "device" memory on HostRuntime. Backends are chosen in one place:
-// CreateDeviceRuntime (device_runtime_factory.h).
+// tests): capabilities, streams of asynchronous copy batches (and decodes of compressed chunks'
+// layers, storage/codec), events to wait on, allocations and host-memory registration. CudaRuntime
+// (storage/device/cuda_runtime.h, built when CUDA is on) runs copies with cudaMemcpyAsync on CUDA
+// streams; HostRuntime (storage/device/host_runtime.h) runs them with memcpy on one worker thread
+// per stream, so all logic runs and is tested without a GPU. Shareable allocations (the daemon's
+// device pool, T0) are what other processes map: CUDA IPC handles on a GPU, memfd "device" memory
+// on HostRuntime. Backends are chosen in one place: CreateDeviceRuntime (device_runtime_factory.h).
 //
 // Execution model (the same for every backend, modelled on CUDA streams):
-//   - Work enqueued on one DeviceStream (Copy, Record, WaitForEvent, WaitForExternal) runs in
-//     enqueue order, asynchronously to the caller. Different streams run concurrently.
+//   - Work enqueued on one DeviceStream (Copy, DecodeLayer, Record, WaitForEvent,
+//     WaitForExternal) runs in enqueue order, asynchronously to the caller. Different streams
+//     run concurrently.
 //   - A DeviceEvent recorded on a stream completes when all work enqueued on that stream before
 //     the Record has completed. An event that was never recorded is complete. Re-recording an
 //     event moves it to the new point; Wait and Query look at the latest Record.
@@ -37,6 +38,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/kv_layout.h"
+#include "storage/codec/codec.h"
 #include "storage/device/copy_digests.h"
 
 namespace strata::storage {
@@ -69,6 +72,22 @@ struct CopyRun {
   uint64_t size_bytes = 0;
 };
 
+// One layer of a codec's encoded frame to decode on a stream (DeviceStream::DecodeLayer): what
+// Codec::DecodeLayer(*layout, {frame, frame_bytes}, layer, {out, out_bytes}) computes, on the
+// stream's device. Everything it points to must stay valid, and the frame unchanged, until an
+// event recorded after it has completed; *failure is written only when the decode fails, and
+// may be read once such an event has completed.
+struct DecodeLayerOp {
+  const Codec* codec = nullptr;
+  const KvLayout* layout = nullptr;
+  const std::byte* frame = nullptr;  // 4-byte aligned
+  uint64_t frame_bytes = 0;
+  uint32_t layer = 0;
+  std::byte* out = nullptr;  // layout->layer_bytes(the frame's tokens) bytes
+  uint64_t out_bytes = 0;
+  absl::Status* failure = nullptr;
+};
+
 // A stream of the engine's own (CUDA: a cudaStream_t's value, e.g. torch's
 // current_stream().cuda_stream; 0 is the legacy default stream).
 using ExternalStream = uintptr_t;
@@ -99,6 +118,17 @@ class DeviceStream {
                                     std::span<const uint32_t> digest_of, CopyDigests& digests) {
     (void)runs, (void)digest_of, (void)digests;
     return absl::UnimplementedError("this device runtime cannot digest copies");
+  }
+  // Enqueues the decode of one layer of an encoded frame (storage/codec) held in memory this
+  // stream's copies reach (DecodeLayerOp), in stream order with the copies around it. A decode
+  // that fails (the frame is not the codec's, or its checksums fail) writes its error to
+  // *op.failure, leaves op.out holding unspecified bytes, and does not put the stream in error:
+  // one bad chunk fails only itself. kInvalidArgument for null pointers or sizes that do not
+  // match the layout (nothing is enqueued); kUnimplemented when the runtime cannot decode
+  // op.codec (DeviceRuntime::DecodesOnDevice).
+  virtual absl::Status DecodeLayer(const DecodeLayerOp& op) {
+    (void)op;
+    return absl::UnimplementedError("this device runtime decodes no codec");
   }
   // Records `event` at the current end of the stream.
   virtual absl::Status Record(DeviceEvent& event) = 0;
@@ -151,6 +181,14 @@ class DeviceRuntime {
   // A new stream; `name` is for logs and thread names.
   virtual absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(std::string_view name) = 0;
   virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() = 0;
+
+  // Whether DeviceStream::DecodeLayer decodes frames of `codec` on this runtime's device: the
+  // host runtime runs every codec's own decoder (the device is the CPU); a GPU runtime, the
+  // codecs it has kernels for.
+  virtual bool DecodesOnDevice(CodecId codec) const {
+    (void)codec;
+    return false;
+  }
 
   // `size_bytes` (> 0) of `kind` memory, aligned to at least 256 bytes, contents unspecified.
   // kResourceExhausted when the memory is not there.

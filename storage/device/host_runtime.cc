@@ -75,7 +75,7 @@ struct WaitOp {
   std::shared_ptr<EventState> event;
   uint64_t generation = 0;
 };
-using Op = std::variant<CopyOp, SignalOp, WaitOp>;
+using Op = std::variant<CopyOp, DecodeLayerOp, SignalOp, WaitOp>;
 
 // Batches at least this large are split into byte-balanced slices copied by the stream's
 // helper threads as well: one core's memcpy does not saturate DRAM bandwidth, so a layer of many
@@ -294,6 +294,24 @@ class HostStream final : public DeviceStream {
     return absl::OkStatus();
   }
 
+  absl::Status DecodeLayer(const DecodeLayerOp& op) override {
+    if (op.codec == nullptr || op.layout == nullptr || op.frame == nullptr || op.out == nullptr ||
+        op.failure == nullptr) {
+      return absl::InvalidArgumentError(
+          fmt::format("host stream {}: decode with a null pointer", name_));
+    }
+    if (op.layer >= op.layout->num_layers || op.out_bytes == 0 ||
+        op.out_bytes > op.layout->layer_bytes(op.layout->chunk_tokens)) {
+      return absl::InvalidArgumentError(
+          fmt::format("host stream {}: decode of layer {} into {} bytes: the layout has {} layers "
+                      "of at most {} bytes",
+                      name_, op.layer, op.out_bytes, op.layout->num_layers,
+                      op.layout->layer_bytes(op.layout->chunk_tokens)));
+    }
+    Enqueue(op);
+    return absl::OkStatus();
+  }
+
   absl::Status Record(DeviceEvent& event) override {
     auto* host_event = dynamic_cast<HostEvent*>(&event);
     if (host_event == nullptr) {
@@ -384,6 +402,13 @@ class HostStream final : public DeviceStream {
                                      : std::span<const uint32_t>(op.digest_of).subspan(i, 1),
                op.digests, /*streaming=*/false);
     }
+  }
+
+  // A decode's failure is the chunk's, not the stream's (DeviceStream::DecodeLayer).
+  void Execute(DecodeLayerOp& op) {
+    absl::Status decoded = op.codec->DecodeLayer(*op.layout, {op.frame, op.frame_bytes}, op.layer,
+                                                 {op.out, op.out_bytes});
+    if (!decoded.ok()) *op.failure = std::move(decoded);
   }
 
   void Execute(SignalOp& op) {

@@ -1,7 +1,9 @@
 // HostRuntime is the CPU DeviceRuntime: copies are memcpy on a worker thread per stream (with
 // helper threads for large batches), so copies enqueued for layer i+1 run while the caller
 // consumes layer i, exactly as with CUDA streams. "Device" memory is host memory; shareable
-// "device" memory is a memfd whose descriptor is the handle (host_shared_memory.h). Used by CPU
+// "device" memory is a memfd whose descriptor is the handle (host_shared_memory.h). A stream's
+// DecodeLayer runs the codec's own (CPU) decoder on the stream's thread, so it decodes every
+// codec. Used by CPU
 // engines and by every test that must run without a GPU; the copy hook injects delays and failures
 // (the fault-injecting wrapper of STYLE.md's seam table).
 //
@@ -44,6 +46,7 @@ class HostRuntime final : public DeviceRuntime {
   ~HostRuntime() override;
 
   const DeviceCapabilities& Capabilities() const override { return capabilities_; }
+  bool DecodesOnDevice(CodecId /*codec*/) const override { return true; }
   absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(std::string_view name) override;
   absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() override;
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(uint64_t size_bytes,

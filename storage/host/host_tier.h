@@ -27,7 +27,9 @@
 // Forms: a committed chunk is stored plain (the bytes its writer committed) or encoded (a codec's
 // frame, StoredEncoding, put in place by ReplaceForm: Compress). Engines read plain chunks only:
 // Acquire, AcquirePrefix and AcquireForCopy find an encoded chunk only when asked for Forms::kAny
-// (what decodes it: storage/tiered/host_forms.h), so no engine or copy ever reads a frame as KV.
+// (what decodes it: storage/tiered/host_forms.h) or for its codec by a load whose reader decodes
+// it (Forms::DecodedByReader: a connector that decodes on the engine's device), so no engine or
+// copy ever reads a frame as KV.
 // Lookup and Contains find both forms (the chunk is cached either way).
 #pragma once
 
@@ -175,11 +177,30 @@ struct ReserveResult {
   WriteReservation reservation;  // valid only for kReserved
 };
 
-// Which forms of a chunk an Acquire call leases (see Forms above).
-enum class Forms {
-  kPlainOnly,  // plain chunks; an encoded chunk is left alone as if absent (no miss counted)
-  kAny,        // plain or encoded: the caller reads ChunkLease::encoding()
+// Which forms of a chunk an Acquire call leases (see Forms above). A plain value.
+struct Forms {
+  // Encoded chunks leased too: bit c set for frames of codec c (StoredEncoding::codec, < 64).
+  // An encoded chunk of another codec is left alone as if absent (no miss counted).
+  uint64_t encoded_codecs = 0;
+  // Acquire: a lease of an encoded chunk is a load (a hit counted, the policy told, checksums
+  // verified per verify_every_n_loads), because its reader decodes the frame itself. false: a
+  // decoder's lease, which is no load until the chunk is plain; nor, then, is a plain chunk's.
+  bool reader_decodes = false;
+
+  static const Forms kPlainOnly;  // plain chunks only
+  static const Forms kAny;  // plain or encoded, for a decoder: it reads ChunkLease::encoding()
+  // A load whose reader decodes the frames of the codecs `codecs` (bit c for codec c) itself.
+  static constexpr Forms DecodedByReader(uint64_t codecs) {
+    return {.encoded_codecs = codecs, .reader_decodes = true};
+  }
+  constexpr bool Leases(uint16_t codec) const {
+    return codec < 64 && ((encoded_codecs >> codec) & 1) != 0;
+  }
+  // Whether a load's lease under these forms counts as one.
+  constexpr bool CountsLoads() const { return encoded_codecs == 0 || reader_decodes; }
 };
+inline constexpr Forms Forms::kPlainOnly{};
+inline constexpr Forms Forms::kAny{.encoded_codecs = ~uint64_t{0}};
 
 // Read access to one committed chunk until deadline() (see the lease contract above).
 // Move-only; destroying it (or Release) releases the lease.
@@ -199,7 +220,7 @@ class ChunkLease {
   uint32_t num_tokens() const { return num_tokens_; }
   // xxh3-64 of the payload, computed at commit (or at ReplaceForm).
   uint64_t checksum() const { return checksum_; }
-  // The payload's form: encoded() for a frame (only leases taken with Forms::kAny).
+  // The payload's form: encoded() for a frame (only leases whose Forms lease its codec).
   const StoredEncoding& encoding() const { return encoding_; }
   uint64_t owner() const { return owner_; }
   MonoTime deadline() const { return deadline_; }
@@ -389,7 +410,8 @@ class HostTier {
   // on a checksum mismatch: the chunk is dropped from the index (counted) and its pages are freed
   // once no other lease reads them. kInvalidArgument for an empty key or a non-positive
   // duration. kAborted when the lease expired while its checksum was being verified. An encoded
-  // chunk is a miss unless `forms` is kAny (and then uncounted, like a copy: it is no load yet).
+  // chunk is a miss unless `forms` leases its codec: then uncounted, like a copy (it is no load
+  // yet), unless its reader decodes it (Forms::reader_decodes).
   absl::StatusOr<std::optional<ChunkLease>> Acquire(
       const ChunkKey& key, std::optional<std::chrono::nanoseconds> lease_duration = std::nullopt,
       uint64_t owner = 0, bool reader_verifies = false, Forms forms = Forms::kPlainOnly);
@@ -432,6 +454,11 @@ class HostTier {
   // there), so a form that shrinks never evicts another chunk; a larger one as above.
   absl::Status ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
                            const StoredEncoding& encoding);
+
+  // What ReplaceForm would answer now before it writes anything (kUnavailable, kAborted,
+  // kInvalidArgument for the lease as above), for a caller that would otherwise encode a chunk
+  // only to learn it is busy. A hint: ReplaceForm checks again under the lock.
+  absl::Status CheckReplaceable(const ChunkLease& lease) const;
 
   // Pins a committed chunk. Hard pins are idempotent and count the chunk's size against the
   // quota (kResourceExhausted beyond it); a soft pin protects until now + ttl (re-pinning

@@ -86,6 +86,15 @@ absl::Status HostTier::CheckReplacement(const ChunkLease& lease, uint64_t size_b
   return absl::OkStatus();
 }
 
+absl::Status HostTier::CheckReplaceable(const ChunkLease& lease) const {
+  if (!lease.valid() || lease.tier_ != this) {
+    return absl::InvalidArgumentError(
+        "host tier: replace form: an empty lease, or one of another tier");
+  }
+  absl::MutexLock lock(&mu_);
+  return ReplaceableLocked(lease).status();
+}
+
 absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
                                    const StoredEncoding& encoding) {
   STRATA_RETURN_IF_ERROR(CheckReplacement(lease, payload.size()));

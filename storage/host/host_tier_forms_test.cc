@@ -1,6 +1,7 @@
 // HostTier's forms: ReplaceForm swaps a committed chunk's bytes for another form in place (an
 // encoded frame, or plain again), keeping everything else about the chunk; engines' Acquire
-// calls never lease an encoded chunk; what evicts one tells the listener its form.
+// calls never lease an encoded chunk unless their reader decodes its codec; what evicts one tells
+// the listener its form.
 #include <string>
 #include <vector>
 
@@ -140,6 +141,38 @@ TEST_F(HostTierFormsTest, ReplaceFormSwapsAChunksFormInPlaceAndBack) {
   stats = tier_->Stats();
   EXPECT_EQ(stats.encoded_chunks, 0u);
   EXPECT_EQ(stats.payload_bytes, kFull);
+  ExpectConsistent();
+}
+
+TEST_F(HostTierFormsTest, AReaderThatDecodesLeasesItsCodecsFramesAsLoads) {
+  Store(1);
+  Store(2);
+  {
+    ChunkLease lease = LeaseAny(1);
+    ASSERT_TRUE(tier_->ReplaceForm(lease, Frame(1), FormOf(1)).ok());  // codec 1
+  }
+  const HostTierStats before = tier_->Stats();
+  // A reader of codec 2 alone finds no chunk it can read, and that is no miss.
+  EXPECT_FALSE(
+      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(1u << 2))->has_value());
+  EXPECT_EQ(tier_->Stats().misses, before.misses);
+  EXPECT_EQ(tier_->Stats().hits, before.hits);
+  // A reader of codec 1 leases the frame, and that is a load: a hit, verified on lease.
+  absl::StatusOr<std::optional<ChunkLease>> frame =
+      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(1u << 1));
+  ASSERT_TRUE(frame.ok() && frame->has_value());
+  EXPECT_EQ((*frame)->encoding(), FormOf(1));
+  EXPECT_EQ(Read(**frame), Frame(1));
+  EXPECT_EQ((*frame)->checksum(), ChecksumBytes(Frame(1)));
+  // Plain chunks it leases as any load does.
+  absl::StatusOr<std::optional<ChunkLease>> plain =
+      tier_->Acquire(Key(2), std::nullopt, 0, false, Forms::DecodedByReader(1u << 1));
+  ASSERT_TRUE(plain.ok() && plain->has_value());
+  EXPECT_FALSE((*plain)->encoding().encoded());
+  EXPECT_EQ(tier_->Stats().hits, before.hits + 2);
+  EXPECT_EQ(tier_->Stats().hit_bytes, before.hit_bytes + kFrame + kFull);
+  frame->reset();
+  plain->reset();
   ExpectConsistent();
 }
 

@@ -119,7 +119,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
                                             std::chrono::nanoseconds duration, uint64_t owner,
                                             LeaseUse use, Forms forms) {
   // A decoder's lease (kAny) is no load: the load counts once the chunk is plain.
-  const bool is_load = use != LeaseUse::kTierCopy && forms == Forms::kPlainOnly;
+  const bool is_load = use != LeaseUse::kTierCopy && forms.CountsLoads();
   AcquireRun run;
   std::vector<bool> verify;
   const MonoTime now = clock_->Now();
@@ -132,7 +132,8 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
         if (is_load) ++misses_;
         break;
       }
-      if (record->encoded && forms == Forms::kPlainOnly) break;
+      const StoredEncoding form = record->encoded ? FormOfLocked(record) : StoredEncoding{};
+      if (form.encoded() && !forms.Leases(form.codec)) break;
       if (is_load) {
         ++hits_;
         hit_bytes_ += record->size_bytes;
@@ -160,7 +161,7 @@ HostTier::AcquireRun HostTier::AcquireChain(std::span<const ChunkKey> chain,
       lease.deadline_ = deadline;
       lease.base_ = arena_->base();
       lease.ranges_ = RangesFor(*record);
-      if (record->encoded) lease.encoding_ = FormOfLocked(record);
+      lease.encoding_ = form;
       run.leases.push_back(std::move(lease));
     }
   }

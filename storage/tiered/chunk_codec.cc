@@ -109,19 +109,19 @@ absl::InlinedVector<std::span<std::byte>, 4> Pieces(const MutablePayloadView& pa
   return pieces;
 }
 
-absl::StatusOr<std::vector<std::byte>> DecodePayload(const KvLayout& layout, uint32_t num_tokens,
-                                                     const StoredEncoding& encoding,
-                                                     const PayloadView& payload) {
+absl::StatusOr<std::span<const std::byte>> DecodePayload(
+    const KvLayout& layout, uint32_t num_tokens, const StoredEncoding& encoding,
+    const PayloadView& payload, std::vector<std::byte>& gathered, std::vector<std::byte>& out) {
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(static_cast<CodecId>(encoding.codec));
   if (!codec.ok()) return codec.status();
-  std::vector<std::byte> gathered;
   const std::span<const std::byte> frame = Contiguous(payload, gathered);
-  std::vector<std::byte> chunk(encoding.decoded_bytes);
-  const std::span<std::byte> whole[] = {chunk};
+  if (out.size() < encoding.decoded_bytes) out.resize(encoding.decoded_bytes);
+  const std::span<std::byte> whole[] = {
+      std::span(out).first(static_cast<size_t>(encoding.decoded_bytes))};
   if (absl::Status s = DecodeChunk(**codec, layout, num_tokens, encoding, frame, whole); !s.ok()) {
     return s;
   }
-  return chunk;
+  return whole[0];
 }
 
 }  // namespace strata::storage

@@ -61,10 +61,12 @@ std::span<const std::byte> Contiguous(const PayloadView& payload, std::vector<st
 absl::InlinedVector<std::span<std::byte>, 4> Pieces(const MutablePayloadView& pages);
 
 // The chunk `payload` (an encoded form, `encoding`, of `num_tokens` tokens of `layout`, in the
-// host arena's pieces) decodes to, checked as DecodeChunk checks it. kDataLoss as DecodeChunk;
+// host arena's pieces) decodes to, checked as DecodeChunk checks it: the first
+// encoding.decoded_bytes of `out` (grown to fit), the frame read in place or gathered into
+// `gathered` (Contiguous); the caller may keep both for the next. kDataLoss as DecodeChunk;
 // kInvalidArgument for a codec id no codec has.
-absl::StatusOr<std::vector<std::byte>> DecodePayload(const KvLayout& layout, uint32_t num_tokens,
-                                                     const StoredEncoding& encoding,
-                                                     const PayloadView& payload);
+absl::StatusOr<std::span<const std::byte>> DecodePayload(
+    const KvLayout& layout, uint32_t num_tokens, const StoredEncoding& encoding,
+    const PayloadView& payload, std::vector<std::byte>& gathered, std::vector<std::byte>& out);
 
 }  // namespace strata::storage

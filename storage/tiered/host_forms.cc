@@ -17,11 +17,15 @@ namespace strata::storage {
 namespace {
 
 // Scratch kept by each thread that recodes host chunks (the recode threads, the loads thread)
-// for its next chunk: two buffers of the largest chunk it met. A fresh chunk-sized buffer costs
-// more to fault in (12-15 us a 4 KiB page on the dev VM) than the codec takes to fill it.
-std::vector<std::byte>& Scratch(int which) {
-  thread_local std::vector<std::byte> buffers[2];
-  return buffers[which];
+// or decodes them for a copy below (the evicting threads, for the demoter; Move; write-through)
+// for its next chunk: buffers of the largest chunk it met. A fresh chunk-sized buffer costs
+// more to fault in (12-15 us a 4 KiB page on the dev VM) than the codec takes to fill it. A
+// copy's buffers are not a recode's: a decode in place may evict, and so decode a victim for
+// the demoter, on the same thread while its frame is gathered in the recode's.
+enum class ScratchUse { kRecodeGathered, kRecodeDecoded, kCopyGathered, kCopyDecoded };
+std::vector<std::byte>& Scratch(ScratchUse use) {
+  thread_local std::vector<std::byte> buffers[4];
+  return buffers[static_cast<int>(use)];
 }
 
 }  // namespace
@@ -40,17 +44,18 @@ std::shared_ptr<const KvLayout> KnownLayouts::Find(uint64_t fingerprint) const {
   return it == layouts_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<std::vector<std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
-                                                       const ChunkKey& key, uint32_t num_tokens,
-                                                       const StoredEncoding& encoding,
-                                                       const PayloadView& payload) {
+absl::StatusOr<std::span<const std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
+                                                           const ChunkKey& key, uint32_t num_tokens,
+                                                           const StoredEncoding& encoding,
+                                                           const PayloadView& payload,
+                                                           std::vector<std::byte>& out) {
   const std::shared_ptr<const KvLayout> layout = layouts.Find(key.layout_fingerprint());
   if (layout == nullptr) {
     return absl::DataLossError(fmt::format(
         "host chunk {} is encoded for a layout this daemon does not know", key.ToString()));
   }
-  absl::StatusOr<std::vector<std::byte>> chunk =
-      DecodePayload(*layout, num_tokens, encoding, payload);
+  absl::StatusOr<std::span<const std::byte>> chunk = DecodePayload(
+      *layout, num_tokens, encoding, payload, Scratch(ScratchUse::kCopyGathered), out);
   if (!chunk.ok()) return Annotate(chunk.status(), fmt::format("host chunk {}", key.ToString()));
   return chunk;
 }
@@ -60,8 +65,9 @@ absl::Status WithChunkBytes(
     const PayloadView& payload, uint64_t checksum, const StoredEncoding& encoding,
     absl::FunctionRef<absl::Status(const PayloadView& chunk, uint64_t chunk_checksum)> use) {
   if (!encoding.encoded()) return use(payload, checksum);
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::byte> chunk,
-                          DecodeHostChunk(layouts, key, num_tokens, encoding, payload));
+  STRATA_ASSIGN_OR_RETURN(const std::span<const std::byte> chunk,
+                          DecodeHostChunk(layouts, key, num_tokens, encoding, payload,
+                                          Scratch(ScratchUse::kCopyDecoded)));
   const ArenaRange whole[] = {{.offset = 0, .size_bytes = chunk.size()}};
   return use(PayloadView(chunk.data(), whole, chunk.size()), encoding.decoded_checksum);
 }
@@ -91,7 +97,8 @@ absl::Status HostForms::DecodeLeased(const KvLayout& layout, ChunkLease& lease) 
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(static_cast<CodecId>(encoding.codec));
   absl::Status status = codec.status();
   if (codec.ok()) {
-    const std::span<const std::byte> frame = Contiguous(lease.payload(), Scratch(0));
+    const std::span<const std::byte> frame =
+        Contiguous(lease.payload(), Scratch(ScratchUse::kRecodeGathered));
     // Decoded straight into the fresh pages, layer by layer, checked as it goes.
     status = host_.ReplaceForm(lease, encoding.decoded_bytes, encoding.decoded_checksum,
                                StoredEncoding{}, [&](const MutablePayloadView& pages) {
@@ -122,6 +129,10 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
                                  .stored_bytes_after = lease->size_bytes()};
   const bool encode = recoding.codec != nullptr;
   if (encode == lease->encoding().encoded()) return result;
+  if (host_.CheckReplaceable(*lease).code() == absl::StatusCode::kUnavailable) {
+    result.outcome = Outcome::kBusy;  // read by an engine: no encode only to be refused
+    return result;
+  }
   if (recoding.layout != nullptr && recoding.layout->Fingerprint() == key.layout_fingerprint()) {
     layouts_.Note(*recoding.layout);
   }
@@ -133,8 +144,9 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
   }
   absl::Status replaced;
   if (encode) {
-    const std::span<const std::byte> chunk = Contiguous(lease->payload(), Scratch(0));
-    std::vector<std::byte>& decoding = Scratch(1);
+    const std::span<const std::byte> chunk =
+        Contiguous(lease->payload(), Scratch(ScratchUse::kRecodeGathered));
+    std::vector<std::byte>& decoding = Scratch(ScratchUse::kRecodeDecoded);
     if (decoding.size() < chunk_bytes) decoding.resize(chunk_bytes);
     const std::span<std::byte> decoded(decoding.data(), chunk_bytes);
     absl::StatusOr<std::optional<EncodedForm>> frame =

@@ -48,7 +48,8 @@ class KnownLayouts {
 
 // Calls `use(chunk, chunk_checksum)` with the host chunk `key` (`payload`, of `num_tokens`
 // tokens, in `encoding`'s form, committed with `checksum`) as the chunk: `payload` and
-// `checksum` themselves when plain; else DecodeHostChunk's and encoding.decoded_checksum.
+// `checksum` themselves when plain; else DecodeHostChunk's (into scratch the calling thread
+// keeps for its next chunk) and encoding.decoded_checksum.
 // DecodeHostChunk's errors; else `use`'s status.
 absl::Status WithChunkBytes(
     const KnownLayouts& layouts, const ChunkKey& key, uint32_t num_tokens,
@@ -56,12 +57,13 @@ absl::Status WithChunkBytes(
     absl::FunctionRef<absl::Status(const PayloadView& chunk, uint64_t chunk_checksum)> use);
 
 // The host chunk `key` (`payload`, of `num_tokens` tokens, in `encoding`'s encoded form) as it
-// decodes, with the layout `layouts` knows for it. kDataLoss when it does not decode or its
-// layout is unknown.
-absl::StatusOr<std::vector<std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
-                                                       const ChunkKey& key, uint32_t num_tokens,
-                                                       const StoredEncoding& encoding,
-                                                       const PayloadView& payload);
+// decodes, with the layout `layouts` knows for it: the first encoding.decoded_bytes of `out`
+// (grown to fit). kDataLoss when it does not decode or its layout is unknown.
+absl::StatusOr<std::span<const std::byte>> DecodeHostChunk(const KnownLayouts& layouts,
+                                                           const ChunkKey& key, uint32_t num_tokens,
+                                                           const StoredEncoding& encoding,
+                                                           const PayloadView& payload,
+                                                           std::vector<std::byte>& out);
 
 class HostForms {
  public:

@@ -113,6 +113,49 @@ TEST_F(HostFormsTest, CompressedChunksAreDecodedInPlaceBeforeALoadLeasesThem) {
   EXPECT_EQ(leased.leases.size(), 3u);
 }
 
+TEST_F(HostFormsTest, AReaderThatDecodesACodecLeasesItsChunksAsTheyAreHeld) {
+  Open(/*with_disk=*/false);
+  store_->NoteLayout(layout_);
+  for (uint64_t id = 0; id < 3; ++id) StoreKv(id);
+  ASSERT_TRUE(Compress(Keys(1, 1)).ok());
+  const StoredEncoding form = FormOf(Key(1));
+  ASSERT_TRUE(form.encoded());
+  const uint64_t int8 = uint64_t{1} << static_cast<int>(CodecId::kInt8);
+  const uint64_t hits = store_->host().Stats().hits;
+
+  // A reader of int8: the frame is leased at once, as it is held, and counted as a load.
+  bool deferred = true;
+  LoadLeases leased = Load(Keys(0, 3), deferred, int8);
+  EXPECT_FALSE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 3u);
+  EXPECT_FALSE(leased.leases[0].encoding().encoded());
+  EXPECT_EQ(leased.leases[1].encoding(), form);
+  const std::vector<std::byte> frame = Bytes(leased.leases[1].payload());
+  EXPECT_EQ(ChecksumBytes(frame), leased.leases[1].checksum());
+  std::vector<std::byte> decoded(kChunkBytes);
+  ASSERT_TRUE((*CodecRegistry::Find("int8"))->Decode(layout_, frame, decoded).ok());
+  EXPECT_EQ(ChecksumBytes(decoded), form.decoded_checksum);
+  EXPECT_LT(ErrorOf(1, decoded), 0.01);
+  leased.leases.clear();
+  EXPECT_EQ(store_->host().Stats().hits, hits + 3);
+  EXPECT_EQ(store_->Stats().movement.load_encoded, 1u);
+  EXPECT_EQ(store_->Stats().movement.load_decoded, 0u);
+  EXPECT_EQ(store_->host().Stats().encoded_chunks, 1u) << "the chunk stays compressed";
+
+  // A reader of other codecs only: the daemon decodes the chunk back in place first.
+  leased = Load(Keys(0, 3), deferred, uint64_t{1} << static_cast<int>(CodecId::kKivi4));
+  EXPECT_TRUE(deferred);
+  ASSERT_TRUE(leased.failure.ok()) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 3u);
+  EXPECT_FALSE(leased.leases[1].encoding().encoded());
+  EXPECT_EQ(ChecksumBytes(Bytes(leased.leases[1].payload())), form.decoded_checksum);
+  leased.leases.clear();
+  EXPECT_EQ(store_->Stats().movement.load_encoded, 1u);
+  EXPECT_EQ(store_->Stats().movement.load_decoded, 1u);
+  EXPECT_TRUE(store_->host().CheckConsistency().ok());
+}
+
 TEST_F(HostFormsTest, DecompressRestoresThePlainFormAndEachFormIsRecodedOnce) {
   Open(/*with_disk=*/false);
   StoreKv(0);

@@ -53,6 +53,9 @@ struct MovementStats {
   std::array<uint64_t, kTierCount> load_promoted_from{};  // of those, by the tier they came from
   // Host chunks stored encoded (Compress) that loads decoded back in place before leasing them.
   uint64_t load_decoded = 0;
+  // Host chunks stored encoded that loads leased as they are, to readers that decode them
+  // (LoadOptions::reader_decodes).
+  uint64_t load_encoded = 0;
   // [host] codec: committed chunks compressed in place, and those left as they were (busy:
   // engines read them throughout; skipped: gone, of no known layout, not smaller, or of a
   // tenant whose choice is none; failed; dropped: the queue was full). All 0 when it is off.

@@ -315,8 +315,7 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
   LoadLeases leased;
   leased.leases.reserve(keys.size());
   for (const ChunkKey& key : keys) {
-    absl::StatusOr<std::optional<ChunkLease>> acquired =
-        host_->Acquire(key, options.lease, options.owner, options.reader_verifies);
+    absl::StatusOr<std::optional<ChunkLease>> acquired = AcquireHostForLoad(key, options);
     if (!acquired.ok()) {
       leased.failure = acquired.status();
       return leased;
@@ -346,6 +345,18 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
   return refused;
 }
 
+absl::StatusOr<std::optional<ChunkLease>> TieredStore::AcquireHostForLoad(
+    const ChunkKey& key, const LoadOptions& options) {
+  const Forms forms = options.reader_decodes == 0 ? Forms::kPlainOnly
+                                                  : Forms::DecodedByReader(options.reader_decodes);
+  absl::StatusOr<std::optional<ChunkLease>> acquired =
+      host_->Acquire(key, options.lease, options.owner, options.reader_verifies, forms);
+  if (acquired.ok() && acquired->has_value() && (*acquired)->encoding().encoded()) {
+    encoded_loads_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return acquired;
+}
+
 void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
                                const LoadOptions& options, LoadLeases& leased) {
   // The chunks one batched promotion covered: keys [run_first, run_first + run.size()), from
@@ -353,9 +364,7 @@ void TieredStore::ContinueLoad(const KvLayout& layout, std::span<const ChunkKey>
   size_t run_first = 0;
   std::vector<absl::StatusOr<PromoteOutcome>> run;
   Tier run_source = Tier::kHost;
-  auto acquire = [&](const ChunkKey& key) {
-    return host_->Acquire(key, options.lease, options.owner, options.reader_verifies);
-  };
+  auto acquire = [&](const ChunkKey& key) { return AcquireHostForLoad(key, options); };
   for (size_t i = leased.leases.size(); i < keys.size(); ++i) {
     const ChunkKey& key = keys[i];
     absl::StatusOr<std::optional<ChunkLease>> acquired = acquire(key);
@@ -744,6 +753,7 @@ TieredStoreStats TieredStore::Stats() const {
   }
   movement.async_loads = async_loads_.load(std::memory_order_relaxed);
   movement.load_decoded = decoded_loads_.load(std::memory_order_relaxed);
+  movement.load_encoded = encoded_loads_.load(std::memory_order_relaxed);
   for (size_t t = 0; t < kTierCount; ++t) {
     movement.load_promoted_from[t] = load_promoted_[t].load(std::memory_order_relaxed);
     movement.load_promoted += movement.load_promoted_from[t];

@@ -149,6 +149,10 @@ struct LoadOptions {
   uint64_t owner = 0;
   // The reader checks each chunk's checksum as it copies (HostTier::Acquire).
   bool reader_verifies = false;
+  // Bit c set: the reader decodes frames of codec c itself (a connector that decodes on the
+  // engine's device), so a host chunk held in that form is leased as it is (ChunkLease::
+  // encoding() says so) instead of decoded back in place first. 0: every chunk plain.
+  uint64_t reader_decodes = 0;
 };
 
 // What a load leased: leases[i] for keys[i] of the leading chunks, then `failure` for the first
@@ -236,7 +240,8 @@ class TieredStore {
 
   using LoadDone = absl::AnyInvocable<void(LoadLeases) &&>;
   // Leases `keys` (a chain of `layout`) in order for a load, stopping at the first failure (see
-  // LoadLeases). Returns the result at once when the host tier holds every chunk plain, or when
+  // LoadLeases). Returns the result at once when the host tier holds every chunk plain (or encoded
+  // in a form the reader decodes: LoadOptions::reader_decodes), or when
   // the first chunk it lacks is in no tier (failure kAborted: redo the lookup), and then never
   // calls `done`. Otherwise returns nullopt: the leases taken so far and the rest of the load go
   // to the thread "strata-loads", which decodes host chunks held encoded back in place
@@ -322,6 +327,10 @@ class TieredStore {
  private:
   TieredStore() = default;
 
+  // A load's lease of `key` in the host tier: plain, or encoded in a form the reader decodes
+  // (counted in load_encoded); nullopt when absent or held in another form.
+  absl::StatusOr<std::optional<ChunkLease>> AcquireHostForLoad(const ChunkKey& key,
+                                                               const LoadOptions& options);
   // The load's slow part, on the loads thread: goes on from keys[leased.leases.size()].
   void ContinueLoad(const KvLayout& layout, std::span<const ChunkKey> keys,
                     const LoadOptions& options, LoadLeases& leased);
@@ -358,6 +367,7 @@ class TieredStore {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> async_loads_{0};
   std::atomic<uint64_t> decoded_loads_{0};
+  std::atomic<uint64_t> encoded_loads_{0};
   std::array<std::atomic<uint64_t>, kTierCount> load_promoted_{};  // by the tier promoted from
   std::atomic<uint64_t> peer_promoted_{0};
 };

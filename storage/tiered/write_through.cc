@@ -112,10 +112,11 @@ void WriteThrough::WriteLeased(HostTier& host, std::span<const ChunkKey> keys) {
     if (lease.has_value() && lease->encoding().encoded()) {
       absl::Status status = absl::FailedPreconditionError("no layouts to decode with");
       if (options_.layouts != nullptr) {
-        absl::StatusOr<std::vector<std::byte>> plain = DecodeHostChunk(
-            *options_.layouts, key, lease->num_tokens(), lease->encoding(), lease->payload());
+        // Each chunk of the batch is kept decoded until the batch is written: its own buffer.
+        absl::StatusOr<std::span<const std::byte>> plain =
+            DecodeHostChunk(*options_.layouts, key, lease->num_tokens(), lease->encoding(),
+                            lease->payload(), chunk);
         status = plain.status();
-        if (plain.ok()) chunk = *std::move(plain);
       }
       if (!status.ok()) {
         spdlog::warn("write-through of chunk {} skipped: {}", key.ToString(), status);

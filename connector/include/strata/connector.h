@@ -79,6 +79,15 @@ struct ConnectorOptions {
   // as its [host] verify_every_n_loads says (every load by default).
   bool verify_checksums = true;
 
+  // Chunks the daemon holds compressed (Compress, [host] codec). true: this worker decodes them
+  // on its device runtime as it loads them, layer by layer on its load stream, for every codec
+  // the runtime decodes (DeviceRuntime::DecodesOnDevice: the host runtime, every codec; CUDA,
+  // none yet): the frame is what crosses to the device, and the daemon keeps the chunk
+  // compressed. The frame's checksum is checked as verify_checksums says, and a frame that does
+  // not decode fails its blocks (recomputed). false, or a codec the runtime does not decode: the
+  // daemon decodes the chunk back in place before it places it.
+  bool decode_on_device = true;
+
   // Loads that would wait for a lower tier run between steps instead of inside one. true: a hit
   // whose chunks are not all in the daemon's host tier (some are on its disk, or on a peer) is
   // offered as an asynchronous load (MatchResult::load_async): the worker leases and copies it
@@ -382,8 +391,11 @@ struct WorkerStats {
   uint64_t bytes_loaded = 0;
   uint64_t chunks_saved = 0;  // committed
   uint64_t chunks_already_present = 0;
-  uint64_t chunks_save_failed = 0;  // reserved but aborted or not committed
-  uint64_t chunks_corrupt = 0;      // loaded, but their bytes did not match their checksum
+  uint64_t chunks_save_failed = 0;    // reserved but aborted or not committed
+  uint64_t chunks_corrupt = 0;        // loaded, but their bytes did not match their checksum or
+                                      // (compressed) did not decode
+  uint64_t chunks_decoded = 0;        // of chunks_loaded, compressed ones this worker decoded
+  uint64_t encoded_bytes_loaded = 0;  // the frames of those
   uint64_t bytes_saved = 0;
   uint64_t async_requests_loaded = 0;  // asynchronous loads over (failed ones included)
   uint64_t async_requests_in_flight = 0;

@@ -72,13 +72,13 @@ class TieredStoreTestBase : public ::testing::Test {
   }
 
   // Runs AcquireForLoad and waits for its result, whichever way it comes; `deferred` tells which.
-  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred) {
+  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred, uint64_t reader_decodes = 0) {
     std::promise<LoadLeases> done;
     std::future<LoadLeases> result = done.get_future();
     const std::thread::id caller = std::this_thread::get_id();
     std::optional<LoadLeases> now = store_->AcquireForLoad(
-        std::make_shared<const KvLayout>(layout_), keys, {.owner = 7},
-        [&done, caller](LoadLeases leased) {
+        std::make_shared<const KvLayout>(layout_), keys,
+        {.owner = 7, .reader_decodes = reader_decodes}, [&done, caller](LoadLeases leased) {
           EXPECT_NE(std::this_thread::get_id(), caller) << "completions run on the store's thread";
           done.set_value(std::move(leased));
         });

@@ -1,0 +1,129 @@
+// HostRuntime's DeviceStream::DecodeLayer: a codec's frame staged in "device" memory decodes
+// layer by layer on the stream, in order with its copies, into exactly what the codec's own
+// DecodeLayer writes; a frame that does not decode fails only its decode, never the stream.
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/testing/shaped_kv.h"
+#include "storage/device/host_runtime.h"
+#include "tests/support/test_layout.h"
+
+namespace strata::storage {
+namespace {
+
+class HostRuntimeDecodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto stream = runtime_.CreateStream("decode");
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_ = *std::move(stream);
+    const std::vector<std::byte> kv =
+        testing::MakeKv(layout_, layout_.chunk_tokens, testing::KvShape::kShaped, 3);
+    absl::StatusOr<std::vector<std::byte>> frame =
+        codec_->Encode(layout_, layout_.chunk_tokens, kv, {});
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    frame_ = *std::move(frame);
+    auto staged = runtime_.Allocate(frame_.size(), MemoryKind::kDevice);
+    ASSERT_TRUE(staged.ok());
+    staged_ = *std::move(staged);
+  }
+
+  // The ops decoding every layer of the staged frame into `out` (layer_bytes each).
+  DecodeLayerOp Op(uint32_t layer, std::vector<std::byte>& out, absl::Status& failure) const {
+    return {.codec = codec_,
+            .layout = &layout_,
+            .frame = static_cast<const std::byte*>(staged_->data()),
+            .frame_bytes = frame_.size(),
+            .layer = layer,
+            .out = out.data(),
+            .out_bytes = out.size(),
+            .failure = &failure};
+  }
+
+  std::vector<std::byte> Expected(uint32_t layer) const {
+    std::vector<std::byte> out(layout_.layer_bytes(layout_.chunk_tokens));
+    EXPECT_TRUE(codec_->DecodeLayer(layout_, frame_, layer, out).ok());
+    return out;
+  }
+
+  const KvLayout layout_ = test_support::SmallLayout({.model_id = "decode-test",
+                                                      .num_layers = 3,
+                                                      .head_dim = 64,
+                                                      .dtype = KvDtype::kBfloat16,
+                                                      .chunk_tokens = 32});
+  const Codec* const codec_ = *CodecRegistry::Find("int8");
+  HostRuntime runtime_;
+  std::unique_ptr<DeviceStream> stream_;
+  std::vector<std::byte> frame_;
+  std::unique_ptr<DeviceAllocation> staged_;
+};
+
+TEST_F(HostRuntimeDecodeTest, DecodesEveryCodecLayerByLayerAfterTheFramesCopy) {
+  for (const Codec* codec : CodecRegistry::All()) {
+    EXPECT_TRUE(runtime_.DecodesOnDevice(codec->id())) << codec->name();
+  }
+  // The frame's copy into staging and the decodes that read it, in one stream, unsynchronized.
+  const CopyRun copy{frame_.data(), staged_->data(), frame_.size()};
+  ASSERT_TRUE(stream_->Copy({&copy, 1}).ok());
+  std::vector<std::vector<std::byte>> out(
+      layout_.num_layers, std::vector<std::byte>(layout_.layer_bytes(layout_.chunk_tokens)));
+  std::vector<absl::Status> failures(layout_.num_layers);
+  for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+    ASSERT_TRUE(stream_->DecodeLayer(Op(l, out[l], failures[l])).ok());
+  }
+  auto done = runtime_.CreateEvent();
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE(stream_->Record(**done).ok());
+  ASSERT_TRUE((*done)->Wait().ok());
+  for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+    EXPECT_TRUE(failures[l].ok()) << failures[l];
+    EXPECT_EQ(out[l], Expected(l)) << "layer " << l;
+  }
+}
+
+TEST_F(HostRuntimeDecodeTest, AFrameThatDoesNotDecodeFailsOnlyItsDecode) {
+  // One byte of the last layer's section changed: that layer's checksum fails.
+  std::vector<std::byte> corrupt = frame_;
+  corrupt[corrupt.size() - 5] ^= std::byte{0x40};
+  const CopyRun copy{corrupt.data(), staged_->data(), corrupt.size()};
+  ASSERT_TRUE(stream_->Copy({&copy, 1}).ok());
+  std::vector<std::byte> first(layout_.layer_bytes(layout_.chunk_tokens));
+  std::vector<std::byte> last(first.size());
+  absl::Status first_failure;
+  absl::Status last_failure;
+  ASSERT_TRUE(stream_->DecodeLayer(Op(0, first, first_failure)).ok());
+  ASSERT_TRUE(stream_->DecodeLayer(Op(layout_.num_layers - 1, last, last_failure)).ok());
+  // The stream goes on: a copy after the failed decode runs, and nothing is in error.
+  std::vector<std::byte> after(64, std::byte{0});
+  const std::vector<std::byte> source(64, std::byte{7});
+  const CopyRun later{source.data(), after.data(), source.size()};
+  ASSERT_TRUE(stream_->Copy({&later, 1}).ok());
+  EXPECT_TRUE(stream_->Synchronize().ok());
+  EXPECT_TRUE(first_failure.ok()) << first_failure;
+  EXPECT_EQ(first, Expected(0));
+  EXPECT_EQ(last_failure.code(), absl::StatusCode::kDataLoss) << last_failure;
+  EXPECT_EQ(after, source);
+}
+
+TEST_F(HostRuntimeDecodeTest, BadOpsAreRefusedAndNothingIsEnqueued) {
+  std::vector<std::byte> out(layout_.layer_bytes(layout_.chunk_tokens));
+  absl::Status failure;
+  DecodeLayerOp op = Op(0, out, failure);
+  op.codec = nullptr;
+  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  op = Op(layout_.num_layers, out, failure);
+  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  op = Op(0, out, failure);
+  op.out_bytes = layout_.layer_bytes(layout_.chunk_tokens) + 1;
+  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  op.failure = nullptr;
+  op.out_bytes = out.size();
+  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(stream_->Synchronize().ok());
+  EXPECT_TRUE(failure.ok());
+}
+
+}  // namespace
+}  // namespace strata::storage
