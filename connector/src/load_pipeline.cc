@@ -219,18 +219,19 @@ void LoadPipeline::Stage(TransferBatch& batch, uint64_t staging_bytes) {
 }
 
 absl::Status LoadPipeline::EnqueueDecodes(TransferBatch& batch, uint32_t layer) {
+  decodes_.clear();
   for (ChunkTransfer& c : batch.chunks) {
     if (!c.planned || !c.encoded()) continue;
-    STRATA_RETURN_IF_ERROR(stream_->DecodeLayer({.codec = c.codec,
-                                                 .layout = &layout(),
-                                                 .frame = batch.staging + c.frame_offset,
-                                                 .frame_bytes = c.frame_bytes,
-                                                 .layer = layer,
-                                                 .out = batch.staging + c.layer_offset,
-                                                 .out_bytes = layout().layer_bytes(c.chunk_tokens),
-                                                 .failure = &c.decode_failure}));
+    decodes_.push_back({.codec = c.codec,
+                        .layout = &layout(),
+                        .frame = batch.staging + c.frame_offset,
+                        .frame_bytes = c.frame_bytes,
+                        .layer = layer,
+                        .out = batch.staging + c.layer_offset,
+                        .out_bytes = layout().layer_bytes(c.chunk_tokens),
+                        .failure = &c.decode_failure});
   }
-  return absl::OkStatus();
+  return decodes_.empty() ? absl::OkStatus() : stream_->DecodeLayers(decodes_);
 }
 
 void LoadPipeline::Enqueue(const PagedKvCache& cache, const StepOptions& step) {

@@ -9,7 +9,7 @@
 // on HostRuntime. Backends are chosen in one place: CreateDeviceRuntime (device_runtime_factory.h).
 //
 // Execution model (the same for every backend, modelled on CUDA streams):
-//   - Work enqueued on one DeviceStream (Copy, DecodeLayer, Record, WaitForEvent,
+//   - Work enqueued on one DeviceStream (Copy, DecodeLayers, Record, WaitForEvent,
 //     WaitForExternal) runs in enqueue order, asynchronously to the caller. Different streams
 //     run concurrently.
 //   - A DeviceEvent recorded on a stream completes when all work enqueued on that stream before
@@ -72,7 +72,7 @@ struct CopyRun {
   uint64_t size_bytes = 0;
 };
 
-// One layer of a codec's encoded frame to decode on a stream (DeviceStream::DecodeLayer): what
+// One layer of a codec's encoded frame to decode on a stream (DeviceStream::DecodeLayers): what
 // Codec::DecodeLayer(*layout, {frame, frame_bytes}, layer, {out, out_bytes}) computes, on the
 // stream's device. Everything it points to must stay valid, and the frame unchanged, until an
 // event recorded after it has completed; *failure is written only when the decode fails, and
@@ -119,15 +119,16 @@ class DeviceStream {
     (void)runs, (void)digest_of, (void)digests;
     return absl::UnimplementedError("this device runtime cannot digest copies");
   }
-  // Enqueues the decode of one layer of an encoded frame (storage/codec) held in memory this
-  // stream's copies reach (DecodeLayerOp), in stream order with the copies around it. A decode
-  // that fails (the frame is not the codec's, or its checksums fail) writes its error to
-  // *op.failure, leaves op.out holding unspecified bytes, and does not put the stream in error:
-  // one bad chunk fails only itself. kInvalidArgument for null pointers or sizes that do not
-  // match the layout (nothing is enqueued); kUnimplemented when the runtime cannot decode
-  // op.codec (DeviceRuntime::DecodesOnDevice).
-  virtual absl::Status DecodeLayer(const DecodeLayerOp& op) {
-    (void)op;
+  // Enqueues the decodes of layers of encoded frames (storage/codec) held in memory this
+  // stream's copies reach (DecodeLayerOp), in stream order with the copies around them; the ops
+  // of one call may run concurrently, so their outputs must not overlap. A decode that fails
+  // (the frame is not the codec's, or its checksums fail) writes its error to *op.failure,
+  // leaves op.out holding unspecified bytes, and does not put the stream in error: one bad
+  // chunk fails only itself. kInvalidArgument for null pointers or sizes that do not match the
+  // layout (nothing is enqueued); kUnimplemented when the runtime cannot decode a codec
+  // (DeviceRuntime::DecodesOnDevice).
+  virtual absl::Status DecodeLayers(std::span<const DecodeLayerOp> ops) {
+    (void)ops;
     return absl::UnimplementedError("this device runtime decodes no codec");
   }
   // Records `event` at the current end of the stream.
@@ -182,7 +183,7 @@ class DeviceRuntime {
   virtual absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(std::string_view name) = 0;
   virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent() = 0;
 
-  // Whether DeviceStream::DecodeLayer decodes frames of `codec` on this runtime's device: the
+  // Whether DeviceStream::DecodeLayers decodes frames of `codec` on this runtime's device: the
   // host runtime runs every codec's own decoder (the device is the CPU); a GPU runtime, the
   // codecs it has kernels for.
   virtual bool DecodesOnDevice(CodecId codec) const {

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "fmt/format.h"
 #include "storage/device/host_shared_memory.h"
 #include "storage/device/streaming_copy.h"
@@ -75,7 +76,10 @@ struct WaitOp {
   std::shared_ptr<EventState> event;
   uint64_t generation = 0;
 };
-using Op = std::variant<CopyOp, DecodeLayerOp, SignalOp, WaitOp>;
+struct DecodeOp {
+  std::vector<DecodeLayerOp> layers;
+};
+using Op = std::variant<CopyOp, DecodeOp, SignalOp, WaitOp>;
 
 // Batches at least this large are split into byte-balanced slices copied by the stream's
 // helper threads as well: one core's memcpy does not saturate DRAM bandwidth, so a layer of many
@@ -168,18 +172,18 @@ void CopyRuns(std::span<const CopyRun> runs, std::span<const uint32_t> digest_of
   if (streaming) StreamingCopyFence();
 }
 
-// Helper threads of one stream: Run copies slice 0 on the calling thread and the others on the
+// Helper threads of one stream: Run runs task 0 on the calling thread and the others on the
 // helpers, and returns when all are done. Used only by the stream's thread.
-class CopyPool {
+class HelperPool {
  public:
-  CopyPool(size_t helpers, const std::string& name) {
+  HelperPool(size_t helpers, const std::string& name) {
     for (size_t i = 0; i < helpers; ++i) {
       threads_.emplace_back([this] { Work(); });
       const std::string thread_name = fmt::format("strata-{}{}", name, i).substr(0, 15);
       pthread_setname_np(threads_.back().native_handle(), thread_name.c_str());
     }
   }
-  ~CopyPool() {
+  ~HelperPool() {
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
@@ -188,58 +192,67 @@ class CopyPool {
   }
   size_t helpers() const { return threads_.size(); }
 
-  void Run(const std::vector<CopySlice>& slices, CopyDigests* digests) {
+  // Runs task(0) .. task(count - 1) (count >= 1), in any order and concurrently.
+  void Run(size_t count, absl::FunctionRef<void(size_t)> task) {
     {
       absl::MutexLock lock(&mu_);
-      job_ = &slices;
-      digests_ = digests;
+      task_ = &task;
+      count_ = count;
       next_ = 1;
-      pending_ = slices.size() - 1;
+      pending_ = count - 1;
     }
-    CopyRuns(slices[0].runs, slices[0].digest_of, digests, /*streaming=*/true);
+    task(0);
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](CopyPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS { return pool->pending_ == 0; }, this));
-    job_ = nullptr;
+        +[](HelperPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS { return pool->pending_ == 0; },
+        this));
+    task_ = nullptr;
   }
 
  private:
   void Work() {
     for (;;) {
-      const CopySlice* slice;
-      CopyDigests* digests;
+      absl::FunctionRef<void(size_t)>* task;
+      size_t index;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](CopyPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-              return pool->stopping_ || (pool->job_ != nullptr && pool->next_ < pool->job_->size());
+            +[](HelperPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return pool->stopping_ || (pool->task_ != nullptr && pool->next_ < pool->count_);
             },
             this));
         if (stopping_) return;
-        slice = &(*job_)[next_++];
-        digests = digests_;
+        task = task_;
+        index = next_++;
       }
-      CopyRuns(slice->runs, slice->digest_of, digests, /*streaming=*/true);
+      (*task)(index);
       absl::MutexLock lock(&mu_);
       --pending_;
     }
   }
 
   absl::Mutex mu_;
-  const std::vector<CopySlice>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
-  CopyDigests* digests_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::FunctionRef<void(size_t)>* task_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t count_ ABSL_GUARDED_BY(mu_) = 0;
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::jthread> threads_;  // last: joined before the state above goes
 };
 
+// Copies `slices` (one per thread of `pool`) together.
+void CopySlices(HelperPool& pool, const std::vector<CopySlice>& slices, CopyDigests* digests) {
+  pool.Run(slices.size(), [&](size_t i) {
+    CopyRuns(slices[i].runs, slices[i].digest_of, digests, /*streaming=*/true);
+  });
+}
+
 class HostStream final : public DeviceStream {
  public:
   HostStream(std::string_view name, const HostRuntimeOptions* options)
       : options_(options), name_(name) {
     if (options->copy_threads > 1) {
-      pool_ = std::make_unique<CopyPool>(options->copy_threads - 1, name_);
+      pool_ = std::make_unique<HelperPool>(options->copy_threads - 1, name_);
     }
     thread_ = std::jthread([this] { Run(); });
     const std::string thread_name = fmt::format("strata-{}", name_).substr(0, 15);
@@ -294,21 +307,24 @@ class HostStream final : public DeviceStream {
     return absl::OkStatus();
   }
 
-  absl::Status DecodeLayer(const DecodeLayerOp& op) override {
-    if (op.codec == nullptr || op.layout == nullptr || op.frame == nullptr || op.out == nullptr ||
-        op.failure == nullptr) {
-      return absl::InvalidArgumentError(
-          fmt::format("host stream {}: decode with a null pointer", name_));
+  absl::Status DecodeLayers(std::span<const DecodeLayerOp> ops) override {
+    for (const DecodeLayerOp& op : ops) {
+      if (op.codec == nullptr || op.layout == nullptr || op.frame == nullptr || op.out == nullptr ||
+          op.failure == nullptr) {
+        return absl::InvalidArgumentError(
+            fmt::format("host stream {}: decode with a null pointer", name_));
+      }
+      if (op.layer >= op.layout->num_layers || op.out_bytes == 0 ||
+          op.out_bytes > op.layout->layer_bytes(op.layout->chunk_tokens)) {
+        return absl::InvalidArgumentError(fmt::format(
+            "host stream {}: decode of layer {} into {} bytes: the layout has {} layers of at "
+            "most {} bytes",
+            name_, op.layer, op.out_bytes, op.layout->num_layers,
+            op.layout->layer_bytes(op.layout->chunk_tokens)));
+      }
     }
-    if (op.layer >= op.layout->num_layers || op.out_bytes == 0 ||
-        op.out_bytes > op.layout->layer_bytes(op.layout->chunk_tokens)) {
-      return absl::InvalidArgumentError(
-          fmt::format("host stream {}: decode of layer {} into {} bytes: the layout has {} layers "
-                      "of at most {} bytes",
-                      name_, op.layer, op.out_bytes, op.layout->num_layers,
-                      op.layout->layer_bytes(op.layout->chunk_tokens)));
-    }
-    Enqueue(op);
+    if (ops.empty()) return absl::OkStatus();
+    Enqueue(DecodeOp{.layers = std::vector<DecodeLayerOp>(ops.begin(), ops.end())});
     return absl::OkStatus();
   }
 
@@ -382,9 +398,9 @@ class HostStream final : public DeviceStream {
       if (pool_ == nullptr) {
         CopyRuns(op.runs, op.digest_of, op.digests, /*streaming=*/true);
       } else if (op.digests != nullptr) {
-        pool_->Run(SliceByDigest(op, pool_->helpers() + 1), op.digests);
+        CopySlices(*pool_, SliceByDigest(op, pool_->helpers() + 1), op.digests);
       } else {
-        pool_->Run(Slice(op.runs, op.total_bytes, pool_->helpers() + 1), nullptr);
+        CopySlices(*pool_, Slice(op.runs, op.total_bytes, pool_->helpers() + 1), nullptr);
       }
       return;
     }
@@ -404,11 +420,21 @@ class HostStream final : public DeviceStream {
     }
   }
 
-  // A decode's failure is the chunk's, not the stream's (DeviceStream::DecodeLayer).
-  void Execute(DecodeLayerOp& op) {
-    absl::Status decoded = op.codec->DecodeLayer(*op.layout, {op.frame, op.frame_bytes}, op.layer,
-                                                 {op.out, op.out_bytes});
-    if (!decoded.ok()) *op.failure = std::move(decoded);
+  // The layers of one call side by side on the helpers. A decode's failure is its chunk's, not
+  // the stream's (DeviceStream::DecodeLayers).
+  void Execute(DecodeOp& op) {
+    const auto decode = [&op](size_t i) {
+      const DecodeLayerOp& layer = op.layers[i];
+      absl::Status decoded =
+          layer.codec->DecodeLayer(*layer.layout, {layer.frame, layer.frame_bytes}, layer.layer,
+                                   {layer.out, layer.out_bytes});
+      if (!decoded.ok()) *layer.failure = std::move(decoded);
+    };
+    if (pool_ == nullptr || op.layers.size() == 1) {
+      for (size_t i = 0; i < op.layers.size(); ++i) decode(i);
+    } else {
+      pool_->Run(op.layers.size(), decode);
+    }
   }
 
   void Execute(SignalOp& op) {
@@ -437,8 +463,8 @@ class HostStream final : public DeviceStream {
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<CopyPool> pool_;  // null with one copy thread
-  std::jthread thread_;             // last: started after, joined before, the state above
+  std::unique_ptr<HelperPool> pool_;  // null with one copy thread
+  std::jthread thread_;               // last: started after, joined before, the state above
 };
 
 class HostAllocation final : public DeviceAllocation {

@@ -2,15 +2,15 @@
 // helper threads for large batches), so copies enqueued for layer i+1 run while the caller
 // consumes layer i, exactly as with CUDA streams. "Device" memory is host memory; shareable
 // "device" memory is a memfd whose descriptor is the handle (host_shared_memory.h). A stream's
-// DecodeLayer runs the codec's own (CPU) decoder on the stream's thread, so it decodes every
-// codec. Used by CPU
+// DecodeLayers runs the codec's own (CPU) decoder on the stream's thread and its helpers, so it
+// decodes every codec. Used by CPU
 // engines and by every test that must run without a GPU; the copy hook injects delays and failures
 // (the fault-injecting wrapper of STYLE.md's seam table).
 //
 // Thread-safety and ownership as DeviceRuntime says. Each stream owns a named std::jthread
-// ("strata-<name>") and copy_threads - 1 helpers, stopped and joined when the stream is
-// destroyed; work still queued then is run first, so the memory it names must stay valid until
-// the stream is gone.
+// ("strata-<name>") and copy_threads - 1 helpers (copies and decodes), stopped and joined when the
+// stream is destroyed; work still queued then is run first, so the memory it names must stay valid
+// until the stream is gone.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,8 @@ size_t DefaultHostCopyThreads();
 struct HostRuntimeOptions {
   // Threads that copy one large batch (8 MiB or more) together, the stream's own included, with
   // non-temporal stores (streaming_copy.h); smaller batches, and every batch when copy_hook is
-  // set, are copied with memcpy by the stream's thread alone, run by run in order.
+  // set, are copied with memcpy by the stream's thread alone, run by run in order. The same
+  // threads run the decodes of one DecodeLayers call side by side.
   size_t copy_threads = DefaultHostCopyThreads();
   // Called on the stream's thread before each run is copied; a non-OK status fails the copy
   // (the run and the rest of its Copy call are skipped, the stream goes into error). May sleep

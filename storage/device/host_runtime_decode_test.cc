@@ -1,6 +1,7 @@
-// HostRuntime's DeviceStream::DecodeLayer: a codec's frame staged in "device" memory decodes
-// layer by layer on the stream, in order with its copies, into exactly what the codec's own
-// DecodeLayer writes; a frame that does not decode fails only its decode, never the stream.
+// HostRuntime's DeviceStream::DecodeLayers: a codec's frame staged in "device" memory decodes
+// layer by layer on the stream (the layers of one call side by side on its helpers), in order with
+// its copies, into exactly what the codec's own DecodeLayer writes; a frame that does not decode
+// fails only its decode, never the stream.
 #include <cstring>
 #include <vector>
 
@@ -42,6 +43,8 @@ class HostRuntimeDecodeTest : public ::testing::Test {
             .failure = &failure};
   }
 
+  absl::Status Decode(const std::vector<DecodeLayerOp>& ops) { return stream_->DecodeLayers(ops); }
+
   std::vector<std::byte> Expected(uint32_t layer) const {
     std::vector<std::byte> out(layout_.layer_bytes(layout_.chunk_tokens));
     EXPECT_TRUE(codec_->DecodeLayer(layout_, frame_, layer, out).ok());
@@ -54,7 +57,7 @@ class HostRuntimeDecodeTest : public ::testing::Test {
                                                       .dtype = KvDtype::kBfloat16,
                                                       .chunk_tokens = 32});
   const Codec* const codec_ = *CodecRegistry::Find("int8");
-  HostRuntime runtime_;
+  HostRuntime runtime_{{.copy_threads = 3}};  // two helpers decode beside the stream
   std::unique_ptr<DeviceStream> stream_;
   std::vector<std::byte> frame_;
   std::unique_ptr<DeviceAllocation> staged_;
@@ -70,9 +73,11 @@ TEST_F(HostRuntimeDecodeTest, DecodesEveryCodecLayerByLayerAfterTheFramesCopy) {
   std::vector<std::vector<std::byte>> out(
       layout_.num_layers, std::vector<std::byte>(layout_.layer_bytes(layout_.chunk_tokens)));
   std::vector<absl::Status> failures(layout_.num_layers);
-  for (uint32_t l = 0; l < layout_.num_layers; ++l) {
-    ASSERT_TRUE(stream_->DecodeLayer(Op(l, out[l], failures[l])).ok());
-  }
+  // Layer 0 alone, then the others in one call (on the stream's helpers).
+  ASSERT_TRUE(Decode({Op(0, out[0], failures[0])}).ok());
+  std::vector<DecodeLayerOp> rest;
+  for (uint32_t l = 1; l < layout_.num_layers; ++l) rest.push_back(Op(l, out[l], failures[l]));
+  ASSERT_TRUE(stream_->DecodeLayers(rest).ok());
   auto done = runtime_.CreateEvent();
   ASSERT_TRUE(done.ok());
   ASSERT_TRUE(stream_->Record(**done).ok());
@@ -93,8 +98,9 @@ TEST_F(HostRuntimeDecodeTest, AFrameThatDoesNotDecodeFailsOnlyItsDecode) {
   std::vector<std::byte> last(first.size());
   absl::Status first_failure;
   absl::Status last_failure;
-  ASSERT_TRUE(stream_->DecodeLayer(Op(0, first, first_failure)).ok());
-  ASSERT_TRUE(stream_->DecodeLayer(Op(layout_.num_layers - 1, last, last_failure)).ok());
+  const DecodeLayerOp both[] = {Op(0, first, first_failure),
+                                Op(layout_.num_layers - 1, last, last_failure)};
+  ASSERT_TRUE(stream_->DecodeLayers(both).ok());
   // The stream goes on: a copy after the failed decode runs, and nothing is in error.
   std::vector<std::byte> after(64, std::byte{0});
   const std::vector<std::byte> source(64, std::byte{7});
@@ -112,17 +118,21 @@ TEST_F(HostRuntimeDecodeTest, BadOpsAreRefusedAndNothingIsEnqueued) {
   absl::Status failure;
   DecodeLayerOp op = Op(0, out, failure);
   op.codec = nullptr;
-  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Decode({op}).code(), absl::StatusCode::kInvalidArgument);
   op = Op(layout_.num_layers, out, failure);
-  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Decode({op}).code(), absl::StatusCode::kInvalidArgument);
   op = Op(0, out, failure);
   op.out_bytes = layout_.layer_bytes(layout_.chunk_tokens) + 1;
-  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Decode({op}).code(), absl::StatusCode::kInvalidArgument);
   op.failure = nullptr;
   op.out_bytes = out.size();
-  EXPECT_EQ(stream_->DecodeLayer(op).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Decode({op}).code(), absl::StatusCode::kInvalidArgument);
+  // One bad op refuses the whole call.
+  std::vector<std::byte> untouched(out.size(), std::byte{0x7f});
+  EXPECT_EQ(Decode({Op(0, untouched, failure), op}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(stream_->Synchronize().ok());
   EXPECT_TRUE(failure.ok());
+  EXPECT_EQ(untouched, std::vector<std::byte>(out.size(), std::byte{0x7f}));
 }
 
 }  // namespace
