@@ -125,7 +125,7 @@ class LoadPipeline {
   // Bit c set: the codecs PrepareLoad asks to decode here (options, then the runtime).
   uint64_t decoded_codecs_ = 0;
   std::unique_ptr<storage::DeviceAllocation> staging_;  // named by copies in flight
-  std::vector<storage::DecodeLayerOp> decodes_;  // one layer's, kept between calls
+  std::vector<storage::DecodeLayerOp> decodes_;         // one layer's, kept between calls
   // Declared after the stream: destroyed first, once ~LoadPipeline has waited for the copies.
   std::optional<TransferBatch> batch_;
   std::vector<int32_t> failed_blocks_;

@@ -403,6 +403,8 @@ class HostTier {
   // snapshot: chunks may come and go while it runs, so a later Acquire may still miss.
   size_t Lookup(std::span<const ChunkKey> chain) const;
   bool Contains(const ChunkKey& key) const;
+  // True when `key` is committed and stored encoded (ReplaceForm): plain Acquires miss it.
+  bool HoldsEncoded(const ChunkKey& key) const;
 
   // Leases a committed chunk for `lease_duration` (default_lease when nullopt) on behalf of
   // `owner`, verifying its checksum per verify_every_n_loads unless `reader_verifies` (the

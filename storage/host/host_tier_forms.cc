@@ -86,6 +86,13 @@ absl::Status HostTier::CheckReplacement(const ChunkLease& lease, uint64_t size_b
   return absl::OkStatus();
 }
 
+bool HostTier::HoldsEncoded(const ChunkKey& key) const {
+  if (key.empty()) return false;
+  absl::MutexLock lock(&mu_);
+  const Record* record = FindLocked(key);
+  return record != nullptr && record->state == ChunkState::kCommitted && record->encoded;
+}
+
 absl::Status HostTier::CheckReplaceable(const ChunkLease& lease) const {
   if (!lease.valid() || lease.tier_ != this) {
     return absl::InvalidArgumentError(

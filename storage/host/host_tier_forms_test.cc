@@ -151,6 +151,9 @@ TEST_F(HostTierFormsTest, AReaderThatDecodesLeasesItsCodecsFramesAsLoads) {
     ChunkLease lease = LeaseAny(1);
     ASSERT_TRUE(tier_->ReplaceForm(lease, Frame(1), FormOf(1)).ok());  // codec 1
   }
+  EXPECT_TRUE(tier_->HoldsEncoded(Key(1)));
+  EXPECT_FALSE(tier_->HoldsEncoded(Key(2)));
+  EXPECT_FALSE(tier_->HoldsEncoded(Key(3)));
   const HostTierStats before = tier_->Stats();
   // A reader of codec 2 alone finds no chunk it can read, and that is no miss.
   EXPECT_FALSE(

@@ -75,13 +75,19 @@ absl::StatusOr<std::string> RemoteServer::Query(std::string_view request) {
   if (!query.ok()) return query.status();
   QueryReply reply;
   for (const ChunkKey& key : query->chain) {
-    absl::StatusOr<std::optional<ChunkLease>> lease = host_.AcquireForCopy(key, kDescribeLease);
+    absl::StatusOr<std::optional<ChunkLease>> lease =
+        host_.AcquireForCopy(key, kDescribeLease, Forms::kAny);
     if (lease.ok() && lease->has_value()) {
+      // A chunk held compressed is described as it decodes: a Lease decodes it first.
       const ChunkLease& chunk = **lease;
-      reply.held.push_back({.payload_bytes = chunk.size_bytes(),
-                            .payload_checksum = chunk.checksum(),
-                            .num_tokens = chunk.num_tokens()});
-      continue;
+      const StoredEncoding& form = chunk.encoding();
+      if (!form.encoded() || options_.promote_below) {
+        reply.held.push_back(
+            {.payload_bytes = form.encoded() ? form.decoded_bytes : chunk.size_bytes(),
+             .payload_checksum = form.encoded() ? form.decoded_checksum : chunk.checksum(),
+             .num_tokens = chunk.num_tokens()});
+        continue;
+      }
     }
     std::optional<LowerTier::ChunkInfo> below;
     if (options_.describe_below) below = options_.describe_below(key);
@@ -106,7 +112,8 @@ void RemoteServer::Lease(std::string_view request, Transport::Reply reply) {
   std::vector<ChunkKey> below;
   if (options_.describe_below && options_.promote_below) {
     for (const ChunkKey& key : lease_request->keys) {
-      if (!host_.Contains(key) && options_.describe_below(key).has_value()) below.push_back(key);
+      const bool below_host = !host_.Contains(key) && options_.describe_below(key).has_value();
+      if (below_host || host_.HoldsEncoded(key)) below.push_back(key);
     }
   }
   if (below.empty()) return AnswerLease(*lease_request, std::move(reply));

@@ -9,7 +9,10 @@
 // below (RemoteNode binds them to the TieredStore): Query describes them from the lower tier's
 // index, and a Lease that names any first has them promoted into the host tier on the store's
 // loads thread, then answers from there (a chunk that fails to come up is answered kAborted,
-// like one that left). Chunks this node knows only on other peers are never passed on.
+// like one that left). Chunks this node knows only on other peers are never passed on. Host
+// chunks held compressed (Compress, [host] codec) are described as they decode, and a Lease that
+// names any has the store decode them back in place first, the same way (peers never read a
+// frame); without the tiers' hooks they are not served.
 //
 // Leases are HostTier::AcquireForCopy leases (a copy, not a load: no hit counted, the eviction
 // policy untouched), kept by lease id until Release or their deadline; expired entries are swept
@@ -56,8 +59,9 @@ struct RemoteServerOptions {
   LayerStreamReceiverOptions streams;
   // The tiers below the host tier, for chunks held only there; both empty: the host tier alone
   // is served. describe_below answers from memory (TieredStore::DescribeBelowHost);
-  // promote_below brings chunks up off the caller's thread and calls its callback once they are
-  // up or failed, or answers false without calling it (TieredStore::PromoteForPeer).
+  // promote_below brings chunks up off the caller's thread, as plain host chunks (promoted from
+  // below, or decoded back in place), and calls its callback once they are up or failed, or
+  // answers false without calling it (TieredStore::PromoteForPeer).
   std::function<std::optional<LowerTier::ChunkInfo>(const ChunkKey&)> describe_below;
   std::function<bool(std::vector<ChunkKey>, absl::AnyInvocable<void() &&>)> promote_below;
 };
@@ -69,6 +73,7 @@ struct RemoteServerStats {
   uint64_t refused = 0;          // malformed or over the limit
   uint64_t chunks_received = 0;  // pushed by peers and committed here
   uint64_t leases_promoted = 0;  // Leases that first had chunks promoted from below the host tier
+                                 // or decoded back in place
 };
 
 // `options` with describe_below / promote_below bound to `store`'s tiers below its host tier

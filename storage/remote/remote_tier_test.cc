@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/host/test_util.h"
 #include "storage/remote/testing/test_daemon.h"
 
@@ -196,6 +197,42 @@ TEST_F(RemoteTierTest, ChunksThePeerHoldsOnlyOnDiskAreFoundAndLoaded) {
   EXPECT_EQ(a_->server().Stats().leases_promoted, 1u);
   EXPECT_EQ(a_->store().Stats().movement.peer_promoted, 2u);
   EXPECT_TRUE(a_->store().host().Contains(chain[3])) << "promoted on A";
+}
+
+// A chunk A holds compressed is described and served as it decodes: A decodes it back in place
+// before B reads it, so no peer ever reads a frame.
+TEST_F(RemoteTierTest, ChunksThePeerHoldsCompressedAreServedAsTheyDecode) {
+  Start();
+  for (uint64_t id = 0; id < 3; ++id) a_->Store(id);
+  const std::vector<ChunkKey> chain = b_->Chain(3);
+  auto compressed =
+      a_->store().Recode({&chain[1], 1}, Tier::kHost,
+                         {.codec = *CodecRegistry::Find("int8"), .layout = layout_.get()});
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  ASSERT_EQ(compressed->recoded, 1u);
+  ASSERT_TRUE(a_->store().host().HoldsEncoded(chain[1]));
+  // What it decodes to: the codec's decode of the chunk A stored.
+  const Codec& int8 = **CodecRegistry::Find("int8");
+  std::vector<std::byte> decoded(b_->ChunkBytes());
+  ASSERT_TRUE(
+      int8.Decode(*layout_,
+                  *int8.Encode(*layout_, layout_->chunk_tokens, Pattern(1, b_->ChunkBytes()), {}),
+                  decoded)
+          .ok());
+
+  EXPECT_EQ(b_->Query(chain), 3u);
+  LoadLeases loaded = b_->Load(chain);
+  ASSERT_TRUE(loaded.failure.ok()) << loaded.failure;
+  ASSERT_EQ(loaded.leases.size(), 3u);
+  EXPECT_TRUE(b_->Holds(loaded.leases[0], 0));
+  EXPECT_TRUE(b_->Holds(loaded.leases[2], 2));
+  std::vector<std::byte> fetched(loaded.leases[1].size_bytes());
+  loaded.leases[1].payload().CopyTo(fetched);
+  EXPECT_EQ(fetched, decoded);
+  EXPECT_EQ(loaded.leases[1].checksum(), ChecksumBytes(decoded));
+  EXPECT_EQ(a_->server().Stats().leases_promoted, 1u);
+  EXPECT_EQ(a_->store().Stats().movement.load_decoded, 1u);
+  EXPECT_FALSE(a_->store().host().HoldsEncoded(chain[1])) << "decoded back in place on A";
 }
 
 // A chunk A holds nowhere (neither tier) ends the run, disk tier or not.

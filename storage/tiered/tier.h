@@ -51,7 +51,8 @@ struct MovementStats {
   uint64_t async_loads = 0;
   uint64_t load_promoted = 0;
   std::array<uint64_t, kTierCount> load_promoted_from{};  // of those, by the tier they came from
-  // Host chunks stored encoded (Compress) that loads decoded back in place before leasing them.
+  // Host chunks stored encoded (Compress) that loads (or peers' leases) decoded back in place
+  // before leasing them.
   uint64_t load_decoded = 0;
   // Host chunks stored encoded that loads leased as they are, to readers that decode them
   // (LoadOptions::reader_decodes).

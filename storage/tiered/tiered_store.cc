@@ -465,6 +465,11 @@ bool TieredStore::PromoteForPeer(std::vector<ChunkKey> keys, absl::AnyInvocable<
         // Runs of consecutive keys held by the same tier, read with one queue each.
         size_t i = 0;
         while (i < keys.size()) {
+          // Held compressed: decoded back in place, so the peer reads the chunk (one that does
+          // not decode is removed, and its lease is answered as one that left).
+          if (host_->HoldsEncoded(keys[i]) && host_forms_->DecodeInPlace(keys[i]).ok()) {
+            decoded_loads_.fetch_add(1, std::memory_order_relaxed);
+          }
           LowerTier* source = host_->Contains(keys[i]) ? nullptr : FindBelow(keys[i]);
           if (source == nullptr || source->tier() == Tier::kRemote) {
             ++i;

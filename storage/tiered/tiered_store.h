@@ -264,9 +264,10 @@ class TieredStore {
   // only.
   std::optional<LowerTier::ChunkInfo> DescribeBelowHost(const ChunkKey& key) const;
   // Promotes those of `keys` that such a tier holds and the host tier lacks into the host tier,
-  // on the thread "strata-loads", at the size each was recorded with (PromoteRunAsRecorded),
-  // then calls `done` there, whatever the outcomes (the caller leases what arrived). false after
-  // Stop: `done` is dropped uncalled. Counted in MovementStats::peer_promoted.
+  // on the thread "strata-loads", at the size each was recorded with (PromoteRunAsRecorded), and
+  // decodes those the host tier holds encoded back in place (HostForms::DecodeInPlace), then
+  // calls `done` there, whatever the outcomes (the caller leases what arrived). false after
+  // Stop: `done` is dropped uncalled. Counted in MovementStats::peer_promoted and load_decoded.
   bool PromoteForPeer(std::vector<ChunkKey> keys, absl::AnyInvocable<void() &&> done);
 
   // Moves `keys` into `target` (a chunk is never in no tier meanwhile). Into the host tier: the
