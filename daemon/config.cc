@@ -170,6 +170,7 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       if (key == "policy") s = ReadTomlString(value, name, c.host.policy);
       if (key == "tenant_quotas") s = ReadTenantQuotas(value, name, c.host.tenant_quotas);
       if (std::optional<absl::Status> read = ReadCodecKey(key, name, value, c.host)) s = *read;
+      if (key == "codec_threads") s = ReadTomlUint(value, name, c.host.codec_threads);
     } else if (section == "disk") {
       if (key == "directory") s = ReadTomlString(value, name, c.disk.directory);
       if (key == "capacity_bytes") s = ReadTomlBytes(value, name, c.disk.capacity_bytes);
@@ -400,7 +401,8 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"prefault", c.host.prefault},
                    {"lease_ms", static_cast<int64_t>(c.host.lease_ms)},
                    {"verify_every_n_loads", static_cast<int64_t>(c.host.verify_every_n_loads)},
-                   {"policy", c.host.policy}}},
+                   {"policy", c.host.policy},
+                   {"codec_threads", static_cast<int64_t>(c.host.codec_threads)}}},
       {"disk",
        toml::table{{"directory", c.disk.directory},
                    {"capacity_bytes", static_cast<int64_t>(c.disk.capacity_bytes)},

@@ -7,7 +7,10 @@
 //             "s3fifo", "prefix-lru")
 //             codec, codec_group_size, codec_bits, codec_energy (as [disk]'s: the chunks
 //             committed to the host tier are compressed in place in the background, and decoded
-//             back by the daemon before a load; "" (the default) keeps them as they are)
+//             by the engines' connectors as they load them, or back by the daemon before a load
+//             for a connector that does not decode; "" (the default) keeps them as they are),
+//             codec_threads (threads recoding host chunks for Compress / Decompress; default:
+//             the cores, up to 4; 0: the calling thread alone)
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [host.tenant_codecs]  as [disk.tenant_codecs], for [host] codec
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
@@ -110,6 +113,9 @@ struct DaemonConfig {
     uint32_t codec_bits = 0;
     double codec_energy = 0;
     std::map<std::string, TenantCodec> tenant_codecs;
+    // Threads recoding host chunks for Compress / Decompress (with a disk tier, the larger of
+    // this and [disk] codec_threads recode chunks of either tier); 0: the calling thread alone.
+    uint32_t codec_threads = storage::CoresUpTo(4);
   } host;
   struct Disk {
     // Holds the segment files and the index; "" disables the disk tier.

@@ -36,6 +36,7 @@ policy = "lru"
 verify_every_n_loads = 8
 codec = "kivi4"
 codec_group_size = 64
+codec_threads = 2
 [host.tenant_quotas]
 team-a = "256MiB"
 "team b" = 1048576
@@ -99,6 +100,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->host.codec, "kivi4");
   EXPECT_EQ(config->host.codec_group_size, 64u);
   EXPECT_EQ(config->host.codec_bits, 0u);
+  EXPECT_EQ(config->host.codec_threads, 2u);
   ASSERT_EQ(config->host.tenant_codecs.size(), 1u);
   EXPECT_EQ(config->host.tenant_codecs.at("team-a").codec, "");
   EXPECT_EQ(config->disk.directory, "/var/cache/strata");

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                       .params = {.group_size = config.host.codec_group_size,
                                  .bits = config.host.codec_bits,
                                  .energy = static_cast<float>(config.host.codec_energy)},
-                      .tenant_codecs = StoreTenantCodecs(config.host.tenant_codecs)};
+                      .tenant_codecs = StoreTenantCodecs(config.host.tenant_codecs),
+                      .recode_threads = config.host.codec_threads};
   if (!config.disk.directory.empty()) {
     store.disk = storage::TieredDiskOptions{
         .directory = config.disk.directory,

@@ -339,6 +339,7 @@ std::string RunCompress(const Flags& flags, IoEngineKind kind, const Codec& code
   disk.reset();
   absl::StatusOr<std::unique_ptr<TieredStore>> store =
       TieredStore::Create({.host = {.capacity_bytes = 2u << 20},
+                           .host_codec = {.recode_threads = flags.decode_threads},
                            .disk = TieredDiskOptions{.directory = tier_dir,
                                                      .capacity_bytes = capacity_bytes,
                                                      .codec_threads = flags.decode_threads}});

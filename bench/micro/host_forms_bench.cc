@@ -9,7 +9,8 @@
 //   2. encode alone: the codec's Encode of each chunk on one core, from a warm buffer;
 //   3. Compress: TieredStore::Recode of the host tier, what the control API's Compress runs
 //      (per chunk: encode, decode to check it and measure its error, swap the frame into the
-//      chunk's own pages); with no disk tier the caller's thread recodes, one chunk at a time;
+//      chunk's own pages), side by side on --recode_threads threads ([host] codec_threads;
+//      default the daemon's) and the caller's;
 //   4. decode alone: the codec's Decode of each frame into a warm buffer, on one core;
 //   5. load: TieredStore::AcquireForLoad of the whole chain, as an engine's PrepareLoad; the
 //      loads thread decodes each chunk back into fresh arena pages (checked against the checksum
@@ -20,7 +21,7 @@
 // decodes again, which a quantizer keeps as they are (error 0). No target: the targets are
 // codec_bench's (decode on one core) and the disk tier's promotions.
 //
-// Usage: host_forms_bench [--codec=NAME] [--chunks=N] [--rounds=N]
+// Usage: host_forms_bench [--codec=NAME] [--chunks=N] [--rounds=N] [--recode_threads=N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,6 +51,7 @@ struct Flags {
   std::string codec = "int8";
   uint64_t chunks = 16;
   int rounds = 3;
+  uint32_t recode_threads = CoresUpTo(4);  // [host] codec_threads; the daemon's default
 };
 
 struct Round {
@@ -93,7 +95,8 @@ int Main(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<TieredStore>> opened =
       TieredStore::Create({.host = {.capacity_bytes = total_bytes + 2 * chunk_bytes,
                                     .page_bytes = kPage,
-                                    .prefault = true}});
+                                    .prefault = true},
+                           .host_codec = {.recode_threads = flags.recode_threads}});
   if (!opened.ok()) Die(fmt::format("open the store: {}", opened.status()));
   TieredStore& store = **opened;
   store.NoteLayout(*layout);
@@ -168,7 +171,8 @@ int Main(const Flags& flags) {
   std::printf(
       "%s\n",
       fmt::format(
-          "{{\"codec\": \"{}\", \"chunks\": {}, \"chunk_bytes\": {}, \"rounds\": {},\n"
+          "{{\"codec\": \"{}\", \"chunks\": {}, \"chunk_bytes\": {}, \"rounds\": {}, "
+          "\"recode_threads\": {},\n"
           "  \"stored_ratio\": {:.3f}, \"max_relative_error\": {:.5f},\n"
           "  \"copy_GBps\": {:.3f}, \"encode_alone_GBps\": {:.3f}, \"decode_alone_GBps\": {:.3f},\n"
           "  \"compress_GBps\": {:.3f}, \"compress_vs_encode_alone\": {:.3f},\n"
@@ -176,7 +180,7 @@ int Main(const Flags& flags) {
           "\"compressed_load_vs_copy\": {:.3f},\n"
           "  \"compressed_load_GBps_by_round\": [{}],\n"
           "  \"plain_load_ms\": {:.3f}}}",
-          codec.name(), flags.chunks, chunk_bytes, rounds.size(),
+          codec.name(), flags.chunks, chunk_bytes, rounds.size(), flags.recode_threads,
           static_cast<double>(total_bytes) / static_cast<double>(median.stored_after),
           first_round_error, gb / median.copy_s, gb / median.encode_s, gb / median.decode_s,
           gb / median.compress_s, median.encode_s / median.compress_s, gb / median.load_s,
@@ -191,20 +195,22 @@ int Main(const Flags& flags) {
 
 int main(int argc, char** argv) {
   strata::storage::Flags flags;
-  const bool parsed =
-      strata::bench::ParseFlags(argc, argv, "[--codec=NAME] [--chunks=N] [--rounds=N]",
-                                [&](std::string_view name, const std::string& value) {
-                                  if (name == "--codec") {
-                                    flags.codec = value;
-                                  } else if (name == "--chunks") {
-                                    flags.chunks = std::stoull(value);
-                                  } else if (name == "--rounds") {
-                                    flags.rounds = std::stoi(value);
-                                  } else {
-                                    return false;
-                                  }
-                                  return true;
-                                });
+  const bool parsed = strata::bench::ParseFlags(
+      argc, argv, "[--codec=NAME] [--chunks=N] [--rounds=N] [--recode_threads=N]",
+      [&](std::string_view name, const std::string& value) {
+        if (name == "--codec") {
+          flags.codec = value;
+        } else if (name == "--chunks") {
+          flags.chunks = std::stoull(value);
+        } else if (name == "--rounds") {
+          flags.rounds = std::stoi(value);
+        } else if (name == "--recode_threads") {
+          flags.recode_threads = static_cast<uint32_t>(std::stoul(value));
+        } else {
+          return false;
+        }
+        return true;
+      });
   if (!parsed) return 2;
   if (flags.chunks == 0 || flags.rounds <= 0) {
     std::fprintf(stderr, "host_forms_bench: --chunks and --rounds must be positive\n");

@@ -214,7 +214,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   // wins the CPU (shortest job first), nicer threads take the rest.
   store->loads_ = std::make_unique<TaskThread>("strata-loads", kBackgroundNice);
   store->recoders_ = std::make_unique<TaskPool>(
-      "strata-recode", options.disk.has_value() ? options.disk->codec_threads : 0);
+      "strata-recode", std::max(options.host_codec.recode_threads,
+                                options.disk.has_value() ? options.disk->codec_threads : 0u));
   store->maintenance_ = std::make_unique<TaskThread>("strata-tiered");
   return store;
 }

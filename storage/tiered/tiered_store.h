@@ -122,6 +122,10 @@ struct HostCodecOptions {
   std::string codec;
   CodecParams params;
   std::map<std::string, TieredDiskOptions::TenantCodec> tenant_codecs;
+  // Threads that recode chunks for Recode (Compress, Decompress), with or without a codec here;
+  // with a disk tier, the larger of this and its codec_threads. 0: Recode's caller recodes them
+  // one by one.
+  uint32_t recode_threads = CoresUpTo(4);
 };
 
 struct TieredStoreOptions {
@@ -282,7 +286,8 @@ class TieredStore {
   // Decompress): the host tier's chunks in place (HostForms::Recode), a lower tier's by
   // LowerTier::Recode; demotions queued before the call are written first, so a chunk evicted
   // just before is recoded with the rest. The chunks are recoded side by side on the store's
-  // recode threads (TieredDiskOptions::codec_threads) and the caller's, which blocks until all
+  // recode threads (HostCodecOptions::recode_threads, TieredDiskOptions::codec_threads) and the
+  // caller's, which blocks until all
   // are done. kFailedPrecondition for a tier the store lacks or a tier that keeps no encoded
   // chunks. The tier's first error (by key order) is the answer, and it stops the call: chunks
   // not started yet are left as they were; those under way finish, recoded.
