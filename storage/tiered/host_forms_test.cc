@@ -196,6 +196,18 @@ TEST_F(HostFormsTest, AChunkAnEngineReadsThroughoutIsBusyAndLeftAsItIs) {
   EXPECT_EQ(Bytes((*reader)->payload()), Kv(0));
   reader->reset();
   EXPECT_EQ(Compress(Keys(0, 1))->recoded, 1u);
+
+  // An engine that decodes the frame itself reads it throughout: Decompress leaves it too.
+  bool deferred = true;
+  LoadLeases frame = Load(Keys(0, 1), deferred, uint64_t{1} << static_cast<int>(CodecId::kInt8));
+  ASSERT_EQ(frame.leases.size(), 1u);
+  ASSERT_TRUE(frame.leases[0].encoding().encoded());
+  totals = Decompress(Keys(0, 1));
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  EXPECT_EQ(totals->busy, 1u);
+  EXPECT_TRUE(store_->host().HoldsEncoded(Key(0)));
+  frame.leases.clear();
+  EXPECT_EQ(Decompress(Keys(0, 1))->recoded, 1u);
 }
 
 TEST_F(HostFormsTest, AFrameThatDoesNotDecodeFailsItsLoadAndGoes) {
@@ -250,28 +262,51 @@ TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
 }
 
 TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
-  host_chunks_ = 8;  // room to decode every chunk into fresh pages while the loader leases them
+  host_chunks_ = 8;  // room to decode every chunk into fresh pages while the loaders lease them
   Open(/*with_disk=*/false);
   store_->NoteLayout(layout_);
   for (uint64_t id = 0; id < 4; ++id) StoreKv(id);
   std::atomic<bool> stop{false};
   std::atomic<int> loads{0};
-  std::thread loader([&] {
+  std::atomic<int> frames{0};
+  std::atomic<int> busy_loads{0};
+  // One loader has the daemon decode compressed chunks in place; the other decodes the frames it
+  // is given itself, as a connector that decodes on its device does.
+  const auto load = [&](uint64_t reader_decodes) {
+    const Codec& int8 = **CodecRegistry::Find("int8");
     // Bounded: 20 to 2,000 loads, until the recodes are done.
     for (int i = 0; i < 2000 && (i < 20 || !stop.load()); ++i) {
       bool deferred = false;
-      LoadLeases leased = Load(Keys(0, 4), deferred);
+      LoadLeases leased = Load(Keys(0, 4), deferred, reader_decodes);
+      if (reader_decodes == 0 && leased.failure.code() == absl::StatusCode::kUnavailable) {
+        // The decoding loader held a frame through every try to decode it in place: the engine
+        // recomputes (never a wrong chunk).
+        busy_loads.fetch_add(1);
+        continue;
+      }
       ASSERT_TRUE(leased.failure.ok()) << leased.failure;
       ASSERT_EQ(leased.leases.size(), 4u);
       for (uint64_t id = 0; id < 4; ++id) {
-        const std::vector<std::byte> bytes = Bytes(leased.leases[id].payload());
-        // The chunk or its decode: its own checksum, and within the codec's error.
-        ASSERT_EQ(ChecksumBytes(bytes), leased.leases[id].checksum());
+        const ChunkLease& lease = leased.leases[id];
+        std::vector<std::byte> bytes = Bytes(lease.payload());
+        // Whole: its own checksum. A frame decodes to what was encoded.
+        ASSERT_EQ(ChecksumBytes(bytes), lease.checksum());
+        if (lease.encoding().encoded()) {
+          ASSERT_NE(reader_decodes, 0u);
+          std::vector<std::byte> decoded(lease.encoding().decoded_bytes);
+          ASSERT_TRUE(int8.Decode(layout_, bytes, decoded).ok());
+          ASSERT_EQ(ChecksumBytes(decoded), lease.encoding().decoded_checksum);
+          bytes = std::move(decoded);
+          frames.fetch_add(1);
+        }
+        // The chunk or its decode, within the codec's error.
         ASSERT_LT(ErrorOf(id, bytes), 0.02);
       }
       loads.fetch_add(1);
     }
-  });
+  };
+  std::thread loader([&] { load(0); });
+  std::thread decoding_loader([&] { load(uint64_t{1} << static_cast<int>(CodecId::kInt8)); });
   for (int round = 0; round < 20; ++round) {
     absl::StatusOr<RecodeTotals> compressed = Compress(Keys(0, 4));
     ASSERT_TRUE(compressed.ok()) << compressed.status();
@@ -280,7 +315,10 @@ TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
   }
   stop = true;
   loader.join();
+  decoding_loader.join();
   EXPECT_GT(loads.load(), 0);
+  EXPECT_EQ(store_->Stats().movement.load_encoded, static_cast<uint64_t>(frames.load()));
+  RecordProperty("busy_loads", busy_loads.load());
   const absl::Status consistent = store_->host().CheckConsistency();
   EXPECT_TRUE(consistent.ok()) << consistent;
 }
