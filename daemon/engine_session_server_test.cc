@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/device/device_pools.h"
 #include "storage/device/host_runtime.h"
 #include "storage/device/testing/forked_child.h"
@@ -529,6 +530,61 @@ TEST_F(EngineSessionServerTest, LeasesSkipTheDaemonsCheckWhenTheConnectorVerifie
   ASSERT_TRUE(leased.ok());
   EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), int(absl::StatusCode::kDataLoss));
   EXPECT_EQ(tier_->Stats().checksum_failures, 1u);
+}
+
+// A chunk held compressed is placed as its frame only for a load that names its codec (ids that
+// name no codec are ignored); any other load gets it decoded back in place first.
+TEST_F(EngineSessionServerTest, ACompressedChunkIsPlacedAsItsFrameOnlyForALoadThatDecodesIt) {
+  RawEngineClient client(server_->socket_path());
+  ASSERT_TRUE(client.Handshake(TestLayout()).ok());
+  const std::vector<ChunkKey> keys = Keys(1);
+  Store(client, keys, 9);
+  const uint64_t chunk_bytes = TestLayout().chunk_bytes(16);
+  absl::StatusOr<storage::RecodeTotals> compressed =
+      store_->Recode(keys, storage::Tier::kHost, {.codec = *storage::CodecRegistry::Find("int8")});
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  ASSERT_EQ(compressed->recoded, 1u);
+
+  v1::EngineRequest load = test_support::PrepareLoadRequest(keys);
+  for (const uint32_t codec : {0u, 2u, 64u, 1000u}) {
+    load.mutable_prepare_load()->add_decoded_codecs(codec);
+  }
+  absl::StatusOr<v1::EngineResponse> leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  EXPECT_EQ(leased->prepare_load().chunks(0).status().code(), 0);
+  EXPECT_FALSE(leased->prepare_load().chunks(0).has_encoding()) << "kivi4 only: decoded first";
+  EXPECT_EQ(leased->prepare_load().chunks(0).size_bytes(), chunk_bytes);
+  const uint64_t decoded_checksum = leased->prepare_load().chunks(0).checksum();
+  EXPECT_EQ(store_->Stats().movement.load_decoded, 1u);
+  v1::EngineRequest release;
+  release.mutable_release()->add_handles(leased->prepare_load().chunks(0).handle());
+  ASSERT_TRUE(client.Call(release).ok());
+
+  compressed =
+      store_->Recode(keys, storage::Tier::kHost, {.codec = *storage::CodecRegistry::Find("int8")});
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  ASSERT_EQ(compressed->recoded, 1u);
+  load.mutable_prepare_load()->add_decoded_codecs(static_cast<uint32_t>(storage::CodecId::kInt8));
+  leased = client.Call(load);
+  ASSERT_TRUE(leased.ok());
+  const v1::LoadPlacement& frame = leased->prepare_load().chunks(0);
+  ASSERT_EQ(frame.status().code(), 0);
+  ASSERT_TRUE(frame.has_encoding());
+  EXPECT_EQ(frame.encoding().codec(), static_cast<uint32_t>(storage::CodecId::kInt8));
+  EXPECT_EQ(frame.encoding().decoded_bytes(), chunk_bytes);
+  EXPECT_EQ(frame.encoding().decoded_checksum(), decoded_checksum)
+      << "a quantizer re-encodes its own decode exactly";
+  EXPECT_LT(frame.size_bytes(), chunk_bytes);
+  std::vector<std::byte> bytes;
+  for (const v1::Extent& extent : frame.extents()) {
+    bytes.insert(bytes.end(), client.arena() + extent.offset(),
+                 client.arena() + extent.offset() + extent.length());
+  }
+  EXPECT_EQ(bytes.size(), frame.size_bytes());
+  EXPECT_EQ(storage::ChecksumBytes(bytes), frame.checksum()) << "the checksum is the frame's";
+  EXPECT_EQ(store_->Stats().movement.load_encoded, 1u);
+  EXPECT_EQ(store_->Stats().movement.load_decoded, 1u);
+  EXPECT_TRUE(tier_->HoldsEncoded(keys[0]));
 }
 
 // A commit may carry the writer's checksums (one per handle, or none): they become the chunks'
