@@ -373,10 +373,8 @@ absl::StatusOr<bool> EngineSession::PrepareLoad(uint64_t request_id,
     return s;
   }
   storage::LoadOptions options{.owner = id_, .reader_verifies = request.connector_verifies()};
-  for (const uint32_t codec : request.decoded_codecs()) {
-    // Codec ids above 63 name no codec the host tier can hold (Forms::encoded_codecs).
-    if (codec > 0 && codec < 64) options.reader_decodes |= uint64_t{1} << codec;
-  }
+  // Ids that name no codec are never members of a CodecSet, so they are ignored.
+  for (const uint32_t codec : request.decoded_codecs()) options.reader_decodes.Add(codec);
   if (request.lease_ms() != 0) {
     options.lease =
         std::min<std::chrono::nanoseconds>(milliseconds(request.lease_ms()), limits_.max_lease);

@@ -414,16 +414,14 @@ absl::StatusOr<uint32_t> EngineClient::Prefetch(std::span<const ChunkKey> keys,
 
 absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareLoad(
     std::span<const ChunkKey> keys, uint32_t lease_ms, milliseconds timeout, bool verifies,
-    uint64_t decoded_codecs) {
+    CodecSet decoded_codecs) {
   const MonoTime deadline = DeadlineIn(timeout);
   google::protobuf::Arena arena;
   auto* request = google::protobuf::Arena::CreateMessage<v1::EngineRequest>(&arena);
   auto* body = request->mutable_prepare_load();
   body->set_lease_ms(lease_ms);
   body->set_connector_verifies(verifies);
-  for (uint32_t codec = 1; codec < 64; ++codec) {
-    if ((decoded_codecs >> codec) & 1) body->add_decoded_codecs(codec);
-  }
+  for (const uint32_t codec : decoded_codecs.Ids()) body->add_decoded_codecs(codec);
   STRATA_RETURN_IF_ERROR(ToProto(keys, *body->mutable_chain()));
   absl::MutexLock lock(&mu_);
   STRATA_ASSIGN_OR_RETURN(v1::EngineResponse response,
@@ -446,9 +444,7 @@ absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> EngineClient::PrepareL
       placement.encoding = {.codec = static_cast<uint16_t>(chunk.encoding().codec()),
                             .decoded_bytes = chunk.encoding().decoded_bytes(),
                             .decoded_checksum = chunk.encoding().decoded_checksum()};
-      const bool asked = placement.encoding.codec != 0 && chunk.encoding().codec() < 64 &&
-                         ((decoded_codecs >> chunk.encoding().codec()) & 1) != 0;
-      if (!asked && placement.status.ok()) {
+      if (!decoded_codecs.Contains(chunk.encoding().codec()) && placement.status.ok()) {
         // Never read a form as KV that was not asked for: the chunk is recomputed.
         placement.status = absl::InternalError(fmt::format(
             "the daemon placed a chunk encoded by codec {}, which this load does not decode",

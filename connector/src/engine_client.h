@@ -307,12 +307,12 @@ class EngineClient {
                                     std::chrono::milliseconds timeout);
   // Leases `keys` for reading; one placement per key, in order. lease_ms 0: the daemon's default.
   // `verifies`: the caller checks each placement's checksum as it copies, so the daemon does
-  // not check first. `decoded_codecs`: bit c set when the caller decodes frames of codec c
-  // itself, so a chunk the daemon holds in that form is placed as it is (LoadPlacement::
-  // encoding); 0: every chunk is placed plain.
+  // not check first. `decoded_codecs`: the codecs whose frames the caller decodes itself, so a
+  // chunk the daemon holds in one of them is placed as it is (LoadPlacement::encoding); empty:
+  // every chunk is placed plain. A placement in any other codec is failed (kInternal).
   absl::StatusOr<SessionResult<std::vector<LoadPlacement>>> PrepareLoad(
       std::span<const ChunkKey> keys, uint32_t lease_ms, std::chrono::milliseconds timeout,
-      bool verifies = false, uint64_t decoded_codecs = 0);
+      bool verifies = false, CodecSet decoded_codecs = {});
   // Reserves space for `items`; one placement per item, in order.
   absl::StatusOr<SessionResult<std::vector<StorePlacement>>> PrepareStore(
       std::span<const StoreItem> items, std::chrono::milliseconds timeout);

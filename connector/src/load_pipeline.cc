@@ -37,9 +37,8 @@ absl::StatusOr<std::unique_ptr<LoadPipeline>> LoadPipeline::Create(const Connect
     STRATA_ASSIGN_OR_RETURN(event, runtime.CreateEvent());
   }
   for (const storage::Codec* codec : storage::CodecRegistry::All()) {
-    const auto id = static_cast<uint16_t>(codec->id());
-    if (options.decode_on_device && id < 64 && runtime.DecodesOnDevice(codec->id())) {
-      pipeline->decoded_codecs_ |= uint64_t{1} << id;
+    if (options.decode_on_device && runtime.DecodesOnDevice(codec->id())) {
+      pipeline->decoded_codecs_.Add(static_cast<uint32_t>(codec->id()));
     }
   }
   return pipeline;
@@ -169,11 +168,8 @@ void LoadPipeline::Plan(const PagedKvCache& cache, std::span<const TransferSpec>
 
 absl::Status LoadPipeline::PlanDecode(ChunkTransfer& transfer, const LoadPlacement& placement,
                                       uint64_t& staging_bytes) const {
+  // EngineClient::PrepareLoad has failed every placement in a codec this load does not decode.
   const StoredEncoding& form = placement.encoding;
-  if (form.codec >= 64 || ((decoded_codecs_ >> form.codec) & 1) == 0) {
-    return absl::InvalidArgumentError(fmt::format(
-        "the chunk came encoded by codec {}, which this load does not decode", form.codec));
-  }
   STRATA_ASSIGN_OR_RETURN(transfer.codec,
                           storage::CodecRegistry::Find(static_cast<storage::CodecId>(form.codec)));
   if (form.decoded_bytes != layout().chunk_bytes(transfer.chunk_tokens)) {

@@ -123,7 +123,7 @@ class LoadPipeline {
   std::vector<std::unique_ptr<storage::DeviceEvent>> layer_events_;  // one per layer
   LayerCopier copier_;
   // Bit c set: the codecs PrepareLoad asks to decode here (options, then the runtime).
-  uint64_t decoded_codecs_ = 0;
+  CodecSet decoded_codecs_;
   std::unique_ptr<storage::DeviceAllocation> staging_;  // named by copies in flight
   std::vector<storage::DecodeLayerOp> decodes_;         // one layer's, kept between calls
   // Declared after the stream: destroyed first, once ~LoadPipeline has waited for the copies.

@@ -179,9 +179,9 @@ struct ReserveResult {
 
 // Which forms of a chunk an Acquire call leases (see Forms above). A plain value.
 struct Forms {
-  // Encoded chunks leased too: bit c set for frames of codec c (StoredEncoding::codec, < 64).
+  // Encoded chunks leased too: those whose frame's codec (StoredEncoding::codec) is in the set.
   // An encoded chunk of another codec is left alone as if absent (no miss counted).
-  uint64_t encoded_codecs = 0;
+  CodecSet encoded_codecs;
   // Acquire: a lease of an encoded chunk is a load (a hit counted, the policy told, checksums
   // verified per verify_every_n_loads), because its reader decodes the frame itself. false: a
   // decoder's lease, which is no load until the chunk is plain; nor, then, is a plain chunk's.
@@ -189,18 +189,16 @@ struct Forms {
 
   static const Forms kPlainOnly;  // plain chunks only
   static const Forms kAny;  // plain or encoded, for a decoder: it reads ChunkLease::encoding()
-  // A load whose reader decodes the frames of the codecs `codecs` (bit c for codec c) itself.
-  static constexpr Forms DecodedByReader(uint64_t codecs) {
+  // A load whose reader decodes the frames of `codecs` itself.
+  static constexpr Forms DecodedByReader(CodecSet codecs) {
     return {.encoded_codecs = codecs, .reader_decodes = true};
   }
-  constexpr bool Leases(uint16_t codec) const {
-    return codec < 64 && ((encoded_codecs >> codec) & 1) != 0;
-  }
+  constexpr bool Leases(uint16_t codec) const { return encoded_codecs.Contains(codec); }
   // Whether a load's lease under these forms counts as one.
-  constexpr bool CountsLoads() const { return encoded_codecs == 0 || reader_decodes; }
+  constexpr bool CountsLoads() const { return encoded_codecs.empty() || reader_decodes; }
 };
 inline constexpr Forms Forms::kPlainOnly{};
-inline constexpr Forms Forms::kAny{.encoded_codecs = ~uint64_t{0}};
+inline constexpr Forms Forms::kAny{.encoded_codecs = CodecSet::All()};
 
 // Read access to one committed chunk until deadline() (see the lease contract above).
 // Move-only; destroying it (or Release) releases the lease.
@@ -403,7 +401,8 @@ class HostTier {
   // snapshot: chunks may come and go while it runs, so a later Acquire may still miss.
   size_t Lookup(std::span<const ChunkKey> chain) const;
   bool Contains(const ChunkKey& key) const;
-  // True when `key` is committed and stored encoded (ReplaceForm): plain Acquires miss it.
+  // True when `key` is committed and stored encoded (ReplaceForm): plain Acquires miss it. As
+  // cheap as Contains (a shard's reader lock).
   bool HoldsEncoded(const ChunkKey& key) const;
 
   // Leases a committed chunk for `lease_duration` (default_lease when nullopt) on behalf of

@@ -26,13 +26,17 @@ void HostTier::SetFormLocked(Record* record, const StoredEncoding& encoding) {
     encoded_bytes_ -= record->size_bytes;
     encoded_decoded_bytes_ -= it->second.decoded_bytes;
     encodings_.erase(it);
-    record->encoded = false;
   }
-  if (!encoding.encoded()) return;
-  encodings_.emplace(record, encoding);
-  encoded_bytes_ += record->size_bytes;
-  encoded_decoded_bytes_ += encoding.decoded_bytes;
-  record->encoded = true;
+  if (encoding.encoded()) {
+    encodings_.emplace(record, encoding);
+    encoded_bytes_ += record->size_bytes;
+    encoded_decoded_bytes_ += encoding.decoded_bytes;
+  }
+  if (record->encoded != encoding.encoded()) {
+    Shard& shard = ShardFor(record->key);
+    absl::MutexLock lock(&shard.mu);  // HoldsEncoded reads the flag under it
+    record->encoded = encoding.encoded();
+  }
 }
 
 StoredEncoding HostTier::FormOfLocked(const Record* record) const {
@@ -88,9 +92,10 @@ absl::Status HostTier::CheckReplacement(const ChunkLease& lease, uint64_t size_b
 
 bool HostTier::HoldsEncoded(const ChunkKey& key) const {
   if (key.empty()) return false;
-  absl::MutexLock lock(&mu_);
-  const Record* record = FindLocked(key);
-  return record != nullptr && record->state == ChunkState::kCommitted && record->encoded;
+  const Shard& shard = ShardFor(key);
+  absl::ReaderMutexLock lock(&shard.mu);
+  auto it = shard.records.find(key);
+  return it != shard.records.end() && (*it)->state == ChunkState::kCommitted && (*it)->encoded;
 }
 
 absl::Status HostTier::CheckReplaceable(const ChunkLease& lease) const {

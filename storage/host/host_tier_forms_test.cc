@@ -157,19 +157,20 @@ TEST_F(HostTierFormsTest, AReaderThatDecodesLeasesItsCodecsFramesAsLoads) {
   const HostTierStats before = tier_->Stats();
   // A reader of codec 2 alone finds no chunk it can read, and that is no miss.
   EXPECT_FALSE(
-      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(1u << 2))->has_value());
+      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(CodecSet().Add(2)))
+          ->has_value());
   EXPECT_EQ(tier_->Stats().misses, before.misses);
   EXPECT_EQ(tier_->Stats().hits, before.hits);
   // A reader of codec 1 leases the frame, and that is a load: a hit, verified on lease.
   absl::StatusOr<std::optional<ChunkLease>> frame =
-      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(1u << 1));
+      tier_->Acquire(Key(1), std::nullopt, 0, false, Forms::DecodedByReader(CodecSet().Add(1)));
   ASSERT_TRUE(frame.ok() && frame->has_value());
   EXPECT_EQ((*frame)->encoding(), FormOf(1));
   EXPECT_EQ(Read(**frame), Frame(1));
   EXPECT_EQ((*frame)->checksum(), ChecksumBytes(Frame(1)));
   // Plain chunks it leases as any load does.
   absl::StatusOr<std::optional<ChunkLease>> plain =
-      tier_->Acquire(Key(2), std::nullopt, 0, false, Forms::DecodedByReader(1u << 1));
+      tier_->Acquire(Key(2), std::nullopt, 0, false, Forms::DecodedByReader(CodecSet().Add(1)));
   ASSERT_TRUE(plain.ok() && plain->has_value());
   EXPECT_FALSE((*plain)->encoding().encoded());
   EXPECT_EQ(tier_->Stats().hits, before.hits + 2);

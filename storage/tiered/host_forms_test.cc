@@ -18,6 +18,9 @@ namespace {
 
 using testing::kChunkBytes;
 
+// The reader that decodes frames of `codec` itself.
+CodecSet Decodes(CodecId codec) { return CodecSet().Add(static_cast<uint32_t>(codec)); }
+
 class HostFormsTest : public testing::TieredStoreTestBase {
  protected:
   // KV shaped as a model's (outlier key channels, per-token value scales), so a codec's error
@@ -120,7 +123,7 @@ TEST_F(HostFormsTest, AReaderThatDecodesACodecLeasesItsChunksAsTheyAreHeld) {
   ASSERT_TRUE(Compress(Keys(1, 1)).ok());
   const StoredEncoding form = FormOf(Key(1));
   ASSERT_TRUE(form.encoded());
-  const uint64_t int8 = uint64_t{1} << static_cast<int>(CodecId::kInt8);
+  const CodecSet int8 = Decodes(CodecId::kInt8);
   const uint64_t hits = store_->host().Stats().hits;
 
   // A reader of int8: the frame is leased at once, as it is held, and counted as a load.
@@ -144,7 +147,7 @@ TEST_F(HostFormsTest, AReaderThatDecodesACodecLeasesItsChunksAsTheyAreHeld) {
   EXPECT_EQ(store_->host().Stats().encoded_chunks, 1u) << "the chunk stays compressed";
 
   // A reader of other codecs only: the daemon decodes the chunk back in place first.
-  leased = Load(Keys(0, 3), deferred, uint64_t{1} << static_cast<int>(CodecId::kKivi4));
+  leased = Load(Keys(0, 3), deferred, Decodes(CodecId::kKivi4));
   EXPECT_TRUE(deferred);
   ASSERT_TRUE(leased.failure.ok()) << leased.failure;
   ASSERT_EQ(leased.leases.size(), 3u);
@@ -199,7 +202,7 @@ TEST_F(HostFormsTest, AChunkAnEngineReadsThroughoutIsBusyAndLeftAsItIs) {
 
   // An engine that decodes the frame itself reads it throughout: Decompress leaves it too.
   bool deferred = true;
-  LoadLeases frame = Load(Keys(0, 1), deferred, uint64_t{1} << static_cast<int>(CodecId::kInt8));
+  LoadLeases frame = Load(Keys(0, 1), deferred, Decodes(CodecId::kInt8));
   ASSERT_EQ(frame.leases.size(), 1u);
   ASSERT_TRUE(frame.leases[0].encoding().encoded());
   totals = Decompress(Keys(0, 1));
@@ -272,13 +275,13 @@ TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
   std::atomic<int> busy_loads{0};
   // One loader has the daemon decode compressed chunks in place; the other decodes the frames it
   // is given itself, as a connector that decodes on its device does.
-  const auto load = [&](uint64_t reader_decodes) {
+  const auto load = [&](CodecSet reader_decodes) {
     const Codec& int8 = **CodecRegistry::Find("int8");
     // Bounded: 20 to 2,000 loads, until the recodes are done.
     for (int i = 0; i < 2000 && (i < 20 || !stop.load()); ++i) {
       bool deferred = false;
       LoadLeases leased = Load(Keys(0, 4), deferred, reader_decodes);
-      if (reader_decodes == 0 && leased.failure.code() == absl::StatusCode::kUnavailable) {
+      if (reader_decodes.empty() && leased.failure.code() == absl::StatusCode::kUnavailable) {
         // The decoding loader held a frame through every try to decode it in place: the engine
         // recomputes (never a wrong chunk).
         busy_loads.fetch_add(1);
@@ -292,7 +295,7 @@ TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
         // Whole: its own checksum. A frame decodes to what was encoded.
         ASSERT_EQ(ChecksumBytes(bytes), lease.checksum());
         if (lease.encoding().encoded()) {
-          ASSERT_NE(reader_decodes, 0u);
+          ASSERT_FALSE(reader_decodes.empty());
           std::vector<std::byte> decoded(lease.encoding().decoded_bytes);
           ASSERT_TRUE(int8.Decode(layout_, bytes, decoded).ok());
           ASSERT_EQ(ChecksumBytes(decoded), lease.encoding().decoded_checksum);
@@ -305,8 +308,8 @@ TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
       loads.fetch_add(1);
     }
   };
-  std::thread loader([&] { load(0); });
-  std::thread decoding_loader([&] { load(uint64_t{1} << static_cast<int>(CodecId::kInt8)); });
+  std::thread loader([&] { load({}); });
+  std::thread decoding_loader([&] { load(Decodes(CodecId::kInt8)); });
   for (int round = 0; round < 20; ++round) {
     absl::StatusOr<RecodeTotals> compressed = Compress(Keys(0, 4));
     ASSERT_TRUE(compressed.ok()) << compressed.status();

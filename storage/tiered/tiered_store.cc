@@ -348,8 +348,9 @@ std::optional<LoadLeases> TieredStore::AcquireForLoad(std::shared_ptr<const KvLa
 
 absl::StatusOr<std::optional<ChunkLease>> TieredStore::AcquireHostForLoad(
     const ChunkKey& key, const LoadOptions& options) {
-  const Forms forms = options.reader_decodes == 0 ? Forms::kPlainOnly
-                                                  : Forms::DecodedByReader(options.reader_decodes);
+  const Forms forms = options.reader_decodes.empty()
+                          ? Forms::kPlainOnly
+                          : Forms::DecodedByReader(options.reader_decodes);
   absl::StatusOr<std::optional<ChunkLease>> acquired =
       host_->Acquire(key, options.lease, options.owner, options.reader_verifies, forms);
   if (acquired.ok() && acquired->has_value() && (*acquired)->encoding().encoded()) {

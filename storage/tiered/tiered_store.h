@@ -153,10 +153,10 @@ struct LoadOptions {
   uint64_t owner = 0;
   // The reader checks each chunk's checksum as it copies (HostTier::Acquire).
   bool reader_verifies = false;
-  // Bit c set: the reader decodes frames of codec c itself (a connector that decodes on the
-  // engine's device), so a host chunk held in that form is leased as it is (ChunkLease::
-  // encoding() says so) instead of decoded back in place first. 0: every chunk plain.
-  uint64_t reader_decodes = 0;
+  // The codecs whose frames the reader decodes itself (a connector that decodes on the engine's
+  // device), so a host chunk held in one of them is leased as it is (ChunkLease::encoding() says
+  // so) instead of decoded back in place first. Empty: every chunk plain.
+  CodecSet reader_decodes;
 };
 
 // What a load leased: leases[i] for keys[i] of the leading chunks, then `failure` for the first

@@ -25,9 +25,9 @@ enum class ChunkState : uint8_t {
 };
 
 // One chunk. Its address is its policy ChunkId. Fields are guarded by the tier lock, except
-// `state`, which is written under the tier lock and the shard lock together (so a Lookup may
-// read it under the shard lock alone), and the key. Sizes, checksum and extents are set at
-// commit and change only under the tier lock, by ReplaceForm, while its caller holds the
+// `state` and `encoded`, which are written under the tier lock and the shard lock together (so a
+// Lookup may read them under the shard lock alone), and the key. Sizes, checksum and extents are
+// set at commit and change only under the tier lock, by ReplaceForm, while its caller holds the
 // chunk's only lease: a reader reads them through its lease, a detached chunk's never change.
 struct ChunkRecord {
   ChunkKey key;
@@ -41,13 +41,16 @@ struct ChunkRecord {
   uint32_t num_tokens = 0;
   uint32_t leases = 0;  // unreleased lease handles, expired ones included
   uint32_t loads = 0;   // leases granted so far, for sampled verification
-  ChunkState state = ChunkState::kReserved;
-  // Bit fields: one byte for the four flags leaves room for `tenant` within 136 bytes.
+  // Bit fields, two bytes in all, which leaves room for `tenant` within 136 bytes. `state` and
+  // `encoded` are one memory location (the shard lock's); the zero-width field ends it, so the
+  // other flags (the tier lock's alone) are another.
+  ChunkState state : 7 = ChunkState::kReserved;
+  bool encoded : 1 = false;  // stored as a codec's frame: its form is in HostTier::encodings_
+  uint8_t : 0;
   bool hard_pinned : 1 = false;
   bool unevictable : 1 = false;  // marked SetEvictable(false) in the policy
   bool in_expiry : 1 = false;
-  bool encoded : 1 = false;  // stored as a codec's frame: its form is in HostTier::encodings_
-  uint16_t tenant = 0;       // its TenantTable label while in the index; 0: none recorded
+  uint16_t tenant = 0;  // its TenantTable label while in the index; 0: none recorded
 };
 
 // Every indexed chunk costs a record, an index slot, a commit-order slot and the policy's entry

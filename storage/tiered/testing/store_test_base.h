@@ -72,7 +72,7 @@ class TieredStoreTestBase : public ::testing::Test {
   }
 
   // Runs AcquireForLoad and waits for its result, whichever way it comes; `deferred` tells which.
-  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred, uint64_t reader_decodes = 0) {
+  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred, CodecSet reader_decodes = {}) {
     std::promise<LoadLeases> done;
     std::future<LoadLeases> result = done.get_future();
     const std::thread::id caller = std::this_thread::get_id();
