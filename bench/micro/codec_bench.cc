@@ -312,7 +312,7 @@ void RegisterAll() {
   if (User()) {  // the user's KV, in its own dtype: each codec at its defaults, and a few variants
     Register("int8", {{0, 0, 0, 0, 0}});
     Register("kivi8", {{0, 0, 0, 0, 0}});
-    Register("kivi4", {{0, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
+    Register("kivi4", {{0, 0, 0, 0, 0}, {0, 32, 0, 0, 0}});
     Register("kivi2", {{0, 0, 0, 0, 0}});
     Register("cachegen", {{0, 0, 8, 0, 0}, {0, 0, 4, 0, 0}});
     Register("xkv", {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 999}});
@@ -320,7 +320,7 @@ void RegisterAll() {
   }
   Register("int8", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
   Register("kivi8", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 32, 0, 0, 0}, {0, 256, 0, 0, 0}});
-  Register("kivi4", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 128, 0, 0, 0}});
+  Register("kivi4", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {0, 32, 0, 0, 0}, {0, 128, 0, 0, 0}});
   Register("kivi2", {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}});
   Register("cachegen",
            {{0, 0, 8, 0, 0}, {1, 0, 8, 0, 0}, {0, 0, 4, 0, 0}, {0, 0, 2, 0, 0}, {0, 128, 8, 0, 0}});

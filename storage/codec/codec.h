@@ -49,7 +49,8 @@ std::string_view CodecIdName(CodecId id);
 // given a parameter it does not take, or a value it cannot use, answers kInvalidArgument.
 struct CodecParams {
   // kivi8 / kivi4 / kivi2: tokens per key group and channels per value group; 0 picks the
-  // default (kivi4 and kivi2 32; kivi8 the largest power of two up to 128 dividing a plane).
+  // default (the largest power of two dividing a plane's channels, up to 128 for kivi8, 64 for
+  // kivi4, 32 for kivi2).
   // cachegen: channels per group of one token; 0 picks every channel of the plane.
   // xkv: consecutive layers factored together; 0 picks the default (4).
   // int8 takes none (0): it scales per token and head.

@@ -36,6 +36,8 @@ EncodedChunkWriter::EncodedChunkWriter(const EncodedChunkHeader& header,
                                        std::span<const uint64_t> section_bytes)
     : header_(header) {
   STRATA_CHECK(section_bytes.size() == header.num_layers);
+  STRATA_CHECK(header.format_version >= kOldestEncodedFormatVersion &&
+               header.format_version <= kEncodedFormatVersion);
   offsets_.reserve(section_bytes.size() + 1);
   offsets_.push_back(EncodedFrameOverheadBytes(header.num_layers));
   for (const uint64_t bytes : section_bytes) offsets_.push_back(offsets_.back() + bytes);
@@ -51,7 +53,7 @@ std::vector<std::byte> EncodedChunkWriter::Finish() && {
   ByteWriter out;
   out.U32(kEncodedMagic);
   out.U64(0);  // header checksum, below
-  out.Raw(&kEncodedFormatVersion, sizeof(kEncodedFormatVersion));
+  out.Raw(&header_.format_version, sizeof(header_.format_version));
   const auto codec = static_cast<uint16_t>(header_.codec);
   out.Raw(&codec, sizeof(codec));
   out.U64(header_.layout_fingerprint);
@@ -94,11 +96,11 @@ absl::StatusOr<EncodedChunk> EncodedChunk::Parse(std::span<const std::byte> enco
   if (encoded.size() < kVersionOffset + sizeof(uint16_t)) {
     return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
   }
-  if (const auto version = Load<uint16_t>(encoded, kVersionOffset);
-      version != kEncodedFormatVersion) {
+  const auto version = Load<uint16_t>(encoded, kVersionOffset);
+  if (version < kOldestEncodedFormatVersion || version > kEncodedFormatVersion) {
     return absl::InvalidArgumentError(
-        fmt::format("encoded chunk format version {}; this build reads version {}", version,
-                    kEncodedFormatVersion));
+        fmt::format("encoded chunk format version {}; this build reads versions {} to {}", version,
+                    kOldestEncodedFormatVersion, kEncodedFormatVersion));
   }
   if (encoded.size() < kEncodedHeaderBytes) {
     return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
@@ -115,6 +117,7 @@ absl::StatusOr<EncodedChunk> EncodedChunk::Parse(std::span<const std::byte> enco
 
   EncodedChunk chunk;
   EncodedChunkHeader& h = chunk.header_;
+  h.format_version = version;
   ByteReader in(std::string_view(reinterpret_cast<const char*>(encoded.data()), overhead)
                     .substr(kVersionOffset + sizeof(uint16_t)));
   uint16_t codec = 0;

@@ -4,7 +4,7 @@
 //   offset  bytes   field
 //   0       4       magic "SKVC"
 //   4       8       header checksum: xxh3-64 of bytes [12, 52 + 16 * num_layers)
-//   12      2       format version (kEncodedFormatVersion)
+//   12      2       format version (kEncodedFormatVersion; see below)
 //   14      2       codec id (CodecId)
 //   16      8       layout fingerprint (KvLayout::Fingerprint)
 //   24      4       num_tokens
@@ -14,6 +14,9 @@
 //   44      8       encoded bytes (the whole frame)
 //   52      16 * L  per layer: its section's size in bytes, then the xxh3-64 of that section
 //   ...             the L sections, in layer order
+//
+// Format versions: 1, and 2 where kivi4's and kivi2's scales and zeros are fp16 values rather than
+// fp32 (quant_codec.h); the frame itself is the same. Parse reads both; writers write 2.
 //
 // Sections start at 4-byte multiples when their sizes are 4-byte multiples. Pure functions and
 // value types; thread-compatible. A parsed EncodedChunk points into the caller's bytes and is
@@ -32,12 +35,16 @@
 
 namespace strata::storage {
 
-inline constexpr uint32_t kEncodedMagic = 0x43564b53;  // "SKVC" read as a little-endian u32
-inline constexpr uint16_t kEncodedFormatVersion = 1;
+inline constexpr uint32_t kEncodedMagic = 0x43564b53;       // "SKVC" read as a little-endian u32
+inline constexpr uint16_t kEncodedFormatVersion = 2;        // what writers write
+inline constexpr uint16_t kOldestEncodedFormatVersion = 1;  // the oldest Parse reads
 inline constexpr uint64_t kEncodedHeaderBytes = 52;
 inline constexpr uint64_t kEncodedLayerEntryBytes = 16;
 
 struct EncodedChunkHeader {
+  // In [kOldestEncodedFormatVersion, kEncodedFormatVersion]: what a codec's sections mean may
+  // depend on it. Set by Parse; a writer writes the one its header names.
+  uint16_t format_version = kEncodedFormatVersion;
   CodecId codec = CodecId::kInt8;
   uint64_t layout_fingerprint = 0;
   uint32_t num_tokens = 0;
@@ -79,7 +86,8 @@ class EncodedChunkWriter {
 // bytes given, and each section lies inside them. Section checksums are checked per layer.
 class EncodedChunk {
  public:
-  // kInvalidArgument when the bytes do not start with the magic or name another format version;
+  // kInvalidArgument when the bytes do not start with the magic or name a format version this
+  // build does not read;
   // kDataLoss when they are shorter than the frame says (truncated), when the header checksum
   // fails, or when the layer table does not add up; kInvalidArgument when bytes follow the frame.
   static absl::StatusOr<EncodedChunk> Parse(std::span<const std::byte> encoded);

@@ -22,12 +22,18 @@ using kernels::QuantAxis;
 using kernels::QuantParams;
 using kernels::QuantScheme;
 
-// KIVI's group of 32 for 4 and 2 bits. At 8 bits a 32-group's scale and zero would cost an eighth
-// of its codes even in fp16 (1.78x), so kivi8 groups up to 128 (1.94x at 16 bits): the largest
-// power of two up to 128 that divides the plane's channels (64 for an MLA latent of 576).
+// The largest power of two up to a cap that divides the plane's channels (64 for an MLA latent
+// of 576). kivi2 caps at KIVI's group of 32. A group's fp16 scale and zero cost 32 / G bits per
+// element: kivi4 caps at 64 (3.56x at 16 bits, where 32 gives 3.2x), kivi8 at 128 (1.94x, where
+// 32 would give 1.78x).
 uint32_t DefaultGroupSize(int bits, int64_t cols) {
-  return bits == 8 ? static_cast<uint32_t>(std::gcd(int64_t{128}, cols)) : 32;
+  const int64_t cap = bits == 8 ? 128 : bits == 4 ? 64 : 32;
+  return static_cast<uint32_t>(std::gcd(cap, cols));
 }
+
+// Scales and zeros in fp16: kivi8's always, kivi4's and kivi2's from frame format 2 on
+// (encoded_chunk.h); fp32 in format 1 frames.
+bool Fp16Params(int bits, uint16_t format_version) { return bits == 8 || format_version >= 2; }
 
 // One plane of a layer: how it is quantized and the sizes of its parts in the layer's section.
 struct PlanePlan {
@@ -37,7 +43,7 @@ struct PlanePlan {
   kernels::QuantizedSizes sizes;
 
   uint64_t code_bytes() const { return static_cast<uint64_t>(sizes.code_words) * 4; }
-  // A scale or a zero: fp32, or fp16 (kivi8).
+  // A scale or a zero: fp32, or fp16 (Fp16Params).
   uint64_t param_bytes() const { return params.fp16_params ? 2 : 4; }
   uint64_t scale_bytes() const { return static_cast<uint64_t>(sizes.num_groups) * param_bytes(); }
   uint64_t zero_bytes() const {
@@ -58,7 +64,7 @@ struct LayerPlan {
 };
 
 absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& layout,
-                               uint32_t num_tokens, uint32_t group_size) {
+                               uint32_t num_tokens, uint32_t group_size, uint16_t format_version) {
   const std::string_view name = CodecIdName(id);
   if (!kernels::IsFloatDtype(layout.dtype)) {
     return absl::InvalidArgumentError(
@@ -96,8 +102,7 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
     }
     // Keys (or an MLA latent) per channel, whole groups of tokens; values per token.
     PlanePlan& keys = plan.planes[0];
-    // kivi8 keeps its scales and zeros in fp16, which halves their cost at 8 bits.
-    const bool fp16_params = bits == 8;
+    const bool fp16_params = Fp16Params(bits, format_version);
     keys.params = {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, bits, g, fp16_params};
     keys.quantized_rows = num_tokens / g * g;
     keys.residual_rows = num_tokens - keys.quantized_rows;
@@ -239,7 +244,7 @@ absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& lay
   STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, internal::OpenFrame(id, layout, encoded));
   const EncodedChunkHeader& header = chunk.header();
   absl::StatusOr<LayerPlan> plan =
-      Plan(id, bits, kivi, layout, header.num_tokens, header.group_size);
+      Plan(id, bits, kivi, layout, header.num_tokens, header.group_size, header.format_version);
   if (!plan.ok()) {
     return absl::DataLossError(
         fmt::format("encoded chunk parameters do not fit its layout: {}", plan.status().message()));
@@ -263,7 +268,7 @@ absl::StatusOr<LayerPlan> CheckedPlan(CodecId id, int bits, bool kivi, const KvL
                                                   CodecIdName(id), bits, params.bits));
   }
   STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(CodecIdName(id), params));
-  return Plan(id, bits, kivi, layout, num_tokens, params.group_size);
+  return Plan(id, bits, kivi, layout, num_tokens, params.group_size, kEncodedFormatVersion);
 }
 
 }  // namespace
@@ -288,13 +293,13 @@ std::string_view QuantCodec::error_bound() const {
              "up to fp16, z = min rounded down to fp16, per group (keys: group_size tokens of a "
              "channel; values: group_size channels of a token); residual keys exact";
     case CodecId::kKivi4:
-      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 15 per "
-             "group (keys: group_size tokens of a channel; values: group_size channels of a "
-             "token); residual keys exact";
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - z) / 15 rounded "
+             "up to fp16, z = min rounded down to fp16, per group (keys: group_size tokens of a "
+             "channel; values: group_size channels of a token); residual keys exact";
     case CodecId::kKivi2:
-      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - min) / 3 per "
-             "group (keys: group_size tokens of a channel; values: group_size channels of a "
-             "token); residual keys exact";
+      return "|x - x^| <= s/2 (1 + 1e-3) + ulp(x^)/2 in the dtype; s = (max - z) / 3 rounded "
+             "up to fp16, z = min rounded down to fp16, per group (keys: group_size tokens of a "
+             "channel; values: group_size channels of a token); residual keys exact";
     case CodecId::kCacheGen:
     case CodecId::kXkv:
       break;  // not a QuantCodec (the constructor checks)

@@ -2,23 +2,22 @@
 // on the CPU quantization reference in kernels/quant.h (its math, rounding and code packing).
 //
 // Each plane of a layer (K and V for MHA, the latent for MLA) is a matrix [num_tokens, C] with
-// C = num_kv_heads * head_dim channels, quantized in groups with scales (and zeros), fp32 but
-// for kivi8's fp16:
+// C = num_kv_heads * head_dim channels, quantized in groups with scales (and zeros): int8's fp32,
+// the kivi codecs' fp16 (fp32 for kivi4 and kivi2 in frames of format 1, which still decode):
 //   int8   symmetric, 8 bits, one group per token and head (head_dim channels), every plane:
 //          s = max|x| / 127, q = clamp(rint(x / s), -127, 127), x^ = q * s.
 //   kivi8, kivi4, kivi2   asymmetric, b = 8, 4 or 2 bits, group size G (CodecParams::group_size,
-//          which must divide C; default 32, and for kivi8 the largest power of two up to 128
-//          that divides C): s = (max - min) / (2^b - 1), q = clamp(rint((x - min) / s), 0,
-//          2^b - 1), x^ = q * s + min.
+//          which must divide C; default the largest power of two that divides C up to 128 for
+//          kivi8, 64 for kivi4, 32 for kivi2): s = (max - z) / (2^b - 1), q = clamp(rint((x - z) /
+//          s), 0, 2^b - 1), x^ = q * s + z, where z is min rounded down to an fp16 value and s is
+//          rounded up to one (kernels::QuantParams::fp16_params; format 1's fp32 z = min and s).
 //          Keys, and an MLA latent, per channel: a group is G consecutive tokens of one channel;
 //          the last num_tokens mod G tokens (KIVI's residual) are kept unquantized, in the
 //          layout's dtype. Values per token: a group is G consecutive channels of one token.
-//          kivi8's zero is min rounded down to an fp16 value and its s (max - zero) / 255
-//          rounded up to one (kernels::QuantParams::fp16_params), and q counts from that zero;
-//          a group beyond fp16's range (|x| > 65504) makes Encode kOutOfRange (a disk tier then
+//          A group beyond fp16's range (|x| > 65504) makes Encode kOutOfRange (a disk tier then
 //          stores the chunk as it is).
-// rint rounds half to even; a constant group gets s = 0 and decodes exactly (kivi8: when its
-// value is an fp16 value).
+// rint rounds half to even; a constant group gets s = 0 and decodes exactly (kivi: when its value
+// is an fp16 value, or in format 1).
 //
 // Error bound. For a finite input element x of a group with scale s, decoded as y:
 //     |x - y| <= s/2 * (1 + 1e-3) + ulp(y)/2,
@@ -30,13 +29,12 @@
 //
 // Encoded layer section (encoded_chunk.h frames it): for each plane in order, its codes (packed
 // 32/b per little-endian uint32, least significant bits first, row-major over [token][channel]),
-// its scales (fp32, kivi8 fp16: int8 [token][kv_head]; kivi keys [token / G][channel]; kivi
-// values [token][channel / G]), its zeros (kivi only, shaped as its scales), then its residual
-// tokens (kivi keys only, raw). Ratio over a 16-bit payload, before the residual and the frame:
-// int8 2 / (1 + 4 / head_dim), 1.94x at head_dim 128; kivi8 16 / (8 + 32 / G), 1.94x at G = 128;
-// kivi<b> 16 / (b + 64 / G) for 4 and 2 bits, kivi4 2.67x and kivi2 4.0x at G = 32, 3.56x and
-// 6.4x at G = 128. kivi8 has int8's ratio and a third of its error on KV with outlier key
-// channels (keys scaled per channel).
+// its scales (int8 fp32 [token][kv_head]; kivi fp16, keys [token / G][channel], values
+// [token][channel / G]), its zeros (kivi only, shaped as its scales), then its residual tokens
+// (kivi keys only, raw). Ratio over a 16-bit payload, before the residual and the frame: int8
+// 2 / (1 + 4 / head_dim), 1.94x at head_dim 128; kivi<b> 16 / (b + 32 / G): kivi8 1.94x at
+// G = 128, kivi4 3.56x at G = 64 (3.2x at 32), kivi2 5.33x at G = 32. kivi8 has int8's ratio and
+// a third of its error on KV with outlier key channels (keys scaled per channel).
 //
 // Encode runs kernels::Quantize per plane; Decode runs kernels::Dequantize, whose loops the
 // compiler vectorizes (with an AVX2 build of them on x86-64 CPUs that have it), after checking the
