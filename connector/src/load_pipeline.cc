@@ -1,6 +1,7 @@
 #include "connector/src/load_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "core/status_macros.h"
 #include "core/xxh3_dispatch.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/codec/encoded_chunk.h"
 
 namespace strata::connector::internal {
 namespace {
@@ -188,6 +190,17 @@ absl::Status LoadPipeline::PlanDecode(ChunkTransfer& transfer, const LoadPlaceme
   const uint64_t layer_bytes = layout().layer_bytes(transfer.chunk_tokens);
   staging_bytes = transfer.layer_offset + layer_bytes;
   transfer.decoded_extents.assign(layout().num_layers, {transfer.layer_offset, layer_bytes});
+  // The frame's header and layer table, for a runtime that plans its decode on the host.
+  transfer.frame_head.resize(std::min<uint64_t>(
+      placement.size_bytes, storage::EncodedFrameOverheadBytes(layout().num_layers)));
+  uint64_t gathered = 0;
+  for (const ArenaExtent& extent : transfer.extents) {
+    if (gathered == transfer.frame_head.size()) break;
+    const uint64_t take = std::min<uint64_t>(extent.length, transfer.frame_head.size() - gathered);
+    std::memcpy(transfer.frame_head.data() + gathered, transfer.arena->base() + extent.offset,
+                take);
+    gathered += take;
+  }
   return absl::OkStatus();
 }
 
@@ -222,6 +235,7 @@ absl::Status LoadPipeline::EnqueueDecodes(TransferBatch& batch, uint32_t layer) 
                         .layout = &layout(),
                         .frame = batch.staging + c.frame_offset,
                         .frame_bytes = c.frame_bytes,
+                        .frame_head = c.frame_head,
                         .layer = layer,
                         .out = batch.staging + c.layer_offset,
                         .out_bytes = layout().layer_bytes(c.chunk_tokens),
@@ -279,7 +293,8 @@ void LoadPipeline::Finish() {
           "recomputed",
           c.decode_failure.message());
     }
-    if (c.planned && !c.failed && options_.verify_checksums) {
+    // Frames always: a device that decodes them cannot check their sections (DecodeLayerOp).
+    if (c.planned && !c.failed && (options_.verify_checksums || c.encoded())) {
       const uint64_t read =
           batch.digests != nullptr ? batch.digests->Digest(c.digest) : ArenaChecksum(c);
       if (read != c.checksum) {

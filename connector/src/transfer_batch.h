@@ -48,6 +48,7 @@ struct ChunkTransfer {
   const storage::Codec* codec = nullptr;
   uint64_t frame_offset = 0;
   uint64_t frame_bytes = 0;
+  std::vector<std::byte> frame_head;  // its first bytes (DecodeLayerOp::frame_head)
   uint64_t layer_offset = 0;
   std::vector<ArenaExtent> decoded_extents;
   absl::Status decode_failure;  // written by the stream when a layer does not decode

@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<WorkerConnector>> WorkerConnector::Create(
   STRATA_ASSIGN_OR_RETURN(runtime, internal::RuntimeOrDefault(options, std::move(runtime)));
   auto impl = std::make_unique<Impl>(options, std::move(runtime), std::move(hasher));
   storage::DeviceRuntime* rt = impl->runtime.get();
+  for (const std::string& failure : rt->Capabilities().decode_check_failures) {
+    Log().warn("strata connector: the device does not decode {}; the daemon decodes those chunks",
+               failure);
+  }
   internal::EngineClientOptions client_options =
       internal::SessionOptions(options, /*map_arena=*/true);
   client_options.hooks.on_map = [rt](void* base, uint64_t size) {

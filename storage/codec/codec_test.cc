@@ -23,6 +23,7 @@
 namespace strata::storage {
 namespace {
 
+using testing::AsFormat1;
 using testing::CodecTestLayout;
 using testing::DecodeOrDie;
 using testing::EncodeOrDie;
@@ -513,43 +514,6 @@ TEST(CodecAlgorithmsTest, KiviKeepsFp16ScalesAndRefusesKvBeyondFp16) {
   }
 }
 
-// The sections of a kivi4 or kivi2 frame as format 1 wrote them: the same codes and residual
-// keys, with the fp16 scales and zeros widened to fp32 (exactly: fp16 values are fp32 values).
-std::vector<std::vector<std::byte>> Format1Sections(const EncodedChunk& chunk, uint64_t cols,
-                                                    int bits, uint64_t dtype_bytes) {
-  const uint64_t t = chunk.header().num_tokens, g = chunk.header().group_size;
-  const uint64_t key_rows = t / g * g;
-  struct Plane {
-    uint64_t code_bytes, groups, residual_bytes;
-  };
-  const Plane planes[2] = {
-      {key_rows * cols * bits / 8, key_rows / g * cols, (t - key_rows) * cols * dtype_bytes},
-      {t * cols * bits / 8, t * cols / g, 0}};
-  std::vector<std::vector<std::byte>> sections;
-  for (uint32_t layer = 0; layer < chunk.header().num_layers; ++layer) {
-    const std::span<const std::byte> in = chunk.section(layer);
-    std::vector<std::byte>& out = sections.emplace_back();
-    uint64_t at = 0;
-    const auto copy = [&](uint64_t bytes) {
-      out.insert(out.end(), in.begin() + at, in.begin() + at + bytes);
-      at += bytes;
-    };
-    for (const Plane& plane : planes) {
-      copy(plane.code_bytes);
-      for (uint64_t i = 0; i < 2 * plane.groups; ++i, at += 2) {  // the scales, then the zeros
-        uint16_t half;
-        std::memcpy(&half, in.data() + at, 2);
-        const float wide = kernels::Fp16BitsToFloat(half);
-        const auto* bytes = reinterpret_cast<const std::byte*>(&wide);
-        out.insert(out.end(), bytes, bytes + 4);
-      }
-      copy(plane.residual_bytes);
-    }
-    EXPECT_EQ(at, in.size());
-  }
-  return sections;
-}
-
 TEST(CodecAlgorithmsTest, Format1KiviFramesWithFp32ScalesStillDecode) {
   // 40 tokens in groups of 16: 32 quantized key tokens and 8 residual ones; 128 channels.
   const KvLayout layout = CodecTestLayout("codec-test", KvDtype::kBfloat16, 3, 2, 64, 64);
@@ -558,13 +522,10 @@ TEST(CodecAlgorithmsTest, Format1KiviFramesWithFp32ScalesStillDecode) {
     const Codec& codec = Get(name);
     const std::vector<std::byte> current =
         EncodeOrDie(codec, layout, 40, payload, {.group_size = 16});
-    absl::StatusOr<EncodedChunk> parsed = EncodedChunk::Parse(current);
+    const std::vector<std::byte> old = AsFormat1(current, 128, bits, 2);
+    absl::StatusOr<EncodedChunk> parsed = EncodedChunk::Parse(old);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
-    EXPECT_EQ(parsed->header().format_version, kEncodedFormatVersion);
-    const std::vector<std::vector<std::byte>> sections = Format1Sections(*parsed, 128, bits, 2);
-    EncodedChunkHeader header = parsed->header();
-    header.format_version = 1;
-    const std::vector<std::byte> old = EncodedChunkWriter::Assemble(header, sections);
+    EXPECT_EQ(parsed->header().format_version, 1);
     // Each layer's 2 planes have 32 / 16 x 128 key groups and 40 x 128 / 16 value groups.
     EXPECT_EQ(old.size(), current.size() + 3 * (256 + 320) * 2 * 2) << name;
 
@@ -578,7 +539,12 @@ TEST(CodecAlgorithmsTest, Format1KiviFramesWithFp32ScalesStillDecode) {
         << name;
 
     // Its fp32 sections under a format 2 header do not add up: refused, never misread.
+    EncodedChunkHeader header = parsed->header();
     header.format_version = 2;
+    std::vector<std::vector<std::byte>> sections;
+    for (uint32_t l = 0; l < header.num_layers; ++l) {
+      sections.emplace_back(parsed->section(l).begin(), parsed->section(l).end());
+    }
     const std::vector<std::byte> mislabelled = EncodedChunkWriter::Assemble(header, sections);
     std::vector<std::byte> out(decoded.size());
     EXPECT_EQ(codec.Decode(layout, mislabelled, out).code(), absl::StatusCode::kDataLoss) << name;

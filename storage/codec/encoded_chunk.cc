@@ -5,6 +5,7 @@
 
 #include "core/byte_codec.h"
 #include "core/check.h"
+#include "core/status_macros.h"
 #include "core/xxh3_dispatch.h"
 #include "fmt/format.h"
 
@@ -89,74 +90,91 @@ std::vector<std::byte> EncodedChunkWriter::Assemble(
 }
 
 absl::StatusOr<EncodedChunk> EncodedChunk::Parse(std::span<const std::byte> encoded) {
-  if (encoded.size() < sizeof(kEncodedMagic) || Load<uint32_t>(encoded, 0) != kEncodedMagic) {
+  absl::StatusOr<EncodedChunk> chunk = ParseHead(encoded, encoded.size());
+  if (chunk.ok()) chunk->frame_ = encoded;
+  return chunk;
+}
+
+absl::StatusOr<EncodedChunk> EncodedChunk::ParseHead(std::span<const std::byte> head,
+                                                     uint64_t frame_bytes) {
+  // Sizes are checked against the frame's; bytes are read from the head only.
+  const auto holds = [&](uint64_t need, std::string_view what) -> absl::Status {
+    if (frame_bytes < need) return Truncated(frame_bytes, need, what);
+    if (head.size() < need) {
+      return absl::InvalidArgumentError(
+          fmt::format("encoded chunk head: {} bytes given of a {}-byte frame, {} needs {}",
+                      head.size(), frame_bytes, what, need));
+    }
+    return absl::OkStatus();
+  };
+  if (frame_bytes < sizeof(kEncodedMagic) || head.size() < sizeof(kEncodedMagic) ||
+      Load<uint32_t>(head, 0) != kEncodedMagic) {
     return absl::InvalidArgumentError(fmt::format(
-        "not an encoded chunk: {} bytes without the frame's magic \"SKVC\"", encoded.size()));
+        "not an encoded chunk: {} bytes without the frame's magic \"SKVC\"", frame_bytes));
   }
-  if (encoded.size() < kVersionOffset + sizeof(uint16_t)) {
-    return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
-  }
-  const auto version = Load<uint16_t>(encoded, kVersionOffset);
+  STRATA_RETURN_IF_ERROR(holds(kVersionOffset + sizeof(uint16_t), "the header"));
+  const auto version = Load<uint16_t>(head, kVersionOffset);
   if (version < kOldestEncodedFormatVersion || version > kEncodedFormatVersion) {
     return absl::InvalidArgumentError(
         fmt::format("encoded chunk format version {}; this build reads versions {} to {}", version,
                     kOldestEncodedFormatVersion, kEncodedFormatVersion));
   }
-  if (encoded.size() < kEncodedHeaderBytes) {
-    return Truncated(encoded.size(), kEncodedHeaderBytes, "the header");
-  }
-  const auto num_layers = Load<uint32_t>(encoded, kNumLayersOffset);
+  STRATA_RETURN_IF_ERROR(holds(kEncodedHeaderBytes, "the header"));
+  const auto num_layers = Load<uint32_t>(head, kNumLayersOffset);
   const uint64_t overhead = EncodedFrameOverheadBytes(num_layers);
-  if (encoded.size() < overhead) {
-    return Truncated(encoded.size(), overhead, fmt::format("a table of {} layers", num_layers));
-  }
-  const uint64_t checksum = Hash(encoded.subspan(kChecksummedFrom, overhead - kChecksummedFrom));
-  if (checksum != Load<uint64_t>(encoded, kChecksumOffset)) {
+  STRATA_RETURN_IF_ERROR(holds(overhead, fmt::format("a table of {} layers", num_layers)));
+  const uint64_t checksum = Hash(head.subspan(kChecksummedFrom, overhead - kChecksummedFrom));
+  if (checksum != Load<uint64_t>(head, kChecksumOffset)) {
     return absl::DataLossError("encoded chunk header checksum mismatch");
   }
 
   EncodedChunk chunk;
   EncodedChunkHeader& h = chunk.header_;
   h.format_version = version;
-  ByteReader in(std::string_view(reinterpret_cast<const char*>(encoded.data()), overhead)
+  ByteReader in(std::string_view(reinterpret_cast<const char*>(head.data()), overhead)
                     .substr(kVersionOffset + sizeof(uint16_t)));
   uint16_t codec = 0;
   STRATA_CHECK(in.Raw(&codec, sizeof(codec)) && in.U64(h.layout_fingerprint) &&
                in.U32(h.num_tokens) && in.U32(h.num_layers) && in.U32(h.group_size) &&
                in.U64(h.decoded_bytes) && in.U64(h.encoded_bytes));
   h.codec = static_cast<CodecId>(codec);
-  if (h.encoded_bytes > encoded.size()) {
-    return Truncated(encoded.size(), h.encoded_bytes, "the frame");
+  if (h.encoded_bytes > frame_bytes) {
+    return Truncated(frame_bytes, h.encoded_bytes, "the frame");
   }
-  if (h.encoded_bytes < encoded.size()) {
+  if (h.encoded_bytes < frame_bytes) {
     return absl::InvalidArgumentError(fmt::format("{} bytes follow the {}-byte encoded chunk",
-                                                  encoded.size() - h.encoded_bytes,
-                                                  h.encoded_bytes));
+                                                  frame_bytes - h.encoded_bytes, h.encoded_bytes));
   }
-  chunk.sections_.reserve(num_layers);
+  chunk.offsets_.reserve(num_layers + 1);
   chunk.checksums_.reserve(num_layers);
   uint64_t offset = overhead;
+  chunk.offsets_.push_back(offset);
   for (uint32_t layer = 0; layer < num_layers; ++layer) {
     uint64_t size = 0, section_checksum = 0;
     STRATA_CHECK(in.U64(size) && in.U64(section_checksum));
-    if (size > encoded.size() - offset) {
+    if (size > frame_bytes - offset) {
       return absl::DataLossError(
           fmt::format("encoded chunk layer {} ({} bytes at {}) overruns the {}-byte frame", layer,
-                      size, offset, encoded.size()));
+                      size, offset, frame_bytes));
     }
-    chunk.sections_.push_back(encoded.subspan(offset, size));
-    chunk.checksums_.push_back(section_checksum);
     offset += size;
+    chunk.offsets_.push_back(offset);
+    chunk.checksums_.push_back(section_checksum);
   }
-  if (offset != encoded.size()) {
+  if (offset != frame_bytes) {
     return absl::DataLossError(
-        fmt::format("encoded chunk sections end at {}, the frame at {}", offset, encoded.size()));
+        fmt::format("encoded chunk sections end at {}, the frame at {}", offset, frame_bytes));
   }
   return chunk;
 }
 
+std::span<const std::byte> EncodedChunk::section(uint32_t layer) const {
+  STRATA_CHECK_MSG(!frame_.empty(), "a frame parsed from its head holds no sections");
+  return frame_.subspan(offsets_[layer], section_bytes(layer));
+}
+
 absl::Status EncodedChunk::VerifySection(uint32_t layer) const {
-  if (Hash(sections_[layer]) != checksums_[layer]) {
+  if (Hash(section(layer)) != checksums_[layer]) {
     return absl::DataLossError(fmt::format("encoded chunk layer {} checksum mismatch", layer));
   }
   return absl::OkStatus();

@@ -87,14 +87,26 @@ class EncodedChunkWriter {
 class EncodedChunk {
  public:
   // kInvalidArgument when the bytes do not start with the magic or name a format version this
-  // build does not read;
-  // kDataLoss when they are shorter than the frame says (truncated), when the header checksum
-  // fails, or when the layer table does not add up; kInvalidArgument when bytes follow the frame.
+  // build does not read; kDataLoss when they are shorter than the frame says (truncated), when
+  // the header checksum fails, or when the layer table does not add up; kInvalidArgument when
+  // bytes follow the frame.
   static absl::StatusOr<EncodedChunk> Parse(std::span<const std::byte> encoded);
+  // The same checks of a frame of `frame_bytes` bytes held where the caller cannot read it (a
+  // device), from its first bytes: `head` holds at least its header and layer table
+  // (EncodedFrameOverheadBytes of its layers), or all of a shorter frame; fewer are
+  // kInvalidArgument. The chunk it gives holds no sections: only their places (section_offset,
+  // section_bytes) and the header.
+  static absl::StatusOr<EncodedChunk> ParseHead(std::span<const std::byte> head,
+                                                uint64_t frame_bytes);
 
   const EncodedChunkHeader& header() const { return header_; }
-  std::span<const std::byte> section(uint32_t layer) const { return sections_[layer]; }
-  // kDataLoss when section `layer` does not hash to its checksum in the table.
+  // Where layer `layer`'s section lies in the frame, and its size.
+  uint64_t section_offset(uint32_t layer) const { return offsets_[layer]; }
+  uint64_t section_bytes(uint32_t layer) const { return offsets_[layer + 1] - offsets_[layer]; }
+  // The section's bytes. Parse's chunks only (checked).
+  std::span<const std::byte> section(uint32_t layer) const;
+  // kDataLoss when section `layer` does not hash to its checksum in the table. Parse's chunks
+  // only (checked).
   absl::Status VerifySection(uint32_t layer) const;
 
   // The checks every codec makes before decoding: the frame was written by `codec` for `layout`
@@ -104,7 +116,8 @@ class EncodedChunk {
 
  private:
   EncodedChunkHeader header_;
-  std::vector<std::span<const std::byte>> sections_;
+  std::span<const std::byte> frame_;  // the whole frame; empty from ParseHead
+  std::vector<uint64_t> offsets_;     // num_layers + 1 section boundaries
   std::vector<uint64_t> checksums_;
 };
 

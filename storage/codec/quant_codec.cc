@@ -35,36 +35,11 @@ uint32_t DefaultGroupSize(int bits, int64_t cols) {
 // (encoded_chunk.h); fp32 in format 1 frames.
 bool Fp16Params(int bits, uint16_t format_version) { return bits == 8 || format_version >= 2; }
 
-// One plane of a layer: how it is quantized and the sizes of its parts in the layer's section.
-struct PlanePlan {
-  QuantParams params;
-  int64_t quantized_rows = 0;  // leading tokens that are quantized
-  int64_t residual_rows = 0;   // trailing tokens kept raw (kivi keys)
-  kernels::QuantizedSizes sizes;
+using Plane = QuantLayerRecipe::Plane;
 
-  uint64_t code_bytes() const { return static_cast<uint64_t>(sizes.code_words) * 4; }
-  // A scale or a zero: fp32, or fp16 (Fp16Params).
-  uint64_t param_bytes() const { return params.fp16_params ? 2 : 4; }
-  uint64_t scale_bytes() const { return static_cast<uint64_t>(sizes.num_groups) * param_bytes(); }
-  uint64_t zero_bytes() const {
-    return params.scheme == QuantScheme::kAsymmetric ? scale_bytes() : 0;
-  }
-};
-
-struct LayerPlan {
-  KvDtype dtype = KvDtype::kBfloat16;
-  int64_t cols = 0;          // num_kv_heads * head_dim
-  uint64_t token_bytes = 0;  // raw bytes of one token of one plane
-  uint64_t plane_bytes = 0;  // raw bytes of one plane
-  uint64_t layer_bytes = 0;  // raw bytes of one layer
-  uint64_t section_bytes = 0;
-  uint32_t group_size = 0;  // as the frame stores it
-  uint32_t num_planes = 0;
-  std::array<PlanePlan, 2> planes;
-};
-
-absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& layout,
-                               uint32_t num_tokens, uint32_t group_size, uint16_t format_version) {
+absl::StatusOr<QuantLayerRecipe> Plan(CodecId id, int bits, bool kivi, const KvLayout& layout,
+                                      uint32_t num_tokens, uint32_t group_size,
+                                      uint16_t format_version) {
   const std::string_view name = CodecIdName(id);
   if (!kernels::IsFloatDtype(layout.dtype)) {
     return absl::InvalidArgumentError(
@@ -74,13 +49,12 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
     return absl::InvalidArgumentError(fmt::format("codec {}: num_tokens {} is outside [1, {}]",
                                                   name, num_tokens, layout.chunk_tokens));
   }
-  LayerPlan plan;
+  QuantLayerRecipe plan;
   plan.dtype = layout.dtype;
   plan.cols = int64_t{layout.num_kv_heads} * layout.head_dim;
-  plan.token_bytes = layout.plane_token_bytes();
-  plan.plane_bytes = plan.token_bytes * num_tokens;
   plan.layer_bytes = layout.layer_bytes(num_tokens);
   plan.num_planes = layout.planes_per_layer();
+  std::array<int64_t, 2> residual_rows{};
   if (!kivi) {
     if (group_size != 0) {
       return absl::InvalidArgumentError(fmt::format(
@@ -101,16 +75,18 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
           name, g, plan.cols));
     }
     // Keys (or an MLA latent) per channel, whole groups of tokens; values per token.
-    PlanePlan& keys = plan.planes[0];
     const bool fp16_params = Fp16Params(bits, format_version);
+    Plane& keys = plan.planes[0];
     keys.params = {QuantScheme::kAsymmetric, QuantAxis::kPerChannel, bits, g, fp16_params};
     keys.quantized_rows = num_tokens / g * g;
-    keys.residual_rows = num_tokens - keys.quantized_rows;
+    residual_rows[0] = num_tokens - keys.quantized_rows;
     plan.planes[1].params = {QuantScheme::kAsymmetric, QuantAxis::kPerToken, bits, g, fp16_params};
     plan.planes[1].quantized_rows = num_tokens;
   }
+  const uint64_t token_bytes = layout.plane_token_bytes();
+  uint64_t at = 0;
   for (uint32_t p = 0; p < plan.num_planes; ++p) {
-    PlanePlan& plane = plan.planes[p];
+    Plane& plane = plan.planes[p];
     // The shape rules (whole groups, whole code words) checked on one group's worth of rows, so
     // that they do not depend on num_tokens.
     const int64_t probe_rows =
@@ -118,31 +94,29 @@ absl::StatusOr<LayerPlan> Plan(CodecId id, int bits, bool kivi, const KvLayout& 
     STRATA_RETURN_IF_ERROR(
         Annotate(kernels::QuantizedSizesFor(plane.params, probe_rows, plan.cols).status(),
                  fmt::format("codec {} on layout {}", name, layout.DebugString())));
+    kernels::QuantizedSizes sizes;
     if (plane.quantized_rows > 0) {
       STRATA_ASSIGN_OR_RETURN(
-          plane.sizes, kernels::QuantizedSizesFor(plane.params, plane.quantized_rows, plan.cols));
+          sizes, kernels::QuantizedSizesFor(plane.params, plane.quantized_rows, plan.cols));
     }
-    plan.section_bytes += plane.code_bytes() + plane.scale_bytes() + plane.zero_bytes() +
-                          plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
+    plane.codes_offset = at;
+    plane.code_words = static_cast<uint64_t>(sizes.code_words);
+    at += plane.code_words * 4;
+    plane.num_groups = static_cast<uint64_t>(sizes.num_groups);
+    plane.scales_offset = at;
+    at += plane.num_groups * plane.param_bytes();
+    plane.zeros_offset = at;
+    if (plane.params.scheme == QuantScheme::kAsymmetric)
+      at += plane.num_groups * plane.param_bytes();
+    plane.residual_offset = at;
+    plane.residual_bytes = token_bytes * static_cast<uint64_t>(residual_rows[p]);
+    at += plane.residual_bytes;
+    plane.out_bytes = token_bytes * num_tokens;
+    plane.out_offset = p * plane.out_bytes;
   }
+  plan.section_bytes = at;
   return plan;
 }
-
-// The parts of one plane, laid out from `base` in section order.
-template <class Byte>
-struct PlaneParts {
-  PlaneParts(const PlanePlan& plane, Byte* base)
-      : codes(reinterpret_cast<Word*>(base), static_cast<size_t>(plane.sizes.code_words)),
-        scales(base + plane.code_bytes()),
-        zeros(scales + plane.scale_bytes()),
-        residual(zeros + plane.zero_bytes()) {}
-
-  using Word = std::conditional_t<std::is_const_v<Byte>, const uint32_t, uint32_t>;
-  std::span<Word> codes;
-  Byte* scales;  // num_groups fp32 or fp16 values (PlanePlan::param_bytes)
-  Byte* zeros;   // as many as scales, or none (int8)
-  Byte* residual;
-};
 
 // A plane's scales and zeros as fp32 for the kernels: the section's own where it holds fp32
 // (its parts are 4-byte aligned), else (fp16) copies, which Store writes back.
@@ -151,19 +125,20 @@ class PlaneParams {
  public:
   using Float = std::conditional_t<std::is_const_v<Byte>, const float, float>;
 
-  PlaneParams(const PlanePlan& plane, const PlaneParts<Byte>& parts)
+  PlaneParams(const Plane& plane, Byte* section)
       : fp16_(plane.params.fp16_params),
-        groups_(static_cast<size_t>(plane.sizes.num_groups)),
-        zero_count_(plane.zero_bytes() / plane.param_bytes()) {
+        groups_(plane.num_groups),
+        zero_count_(plane.params.scheme == QuantScheme::kAsymmetric ? groups_ : 0),
+        scales_at_(section + plane.scales_offset) {
     if (!fp16_) {
-      scales_ = {reinterpret_cast<Float*>(parts.scales), groups_};
-      zeros_ = {reinterpret_cast<Float*>(parts.zeros), zero_count_};
+      scales_ = {reinterpret_cast<Float*>(scales_at_), groups_};
+      zeros_ = {reinterpret_cast<Float*>(section + plane.zeros_offset), zero_count_};
       return;
     }
     owned_.resize(groups_ + zero_count_);
     for (size_t i = 0; i < owned_.size(); ++i) {
       uint16_t bits;
-      std::memcpy(&bits, parts.scales + 2 * i, 2);  // the zeros follow the scales
+      std::memcpy(&bits, scales_at_ + 2 * i, 2);  // the zeros follow the scales
       owned_[i] = kernels::Fp16BitsToFloat(bits);
     }
     scales_ = std::span<Float>(owned_).first(groups_);
@@ -174,11 +149,11 @@ class PlaneParams {
   std::span<Float> zeros() const { return zeros_; }
 
   // Writes fp16 values back into the section (exact: the kernel made them fp16 values).
-  void Store(const PlaneParts<std::byte>& parts) const {
+  void Store() const {
     if (!fp16_) return;
     for (size_t i = 0; i < owned_.size(); ++i) {
       const uint16_t bits = kernels::FloatToFp16Bits(owned_[i]);
-      std::memcpy(parts.scales + 2 * i, &bits, 2);
+      std::memcpy(scales_at_ + 2 * i, &bits, 2);
     }
   }
 
@@ -186,82 +161,91 @@ class PlaneParams {
   bool fp16_;
   size_t groups_;
   size_t zero_count_;
+  Byte* scales_at_;
   std::vector<float> owned_;
   std::span<Float> scales_;
   std::span<Float> zeros_;
 };
 
-absl::Status EncodeLayer(const LayerPlan& plan, const std::byte* in, std::span<std::byte> section) {
-  std::byte* out = section.data();
+absl::Status EncodeLayer(const QuantLayerRecipe& plan, const std::byte* in,
+                         std::span<std::byte> section) {
+  std::byte* base = section.data();
   for (uint32_t p = 0; p < plan.num_planes; ++p) {
-    const PlanePlan& plane = plan.planes[p];
-    PlaneParts<std::byte> parts(plane, out);
+    const Plane& plane = plan.planes[p];
+    const std::byte* plane_in = in + plane.out_offset;
     if (plane.quantized_rows > 0) {
-      PlaneParams<std::byte> params(plane, parts);
+      PlaneParams<std::byte> params(plane, base);
       STRATA_RETURN_IF_ERROR(kernels::Quantize(
           plane.params,
-          kernels::ConstMatrixView::Dense(in, plan.dtype, plane.quantized_rows, plan.cols),
-          parts.codes, params.scales(), params.zeros()));
-      params.Store(parts);
+          kernels::ConstMatrixView::Dense(plane_in, plan.dtype, plane.quantized_rows, plan.cols),
+          std::span(reinterpret_cast<uint32_t*>(base + plane.codes_offset), plane.code_words),
+          params.scales(), params.zeros()));
+      params.Store();
     }
-    const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
-    std::memcpy(parts.residual, in + plan.plane_bytes - residual_bytes, residual_bytes);
-    out = parts.residual + residual_bytes;
-    in += plan.plane_bytes;
+    std::memcpy(base + plane.residual_offset, plane_in + plane.out_bytes - plane.residual_bytes,
+                plane.residual_bytes);
   }
-  STRATA_CHECK(out == section.data() + section.size());
   return absl::OkStatus();
 }
 
-absl::Status DecodeLayerSection(const LayerPlan& plan, std::span<const std::byte> section,
+absl::Status DecodeLayerSection(const QuantLayerRecipe& plan, std::span<const std::byte> section,
                                 std::byte* out) {
-  const std::byte* in = section.data();
+  const std::byte* base = section.data();
   for (uint32_t p = 0; p < plan.num_planes; ++p) {
-    const PlanePlan& plane = plan.planes[p];
-    const PlaneParts<const std::byte> parts(plane, in);
+    const Plane& plane = plan.planes[p];
+    std::byte* plane_out = out + plane.out_offset;
     if (plane.quantized_rows > 0) {
-      const PlaneParams<const std::byte> params(plane, parts);
+      const PlaneParams<const std::byte> params(plane, base);
       STRATA_RETURN_IF_ERROR(kernels::Dequantize(
-          plane.params, parts.codes, params.scales(), params.zeros(),
-          kernels::MatrixView::Dense(out, plan.dtype, plane.quantized_rows, plan.cols)));
+          plane.params,
+          std::span(reinterpret_cast<const uint32_t*>(base + plane.codes_offset), plane.code_words),
+          params.scales(), params.zeros(),
+          kernels::MatrixView::Dense(plane_out, plan.dtype, plane.quantized_rows, plan.cols)));
     }
-    const uint64_t residual_bytes = plan.token_bytes * static_cast<uint64_t>(plane.residual_rows);
-    std::memcpy(out + plan.plane_bytes - residual_bytes, parts.residual, residual_bytes);
-    in = parts.residual + residual_bytes;
-    out += plan.plane_bytes;
+    std::memcpy(plane_out + plane.out_bytes - plane.residual_bytes, base + plane.residual_offset,
+                plane.residual_bytes);
   }
   return absl::OkStatus();
 }
 
-// A frame of this codec for `layout`, parsed and checked, with its plan.
-struct Opened {
-  EncodedChunk chunk;
-  LayerPlan plan;
-};
-
-absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& layout,
-                            std::span<const std::byte> encoded) {
-  STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, internal::OpenFrame(id, layout, encoded));
+// The recipe of a parsed frame of this codec for `layout` (EncodedChunk::CheckWrittenBy passed):
+// every section of the size its parameters make.
+absl::StatusOr<QuantLayerRecipe> FrameRecipe(CodecId id, int bits, bool kivi,
+                                             const KvLayout& layout, const EncodedChunk& chunk) {
   const EncodedChunkHeader& header = chunk.header();
-  absl::StatusOr<LayerPlan> plan =
+  absl::StatusOr<QuantLayerRecipe> plan =
       Plan(id, bits, kivi, layout, header.num_tokens, header.group_size, header.format_version);
   if (!plan.ok()) {
     return absl::DataLossError(
         fmt::format("encoded chunk parameters do not fit its layout: {}", plan.status().message()));
   }
   for (uint32_t layer = 0; layer < header.num_layers; ++layer) {
-    if (chunk.section(layer).size() != plan->section_bytes) {
+    if (chunk.section_bytes(layer) != plan->section_bytes) {
       return absl::DataLossError(
           fmt::format("encoded chunk layer {} holds {} bytes, its parameters make {}", layer,
-                      chunk.section(layer).size(), plan->section_bytes));
+                      chunk.section_bytes(layer), plan->section_bytes));
     }
   }
-  return Opened{std::move(chunk), *std::move(plan)};
+  return plan;
+}
+
+// A frame of this codec for `layout`, parsed and checked, with its recipe.
+struct Opened {
+  EncodedChunk chunk;
+  QuantLayerRecipe plan;
+};
+
+absl::StatusOr<Opened> Open(CodecId id, int bits, bool kivi, const KvLayout& layout,
+                            std::span<const std::byte> encoded) {
+  STRATA_ASSIGN_OR_RETURN(EncodedChunk chunk, internal::OpenFrame(id, layout, encoded));
+  STRATA_ASSIGN_OR_RETURN(QuantLayerRecipe plan, FrameRecipe(id, bits, kivi, layout, chunk));
+  return Opened{std::move(chunk), plan};
 }
 
 // Encode's checks of everything but the payload, and the plan they give.
-absl::StatusOr<LayerPlan> CheckedPlan(CodecId id, int bits, bool kivi, const KvLayout& layout,
-                                      uint32_t num_tokens, const CodecParams& params) {
+absl::StatusOr<QuantLayerRecipe> CheckedPlan(CodecId id, int bits, bool kivi,
+                                             const KvLayout& layout, uint32_t num_tokens,
+                                             const CodecParams& params) {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   if (params.bits != 0) {
     return absl::InvalidArgumentError(fmt::format("codec {} takes no bits (it has {}), got {}",
@@ -315,7 +299,7 @@ absl::StatusOr<std::vector<std::byte>> QuantCodec::Encode(const KvLayout& layout
                                                           uint32_t num_tokens,
                                                           std::span<const std::byte> payload,
                                                           const CodecParams& params) const {
-  STRATA_ASSIGN_OR_RETURN(const LayerPlan plan,
+  STRATA_ASSIGN_OR_RETURN(const QuantLayerRecipe plan,
                           CheckedPlan(id_, bits_, kivi_, layout, num_tokens, params));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(name(), layout, num_tokens, payload));
   const EncodedChunkHeader header{.codec = id_,
@@ -344,6 +328,13 @@ absl::Status QuantCodec::Decode(const KvLayout& layout, std::span<const std::byt
                                               out.data() + layer * opened.plan.layer_bytes));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<QuantLayerRecipe> QuantCodec::Recipe(const KvLayout& layout,
+                                                    const EncodedChunk& frame) const {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  STRATA_RETURN_IF_ERROR(frame.CheckWrittenBy(id_, layout));
+  return FrameRecipe(id_, bits_, kivi_, layout, frame);
 }
 
 absl::Status QuantCodec::DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,

@@ -42,6 +42,7 @@
 // Thread-safety and ownership as for every Codec (codec.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -51,10 +52,41 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/kv_layout.h"
+#include "kernels/quant.h"
 #include "storage/codec/codec.h"
 #include "storage/codec/encoded_chunk.h"
 
 namespace strata::storage {
+
+// How one layer of a QuantCodec frame decodes, for a decoder other than the codec's own (a device
+// runtime's kernels, which read the frame where the host cannot): each plane's parts as offsets
+// in the layer's section, and its place in the decoded layer (core/kv_layout.h's plane order).
+// The codec's own Encode and Decode run the same recipe on the CPU. A plain value.
+struct QuantLayerRecipe {
+  struct Plane {
+    // Its quantization (kernels/quant.h); fp16_params: the section holds its scales and zeros as
+    // fp16 values (they widen to fp32 exactly), else as fp32.
+    kernels::QuantParams params;
+    int64_t quantized_rows = 0;  // its leading tokens, decoded from codes (0: none)
+    uint64_t codes_offset = 0;   // code_words packed uint32 words
+    uint64_t code_words = 0;
+    uint64_t scales_offset = 0;  // num_groups scales
+    uint64_t zeros_offset = 0;   // num_groups zeros (asymmetric only)
+    uint64_t num_groups = 0;
+    uint64_t residual_offset = 0;  // its trailing tokens kept raw (kivi keys), residual_bytes
+    uint64_t residual_bytes = 0;
+    uint64_t out_offset = 0;  // the plane's place in the decoded layer: out_bytes, of which the
+    uint64_t out_bytes = 0;   // last residual_bytes are the residual tokens
+    uint64_t param_bytes() const { return params.fp16_params ? 2 : 4; }
+  };
+  KvDtype dtype = KvDtype::kBfloat16;
+  int64_t cols = 0;            // channels of a plane: num_kv_heads * head_dim
+  uint32_t group_size = 0;     // as the frame stores it
+  uint64_t section_bytes = 0;  // of each layer
+  uint64_t layer_bytes = 0;    // decoded, of each layer
+  uint32_t num_planes = 0;
+  std::array<Plane, 2> planes;  // the first num_planes
+};
 
 class QuantCodec final : public Codec {
  public:
@@ -72,6 +104,11 @@ class QuantCodec final : public Codec {
                       std::span<std::byte> out) const override;
   absl::Status DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
                            uint32_t layer, std::span<std::byte> out) const override;
+
+  // The recipe of a frame of this codec for `layout`, parsed whole or from its head
+  // (EncodedChunk::ParseHead). The errors Decode gives for such a frame (but its section
+  // checksums, which are not read).
+  absl::StatusOr<QuantLayerRecipe> Recipe(const KvLayout& layout, const EncodedChunk& frame) const;
 
  private:
   CodecId id_;

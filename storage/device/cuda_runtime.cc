@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "fmt/format.h"
+#include "storage/device/cuda_frame_decoder.h"
+#include "storage/device/decode_check.h"
 #include "storage/device/internal/cuda_factory.h"
 
 namespace strata::storage {
@@ -72,8 +75,13 @@ class CudaEvent final : public DeviceEvent {
 
 class CudaStream final : public DeviceStream {
  public:
-  CudaStream(int device, cudaStream_t stream, cudaEvent_t scratch, std::string name)
-      : device_(device), stream_(stream), scratch_(scratch), name_(std::move(name)) {}
+  CudaStream(int device, cudaStream_t stream, cudaEvent_t scratch, std::string name,
+             CodecSet decodes)
+      : device_(device),
+        stream_(stream),
+        scratch_(scratch),
+        name_(std::move(name)),
+        decoder_(stream, decodes) {}
   ~CudaStream() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
@@ -92,6 +100,18 @@ class CudaStream final : public DeviceStream {
     STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "set device");
     absl::Status status = Submit(runs);
     if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      if (error_.ok()) error_ = status;
+    }
+    return status;
+  }
+
+  absl::Status DecodeLayers(std::span<const DecodeLayerOp> ops) override {
+    STRATA_RETURN_IF_ERROR(CheckDecodeLayerOps(ops, fmt::format("cuda stream {}", name_)));
+    if (ops.empty()) return absl::OkStatus();
+    STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "set device");
+    absl::Status status = decoder_.Enqueue(ops);
+    if (!status.ok() && !absl::IsUnimplemented(status)) {  // a launch failed: the stream's error
       absl::MutexLock lock(&mu_);
       if (error_.ok()) error_ = status;
     }
@@ -171,6 +191,7 @@ class CudaStream final : public DeviceStream {
   std::vector<void*> dsts_;
   std::vector<void*> srcs_;
   std::vector<size_t> sizes_;
+  CudaFrameDecoder decoder_;  // freed after the destructor's synchronize
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // a failed submission, until Synchronize
 };
@@ -274,8 +295,16 @@ absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(
   capabilities.device_memory = true;
   capabilities.batched_copies = CUDART_VERSION >= 13000;
   capabilities.host_registration = true;
-  return std::unique_ptr<CudaRuntime>(
+  std::unique_ptr<CudaRuntime> runtime(
       new CudaRuntime(options.device_ordinal, std::move(capabilities)));
+  // The check's streams decode every candidate; the runtime then offers those that passed.
+  const std::vector<const Codec*> candidates = CudaDecodableCodecs();
+  for (const Codec* codec : candidates) {
+    runtime->device_decodes_.Add(static_cast<uint32_t>(codec->id()));
+  }
+  runtime->device_decodes_ =
+      CheckDeviceDecodes(*runtime, candidates, &runtime->capabilities_.decode_check_failures);
+  return runtime;
 }
 
 CudaRuntime::CudaRuntime(int device_ordinal, DeviceCapabilities capabilities)
@@ -298,7 +327,8 @@ absl::StatusOr<std::unique_ptr<DeviceStream>> CudaRuntime::CreateStream(std::str
     cudaStreamDestroy(stream);
     return CudaStatus(event_error, "event create");
   }
-  return std::make_unique<CudaStream>(device_ordinal_, stream, scratch, std::string(name));
+  return std::make_unique<CudaStream>(device_ordinal_, stream, scratch, std::string(name),
+                                      device_decodes_);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceEvent>> CudaRuntime::CreateEvent() {

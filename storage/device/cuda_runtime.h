@@ -3,7 +3,9 @@
 // and a loop of cudaMemcpyAsync (cudaMemcpyDefault, unified addressing) otherwise; host memory
 // registration is cudaHostRegister, so copies from and to the mapped shared arena are DMA;
 // shareable allocations are cudaMalloc'd memory exported with cudaIpcGetMemHandle and opened with
-// cudaIpcOpenMemHandle.
+// cudaIpcOpenMemHandle. DecodeLayers runs CudaFrameDecoder (cuda_frame_decoder.h) for the codecs
+// whose decodes passed Create's check (CheckDeviceDecodes: bit for bit the CPU's on this device);
+// the others DecodesOnDevice denies, and Capabilities().decode_check_failures says why.
 // Compiled only when STRATA_WITH_CUDA is on; other code reaches it through
 // CreateDeviceRuntime (device_runtime_factory.h). This header includes no CUDA header.
 //
@@ -18,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/stored_encoding.h"
 #include "storage/device/device_runtime.h"
 
 namespace strata::storage {
@@ -44,12 +47,16 @@ class CudaRuntime final : public DeviceRuntime {
       const SharedMemoryHandle& handle) override;
   absl::Status RegisterHostMemory(void* base, uint64_t size_bytes) override;
   absl::Status UnregisterHostMemory(void* base) override;
+  bool DecodesOnDevice(CodecId codec) const override {
+    return device_decodes_.Contains(static_cast<uint32_t>(codec));
+  }
 
  private:
   CudaRuntime(int device_ordinal, DeviceCapabilities capabilities);
 
   const int device_ordinal_;
-  const DeviceCapabilities capabilities_;
+  DeviceCapabilities capabilities_;  // set by Create, then constant
+  CodecSet device_decodes_;          // set by Create, then constant
   absl::Mutex mu_;
   std::map<const void*, uint64_t> registered_ ABSL_GUARDED_BY(mu_);
 };

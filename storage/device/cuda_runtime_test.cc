@@ -10,9 +10,17 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/encoded_chunk.h"
+#include "storage/codec/quant_codec.h"
+#include "storage/codec/testing/codec_test_util.h"
+#include "storage/codec/testing/shaped_kv.h"
+#include "storage/device/decode_check.h"
 #include "storage/device/device_runtime_factory.h"
 
 namespace strata::storage {
@@ -185,6 +193,80 @@ TEST_F(CudaRuntimeTest, EventsQueryAndRejectForeignTypes) {
 }
 
 // H2D bandwidth from registered host memory, for the record (not a pass/fail threshold).
+TEST_F(CudaRuntimeTest, DecodesTheQuantizingCodecsBitForBitAsTheCpu) {
+  const DeviceCapabilities& caps = runtime_->Capabilities();
+  for (const std::string& failure : caps.decode_check_failures) ADD_FAILURE() << failure;
+  for (const Codec* codec : CodecRegistry::All()) {
+    const bool quant = dynamic_cast<const QuantCodec*>(codec) != nullptr;
+    EXPECT_EQ(runtime_->DecodesOnDevice(codec->id()), quant) << codec->name();
+  }
+  // Llama-3.1-8B's KV heads (8 x 128) over 4 layers, shaped KV (outlier key channels).
+  for (const KvDtype dtype : {KvDtype::kBfloat16, KvDtype::kFloat16}) {
+    const KvLayout layout = testing::CodecTestLayout("cuda-decode-test", dtype, 4, 8, 128, 256);
+    for (const uint32_t tokens : {256u, 40u}) {
+      const std::vector<std::byte> payload =
+          testing::MakeKv(layout, tokens, testing::KvShape::kShaped, tokens);
+      for (const auto& [name, group] :
+           {std::pair{"int8", 0u}, std::pair{"kivi8", 0u}, std::pair{"kivi4", 0u},
+            std::pair{"kivi4", 32u}, std::pair{"kivi2", 0u}}) {
+        const Codec& codec = **CodecRegistry::Find(name);
+        const std::string what = std::string(name) + " group " + std::to_string(group) + " " +
+                                 DtypeName(dtype) + " " + std::to_string(tokens) + " tokens";
+        const std::vector<std::byte> frame =
+            testing::EncodeOrDie(codec, layout, tokens, payload, {.group_size = group});
+        const absl::Status decoded = CheckDeviceDecode(*runtime_, codec, layout, tokens, frame);
+        EXPECT_TRUE(decoded.ok()) << what << ": " << decoded;
+        if (group != 0) {  // format 1: fp32 scales and zeros
+          const std::vector<std::byte> old = testing::AsFormat1(
+              frame, 1024, codec.id() == CodecId::kKivi4 ? 4 : 2, DtypeSizeBytes(dtype));
+          const absl::Status checked = CheckDeviceDecode(*runtime_, codec, layout, tokens, old);
+          EXPECT_TRUE(checked.ok()) << what << ", format 1: " << checked;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaRuntimeTest, ADecodeThatDoesNotFitFailsOnlyItself) {
+  const KvLayout layout = testing::CodecTestLayout("cuda-decode-test", KvDtype::kBfloat16, 2);
+  const std::vector<std::byte> payload = testing::MakeKv(layout, 64, testing::KvShape::kShaped, 1);
+  const Codec& kivi4 = **CodecRegistry::Find("kivi4");
+  const std::vector<std::byte> frame = testing::EncodeOrDie(kivi4, layout, 64, payload);
+  const std::vector<std::byte> int8 =
+      testing::EncodeOrDie(**CodecRegistry::Find("int8"), layout, 64, payload);
+  auto device = runtime_->Allocate(frame.size() + 2 * layout.layer_bytes(64), MemoryKind::kDevice);
+  ASSERT_TRUE(device.ok());
+  auto stream = runtime_->CreateStream("decode-test");
+  ASSERT_TRUE(stream.ok());
+  auto* staged = static_cast<std::byte*>((*device)->data());
+  const CopyRun up{frame.data(), staged, frame.size()};
+  ASSERT_TRUE((*stream)->Copy({&up, 1}).ok());
+  const uint64_t overhead = EncodedFrameOverheadBytes(layout.num_layers);
+  absl::Status good_failure, bad_failure;
+  const DecodeLayerOp good{.codec = &kivi4,
+                           .layout = &layout,
+                           .frame = staged,
+                           .frame_bytes = frame.size(),
+                           .frame_head = std::span(frame).first(overhead),
+                           .layer = 0,
+                           .out = staged + (frame.size() + 255) / 256 * 256,
+                           .out_bytes = layout.layer_bytes(64),
+                           .failure = &good_failure};
+  DecodeLayerOp bad = good;
+  bad.frame_head = std::span(int8).first(overhead);  // another codec's head
+  bad.frame_bytes = int8.size();
+  bad.out = good.out;  // nothing is enqueued for it
+  bad.failure = &bad_failure;
+  ASSERT_TRUE((*stream)->DecodeLayers(std::vector{good, bad}).ok());
+  EXPECT_TRUE((*stream)->Synchronize().ok());
+  EXPECT_TRUE(good_failure.ok()) << good_failure;
+  EXPECT_EQ(bad_failure.code(), absl::StatusCode::kInvalidArgument) << bad_failure;
+  // A codec with no kernels: refused, nothing enqueued.
+  DecodeLayerOp cachegen = good;
+  cachegen.codec = *CodecRegistry::Find("cachegen");
+  EXPECT_EQ((*stream)->DecodeLayers({&cachegen, 1}).code(), absl::StatusCode::kUnimplemented);
+}
+
 TEST_F(CudaRuntimeTest, RegisteredHostToDeviceBandwidth) {
   constexpr size_t kBytes = 256 << 20;
   void* host = nullptr;

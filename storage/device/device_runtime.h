@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,6 +63,9 @@ struct DeviceCapabilities {
   bool host_registration = false;
   // DeviceStream::CopyDigested works (the CPU copies, so it can digest what it reads).
   bool digested_copies = false;
+  // Codecs whose device decodes failed the runtime's start-up check (decode_check.h), each with
+  // why: DecodesOnDevice denies them, so the daemon decodes those chunks instead.
+  std::vector<std::string> decode_check_failures;
 };
 
 // One contiguous copy of `size_bytes` from `src` to `dst`. Each side may be host or device
@@ -82,6 +86,11 @@ struct DecodeLayerOp {
   const KvLayout* layout = nullptr;
   const std::byte* frame = nullptr;  // 4-byte aligned
   uint64_t frame_bytes = 0;
+  // The frame's first bytes, in host memory: its header and layer table
+  // (EncodedFrameOverheadBytes(layout->num_layers), or the whole frame when it is shorter). A
+  // runtime whose device the host cannot read plans the decode from them (EncodedChunk::
+  // ParseHead); the host runtime reads the frame itself and ignores them.
+  std::span<const std::byte> frame_head;
   uint32_t layer = 0;
   std::byte* out = nullptr;  // layout->layer_bytes(the frame's tokens) bytes
   uint64_t out_bytes = 0;
@@ -122,7 +131,9 @@ class DeviceStream {
   // Enqueues the decodes of layers of encoded frames (storage/codec) held in memory this
   // stream's copies reach (DecodeLayerOp), in stream order with the copies around them; the ops
   // of one call may run concurrently, so their outputs must not overlap. A decode that fails
-  // (the frame is not the codec's, or its checksums fail) writes its error to *op.failure,
+  // (the frame is not the codec's, or its layer's section checksum fails: the host runtime reads
+  // it; CUDA, which cannot read the sections from the host, relies on the frame's own checksum,
+  // which its caller checks) writes its error to *op.failure,
   // leaves op.out holding unspecified bytes, and does not put the stream in error: one bad
   // chunk fails only itself. kInvalidArgument for null pointers or sizes that do not match the
   // layout (nothing is enqueued); kUnimplemented when the runtime cannot decode a codec
@@ -131,6 +142,11 @@ class DeviceStream {
     (void)ops;
     return absl::UnimplementedError("this device runtime decodes no codec");
   }
+  // The kInvalidArgument DecodeLayers answers for ops with null pointers, a layer outside the
+  // layout, or an output of no bytes or more than a layer's; OK otherwise. `stream` names the
+  // stream in the message.
+  static absl::Status CheckDecodeLayerOps(std::span<const DecodeLayerOp> ops,
+                                          std::string_view stream);
   // Records `event` at the current end of the stream.
   virtual absl::Status Record(DeviceEvent& event) = 0;
   // Work enqueued after this call starts only once `event` (as last recorded) has completed.
@@ -185,7 +201,8 @@ class DeviceRuntime {
 
   // Whether DeviceStream::DecodeLayers decodes frames of `codec` on this runtime's device: the
   // host runtime runs every codec's own decoder (the device is the CPU); a GPU runtime, the
-  // codecs it has kernels for.
+  // codecs it has kernels for (CUDA: the quantizing codecs, once its kernels have decoded a
+  // test frame of each bit for bit as the CPU does).
   virtual bool DecodesOnDevice(CodecId codec) const {
     (void)codec;
     return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "storage/device/host_shared_memory.h"
 #include "storage/device/streaming_copy.h"
@@ -308,21 +309,7 @@ class HostStream final : public DeviceStream {
   }
 
   absl::Status DecodeLayers(std::span<const DecodeLayerOp> ops) override {
-    for (const DecodeLayerOp& op : ops) {
-      if (op.codec == nullptr || op.layout == nullptr || op.frame == nullptr || op.out == nullptr ||
-          op.failure == nullptr) {
-        return absl::InvalidArgumentError(
-            fmt::format("host stream {}: decode with a null pointer", name_));
-      }
-      if (op.layer >= op.layout->num_layers || op.out_bytes == 0 ||
-          op.out_bytes > op.layout->layer_bytes(op.layout->chunk_tokens)) {
-        return absl::InvalidArgumentError(fmt::format(
-            "host stream {}: decode of layer {} into {} bytes: the layout has {} layers of at "
-            "most {} bytes",
-            name_, op.layer, op.out_bytes, op.layout->num_layers,
-            op.layout->layer_bytes(op.layout->chunk_tokens)));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(CheckDecodeLayerOps(ops, fmt::format("host stream {}", name_)));
     if (ops.empty()) return absl::OkStatus();
     Enqueue(DecodeOp{.layers = std::vector<DecodeLayerOp>(ops.begin(), ops.end())});
     return absl::OkStatus();
@@ -425,6 +412,14 @@ class HostStream final : public DeviceStream {
   void Execute(DecodeOp& op) {
     const auto decode = [&op](size_t i) {
       const DecodeLayerOp& layer = op.layers[i];
+      // A head given must be the frame's (a runtime that cannot read the frame plans from it).
+      if (layer.frame_head.size() > layer.frame_bytes ||
+          (!layer.frame_head.empty() &&
+           std::memcmp(layer.frame_head.data(), layer.frame, layer.frame_head.size()) != 0)) {
+        *layer.failure = absl::InvalidArgumentError(
+            "host stream: the frame head given is not the frame's first bytes");
+        return;
+      }
       absl::Status decoded =
           layer.codec->DecodeLayer(*layer.layout, {layer.frame, layer.frame_bytes}, layer.layer,
                                    {layer.out, layer.out_bytes});

@@ -2,12 +2,17 @@
 // layer by layer on the stream (the layers of one call side by side on its helpers), in order with
 // its copies, into exactly what the codec's own DecodeLayer writes; a frame that does not decode
 // fails only its decode, never the stream.
+#include <atomic>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/codec/encoded_chunk.h"
 #include "storage/codec/testing/shaped_kv.h"
+#include "storage/device/decode_check.h"
 #include "storage/device/host_runtime.h"
 #include "tests/support/test_layout.h"
 
@@ -26,6 +31,7 @@ class HostRuntimeDecodeTest : public ::testing::Test {
         codec_->Encode(layout_, layout_.chunk_tokens, kv, {});
     ASSERT_TRUE(frame.ok()) << frame.status();
     frame_ = *std::move(frame);
+    head_.assign(frame_.begin(), frame_.begin() + EncodedFrameOverheadBytes(layout_.num_layers));
     auto staged = runtime_.Allocate(frame_.size(), MemoryKind::kDevice);
     ASSERT_TRUE(staged.ok());
     staged_ = *std::move(staged);
@@ -37,6 +43,7 @@ class HostRuntimeDecodeTest : public ::testing::Test {
             .layout = &layout_,
             .frame = static_cast<const std::byte*>(staged_->data()),
             .frame_bytes = frame_.size(),
+            .frame_head = head_,
             .layer = layer,
             .out = out.data(),
             .out_bytes = out.size(),
@@ -60,6 +67,7 @@ class HostRuntimeDecodeTest : public ::testing::Test {
   HostRuntime runtime_{{.copy_threads = 3}};  // two helpers decode beside the stream
   std::unique_ptr<DeviceStream> stream_;
   std::vector<std::byte> frame_;
+  std::vector<std::byte> head_;  // the frame's header and layer table
   std::unique_ptr<DeviceAllocation> staged_;
 };
 
@@ -113,6 +121,28 @@ TEST_F(HostRuntimeDecodeTest, AFrameThatDoesNotDecodeFailsOnlyItsDecode) {
   EXPECT_EQ(after, source);
 }
 
+TEST_F(HostRuntimeDecodeTest, AHeadThatIsNotTheFramesFailsItsDecode) {
+  const CopyRun copy{frame_.data(), staged_->data(), frame_.size()};
+  ASSERT_TRUE(stream_->Copy({&copy, 1}).ok());
+  std::vector<std::vector<std::byte>> out(
+      3, std::vector<std::byte>(layout_.layer_bytes(layout_.chunk_tokens)));
+  std::vector<absl::Status> failures(3);
+  std::vector<std::byte> other = head_;
+  other[20] ^= std::byte{1};
+  DecodeLayerOp wrong = Op(0, out[0], failures[0]);
+  wrong.frame_head = other;
+  DecodeLayerOp none = Op(1, out[1], failures[1]);  // no head: the host runtime needs none
+  none.frame_head = {};
+  const DecodeLayerOp right = Op(2, out[2], failures[2]);
+  ASSERT_TRUE(stream_->DecodeLayers(std::vector{wrong, none, right}).ok());
+  EXPECT_TRUE(stream_->Synchronize().ok());
+  EXPECT_EQ(failures[0].code(), absl::StatusCode::kInvalidArgument) << failures[0];
+  EXPECT_TRUE(failures[1].ok()) << failures[1];
+  EXPECT_TRUE(failures[2].ok()) << failures[2];
+  EXPECT_EQ(out[1], Expected(1));
+  EXPECT_EQ(out[2], Expected(2));
+}
+
 TEST_F(HostRuntimeDecodeTest, BadOpsAreRefusedAndNothingIsEnqueued) {
   std::vector<std::byte> out(layout_.layer_bytes(layout_.chunk_tokens));
   absl::Status failure;
@@ -133,6 +163,52 @@ TEST_F(HostRuntimeDecodeTest, BadOpsAreRefusedAndNothingIsEnqueued) {
   EXPECT_TRUE(stream_->Synchronize().ok());
   EXPECT_TRUE(failure.ok());
   EXPECT_EQ(untouched, std::vector<std::byte>(out.size(), std::byte{0x7f}));
+}
+
+// int8, but its first DecodeLayer flips a bit: that decode (the runtime's) disagrees with the next.
+class DisagreeingCodec final : public Codec {
+ public:
+  CodecId id() const override { return inner_.id(); }
+  std::string_view error_bound() const override { return inner_.error_bound(); }
+  absl::StatusOr<std::vector<std::byte>> Encode(const KvLayout& layout, uint32_t num_tokens,
+                                                std::span<const std::byte> payload,
+                                                const CodecParams& params) const override {
+    return inner_.Encode(layout, num_tokens, payload, params);
+  }
+  absl::Status CheckParams(const KvLayout& layout, const CodecParams& params) const override {
+    return inner_.CheckParams(layout, params);
+  }
+  absl::Status Decode(const KvLayout& layout, std::span<const std::byte> encoded,
+                      std::span<std::byte> out) const override {
+    return inner_.Decode(layout, encoded, out);
+  }
+  absl::Status DecodeLayer(const KvLayout& layout, std::span<const std::byte> encoded,
+                           uint32_t layer, std::span<std::byte> out) const override {
+    STRATA_RETURN_IF_ERROR(inner_.DecodeLayer(layout, encoded, layer, out));
+    if (calls_.fetch_add(1) == 0) out[0] ^= std::byte{1};
+    return absl::OkStatus();
+  }
+
+ private:
+  const Codec& inner_ = **CodecRegistry::Find("int8");
+  mutable std::atomic<uint64_t> calls_{0};
+};
+
+TEST(CheckDeviceDecodesTest, TheHostRuntimePassesEveryCodecAndADisagreeingDecoderIsLeftOut) {
+  HostRuntime runtime({.copy_threads = 2});
+  std::vector<std::string> failures;
+  const CodecSet passed = CheckDeviceDecodes(runtime, CodecRegistry::All(), &failures);
+  for (const Codec* codec : CodecRegistry::All()) {
+    EXPECT_TRUE(passed.Contains(static_cast<uint32_t>(codec->id()))) << codec->name();
+  }
+  EXPECT_TRUE(failures.empty()) << (failures.empty() ? "" : failures.front());
+
+  const DisagreeingCodec disagreeing;
+  const Codec* const codecs[] = {&disagreeing};
+  EXPECT_TRUE(CheckDeviceDecodes(runtime, codecs, &failures).empty());
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_NE(failures[0].find("int8"), std::string::npos) << failures[0];
+  EXPECT_NE(failures[0].find("differs from the CPU decoder"), std::string::npos) << failures[0];
 }
 
 }  // namespace

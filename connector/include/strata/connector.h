@@ -82,10 +82,11 @@ struct ConnectorOptions {
   // Chunks the daemon holds compressed (Compress, [host] codec). true: this worker decodes them
   // on its device runtime as it loads them, layer by layer on its load stream, for every codec
   // the runtime decodes (DeviceRuntime::DecodesOnDevice: the host runtime, every codec; CUDA,
-  // none yet): the frame is what crosses to the device, and the daemon keeps the chunk
-  // compressed. The frame's checksum is checked as verify_checksums says, and a frame that does
-  // not decode fails its blocks (recomputed). false, or a codec the runtime does not decode: the
-  // daemon decodes the chunk back in place before it places it.
+  // int8 and the kivi codecs once they pass its start-up check): the frame is what crosses to
+  // the device, and the daemon keeps the chunk compressed. The frame's checksum is always checked
+  // (whatever verify_checksums says: a GPU's decode cannot check the frame's sections), and a
+  // frame that fails it or does not decode fails its blocks (recomputed). false, or a codec the
+  // runtime does not decode: the daemon decodes the chunk back in place before it places it.
   bool decode_on_device = true;
 
   // Loads that would wait for a lower tier run between steps instead of inside one. true: a hit

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "kernels/dtype.h"
 #include "storage/codec/encoded_chunk.h"
 
 namespace strata::storage::testing {
@@ -37,6 +38,46 @@ std::vector<std::byte> DecodeOrDie(const Codec& codec, const KvLayout& layout, u
   const absl::Status status = codec.Decode(layout, encoded, out);
   EXPECT_TRUE(status.ok()) << status;
   return out;
+}
+
+std::vector<std::byte> AsFormat1(std::span<const std::byte> frame, uint64_t cols, int bits,
+                                 uint64_t dtype_bytes) {
+  absl::StatusOr<EncodedChunk> chunk = EncodedChunk::Parse(frame);
+  EXPECT_TRUE(chunk.ok()) << chunk.status();
+  if (!chunk.ok()) return {};
+  EncodedChunkHeader header = chunk->header();
+  const uint64_t t = header.num_tokens, g = header.group_size;
+  const uint64_t key_rows = t / g * g;
+  struct Plane {
+    uint64_t code_bytes, groups, residual_bytes;
+  };
+  const Plane planes[2] = {
+      {key_rows * cols * bits / 8, key_rows / g * cols, (t - key_rows) * cols * dtype_bytes},
+      {t * cols * bits / 8, t * cols / g, 0}};
+  std::vector<std::vector<std::byte>> sections;
+  for (uint32_t layer = 0; layer < header.num_layers; ++layer) {
+    const std::span<const std::byte> in = chunk->section(layer);
+    std::vector<std::byte>& out = sections.emplace_back();
+    uint64_t at = 0;
+    const auto copy = [&](uint64_t bytes) {
+      out.insert(out.end(), in.begin() + at, in.begin() + at + bytes);
+      at += bytes;
+    };
+    for (const Plane& plane : planes) {
+      copy(plane.code_bytes);
+      for (uint64_t i = 0; i < 2 * plane.groups; ++i, at += 2) {  // the scales, then the zeros
+        uint16_t half;
+        std::memcpy(&half, in.data() + at, 2);
+        const float wide = kernels::Fp16BitsToFloat(half);
+        const auto* bytes = reinterpret_cast<const std::byte*>(&wide);
+        out.insert(out.end(), bytes, bytes + 4);
+      }
+      copy(plane.residual_bytes);
+    }
+    EXPECT_EQ(at, in.size());
+  }
+  header.format_version = 1;
+  return EncodedChunkWriter::Assemble(header, sections);
 }
 
 double HalfUlp(KvDtype dtype, float y) {

@@ -1,7 +1,7 @@
-// gtest helpers shared by the codec tests (codec_test, cachegen_test): layouts, encode / decode
-// that add a test failure instead of returning a status, the dtype rounding of a decoded value,
-// and the checks every codec's frames must pass (foreign or truncated bytes refused; a corrupted
-// layer fails alone). Test-only; thread-compatible.
+// gtest helpers shared by the codec tests (codec_test, cachegen_test, quant_recipe_test): layouts,
+// encode / decode that add a test failure instead of returning a status, format 1 frames, the
+// dtype rounding of a decoded value, and the checks every codec's frames must pass (foreign or
+// truncated bytes refused; a corrupted layer fails alone). Test-only; thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,12 @@ std::vector<std::byte> EncodeOrDie(const Codec& codec, const KvLayout& layout, u
 // The decoded payload of `num_tokens` tokens (a test failure when Decode fails).
 std::vector<std::byte> DecodeOrDie(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
                                    std::span<const std::byte> encoded);
+
+// A kivi4 or kivi2 frame (format 2) as format 1 wrote it: the same codes and residual keys, with
+// the fp16 scales and zeros widened to fp32 (exactly: fp16 values are fp32 values). `cols`: a
+// plane's channels; `dtype_bytes`: the layout's dtype size.
+std::vector<std::byte> AsFormat1(std::span<const std::byte> frame, uint64_t cols, int bits,
+                                 uint64_t dtype_bytes);
 
 // Half a unit in the last place of y in `dtype` (0 for fp32): the rounding of a decoded value to
 // the dtype.
