@@ -106,8 +106,9 @@ absl::StatusOr<QuantLayerRecipe> Plan(CodecId id, int bits, bool kivi, const KvL
     plane.scales_offset = at;
     at += plane.num_groups * plane.param_bytes();
     plane.zeros_offset = at;
-    if (plane.params.scheme == QuantScheme::kAsymmetric)
+    if (plane.params.scheme == QuantScheme::kAsymmetric) {
       at += plane.num_groups * plane.param_bytes();
+    }
     plane.residual_offset = at;
     plane.residual_bytes = token_bytes * static_cast<uint64_t>(residual_rows[p]);
     at += plane.residual_bytes;
