@@ -51,20 +51,23 @@ std::vector<std::byte> TestPayload(const KvLayout& layout) {
 absl::Status CheckDeviceDecode(DeviceRuntime& runtime, const Codec& codec, const KvLayout& layout,
                                uint32_t num_tokens, std::span<const std::byte> frame) {
   const uint64_t layer_bytes = layout.layer_bytes(num_tokens);
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> stream,
-                          runtime.CreateStream("decode-check"));
+  // What the stream's work writes is declared before the stream, so that on an early return the
+  // stream is destroyed (its work drained) first.
+  std::vector<std::byte> back(layout.num_layers * layer_bytes);
   // The decoded layers after the frame, at a 256-byte boundary (allocations start at one).
   const uint64_t frame_room = (frame.size() + 255) / 256 * 256;
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<DeviceAllocation> device,
       runtime.Allocate(frame_room + layout.num_layers * layer_bytes, MemoryKind::kDevice));
+  std::vector<absl::Status> failures(layout.num_layers);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> stream,
+                          runtime.CreateStream("decode-check"));
   auto* staged = static_cast<std::byte*>(device->data());
   std::byte* decoded = staged + frame_room;
   const CopyRun up{frame.data(), staged, frame.size()};
   STRATA_RETURN_IF_ERROR(stream->Copy({&up, 1}));
   const std::span<const std::byte> head(
       frame.data(), std::min<uint64_t>(frame.size(), EncodedFrameOverheadBytes(layout.num_layers)));
-  std::vector<absl::Status> failures(layout.num_layers);
   std::vector<DecodeLayerOp> ops;
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     ops.push_back({.codec = &codec,
@@ -78,7 +81,6 @@ absl::Status CheckDeviceDecode(DeviceRuntime& runtime, const Codec& codec, const
                    .failure = &failures[layer]});
   }
   STRATA_RETURN_IF_ERROR(stream->DecodeLayers(ops));
-  std::vector<std::byte> back(layout.num_layers * layer_bytes);
   const CopyRun down{decoded, back.data(), back.size()};
   STRATA_RETURN_IF_ERROR(stream->Copy({&down, 1}));
   STRATA_RETURN_IF_ERROR(stream->Synchronize());
