@@ -31,6 +31,7 @@ using testing::HalfUlp;
 using ::testing::HasSubstr;
 using testing::KvShape;
 using testing::MakeKv;
+using testing::Relabel;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 constexpr auto kDataLoss = absl::StatusCode::kDataLoss;
@@ -539,13 +540,7 @@ TEST(CodecAlgorithmsTest, Format1KiviFramesWithFp32ScalesStillDecode) {
         << name;
 
     // Its fp32 sections under a format 2 header do not add up: refused, never misread.
-    EncodedChunkHeader header = parsed->header();
-    header.format_version = 2;
-    std::vector<std::vector<std::byte>> sections;
-    for (uint32_t l = 0; l < header.num_layers; ++l) {
-      sections.emplace_back(parsed->section(l).begin(), parsed->section(l).end());
-    }
-    const std::vector<std::byte> mislabelled = EncodedChunkWriter::Assemble(header, sections);
+    const std::vector<std::byte> mislabelled = Relabel(old, 2);
     std::vector<std::byte> out(decoded.size());
     EXPECT_EQ(codec.Decode(layout, mislabelled, out).code(), absl::StatusCode::kDataLoss) << name;
   }

@@ -119,8 +119,16 @@ absl::StatusOr<QuantLayerRecipe> Plan(CodecId id, int bits, bool kivi, const KvL
   return plan;
 }
 
+// The fp32 copies of one plane's fp16 scales and zeros: one buffer per thread, reused by every
+// layer and plane, so a decode allocates nothing once warm.
+std::vector<float>& ThreadParamScratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
+}
+
 // A plane's scales and zeros as fp32 for the kernels: the section's own where it holds fp32
-// (its parts are 4-byte aligned), else (fp16) copies, which Store writes back.
+// (its parts are 4-byte aligned), else (fp16) copies in the thread's scratch, which Store writes
+// back. At most one lives at a time on a thread (they share that scratch).
 template <class Byte>
 class PlaneParams {
  public:
@@ -130,7 +138,8 @@ class PlaneParams {
       : fp16_(plane.params.fp16_params),
         groups_(plane.num_groups),
         zero_count_(plane.params.scheme == QuantScheme::kAsymmetric ? groups_ : 0),
-        scales_at_(section + plane.scales_offset) {
+        scales_at_(section + plane.scales_offset),
+        owned_(ThreadParamScratch()) {
     if (!fp16_) {
       scales_ = {reinterpret_cast<Float*>(scales_at_), groups_};
       zeros_ = {reinterpret_cast<Float*>(section + plane.zeros_offset), zero_count_};
@@ -163,7 +172,7 @@ class PlaneParams {
   size_t groups_;
   size_t zero_count_;
   Byte* scales_at_;
-  std::vector<float> owned_;
+  std::vector<float>& owned_;
   std::span<Float> scales_;
   std::span<Float> zeros_;
 };

@@ -25,6 +25,7 @@ using testing::CodecTestLayout;
 using testing::EncodeOrDie;
 using testing::KvShape;
 using testing::MakeKv;
+using testing::Relabel;
 
 const QuantCodec& Quant(std::string_view name) {
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(name);
@@ -149,15 +150,7 @@ TEST(QuantRecipeTest, ForeignFramesAndShortHeadsAreRefused) {
             absl::StatusCode::kInvalidArgument);
   // Format 1 sections (fp32 scales) under a format 2 header: their sizes are not the recipe's.
   const std::vector<std::byte> old = AsFormat1(frame, 128, 4, 2);
-  absl::StatusOr<EncodedChunk> old_chunk = EncodedChunk::Parse(old);
-  ASSERT_TRUE(old_chunk.ok()) << old_chunk.status();
-  EncodedChunkHeader header = old_chunk->header();
-  header.format_version = 2;
-  std::vector<std::vector<std::byte>> sections;
-  for (uint32_t l = 0; l < header.num_layers; ++l) {
-    sections.emplace_back(old_chunk->section(l).begin(), old_chunk->section(l).end());
-  }
-  const std::vector<std::byte> mislabelled = EncodedChunkWriter::Assemble(header, sections);
+  const std::vector<std::byte> mislabelled = Relabel(old, 2);
   absl::StatusOr<EncodedChunk> mislabelled_head =
       EncodedChunk::ParseHead(std::span(mislabelled).first(overhead), mislabelled.size());
   ASSERT_TRUE(mislabelled_head.ok()) << mislabelled_head.status();

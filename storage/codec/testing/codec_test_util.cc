@@ -80,6 +80,19 @@ std::vector<std::byte> AsFormat1(std::span<const std::byte> frame, uint64_t cols
   return EncodedChunkWriter::Assemble(header, sections);
 }
 
+std::vector<std::byte> Relabel(std::span<const std::byte> frame, uint16_t format_version) {
+  absl::StatusOr<EncodedChunk> chunk = EncodedChunk::Parse(frame);
+  EXPECT_TRUE(chunk.ok()) << chunk.status();
+  if (!chunk.ok()) return {};
+  EncodedChunkHeader header = chunk->header();
+  header.format_version = format_version;
+  std::vector<std::vector<std::byte>> sections;
+  for (uint32_t l = 0; l < header.num_layers; ++l) {
+    sections.emplace_back(chunk->section(l).begin(), chunk->section(l).end());
+  }
+  return EncodedChunkWriter::Assemble(header, sections);
+}
+
 double HalfUlp(KvDtype dtype, float y) {
   if (dtype == KvDtype::kFloat32) return 0;
   const int precision = dtype == KvDtype::kBfloat16 ? 8 : 11;  // significand bits

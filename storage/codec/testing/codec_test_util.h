@@ -33,6 +33,10 @@ std::vector<std::byte> DecodeOrDie(const Codec& codec, const KvLayout& layout, u
 std::vector<std::byte> AsFormat1(std::span<const std::byte> frame, uint64_t cols, int bits,
                                  uint64_t dtype_bytes);
 
+// `frame`'s sections under its header with its format version set to `format_version`: a frame
+// that claims another format than its sections were written in.
+std::vector<std::byte> Relabel(std::span<const std::byte> frame, uint16_t format_version);
+
 // Half a unit in the last place of y in `dtype` (0 for fp32): the rounding of a decoded value to
 // the dtype.
 double HalfUlp(KvDtype dtype, float y);
