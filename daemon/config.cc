@@ -14,7 +14,7 @@
 #include "core/status_macros.h"
 #include "core/toml_fields.h"
 #include "fmt/format.h"
-#include "storage/codec/codec_registry.h"
+#include "storage/codec/codec_choice.h"
 #include "storage/device/device_runtime_factory.h"
 #include "storage/host/host_tier.h"
 #include "toml++/toml.h"
@@ -87,8 +87,7 @@ absl::Status ReadTenantCodecs(const toml::node& node, std::string_view key,
 absl::Status CheckCodecChoice(std::string_view codec_key, const std::string& codec,
                               std::string_view energy_key, double energy) {
   if (!codec.empty()) {
-    if (absl::StatusOr<const storage::Codec*> found = storage::CodecRegistry::Find(codec);
-        !found.ok()) {
+    if (absl::StatusOr<const storage::Codec*> found = storage::FindTierCodec(codec); !found.ok()) {
       return Bad(fmt::format("config: {}: {}", codec_key, found.status().message()));
     }
   }

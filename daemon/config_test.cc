@@ -221,6 +221,8 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.disk.codec = "zip";
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.disk.codec = "drop_sink_recent";  // a tier keeps only what its loads restore whole
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c.disk.codec = "kivi4";
   c.disk.codec_energy = 1.5;
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
@@ -242,6 +244,8 @@ TEST(DaemonConfig, ValidateCatchesCrossFieldMistakes) {
   c.host.tenant_codecs["exact"] = {};
   EXPECT_TRUE(ValidateConfig(c).ok());
   c.host.codec = "zip";
+  EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  c.host.codec = "drop_h2o";
   EXPECT_EQ(ValidateConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c.host.codec = "int8";
   c.host.tenant_codecs[""] = {.codec = "int8"};

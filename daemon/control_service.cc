@@ -323,6 +323,12 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
     return absl::InvalidArgumentError(
         fmt::format("Compress: {}", std::string(codec.status().message())));
   }
+  if ((*codec)->drops_tokens()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "Compress: codec {} drops tokens, and no tier keeps a chunk its loads cannot restore "
+        "whole (a rope_applied chunk's tokens cannot be dropped at all); codec_bench measures it",
+        (*codec)->name()));
+  }
   absl::StatusOr<storage::RecodeTotals> totals =
       Recode(request.selector(), request.has_tenant() ? &request.tenant() : nullptr, request.tier(),
              {.codec = *codec,

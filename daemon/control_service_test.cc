@@ -1136,6 +1136,13 @@ TEST_F(ControlServiceDiskTest, CompressAndDecompressTheDiskTiersChunks) {
   grpc::Status status = Call(&Stub::Compress, compress, compressed);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("zip"));
+  // A token-dropping codec: no tier keeps chunks it could not restore whole.
+  for (const char* dropping : {"drop_sink_recent", "drop_h2o"}) {
+    compress.set_codec(dropping);
+    status = Call(&Stub::Compress, compress, compressed);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << dropping;
+    EXPECT_THAT(status.error_message(), HasSubstr("drops tokens")) << dropping;
+  }
 
   // By keys alone: no engine announced the layout here, so the disk cannot encode them.
   compress.set_codec("int8");

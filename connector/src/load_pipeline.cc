@@ -39,7 +39,9 @@ absl::StatusOr<std::unique_ptr<LoadPipeline>> LoadPipeline::Create(const Connect
     STRATA_ASSIGN_OR_RETURN(event, runtime.CreateEvent());
   }
   for (const storage::Codec* codec : storage::CodecRegistry::All()) {
-    if (options.decode_on_device && runtime.DecodesOnDevice(codec->id())) {
+    // No tier keeps a token-dropping codec's frames: a load never meets one.
+    if (options.decode_on_device && !codec->drops_tokens() &&
+        runtime.DecodesOnDevice(codec->id())) {
       pipeline->decoded_codecs_.Add(static_cast<uint32_t>(codec->id()));
     }
   }

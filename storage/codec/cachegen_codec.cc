@@ -241,6 +241,7 @@ absl::StatusOr<Plan> CheckedPlan(const KvLayout& layout, uint32_t num_tokens,
                                  const CodecParams& params) {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(kName, params));
+  STRATA_RETURN_IF_ERROR(internal::CheckKeepsTokens(kName, params));
   return MakePlan(layout, num_tokens, BitsOf(params), params.group_size);
 }
 

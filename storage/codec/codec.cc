@@ -16,6 +16,10 @@ std::string_view CodecIdName(CodecId id) {
       return "xkv";
     case CodecId::kKivi8:
       return "kivi8";
+    case CodecId::kDropSinkRecent:
+      return "drop_sink_recent";
+    case CodecId::kDropH2o:
+      return "drop_h2o";
   }
   return "unknown";
 }

@@ -39,10 +39,12 @@ enum class CodecId : uint16_t {
   kCacheGen = 4,
   kXkv = 5,
   kKivi8 = 6,
+  kDropSinkRecent = 7,
+  kDropH2o = 8,
 };
 
-// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8"), or "unknown"
-// for a value that names none.
+// The codec's registry name ("int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8",
+// "drop_sink_recent", "drop_h2o"), or "unknown" for a value that names none.
 std::string_view CodecIdName(CodecId id);
 
 // The parameters a caller may choose per Compress call. Each codec says which it reads; a codec
@@ -53,6 +55,7 @@ struct CodecParams {
   // kivi4, 32 for kivi2).
   // cachegen: channels per group of one token; 0 picks every channel of the plane.
   // xkv: consecutive layers factored together; 0 picks the default (4).
+  // drop_sink_recent / drop_h2o: tokens per kept block; 0 picks 16 (token_drop_codec.h).
   // int8 takes none (0): it scales per token and head.
   uint32_t group_size = 0;
   // cachegen: bits per code, 2, 4 or 8; 0 picks the default (cachegen_codec.h). The other codecs
@@ -61,6 +64,15 @@ struct CodecParams {
   // xkv: the share of each group's energy (squared singular values) its rank keeps, in (0, 1]; 0
   // picks the default (0.99). The other codecs take none (0).
   float energy = 0;
+  // drop_sink_recent / drop_h2o (token_drop_codec.h): the tokens kept at the chunk's start, at
+  // its end, and (drop_h2o) of highest importance, each rounded up to whole blocks; 0 picks the
+  // codec's default. The other codecs take none (0).
+  uint32_t sink_tokens = 0;
+  uint32_t recent_tokens = 0;
+  uint32_t heavy_tokens = 0;
+  // drop_h2o: one importance per token of the chunk being encoded, supplied by the engine for
+  // that chunk (a view, valid for the call). Empty for every other codec.
+  std::span<const float> importance;
 };
 
 class Codec {
@@ -73,6 +85,9 @@ class Codec {
   // The promise this codec makes about a decoded element, in one line for operators (ListChunks,
   // the CLI); the exact statement is in the codec's header.
   virtual std::string_view error_bound() const = 0;
+  // Whether the codec drops tokens (token_drop_codec.h): its Decode restores a chunk only when
+  // nothing was dropped, so no tier keeps chunks in its form and no load decodes them.
+  virtual bool drops_tokens() const { return false; }
 
   // Encodes the first `num_tokens` tokens' chunk of `layout`: `payload` holds exactly
   // layout.chunk_bytes(num_tokens) bytes, aligned to the dtype's size. Returns the encoded frame.

@@ -55,6 +55,17 @@ absl::Status CheckNoEnergy(std::string_view codec, const CodecParams& params) {
       fmt::format("codec {} takes no energy (only xkv does), got {}", codec, params.energy));
 }
 
+absl::Status CheckKeepsTokens(std::string_view codec, const CodecParams& params) {
+  if (params.sink_tokens == 0 && params.recent_tokens == 0 && params.heavy_tokens == 0 &&
+      params.importance.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(fmt::format(
+      "codec {} keeps every token: it takes no sink_tokens, recent_tokens, heavy_tokens or "
+      "importance (only drop_sink_recent and drop_h2o do)",
+      codec));
+}
+
 absl::Status CheckLayer(const KvLayout& layout, uint32_t layer) {
   if (layer >= layout.num_layers) {
     return absl::InvalidArgumentError(

@@ -34,6 +34,10 @@ absl::Status CheckOutput(std::span<const std::byte> out, uint64_t expected_bytes
 // kInvalidArgument naming `codec` when params.energy is set (only xkv takes it).
 absl::Status CheckNoEnergy(std::string_view codec, const CodecParams& params);
 
+// kInvalidArgument naming `codec` when a token-dropping parameter is set (sink_tokens,
+// recent_tokens, heavy_tokens, importance: only the token-dropping codecs take them).
+absl::Status CheckKeepsTokens(std::string_view codec, const CodecParams& params);
+
 // kInvalidArgument when `layer` is outside the layout.
 absl::Status CheckLayer(const KvLayout& layout, uint32_t layer);
 

@@ -9,9 +9,14 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "storage/codec/codec.h"
 
 namespace strata::storage {
+
+// The codec named `name` (CodecRegistry::Find's errors) that a tier may keep chunks in: one whose
+// decode restores every token. A token-dropping codec (Codec::drops_tokens) is kInvalidArgument.
+absl::StatusOr<const Codec*> FindTierCodec(std::string_view name);
 
 // Encoded by `codec` with `params`; no codec: kept as they are.
 struct CodecChoice {

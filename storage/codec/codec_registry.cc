@@ -7,21 +7,24 @@
 #include "fmt/format.h"
 #include "storage/codec/cachegen_codec.h"
 #include "storage/codec/quant_codec.h"
+#include "storage/codec/token_drop_codec.h"
 #include "storage/codec/xkv_codec.h"
 
 namespace strata::storage {
 namespace {
 
-const std::array<const Codec*, 6>& Codecs() {
+const std::array<const Codec*, 8>& Codecs() {
   static const QuantCodec int8(CodecId::kInt8);
   static const QuantCodec kivi4(CodecId::kKivi4);
   static const QuantCodec kivi2(CodecId::kKivi2);
   static const CacheGenCodec cachegen;
   static const XkvCodec xkv;
   static const QuantCodec kivi8(CodecId::kKivi8);
-  // Appended in CodecId order after the first five: the fuzzers' seeds name codecs by index.
-  static const std::array<const Codec*, 6> codecs = {&int8,     &kivi4, &kivi2,
-                                                     &cachegen, &xkv,   &kivi8};
+  static const TokenDropCodec drop_sink_recent(CodecId::kDropSinkRecent);
+  static const TokenDropCodec drop_h2o(CodecId::kDropH2o);
+  // Appended in CodecId order: the fuzzers' seeds name codecs by index.
+  static const std::array<const Codec*, 8> codecs = {
+      &int8, &kivi4, &kivi2, &cachegen, &xkv, &kivi8, &drop_sink_recent, &drop_h2o};
   return codecs;
 }
 

@@ -262,6 +262,7 @@ absl::StatusOr<QuantLayerRecipe> CheckedPlan(CodecId id, int bits, bool kivi,
                                                   CodecIdName(id), bits, params.bits));
   }
   STRATA_RETURN_IF_ERROR(internal::CheckNoEnergy(CodecIdName(id), params));
+  STRATA_RETURN_IF_ERROR(internal::CheckKeepsTokens(CodecIdName(id), params));
   return Plan(id, bits, kivi, layout, num_tokens, params.group_size, kEncodedFormatVersion);
 }
 
@@ -296,6 +297,8 @@ std::string_view QuantCodec::error_bound() const {
              "channel; values: group_size channels of a token); residual keys exact";
     case CodecId::kCacheGen:
     case CodecId::kXkv:
+    case CodecId::kDropSinkRecent:
+    case CodecId::kDropH2o:
       break;  // not a QuantCodec (the constructor checks)
   }
   return "";

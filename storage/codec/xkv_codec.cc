@@ -313,6 +313,7 @@ absl::StatusOr<Shape> CheckedShape(const KvLayout& layout, uint32_t num_tokens,
     return absl::InvalidArgumentError(
         fmt::format("codec {} takes no bits (it keeps fp16 factors), got {}", kName, params.bits));
   }
+  STRATA_RETURN_IF_ERROR(internal::CheckKeepsTokens(kName, params));
   const float energy = EnergyOf(params);
   if (!(energy > 0 && energy <= 1)) {
     return absl::InvalidArgumentError(

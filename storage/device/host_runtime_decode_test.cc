@@ -197,8 +197,13 @@ class DisagreeingCodec final : public Codec {
 TEST(CheckDeviceDecodesTest, TheHostRuntimePassesEveryCodecAndADisagreeingDecoderIsLeftOut) {
   HostRuntime runtime({.copy_threads = 2});
   std::vector<std::string> failures;
-  const CodecSet passed = CheckDeviceDecodes(runtime, CodecRegistry::All(), &failures);
+  // Every codec that restores a chunk whole (a token-dropping codec never reaches a load).
+  std::vector<const Codec*> restoring;
   for (const Codec* codec : CodecRegistry::All()) {
+    if (!codec->drops_tokens()) restoring.push_back(codec);
+  }
+  const CodecSet passed = CheckDeviceDecodes(runtime, restoring, &failures);
+  for (const Codec* codec : restoring) {
     EXPECT_TRUE(passed.Contains(static_cast<uint32_t>(codec->id()))) << codec->name();
   }
   EXPECT_TRUE(failures.empty()) << (failures.empty() ? "" : failures.front());

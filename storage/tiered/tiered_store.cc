@@ -12,7 +12,7 @@
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
-#include "storage/codec/codec_registry.h"
+#include "storage/codec/codec_choice.h"
 #include "storage/disk/disk_tier.h"
 #include "storage/tiered/chunk_transfer.h"
 #include "storage/tiered/demoter.h"
@@ -65,11 +65,11 @@ absl::Status CheckOrder(std::span<const std::unique_ptr<LowerTier>> lower) {
   return absl::OkStatus();
 }
 
-// The codec of `name` (CodecRegistry's; "" : none) with `params`.
+// The codec of `name` (FindTierCodec's; "" : none) with `params`.
 absl::StatusOr<CodecChoice> FindCodec(const std::string& name, const CodecParams& params) {
   CodecChoice choice{.params = params};
   if (name.empty()) return choice;
-  STRATA_ASSIGN_OR_RETURN(choice.codec, CodecRegistry::Find(name));
+  STRATA_ASSIGN_OR_RETURN(choice.codec, FindTierCodec(name));
   return choice;
 }
 

@@ -7,23 +7,29 @@
 // CodecRegistry::All()); byte 2 one of four small layouts (MHA bf16, fp16 and fp32, MLA bf16);
 // byte 3 the token count; bytes 4-5 CodecParams group_size and bits; then mutations of 5 bytes
 // each (a little-endian u32 offset into the frame, modulo its size, and a byte XORed there).
-// The payload is storage/codec/testing/shaped_kv.h's, seeded by byte 3.
+// The payload is storage/codec/testing/shaped_kv.h's, seeded by byte 3. A token-dropping codec
+// (token_drop_codec.h) gets the layout with nope keys and, for drop_h2o, an importance per token
+// drawn from byte 3.
 //
-// Invariants: Encode is OK or kInvalidArgument; an unmutated frame decodes, and every layer alone
-// decodes to the same bytes; any frame decodes OK, kInvalidArgument or kDataLoss (and ASan checks
-// that nothing is read or written outside the spans given); when Decode succeeds every DecodeLayer
-// succeeds with the same bytes as Decode's.
+// Invariants: Encode is OK or kInvalidArgument; an unmutated frame decodes (a token-dropping one:
+// whole, or kFailedPrecondition when it dropped tokens; its kept tokens always), and every layer
+// alone decodes to the same bytes; any frame decodes OK, kInvalidArgument or kDataLoss (a
+// token-dropping codec's also kFailedPrecondition; DecodeKept never) and ASan checks that nothing
+// is read or written outside the spans given; when Decode succeeds every DecodeLayer succeeds with
+// the same bytes as Decode's.
 #include <xxhash.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <span>
 #include <vector>
 
 #include "storage/codec/codec_registry.h"
 #include "storage/codec/encoded_chunk.h"
 #include "storage/codec/testing/shaped_kv.h"
+#include "storage/codec/token_drop_codec.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -89,6 +95,13 @@ bool DecodeErrorCode(const absl::Status& status) {
          status.code() == absl::StatusCode::kDataLoss;
 }
 
+// Decode's and DecodeLayer's codes for `codec`: a token-dropping codec's frame that dropped
+// tokens does not decode whole (kFailedPrecondition).
+bool DecodeErrorCode(const storage::Codec& codec, const absl::Status& status) {
+  return DecodeErrorCode(status) ||
+         (codec.drops_tokens() && status.code() == absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -96,9 +109,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = data[0];
   const std::span<const storage::Codec* const> codecs = storage::CodecRegistry::All();
   const storage::Codec& codec = *codecs[data[1] % codecs.size()];
-  const KvLayout layout = FuzzLayout(data[2]);
+  KvLayout layout = FuzzLayout(data[2]);
+  if (codec.drops_tokens()) layout.positional = strata::PositionalFormat::kNope;
   const uint32_t num_tokens = 1 + data[3] % layout.chunk_tokens;
-  const storage::CodecParams params{.group_size = data[4], .bits = data[5]};
+  std::vector<float> importance;
+  if (codec.id() == storage::CodecId::kDropH2o) {
+    std::mt19937 rng(data[3]);
+    for (uint32_t t = 0; t < num_tokens; ++t) {
+      importance.push_back(std::uniform_real_distribution<float>(0, 1)(rng));
+    }
+  }
+  const storage::CodecParams params{
+      .group_size = data[4], .bits = data[5], .importance = importance};
 
   std::vector<std::byte> frame;
   const bool raw = (mode & 2) != 0;
@@ -134,13 +156,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                     : num_tokens;
   std::vector<std::byte> out(layout.chunk_bytes(frame_tokens));
   const absl::Status decoded = codec.Decode(layout, frame, out);
-  FUZZ_CHECK(DecodeErrorCode(decoded));
-  FUZZ_CHECK(decoded.ok() || mutated);
+  FUZZ_CHECK(DecodeErrorCode(codec, decoded));
+  FUZZ_CHECK(decoded.ok() || mutated || decoded.code() == absl::StatusCode::kFailedPrecondition);
+  if (codec.drops_tokens()) {
+    const absl::StatusOr<storage::KeptTokens> kept =
+        static_cast<const storage::TokenDropCodec&>(codec).DecodeKept(layout, frame);
+    FUZZ_CHECK(DecodeErrorCode(kept.status()));
+    FUZZ_CHECK(kept.ok() || mutated);
+    if (kept.ok()) FUZZ_CHECK(kept->payload.size() == layout.chunk_bytes(kept->num_tokens));
+  }
 
   std::vector<std::byte> layer_out(layout.layer_bytes(frame_tokens));
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     const absl::Status status = codec.DecodeLayer(layout, frame, layer, layer_out);
-    FUZZ_CHECK(DecodeErrorCode(status));
+    FUZZ_CHECK(DecodeErrorCode(codec, status));
     if (decoded.ok()) {
       FUZZ_CHECK(status.ok());
       FUZZ_CHECK(std::memcmp(layer_out.data(), out.data() + layer * layer_out.size(),

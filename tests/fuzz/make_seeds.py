@@ -124,8 +124,10 @@ write("control_lookup_fuzz", "tokens-fixed32-unpacked",
       field(1, layout) + b"".join(varint(7 << 3 | 5) + struct.pack("<I", t) for t in lookup_tokens))
 
 # ---- codec_frame_fuzz: mode, codec index, layout index, tokens, group_size, bits, mutations ----
-# Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv, 5 kivi8 (CodecRegistry::All()).
-for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8"]):
+# Codecs by index: 0 int8, 1 kivi4, 2 kivi2, 3 cachegen, 4 xkv, 5 kivi8, 6 drop_sink_recent,
+# 7 drop_h2o (CodecRegistry::All()).
+for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi8",
+                              "drop_sink_recent", "drop_h2o"]):
     for layout in range(4):
         write("codec_frame_fuzz", f"{name}-layout{layout}", bytes([0, codec, layout, 255, 0, 0]))
     # A bit flipped in layer 1's section with the checksums recomputed; low-rank KV.
@@ -133,6 +135,7 @@ for codec, name in enumerate(["int8", "kivi4", "kivi2", "cachegen", "xkv", "kivi
           struct.pack("<IB", 0x600, 0x10))
 write("codec_frame_fuzz", "cachegen-4bit-groups", bytes([0, 3, 0, 63, 64, 4]))
 write("codec_frame_fuzz", "xkv-groups-of-1", bytes([4, 4, 1, 39, 1, 0]))
+write("codec_frame_fuzz", "drop-blocks-of-8", bytes([0, 7, 0, 63, 8, 0]))
 write("codec_frame_fuzz", "raw-magic", bytes([2, 0, 0, 0, 0, 0]) + b"SKVC" + bytes(60))
 
 # ---- vllm_events_fuzz: byte 0 (bit 0 sha256_cbor, bits 1-2 block size 1/4/16/64), msgpack ----
