@@ -450,9 +450,10 @@ class HostTier {
   absl::Status ReplaceForm(ChunkLease& lease, uint64_t size_bytes, uint64_t checksum,
                            const StoredEncoding& encoding, FormWriter write);
   // ReplaceForm of a copy of `payload` (not the chunk's own pages), its checksum computed here.
-  // A payload that needs no more pages than the chunk holds is copied into pages of the chunk's
-  // own under the tier lock (no reader can lease it meanwhile: a memcpy of the payload held
-  // there), so a form that shrinks never evicts another chunk; a larger one as above.
+  // The copy goes into free pages with no lock held, as above, when free pages can hold it. When
+  // they cannot but the chunk's own can (a full tier, a form that shrinks), it goes into pages of
+  // the chunk's own under the tier lock (no reader can lease it meanwhile: a memcpy of the
+  // payload held there), so a form that shrinks never evicts another chunk; otherwise as above.
   absl::Status ReplaceForm(ChunkLease& lease, std::span<const std::byte> payload,
                            const StoredEncoding& encoding);
 
@@ -596,6 +597,21 @@ class HostTier {
   // OK unless `record` is hard-pinned and `size_bytes` in its place would exceed the pin quota.
   absl::Status CheckPinQuotaLocked(const Record& record, uint64_t size_bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fresh pages a ReplaceForm call writes with no lock held, held in replacing_ under `call`.
+  struct Replacement {
+    uint64_t call = 0;
+    ExtentList extents;
+  };
+  // Pages for a new form of `size_bytes` (AllocateLocked's: this may evict, and may release mu_
+  // meanwhile), held in replacing_ until FinishReplacement.
+  absl::StatusOr<Replacement> BeginReplacementLocked(uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the new form into the replacement's pages with no lock held, then swaps it in
+  // (SwapFormLocked) when the chunk may still take it, else frees the pages (ReplaceForm's
+  // errors, or `write`'s).
+  absl::Status FinishReplacement(ChunkLease& lease, Replacement replacement, uint64_t size_bytes,
+                                 uint64_t checksum, const StoredEncoding& encoding,
+                                 FormWriter write) ABSL_LOCKS_EXCLUDED(mu_);
   // ReplaceForm's swap: the chunk takes `extents` (holding the new form, `size_bytes` of it with
   // `checksum`) in place of its pages (freed, unless freed already), with `encoding`, and is
   // reinserted in the policy; `lease` (its only one) reads the new form.

@@ -112,14 +112,15 @@ absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte>
   STRATA_RETURN_IF_ERROR(CheckReplacement(lease, payload.size()));
   const uint64_t checksum = ChecksumBytes(payload);
   const uint32_t num_pages = PagesFor(payload.size());
+  Replacement replacement;
   {
     absl::MutexLock lock(&mu_);
     STRATA_ASSIGN_OR_RETURN(Record * record, ReplaceableLocked(lease));
     STRATA_RETURN_IF_ERROR(CheckPinQuotaLocked(*record, payload.size()));
-    if (num_pages <= PagesOf(*record)) {
-      // No more pages than it holds: its own are freed and the payload is copied into pages of
-      // theirs, all under the lock (no reader can lease it meanwhile), so a form that shrinks
-      // never evicts another chunk.
+    if (num_pages <= PagesOf(*record) && allocator_.free_pages() < num_pages) {
+      // Free pages cannot hold it but the chunk's own can: they are freed and the payload is
+      // copied into pages of theirs, all under the lock (no reader can lease it meanwhile), so a
+      // form that shrinks never evicts another chunk.
       allocator_.Free(record->extents);
       record->extents.clear();
       absl::StatusOr<ExtentList> own = allocator_.Allocate(num_pages);
@@ -129,36 +130,49 @@ absl::Status HostTier::ReplaceForm(ChunkLease& lease, std::span<const std::byte>
       SwapFormLocked(record, *std::move(own), payload.size(), checksum, encoding, lease);
       return absl::OkStatus();
     }
+    // Free pages hold it (no eviction), or it grows: copied with no lock held.
+    STRATA_ASSIGN_OR_RETURN(replacement, BeginReplacementLocked(payload.size()));
   }
-  return ReplaceForm(lease, payload.size(), checksum, encoding,
-                     [payload](const MutablePayloadView& pages) {
-                       pages.CopyFrom(payload);
-                       return absl::OkStatus();
-                     });
+  return FinishReplacement(lease, std::move(replacement), payload.size(), checksum, encoding,
+                           [payload](const MutablePayloadView& pages) {
+                             pages.CopyFrom(payload);
+                             return absl::OkStatus();
+                           });
 }
 
 absl::Status HostTier::ReplaceForm(ChunkLease& lease, uint64_t size_bytes, uint64_t checksum,
                                    const StoredEncoding& encoding, FormWriter write) {
   STRATA_RETURN_IF_ERROR(CheckReplacement(lease, size_bytes));
-  const uint32_t num_pages = PagesFor(size_bytes);
-  uint64_t call = 0;
-  ExtentList extents;
+  Replacement replacement;
   {
     absl::MutexLock lock(&mu_);
     STRATA_ASSIGN_OR_RETURN(Record * record, ReplaceableLocked(lease));
     STRATA_RETURN_IF_ERROR(CheckPinQuotaLocked(*record, size_bytes));
-    // May release mu_ to hand evicted chunks to the listener: the chunk is checked again below.
-    STRATA_ASSIGN_OR_RETURN(extents, AllocateLocked(num_pages, size_bytes));
-    call = next_handle_++;
-    replacing_.emplace(call, extents);
+    STRATA_ASSIGN_OR_RETURN(replacement, BeginReplacementLocked(size_bytes));
   }
+  return FinishReplacement(lease, std::move(replacement), size_bytes, checksum, encoding, write);
+}
+
+absl::StatusOr<HostTier::Replacement> HostTier::BeginReplacementLocked(uint64_t size_bytes) {
+  Replacement replacement;
+  // May release mu_ to hand evicted chunks to the listener: FinishReplacement checks the chunk
+  // again.
+  STRATA_ASSIGN_OR_RETURN(replacement.extents, AllocateLocked(PagesFor(size_bytes), size_bytes));
+  replacement.call = next_handle_++;
+  replacing_.emplace(replacement.call, replacement.extents);
+  return replacement;
+}
+
+absl::Status HostTier::FinishReplacement(ChunkLease& lease, Replacement replacement,
+                                         uint64_t size_bytes, uint64_t checksum,
+                                         const StoredEncoding& encoding, FormWriter write) {
   // The new pages are this call's alone: filled with no lock held, while the lease keeps the
   // chunk's own pages for `write` to read.
-  const ArenaRangeList ranges = RangesOf(extents, size_bytes);
+  const ArenaRangeList ranges = RangesOf(replacement.extents, size_bytes);
   const absl::Status written = write(MutablePayloadView(arena_->base(), ranges, size_bytes));
 
   absl::MutexLock lock(&mu_);
-  replacing_.erase(call);
+  replacing_.erase(replacement.call);
   absl::StatusOr<Record*> replaceable = ReplaceableLocked(lease);
   if (replaceable.ok()) {
     if (absl::Status quota = CheckPinQuotaLocked(**replaceable, size_bytes); !quota.ok()) {
@@ -167,11 +181,12 @@ absl::Status HostTier::ReplaceForm(ChunkLease& lease, uint64_t size_bytes, uint6
   }
   if (!written.ok()) replaceable = written;
   if (!replaceable.ok()) {
-    allocator_.Free(extents);
+    allocator_.Free(replacement.extents);
     pages_freed_.SignalAll();
     return replaceable.status();
   }
-  SwapFormLocked(*replaceable, std::move(extents), size_bytes, checksum, encoding, lease);
+  SwapFormLocked(*replaceable, std::move(replacement.extents), size_bytes, checksum, encoding,
+                 lease);
   return absl::OkStatus();
 }
 

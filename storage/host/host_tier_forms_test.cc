@@ -247,7 +247,8 @@ TEST_F(HostTierFormsTest, AShrinkingFormEvictsNothingAndAGrowingOneFindsPagesAsA
     ASSERT_TRUE(tier_->ReplaceForm(lease, Frame(id), FormOf(id)).ok());
     EXPECT_EQ(Read(lease), Frame(id));
   }
-  // Each frame took 2 of its chunk's 4 pages, in place.
+  // Chunk 3's frame took 2 of its own 4 pages under the lock (no page was free); chunk 4's the 2
+  // pages chunk 3 freed, copied with no lock held. Neither evicted.
   EXPECT_EQ(tier_->Stats().evictions, 0u);
   EXPECT_EQ(tier_->Stats().free_bytes, 4 * kPage);
   Store(5);  // the tier is full again
