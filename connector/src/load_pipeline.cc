@@ -203,6 +203,14 @@ absl::Status LoadPipeline::PlanDecode(ChunkTransfer& transfer, const LoadPlaceme
                 take);
     gathered += take;
   }
+  // Layer 0 waits for its own part of the frame only (FramePart). A head that does not parse
+  // stages the whole frame with layer 0 (its decodes then fail).
+  transfer.frame_layer0_end = placement.size_bytes;
+  absl::StatusOr<storage::EncodedChunk> head =
+      storage::EncodedChunk::ParseHead(transfer.frame_head, placement.size_bytes);
+  if (head.ok() && head->header().num_layers > 0) {
+    transfer.frame_layer0_end = head->section_offset(0) + head->section_bytes(0);
+  }
   return absl::OkStatus();
 }
 
@@ -252,14 +260,15 @@ void LoadPipeline::Enqueue(const PagedKvCache& cache, const StepOptions& step) {
                                [](const ChunkTransfer& c) { return c.planned; });
   if (!any) return;
   if (options_.verify_checksums && runtime_.Capabilities().digested_copies) AddDigests(batch);
-  // Frames go to staging (ours alone) before the wait for the engine's stream: only the copies
-  // into the engine's memory must follow its work.
-  absl::Status status = copier_.EnqueueFrames(batch, *stream_);
+  // Layer 0's parts of the frames go to staging (ours alone) before the wait for the engine's
+  // stream: only the copies into the engine's memory must follow its work.
+  absl::Status status = copier_.EnqueueFrames(batch, FramePart::kLayer0, *stream_);
   if (status.ok() && step.engine_stream.has_value()) {
     status = stream_->WaitForExternal(*step.engine_stream);
   }
   for (uint32_t l = 0; l < layout().num_layers && status.ok(); ++l) {
-    status = EnqueueDecodes(batch, l);
+    if (l == 1) status = copier_.EnqueueFrames(batch, FramePart::kRest, *stream_);
+    if (status.ok()) status = EnqueueDecodes(batch, l);
     if (!status.ok()) break;
     status = copier_.Enqueue(layout(), cache, batch, l, CopyDirection::kArenaToEngine, *stream_);
     if (status.ok()) status = stream_->Record(*layer_events_[l]);

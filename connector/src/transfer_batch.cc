@@ -1,5 +1,7 @@
 #include "connector/src/transfer_batch.h"
 
+#include <algorithm>
+
 namespace strata::connector::internal {
 
 void AddDigests(TransferBatch& batch) {
@@ -49,16 +51,25 @@ absl::Status LayerCopier::Enqueue(const KvLayout& layout, const PagedKvCache& ca
   return copied;
 }
 
-absl::Status LayerCopier::EnqueueFrames(TransferBatch& batch, storage::DeviceStream& stream) {
+absl::Status LayerCopier::EnqueueFrames(TransferBatch& batch, FramePart part,
+                                        storage::DeviceStream& stream) {
   runs_.clear();
   digest_of_.clear();
   for (const ChunkTransfer& c : batch.chunks) {
     if (!c.planned || !c.encoded()) continue;
-    std::byte* staged = batch.staging + c.frame_offset;
+    const uint64_t begin = part == FramePart::kLayer0 ? 0 : c.frame_layer0_end;
+    const uint64_t end = part == FramePart::kLayer0 ? c.frame_layer0_end : c.frame_bytes;
+    uint64_t at = 0;  // the frame offset of the extent's first byte
     for (const ArenaExtent& extent : c.extents) {
-      runs_.push_back({c.arena->base() + extent.offset, staged, extent.length});
-      digest_of_.push_back(c.digest);
-      staged += extent.length;
+      if (at >= end) break;
+      const uint64_t from = std::max(begin, at);
+      const uint64_t to = std::min(end, at + extent.length);
+      if (from < to) {
+        runs_.push_back({c.arena->base() + extent.offset + (from - at),
+                         batch.staging + c.frame_offset + from, to - from});
+        digest_of_.push_back(c.digest);
+      }
+      at += extent.length;
     }
   }
   if (runs_.empty()) return absl::OkStatus();

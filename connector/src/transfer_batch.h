@@ -25,6 +25,10 @@
 
 namespace strata::connector::internal {
 
+// The parts an encoded chunk's frame is staged in: what layer 0 decodes from (so the engine's
+// first layer waits for no other), and the rest, in one copy as large as the old whole-frame one.
+enum class FramePart { kLayer0, kRest };
+
 // One chunk of a load or a save in flight.
 struct ChunkTransfer {
   size_t request = 0;       // index into the batch's requests
@@ -42,12 +46,16 @@ struct ChunkTransfer {
   int64_t position_begin = 0;
 
   // A load of a chunk the daemon placed encoded, which the stream decodes (LoadPipeline): its
-  // codec; its frame, copied whole to frame_offset of the batch's staging; each layer decoded in
-  // turn to layer_offset there, and copied into the engine from it through decoded_extents (one
-  // per layer, each naming the staged layer, so the plan walks the chunk's payload as usual).
+  // codec; its frame, copied to frame_offset of the batch's staging in two parts (layer 0's
+  // first, the rest before layer 1 decodes: FramePart); each layer decoded in turn to
+  // layer_offset there, and copied into the engine from it through decoded_extents (one per
+  // layer, each naming the staged layer, so the plan walks the chunk's payload as usual).
   const storage::Codec* codec = nullptr;
   uint64_t frame_offset = 0;
   uint64_t frame_bytes = 0;
+  // Where layer 0's part of the frame ends: its header, layer table and section 0 (frame_bytes
+  // when the head does not parse).
+  uint64_t frame_layer0_end = 0;
   std::vector<std::byte> frame_head;  // its first bytes (DecodeLayerOp::frame_head)
   uint64_t layer_offset = 0;
   std::vector<ArenaExtent> decoded_extents;
@@ -111,9 +119,11 @@ class LayerCopier {
   // layer may have been enqueued).
   absl::Status Enqueue(const KvLayout& layout, const PagedKvCache& cache, TransferBatch& batch,
                        uint32_t layer, CopyDirection direction, storage::DeviceStream& stream);
-  // Loads: enqueues the copy of each planned encoded chunk's frame from the arena to its place
-  // in the batch's staging, digested when the batch digests. The stream's error otherwise.
-  absl::Status EnqueueFrames(TransferBatch& batch, storage::DeviceStream& stream);
+  // Loads: enqueues the copy of `part` of each planned encoded chunk's frame from the arena to
+  // its place in the batch's staging, digested when the batch digests. Layer 0's part first, then
+  // the rest: each frame is staged (and digested) whole and in order. The stream's error
+  // otherwise.
+  absl::Status EnqueueFrames(TransferBatch& batch, FramePart part, storage::DeviceStream& stream);
 
  private:
   std::vector<storage::CopyRun> runs_;
