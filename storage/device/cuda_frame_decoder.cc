@@ -50,8 +50,17 @@ absl::Status CudaFrameDecoder::Enqueue(std::span<const DecodeLayerOp> ops) {
     }
     planned.push_back(*std::move(plan));
   }
-  STRATA_RETURN_IF_ERROR(ReserveScratch(scratch_floats));
-  for (const Planned& plan : planned) STRATA_RETURN_IF_ERROR(Launch(plan));
+  // What fails from here puts the stream in error: the ops not launched say so in their slots.
+  const auto fail_from = [&planned](size_t first, const absl::Status& status) {
+    for (size_t i = first; i < planned.size(); ++i) *planned[i].op->failure = status;
+    return status;
+  };
+  if (absl::Status reserved = ReserveScratch(scratch_floats); !reserved.ok()) {
+    return fail_from(0, reserved);
+  }
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (absl::Status launched = Launch(planned[i]); !launched.ok()) return fail_from(i, launched);
+  }
   return absl::OkStatus();
 }
 

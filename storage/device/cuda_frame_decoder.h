@@ -40,7 +40,8 @@ class CudaFrameDecoder {
   // DeviceStream::DecodeLayers for ops CheckDecodeLayerOps passed: kUnimplemented, with nothing
   // enqueued, when an op's codec is not one of the decoder's. An op whose frame head or output
   // does not fit its codec and layout gets its error in *op.failure and nothing enqueued for it.
-  // Other errors are CUDA's, from enqueueing (the stream is then in error).
+  // Other errors are CUDA's, from enqueueing (the stream is then in error), and every op not
+  // launched by then gets that error in *op.failure too.
   absl::Status Enqueue(std::span<const DecodeLayerOp> ops);
 
  private:
