@@ -323,18 +323,25 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
     return absl::InvalidArgumentError(
         fmt::format("Compress: {}", std::string(codec.status().message())));
   }
-  if ((*codec)->drops_tokens()) {
+  if ((*codec)->drops_tokens() && request.tier() != v1::TIER_HOST) {
     return absl::FailedPreconditionError(fmt::format(
-        "Compress: codec {} drops tokens, and no tier keeps a chunk its loads cannot restore "
-        "whole (a rope_applied chunk's tokens cannot be dropped at all); codec_bench measures it",
+        "Compress: codec {} drops tokens, and only the host tier keeps thinned chunks (the device "
+        "pool serves their kept blocks)",
         (*codec)->name()));
+  }
+  if ((*codec)->id() == storage::CodecId::kDropH2o) {
+    return absl::FailedPreconditionError(
+        "Compress: drop_h2o keeps the tokens of highest importance, which only an engine measures; "
+        "Compress has none (use drop_sink_recent)");
   }
   absl::StatusOr<storage::RecodeTotals> totals =
       Recode(request.selector(), request.has_tenant() ? &request.tenant() : nullptr, request.tier(),
              {.codec = *codec,
               .params = {.group_size = request.params().group_size(),
                          .bits = request.params().bits(),
-                         .energy = request.params().energy()}});
+                         .energy = request.params().energy(),
+                         .sink_tokens = request.params().sink_tokens(),
+                         .recent_tokens = request.params().recent_tokens()}});
   if (!totals.ok()) return totals.status();
   response.set_compressed_chunks(totals->recoded);
   response.set_already_compressed(totals->already_in_form);

@@ -662,6 +662,73 @@ TEST_F(ControlServiceTest, CompressesHostChunksInPlaceWithoutADiskTier) {
   EXPECT_TRUE(tier_->CheckConsistency().ok());
 }
 
+// drop_sink_recent thins a position-free (nope) host chunk to its sink block and recent window,
+// which the device pool serves at their positions; what cannot be thinned or restored is refused.
+TEST_F(ControlServiceTest, ThinsPositionFreeHostChunksAndRefusesTheRest) {
+  KvLayout nope = TestLayout();
+  nope.positional = PositionalFormat::kNope;
+  nope.chunk_tokens = 64;
+  const ChunkKey key = KeyHasher::Create(nope, {})->PicKey(Tokens(64, 1), 0);
+  {
+    absl::StatusOr<storage::ReserveResult> r = tier_->Reserve(nope, key, {.num_tokens = 64});
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<std::byte> kv(r->reservation.payload().size_bytes());
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::byte(i * 7 % 251);
+    r->reservation.payload().CopyFrom(kv);
+    ASSERT_TRUE(tier_->Commit(std::move(r->reservation)).ok());
+  }
+  v1::CompressRequest compress;
+  *compress.mutable_selector() = KeySelector(std::vector<ChunkKey>{key});
+  *compress.mutable_selector()->mutable_layout() = ToProto(nope);
+  compress.set_tier(v1::TIER_HOST);
+  v1::CompressResponse compressed;
+
+  // drop_h2o needs the engine's importance; the disk tier keeps no thinned chunk.
+  compress.set_codec("drop_h2o");
+  grpc::Status status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("importance"));
+  compress.set_codec("drop_sink_recent");
+  compress.set_tier(v1::TIER_DISK);
+  EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Blocks 0 and 3 of 4 kept: half the chunk, and a small frame.
+  compress.set_tier(v1::TIER_HOST);
+  compress.mutable_params()->set_sink_tokens(16);
+  compress.mutable_params()->set_recent_tokens(16);
+  status = Call(&Stub::Compress, compress, compressed);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(compressed.compressed_chunks(), 1u);
+  EXPECT_EQ(compressed.stored_bytes_before(), 4 * 4096u);
+  EXPECT_LT(compressed.stored_bytes_after(), 4 * 4096u * 6 / 10);
+  v1::ListChunksRequest list;
+  list.set_tier(v1::TIER_HOST);
+  v1::ListChunksResponse listed;
+  ASSERT_TRUE(Call(&Stub::ListChunks, list, listed).ok());
+  ASSERT_EQ(listed.chunks_size(), 1);
+  EXPECT_EQ(listed.chunks(0).codec(), "drop_sink_recent");
+  EXPECT_FALSE(listed.chunks(0).has_relative_error()) << "dropped tokens have no decoded value";
+
+  // Its dropped tokens cannot come back.
+  v1::DecompressRequest decompress;
+  *decompress.mutable_selector() = compress.selector();
+  decompress.set_tier(v1::TIER_HOST);
+  v1::DecompressResponse decompressed;
+  status = Call(&Stub::Decompress, decompress, decompressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("cannot be restored"));
+  EXPECT_TRUE(tier_->HoldsEncoded(key)) << "left as it was";
+
+  // A rope_applied chunk's tokens cannot be dropped at all.
+  StoreChain(Tokens(16, 1));
+  *compress.mutable_selector() = TokenSelector(Tokens(16, 1));
+  status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("RoPE"));
+  EXPECT_TRUE(tier_->CheckConsistency().ok());
+}
+
 TEST_F(ControlServiceTest, ListChunksPagesAndFilters) {
   const std::vector<ChunkKey> keys = StoreChain(Tokens(16 * 5, 1));
   ASSERT_TRUE(tier_->Pin(keys[1], {}).ok());

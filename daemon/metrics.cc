@@ -274,7 +274,8 @@ void AddDevicePoolTieringFamilies(std::vector<MetricFamily>& families,
       "tier, at eviction or ahead of it), demoted_ahead (of demoted: by the demotion thread, off "
       "the pool's lock), demote_ahead_dropped (not queued for it: the queue was full), "
       "demote_skipped (the host tier held it already), demote_failed, promoted (a pool miss the "
-      "host tier held), promote_failed (a bad checksum or a failed copy).";
+      "host tier held), promoted_kept (of promoted: a thinned chunk's kept blocks), promote_failed "
+      "(a bad checksum, a frame that did not decode or a failed copy).";
   const std::pair<const char*, uint64_t> events[] = {
       {"demoted", s.demoted},
       {"demoted_ahead", s.demoted_ahead},
@@ -282,6 +283,7 @@ void AddDevicePoolTieringFamilies(std::vector<MetricFamily>& families,
       {"demote_skipped", s.demote_skipped},
       {"demote_failed", s.demote_failures},
       {"promoted", s.promoted},
+      {"promoted_kept", s.promoted_kept},
       {"promote_failed", s.promote_failures}};
   for (const auto& [event, count] : events) {
     AddSeries(families, "strata_device_pool_tiering_total", chunks_help, MetricType::Counter, count,

@@ -7,11 +7,12 @@ namespace strata::daemon {
 namespace {
 
 void AddChunk(v1::PoolChunksResponse& response, const absl::Status& status, uint64_t handle,
-              std::span<const uint32_t> pages) {
+              std::span<const uint32_t> pages, std::span<const uint32_t> positions = {}) {
   v1::PoolChunk* chunk = response.add_chunks();
   *chunk->mutable_status() = ToProto(status);
   chunk->set_handle(handle);
   chunk->mutable_pages()->Add(pages.begin(), pages.end());
+  chunk->mutable_positions()->Add(positions.begin(), positions.end());
 }
 
 }  // namespace
@@ -45,7 +46,7 @@ void SessionDevicePool::Acquire(std::span<const ChunkKey> keys,
     }
     const uint64_t handle = next_handle();
     refs_.emplace(handle, ref->ref_id);
-    AddChunk(response, absl::OkStatus(), handle, ref->pages);
+    AddChunk(response, absl::OkStatus(), handle, ref->pages, ref->positions);
   }
 }
 

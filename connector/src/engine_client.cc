@@ -39,6 +39,19 @@ std::vector<ArenaExtent> ExtentsFromProto(
   return out;
 }
 
+// A placement's page positions (non-empty) are an acquire's, one per page, strictly ascending
+// multiples of `block_tokens`.
+bool PagePositionsFit(const PoolPlacement& placement, bool acquire, uint32_t block_tokens) {
+  if (!acquire || placement.positions.size() != placement.pages.size()) return false;
+  for (size_t i = 0; i < placement.positions.size(); ++i) {
+    if (placement.positions[i] % block_tokens != 0 ||
+        (i > 0 && placement.positions[i] <= placement.positions[i - 1])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 ArenaMapping::ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t generation,
@@ -661,6 +674,15 @@ absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolChun
     if (!in_pool || !sized) {
       return ProtocolErrorLocked(fmt::format("pool chunk {} has {} pages, not all in a pool of {}",
                                              i, placement.pages.size(), pool_pages));
+    }
+    placement.positions.assign(chunk.positions().begin(), chunk.positions().end());
+    if (!placement.positions.empty() &&
+        !PagePositionsFit(placement, num_pages.empty(), device_pool_->grant().block_tokens)) {
+      return ProtocolErrorLocked(fmt::format(
+          "pool chunk {} has {} page positions for {} pages that are not ascending multiples of "
+          "{} (or came with a reserve)",
+          i, placement.positions.size(), placement.pages.size(),
+          device_pool_->grant().block_tokens));
     }
   }
   return result;

@@ -189,6 +189,9 @@ struct PoolPlacement {
   absl::Status status;
   uint64_t handle = 0;
   std::vector<uint32_t> pages;  // in chunk order
+  // A thinned chunk's (acquire only): each page's first token's position in the chunk,
+  // ascending multiples of the pool's block_tokens. Empty: page i holds block i.
+  std::vector<uint32_t> positions;
 };
 
 // A result valid on one session: its handles belong to session `generation`, its extents point

@@ -245,6 +245,8 @@ strata_status strata_pic_plan_chunk(const strata_pic_plan* plan, size_t index,
     out->pool_pages = chunk.pool_pages.data();
     out->num_pool_pages = chunk.pool_pages.size();
     out->why_private = chunk.why_private.c_str();
+    out->pool_page_positions =
+        chunk.pool_page_positions.empty() ? nullptr : chunk.pool_page_positions.data();
     return STRATA_OK;
   });
 }
@@ -264,6 +266,7 @@ strata_status strata_pic_plan_block(const strata_pic_plan* plan, size_t index,
     out->index = block.index;
     out->has_fill = block.fill_from_page.has_value() ? 1 : 0;
     out->fill_from_page = block.fill_from_page.value_or(0);
+    out->position = block.position;
     return STRATA_OK;
   });
 }

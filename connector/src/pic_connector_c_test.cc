@@ -196,6 +196,7 @@ TEST_F(PicConnectorCTest, AChunkWrittenThroughOneConnectorIsSharedByAnother) {
     EXPECT_EQ(block.index, j);
     EXPECT_EQ(block.has_fill, 1);
     EXPECT_EQ(block.fill_from_page, a_pages[j - 1]);
+    EXPECT_EQ(block.position, j * 16) << "a whole chunk's blocks, one after another";
   }
   EXPECT_EQ(strata_pic_plan_block(plan, 4, &block), STRATA_OUT_OF_RANGE);
   EXPECT_EQ(strata_pic_plan_block(plan, 0, nullptr), STRATA_INVALID_ARGUMENT);

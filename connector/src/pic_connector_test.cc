@@ -323,6 +323,7 @@ TEST(PicConnectorNopeTest, TheBlockTableReadsSharedPagesInPlaceWhereNothingIsRec
       EXPECT_EQ(got.pool, c.blocks[j].pool) << policy << " block " << j;
       EXPECT_EQ(got.index, c.blocks[j].index) << policy << " block " << j;
       EXPECT_EQ(got.fill_from_page, c.blocks[j].fill_from_page) << policy << " block " << j;
+      EXPECT_EQ(got.position, j * 16) << policy << " block " << j << ": a whole chunk's blocks";
       own += got.pool ? 0 : 1;
     }
     EXPECT_EQ(plan->block_table.own_blocks, own) << policy;

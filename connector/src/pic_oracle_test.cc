@@ -26,6 +26,7 @@
 #include "connector/src/testing/test_daemon.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/device/host_runtime.h"
 #include "tests/support/test_layout.h"
 #include "tests/support/tiny_transformer.h"
@@ -452,6 +453,105 @@ TEST(PicOracleTest, MepicReuseThroughTheDaemonAgainstFullPrefill) {
   ASSERT_TRUE(writer.requests().End(written).ok());
   ASSERT_TRUE(reader.requests().End(shared).ok());
   EXPECT_EQ((*daemon.device_pools()->ForLayout(OracleLayout()))->Stats().references, 0u);
+}
+
+// A chunk Compress thinned in the host tier (drop_sink_recent: its sink block and recent window)
+// reaches a reader as its kept blocks: pool pages holding, byte for byte, the writer's KV of
+// those blocks, each with its position in the chunk; the block table reads them in place at
+// those positions, recomputes MEPIC's block 1 as always, and has no entry for a dropped block.
+// CacheBlend, which runs every token of a shared chunk, computes the chunk privately instead.
+TEST(PicOracleTest, AThinnedChunkIsReadAsItsKeptBlocksAtTheirPositions) {
+  const TinyTransformer model = *TinyTransformer::Create(Config());
+  // 8 pages: chunk A (8 blocks) fills the pool, and B's write evicts it to the host tier.
+  testing::TestDaemon daemon({.device_pool_bytes = 8 * 3 * 8192});
+  ASSERT_TRUE(daemon.Start().ok());
+  const std::vector<uint32_t> system = RandomTokens(20, 1), a = RandomTokens(8 * kBlock, 2),
+                              b = RandomTokens(2 * kBlock, 3), question = RandomTokens(12, 4);
+  OracleEngine writer(daemon.socket_path(), "writer", model);
+  ChunkKey a_key;
+  for (const std::vector<uint32_t>* passage : {&a, &b}) {
+    const Prompt prompt = Compose(system, {*passage}, question);
+    PicRequest request = writer.Begin(prompt.tokens, prompt.markers);
+    ASSERT_EQ(request.chunks[0].source, PicChunkSource::kShared) << request.chunks[0].why_private;
+    if (passage == &a) a_key = request.prompt.segments[request.chunks[0].segment].key;
+    ASSERT_TRUE(writer.requests().End(request).ok());
+  }
+  ASSERT_TRUE(daemon.tier()->Contains(a_key)) << "demoted whole when B's write evicted it";
+
+  // Thinned in the host tier: blocks 0 (sink), 6 and 7 (recent) kept.
+  const KvLayout layout = OracleLayout();
+  absl::StatusOr<storage::RecodeTotals> thinned =
+      daemon.store()->Recode(std::vector<ChunkKey>{a_key}, storage::Tier::kHost,
+                             {.codec = *storage::CodecRegistry::Find("drop_sink_recent"),
+                              .params = {.sink_tokens = kBlock, .recent_tokens = 2 * kBlock},
+                              .layout = &layout});
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  ASSERT_EQ(thinned->recoded, 1u);
+
+  OracleEngine reader(daemon.socket_path(), "reader", model);
+  const Prompt prompt = Compose(system, {a}, question);
+  PicRequest request = reader.Begin(prompt.tokens, prompt.markers);
+  const PicChunkPlacement& chunk = request.chunks[0];
+  ASSERT_EQ(chunk.source, PicChunkSource::kShared) << chunk.why_private;
+  const std::vector<uint32_t> positions = {0, 6 * kBlock, 7 * kBlock};
+  ASSERT_EQ(chunk.positions, positions);
+  ASSERT_EQ(chunk.pages.size(), 3u);
+
+  // Each kept page holds the writer's KV of its block.
+  const TinyKv computed = reader.Compile(OracleEngine::Tokens(request, chunk.segment), {});
+  const int64_t width = Config().kv_width();
+  const PagedKvCache pool = reader.View(request);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    for (uint32_t layer = 0; layer < 3; ++layer) {
+      for (int64_t t = 0; t < kBlock; ++t) {
+        const int64_t token = positions[k] + t;
+        const std::span<const uint32_t> page(&chunk.pages[k], 1);
+        EXPECT_EQ(0, std::memcmp(Row(pool, page, layer, 0, t), &computed.keys[layer][token * width],
+                                 width * 4))
+            << "keys of token " << token << " layer " << layer;
+        EXPECT_EQ(0, std::memcmp(Row(pool, page, layer, 1, t),
+                                 &computed.values[layer][token * width], width * 4))
+            << "values of token " << token << " layer " << layer;
+      }
+    }
+  }
+
+  // The block table: A's block 0 recomputed (MEPIC) in an own block, blocks 1..5 gone, 6 and 7
+  // read in place at their positions in the prompt.
+  const PicPlan plan = ToPicPlan(request, kBlock, PositionalFormat::kNope);
+  const PicChunk& planned = plan.chunks[0];
+  EXPECT_EQ(planned.pool_page_positions, positions);
+  const size_t padded_blocks = (plan.padded_tokens.size() + kBlock - 1) / kBlock;
+  ASSERT_EQ(plan.block_table.blocks.size(), padded_blocks - 5);
+  std::vector<uint32_t> in_a;  // positions of A's blocks in the table
+  for (size_t i = 0; i < plan.block_table.blocks.size(); ++i) {
+    const PicBlock& block = plan.block_table.blocks[i];
+    if (i > 0) {
+      EXPECT_GT(block.position, plan.block_table.blocks[i - 1].position);
+    }
+    if (block.position < planned.padded.begin || block.position >= planned.padded.end) continue;
+    in_a.push_back(block.position - planned.padded.begin);
+    if (block.position == planned.padded.begin) {
+      EXPECT_FALSE(block.pool) << "MEPIC's block 1 is recomputed";
+      EXPECT_FALSE(block.fill_from_page.has_value()) << "whole: nothing to fill";
+    } else {
+      EXPECT_TRUE(block.pool);
+      EXPECT_EQ(block.index, block.position == planned.padded.begin + 6 * kBlock ? chunk.pages[1]
+                                                                                 : chunk.pages[2]);
+    }
+  }
+  EXPECT_EQ(in_a, positions);
+  ASSERT_TRUE(reader.requests().End(request).ok());
+
+  // CacheBlend reads every token of a shared chunk: it computes the thinned one privately.
+  PicRequest blended =
+      reader.Begin(prompt.tokens, prompt.markers, {.recompute = PicRecompute::kCacheBlend});
+  EXPECT_EQ(blended.chunks[0].source, PicChunkSource::kPrivate);
+  EXPECT_NE(blended.chunks[0].why_private.message().find("CacheBlend"), std::string::npos)
+      << blended.chunks[0].why_private;
+  ASSERT_TRUE(reader.requests().End(blended).ok());
+  EXPECT_EQ((*daemon.device_pools()->ForLayout(OracleLayout()))->Stats().references, 0u)
+      << "the refused chunk's reference was given back";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "connector/src/pic_plan.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -57,21 +58,37 @@ PicBlockTable BlockTableOf(const PicRequest& request, const PicPlan& plan, uint3
   for (const PicTokenSpan& span : plan.recompute_from_layer_zero) {
     for (uint32_t t = span.begin; t < span.end; ++t) ++recomputed[t / block_tokens];
   }
-  // The pool page behind each block of a kShared chunk.
+  // The pool page behind each block of a kShared chunk; a thinned chunk's dropped blocks have
+  // none.
   std::vector<std::optional<uint32_t>> page(blocks);
+  std::vector<bool> dropped(blocks, false);
   for (const PicChunk& chunk : plan.chunks) {
     if (chunk.state != PicChunkState::kShared) continue;
     const uint32_t first = chunk.padded.begin / block_tokens;
-    for (size_t k = 0; k < chunk.pool_pages.size(); ++k) page[first + k] = chunk.pool_pages[k];
+    if (chunk.pool_page_positions.empty()) {
+      for (size_t k = 0; k < chunk.pool_pages.size(); ++k) page[first + k] = chunk.pool_pages[k];
+      continue;
+    }
+    const uint32_t end = (chunk.padded.end + block_tokens - 1) / block_tokens;
+    std::fill(dropped.begin() + first, dropped.begin() + end, true);
+    for (size_t k = 0; k < chunk.pool_pages.size(); ++k) {
+      const uint32_t j = first + chunk.pool_page_positions[k] / block_tokens;
+      page[j] = chunk.pool_pages[k];
+      dropped[j] = false;
+    }
   }
   const bool copy_shared = request.policy.recompute == PicRecompute::kCacheBlend ||
                            (plan.pool.has_value() && plan.pool->keys_rotated);
   PicBlockTable table;
-  table.blocks.resize(blocks);
+  table.blocks.reserve(blocks);
   for (size_t j = 0; j < blocks; ++j) {
-    PicBlock& block = table.blocks[j];
+    // A dropped block is gone, unless the policy recomputes it (whole: ThinnedChunkReadable).
+    if (dropped[j] && recomputed[j] == 0) continue;
+    PicBlock& block = table.blocks.emplace_back();
+    block.position = static_cast<uint32_t>(j * block_tokens);
     if (page[j].has_value() && recomputed[j] == 0 && !copy_shared) {
-      block = {.pool = true, .index = *page[j]};
+      block.pool = true;
+      block.index = *page[j];
       continue;
     }
     block.index = table.own_blocks++;
@@ -92,6 +109,7 @@ PicPlan ToPicPlan(const PicRequest& request, uint32_t block_tokens, PositionalFo
     chunk.source = {segment.source_begin, segment.source_end};
     chunk.state = static_cast<PicChunkState>(placed.source);
     chunk.pool_pages = placed.pages;
+    chunk.pool_page_positions = placed.positions;
     if (placed.source == PicChunkSource::kPrivate || placed.source == PicChunkSource::kPending) {
       chunk.why_private = std::string(placed.why_private.message());
     } else if (!plan.pool.has_value() && request.pool != nullptr) {

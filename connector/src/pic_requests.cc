@@ -15,6 +15,7 @@ void Unplace(PicChunkPlacement& chunk, PicChunkSource source, absl::Status why) 
   chunk.source = source;
   chunk.handle = 0;
   chunk.pages.clear();
+  chunk.positions.clear();
   chunk.why_private = std::move(why);
 }
 
@@ -39,6 +40,32 @@ std::vector<ChunkKey> KeysOf(const PicRequest& request, std::span<const size_t> 
 }
 
 }  // namespace
+
+absl::Status ThinnedChunkReadable(const PicPolicy& policy, std::span<const uint32_t> positions,
+                                  uint32_t padded_tokens, uint32_t block_tokens) {
+  if (policy.recompute == PicRecompute::kCacheBlend) {
+    return absl::FailedPreconditionError(
+        "the chunk is thinned (token dropping), and CacheBlend runs every token of a shared chunk "
+        "through its early layers");
+  }
+  if (positions.back() + uint64_t{block_tokens} > padded_tokens) {
+    return absl::FailedPreconditionError(
+        fmt::format("the thinned chunk keeps a block at position {}, past its {} tokens",
+                    positions.back(), padded_tokens));
+  }
+  // LegoLink-k recomputes the first k tokens: a block it recomputes in part must be kept.
+  const uint32_t partial = policy.recompute == PicRecompute::kLegoLink &&
+                                   policy.legolink_tokens < padded_tokens &&
+                                   policy.legolink_tokens % block_tokens != 0
+                               ? policy.legolink_tokens / block_tokens * block_tokens
+                               : padded_tokens;
+  if (partial < padded_tokens && !std::binary_search(positions.begin(), positions.end(), partial)) {
+    return absl::FailedPreconditionError(fmt::format(
+        "LegoLink-{} recomputes part of the block at {}, which the thinned chunk dropped",
+        policy.legolink_tokens, partial));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<PicTokenRange> PicRequest::recomputed_from_layer_zero(uint32_t block_tokens) const {
   std::vector<PicTokenRange> ranges;
@@ -140,20 +167,21 @@ void PicRequests::Place(PicRequest& request) {
 void PicRequests::Settle(PicRequest& request, std::span<const size_t> which,
                          std::vector<PoolPlacement>& acquired, uint32_t block_tokens) {
   std::vector<size_t> missing;
+  std::vector<size_t> resident;
+  std::vector<PoolPlacement> resident_placed;
   for (size_t j = 0; j < which.size(); ++j) {
     PoolPlacement& placed = acquired[j];
     const size_t i = which[j];
-    PicChunkPlacement& chunk = request.chunks[i];
     if (placed.status.ok()) {
-      chunk.source = PicChunkSource::kShared;
-      chunk.handle = placed.handle;
-      chunk.pages = std::move(placed.pages);
+      resident.push_back(i);
+      resident_placed.push_back(std::move(placed));
     } else if (placed.status.code() == absl::StatusCode::kNotFound) {
       missing.push_back(i);
     } else {
-      MakePrivate(chunk, placed.status);
+      MakePrivate(request.chunks[i], placed.status);
     }
   }
+  Share(request, resident, resident_placed, block_tokens);
   if (missing.empty()) return;
 
   // Reserve pages for the missing chunks; a chunk that appears twice is written once.
@@ -256,18 +284,44 @@ absl::Status PicRequests::Publish(PicRequest& request) {
     for (size_t i : published) MakePrivate(request.chunks[i], why);
     return why;
   }
+  std::vector<size_t> resident;
+  std::vector<PoolPlacement> resident_placed;
   for (size_t j = 0; j < published.size(); ++j) {
     PoolPlacement& placed = acquired->value[j];
-    PicChunkPlacement& chunk = request.chunks[published[j]];
     if (placed.status.ok()) {
-      chunk.source = PicChunkSource::kShared;
-      chunk.handle = placed.handle;
-      chunk.pages = std::move(placed.pages);
+      resident.push_back(published[j]);
+      resident_placed.push_back(std::move(placed));
     } else {
-      MakePrivate(chunk, placed.status);
+      MakePrivate(request.chunks[published[j]], placed.status);
     }
   }
+  Share(request, resident, resident_placed, request.pool->grant().block_tokens);
   return absl::OkStatus();
+}
+
+void PicRequests::Share(PicRequest& request, std::span<const size_t> which,
+                        std::vector<PoolPlacement>& acquired, uint32_t block_tokens) {
+  std::vector<uint64_t> unreadable;
+  for (size_t j = 0; j < which.size(); ++j) {
+    PoolPlacement& placed = acquired[j];
+    PicChunkPlacement& chunk = request.chunks[which[j]];
+    if (!placed.positions.empty()) {
+      absl::Status readable = ThinnedChunkReadable(
+          request.policy, placed.positions, request.prompt.segments[chunk.segment].padded_tokens(),
+          block_tokens);
+      if (!readable.ok()) {
+        unreadable.push_back(placed.handle);
+        MakePrivate(chunk, std::move(readable));
+        continue;
+      }
+    }
+    chunk.source = PicChunkSource::kShared;
+    chunk.handle = placed.handle;
+    chunk.pages = std::move(placed.pages);
+    chunk.positions = std::move(placed.positions);
+  }
+  // A failed release leaves the references to the session's end.
+  if (!unreadable.empty()) (void)client_.Release(request.generation, unreadable, options_.timeout);
 }
 
 absl::Status PicRequests::End(PicRequest& request) {

@@ -54,7 +54,10 @@ struct PicChunkPlacement {
   PicChunkSource source = PicChunkSource::kPrivate;
   uint64_t handle = 0;          // kShared: the reference; kWrite: the reservation
   std::vector<uint32_t> pages;  // pool pages, one per block, in chunk order (kShared, kWrite)
-  absl::Status why_private;     // kPrivate, kPending: why the pool does not hold it for us
+  // A thinned kShared chunk's (PoolPlacement::positions): pages holds its kept blocks only, and
+  // each one's position in the chunk. Empty: page i holds block i.
+  std::vector<uint32_t> positions;
+  absl::Status why_private;  // kPrivate, kPending: why the pool does not hold it for us
 };
 
 // Tokens [begin, end) of the padded prompt.
@@ -81,6 +84,13 @@ struct PicRequest {
   // (floor(kShared chunks' tokens x blend_ratio)).
   uint64_t recomputed_tokens(uint32_t block_tokens) const;
 };
+
+// OK when a request of `policy` can read a thinned chunk (its kept blocks at `positions`, in a
+// segment of `padded_tokens` tokens) in place: every kept block inside the segment, and no
+// dropped block that the policy recomputes only in part (its other tokens would be missing).
+// kFailedPrecondition naming why not (CacheBlend reads every token through its early layers).
+absl::Status ThinnedChunkReadable(const PicPolicy& policy, std::span<const uint32_t> positions,
+                                  uint32_t padded_tokens, uint32_t block_tokens);
 
 struct PicRequestsOptions {
   // block_tokens must be the pool's (DevicePoolGrant::block_tokens). compile_variant is not
@@ -121,6 +131,11 @@ class PicRequests {
   // kPending (another engine writes them) or kPrivate.
   void Settle(PicRequest& request, std::span<const size_t> which,
               std::vector<PoolPlacement>& acquired, uint32_t block_tokens);
+  // Makes the chunks `which` kShared by their acquires `acquired` (OK ones, one each), but for
+  // a thinned chunk the request cannot read (ThinnedChunkReadable): that one becomes kPrivate,
+  // and its reference is given back.
+  void Share(PicRequest& request, std::span<const size_t> which,
+             std::vector<PoolPlacement>& acquired, uint32_t block_tokens);
 
   EngineClient& client_;
   const KeyHasher& hasher_;

@@ -418,5 +418,31 @@ TEST_F(PicRequestsTest, EachPolicyRecomputesItsShareOfTheSharedChunks) {
   EXPECT_EQ(pool().Stats().references, 0u);
 }
 
+// A thinned chunk (its kept blocks at their positions) is read in place unless a kept block lies
+// past its segment, the policy recomputes part of a dropped block (LegoLink-k with k inside a
+// block), or the policy is CacheBlend (which runs every token of a shared chunk).
+TEST(ThinnedChunkReadableTest, OnlyWhatThePolicyCanReadWithoutTheDroppedBlocks) {
+  const std::vector<uint32_t> kept = {0, 48};  // of a 64-token chunk: blocks 0 and 3
+  auto readable = [&](const PicPolicy& policy, uint32_t padded_tokens = 64) {
+    return ThinnedChunkReadable(policy, kept, padded_tokens, kBlock);
+  };
+  EXPECT_TRUE(readable({}).ok()) << "MEPIC recomputes block 1 whole";
+  EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLinkZero}).ok());
+  EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 4}).ok())
+      << "block 0 is kept: filled from its page";
+  EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 32}).ok())
+      << "blocks 0 and 1 recomputed whole";
+  EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 100}).ok())
+      << "the whole chunk recomputed";
+  const absl::Status partial =
+      readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 20});
+  EXPECT_EQ(partial.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(partial.message().find("block at 16"), std::string_view::npos) << partial;
+  EXPECT_EQ(readable({.recompute = PicRecompute::kCacheBlend}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(readable({}, /*padded_tokens=*/48).code(), absl::StatusCode::kFailedPrecondition)
+      << "a kept block past the segment";
+}
+
 }  // namespace
 }  // namespace strata::connector::internal

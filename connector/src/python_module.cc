@@ -219,7 +219,8 @@ std::string_view ChunkStateName(PicChunkState state) {
 }
 
 // A plan as plain Python values: spans are (begin, end) tuples, states their names, the pool a
-// dict (or None), the block table a list of {"pool", "index", "fill_from_page" (or None)}.
+// dict (or None), the block table a list of {"pool", "index", "fill_from_page" (or None),
+// "position"}.
 py::dict PlanToDict(const PicPlan& plan) {
   py::dict d;
   d["padded_tokens"] = plan.padded_tokens;
@@ -230,6 +231,7 @@ py::dict PlanToDict(const PicPlan& plan) {
     c["source"] = SpanToTuple(chunk.source);
     c["state"] = ChunkStateName(chunk.state);
     c["pool_pages"] = chunk.pool_pages;
+    c["pool_page_positions"] = chunk.pool_page_positions;
     c["why_private"] = chunk.why_private;
     chunks.append(c);
   }
@@ -241,6 +243,7 @@ py::dict PlanToDict(const PicPlan& plan) {
     b["index"] = block.index;
     b["fill_from_page"] =
         block.fill_from_page.has_value() ? py::object(py::int_(*block.fill_from_page)) : py::none();
+    b["position"] = block.position;
     blocks.append(b);
   }
   d["block_table"] = blocks;

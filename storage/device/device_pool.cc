@@ -1,6 +1,7 @@
 #include "storage/device/device_pool.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "core/status_util.h"
@@ -77,11 +78,20 @@ std::byte* DevicePool::PageData(uint32_t layer, uint32_t page) const {
 }
 
 absl::StatusOr<PoolReservation> DevicePool::Reserve(const ChunkKey& key, uint32_t num_pages,
-                                                    uint64_t owner) {
+                                                    uint64_t owner,
+                                                    std::span<const uint32_t> positions) {
   if (key.empty()) return absl::InvalidArgumentError("device pool: reserve of an empty key");
   if (num_pages == 0 || num_pages > geometry_.num_pages) {
     return absl::InvalidArgumentError(fmt::format(
         "device pool: reserve of {} pages in a pool of {}", num_pages, geometry_.num_pages));
+  }
+  if (!positions.empty() && positions.size() != num_pages) {
+    return absl::InvalidArgumentError(fmt::format(
+        "device pool: {} page positions for a reserve of {} pages", positions.size(), num_pages));
+  }
+  if (std::adjacent_find(positions.begin(), positions.end(), std::greater_equal<>()) !=
+      positions.end()) {
+    return absl::InvalidArgumentError("device pool: page positions must be strictly ascending");
   }
   absl::MutexLock lock(&mu_);
   if (auto it = index_.find(key); it != index_.end()) {
@@ -102,11 +112,12 @@ absl::StatusOr<PoolReservation> DevicePool::Reserve(const ChunkKey& key, uint32_
     Chunk* victim = lru_.front();
     ++counters_.evictions;
     counters_.evicted_pages += victim->pages.size();
-    if (on_evict_) on_evict_(*this, victim->key, victim->pages);
+    if (on_evict_ && victim->whole()) on_evict_(*this, victim->key, victim->pages);
     DetachLocked(victim);
   }
   auto chunk = std::make_unique<Chunk>();
   chunk->key = key;
+  chunk->positions.assign(positions.begin(), positions.end());
   chunk->pages.assign(free_pages_.end() - num_pages, free_pages_.end());
   std::reverse(chunk->pages.begin(), chunk->pages.end());
   free_pages_.resize(free_pages_.size() - num_pages);
@@ -138,7 +149,7 @@ absl::Status DevicePool::Commit(uint64_t reservation_id) {
   chunk->state = State::kCommitted;
   ++counters_.commits;
   MakeEvictableLocked(chunk);
-  if (on_evictable_) on_evictable_(*this, chunk->key, holder.owner);
+  if (on_evictable_ && chunk->whole()) on_evictable_(*this, chunk->key, holder.owner);
   return absl::OkStatus();
 }
 
@@ -184,7 +195,7 @@ std::optional<PoolChunkRef> DevicePool::Acquire(const ChunkKey& key, uint64_t ow
   const uint64_t id = next_id_++;
   refs_.emplace(id, Holder{chunk, owner});
   owner_refs_[owner].insert(id);
-  return PoolChunkRef{.ref_id = id, .pages = chunk->pages};
+  return PoolChunkRef{.ref_id = id, .pages = chunk->pages, .positions = chunk->positions};
 }
 
 absl::Status DevicePool::Release(uint64_t ref_id) {
@@ -217,7 +228,7 @@ void DevicePool::ReleaseLocked(uint64_t ref_id) {
   if (chunk->state == State::kCommitted) {
     // Released last is used most recently: the back of the list.
     MakeEvictableLocked(chunk);
-    if (on_evictable_) on_evictable_(*this, chunk->key, holder.owner);
+    if (on_evictable_ && chunk->whole()) on_evictable_(*this, chunk->key, holder.owner);
     return;
   }
   pending_free_pages_ -= chunk->pages.size();

@@ -25,6 +25,12 @@
 // frees its pages. DevicePoolOptions::on_evictable is told of every chunk that becomes evictable,
 // so its KV can be copied down ahead of an eviction, off the pool's lock.
 //
+// Kept blocks: a chunk a token-dropping codec thinned (storage/codec/token_drop_codec.h) holds
+// only its kept blocks, one page each, and records each page's position in the chunk (Reserve's
+// `positions`, returned by Acquire): the fused-RoPE kernel reads page i at positions[i] onwards.
+// Such a chunk is neither demoted nor told to on_evictable (it is not a chunk of the layout: its
+// frame stays in the host tier, which promotes it again); an eviction drops it.
+//
 // Thread-safety: every method is thread-safe (one mutex; each call is O(pages it touches)).
 // Ownership: the pool owns its allocation; the engines' mappings are theirs. Pointers from
 // PageData are valid while the pool lives.
@@ -132,6 +138,9 @@ struct PoolReservation {
 struct PoolChunkRef {
   uint64_t ref_id = 0;
   std::vector<uint32_t> pages;
+  // Empty for a whole chunk (page i holds its block i); else each page's first token's position
+  // in the chunk (the kept blocks of a thinned chunk, ascending).
+  std::vector<uint32_t> positions;
 };
 
 struct DevicePoolStats {
@@ -177,7 +186,11 @@ class DevicePool {
   // used unreferenced chunks when free pages are short. kInvalidArgument for an empty key or a
   // page count of 0 or above the pool's; kResourceExhausted (nothing evicted) when free plus
   // evictable pages are fewer than num_pages. A committed or reserved key is an outcome.
-  absl::StatusOr<PoolReservation> Reserve(const ChunkKey& key, uint32_t num_pages, uint64_t owner);
+  // `positions`: empty for a whole chunk; for a thinned one, each page's first token's position
+  // in the chunk, strictly ascending (kInvalidArgument otherwise, or for a count that is not
+  // num_pages).
+  absl::StatusOr<PoolReservation> Reserve(const ChunkKey& key, uint32_t num_pages, uint64_t owner,
+                                          std::span<const uint32_t> positions = {});
   // Publishes a reserved chunk. kNotFound when the reservation is unknown (aborted, by its
   // owner's death among others).
   absl::Status Commit(uint64_t reservation_id);
@@ -212,6 +225,8 @@ class DevicePool {
   struct Chunk {
     ChunkKey key;
     std::vector<uint32_t> pages;
+    std::vector<uint32_t> positions;  // PoolChunkRef::positions
+    bool whole() const { return positions.empty(); }
     uint32_t refs = 0;
     State state = State::kReserved;
     bool evictable = false;  // in lru_: committed, in the index, unreferenced

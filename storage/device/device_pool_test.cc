@@ -227,6 +227,59 @@ TEST_F(DevicePoolTest, EveryChunkThatBecomesEvictableIsToldOfWithItsOwner) {
   EXPECT_EQ(told.size(), 2u);
 }
 
+// A thinned chunk (kept blocks only) keeps each page's position, which every reference returns;
+// it is evicted like any chunk but never handed to on_evict or on_evictable: its pages hold no
+// chunk of the layout that a tier below could store.
+TEST_F(DevicePoolTest, AThinnedChunksPagesKeepTheirPositionsAndAreNeverDemoted) {
+  std::vector<ChunkKey> evicted, evictable;
+  auto geometry = DevicePoolGeometryFor(Layout(), 16, 4);
+  ASSERT_TRUE(geometry.ok());
+  auto created = DevicePool::Create(
+      runtime_, {.geometry = *geometry,
+                 .name = "strata-test-t0",
+                 .on_evict = [&](const DevicePool&, const ChunkKey& key,
+                                 std::span<const uint32_t>) { evicted.push_back(key); },
+                 .on_evictable = [&](DevicePool&, const ChunkKey& key,
+                                     uint64_t) { evictable.push_back(key); }});
+  ASSERT_TRUE(created.ok()) << created.status();
+  DevicePool& pool = **created;
+
+  const std::vector<uint32_t> positions = {0, 48};
+  auto thinned = pool.Reserve(PicKey(1), 2, 1, positions);
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  ASSERT_TRUE(pool.Commit(thinned->id).ok());
+  Store(pool, 2, 2);
+  EXPECT_EQ(evictable, std::vector<ChunkKey>{PicKey(2)}) << "only the whole chunk";
+
+  auto ref = pool.Acquire(PicKey(1), 3);
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->pages, thinned->pages);
+  EXPECT_EQ(ref->positions, positions);
+  auto whole = pool.Acquire(PicKey(2), 3);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_TRUE(whole->positions.empty());
+  ASSERT_TRUE(pool.Release(ref->ref_id).ok());
+  ASSERT_TRUE(pool.Release(whole->ref_id).ok());
+  EXPECT_EQ(evictable.size(), 2u) << "the thinned chunk's release is not told either";
+
+  // Both are evicted for a chunk of 4 pages (the thinned one first, least recently used); only
+  // the whole one is handed over to be demoted.
+  Store(pool, 3, 4);
+  EXPECT_EQ(pool.Stats().evictions, 2u);
+  EXPECT_EQ(evicted, std::vector<ChunkKey>{PicKey(2)});
+  EXPECT_TRUE(pool.CheckConsistency().ok()) << pool.CheckConsistency();
+
+  // Positions must be one per page, strictly ascending.
+  const std::vector<uint32_t> short_list = {0};
+  const std::vector<uint32_t> descending = {16, 0};
+  const std::vector<uint32_t> repeated = {16, 16};
+  for (const std::vector<uint32_t>* bad : {&short_list, &descending, &repeated}) {
+    EXPECT_EQ(pool.Reserve(PicKey(4), 2, 1, *bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(pool.Stats().reservations, 0u);
+}
+
 TEST_F(DevicePoolTest, ARemovedChunksPagesAreFreedAtItsLastRelease) {
   auto pool = MakePool(4);
   const std::vector<uint32_t> pages = Store(*pool, 1, 2);

@@ -8,27 +8,44 @@
 #include "core/status_util.h"
 #include "fmt/format.h"
 #include "storage/codec/codec_registry.h"
+#include "storage/codec/token_drop_codec.h"
 
 namespace strata::storage {
 
-absl::StatusOr<std::optional<EncodedForm>> EncodeChunk(const Codec& codec,
-                                                       const CodecParams& params,
-                                                       const KvLayout& layout, uint32_t num_tokens,
-                                                       std::span<const std::byte> chunk,
-                                                       std::span<std::byte> decoded) {
+KvLayout CodingLayout(const KvLayout& layout, uint32_t num_tokens) {
+  KvLayout coded = layout;
+  coded.chunk_tokens = std::max(layout.chunk_tokens, num_tokens);
+  return coded;
+}
+
+absl::StatusOr<std::optional<EncodedForm>> EncodeChunk(
+    const Codec& codec, const CodecParams& params, const KvLayout& chunk_layout,
+    uint32_t num_tokens, std::span<const std::byte> chunk, std::span<std::byte> decoded) {
+  const KvLayout layout = CodingLayout(chunk_layout, num_tokens);
   absl::StatusOr<std::vector<std::byte>> frame = codec.Encode(layout, num_tokens, chunk, params);
   if (!frame.ok()) return frame.status();
   if (frame->size() >= chunk.size()) return std::nullopt;
   // Its checksum is what readers are told and decodes are checked by.
-  if (absl::Status s = codec.Decode(layout, *frame, decoded); !s.ok()) {
+  std::span<const std::byte> delivered = decoded;
+  std::vector<std::byte> kept;
+  absl::Status s;
+  if (const auto* dropping = dynamic_cast<const TokenDropCodec*>(&codec); dropping != nullptr) {
+    absl::StatusOr<KeptTokens> tokens = dropping->DecodeKept(layout, *frame);
+    s = tokens.status();
+    if (s.ok()) kept = std::move(tokens->payload);
+    delivered = kept;
+  } else {
+    s = codec.Decode(layout, *frame, decoded);
+  }
+  if (!s.ok()) {
     return absl::InternalError(
         fmt::format("codec {} does not decode its own frame: {}", codec.name(), s));
   }
   std::optional<EncodedForm> encoded(
       EncodedForm{.frame = *std::move(frame),
                   .encoding = {.codec = static_cast<uint16_t>(codec.id()),
-                               .decoded_bytes = chunk.size(),
-                               .decoded_checksum = ChecksumBytes(decoded)}});
+                               .decoded_bytes = delivered.size(),
+                               .decoded_checksum = ChecksumBytes(delivered)}});
   encoded->part = encoded->frame;
   return encoded;
 }
@@ -44,9 +61,10 @@ std::optional<KvError> KeptError(const StoredEncoding& encoding) {
   return KvError{.relative_frobenius = encoding.relative_error, .max_abs = encoding.max_abs_error};
 }
 
-absl::Status DecodeChunk(const Codec& codec, const KvLayout& layout, uint32_t num_tokens,
+absl::Status DecodeChunk(const Codec& codec, const KvLayout& chunk_layout, uint32_t num_tokens,
                          const StoredEncoding& encoding, std::span<const std::byte> frame,
                          std::span<const std::span<std::byte>> destination) {
+  const KvLayout layout = CodingLayout(chunk_layout, num_tokens);
   const uint64_t layer_bytes = layout.layer_bytes(num_tokens);
   uint64_t destination_bytes = 0;
   for (std::span<std::byte> part : destination) destination_bytes += part.size();

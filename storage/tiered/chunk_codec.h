@@ -21,6 +21,12 @@
 
 namespace strata::storage {
 
+// The layout a tier codes a chunk of `num_tokens` tokens of `layout` in: `layout` itself, or for
+// a chunk longer than layout.chunk_tokens (a position-independent chunk is as long as its
+// passage) the layout with chunk_tokens = num_tokens. EncodeChunk and DecodeChunk apply it, and
+// whatever else reads a tier's frame must (its fingerprint is in the frame).
+KvLayout CodingLayout(const KvLayout& layout, uint32_t num_tokens);
+
 // A chunk's encoded form, owned by whoever keeps it until it is written.
 struct EncodedForm {
   std::vector<std::byte> frame;
@@ -29,9 +35,11 @@ struct EncodedForm {
 };
 
 // `chunk` (of `num_tokens` tokens of `layout`) encoded by `codec`, and in `decoded` (the chunk's
-// size) what a decode of it delivers; nullopt when the frame would not shrink it. The codec's
-// errors (kInvalidArgument for a layout or parameters it refuses); kInternal for a codec that
-// does not decode its own frame.
+// size) what a decode of it delivers; nullopt when the frame would not shrink it. A codec that
+// drops tokens leaves `decoded` alone: its encoding's decoded_bytes and decoded_checksum are its
+// kept tokens' (TokenDropCodec::DecodeKept's payload), which is all a frame of it delivers. The
+// codec's errors (kInvalidArgument for a layout or parameters it refuses); kInternal for a codec
+// that does not decode its own frame.
 absl::StatusOr<std::optional<EncodedForm>> EncodeChunk(const Codec& codec,
                                                        const CodecParams& params,
                                                        const KvLayout& layout, uint32_t num_tokens,

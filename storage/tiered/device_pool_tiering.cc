@@ -7,7 +7,10 @@
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "storage/codec/codec_registry.h"
+#include "storage/codec/token_drop_codec.h"
 #include "storage/host/payload_view.h"
+#include "storage/tiered/chunk_codec.h"
 
 namespace strata::storage {
 namespace {
@@ -156,6 +159,10 @@ void DevicePoolTiering::DemoteQueued(std::span<QueuedDemotion> queued) {
     std::optional<PoolChunkRef> ref =
         chunk.pool->Acquire(chunk.key, kDemotionOwner, PoolUse::kUpkeep);
     if (!ref.has_value()) continue;
+    if (!ref->positions.empty()) {  // replaced meanwhile by kept blocks, which stay up here
+      (void)chunk.pool->Release(ref->ref_id);
+      continue;
+    }
     const CopyDownOutcome outcome = CopyDown(chunk.layout, *chunk.pool, chunk.key, ref->pages);
     (void)chunk.pool->Release(ref->ref_id);
     CountDemotion(outcome, /*ahead=*/true);
@@ -164,7 +171,11 @@ void DevicePoolTiering::DemoteQueued(std::span<QueuedDemotion> queued) {
 
 absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePool& pool,
                                                 const ChunkKey& key) {
-  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease, host_.AcquireForCopy(key));
+  STRATA_ASSIGN_OR_RETURN(std::optional<ChunkLease> lease,
+                          host_.AcquireForCopy(key, std::nullopt, Forms::kAny));
+  if (lease.has_value() && lease->encoding().encoded()) {
+    return PromoteKept(layout, pool, key, *std::move(lease));
+  }
   const uint64_t page_bytes = layout.chunk_bytes(options_.block_tokens);
   if (!lease.has_value() || lease->size_bytes() == 0 || lease->size_bytes() % page_bytes != 0) {
     return false;
@@ -206,6 +217,68 @@ absl::StatusOr<bool> DevicePoolTiering::Promote(const KvLayout& layout, DevicePo
   }
   ++stats_.promoted;
   stats_.promoted_bytes += lease->size_bytes();
+  return true;
+}
+
+absl::StatusOr<bool> DevicePoolTiering::PromoteKept(const KvLayout& layout, DevicePool& pool,
+                                                    const ChunkKey& key, ChunkLease lease) {
+  absl::StatusOr<const Codec*> codec =
+      CodecRegistry::Find(static_cast<CodecId>(lease.encoding().codec));
+  const auto* dropping = codec.ok() ? dynamic_cast<const TokenDropCodec*>(*codec) : nullptr;
+  if (dropping == nullptr) return false;  // a form loads decode in place first
+  auto fail = [&](const absl::Status& why) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.promote_failures;
+    spdlog::warn("device pool: promoting the kept blocks of {} failed: {}", key.ToString(),
+                 why.ToString());
+    return false;
+  };
+  std::vector<std::byte> frame(lease.size_bytes());
+  lease.payload().CopyTo(frame);
+  const uint64_t checksum = lease.checksum();
+  const KvLayout coded = CodingLayout(layout, lease.num_tokens());
+  lease.Release();
+  if (ChecksumBytes(frame) != checksum) {
+    return fail(absl::DataLossError("the host tier's frame does not match its checksum"));
+  }
+  absl::StatusOr<KeptTokens> kept = dropping->DecodeKept(coded, frame);
+  if (!kept.ok()) return fail(kept.status());
+  // Each kept block is a whole number of pages, each read at its own position.
+  const uint32_t block_tokens = options_.block_tokens;
+  if (kept->block_tokens % block_tokens != 0 ||
+      kept->num_tokens != kept->blocks.size() * kept->block_tokens) {
+    return false;
+  }
+  std::vector<uint32_t> positions;
+  for (const uint32_t block : kept->blocks) {
+    for (uint32_t at = 0; at < kept->block_tokens; at += block_tokens) {
+      positions.push_back(block * kept->block_tokens + at);
+    }
+  }
+  if (positions.size() > pool.geometry().num_pages) return false;
+  STRATA_ASSIGN_OR_RETURN(
+      PoolReservation reservation,
+      pool.Reserve(key, static_cast<uint32_t>(positions.size()), kPromotionOwner, positions));
+  if (reservation.outcome != PoolReserveOutcome::kReserved) {
+    return reservation.outcome == PoolReserveOutcome::kAlreadyPresent;
+  }
+  std::vector<CopyRun> runs;
+  for (const PoolChunkRun& run :
+       PoolChunkRuns(layout, block_tokens, pool.geometry(), reservation.pages)) {
+    runs.push_back({.src = kept->payload.data() + run.chunk_offset,
+                    .dst = pool.PageData(0, 0) + run.pool_offset,
+                    .size_bytes = run.bytes});
+  }
+  absl::Status copied = CopyAndWait(runs, /*digest=*/nullptr);
+  if (copied.ok()) copied = pool.Commit(reservation.id);
+  if (!copied.ok()) {
+    pool.Abort(reservation.id);
+    return fail(copied);
+  }
+  absl::MutexLock lock(&mu_);
+  ++stats_.promoted;
+  ++stats_.promoted_kept;
+  stats_.promoted_bytes += kept->payload.size();
   return true;
 }
 

@@ -8,7 +8,11 @@
 //   - Promote (a pool acquire that missed): a host-tier chunk of that key, of a whole number of
 //     pages, is given pages in the pool (admission first) and copied there, checksummed, then
 //     committed. A runtime with digested copies checksums the bytes as it copies them (one pass
-//     over the payload); another checksums them before the reservation (two passes).
+//     over the payload); another checksums them before the reservation (two passes). A host
+//     chunk a token-dropping codec thinned (Compress) is promoted as its kept blocks: its frame
+//     is checked and decoded (TokenDropCodec::DecodeKept) on the calling thread, and each kept
+//     block takes its pages with their positions in the chunk (DevicePool::Reserve's
+//     `positions`). The pool never demotes such a chunk: its frame stays in the host tier.
 //   - DemoteAhead (a pool's on_evictable, with demote_ahead): a chunk that becomes evictable is
 //     queued, and a thread of this object's copies it into the host tier while it holds a
 //     reference to it (so its pages stay), off the pool's lock. Its eviction then finds the
@@ -53,6 +57,8 @@ struct DevicePoolTieringStats {
   uint64_t promoted = 0;         // chunks copied into a pool
   uint64_t promoted_bytes = 0;
   uint64_t promote_failures = 0;  // a checksum mismatch, or the copy failed
+  // Of `promoted`: thinned chunks, promoted as their kept blocks.
+  uint64_t promoted_kept = 0;
   // Of `demoted`: copied ahead of their eviction, by the thread, off the pool's lock.
   uint64_t demoted_ahead = 0;
   // Not queued for a demotion ahead (the queue full, or stopped): copied at eviction if need be.
@@ -109,8 +115,9 @@ class DevicePoolTiering {
 
   // Brings chunk `key` from the host tier into `pool` (a pool of `layout`). true when it is
   // committed in the pool now (by this call or another writer); false when the host tier does not
-  // hold it as a whole number of the pool's pages, another writer is storing it, or the copy
-  // failed (counted). The pool's errors (kResourceExhausted: admission refused its pages).
+  // hold it as a whole number of the pool's pages (kept blocks: each a whole number of them), or
+  // in a form loads decode first, another writer is storing it, or the copy or the frame's
+  // decode failed (counted). The pool's errors (kResourceExhausted: admission refused its pages).
   absl::StatusOr<bool> Promote(const KvLayout& layout, DevicePool& pool, const ChunkKey& key);
 
   DevicePoolTieringStats stats() const;
@@ -123,6 +130,10 @@ class DevicePoolTiering {
     ChunkKey key;
   };
 
+  // Promote of a chunk the host tier holds encoded (`lease`): its kept blocks when a
+  // token-dropping codec thinned it; false for another codec's form.
+  absl::StatusOr<bool> PromoteKept(const KvLayout& layout, DevicePool& pool, const ChunkKey& key,
+                                   ChunkLease lease);
   // Runs `runs` on the stream and waits for them; with `digest`, folds every run's source bytes
   // into its digest 0 (the runtime must have digested_copies).
   absl::Status CopyAndWait(std::span<const CopyRun> runs, CopyDigests* digest);

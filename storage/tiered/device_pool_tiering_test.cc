@@ -10,8 +10,10 @@
 
 #include "core/key_hasher.h"
 #include "gtest/gtest.h"
+#include "storage/codec/codec_registry.h"
 #include "storage/device/device_pools.h"
 #include "storage/device/host_runtime.h"
+#include "storage/tiered/chunk_codec.h"
 #include "tests/support/test_layout.h"
 
 namespace strata::storage {
@@ -24,6 +26,18 @@ constexpr uint32_t kBlock = 16;
 ChunkKey Key(uint32_t id) {
   const std::vector<uint32_t> tokens(16, id);
   return KeyHasher::Create(Layout(), {})->PicKey(tokens, 0);
+}
+
+// The layout with its keys before RoPE (position-free), whose tokens may be dropped.
+KvLayout NopeLayout() {
+  KvLayout layout = Layout();
+  layout.positional = PositionalFormat::kNope;
+  return layout;
+}
+
+ChunkKey NopeKey(uint32_t id) {
+  const std::vector<uint32_t> tokens(64, id);
+  return KeyHasher::Create(NopeLayout(), {})->PicKey(tokens, 0);
 }
 
 // The byte every (layer, plane, block i of the chunk) run holds.
@@ -247,6 +261,91 @@ TEST_P(DevicePoolTieringTest, WhatCannotComeBackIsRefused) {
   ASSERT_TRUE(nine.has_value());
   EXPECT_TRUE(ChunkHolds(*pool_, nine->pages)) << "a host chunk in chunk format, paged";
   EXPECT_TRUE(pool_->CheckConsistency().ok());
+}
+
+// A host chunk Compress thinned (drop_sink_recent) comes into the pool as its kept blocks, each
+// page with its position in the chunk; evicted, it is not demoted (the host tier keeps its frame,
+// and promotes it again). A frame that rotted is refused and counted; another codec's form is
+// not promoted (loads decode it in place first).
+TEST_P(DevicePoolTieringTest, AThinnedHostChunkComesBackAsItsKeptBlocksAtTheirPositions) {
+  const KvLayout layout = NopeLayout();
+  DevicePool* pool = *pools_->ForLayout(layout);
+  const std::vector<std::byte> chunk = ExpectedChunk(4);  // blocks 0..3, each its own bytes
+  auto put = [&](const ChunkKey& key, std::string_view codec_name, const CodecParams& params) {
+    absl::StatusOr<ReserveResult> reserved =
+        host_->ReserveSized(key, chunk.size(), {.num_tokens = 64});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    reserved->reservation.payload().CopyFrom(chunk);
+    ASSERT_TRUE(host_->Commit(std::move(reserved->reservation)).ok());
+    const Codec* codec = *CodecRegistry::Find(codec_name);
+    std::vector<std::byte> decoded(chunk.size());
+    absl::StatusOr<std::optional<EncodedForm>> form =
+        EncodeChunk(*codec, params, layout, 64, chunk, decoded);
+    ASSERT_TRUE(form.ok() && form->has_value()) << form.status();
+    absl::StatusOr<std::optional<ChunkLease>> lease =
+        host_->AcquireForCopy(key, std::nullopt, Forms::kAny);
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    ASSERT_TRUE(host_->ReplaceForm(**lease, (*form)->frame, (*form)->encoding).ok());
+  };
+  put(NopeKey(1), "drop_sink_recent", {.sink_tokens = 16, .recent_tokens = 16});
+
+  absl::StatusOr<bool> promoted = tiering_->Promote(layout, *pool, NopeKey(1));
+  ASSERT_TRUE(promoted.ok() && *promoted) << promoted.status();
+  std::optional<PoolChunkRef> ref = pool->Acquire(NopeKey(1), 9);
+  ASSERT_TRUE(ref.has_value());
+  ASSERT_EQ(ref->pages.size(), 2u) << "blocks 0 and 3 kept";
+  EXPECT_EQ(ref->positions, (std::vector<uint32_t>{0, 48}));
+  const uint64_t plane_bytes = layout.plane_token_bytes() * kBlock;
+  const size_t kept_blocks[] = {0, 3};
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    for (uint32_t plane = 0; plane < 2; ++plane) {
+      for (size_t k = 0; k < 2; ++k) {
+        const std::byte* at = pool->PageData(layer, ref->pages[k]) + plane * plane_bytes;
+        const std::vector<std::byte> expected(plane_bytes,
+                                              std::byte{Fill(layer, plane, kept_blocks[k])});
+        EXPECT_EQ(std::vector<std::byte>(at, at + plane_bytes), expected)
+            << "layer " << layer << " plane " << plane << " page " << k;
+      }
+    }
+  }
+  EXPECT_EQ(tiering_->stats().promoted, 1u);
+  EXPECT_EQ(tiering_->stats().promoted_kept, 1u);
+  EXPECT_EQ(tiering_->stats().promoted_bytes, layout.chunk_bytes(32));
+
+  // Evicted for a whole chunk: dropped from the pool, not demoted; the frame stays up there.
+  ASSERT_TRUE(pool->Release(ref->ref_id).ok());
+  absl::StatusOr<PoolReservation> whole = pool->Reserve(NopeKey(2), 4, 1);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  pool->Abort(whole->id);
+  EXPECT_EQ(pool->Stats().evictions, 1u);
+  EXPECT_EQ(tiering_->stats().demoted + tiering_->stats().demote_skipped +
+                tiering_->stats().demote_failures,
+            0u);
+  EXPECT_TRUE(host_->HoldsEncoded(NopeKey(1)));
+  promoted = tiering_->Promote(layout, *pool, NopeKey(1));
+  ASSERT_TRUE(promoted.ok() && *promoted) << "promoted again from its frame";
+
+  // Another codec's form is not promoted (and not a failure).
+  put(NopeKey(3), "int8", {});
+  promoted = tiering_->Promote(layout, *pool, NopeKey(3));
+  ASSERT_TRUE(promoted.ok());
+  EXPECT_FALSE(*promoted);
+  EXPECT_EQ(tiering_->stats().promote_failures, 0u);
+
+  // A frame that rotted in the arena: refused, counted, nothing served.
+  put(NopeKey(4), "drop_sink_recent", {});
+  {
+    absl::StatusOr<std::optional<ChunkLease>> lease =
+        host_->AcquireForCopy(NopeKey(4), std::nullopt, Forms::kAny);
+    ASSERT_TRUE(lease.ok() && lease->has_value());
+    host_->arena_base()[(*lease)->ranges()[0].offset + 100] ^= std::byte{0x10};
+  }
+  promoted = tiering_->Promote(layout, *pool, NopeKey(4));
+  ASSERT_TRUE(promoted.ok());
+  EXPECT_FALSE(*promoted);
+  EXPECT_EQ(tiering_->stats().promote_failures, 1u);
+  EXPECT_FALSE(pool->Acquire(NopeKey(4), 9).has_value());
+  EXPECT_TRUE(pool->CheckConsistency().ok()) << pool->CheckConsistency();
 }
 
 // Demotion ahead: a chunk is copied down by the tiering's thread once it becomes evictable, so

@@ -129,6 +129,16 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
                                  .stored_bytes_after = lease->size_bytes()};
   const bool encode = recoding.codec != nullptr;
   if (encode == lease->encoding().encoded()) return result;
+  if (!encode) {
+    const absl::StatusOr<const Codec*> held =
+        CodecRegistry::Find(static_cast<CodecId>(lease->encoding().codec));
+    if (held.ok() && (*held)->drops_tokens()) {
+      return absl::FailedPreconditionError(fmt::format(
+          "host chunk {} holds only the tokens codec {} kept: the dropped ones cannot be "
+          "restored (Remove the chunk to have it recomputed whole)",
+          key.ToString(), (*held)->name()));
+    }
+  }
   if (host_.CheckReplaceable(*lease).code() == absl::StatusCode::kUnavailable) {
     result.outcome = Outcome::kBusy;  // read by an engine: no encode only to be refused
     return result;
@@ -160,8 +170,12 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
       result.outcome = Outcome::kNotSmaller;
       return result;
     }
-    result.error = CompareKv(layout->dtype, chunk, decoded);
-    KeepError(result.error, (*frame)->encoding);
+    // Dropped tokens have no decoded value to compare: the error of a thinned chunk is its
+    // attention output's (codec_bench), not kept here.
+    if (!recoding.codec->drops_tokens()) {
+      result.error = CompareKv(layout->dtype, chunk, decoded);
+      KeepError(result.error, (*frame)->encoding);
+    }
     replaced = host_.ReplaceForm(*lease, (*frame)->frame, (*frame)->encoding);
   } else {
     replaced = DecodeLeased(*layout, *lease);

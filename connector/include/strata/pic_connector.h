@@ -79,7 +79,11 @@ struct PicChunk {
   PicTokenSpan source;  // its tokens in the prompt as given
   PicChunkState state = PicChunkState::kPrivate;
   std::vector<uint32_t> pool_pages;  // kShared, kWrite: one page per block, in chunk order
-  std::string why_private;           // kPrivate, kPending
+  // kShared chunks Compress thinned (token dropping): the position of each pool page's first
+  // token in the chunk's padded span (pool_pages holds only the kept blocks). Empty: page i
+  // holds block i.
+  std::vector<uint32_t> pool_page_positions;
+  std::string why_private;  // kPrivate, kPending
 };
 
 // The device pool as this process maps it: page p of layer l lies at
@@ -104,7 +108,7 @@ struct PicPoolView {
   bool keys_rotated = false;
 };
 
-// One block of the padded prompt (tokens [j * block_tokens, (j + 1) * block_tokens), at those
+// One block of the padded prompt (tokens [position, position + block_tokens), at those
 // positions) as the attention backend reads it: a pool page in place, or a block of the
 // request's own.
 struct PicBlock {
@@ -115,6 +119,7 @@ struct PicBlock {
   // padded.begin); the engine then writes the tokens it recomputes over the copy. Absent for a
   // block the engine computes whole.
   std::optional<uint32_t> fill_from_page;
+  uint32_t position = 0;  // its first token's in the padded prompt: j * block_tokens for block j
 };
 
 // The request's block table. Shared chunks' blocks are pool pages read in place, but for the
@@ -123,8 +128,11 @@ struct PicBlock {
 // after) and every shared block of a keys_rotated pool (read through a re-rotated copy): those are
 // own blocks filled from their page. Nothing is ever written into a pool page.
 struct PicBlockTable {
-  std::vector<PicBlock> blocks;  // one per block of the padded prompt
-  uint32_t own_blocks = 0;       // own blocks the request needs
+  // One per block of the padded prompt the attention reads, ascending by position: every
+  // block but the dropped ones of thinned kShared chunks (pool_page_positions), which are gone
+  // (the kernel takes the positions as PagedAttentionArgs::block_positions).
+  std::vector<PicBlock> blocks;
+  uint32_t own_blocks = 0;  // own blocks the request needs
 
   // The table kernels::PagedAttention takes with the pool as its second cache
   // (PagedAttentionArgs::shared_kv): own block i is own_block_ids[i], pool page p is

@@ -123,16 +123,22 @@ typedef struct strata_pic_chunk_info {
   const uint32_t* pool_pages;
   size_t num_pool_pages;
   const char* why_private; /* "" unless STRATA_PIC_PRIVATE or STRATA_PIC_PENDING */
+  /* A thinned shared chunk's: each pool page's first token's position in the chunk's padded
+   * span (num_pool_pages of them); NULL for a whole chunk (page i holds block i). */
+  const uint32_t* pool_page_positions;
 } strata_pic_chunk_info;
 
 /* One block of the padded prompt as the attention reads it (PicBlock): pool 1, pool page `index`
  * read in place; pool 0, the request's own block `index` (of own_blocks), filled first from pool
- * page fill_from_page when has_fill (re-rotating its keys when pool_keys_rotated). */
+ * page fill_from_page when has_fill (re-rotating its keys when pool_keys_rotated). Its tokens
+ * are at positions [position, position + pool_block_tokens) of the padded prompt (a thinned
+ * chunk's dropped blocks have no entry). */
 typedef struct strata_pic_block_info {
   int32_t pool;
   uint32_t index;
   int32_t has_fill;
   uint32_t fill_from_page;
+  uint32_t position;
 } strata_pic_block_info;
 
 strata_status strata_pic_plan_info_get(const strata_pic_plan* plan, strata_pic_plan_info* out);

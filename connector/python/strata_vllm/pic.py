@@ -20,7 +20,10 @@ prompt, finds the chunks other requests computed in the daemon's device pool, an
 pages to read in place, which to compute and publish, which another engine is computing now
 ("pending": refresh a step later to share them), and which tokens to recompute; its
 "block_table" names, per block of the padded prompt, a pool page read in place or one of the
-request's own blocks (filled first from a page where it stands for part of a shared chunk).
+request's own blocks (filled first from a page where it stands for part of a shared chunk), with
+its "position". A chunk the daemon thinned (Compress with drop_sink_recent) is shared as its kept
+blocks only ("pool_page_positions"): its dropped blocks have no entry, and attention reads each
+kept page at its own position.
 
 Executing a plan needs attention that reads the daemon's pool pages at the positions the plan
 gives them (the fused-RoPE path of kernels/paged_attention.h). Stock vLLM's attention reads only

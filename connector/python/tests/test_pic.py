@@ -135,6 +135,8 @@ class PicPlannerTest(unittest.TestCase):
             [(b["pool"], b["index"], b["fill_from_page"]) for b in plan["block_table"]],
             [(False, 0, None), (False, 1, None), (False, 2, None), (False, 3, a_pages[1]),
              (False, 4, a_pages[2]), (False, 5, None)])
+        self.assertEqual([b["position"] for b in plan["block_table"]], [0, 16, 32, 48, 64, 80])
+        self.assertEqual(plan["chunks"][1]["pool_page_positions"], [], "a whole chunk")
         self.assertTrue(reader.verify("r2"))
         reader.end("r2")
         writer.end("r1")
