@@ -13,7 +13,8 @@
 // as each policy's recompute budget grows; and MEPIC run as an engine runs it, its block table
 // naming its own blocks and the pool's pages read in place (kernels::PagedAttention over both
 // caches), equals MEPIC over a copy of the pages with engine blocks only for what it recomputes.
-// Every policy's deviation is printed.
+// Every policy's deviation is printed. A chunk Compress thinned in the host tier is read as its
+// kept blocks at their positions, equal to attention over the tokens that are left.
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -209,6 +210,7 @@ class OracleEngine {
     std::iota(own.begin(), own.end(), 0);
     TinyPagedCache cache;
     cache.block_table = *table.AttentionTable(own, engine_blocks);
+    for (const PicBlock& block : table.blocks) cache.block_positions.push_back(block.position);
     std::vector<int32_t> recompute;
     for (const PicTokenRange& range : request.recomputed_from_layer_zero(kBlock)) {
       for (uint32_t t = range.begin; t < range.end; ++t)
@@ -541,6 +543,33 @@ TEST(PicOracleTest, AThinnedChunkIsReadAsItsKeptBlocksAtTheirPositions) {
     }
   }
   EXPECT_EQ(in_a, positions);
+
+  // Run as an engine runs MEPIC (its own blocks and the kept pages in place, each at its
+  // position), the question attends to exactly the tokens that are left: the system prompt and
+  // A's first block recomputed, and A's last two blocks (kept) as the writer computed them, at
+  // A's offset here. Reference: Prefill and Extend over that context.
+  const auto [paged, engine_blocks] = reader.ComputePaged(request);
+  const PicSegment& s_segment = request.prompt.segments[0];
+  const PicSegment& q_segment = request.prompt.segments.back();
+  ASSERT_EQ(s_segment.kind, SegmentKind::kPrompt);
+  ASSERT_EQ(q_segment.kind, SegmentKind::kPrompt);
+  const TinyOutput s_out = *model.Prefill(OracleEngine::Tokens(request, 0));
+  const TinyOutput a0_out = *model.Extend(
+      s_out.kv, OracleEngine::Tokens(request, chunk.segment).first(kBlock), planned.padded.begin);
+  const TinyKv context = s_out.kv.Concat(a0_out.kv).Concat(
+      computed.Slice(6 * kBlock, 8 * kBlock).AtPositions(planned.padded.begin + 6 * kBlock));
+  const TinyOutput q_out =
+      *model.Extend(context, OracleEngine::Tokens(request, request.prompt.segments.size() - 1),
+                    q_segment.padded_begin);
+  const int64_t hidden = Config().hidden();
+  const auto rows = static_cast<int64_t>(paged.recomputed.size());
+  const auto q_rows = static_cast<int64_t>(q_segment.padded_tokens());
+  const double deviation =
+      RelativeDifference(Rows(paged.hidden, hidden, rows - q_rows, rows), q_out.hidden);
+  std::printf("MEPIC over a thinned chunk (3 of 8 blocks kept) in place: deviation %.2e\n",
+              deviation);
+  EXPECT_LT(deviation, 1e-5) << "the kept blocks at their positions, and nothing else";
+  EXPECT_EQ(engine_blocks, static_cast<int64_t>(plan.block_table.own_blocks));
   ASSERT_TRUE(reader.requests().End(request).ok());
 
   // CacheBlend reads every token of a shared chunk: it computes the thinned one privately.

@@ -191,6 +191,12 @@ absl::Status TokenDropCodec::CheckParams(const KvLayout& layout, const CodecPara
 absl::StatusOr<std::vector<uint32_t>> TokenDropCodec::KeptBlocks(const KvLayout& layout,
                                                                  uint32_t num_tokens,
                                                                  const CodecParams& params) const {
+  STRATA_ASSIGN_OR_RETURN(BlockChoice choice, ChooseBlocks(layout, num_tokens, params));
+  return std::move(choice.blocks);
+}
+
+absl::StatusOr<TokenDropCodec::BlockChoice> TokenDropCodec::ChooseBlocks(
+    const KvLayout& layout, uint32_t num_tokens, const CodecParams& params) const {
   STRATA_ASSIGN_OR_RETURN(const uint32_t block_tokens, CheckedBlockTokens(id_, layout, params));
   if (num_tokens == 0 || num_tokens > layout.chunk_tokens) {
     return absl::InvalidArgumentError(fmt::format("codec {}: {} tokens of a {}-token chunk", name(),
@@ -224,22 +230,21 @@ absl::StatusOr<std::vector<uint32_t>> TokenDropCodec::KeptBlocks(const KvLayout&
         CeilDiv(params.heavy_tokens != 0 ? params.heavy_tokens : recent_tokens, block_tokens);
     KeepHeavyBlocks(blocks, params.importance, heavy, keep);
   }
-  std::vector<uint32_t> kept;
+  BlockChoice choice{.block_tokens = block_tokens};
   for (uint32_t b = 0; b < n; ++b) {
-    if (keep[b]) kept.push_back(b);
+    if (keep[b]) choice.blocks.push_back(b);
   }
-  return kept;
+  return choice;
 }
 
 absl::StatusOr<std::vector<std::byte>> TokenDropCodec::Encode(const KvLayout& layout,
                                                               uint32_t num_tokens,
                                                               std::span<const std::byte> payload,
                                                               const CodecParams& params) const {
-  STRATA_ASSIGN_OR_RETURN(const std::vector<uint32_t> kept, KeptBlocks(layout, num_tokens, params));
+  STRATA_ASSIGN_OR_RETURN(const BlockChoice choice, ChooseBlocks(layout, num_tokens, params));
   STRATA_RETURN_IF_ERROR(internal::CheckPayload(name(), layout, num_tokens, payload));
-  const Blocks blocks{
-      .block_tokens = params.group_size == 0 ? kTokenDropDefaultBlockTokens : params.group_size,
-      .num_tokens = num_tokens};
+  const std::vector<uint32_t>& kept = choice.blocks;
+  const Blocks blocks{.block_tokens = choice.block_tokens, .num_tokens = num_tokens};
   const uint64_t token_bytes = layout.plane_token_bytes();
   const uint64_t plane_stride = Pad4(blocks.TokensIn(kept) * token_bytes);
   const uint64_t index_bytes = 4 + 4ull * kept.size();

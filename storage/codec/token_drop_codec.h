@@ -99,6 +99,15 @@ class TokenDropCodec final : public Codec {
                                         std::span<const std::byte> encoded) const;
 
  private:
+  // The kept blocks and their size in tokens (params.group_size, its default resolved).
+  struct BlockChoice {
+    uint32_t block_tokens = 0;
+    std::vector<uint32_t> blocks;
+  };
+  // KeptBlocks, with the block size it checked.
+  absl::StatusOr<BlockChoice> ChooseBlocks(const KvLayout& layout, uint32_t num_tokens,
+                                           const CodecParams& params) const;
+
   CodecId id_;
 };
 

@@ -366,10 +366,15 @@ absl::Status TinyTransformer::ValidatePagedCache(const TinyPagedCache& cache,
     return absl::InvalidArgumentError("tiny transformer: a paged cache of another shape");
   }
   const int64_t block = cache.engine_spec.block_size;
-  if (block <= 0 || static_cast<int64_t>(cache.block_table.size()) * block < num_tokens) {
+  const bool covers =
+      cache.block_positions.empty()
+          ? static_cast<int64_t>(cache.block_table.size()) * block >= num_tokens
+          : cache.block_positions.size() == cache.block_table.size() &&
+                std::is_sorted(cache.block_positions.begin(), cache.block_positions.end());
+  if (block <= 0 || !covers) {
     return absl::InvalidArgumentError(
-        fmt::format("tiny transformer: a block table of {} blocks for {} tokens",
-                    cache.block_table.size(), num_tokens));
+        fmt::format("tiny transformer: a block table of {} blocks ({} positions) for {} tokens",
+                    cache.block_table.size(), cache.block_positions.size(), num_tokens));
   }
   return absl::OkStatus();
 }
@@ -391,28 +396,44 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::PagedSelectivePrefill(
   if (recompute.empty()) {
     return absl::InvalidArgumentError("tiny transformer: nothing to recompute");
   }
+  // Each recomputed token's logical index in the table (its block's entry, its slot).
+  std::vector<int64_t> logical;
   for (const int32_t t : recompute) {
-    const int32_t id = cache.block_table[static_cast<size_t>(t / block)];
+    int64_t entry = t / block;
+    if (!cache.block_positions.empty()) {
+      const auto after =
+          std::upper_bound(cache.block_positions.begin(), cache.block_positions.end(), int64_t{t});
+      entry = after - cache.block_positions.begin() - 1;
+      if (entry < 0 || t - cache.block_positions[static_cast<size_t>(entry)] >= block) {
+        return absl::InvalidArgumentError(
+            fmt::format("tiny transformer: recomputed token {} lies in no block of the table", t));
+      }
+    }
+    const int32_t id = cache.block_table[static_cast<size_t>(entry)];
     if (id < 0 || id >= spec.num_blocks) {
       return absl::InvalidArgumentError(fmt::format(
           "tiny transformer: recomputed token {} lies in block id {}, not an engine block", t, id));
     }
+    logical.push_back(entry * block + t % block);
   }
 
-  // One sequence per run of consecutive recomputed tokens: its keys are tokens [0, run end), its
-  // queries the run; every sequence shares the prompt's block table.
+  // One sequence per run of consecutive recomputed tokens: its keys are the table's tokens up to
+  // the run's end, its queries the run; every sequence shares the prompt's block table.
   std::vector<int32_t> seq_lens, query_start_loc = {0};
   for (size_t i = 0; i < recompute.size();) {
     size_t j = i + 1;
     while (j < recompute.size() && recompute[j] == recompute[j - 1] + 1) ++j;
-    seq_lens.push_back(recompute[j - 1] + 1);
+    seq_lens.push_back(static_cast<int32_t>(logical[j - 1] + 1));
     query_start_loc.push_back(static_cast<int32_t>(j));
     i = j;
   }
   const auto max_blocks = static_cast<int64_t>(cache.block_table.size());
   std::vector<int32_t> block_table;
+  std::vector<int64_t> block_positions;
   for (size_t s = 0; s < seq_lens.size(); ++s) {
     block_table.insert(block_table.end(), cache.block_table.begin(), cache.block_table.end());
+    block_positions.insert(block_positions.end(), cache.block_positions.begin(),
+                           cache.block_positions.end());
   }
   const std::vector<int64_t> query_positions(recompute.begin(), recompute.end());
 
@@ -429,9 +450,9 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::PagedSelectivePrefill(
       ProjectQkv(l, x.data() + i * h, ws, q.data() + i * h, keys.data() + i * kvw,
                  values.data() + i * kvw);
       // Its rows into its engine block, head by head (the block's strides are the cache's).
-      const int32_t t = recompute[static_cast<size_t>(i)];
+      const int64_t index = logical[static_cast<size_t>(i)];
       const int64_t slot =
-          spec.SlotOffset(cache.block_table[static_cast<size_t>(t / block)], t % block);
+          spec.SlotOffset(cache.block_table[static_cast<size_t>(index / block)], index % block);
       for (int64_t head = 0; head < c.kv_heads; ++head) {
         const int64_t at = slot + head * spec.head_stride;
         const int64_t from = i * kvw + head * c.head_dim;
@@ -451,6 +472,7 @@ absl::StatusOr<TinySelectiveOutput> TinyTransformer::PagedSelectivePrefill(
         .seq_lens = seq_lens,
         .query_start_loc = query_start_loc,
         .query_positions = query_positions,
+        .block_positions = block_positions,
         .rope = rope_.view(),
         .causal = true};
     if (cache.shared_spec.num_blocks > 0) {

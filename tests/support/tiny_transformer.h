@@ -106,6 +106,9 @@ struct TinyPagedCache {
   // Per logical block of the prompt (block_size tokens at positions j * block_size..): an engine
   // block, or engine_spec.num_blocks + a block of the second cache.
   std::vector<int32_t> block_table;
+  // Empty: block j holds positions j * block_size..; else each block's first position, ascending
+  // (a thinned chunk's dropped blocks have no entry: PicBlockTable's positions).
+  std::vector<int64_t> block_positions;
 };
 
 class TinyTransformer {
@@ -139,11 +142,12 @@ class TinyTransformer {
   // from layer 0: at each layer their K and V rows are written into their engine blocks, and each
   // run of consecutive recomputed tokens attends causally over every token before it as the
   // block table names them (a batch of one sequence per run; blocks of the second cache read in
-  // place). The other tokens' KV must be in the cache already. Output: the recomputed tokens and
-  // their last layer's hidden rows; `kv` is empty (the KV is in the cache). kInvalidArgument for
-  // a cache of another shape or dtype, a table that does not cover the prompt, a recomputed
-  // token whose block is not the engine's (nothing is written outside the engine's blocks), or
-  // `recompute` not ascending in range.
+  // place; with block_positions, only the blocks the table holds, each at its positions). The other
+  // tokens' KV must be in the cache already. Output: the recomputed tokens and their last layer's
+  // hidden rows; `kv` is empty (the KV is in the cache). kInvalidArgument for a cache of another
+  // shape or dtype, a table that does not cover the prompt, a recomputed token whose block is not
+  // the engine's (nothing is written outside the engine's blocks), or `recompute` not ascending in
+  // range.
   absl::StatusOr<TinySelectiveOutput> PagedSelectivePrefill(
       std::span<const uint32_t> tokens, const TinyPagedCache& cache,
       std::span<const int32_t> recompute) const;
