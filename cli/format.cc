@@ -319,6 +319,12 @@ std::string FormatCompress(const v1::CompressResponse& compress) {
         "(give the layout flags), {} engines kept reading (retry)\n",
         compress.not_smaller_chunks(), compress.unknown_layout_chunks(), compress.busy_chunks());
   }
+  if (compress.no_importance_chunks() > 0) {
+    out += fmt::format(
+        "left whole: {} no engine reported the importance of (drop_h2o keeps the heaviest blocks "
+        "engines saw)\n",
+        compress.no_importance_chunks());
+  }
   if (compress.compressed_chunks() > 0) {
     out += fmt::format("largest error: relative {:.3g}, absolute {:.3g} (the codec promises: {})\n",
                        compress.max_relative_error(), compress.max_abs_error(),

@@ -271,14 +271,16 @@ int Run(int argc, char** argv) {
   std::string codec;
   uint32_t group_size = 0, bits = 0, sink_tokens = 0, recent_tokens = 0;
   float energy = 0;
-  compress_cmd->add_option("--codec", codec, "int8|kivi8|kivi4|kivi2|cachegen|xkv|drop_sink_recent")
+  compress_cmd
+      ->add_option("--codec", codec,
+                   "int8|kivi8|kivi4|kivi2|cachegen|xkv|drop_sink_recent|drop_h2o")
       ->required();
   compress_cmd->add_option("--group-size", group_size,
-                           "kivi, cachegen, xkv, drop_sink_recent's block (0: the default)");
+                           "kivi, cachegen, xkv, drop_*'s block (0: the default)");
   compress_cmd->add_option("--sink-tokens", sink_tokens,
-                           "drop_sink_recent: tokens kept at a chunk's start (0: one block)");
+                           "drop_*: tokens kept at a chunk's start (0: one block)");
   compress_cmd->add_option("--recent-tokens", recent_tokens,
-                           "drop_sink_recent: tokens kept at its end (0: an eighth of it)");
+                           "drop_*: tokens kept at its end (0: an eighth of it)");
   compress_cmd->add_option("--bits", bits, "cachegen: 2, 4 or 8 (0: the default)");
   compress_cmd->add_option("--energy", energy, "xkv: share of energy kept, (0, 1] (0: 0.99)");
   std::string tenant;

@@ -329,11 +329,6 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
         "pool serves their kept blocks)",
         (*codec)->name()));
   }
-  if ((*codec)->id() == storage::CodecId::kDropH2o) {
-    return absl::FailedPreconditionError(
-        "Compress: drop_h2o keeps the tokens of highest importance, which only an engine measures; "
-        "Compress has none (use drop_sink_recent)");
-  }
   absl::StatusOr<storage::RecodeTotals> totals =
       Recode(request.selector(), request.has_tenant() ? &request.tenant() : nullptr, request.tier(),
              {.codec = *codec,
@@ -354,6 +349,7 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
   response.set_max_abs_error(totals->max_error.max_abs);
   response.set_error_bound(std::string((*codec)->error_bound()));
   response.set_busy_chunks(totals->busy);
+  response.set_no_importance_chunks(totals->no_importance);
   return absl::OkStatus();
 }
 

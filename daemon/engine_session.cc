@@ -1,15 +1,18 @@
 #include "daemon/engine_session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/fmt_absl.h"
+#include "core/status_macros.h"
 #include "core/stored_encoding.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
 #include "storage/host/payload_view.h"
 #include "storage/remote/remote_node.h"
+#include "storage/tiered/importance_book.h"
 
 namespace strata::daemon {
 namespace {
@@ -111,6 +114,9 @@ EngineSession::Reply EngineSession::Handle(const v1::EngineRequest& request) {
       break;
     case v1::EngineRequest::kPoolReserve:
       status = PoolReserve(request.pool_reserve(), *response.mutable_pool_chunks());
+      break;
+    case v1::EngineRequest::kPoolImportance:
+      status = PoolImportance(request.pool_importance());
       break;
     default:
       status = absl::InvalidArgumentError("request has no body");
@@ -232,6 +238,46 @@ absl::Status EngineSession::PoolReserve(const v1::PoolReserveRequest& request,
   const std::vector<uint32_t> num_pages(request.num_pages().begin(), request.num_pages().end());
   device_pool_->Reserve(
       *keys, num_pages, [this] { return NextHandle(); }, response);
+  return absl::OkStatus();
+}
+
+absl::Status EngineSession::PoolImportance(const v1::PoolImportanceRequest& request) {
+  absl::StatusOr<std::vector<ChunkKey>> keys = PoolKeys(request.keys());
+  if (!keys.ok()) return keys.status();
+  if (absl::Status s = CheckBatch(static_cast<int>(keys->size()), /*adds_handles=*/false);
+      !s.ok()) {
+    return s;
+  }
+  if (static_cast<size_t>(request.num_tokens_size()) != keys->size()) {
+    return absl::InvalidArgumentError(fmt::format("{} token counts for {} keys; give one each",
+                                                  request.num_tokens_size(), keys->size()));
+  }
+  uint64_t total = 0;
+  for (const uint32_t n : request.num_tokens()) {
+    if (n == 0 || n > storage::ImportanceBook::kMaxTokens) {
+      return absl::InvalidArgumentError(
+          fmt::format("a report of {} tokens (1 to {})", n, storage::ImportanceBook::kMaxTokens));
+    }
+    total += n;
+  }
+  if (total != static_cast<uint64_t>(request.importance_size())) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} importance values for {} tokens", request.importance_size(), total));
+  }
+  // Every report is checked before any is kept.
+  const std::span<const float> all(request.importance().data(), request.importance_size());
+  for (const float value : all) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(fmt::format(
+          "importance {} is not a finite, non-negative value: nothing was kept", value));
+    }
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; i < keys->size(); ++i) {
+    const uint32_t n = request.num_tokens(static_cast<int>(i));
+    STRATA_RETURN_IF_ERROR(store_->importance().Add((*keys)[i], all.subspan(at, n)));
+    at += n;
+  }
   return absl::OkStatus();
 }
 

@@ -124,6 +124,9 @@ class EngineSession {
   absl::Status PoolLookup(const v1::PoolLookupRequest& request, v1::PoolLookupResponse& response);
   absl::Status PoolAcquire(const v1::PoolAcquireRequest& request, v1::PoolChunksResponse& response);
   absl::Status PoolReserve(const v1::PoolReserveRequest& request, v1::PoolChunksResponse& response);
+  // Keeps the chunks' importance (TieredStore::importance), all of it or (kInvalidArgument)
+  // none.
+  absl::Status PoolImportance(const v1::PoolImportanceRequest& request);
   // The keys of a device pool request; kFailedPrecondition when the session has no pool,
   // kInvalidArgument for keys that are not position-independent keys of its layout.
   absl::StatusOr<std::vector<ChunkKey>> PoolKeys(const v1::KeyChain& proto) const;

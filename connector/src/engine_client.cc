@@ -614,6 +614,25 @@ absl::StatusOr<std::vector<bool>> EngineClient::PoolLookup(std::span<const Chunk
   return std::vector<bool>(resident.begin(), resident.end());
 }
 
+absl::Status EngineClient::PoolImportance(std::span<const ChunkKey> keys,
+                                          std::span<const std::span<const float>> importance,
+                                          milliseconds timeout) {
+  const MonoTime deadline = DeadlineIn(timeout);
+  if (importance.size() != keys.size()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{} importance reports for {} keys; give one each", importance.size(), keys.size()));
+  }
+  v1::EngineRequest request;
+  v1::PoolImportanceRequest& body = *request.mutable_pool_importance();
+  STRATA_RETURN_IF_ERROR(ToProto(keys, *body.mutable_keys()));
+  for (const std::span<const float> report : importance) {
+    body.add_num_tokens(static_cast<uint32_t>(report.size()));
+    body.mutable_importance()->Add(report.begin(), report.end());
+  }
+  absl::MutexLock lock(&mu_);
+  return CallLocked(request, v1::EngineResponse::BODY_NOT_SET, deadline).status();
+}
+
 absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> EngineClient::PoolAcquire(
     std::span<const ChunkKey> keys, milliseconds timeout) {
   const MonoTime deadline = DeadlineIn(timeout);

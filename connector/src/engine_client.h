@@ -353,6 +353,12 @@ class EngineClient {
   absl::StatusOr<SessionResult<std::vector<PoolPlacement>>> PoolReserve(
       std::span<const ChunkKey> keys, std::span<const uint32_t> num_pages,
       std::chrono::milliseconds timeout);
+  // Reports what the engine measured of the chunks `keys`: importance[i] holds one value per token
+  // of keys[i] (engine.proto's PoolImportanceRequest). The daemon's errors (kInvalidArgument:
+  // nothing kept) and the call's.
+  absl::Status PoolImportance(std::span<const ChunkKey> keys,
+                              std::span<const std::span<const float>> importance,
+                              std::chrono::milliseconds timeout);
   // The current session's device pool grant; nullopt when disconnected or granted none.
   std::optional<DevicePoolGrant> device_pool() const;
 

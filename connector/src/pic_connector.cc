@@ -210,6 +210,14 @@ absl::Status PicConnector::Verify(std::string_view request_id) const {
   return absl::OkStatus();
 }
 
+absl::Status PicConnector::ReportImportance(std::string_view request_id, size_t chunk,
+                                            std::span<const float> importance) {
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OpenPicRequest> entry, impl_->Find(request_id));
+  absl::MutexLock lock(&entry->mu);
+  if (!entry->request.has_value()) return NotOpen(request_id);
+  return impl_->requests->ReportImportance(*entry->request, chunk, importance);
+}
+
 absl::Status PicConnector::End(std::string_view request_id) {
   std::shared_ptr<OpenPicRequest> entry;
   {

@@ -196,6 +196,18 @@ strata_status strata_pic_end(strata_pic_connector* connector, const char* reques
   });
 }
 
+strata_status strata_pic_report_importance(strata_pic_connector* connector, const char* request_id,
+                                           size_t chunk, const float* importance,
+                                           size_t num_tokens) {
+  return Guard([&] {
+    STRATA_C_REQUIRE(connector != nullptr, "connector is NULL");
+    STRATA_C_REQUIRE(request_id != nullptr, "request_id is NULL");
+    STRATA_C_REQUIRE(importance != nullptr || num_tokens == 0, "importance is NULL");
+    return FromStatus(connector->impl->ReportImportance(
+        request_id, chunk, std::span<const float>(importance, num_tokens)));
+  });
+}
+
 size_t strata_pic_open_requests(const strata_pic_connector* connector) {
   return connector == nullptr ? 0 : connector->impl->open_requests();
 }

@@ -201,6 +201,17 @@ TEST_F(PicConnectorCTest, AChunkWrittenThroughOneConnectorIsSharedByAnother) {
   EXPECT_EQ(strata_pic_plan_block(plan, 4, &block), STRATA_OUT_OF_RANGE);
   EXPECT_EQ(strata_pic_plan_block(plan, 0, nullptr), STRATA_INVALID_ARGUMENT);
   strata_pic_plan_destroy(plan);
+  // The reader's measure of a's 48 padded tokens reaches the daemon; bad reports do not.
+  const std::vector<float> importance(48, 0.25f);
+  EXPECT_EQ(strata_pic_report_importance(reader, "r", 0, importance.data(), 48), STRATA_OK)
+      << strata_last_error();
+  EXPECT_EQ(strata_pic_report_importance(reader, "r", 0, importance.data(), 47),
+            STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_pic_report_importance(reader, "r", 1, importance.data(), 48),
+            STRATA_OUT_OF_RANGE);
+  EXPECT_EQ(strata_pic_report_importance(reader, "r", 0, nullptr, 48), STRATA_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_pic_report_importance(reader, "nope", 0, importance.data(), 48),
+            STRATA_NOT_FOUND);
   EXPECT_EQ(strata_pic_verify(reader, "r"), STRATA_OK);
   EXPECT_EQ(strata_pic_end(reader, "r"), STRATA_OK);
   EXPECT_EQ(strata_pic_end(reader, "r"), STRATA_NOT_FOUND);

@@ -583,5 +583,74 @@ TEST(PicOracleTest, AThinnedChunkIsReadAsItsKeptBlocksAtTheirPositions) {
       << "the refused chunk's reference was given back";
 }
 
+// drop_h2o keeps the blocks the engines reported heaviest: the writer reports the attention A's
+// tokens received (its block 4 the heaviest), the host tier thins A by it, and a reader gets
+// the sink, that block and the recent window. A chunk no engine reported is left whole.
+TEST(PicOracleTest, DropH2oKeepsTheBlocksEnginesReportedHeaviest) {
+  const TinyTransformer model = *TinyTransformer::Create(Config());
+  testing::TestDaemon daemon({.device_pool_bytes = 8 * 3 * 8192});
+  ASSERT_TRUE(daemon.Start().ok());
+  const std::vector<uint32_t> system = RandomTokens(20, 1), a = RandomTokens(8 * kBlock, 2),
+                              b = RandomTokens(8 * kBlock, 3), question = RandomTokens(12, 4);
+  OracleEngine writer(daemon.socket_path(), "writer", model);
+  std::vector<ChunkKey> keys;
+  for (const std::vector<uint32_t>* passage : {&a, &b}) {
+    const Prompt prompt = Compose(system, {*passage}, question);
+    PicRequest request = writer.Begin(prompt.tokens, prompt.markers);
+    const PicSegment& segment = request.prompt.segments[request.chunks[0].segment];
+    keys.push_back(segment.key);
+    if (passage == &a) {
+      std::vector<float> importance(segment.padded_tokens(), 0.01f);
+      for (uint32_t t = 3 * kBlock; t < 4 * kBlock; ++t) importance[t] = 1.0f;
+      // Two reports, summed: block 4 stays the heaviest.
+      ASSERT_TRUE(writer.requests().ReportImportance(request, 0, importance).ok());
+      ASSERT_TRUE(writer.requests().ReportImportance(request, 0, importance).ok());
+      EXPECT_EQ(writer.requests().ReportImportance(request, 0, std::vector<float>(3, 1.0f)).code(),
+                absl::StatusCode::kInvalidArgument)
+          << "one value per token of the chunk";
+      EXPECT_EQ(writer.requests().ReportImportance(request, 1, importance).code(),
+                absl::StatusCode::kOutOfRange);
+      importance[5] = -1;
+      EXPECT_EQ(writer.requests().ReportImportance(request, 0, importance).code(),
+                absl::StatusCode::kInvalidArgument)
+          << "the daemon refuses a negative importance";
+    }
+    ASSERT_TRUE(writer.requests().End(request).ok());
+  }
+  ASSERT_TRUE(daemon.tier()->Contains(keys[0])) << "A was evicted whole by B's write";
+  const KvLayout layout = OracleLayout();
+  absl::StatusOr<storage::RecodeTotals> thinned =
+      daemon.store()->Recode(keys, storage::Tier::kHost,
+                             {.codec = *storage::CodecRegistry::Find("drop_h2o"),
+                              .params = {.sink_tokens = kBlock, .recent_tokens = kBlock},
+                              .layout = &layout});
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  EXPECT_EQ(thinned->recoded, 1u) << "A";
+  EXPECT_EQ(thinned->missing, 1u) << "B is in the pool, not the host tier";
+
+  OracleEngine reader(daemon.socket_path(), "reader", model);
+  const Prompt prompt = Compose(system, {a}, question);
+  PicRequest request = reader.Begin(prompt.tokens, prompt.markers);
+  ASSERT_EQ(request.chunks[0].source, PicChunkSource::kShared) << request.chunks[0].why_private;
+  EXPECT_EQ(request.chunks[0].positions, (std::vector<uint32_t>{0, 3 * kBlock, 7 * kBlock}));
+  ASSERT_TRUE(reader.requests().End(request).ok());
+
+  // A chunk no engine reported: left whole, counted.
+  const ChunkKey unreported = KeyHasher::Create(layout, {})->PicKey(RandomTokens(64, 9), 0);
+  {
+    absl::StatusOr<storage::ReserveResult> r =
+        daemon.tier()->ReserveSized(unreported, layout.chunk_bytes(64), {.num_tokens = 64});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(daemon.tier()->Commit(std::move(r->reservation)).ok());
+  }
+  thinned = daemon.store()->Recode(
+      std::vector<ChunkKey>{unreported}, storage::Tier::kHost,
+      {.codec = *storage::CodecRegistry::Find("drop_h2o"), .layout = &layout});
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  EXPECT_EQ(thinned->no_importance, 1u);
+  EXPECT_EQ(thinned->recoded, 0u);
+  EXPECT_FALSE(daemon.tier()->HoldsEncoded(unreported));
+}
+
 }  // namespace
 }  // namespace strata::connector::internal

@@ -324,6 +324,23 @@ void PicRequests::Share(PicRequest& request, std::span<const size_t> which,
   if (!unreadable.empty()) (void)client_.Release(request.generation, unreadable, options_.timeout);
 }
 
+absl::Status PicRequests::ReportImportance(const PicRequest& request, size_t chunk,
+                                           std::span<const float> importance) {
+  if (chunk >= request.chunks.size()) {
+    return absl::OutOfRangeError(
+        fmt::format("chunk {} of a request of {} chunks", chunk, request.chunks.size()));
+  }
+  const PicSegment& segment = request.prompt.segments[request.chunks[chunk].segment];
+  if (importance.size() != segment.padded_tokens()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{} importance values for a chunk of {} tokens (its padded span: one per token)",
+        importance.size(), segment.padded_tokens()));
+  }
+  const std::span<const float> reports[] = {importance};
+  return client_.PoolImportance(std::span<const ChunkKey>(&segment.key, 1), reports,
+                                options_.timeout);
+}
+
 absl::Status PicRequests::End(PicRequest& request) {
   std::vector<uint64_t> references;
   std::vector<uint64_t> reservations;

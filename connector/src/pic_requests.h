@@ -122,6 +122,13 @@ class PicRequests {
   absl::Status Refresh(PicRequest& request);
   // Releases the request's references and aborts its unpublished reservations. Idempotent.
   absl::Status End(PicRequest& request);
+  // Reports what the engine measured of chunk `chunk` (an index into request.chunks) of the
+  // request: one finite, non-negative importance per token of its padded span (H2O's: the
+  // attention each token received). The daemon sums a chunk's reports; Compress with drop_h2o
+  // keeps its heaviest blocks (engine.proto's PoolImportanceRequest). kOutOfRange for a chunk
+  // past the request's, kInvalidArgument for a report of another length; the daemon's errors.
+  absl::Status ReportImportance(const PicRequest& request, size_t chunk,
+                                std::span<const float> importance);
 
  private:
   // Acquires the resident chunks of `request`, then reserves the rest.

@@ -730,6 +730,21 @@ PYBIND11_MODULE(strata_connector, m) {
           py::arg("request_id"),
           "False when the session holding the request's shared pages dropped (recompute).")
       .def(
+          "report_importance",
+          [](PicConnector& c, const std::string& request_id, size_t chunk,
+             const std::vector<float>& importance) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = c.ReportImportance(request_id, chunk, importance);
+            }
+            Check(status);
+          },
+          py::arg("request_id"), py::arg("chunk"), py::arg("importance"),
+          "Reports the attention each token of the plan's chunk `chunk` received (H2O's "
+          "importance, one value per padded token): Compress with drop_h2o keeps the heaviest "
+          "blocks.")
+      .def(
           "end",
           [](PicConnector& c, const std::string& request_id) {
             absl::Status status;

@@ -154,13 +154,24 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
   }
   absl::Status replaced;
   if (encode) {
+    // drop_h2o keeps the blocks engines found heaviest: without their report, the chunk stays.
+    CodecParams params = recoding.params;
+    std::optional<std::vector<float>> importance;
+    if (recoding.codec->id() == CodecId::kDropH2o) {
+      importance = importance_.Find(key);
+      if (!importance.has_value() || importance->size() != lease->num_tokens()) {
+        result.outcome = Outcome::kNoImportance;
+        return result;
+      }
+      params.importance = *importance;
+    }
     const std::span<const std::byte> chunk =
         Contiguous(lease->payload(), Scratch(ScratchUse::kRecodeGathered));
     std::vector<std::byte>& decoding = Scratch(ScratchUse::kRecodeDecoded);
     if (decoding.size() < chunk_bytes) decoding.resize(chunk_bytes);
     const std::span<std::byte> decoded(decoding.data(), chunk_bytes);
     absl::StatusOr<std::optional<EncodedForm>> frame =
-        EncodeChunk(*recoding.codec, recoding.params, *layout, lease->num_tokens(), chunk, decoded);
+        EncodeChunk(*recoding.codec, params, *layout, lease->num_tokens(), chunk, decoded);
     if (!frame.ok()) {
       return Annotate(frame.status(),
                       fmt::format("codec {} on host chunk {} (layout {})", recoding.codec->name(),

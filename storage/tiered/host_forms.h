@@ -31,6 +31,7 @@
 #include "core/kv_layout.h"
 #include "core/stored_encoding.h"
 #include "storage/host/host_tier.h"
+#include "storage/tiered/importance_book.h"
 #include "storage/tiered/lower_tier.h"
 
 namespace strata::storage {
@@ -72,14 +73,18 @@ class HostForms {
   static constexpr int kBusyTries = 10;
   static constexpr std::chrono::milliseconds kBusyWait{10};
 
-  HostForms(HostTier& host, KnownLayouts& layouts) : host_(host), layouts_(layouts) {}
+  // drop_h2o's Recode reads `importance` (each chunk's, as engines reported it).
+  HostForms(HostTier& host, KnownLayouts& layouts, const ImportanceBook& importance)
+      : host_(host), layouts_(layouts), importance_(importance) {}
 
   // Stores the host chunk `key` in the form `recoding` names (LowerTier::Recode's contract for
   // the host tier; the selector's layout, when given, is noted in KnownLayouts): encoded in place
   // of its plain form, or plain in place of its frame. Outcomes as LowerTier's, plus kBusy when
-  // other leases read the chunk through every retry (it is left as it was). kInvalidArgument
-  // when the codec refuses the layout or parameters; kDataLoss for an encoded chunk that does
-  // not decode (it is removed); kResourceExhausted when the tier has no room for the new form.
+  // other leases read the chunk through every retry (it is left as it was), and kNoImportance for
+  // drop_h2o when `importance` holds none of the chunk's tokens (as many as it has).
+  // kInvalidArgument when the codec refuses the layout or parameters; kDataLoss for an encoded
+  // chunk that does not decode (it is removed); kResourceExhausted when the tier has no room for
+  // the new form.
   absl::StatusOr<LowerTier::RecodeResult> Recode(const ChunkKey& key,
                                                  const LowerTier::Recoding& recoding);
 
@@ -101,6 +106,7 @@ class HostForms {
 
   HostTier& host_;
   KnownLayouts& layouts_;
+  const ImportanceBook& importance_;
 };
 
 }  // namespace strata::storage

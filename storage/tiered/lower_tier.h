@@ -113,6 +113,8 @@ class LowerTier {
     kNoLayout,       // its layout is unknown to the tier and was not given (or its size is not the
                      // layout's for its tokens): left as it was
     kBusy,           // the host tier only: readers held it throughout (HostForms): left as it was
+    kNoImportance,   // the host tier only: drop_h2o, and no engine reported the importance of
+                     // the chunk's tokens (ImportanceBook): left as it was
   };
   struct RecodeResult {
     RecodeOutcome outcome = RecodeOutcome::kMissing;

@@ -19,6 +19,7 @@
 #include "storage/tiered/disk_lower_tier.h"
 #include "storage/tiered/host_compressor.h"
 #include "storage/tiered/host_forms.h"
+#include "storage/tiered/importance_book.h"
 #include "storage/tiered/prefix_locator.h"
 #include "storage/tiered/promoter.h"
 #include "storage/tiered/task_thread.h"
@@ -122,6 +123,9 @@ void AddRecode(const LowerTier::RecodeResult& result, RecodeTotals& totals) {
     case LowerTier::RecodeOutcome::kBusy:
       ++totals.busy;
       break;
+    case LowerTier::RecodeOutcome::kNoImportance:
+      ++totals.no_importance;
+      break;
   }
 }
 
@@ -134,6 +138,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   }
   std::unique_ptr<TieredStore> store(new TieredStore());
   store->layouts_ = std::make_unique<KnownLayouts>();
+  store->importance_ = std::make_unique<ImportanceBook>();
   if (options.disk.has_value()) {
     const TieredDiskOptions& disk = *options.disk;
     DiskEncodingOptions encoding{.decode_threads = disk.codec_threads};
@@ -195,7 +200,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOpti
   absl::StatusOr<std::unique_ptr<HostTier>> host = HostTier::Create(options.host);
   if (!host.ok()) return Annotate(host.status(), "host tier");
   store->host_ = *std::move(host);
-  store->host_forms_ = std::make_unique<HostForms>(*store->host_, *store->layouts_);
+  store->host_forms_ =
+      std::make_unique<HostForms>(*store->host_, *store->layouts_, *store->importance_);
   if (store->write_through_ != nullptr) store->write_through_->Start(store->host_.get());
   if (store->compressor_ != nullptr) {
     store->compressor_->Start(store->host_forms_.get(), store->host_.get());

@@ -22,7 +22,8 @@
 //   - Prefetch: queues a chain's lower-tier chunks for background promotion.
 //   - Move, Clear, FlushToLowerTiers: operators' moves, run synchronously by the caller; Submit
 //     runs them on the thread "strata-tiered" for callers that must not block (gRPC handlers).
-//   - Recode: Compress and Decompress, of host chunks in place (HostForms) or of a lower tier's.
+//   - Recode: Compress and Decompress, of host chunks in place (HostForms) or of a lower tier's;
+//     drop_h2o reads the importance engines reported (importance(): ImportanceBook).
 //   - Stats: per tier, and of the movement between tiers.
 // What copies a host chunk below (the demoter, Move, Drain) writes it as it decodes: tiers below
 // are never given the host tier's encoded frames.
@@ -69,6 +70,7 @@ class Demoter;
 class HostCompressor;
 class HostForms;
 class KnownLayouts;
+class ImportanceBook;
 class Promoter;
 class TaskThread;
 class WriteThrough;
@@ -183,7 +185,8 @@ struct RecodeTotals {
   uint64_t missing = 0;
   uint64_t not_smaller = 0;
   uint64_t no_layout = 0;
-  uint64_t busy = 0;  // host tier only
+  uint64_t busy = 0;           // host tier only
+  uint64_t no_importance = 0;  // host tier only: drop_h2o, no importance reported
   uint64_t stored_bytes_before = 0;
   uint64_t stored_bytes_after = 0;
   KvError max_error;  // each field the largest over the recoded chunks; NaN when one's is NaN
@@ -237,6 +240,10 @@ class TieredStore {
   // Tells the tiers below the host tier of a layout engines store chunks of (LowerTier::
   // NoteLayout): an engine session's handshake.
   void NoteLayout(const KvLayout& layout);
+
+  // The importance engines reported of position-independent chunks' tokens, which drop_h2o's
+  // Recode of a host chunk keeps the heaviest blocks by.
+  ImportanceBook& importance() { return *importance_; }
 
   // Every tier that holds `key` now, top down (a chunk staged for its demotion counts as in the
   // tier it is written to). In memory only.
@@ -354,6 +361,7 @@ class TieredStore {
 
   // Declared in dependency order: destroyed bottom up.
   std::unique_ptr<KnownLayouts> layouts_;
+  std::unique_ptr<ImportanceBook> importance_;
   std::unique_ptr<DiskTier> disk_tier_;
   // The tiers below the host tier, top down (the disk tier through DiskLowerTier first, when
   // configured); `lower_` views `owned_lower_`. Every mover speaks to them through LowerTier alone.

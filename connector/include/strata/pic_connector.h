@@ -198,6 +198,14 @@ class PicConnector {
   // failed (the engine recomputes what it computed from kShared pages); kNotFound for a request
   // not open. A request with no kShared chunk is OK without a round trip.
   absl::Status Verify(std::string_view request_id) const;
+  // Reports what the engine measured of the request's chunk `chunk` (an index into the plan's
+  // chunks): one finite, non-negative importance per token of its padded span, H2O's (the
+  // attention each token received; report again as more queries attend: the daemon sums them).
+  // An operator's Compress with drop_h2o then keeps each chunk's heaviest blocks. kNotFound for
+  // a request not open, kOutOfRange for a chunk past its chunks, kInvalidArgument for a report
+  // of another length or a bad value; the daemon's errors.
+  absl::Status ReportImportance(std::string_view request_id, size_t chunk,
+                                std::span<const float> importance);
   // Releases the request's pages; the request is closed whatever the daemon answered.
   // kNotFound for a request not open; the daemon's errors (a dropped session is not one).
   absl::Status End(std::string_view request_id);

@@ -86,6 +86,11 @@ strata_status strata_pic_refresh(strata_pic_connector* connector, const char* re
  * dropped (recompute what was read from them). */
 strata_status strata_pic_verify(strata_pic_connector* connector, const char* request_id);
 strata_status strata_pic_end(strata_pic_connector* connector, const char* request_id);
+/* PicConnector::ReportImportance: `importance` holds one value per token of the plan's chunk
+ * `chunk` (its padded span). STRATA_OUT_OF_RANGE for a chunk past the plan's. */
+strata_status strata_pic_report_importance(strata_pic_connector* connector, const char* request_id,
+                                           size_t chunk, const float* importance,
+                                           size_t num_tokens);
 size_t strata_pic_open_requests(const strata_pic_connector* connector);
 
 /* ---- Plans --------------------------------------------------------------------------------- */

@@ -177,5 +177,12 @@ class PicPlanner:
         """False when the pages the request read may have changed (recompute what used them)."""
         return self._connector.verify(request_id)
 
+    def report_importance(self, request_id: str, chunk: int, importance: list[float]) -> None:
+        """The attention each token of the plan's chunk `chunk` received (H2O's importance, one
+        value per token of its padded span; reports are summed): an operator's Compress with
+        drop_h2o keeps the chunk's heaviest blocks. ValueError for a report of another length or
+        a negative value."""
+        self._connector.report_importance(request_id, chunk, importance)
+
     def end(self, request_id: str) -> None:
         self._connector.end(request_id)

@@ -137,6 +137,11 @@ class PicPlannerTest(unittest.TestCase):
              (False, 4, a_pages[2]), (False, 5, None)])
         self.assertEqual([b["position"] for b in plan["block_table"]], [0, 16, 32, 48, 64, 80])
         self.assertEqual(plan["chunks"][1]["pool_page_positions"], [], "a whole chunk")
+        # What the reader's attention measured of a's tokens reaches the daemon; a report of
+        # another length does not.
+        reader.report_importance("r2", 1, [0.5] * 48)
+        with self.assertRaises(ValueError):
+            reader.report_importance("r2", 1, [0.5] * 47)
         self.assertTrue(reader.verify("r2"))
         reader.end("r2")
         writer.end("r1")

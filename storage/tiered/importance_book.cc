@@ -1,0 +1,58 @@
+#include "storage/tiered/importance_book.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fmt/format.h"
+
+namespace strata::storage {
+
+absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> importance) {
+  if (key.empty()) return absl::InvalidArgumentError("importance: a report for an empty key");
+  if (importance.empty() || importance.size() > kMaxTokens) {
+    return absl::InvalidArgumentError(
+        fmt::format("importance: a report of {} tokens (1 to {})", importance.size(), kMaxTokens));
+  }
+  const auto bad = std::find_if(importance.begin(), importance.end(),
+                                [](float v) { return !std::isfinite(v) || v < 0; });
+  if (bad != importance.end()) {
+    return absl::InvalidArgumentError(
+        fmt::format("importance: token {} has {}; each value must be finite and non-negative",
+                    bad - importance.begin(), *bad));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    std::vector<float>& held = it->second.importance;
+    if (held.size() == importance.size()) {
+      for (size_t t = 0; t < held.size(); ++t) held[t] += importance[t];
+    } else {
+      held.assign(importance.begin(), importance.end());
+    }
+    recency_.splice(recency_.end(), recency_, it->second.recency);
+    return absl::OkStatus();
+  }
+  if (entries_.size() >= max_chunks_ && !recency_.empty()) {
+    entries_.erase(recency_.front());
+    recency_.pop_front();
+  }
+  recency_.push_back(key);
+  entries_.emplace(key,
+                   Entry{.importance = std::vector<float>(importance.begin(), importance.end()),
+                         .recency = std::prev(recency_.end())});
+  return absl::OkStatus();
+}
+
+std::optional<std::vector<float>> ImportanceBook::Find(const ChunkKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.importance;
+}
+
+size_t ImportanceBook::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,58 @@
+#include "storage/tiered/importance_book.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace strata::storage {
+namespace {
+
+ChunkKey Key(uint8_t id) {
+  uint8_t digest[16] = {id};
+  return ChunkKey::FromParts(HashAlgorithm::kXxh3_128, KeyNamespace::kPositionIndependent, 7,
+                             digest);
+}
+
+TEST(ImportanceBookTest, ReportsOfAChunkAreSummedAndANewLengthStartsAfresh) {
+  ImportanceBook book;
+  EXPECT_FALSE(book.Find(Key(1)).has_value());
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1, 0, 2}).ok());
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{0.5f, 3, 0}).ok());
+  EXPECT_EQ(*book.Find(Key(1)), (std::vector<float>{1.5f, 3, 2}));
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{4, 4}).ok());
+  EXPECT_EQ(*book.Find(Key(1)), (std::vector<float>{4, 4}));
+  EXPECT_EQ(book.size(), 1u);
+}
+
+TEST(ImportanceBookTest, BadReportsAreRefusedAndChangeNothing) {
+  ImportanceBook book;
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1, 1}).ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::vector<float>& bad : {std::vector<float>{}, std::vector<float>{1, -1},
+                                        std::vector<float>{nan, 1}, std::vector<float>{1, inf}}) {
+    EXPECT_EQ(book.Add(Key(1), bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(book.Add(ChunkKey(), std::vector<float>{1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(book.Add(Key(2), std::vector<float>(ImportanceBook::kMaxTokens + 1, 1.0f)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*book.Find(Key(1)), (std::vector<float>{1, 1}));
+  EXPECT_EQ(book.size(), 1u);
+}
+
+TEST(ImportanceBookTest, PastItsBoundTheChunkReportedLeastRecentlyIsForgotten) {
+  ImportanceBook book(/*max_chunks=*/2);
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1}).ok());
+  ASSERT_TRUE(book.Add(Key(2), std::vector<float>{2}).ok());
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1}).ok());  // 1 is the most recent now
+  ASSERT_TRUE(book.Add(Key(3), std::vector<float>{3}).ok());
+  EXPECT_EQ(book.size(), 2u);
+  EXPECT_FALSE(book.Find(Key(2)).has_value());
+  EXPECT_EQ(*book.Find(Key(1)), std::vector<float>{2});
+  EXPECT_EQ(*book.Find(Key(3)), std::vector<float>{3});
+}
+
+}  // namespace
+}  // namespace strata::storage
