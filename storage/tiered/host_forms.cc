@@ -95,6 +95,12 @@ absl::Status HostForms::DecodeInPlace(const ChunkKey& key) {
 absl::Status HostForms::DecodeLeased(const KvLayout& layout, ChunkLease& lease) {
   const StoredEncoding encoding = lease.encoding();  // the lease reads the new form on success
   absl::StatusOr<const Codec*> codec = CodecRegistry::Find(static_cast<CodecId>(encoding.codec));
+  if (codec.ok() && (*codec)->drops_tokens()) {
+    // Thinned for the device pool: it is whole nowhere, and stays (a load stops at it).
+    return absl::FailedPreconditionError(
+        fmt::format("host chunk {} holds only the tokens codec {} kept: no load can have it whole",
+                    lease.key().ToString(), (*codec)->name()));
+  }
   absl::Status status = codec.status();
   if (codec.ok()) {
     const std::span<const std::byte> frame =

@@ -90,8 +90,9 @@ class HostForms {
 
   // Puts the host chunk `key` back in plain form when it is encoded, so Acquire (Forms::
   // kPlainOnly) finds it. OK when it is plain now or is gone; kDataLoss when it does not decode
-  // (it is removed: the engine recomputes it); kUnavailable when busy through the retries;
-  // kResourceExhausted when the tier has no room for the decoded chunk.
+  // (it is removed: the engine recomputes it); kFailedPrecondition for a chunk a token-dropping
+  // codec thinned (the device pool's: it stays, and a load stops at it); kUnavailable when busy
+  // through the retries; kResourceExhausted when the tier has no room for the decoded chunk.
   absl::Status DecodeInPlace(const ChunkKey& key);
 
  private:
@@ -101,7 +102,7 @@ class HostForms {
   absl::Status DecodeOnce(const ChunkKey& key);
   // Stores the chunk an encoded `lease` (its only one) reads as it decodes, decoded straight
   // into fresh pages (HostTier::ReplaceForm's errors); one that does not decode is removed
-  // (kDataLoss).
+  // (kDataLoss). A chunk a token-dropping codec thinned is kFailedPrecondition, and stays.
   absl::Status DecodeLeased(const KvLayout& layout, ChunkLease& lease);
 
   HostTier& host_;

@@ -234,6 +234,38 @@ TEST_F(HostFormsTest, AFrameThatDoesNotDecodeFailsItsLoadAndGoes) {
   EXPECT_FALSE(store_->host().Contains(Key(1)));
 }
 
+// A chunk thinned for the device pool (a token-dropping codec: only its kept blocks) is whole
+// nowhere: a load stops at it (FAILED_PRECONDITION) and it stays, never taken for a corrupt frame.
+TEST_F(HostFormsTest, ALoadStopsAtAThinnedChunkWhichStays) {
+  KvLayout nope = layout_;
+  nope.positional = PositionalFormat::kNope;
+  Open(/*with_disk=*/false);
+  store_->NoteLayout(nope);
+  const std::vector<ChunkKey> keys = {testing::SyntheticKey(nope, 0),
+                                      testing::SyntheticKey(nope, 1)};
+  for (uint64_t id = 0; id < 2; ++id) {
+    absl::StatusOr<ReserveResult> reserved =
+        store_->host().Reserve(nope, keys[id], {.num_tokens = 16});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    reserved->reservation.payload().CopyFrom(
+        testing::MakeKv(nope, 16, testing::KvShape::kShaped, id));
+    ASSERT_TRUE(store_->host().Commit(std::move(reserved->reservation)).ok());
+  }
+  absl::StatusOr<RecodeTotals> thinned =
+      store_->Recode(std::span(keys).subspan(1), Tier::kHost,
+                     {.codec = *CodecRegistry::Find("drop_sink_recent"),
+                      .params = {.group_size = 4, .sink_tokens = 4, .recent_tokens = 4}});
+  ASSERT_TRUE(thinned.ok()) << thinned.status();
+  ASSERT_EQ(thinned->recoded, 1u);
+  bool deferred = false;
+  LoadLeases leased = Load(keys, deferred, {}, &nope);
+  EXPECT_EQ(leased.failure.code(), absl::StatusCode::kFailedPrecondition) << leased.failure;
+  ASSERT_EQ(leased.leases.size(), 1u);  // the chunk before it still loads
+  leased.leases.clear();
+  EXPECT_TRUE(store_->host().HoldsEncoded(keys[1])) << "kept for the device pool";
+  EXPECT_EQ(FormOf(keys[1]).codec, static_cast<uint16_t>(CodecId::kDropSinkRecent));
+}
+
 TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
   Open(/*with_disk=*/true);
   store_->NoteLayout(layout_);

@@ -72,12 +72,14 @@ class TieredStoreTestBase : public ::testing::Test {
   }
 
   // Runs AcquireForLoad and waits for its result, whichever way it comes; `deferred` tells which.
-  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred, CodecSet reader_decodes = {}) {
+  // Chunks of `layout` (null: layout_).
+  LoadLeases Load(const std::vector<ChunkKey>& keys, bool& deferred, CodecSet reader_decodes = {},
+                  const KvLayout* layout = nullptr) {
     std::promise<LoadLeases> done;
     std::future<LoadLeases> result = done.get_future();
     const std::thread::id caller = std::this_thread::get_id();
     std::optional<LoadLeases> now = store_->AcquireForLoad(
-        std::make_shared<const KvLayout>(layout_), keys,
+        std::make_shared<const KvLayout>(layout != nullptr ? *layout : layout_), keys,
         {.owner = 7, .reader_decodes = reader_decodes}, [&done, caller](LoadLeases leased) {
           EXPECT_NE(std::this_thread::get_id(), caller) << "completions run on the store's thread";
           done.set_value(std::move(leased));
