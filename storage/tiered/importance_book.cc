@@ -27,19 +27,24 @@ absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> imp
     if (held.size() == importance.size()) {
       for (size_t t = 0; t < held.size(); ++t) held[t] += importance[t];
     } else {
+      values_ = values_ - held.size() + importance.size();
       held.assign(importance.begin(), importance.end());
     }
     recency_.splice(recency_.end(), recency_, it->second.recency);
-    return absl::OkStatus();
+  } else {
+    recency_.push_back(key);
+    entries_.emplace(key,
+                     Entry{.importance = std::vector<float>(importance.begin(), importance.end()),
+                           .recency = std::prev(recency_.end())});
+    values_ += importance.size();
   }
-  if (entries_.size() >= max_chunks_ && !recency_.empty()) {
-    entries_.erase(recency_.front());
+  // The least recently reported go first; the chunk just reported goes last, if at all.
+  while (entries_.size() > max_chunks_ || values_ > max_values_) {
+    auto oldest = entries_.find(recency_.front());
+    values_ -= oldest->second.importance.size();
+    entries_.erase(oldest);
     recency_.pop_front();
   }
-  recency_.push_back(key);
-  entries_.emplace(key,
-                   Entry{.importance = std::vector<float>(importance.begin(), importance.end()),
-                         .recency = std::prev(recency_.end())});
   return absl::OkStatus();
 }
 
@@ -53,6 +58,11 @@ std::optional<std::vector<float>> ImportanceBook::Find(const ChunkKey& key) cons
 size_t ImportanceBook::size() const {
   absl::MutexLock lock(&mu_);
   return entries_.size();
+}
+
+size_t ImportanceBook::values() const {
+  absl::MutexLock lock(&mu_);
+  return values_;
 }
 
 }  // namespace strata::storage

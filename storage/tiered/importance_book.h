@@ -5,9 +5,9 @@
 // chunk are summed (H2O accumulates attention over queries). Compress with drop_h2o reads it
 // (HostForms), so the heavy hitters it keeps are the ones engines saw.
 //
-// Bounded: past max_chunks, the chunk reported least recently is forgotten (a chunk with no
-// importance is left whole by drop_h2o, never thinned blindly). Not persisted: a restart forgets
-// it, and engines report again.
+// Bounded: past max_chunks chunks or max_values values (4 bytes each) in all, the chunks reported
+// least recently are forgotten (a chunk with no importance is left whole by drop_h2o, never
+// thinned blindly). Not persisted: a restart forgets it, and engines report again.
 //
 // Thread-safety: every method is thread-safe (one mutex; Add and Find are O(tokens)).
 // Ownership: holds copies of the reports.
@@ -31,10 +31,13 @@ namespace strata::storage {
 class ImportanceBook {
  public:
   static constexpr size_t kDefaultMaxChunks = size_t{1} << 16;
+  static constexpr size_t kDefaultMaxValues = size_t{1} << 24;  // 64 MiB
   // Reports longer than this many tokens are refused (a chunk is a passage, not a corpus).
   static constexpr size_t kMaxTokens = size_t{1} << 20;
 
-  explicit ImportanceBook(size_t max_chunks = kDefaultMaxChunks) : max_chunks_(max_chunks) {}
+  explicit ImportanceBook(size_t max_chunks = kDefaultMaxChunks,
+                          size_t max_values = kDefaultMaxValues)
+      : max_chunks_(max_chunks), max_values_(max_values) {}
 
   // Adds a report for `key`: one finite, non-negative value per token of the chunk, summed into
   // what the book holds for it when it holds as many tokens, replacing it otherwise (the chunk's
@@ -47,6 +50,8 @@ class ImportanceBook {
   std::optional<std::vector<float>> Find(const ChunkKey& key) const;
 
   size_t size() const;
+  // The values held, over every chunk.
+  size_t values() const;
 
  private:
   struct Entry {
@@ -55,7 +60,9 @@ class ImportanceBook {
   };
 
   const size_t max_chunks_;
+  const size_t max_values_;
   mutable absl::Mutex mu_;
+  size_t values_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<ChunkKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<ChunkKey> recency_ ABSL_GUARDED_BY(mu_);  // least recently reported first
 };

@@ -54,5 +54,19 @@ TEST(ImportanceBookTest, PastItsBoundTheChunkReportedLeastRecentlyIsForgotten) {
   EXPECT_EQ(*book.Find(Key(3)), std::vector<float>{3});
 }
 
+TEST(ImportanceBookTest, PastItsValueBoundTheLeastRecentlyReportedGo) {
+  ImportanceBook book(/*max_chunks=*/100, /*max_values=*/10);
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>(4, 1)).ok());
+  ASSERT_TRUE(book.Add(Key(2), std::vector<float>(4, 1)).ok());
+  ASSERT_TRUE(book.Add(Key(3), std::vector<float>(4, 1)).ok());  // 12 values: 1 goes
+  EXPECT_FALSE(book.Find(Key(1)).has_value());
+  EXPECT_EQ(book.values(), 8u);
+  ASSERT_TRUE(book.Add(Key(2), std::vector<float>(2, 1)).ok());  // a new length: 6 values
+  EXPECT_EQ(book.values(), 6u);
+  ASSERT_TRUE(book.Add(Key(4), std::vector<float>(11, 1)).ok());  // over the bound by itself
+  EXPECT_EQ(book.size(), 0u) << "kept nothing past the bound, itself included";
+  EXPECT_EQ(book.values(), 0u);
+}
+
 }  // namespace
 }  // namespace strata::storage
