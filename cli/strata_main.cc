@@ -269,7 +269,7 @@ int Run(int argc, char** argv) {
     selector_flags.Register(cmd, /*with_keys=*/true);
   }
   std::string codec;
-  uint32_t group_size = 0, bits = 0, sink_tokens = 0, recent_tokens = 0;
+  uint32_t group_size = 0, bits = 0, sink_tokens = 0, recent_tokens = 0, heavy_tokens = 0;
   float energy = 0;
   compress_cmd
       ->add_option("--codec", codec,
@@ -281,6 +281,8 @@ int Run(int argc, char** argv) {
                            "drop_*: tokens kept at a chunk's start (0: one block)");
   compress_cmd->add_option("--recent-tokens", recent_tokens,
                            "drop_*: tokens kept at its end (0: an eighth of it)");
+  compress_cmd->add_option("--heavy-tokens", heavy_tokens,
+                           "drop_h2o: the heaviest tokens kept besides (0: as --recent-tokens)");
   compress_cmd->add_option("--bits", bits, "cachegen: 2, 4 or 8 (0: the default)");
   compress_cmd->add_option("--energy", energy, "xkv: share of energy kept, (0, 1] (0: 0.99)");
   std::string tenant;
@@ -438,6 +440,7 @@ int Run(int argc, char** argv) {
       request.mutable_params()->set_energy(energy);
       request.mutable_params()->set_sink_tokens(sink_tokens);
       request.mutable_params()->set_recent_tokens(recent_tokens);
+      request.mutable_params()->set_heavy_tokens(heavy_tokens);
     } else if (*decompress_cmd) {
       v1::DecompressRequest& request = *node_call.emplace().mutable_decompress();
       *request.mutable_selector() = *std::move(selector);

@@ -336,7 +336,8 @@ absl::Status ControlService::DoCompress(const v1::CompressRequest& request,
                          .bits = request.params().bits(),
                          .energy = request.params().energy(),
                          .sink_tokens = request.params().sink_tokens(),
-                         .recent_tokens = request.params().recent_tokens()}});
+                         .recent_tokens = request.params().recent_tokens(),
+                         .heavy_tokens = request.params().heavy_tokens()}});
   if (!totals.ok()) return totals.status();
   response.set_compressed_chunks(totals->recoded);
   response.set_already_compressed(totals->already_in_form);

@@ -696,8 +696,16 @@ TEST_F(ControlServiceTest, ThinsPositionFreeHostChunksAndRefusesTheRest) {
   EXPECT_EQ(Call(&Stub::Compress, compress, compressed).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
 
-  // Blocks 0 and 3 of 4 kept: half the chunk, and a small frame.
+  // heavy_tokens reaches the codec: drop_sink_recent keeps no heavy hitters.
   compress.set_tier(v1::TIER_HOST);
+  compress.mutable_params()->set_heavy_tokens(16);
+  status = Call(&Stub::Compress, compress, compressed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("heavy_tokens"));
+  EXPECT_FALSE(tier_->HoldsEncoded(key));
+  compress.mutable_params()->set_heavy_tokens(0);
+
+  // Blocks 0 and 3 of 4 kept: half the chunk, and a small frame.
   compress.mutable_params()->set_sink_tokens(16);
   compress.mutable_params()->set_recent_tokens(16);
   status = Call(&Stub::Compress, compress, compressed);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "fmt/format.h"
 
@@ -25,7 +26,10 @@ absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> imp
   if (it != entries_.end()) {
     std::vector<float>& held = it->second.importance;
     if (held.size() == importance.size()) {
-      for (size_t t = 0; t < held.size(); ++t) held[t] += importance[t];
+      // Sums saturate at the largest float: reports that would overflow it leave the chunk's
+      // heaviest tokens tied at the top, never an infinity drop_h2o refuses.
+      constexpr float kMax = std::numeric_limits<float>::max();
+      for (size_t t = 0; t < held.size(); ++t) held[t] = std::min(held[t] + importance[t], kMax);
     } else {
       values_ = values_ - held.size() + importance.size();
       held.assign(importance.begin(), importance.end());

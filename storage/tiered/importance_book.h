@@ -40,7 +40,8 @@ class ImportanceBook {
       : max_chunks_(max_chunks), max_values_(max_values) {}
 
   // Adds a report for `key`: one finite, non-negative value per token of the chunk, summed into
-  // what the book holds for it when it holds as many tokens, replacing it otherwise (the chunk's
+  // what the book holds for it when it holds as many tokens (each sum saturating at the largest
+  // float, so what Find returns is always finite), replacing it otherwise (the chunk's
   // length cannot change under its key, so a different length is a fresh start). The chunk
   // becomes the most recently reported. kInvalidArgument (nothing changes) for an empty key, an
   // empty report or one over kMaxTokens, or a value that is negative, a NaN or infinite.

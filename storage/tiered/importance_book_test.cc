@@ -26,6 +26,17 @@ TEST(ImportanceBookTest, ReportsOfAChunkAreSummedAndANewLengthStartsAfresh) {
   EXPECT_EQ(book.size(), 1u);
 }
 
+TEST(ImportanceBookTest, SumsSaturateAtTheLargestFloatAndStayFinite) {
+  ImportanceBook book;
+  const float max = std::numeric_limits<float>::max();
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{max, 1, max / 2}).ok());
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{max, 2, max / 2}).ok());
+  ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1, 0, max}).ok());
+  const std::vector<float> held = *book.Find(Key(1));
+  EXPECT_EQ(held, (std::vector<float>{max, 3, max}));
+  for (const float value : held) EXPECT_TRUE(std::isfinite(value));
+}
+
 TEST(ImportanceBookTest, BadReportsAreRefusedAndChangeNothing) {
   ImportanceBook book;
   ASSERT_TRUE(book.Add(Key(1), std::vector<float>{1, 1}).ok());
