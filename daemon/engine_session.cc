@@ -1,11 +1,9 @@
 #include "daemon/engine_session.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
 #include "core/fmt_absl.h"
-#include "core/status_macros.h"
 #include "core/stored_encoding.h"
 #include "fmt/format.h"
 #include "proto/convert.h"
@@ -253,32 +251,21 @@ absl::Status EngineSession::PoolImportance(const v1::PoolImportanceRequest& requ
                                                   request.num_tokens_size(), keys->size()));
   }
   uint64_t total = 0;
-  for (const uint32_t n : request.num_tokens()) {
-    if (n == 0 || n > storage::ImportanceBook::kMaxTokens) {
-      return absl::InvalidArgumentError(
-          fmt::format("a report of {} tokens (1 to {})", n, storage::ImportanceBook::kMaxTokens));
-    }
-    total += n;
-  }
+  for (const uint32_t n : request.num_tokens()) total += n;
   if (total != static_cast<uint64_t>(request.importance_size())) {
     return absl::InvalidArgumentError(
         fmt::format("{} importance values for {} tokens", request.importance_size(), total));
   }
-  // Every report is checked before any is kept.
+  // The book checks every report (its length, its values) before it keeps any.
   const std::span<const float> all(request.importance().data(), request.importance_size());
-  for (const float value : all) {
-    if (!std::isfinite(value) || value < 0) {
-      return absl::InvalidArgumentError(fmt::format(
-          "importance {} is not a finite, non-negative value: nothing was kept", value));
-    }
-  }
+  std::vector<std::span<const float>> reports;
+  reports.reserve(keys->size());
   uint64_t at = 0;
-  for (size_t i = 0; i < keys->size(); ++i) {
-    const uint32_t n = request.num_tokens(static_cast<int>(i));
-    STRATA_RETURN_IF_ERROR(store_->importance().Add((*keys)[i], all.subspan(at, n)));
+  for (const uint32_t n : request.num_tokens()) {
+    reports.push_back(all.subspan(at, n));
     at += n;
   }
-  return absl::OkStatus();
+  return store_->importance().AddAll(*keys, reports);
 }
 
 absl::Status EngineSession::CheckBatch(int items, bool adds_handles) const {

@@ -3,16 +3,19 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "fmt/format.h"
 
 namespace strata::storage {
 
-absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> importance) {
+namespace {
+
+absl::Status CheckReport(const ChunkKey& key, std::span<const float> importance) {
   if (key.empty()) return absl::InvalidArgumentError("importance: a report for an empty key");
-  if (importance.empty() || importance.size() > kMaxTokens) {
-    return absl::InvalidArgumentError(
-        fmt::format("importance: a report of {} tokens (1 to {})", importance.size(), kMaxTokens));
+  if (importance.empty() || importance.size() > ImportanceBook::kMaxTokens) {
+    return absl::InvalidArgumentError(fmt::format("importance: a report of {} tokens (1 to {})",
+                                                  importance.size(), ImportanceBook::kMaxTokens));
   }
   const auto bad = std::find_if(importance.begin(), importance.end(),
                                 [](float v) { return !std::isfinite(v) || v < 0; });
@@ -21,7 +24,34 @@ absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> imp
         fmt::format("importance: token {} has {}; each value must be finite and non-negative",
                     bad - importance.begin(), *bad));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> importance) {
+  const std::span<const float> reports[] = {importance};
+  return AddAll(std::span<const ChunkKey>(&key, 1), reports);
+}
+
+absl::Status ImportanceBook::AddAll(std::span<const ChunkKey> keys,
+                                    std::span<const std::span<const float>> reports) {
+  if (keys.size() != reports.size()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "importance: {} reports for {} keys; give one each", reports.size(), keys.size()));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status s = CheckReport(keys[i], reports[i]); !s.ok()) {
+      return absl::InvalidArgumentError(fmt::format("{} (report {} of {}: nothing was kept)",
+                                                    std::string(s.message()), i, keys.size()));
+    }
+  }
   absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) AddLocked(keys[i], reports[i]);
+  return absl::OkStatus();
+}
+
+void ImportanceBook::AddLocked(const ChunkKey& key, std::span<const float> importance) {
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     std::vector<float>& held = it->second.importance;
@@ -49,7 +79,6 @@ absl::Status ImportanceBook::Add(const ChunkKey& key, std::span<const float> imp
     entries_.erase(oldest);
     recency_.pop_front();
   }
-  return absl::OkStatus();
 }
 
 std::optional<std::vector<float>> ImportanceBook::Find(const ChunkKey& key) const {

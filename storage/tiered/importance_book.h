@@ -46,6 +46,10 @@ class ImportanceBook {
   // becomes the most recently reported. kInvalidArgument (nothing changes) for an empty key, an
   // empty report or one over kMaxTokens, or a value that is negative, a NaN or infinite.
   absl::Status Add(const ChunkKey& key, std::span<const float> importance);
+  // Add of reports[i] for keys[i], all or none: every report is checked before any is kept
+  // (kInvalidArgument, nothing changes, for a bad one or counts that differ).
+  absl::Status AddAll(std::span<const ChunkKey> keys,
+                      std::span<const std::span<const float>> reports);
 
   // The summed reports of `key`; nullopt when none (or forgotten).
   std::optional<std::vector<float>> Find(const ChunkKey& key) const;
@@ -59,6 +63,11 @@ class ImportanceBook {
     std::vector<float> importance;
     std::list<ChunkKey>::iterator recency;
   };
+
+  // Sums `importance` into what the book holds for `key` (checked), then forgets the least
+  // recently reported past the bounds.
+  void AddLocked(const ChunkKey& key, std::span<const float> importance)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t max_chunks_;
   const size_t max_values_;

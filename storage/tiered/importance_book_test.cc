@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -35,6 +36,21 @@ TEST(ImportanceBookTest, SumsSaturateAtTheLargestFloatAndStayFinite) {
   const std::vector<float> held = *book.Find(Key(1));
   EXPECT_EQ(held, (std::vector<float>{max, 3, max}));
   for (const float value : held) EXPECT_TRUE(std::isfinite(value));
+}
+
+TEST(ImportanceBookTest, AddAllKeepsEveryReportOrNone) {
+  ImportanceBook book;
+  const std::vector<float> good = {1, 2}, bad = {1, -1};
+  const std::vector<ChunkKey> keys = {Key(1), Key(2)};
+  const std::span<const float> one_bad[] = {good, bad};
+  EXPECT_EQ(book.AddAll(keys, one_bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(book.size(), 0u) << "the good report before the bad one was not kept either";
+  const std::span<const float> one[] = {good};
+  EXPECT_EQ(book.AddAll(keys, one).code(), absl::StatusCode::kInvalidArgument);
+  const std::span<const float> both[] = {good, good};
+  ASSERT_TRUE(book.AddAll(keys, both).ok());
+  EXPECT_EQ(*book.Find(Key(1)), good);
+  EXPECT_EQ(*book.Find(Key(2)), good);
 }
 
 TEST(ImportanceBookTest, BadReportsAreRefusedAndChangeNothing) {
