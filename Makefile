@@ -10,6 +10,9 @@ FUZZ_TARGETS := peer_messages_fuzz disk_record_fuzz engine_request_fuzz connecto
   config_fuzz control_lookup_fuzz codec_frame_fuzz vllm_events_fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# Each build and test step runs under scripts/timed.sh, which records its wall time when
+# STRATA_STAGE_LOG names a file (.ci/run prints them at its end).
+TIMED := bash scripts/timed.sh
 
 .PHONY: all deps configure build run demo test test-release test-asan test-tsan test-fuzz fuzz \
   fuzz-build soak bench check-format format clean
@@ -23,7 +26,7 @@ configure: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
 build: configure
-	@cmake --build $(BUILD) -j$(JOBS)
+	@$(TIMED) build-release cmake --build $(BUILD) -j$(JOBS)
 
 # Runs the main job: stratad with its embedded default configuration (Ctrl-C drains and stops).
 run: build
@@ -40,16 +43,16 @@ demo: build
 test: test-release test-asan test-tsan test-fuzz
 
 test-release: build
-	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE soak
+	@$(TIMED) run-release ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE soak
 	@python3 scripts/test_summary.py $(BUILD)
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=address,undefined \
 	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF \
 	  -DSTRATA_BUILD_INTEGRATION_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@$(TIMED) build-asan cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
+	  $(TIMED) run-asan ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -L unit
 	@python3 scripts/test_summary.py $(ASAN_BUILD)
 
 # The tests whose code runs threads, again under ThreadSanitizer (GCC; RelWithDebInfo at -O1 -g1,
@@ -89,11 +92,11 @@ test-tsan: deps
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1" \
 	  -DSTRATA_SANITIZE=thread -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF \
 	  $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(TSAN_BUILD) -j$(JOBS) --target $(TSAN_TESTS)
+	@$(TIMED) build-tsan cmake --build $(TSAN_BUILD) -j$(JOBS) --target $(TSAN_TESTS)
 	@rm -rf $(tsan_reports) && mkdir -p $(tsan_reports)
 	@status=0; UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 \
 	  suppressions=$(CURDIR)/scripts/tsan.supp log_path=$(tsan_reports)/tsan" \
-	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) \
+	  $(TIMED) run-tsan ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) \
 	  -R '^($(subst $(tsan_empty) $(tsan_empty),|,$(strip $(TSAN_TESTS))))\.' || status=$$?; \
 	  if compgen -G '$(tsan_reports)/*' >/dev/null; then cat $(tsan_reports)/*; \
 	    echo "FAIL: ThreadSanitizer reports above (in $(tsan_reports)/)"; status=1; fi; \
@@ -106,31 +109,16 @@ fuzz-build: deps
 	  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSTRATA_BUILD_FUZZ=ON \
 	  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_TESTS=OFF \
 	  -DSTRATA_BUILD_INTEGRATION_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(FUZZ_BUILD) --target $(FUZZ_TARGETS) -j$(JOBS)
-
-# Each fuzz target for $(1) seconds (more libFuzzer flags: $(2)) over a scratch copy of its corpus
-# (tests/fuzz/corpus/<t>);
-# any crash, sanitizer report, leak, timeout or out-of-memory fails, its input left in
-# $(FUZZ_BUILD)/findings/<t>/.
-define run_fuzz
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  work=$(FUZZ_BUILD)/fuzz-corpus/$$t; found=$(FUZZ_BUILD)/findings/$$t; \
-	  rm -rf $$work; mkdir -p $$work $$found; cp tests/fuzz/corpus/$$t/* $$work/; \
-	  echo "== $$t ($(1)s)"; \
-	  $(FUZZ_BUILD)/tests/fuzz/$$t -max_total_time=$(1) $(2) -rss_limit_mb=2048 -timeout=10 \
-	    -print_final_stats=1 -artifact_prefix=$$found/ $$work > $$found/log.txt 2>&1 \
-	    || { tail -60 $$found/log.txt; echo "FAIL: $$t (input in $$found/)"; exit 1; }; \
-	  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" $$found/log.txt; \
-	done
-endef
+	@$(TIMED) build-fuzz cmake --build $(FUZZ_BUILD) --target $(FUZZ_TARGETS) -j$(JOBS)
 
 # A fixed seed: the same mutations on every run, so a run of `make test` that passed here does
-# not fail later for an input no one has seen; `make fuzz` explores with fresh seeds.
+# not fail later for an input no one has seen; `make fuzz` explores with fresh seeds. Each target
+# runs over a scratch copy of its corpus; a finding fails the run (scripts/run-fuzz.sh).
 test-fuzz: fuzz-build
-	$(call run_fuzz,15,-seed=1)
+	@$(TIMED) run-fuzz bash scripts/run-fuzz.sh $(FUZZ_BUILD) 15 "$(FUZZ_TARGETS)" -seed=1
 
 fuzz: fuzz-build
-	$(call run_fuzz,$(FUZZ_SECONDS))
+	@bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) "$(FUZZ_TARGETS)"
 
 # The soak (tests/soak): engines and a daemon with a disk tier under random SIGKILLs, disk fills
 # and tenant clears for $(SOAK_SECONDS) seconds, every invariant checked all along; prints its

@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config clang-format git
+  # build speed: a compiler cache kept outside the tree, and a fast linker (cmake/BuildSpeed.cmake)
+  ccache mold
   # control plane
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # storage engine
