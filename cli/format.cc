@@ -128,18 +128,18 @@ std::string FormatPeers(const v1::ListPeersResponse& peers) {
   if (!peers.remote_enabled()) return "remote tier off ([remote] listen_address)\n";
   std::string out = fmt::format("this node: {} on {}\n", peers.node_id(), peers.listen_address());
   if (peers.peers().empty()) return out + "no peers\n";
-  out += fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>10} {:>7}  {}\n", "address",
-                     "node", "dir", "state", "read", "written", "served", "streams", "last error");
+  out += fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>7}  {}\n", "address", "node",
+                     "dir", "state", "read", "served", "streams", "last error");
   for (const v1::Peer& peer : peers.peers()) {
     std::string state = v1::Peer::State_Name(peer.state());
     if (state.starts_with("STATE_")) state = state.substr(6);
     for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out += fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>10} {:>7}  {}\n",
-                       peer.address(), peer.node_id().empty() ? "-" : peer.node_id(),
-                       peer.outbound() ? "out" : "in", state, HumanBytes(peer.bytes_read()),
-                       HumanBytes(peer.bytes_written()), HumanBytes(peer.bytes_served()),
-                       fmt::format("{}/{}", peer.streams_in(), peer.streams_out()),
-                       peer.last_error().empty() ? "-" : peer.last_error());
+    out +=
+        fmt::format("{:<22} {:<24} {:<4} {:<11} {:>10} {:>10} {:>7}  {}\n", peer.address(),
+                    peer.node_id().empty() ? "-" : peer.node_id(), peer.outbound() ? "out" : "in",
+                    state, HumanBytes(peer.bytes_read()), HumanBytes(peer.bytes_served()),
+                    fmt::format("{}/{}", peer.streams_in(), peer.streams_out()),
+                    peer.last_error().empty() ? "-" : peer.last_error());
   }
   return out;
 }

@@ -449,7 +449,6 @@ grpc::ServerUnaryReactor* ControlService::ListPeers(grpc::CallbackServerContext*
         break;
     }
     peer->set_bytes_read(info.bytes_read);
-    peer->set_bytes_written(info.bytes_written);
     peer->set_bytes_served(info.bytes_served);
     peer->set_last_error(info.last_error);
     peer->set_streams_in(info.streams_in);

@@ -98,12 +98,10 @@ void AddRemoteFamilies(std::vector<MetricFamily>& families,
     ++by_state[static_cast<size_t>(peer.state)];
     const std::string name = peer.node_id.empty() ? peer.address : peer.node_id;
     const char* help =
-        "Bytes moved with a peer: read from it, written to it, or served to it "
-        "(its reads and writes of this node's arena).";
+        "Bytes moved with a peer: read from it, or served to it (its reads of this node's "
+        "arena).";
     AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_read,
               {{"direction", "read"}, {"peer", name}});
-    AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_written,
-              {{"direction", "written"}, {"peer", name}});
     AddSeries(families, "strata_remote_bytes_total", help, counter, peer.bytes_served,
               {{"direction", "served"}, {"peer", name}});
   }

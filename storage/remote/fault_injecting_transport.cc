@@ -272,19 +272,6 @@ RequestId FaultInjectingTransport::Read(PeerId peer, std::span<const Segment> se
                   std::move(corrupt));
 }
 
-RequestId FaultInjectingTransport::Write(PeerId peer, std::span<const Segment> segments,
-                                         Deadline deadline, Completion done) {
-  std::vector<Segment> copy(segments.begin(), segments.end());
-  auto launch = [this, peer, copy = std::move(copy), deadline](Finish finish) mutable {
-    return inner_.Write(peer, copy, deadline, [finish = std::move(finish)](absl::Status s) mutable {
-      std::move(finish)(s.ok() ? absl::StatusOr<std::string>(std::string())
-                               : absl::StatusOr<std::string>(s));
-    });
-  };
-  return Dispatch(peer, RequestKind::kWrite, deadline, std::move(launch),
-                  AsDeliver(std::move(done)), [](std::string&) { return false; });
-}
-
 RequestId FaultInjectingTransport::Call(PeerId peer, std::string request, Deadline deadline,
                                         Reply done) {
   auto launch = [this, peer, request = std::move(request), deadline](Finish finish) mutable {

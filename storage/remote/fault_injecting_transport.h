@@ -6,7 +6,6 @@
 //   - kDelay: the request is sent `delay` late (a slow link or a busy peer).
 //   - kCorrupt: the request runs; when it succeeds, one byte of what arrived is flipped (a Read's
 //     first segment, a Call's reply), as a corrupted transfer that the transport did not catch.
-//     Writes are never corrupted (the caller's memory is not ours to change).
 //   - kCut: the request is sent and the link is cut at once (the peer killed mid-transfer): the
 //     request completes with kUnavailable (even when its bytes had all arrived: the completion is
 //     lost with the link) and the link goes down as a dead peer's does.
@@ -33,7 +32,7 @@
 namespace strata::storage::remote {
 
 enum class FaultKind : uint8_t { kDrop, kDelay, kCorrupt, kCut };
-enum class RequestKind : uint8_t { kAny, kRead, kWrite, kCall };
+enum class RequestKind : uint8_t { kAny, kRead, kCall };
 
 struct FaultRule {
   FaultKind kind = FaultKind::kDrop;
@@ -70,8 +69,6 @@ class FaultInjectingTransport final : public Transport {
   void Disconnect(PeerId peer) override;
   RequestId Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
                  Completion done) override;
-  RequestId Write(PeerId peer, std::span<const Segment> segments, Deadline deadline,
-                  Completion done) override;
   RequestId Call(PeerId peer, std::string request, Deadline deadline, Reply done) override;
   void Cancel(RequestId request) override;
   std::vector<PeerStats> Peers() const override;

@@ -77,6 +77,7 @@ class FaultInjectingTransportTest : public testing::Test {
                                             Transport::Handlers handlers) {
     UcxTransportOptions options;
     options.region = region;
+    options.cluster_secret = "fault test secret";
     options.listen_address = std::move(listen);
     options.transports = "tcp";
     options.net_devices = "lo";

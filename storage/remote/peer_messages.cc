@@ -17,7 +17,6 @@ constexpr uint8_t kHandshakeReplyType = 0x81;
 std::string EncodeHandshake(const Handshake& handshake) {
   ByteWriter writer = internal::StartMessage(static_cast<uint8_t>(PeerMessage::kHandshake));
   writer.U32(handshake.protocol_version);
-  writer.String(handshake.cluster_token);
   writer.String(handshake.node_id);
   writer.String(handshake.listen_address);
   writer.Array(handshake.layouts);
@@ -45,7 +44,6 @@ absl::StatusOr<Handshake> DecodeHandshake(std::string_view payload) {
       internal::OpenMessage(payload, static_cast<uint8_t>(PeerMessage::kHandshake));
   Handshake handshake;
   if (!reader || !reader->U32(handshake.protocol_version) ||
-      !reader->String(handshake.cluster_token, kMaxTextBytes) ||
       !reader->String(handshake.node_id, kMaxTextBytes) ||
       !reader->String(handshake.listen_address, kMaxTextBytes) ||
       !reader->Array(handshake.layouts, kMaxLayouts) || !reader->empty()) {

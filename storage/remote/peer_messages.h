@@ -1,7 +1,8 @@
 // The messages daemons exchange about themselves over a Transport's Call (PeerSet's part of the
-// peer protocol): the handshake that admits a peer, and the health ping. Every Call payload
-// starts with one byte naming its message type; types from kFirstApplicationMessage up belong to
-// the layers above (the remote tier, PD transfer) and PeerSet passes them through.
+// peer protocol): the handshake that introduces a peer (its name, address and layouts; the
+// transport has authenticated the link before any of this crosses), and the health ping. Every Call
+// payload starts with one byte naming its message type; types from kFirstApplicationMessage up
+// belong to the layers above (the remote tier, PD transfer) and PeerSet passes them through.
 //
 // Encoding: core/byte_codec.h (little-endian integers, strings and lists prefixed with their
 // u32 length), after the type byte. Decoding is strict (a truncated, overlong or trailing-bytes
@@ -18,7 +19,8 @@
 
 namespace strata::storage::remote {
 
-inline constexpr uint32_t kPeerProtocolVersion = 1;
+// Version 1 carried the cluster token in its handshake; from 2 the transport authenticates.
+inline constexpr uint32_t kPeerProtocolVersion = 2;
 inline constexpr size_t kMaxTextBytes = 4096;
 inline constexpr size_t kMaxLayouts = 256;
 
@@ -31,7 +33,6 @@ inline constexpr uint8_t kFirstApplicationMessage = 16;
 // Sent by the dialling daemon as its first call; the listener admits it or refuses.
 struct Handshake {
   uint32_t protocol_version = kPeerProtocolVersion;
-  std::string cluster_token;
   std::string node_id;            // the sender's instance id
   std::string listen_address;     // where the sender's own listener is ("" when none)
   std::vector<uint64_t> layouts;  // KvLayout fingerprints the sender serves

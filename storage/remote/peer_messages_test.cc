@@ -6,8 +6,7 @@ namespace strata::storage::remote {
 namespace {
 
 Handshake Sample() {
-  return Handshake{.cluster_token = "secret",
-                   .node_id = "node-a",
+  return Handshake{.node_id = "node-a",
                    .listen_address = "10.0.0.1:7000",
                    .layouts = {1, 0xfeedfacecafebeefull}};
 }
@@ -16,7 +15,6 @@ TEST(PeerMessagesTest, HandshakeRoundTrips) {
   auto decoded = DecodeHandshake(EncodeHandshake(Sample()));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->protocol_version, kPeerProtocolVersion);
-  EXPECT_EQ(decoded->cluster_token, "secret");
   EXPECT_EQ(decoded->node_id, "node-a");
   EXPECT_EQ(decoded->listen_address, "10.0.0.1:7000");
   EXPECT_EQ(decoded->layouts, Sample().layouts);

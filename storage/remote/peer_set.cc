@@ -18,17 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 
-// Compares secrets in time independent of where they differ.
-bool SameToken(std::string_view a, std::string_view b) {
-  unsigned char differ = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0;
-    const unsigned char y = i < b.size() ? b[i] : 0;
-    differ |= x ^ y;
-  }
-  return differ == 0;
-}
-
 // hostname:port of the listener (just the hostname without one).
 std::string DefaultNodeId(std::string_view listen_address) {
   const size_t colon = listen_address.rfind(':');
@@ -180,7 +169,6 @@ class PeerSet::Impl {
                     .last_error = link.last_error};
       if (auto it = traffic.find(link.id); it != traffic.end()) {
         info.bytes_read = it->second.bytes_read;
-        info.bytes_written = it->second.bytes_written;
         info.bytes_served = it->second.bytes_served;
       }
       return info;
@@ -348,8 +336,7 @@ void PeerSet::Impl::DialOne(std::string address) {
     transport->Disconnect(id);  // removed while we dialled
     return;
   }
-  Handshake handshake{.cluster_token = options_.cluster_token,
-                      .node_id = node_id_,
+  Handshake handshake{.node_id = node_id_,
                       .listen_address = options_.advertised_address,
                       .layouts = options_.layouts};
   transport->Call(
@@ -486,8 +473,6 @@ void PeerSet::Impl::AnswerHandshake(PeerId id, std::string_view request, Transpo
     refused = absl::FailedPreconditionError(
         fmt::format("peer protocol version {}, this daemon speaks {}", handshake->protocol_version,
                     kPeerProtocolVersion));
-  } else if (!SameToken(handshake->cluster_token, options_.cluster_token)) {
-    refused = absl::PermissionDeniedError("wrong cluster token");
   }
   {
     absl::MutexLock lock(&mu_);

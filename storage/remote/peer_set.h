@@ -1,7 +1,7 @@
 // PeerSet keeps a daemon's peers over a Transport: it dials the configured peers and redials
 // them with backoff while they are down, admits a link only after a handshake that checks the
-// protocol version and the shared cluster token (a peer without it is refused and logged),
-// learns each peer's node id and the KvLayouts it serves, health-checks admitted peers with
+// protocol version (a peer speaking another is refused and logged), learns each peer's node id
+// and the KvLayouts it serves, health-checks admitted peers with
 // pings and drops one that misses too many, and closes inbound links that never handshake.
 // Peers may join (AddPeer) and leave (RemovePeer) at run time; the cluster controller's
 // membership will drive the same two calls.
@@ -11,9 +11,8 @@
 // through PeerSetOptions::on_call, only from admitted peers (others are answered
 // kPermissionDenied).
 //
-// Authentication is the shared token sent in the handshake, in the clear: links are expected on
-// a trusted network (loopback, a cluster VLAN). The dialler trusts the daemon at the address it
-// was configured with.
+// Authentication is the transport's (UcxTransport: a mutual challenge-response over the cluster
+// secret before the link comes up), so every link the PeerSet sees has proved both ends.
 //
 // Lifecycle: construct, hand TransportHandlers() to the transport when creating it, then Start
 // with that transport. To shut down: Stop, then destroy the transport (its handlers call into the
@@ -37,7 +36,6 @@
 namespace strata::storage::remote {
 
 struct PeerSetOptions {
-  std::string cluster_token;
   std::string node_id;             // this daemon's instance id
   std::string advertised_address;  // this daemon's listener, told to peers ("" if none)
   std::vector<uint64_t> layouts;   // KvLayout fingerprints this daemon serves
@@ -66,9 +64,8 @@ struct PeerInfo {
   bool outbound = false;
   PeerState state = PeerState::kDown;
   std::vector<uint64_t> layouts;
-  uint64_t bytes_read = 0;     // by our reads from the peer
-  uint64_t bytes_written = 0;  // by our writes to the peer
-  uint64_t bytes_served = 0;   // by the peer's reads and writes of our region
+  uint64_t bytes_read = 0;    // by our reads from the peer
+  uint64_t bytes_served = 0;  // by the peer's reads of our region
   std::string last_error;
   // Layer streams open now: the peer's into this node, and this node's to the peer (filled by
   // RemoteNode::Peers; PeerSet knows no streams).

@@ -1,4 +1,4 @@
-// PeerSet over real UcxTransports (tcp on lo): admission by handshake, refusal of a wrong token,
+// PeerSet over real UcxTransports (tcp on lo): admission by handshake, refusal of a wrong secret,
 // health checks that drop a silent peer, redial after a peer comes back, join and leave.
 #include "storage/remote/peer_set.h"
 
@@ -24,7 +24,8 @@ constexpr uint64_t kLayout = 0xabcdef;
 // through a fault injector).
 class Node {
  public:
-  Node(PeerSetOptions options, std::string listen, bool faulty = false) {
+  Node(PeerSetOptions options, std::string listen, bool faulty = false,
+       std::string secret = "token") {
     options.connect_timeout = 1s;
     options.handshake_timeout = 300ms;
     options.health_interval = 50ms;
@@ -34,6 +35,7 @@ class Node {
     peers_ = std::make_unique<PeerSet>(std::move(options));
     UcxTransportOptions transport_options;
     transport_options.region = region_;
+    transport_options.cluster_secret = std::move(secret);
     transport_options.listen_address = std::move(listen);
     transport_options.transports = "tcp";
     transport_options.net_devices = "lo";
@@ -63,10 +65,8 @@ class Node {
   std::unique_ptr<FaultInjectingTransport> faults_;
 };
 
-PeerSetOptions Options(std::string node_id, std::vector<std::string> dial = {},
-                       std::string token = "token") {
+PeerSetOptions Options(std::string node_id, std::vector<std::string> dial = {}) {
   PeerSetOptions options;
-  options.cluster_token = std::move(token);
   options.node_id = std::move(node_id);
   options.layouts = {kLayout};
   options.peers = std::move(dial);
@@ -89,7 +89,7 @@ bool UpWith(const PeerSet& peers, std::string_view node_id) {
   return false;
 }
 
-TEST(PeerSetTest, PeersWithTheTokenAreAdmittedBothWays) {
+TEST(PeerSetTest, PeersWithTheSecretAreAdmittedBothWays) {
   Node a(Options("a"), "127.0.0.1:0");
   Node b(Options("b", {a.address()}), "127.0.0.1:0");
   ASSERT_TRUE(Eventually([&] { return UpWith(b.peers(), "a") && UpWith(a.peers(), "b"); }));
@@ -104,13 +104,12 @@ TEST(PeerSetTest, PeersWithTheTokenAreAdmittedBothWays) {
   EXPECT_EQ(a.peers().PeersServing(kLayout).size(), 1u);
 }
 
-TEST(PeerSetTest, AWrongTokenIsRefusedAndNeverAdmitted) {
+TEST(PeerSetTest, AWrongSecretIsRefusedAndNeverAdmitted) {
   Node a(Options("a"), "127.0.0.1:0");
-  Node b(Options("b", {a.address()}, "not-the-token"), "");
+  Node b(Options("b", {a.address()}), "", /*faulty=*/false, "not-the-secret");
   ASSERT_TRUE(Eventually([&] {
     const auto peers = b.peers().List();
-    return peers.size() == 1 &&
-           peers[0].last_error.find("wrong cluster token") != std::string::npos;
+    return peers.size() == 1 && peers[0].last_error.find("cluster's secret") != std::string::npos;
   }));
   EXPECT_TRUE(b.peers().PeersServing(kLayout).empty());
   EXPECT_TRUE(a.peers().PeersServing(kLayout).empty());
@@ -122,6 +121,7 @@ TEST(PeerSetTest, ALinkThatNeverHandshakesIsRefusedCallsAndClosed) {
   std::vector<std::byte> region(1u << 20);
   UcxTransportOptions raw_options;
   raw_options.region = region;
+  raw_options.cluster_secret = "token";
   raw_options.transports = "tcp";
   raw_options.net_devices = "lo";
   auto raw = UcxTransport::Create(std::move(raw_options));

@@ -22,7 +22,6 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   node->server_ =
       std::make_unique<RemoteServer>(store.host(), ServingBelowHost(store, server_options));
   PeerSetOptions peer_options;
-  peer_options.cluster_token = options.cluster_token;
   peer_options.node_id = options.node_id;
   peer_options.layouts = options.layouts;
   peer_options.peers = options.peers;
@@ -36,6 +35,7 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   const std::span<std::byte> arena(store.host().arena_base(), store.host().arena_size_bytes());
   UcxTransportOptions transport_options;
   transport_options.region = arena;
+  transport_options.cluster_secret = options.cluster_token;
   transport_options.listen_address = options.listen_address;
   transport_options.transports = options.transports;
   transport_options.net_devices = options.net_devices;

@@ -1,6 +1,7 @@
 // Transport is the seam between Strata's remote tier (and prefill->decode transfer) and the network
-// (DESIGN.md section 4, T3): connect to peer daemons, move chunk bytes between this daemon's
-// registered memory (the host arena) and a peer's, and exchange small request/reply messages.
+// (DESIGN.md section 4, T3): connect to peer daemons, read chunk bytes from a peer's registered
+// memory (its host arena) into this daemon's, and exchange small request/reply messages. Nothing
+// writes into a peer's memory: a peer that wants bytes reads them.
 // UcxTransport (ucx_transport.h) is the real one; FaultInjectingTransport wraps any transport to
 // drop, delay, corrupt and cut for tests.
 //
@@ -11,15 +12,16 @@
 // between the regions: no bounce buffer in between.
 //
 // Peers. Connect() names a peer by "host:port"; a peer that connects to our listener appears
-// through Handlers::on_peer_up. Both sides may then read, write and call on the link. A link
+// through Handlers::on_peer_up once it has authenticated (UcxTransport: by the cluster secret).
+// Both sides may then read and call on the link. A link
 // that fails (the peer dies, the network drops) fails every request in flight on it with
 // kUnavailable and is reported once through Handlers::on_peer_down; its PeerId is never reused.
 //
-// Requests. Read, Write and Call start at once and complete exactly once, through their
+// Requests. Read and Call start at once and complete exactly once, through their
 // callback, with OK or the reason: kDeadlineExceeded past their deadline, kCancelled after
 // Cancel, kUnavailable when the link fails, kInvalidArgument for memory outside a region. When a
-// Read or Write callback runs, the transport no longer touches the request's local memory,
-// whatever the status; a Write that reports OK has landed in the peer's memory. Nothing is
+// Read callback runs, the transport no longer touches the request's local memory, whatever the
+// status. Nothing is
 // polled on a timer: completions are delivered as the network events arrive.
 //
 // Threading: every method is thread-safe and never blocks on the network, except Connect, which
@@ -46,7 +48,7 @@ namespace strata::storage::remote {
 
 // A link to one peer, numbered by the local transport from 1; never reused.
 using PeerId = uint64_t;
-// A Read, Write or Call in flight, numbered by the local transport from 1; never reused.
+// A Read or Call in flight, numbered by the local transport from 1; never reused.
 using RequestId = uint64_t;
 using Deadline = std::chrono::steady_clock::time_point;
 
@@ -69,8 +71,7 @@ struct PeerStats {
   bool up = false;
   DataPath data_path = DataPath::kAuto;  // the one the link uses (kRma or kActiveMessages)
   uint64_t bytes_read = 0;               // by our reads from the peer
-  uint64_t bytes_written = 0;            // by our writes to the peer
-  uint64_t bytes_served = 0;             // by the peer's reads and writes of our region
+  uint64_t bytes_served = 0;             // by the peer's reads of our region
   uint64_t requests_failed = 0;
   std::string last_error;  // empty while nothing failed
 };
@@ -110,9 +111,6 @@ class Transport {
   // Copies each segment's bytes from the peer's region into `local`.
   virtual RequestId Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
                          Completion done) = 0;
-  // Copies each segment's `local` bytes into the peer's region; OK once they are there.
-  virtual RequestId Write(PeerId peer, std::span<const Segment> segments, Deadline deadline,
-                          Completion done) = 0;
   // Sends `request` to the peer's on_call handler and delivers its reply.
   virtual RequestId Call(PeerId peer, std::string request, Deadline deadline, Reply done) = 0;
   // Completes the request with kCancelled (once the transport has let go of its memory), unless

@@ -29,6 +29,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "storage/remote/data_path.h"
+#include "storage/remote/internal/peer_auth.h"
 #include "storage/remote/internal/socket_address.h"
 #include "storage/remote/internal/ucx_wire.h"
 #include "storage/remote/internal/wire_status.h"
@@ -36,13 +37,17 @@
 namespace strata::storage::remote {
 namespace {
 
+using internal::AuthMessage;
 using internal::CallHeader;
 using internal::CallReplyHeader;
 using internal::HelloHeader;
+using internal::LinkRole;
 using internal::ParseHeader;
 using internal::SegmentHeader;
 
 constexpr auto kShutdownBudget = std::chrono::seconds(2);
+// A packed rkey is tens to hundreds of bytes; a hello claiming more is refused unread.
+constexpr size_t kMaxRkeyBytes = 64 << 10;
 
 absl::Status UcsError(ucs_status_t status, std::string_view context) {
   const std::string message = fmt::format("{}: {}", context, ucs_status_string(status));
@@ -90,7 +95,7 @@ std::array<uint8_t, 16> ReadHostId() {
 // A fixed-size message header owned until UCX is done with it (UCX 1.13 reads it until the send
 // completes).
 struct HeaderBytes {
-  std::array<std::byte, 64> bytes{};
+  std::array<std::byte, 96> bytes{};
   size_t size = 0;
 
   template <typename Header>
@@ -195,16 +200,16 @@ class UcxTransport::Impl {
 
   absl::StatusOr<PeerId> Connect(std::string_view address, std::chrono::milliseconds timeout);
   void Disconnect(PeerId peer);
-  RequestId StartTransfer(bool write, PeerId peer, std::span<const Segment> segments,
-                          Deadline deadline, Completion done);
+  RequestId Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
+                 Completion done);
   RequestId Call(PeerId peer, std::string request, Deadline deadline, Reply done);
   void Cancel(RequestId request);
   std::vector<PeerStats> Peers() const;
 
  private:
-  enum class OpKind : uint8_t { kRead, kWrite, kCall };
+  enum class OpKind : uint8_t { kRead, kCall };
 
-  // A Read, Write or Call in flight (progress thread only).
+  // A Read or Call in flight (progress thread only).
   struct Op {
     OpKind kind = OpKind::kRead;
     PeerId peer = 0;
@@ -226,10 +231,14 @@ class UcxTransport::Impl {
     uint64_t window_bytes = 0;
   };
 
-  // A link to one peer (progress thread only).
+  // A link to one peer (progress thread only). It carries nothing but authentication messages
+  // until `auth` says the peer proved it holds the cluster secret; it is up once the peer's hello
+  // (its region) has arrived too.
   struct Link {
     PeerId id = 0;
     ucp_ep_h ep = nullptr;
+    std::optional<internal::PeerAuth> auth;
+    bool refused = false;  // authentication failed: the link closes, nothing more is read
     bool up = false;
     uint64_t remote_base = 0;
     uint64_t remote_bytes = 0;
@@ -286,13 +295,16 @@ class UcxTransport::Impl {
   Link* FindLink(PeerId id);
   Link* LinkOf(const ucp_am_recv_param_t* param);
   void SendHello(Link& link);
+  void SendAuth(Link& link, const AuthMessage& message,
+                absl::AnyInvocable<void(ucs_status_t) &&> on_done);
+  bool IsOwnNonce(const internal::AuthNonce& nonce) const;
+  size_t LinksAuthenticating() const;
   void SendAm(Link& link, unsigned am_id, HeaderBytes header, const void* data, size_t length,
               std::string owned, RequestId op, absl::AnyInvocable<void(ucs_status_t) &&> on_done);
   void PublishStats(const Link& link);
 
   void StartOp(RequestId id, Op op, Deadline deadline);
-  void StartRma(RequestId id, Op& op, Link& link);
-  void StartAmTransfer(RequestId id, Op& op, Link& link);
+  void StartRmaRead(RequestId id, Op& op, Link& link);
   // Asks the peer for the waiting read segments that fit in the link's window.
   void AskForReads(Link& link);
   // `bytes` of `op`'s segments asked of `peer` are received or given up: out of the window.
@@ -305,19 +317,17 @@ class UcxTransport::Impl {
     return length <= options_.region.size() && offset <= options_.region.size() - length;
   }
 
+  void HandleAuth(Link& link, const void* header, size_t header_length);
   void HandleHello(Link& link, const void* header, size_t header_length, void* data, size_t length,
                    const ucp_am_recv_param_t* param);
   void FinishHello(PeerId id, const internal::HelloHeader& hello, const std::string& rkey);
   void HandleCall(Link& link, const void* header, size_t header_length, void* data, size_t length,
                   const ucp_am_recv_param_t* param);
-  void HandleCallReply(const void* header, size_t header_length, void* data, size_t length,
-                       const ucp_am_recv_param_t* param);
-  void HandleWriteData(Link& link, const void* header, size_t header_length, void* data,
+  void HandleCallReply(Link& link, const void* header, size_t header_length, void* data,
                        size_t length, const ucp_am_recv_param_t* param);
-  void HandleWriteAck(const void* header, size_t header_length);
   void HandleReadRequest(Link& link, const void* header, size_t header_length);
-  void HandleReadData(const void* header, size_t header_length, void* data, size_t length,
-                      const ucp_am_recv_param_t* param);
+  void HandleReadData(Link& link, const void* header, size_t header_length, void* data,
+                      size_t length, const ucp_am_recv_param_t* param);
   // Receives a message's data into `destination` (eager: copied; rendezvous: UCX places it);
   // `on_done` runs once it is there or failed.
   void ReceiveInto(void* data, size_t length, const ucp_am_recv_param_t* param,
@@ -351,6 +361,8 @@ class UcxTransport::Impl {
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_of_ep_;
   absl::node_hash_map<RequestId, Op> ops_;
   std::multimap<Deadline, RequestId> deadlines_;
+  // When each link that is not up yet must be up (authenticated and its hello received).
+  std::multimap<Deadline, PeerId> link_deadlines_;
   size_t requests_in_flight_ = 0;
 
   mutable absl::Mutex stats_mu_;
@@ -380,6 +392,10 @@ absl::Status UcxTransport::Impl::Start() {
 absl::Status UcxTransport::Impl::Setup() {
   if (options_.region.empty()) {
     return absl::InvalidArgumentError("ucx transport: the registered region is empty");
+  }
+  if (options_.cluster_secret.empty()) {
+    return absl::InvalidArgumentError(
+        "ucx transport: a cluster secret is required (links authenticate with it)");
   }
   // A restarted daemon binds its port again while the last run's connections sit in TIME_WAIT.
   // UCX reads its connection managers' settings from the environment only (ucp_config_modify
@@ -623,14 +639,41 @@ absl::Status UcxTransport::Impl::OpenLink(PeerId id, const internal::SocketAddre
   link.stats.id = id;
   link.stats.address = name;
   link.stats.outbound = conn_request == nullptr;
+  const LinkRole role = conn_request == nullptr ? LinkRole::kDialler : LinkRole::kListener;
+  internal::AuthNonce nonce = internal::NewAuthNonce();
+  while (IsOwnNonce(nonce)) nonce = internal::NewAuthNonce();
+  link.auth.emplace(options_.cluster_secret, role, internal::WireVersions{}, nonce);
   peer_of_ep_[ep] = id;
+  link_deadlines_.emplace(std::chrono::steady_clock::now() + options_.auth_timeout, id);
   PublishStats(link);
-  SendHello(link);
+  SendAuth(link, link.auth->Challenge(), [this, id](ucs_status_t status) {
+    if (status != UCS_OK && status != UCS_ERR_CANCELED) {
+      LinkDown(id, UcsError(status, "ucx transport: send challenge"), /*forget=*/false);
+    }
+  });
   return absl::OkStatus();
+}
+
+void UcxTransport::Impl::SendAuth(Link& link, const AuthMessage& message,
+                                  absl::AnyInvocable<void(ucs_status_t) &&> on_done) {
+  SendAm(link, internal::kAmAuth, HeaderBytes::Of(message), nullptr, 0, {}, 0, std::move(on_done));
+}
+
+bool UcxTransport::Impl::IsOwnNonce(const internal::AuthNonce& nonce) const {
+  return std::any_of(links_.begin(), links_.end(), [&](const auto& entry) {
+    return entry.second.auth && entry.second.auth->nonce() == nonce;
+  });
+}
+
+size_t UcxTransport::Impl::LinksAuthenticating() const {
+  return static_cast<size_t>(std::count_if(links_.begin(), links_.end(), [](const auto& entry) {
+    return entry.second.ep != nullptr && !entry.second.up;
+  }));
 }
 
 void UcxTransport::Impl::SendHello(Link& link) {
   HelloHeader hello;
+  hello.version = link.auth->version();
   hello.region_base = reinterpret_cast<uint64_t>(options_.region.data());
   hello.region_bytes = options_.region.size();
   std::memcpy(hello.host_id, host_id_.data(), sizeof(hello.host_id));
@@ -715,6 +758,13 @@ void UcxTransport::Impl::OnConnRequest(ucp_conn_request_h request, void* arg) {
     ucp_listener_reject(self->listener_, request);
     return;
   }
+  if (self->LinksAuthenticating() >= self->options_.max_links_authenticating) {
+    spdlog::warn("ucx transport: refused a link from {}: {} links are authenticating already",
+                 internal::FormatSocketAddress(client.storage),
+                 self->options_.max_links_authenticating);
+    ucp_listener_reject(self->listener_, request);
+    return;
+  }
   const PeerId id = self->next_peer_.fetch_add(1);
   absl::Status opened = self->OpenLink(id, client, request, nullptr);
   if (!opened.ok()) spdlog::warn("{}", opened.ToString());
@@ -791,12 +841,11 @@ void UcxTransport::Impl::Disconnect(PeerId peer) {
   });
 }
 
-RequestId UcxTransport::Impl::StartTransfer(bool write, PeerId peer,
-                                            std::span<const Segment> segments, Deadline deadline,
-                                            Completion done) {
+RequestId UcxTransport::Impl::Read(PeerId peer, std::span<const Segment> segments,
+                                   Deadline deadline, Completion done) {
   const RequestId id = next_request_.fetch_add(1);
   Op op;
-  op.kind = write ? OpKind::kWrite : OpKind::kRead;
+  op.kind = OpKind::kRead;
   op.peer = peer;
   op.segments.assign(segments.begin(), segments.end());
   op.done = std::move(done);
@@ -881,22 +930,23 @@ void UcxTransport::Impl::StartOp(RequestId id, Op op, Deadline deadline) {
              if (status != UCS_OK) Fail(id, UcsError(status, "ucx transport: send call"));
            });
   } else if (placed.path == DataPath::kRma) {
-    StartRma(id, placed, *link);
+    StartRmaRead(id, placed, *link);
   } else {
-    StartAmTransfer(id, placed, *link);
+    // Asked for through the link's window.
+    for (uint32_t i = 0; i < placed.segments.size(); ++i) link->reads_waiting.emplace_back(id, i);
+    AskForReads(*link);
   }
   MaybeFinish(id);
 }
 
-void UcxTransport::Impl::StartRma(RequestId id, Op& op, Link& link) {
-  const bool write = op.kind == OpKind::kWrite;
+void UcxTransport::Impl::StartRmaRead(RequestId id, Op& op, Link& link) {
   for (uint32_t i = 0; i < op.segments.size(); ++i) {
     const Segment segment = op.segments[i];
     auto* pending = new Pending{.impl = this, .op = id};
-    pending->on_done = [this, id, i, write](ucs_status_t status) {
+    pending->on_done = [this, id, i](ucs_status_t status) {
       if (status != UCS_OK) {
-        Fail(id, UcsError(status, write ? "ucx transport: put" : "ucx transport: get"));
-      } else if (!write) {
+        Fail(id, UcsError(status, "ucx transport: get"));
+      } else {
         SegmentDone(id, i);
       }
     };
@@ -906,49 +956,8 @@ void UcxTransport::Impl::StartRma(RequestId id, Op& op, Link& link) {
     param.cb.send = &Impl::OnSendDone;
     param.user_data = pending;
     param.memh = memh_;
-    const uint64_t remote = link.remote_base + segment.remote_offset;
-    Settle(pending, write ? ucp_put_nbx(link.ep, segment.local.data(), segment.local.size(), remote,
-                                        link.rkey, &param)
-                          : ucp_get_nbx(link.ep, segment.local.data(), segment.local.size(), remote,
-                                        link.rkey, &param));
-    if (ops_.find(id) == ops_.end() || ops_.at(id).failed) return;
-  }
-  if (!write) return;
-  // A put completes locally; the flush completes once every put has landed in the peer.
-  auto* flush = new Pending{.impl = this, .op = id};
-  flush->on_done = [this, id](ucs_status_t status) {
-    auto it = ops_.find(id);
-    if (it == ops_.end()) return;
-    if (status != UCS_OK) {
-      Fail(id, UcsError(status, "ucx transport: flush puts"));
-      return;
-    }
-    for (uint32_t i = 0; i < it->second.segments.size(); ++i) SegmentDone(id, i);
-  };
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &Impl::OnSendDone;
-  param.user_data = flush;
-  Settle(flush, ucp_ep_flush_nbx(link.ep, &param));
-}
-
-void UcxTransport::Impl::StartAmTransfer(RequestId id, Op& op, Link& link) {
-  if (op.kind == OpKind::kRead) {
-    // Asked for through the link's window.
-    for (uint32_t i = 0; i < op.segments.size(); ++i) link.reads_waiting.emplace_back(id, i);
-    AskForReads(link);
-    return;
-  }
-  for (uint32_t i = 0; i < op.segments.size(); ++i) {
-    const Segment segment = op.segments[i];
-    const SegmentHeader header{.request_id = id,
-                               .remote_offset = segment.remote_offset,
-                               .length = segment.local.size(),
-                               .segment = i};
-    SendAm(link, internal::kAmWriteData, HeaderBytes::Of(header), segment.local.data(),
-           segment.local.size(), {}, id, [this, id](ucs_status_t status) {
-             if (status != UCS_OK) Fail(id, UcsError(status, "ucx transport: send segment"));
-           });
+    Settle(pending, ucp_get_nbx(link.ep, segment.local.data(), segment.local.size(),
+                                link.remote_base + segment.remote_offset, link.rkey, &param));
     if (ops_.find(id) == ops_.end() || ops_.at(id).failed) return;
   }
 }
@@ -1001,8 +1010,7 @@ void UcxTransport::Impl::SegmentDone(RequestId id, uint32_t segment) {
   }
   Link* link = FindLink(op.peer);
   if (link != nullptr) {
-    const uint64_t bytes = op.segments[segment].local.size();
-    (op.kind == OpKind::kWrite ? link->stats.bytes_written : link->stats.bytes_read) += bytes;
+    link->stats.bytes_read += op.segments[segment].local.size();
     PublishStats(*link);
   }
 }
@@ -1052,6 +1060,17 @@ void UcxTransport::Impl::MaybeFinish(RequestId id) {
 
 void UcxTransport::Impl::ExpireDeadlines() {
   const Deadline now = std::chrono::steady_clock::now();
+  while (!link_deadlines_.empty() && link_deadlines_.begin()->first <= now) {
+    const PeerId id = link_deadlines_.begin()->second;
+    link_deadlines_.erase(link_deadlines_.begin());
+    Link* link = FindLink(id);
+    if (link == nullptr || link->up) continue;
+    LinkDown(id,
+             absl::DeadlineExceededError(
+                 fmt::format("ucx transport: {} did not authenticate within {} ms",
+                             link->stats.address, options_.auth_timeout.count())),
+             /*forget=*/false);
+  }
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
     const RequestId id = deadlines_.begin()->second;
     if (auto op = ops_.find(id); op != ops_.end()) op->second.has_deadline = false;
@@ -1061,8 +1080,11 @@ void UcxTransport::Impl::ExpireDeadlines() {
 }
 
 int UcxTransport::Impl::NextTimeoutMs() const {
-  if (deadlines_.empty()) return 1000;
-  const auto left = deadlines_.begin()->first - std::chrono::steady_clock::now();
+  if (deadlines_.empty() && link_deadlines_.empty()) return 1000;
+  Deadline next = Deadline::max();
+  if (!deadlines_.empty()) next = deadlines_.begin()->first;
+  if (!link_deadlines_.empty()) next = std::min(next, link_deadlines_.begin()->first);
+  const auto left = next - std::chrono::steady_clock::now();
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
 }
@@ -1080,37 +1102,75 @@ ucs_status_t UcxTransport::Impl::OnAm(void* arg, const void* header, size_t head
                                       void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* handler = static_cast<AmHandlerArg*>(arg);
   Impl* self = handler->impl;
-  if (handler->id == internal::kAmCallReply) {
-    self->HandleCallReply(header, header_length, data, length, param);
-    return UCS_OK;
-  }
-  if (handler->id == internal::kAmWriteAck) {
-    self->HandleWriteAck(header, header_length);
-    return UCS_OK;
-  }
-  if (handler->id == internal::kAmReadData) {
-    self->HandleReadData(header, header_length, data, length, param);
-    return UCS_OK;
-  }
   Link* link = self->LinkOf(param);
-  if (link == nullptr) return UCS_OK;  // from a link we closed: dropped
+  if (link == nullptr || link->refused) return UCS_OK;  // from a link we closed: dropped
+  if (handler->id == internal::kAmAuth) {
+    self->HandleAuth(*link, header, header_length);
+    return UCS_OK;
+  }
+  if (!link->auth->authenticated()) {
+    // Nothing is read, answered or placed for a peer that has not proved itself.
+    const absl::Status why = absl::PermissionDeniedError(
+        fmt::format("ucx transport: {} sent message {} before authenticating", link->stats.address,
+                    handler->id));
+    spdlog::warn("{}", why.message());
+    self->LinkDown(link->id, why, /*forget=*/false);
+    return UCS_OK;
+  }
   switch (handler->id) {
     case internal::kAmHello:
       self->HandleHello(*link, header, header_length, data, length, param);
       break;
     case internal::kAmCall:
-      self->HandleCall(*link, header, header_length, data, length, param);
+      if (link->up) self->HandleCall(*link, header, header_length, data, length, param);
       break;
-    case internal::kAmWriteData:
-      self->HandleWriteData(*link, header, header_length, data, length, param);
+    case internal::kAmCallReply:
+      self->HandleCallReply(*link, header, header_length, data, length, param);
       break;
     case internal::kAmReadRequest:
-      self->HandleReadRequest(*link, header, header_length);
+      if (link->up) self->HandleReadRequest(*link, header, header_length);
+      break;
+    case internal::kAmReadData:
+      self->HandleReadData(*link, header, header_length, data, length, param);
       break;
     default:
       break;
   }
   return UCS_OK;
+}
+
+void UcxTransport::Impl::HandleAuth(Link& link, const void* header, size_t header_length) {
+  internal::PeerAuth::Outcome outcome =
+      link.auth->Receive(header, header_length,
+                         [this](const internal::AuthNonce& nonce) { return IsOwnNonce(nonce); });
+  const PeerId id = link.id;
+  if (!outcome.refused.ok()) {
+    const absl::Status why =
+        absl::PermissionDeniedError(fmt::format("ucx transport: authentication with {} failed: {}",
+                                                link.stats.address, outcome.refused.message()));
+    spdlog::warn("{}", why.message());
+    link.refused = true;
+    if (link.waiter) {
+      link.waiter->Finish(why);
+      link.waiter.reset();
+    }
+    if (!outcome.reply) {
+      LinkDown(id, why, /*forget=*/false);
+      return;
+    }
+    // The refusal goes out before the link closes (a forced close would discard it).
+    SendAuth(link, *outcome.reply,
+             [this, id, why](ucs_status_t) { LinkDown(id, why, /*forget=*/false); });
+    return;
+  }
+  if (outcome.reply) {
+    SendAuth(link, *outcome.reply, [this, id](ucs_status_t status) {
+      if (status != UCS_OK && status != UCS_ERR_CANCELED) {
+        LinkDown(id, UcsError(status, "ucx transport: send proof"), /*forget=*/false);
+      }
+    });
+  }
+  if (outcome.authenticated) SendHello(link);
 }
 
 void UcxTransport::Impl::HandleHello(Link& link, const void* header, size_t header_length,
@@ -1120,10 +1180,13 @@ void UcxTransport::Impl::HandleHello(Link& link, const void* header, size_t head
   absl::Status refused;
   if (!hello || hello->magic != internal::kWireMagic) {
     refused = absl::FailedPreconditionError("ucx transport: the peer is not a Strata transport");
-  } else if (hello->version != internal::kWireVersion) {
+  } else if (hello->version != link.auth->version()) {
     refused = absl::FailedPreconditionError(
-        fmt::format("ucx transport: the peer speaks wire version {}, we speak {}", hello->version,
-                    internal::kWireVersion));
+        fmt::format("ucx transport: the peer's hello is of wire version {}, the link's is {}",
+                    hello->version, link.auth->version()));
+  } else if (length > kMaxRkeyBytes) {
+    refused = absl::FailedPreconditionError(
+        fmt::format("ucx transport: the peer's rkey of {} bytes is too long", length));
   }
   if (!refused.ok()) {
     spdlog::warn("{} ({})", refused.message(), link.stats.address);
@@ -1223,13 +1286,18 @@ void UcxTransport::Impl::SendCallReply(PeerId peer, uint64_t call_id,
          [](ucs_status_t) {});
 }
 
-void UcxTransport::Impl::HandleCallReply(const void* header, size_t header_length, void* data,
-                                         size_t length, const ucp_am_recv_param_t* param) {
+void UcxTransport::Impl::HandleCallReply(Link& link, const void* header, size_t header_length,
+                                         void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
   auto reply = ParseHeader<CallReplyHeader>(header, header_length);
   if (!reply) return;
   const RequestId id = reply->call_id;
   auto it = ops_.find(id);
-  if (it == ops_.end() || it->second.failed || it->second.kind != OpKind::kCall) return;
+  // Only the peer a call went to answers it.
+  if (it == ops_.end() || it->second.failed || it->second.kind != OpKind::kCall ||
+      it->second.peer != link.id) {
+    return;
+  }
   auto bytes = std::make_shared<std::string>(length, '\0');
   ReceiveInto(data, length, param, reinterpret_cast<std::byte*>(bytes->data()), false, id,
               [this, id, code = reply->code, bytes](ucs_status_t status) {
@@ -1260,43 +1328,6 @@ void UcxTransport::Impl::SendSegmentAnswer(PeerId peer, unsigned am_id, SegmentH
   SendAm(*link, am_id, HeaderBytes::Of(answer), data, length, {}, 0, [](ucs_status_t) {});
 }
 
-void UcxTransport::Impl::HandleWriteData(Link& link, const void* header, size_t header_length,
-                                         void* data, size_t length,
-                                         const ucp_am_recv_param_t* param) {
-  auto segment = ParseHeader<SegmentHeader>(header, header_length);
-  if (!segment) return;
-  SegmentHeader ack = *segment;
-  if (segment->length != length || !InRegion(segment->remote_offset, length)) {
-    ack.code = static_cast<int32_t>(absl::StatusCode::kInvalidArgument);
-    SendSegmentAnswer(link.id, internal::kAmWriteAck, ack, nullptr);
-    return;
-  }
-  const PeerId peer = link.id;
-  link.stats.bytes_served += length;
-  PublishStats(link);
-  ReceiveInto(data, length, param, options_.region.data() + segment->remote_offset, true, 0,
-              [this, peer, ack](ucs_status_t status) mutable {
-                ack.code = static_cast<int32_t>(status == UCS_OK ? absl::StatusCode::kOk
-                                                                 : UcsError(status, "").code());
-                SendSegmentAnswer(peer, internal::kAmWriteAck, ack, nullptr);
-              });
-}
-
-void UcxTransport::Impl::HandleWriteAck(const void* header, size_t header_length) {
-  auto ack = ParseHeader<SegmentHeader>(header, header_length);
-  if (!ack) return;
-  auto it = ops_.find(ack->request_id);
-  if (it == ops_.end() || it->second.kind != OpKind::kWrite) return;
-  if (ack->code != 0) {
-    Fail(ack->request_id,
-         internal::StatusFromWire(
-             ack->code, fmt::format("ucx transport: the peer refused segment {}", ack->segment)));
-    return;
-  }
-  SegmentDone(ack->request_id, ack->segment);
-  MaybeFinish(ack->request_id);
-}
-
 void UcxTransport::Impl::HandleReadRequest(Link& link, const void* header, size_t header_length) {
   auto request = ParseHeader<SegmentHeader>(header, header_length);
   if (!request) return;
@@ -1310,13 +1341,18 @@ void UcxTransport::Impl::HandleReadRequest(Link& link, const void* header, size_
                     options_.region.data() + request->remote_offset);
 }
 
-void UcxTransport::Impl::HandleReadData(const void* header, size_t header_length, void* data,
-                                        size_t length, const ucp_am_recv_param_t* param) {
+void UcxTransport::Impl::HandleReadData(Link& link, const void* header, size_t header_length,
+                                        void* data, size_t length,
+                                        const ucp_am_recv_param_t* param) {
   auto answer = ParseHeader<SegmentHeader>(header, header_length);
   if (!answer) return;
   const RequestId id = answer->request_id;
   auto it = ops_.find(id);
-  if (it == ops_.end() || it->second.failed || it->second.kind != OpKind::kRead) return;
+  // Only the peer a read went to places bytes in its memory.
+  if (it == ops_.end() || it->second.failed || it->second.kind != OpKind::kRead ||
+      it->second.peer != link.id) {
+    return;
+  }
   Op& op = it->second;
   if (answer->segment >= op.segments.size() || op.segment_done[answer->segment]) return;
   if (answer->code != 0) {
@@ -1365,11 +1401,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(std::string_view address,
 void UcxTransport::Disconnect(PeerId peer) { impl_->Disconnect(peer); }
 RequestId UcxTransport::Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
                              Completion done) {
-  return impl_->StartTransfer(false, peer, segments, deadline, std::move(done));
-}
-RequestId UcxTransport::Write(PeerId peer, std::span<const Segment> segments, Deadline deadline,
-                              Completion done) {
-  return impl_->StartTransfer(true, peer, segments, deadline, std::move(done));
+  return impl_->Read(peer, segments, deadline, std::move(done));
 }
 RequestId UcxTransport::Call(PeerId peer, std::string request, Deadline deadline, Reply done) {
   return impl_->Call(peer, std::move(request), deadline, std::move(done));

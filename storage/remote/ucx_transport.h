@@ -4,6 +4,16 @@
 // mapped with ucp_mem_map once; its packed rkey, base address and size travel to each peer in the
 // link's hello, so requests need no per-transfer registration.
 //
+// Authentication. A new link carries nothing but a mutual challenge-response over the cluster
+// secret (internal/peer_auth.h: HMAC-SHA256 over fresh nonces from both ends; the secret never
+// crosses). Only once each end has verified the other's proof does it send its hello (region,
+// rkey); a link is up, and carries calls and reads, only after both. A peer that sends anything
+// else first, proves wrongly or takes longer than auth_timeout is dropped; no more than
+// max_links_authenticating links may be authenticating at once (more are rejected). A reply or
+// read answer is taken only from the peer the request went to. After authentication, messages and
+// KV bytes cross in the clear (UCX does not encrypt): the network between peers must be private
+// (README, security).
+//
 // Data path per link (DataPath::kAuto, data_path.h says why): active messages, whose receiver
 // places each segment's bytes straight into the destination (ucp_am_recv_data_nbx into the region
 // for rendezvous sizes), or one-sided RMA (ucp_get_nbx / ucp_put_nbx plus a flush) where a
@@ -27,8 +37,14 @@
 namespace strata::storage::remote {
 
 struct UcxTransportOptions {
-  // The memory peers read and write (the host arena); registered for the transport's lifetime.
+  // The memory peers read (the host arena); registered for the transport's lifetime.
   std::span<std::byte> region;
+  // The secret every daemon of the cluster holds; required.
+  std::string cluster_secret;
+  // How long a new link may take to authenticate and exchange hellos before it is dropped.
+  std::chrono::milliseconds auth_timeout{5000};
+  // Links not yet up that may exist at once; connection requests past it are rejected.
+  size_t max_links_authenticating = 64;
   // "host:port" to listen on (port 0: the OS picks; listen_address() tells). Empty: no listener,
   // the transport only dials out.
   std::string listen_address;
@@ -52,7 +68,8 @@ struct UcxTransportOptions {
 
 class UcxTransport final : public Transport {
  public:
-  // kInvalidArgument for an empty region or a malformed listen address; kUnavailable when UCX
+  // kInvalidArgument for an empty region or secret, or a malformed listen address; kUnavailable
+  // when UCX
   // cannot start or the listener cannot bind (the message says which and why).
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxTransportOptions options);
 
@@ -67,8 +84,6 @@ class UcxTransport final : public Transport {
   void Disconnect(PeerId peer) override;
   RequestId Read(PeerId peer, std::span<const Segment> segments, Deadline deadline,
                  Completion done) override;
-  RequestId Write(PeerId peer, std::span<const Segment> segments, Deadline deadline,
-                  Completion done) override;
   RequestId Call(PeerId peer, std::string request, Deadline deadline, Reply done) override;
   void Cancel(RequestId request) override;
   std::vector<PeerStats> Peers() const override;

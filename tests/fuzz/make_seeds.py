@@ -30,10 +30,22 @@ def u64s(values):
 
 # ---- peer_messages_fuzz: type byte + byte_codec fields ----
 write("peer_messages_fuzz", "handshake",
-      b"\x01" + struct.pack("<I", 1) + s("token") + s("node-a") + s("10.0.0.1:7100") +
+      b"\x01" + struct.pack("<I", 2) + s("node-a") + s("10.0.0.1:7100") +
       u64s([0x1122334455667788]))
 write("peer_messages_fuzz", "handshake-reply", b"\x01" + s("node-b") + u64s([1, 2]))
 write("peer_messages_fuzz", "ping", b"\x02")
+
+# ---- peer_auth_fuzz: mode byte, then a stranger's messages or the network's actions ----
+auth_challenge = (struct.pack("<IBBHHH", 0x53545254, 1, 1, 2, 2, 0) + b"\x11" * 32 + b"\x00" * 32)
+write("peer_auth_fuzz", "stranger-challenge",
+      b"\x00\x00" + bytes([len(auth_challenge)]) + auth_challenge)
+write("peer_auth_fuzz", "stranger-proof",
+      b"\x00\x01" + bytes([len(auth_challenge)]) + auth_challenge[:4] + b"\x02" +
+      auth_challenge[5:-32] + b"\x22" * 32)
+# Both challenges delivered, then both proofs: a clean handshake.
+write("peer_auth_fuzz", "network-clean", b"\x01\x01\x00\x00\x01")
+# The same with a duplicate, a drop and a corrupted nonce byte on the way.
+write("peer_auth_fuzz", "network-faults", b"\x01\x05\x01\x03\x06\x10\x00\x00\x01")
 write("peer_messages_fuzz", "release", b"\x12" + struct.pack("<Q", 42))
 write("peer_messages_fuzz", "push-reply", b"\x13" + struct.pack("<Iii", 2, 0, 6))
 write("peer_messages_fuzz", "query-empty", b"\x10" + struct.pack("<I", 0))

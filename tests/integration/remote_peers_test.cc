@@ -1,5 +1,7 @@
 // stratad processes as peers over UCX (tcp on lo): a chunk stored through one daemon is found by
-// another's engine Lookup and loaded byte-exact through it; three daemons; a wrong cluster token;
+// another's engine Lookup and loaded byte-exact through it; three daemons; a wrong cluster secret;
+// strangers at the peer port (no secret, a wrong one, a replayed handshake, data before proof) get
+// nothing and the daemon serves on;
 // a peer that stops answering (SIGSTOP) costs a lookup its budget and no more; a peer killed
 // before the load fails the load cleanly and the daemon goes on serving.
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/sim_engine_process.h"
+#include "tests/support/subprocess.h"
 #include "tests/support/test_layout.h"
 
 namespace strata {
@@ -203,11 +206,51 @@ TEST(RemotePeers, APeerWithTheWrongTokenIsRefusedAndFindsNothing) {
   ASSERT_TRUE(b.engine);
   bool refused = false;
   for (int attempt = 0; attempt < 200 && !refused; ++attempt) {
-    refused = a.process().Log().find("wrong cluster token") != std::string::npos;
+    refused = a.process().Log().find("does not hold this cluster's secret") != std::string::npos;
     if (!refused) std::this_thread::sleep_for(milliseconds(25));
   }
   EXPECT_TRUE(refused) << a.process().Log();
   EXPECT_EQ(LookupHits(*b.engine, keys), 0u);
+}
+
+TEST(RemotePeers, StrangersAtThePeerPortGetNothingAndTheDaemonServesOn) {
+  const std::string secret = "secret-strangers";
+  const std::string token = TokenFile("strangers", secret);
+  const std::vector<ChunkKey> keys = Keys(2, 0);
+  Node a = StartNode(token, {}, keys, 9);
+  ASSERT_TRUE(a.engine);
+  for (const char* scenario : {"no-auth", "wrong-secret", "replay", "data-first"}) {
+    // The replay is recorded from a genuine handshake, made with the cluster's secret.
+    std::vector<std::string> argv = {STRATA_HOSTILE_PEER_PATH, a.peer.remote_address, scenario};
+    if (std::string_view(scenario) == "replay") argv.insert(argv.end(), {"--secret", secret});
+    test_support::Subprocess stranger(argv);
+    ASSERT_EQ(stranger.Wait(std::chrono::seconds(30)), 0) << scenario << stranger.Stderr();
+    const std::string report = stranger.Stdout();
+    SCOPED_TRACE(report);
+    // Authentication messages only: no region, no bytes, no answer to a call.
+    EXPECT_NE(report.find("\"hello\": 0,"), std::string::npos);
+    EXPECT_NE(report.find("\"call_reply\": 0,"), std::string::npos);
+    EXPECT_NE(report.find("\"read_data\": 0,"), std::string::npos);
+    // The replay's recording is a whole genuine handshake (challenge and proof).
+    if (std::string_view(scenario) == "replay") {
+      EXPECT_NE(report.find("\"recorded\": 2}"), std::string::npos);
+    }
+  }
+  // The daemon saw each stranger: two sent data before authenticating, two proved wrongly.
+  const std::string log = a.process().Log();
+  auto count = [&](std::string_view what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("before authenticating"), 2u) << log;
+  EXPECT_EQ(count("does not hold this cluster's secret"), 2u) << log;
+  // The daemon serves on: a peer with the secret finds and loads its chunks.
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 2), 2u) << b.process().Log();
+  EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 9 + i; }),
+            std::vector<int>(2, 0));
 }
 
 TEST(RemotePeers, APeerThatStopsAnsweringCostsALookupItsBudgetOnly) {

@@ -55,10 +55,6 @@ class RecordingTransport : public Transport {
     std::move(done)(absl::OkStatus());
     return 1;
   }
-  RequestId Write(PeerId, std::span<const Segment>, Deadline, Completion done) override {
-    std::move(done)(absl::UnimplementedError("recording transport"));
-    return 2;
-  }
   RequestId Call(PeerId, std::string, Deadline, Reply done) override {
     std::move(done)(absl::UnimplementedError("recording transport"));
     return 3;

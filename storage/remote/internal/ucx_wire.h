@@ -1,9 +1,10 @@
-// The active messages UcxTransport's two ends exchange (internal to ucx_transport.cc). Every
+// The active messages UcxTransport's two ends exchange (internal to storage/remote). Every
 // message is a fixed header (plain little-endian struct, copied out of UCX's buffer before it is
 // read) and optional data. A header of the wrong size for its id is a protocol error: the
 // message is dropped and counted, never trusted.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -11,22 +12,43 @@
 namespace strata::storage::remote::internal {
 
 inline constexpr uint32_t kWireMagic = 0x53545254;  // "STRT"
-inline constexpr uint32_t kWireVersion = 1;
+// Version 1 served its region before authenticating; no version since speaks to it.
+inline constexpr uint16_t kMinWireVersion = 2;
+inline constexpr uint16_t kWireVersion = 2;
 
 enum AmId : unsigned {
-  // Sent by both ends as soon as a link exists: the region and its rkey (the data).
+  // Sent by both ends after each has authenticated the other (kAmAuth): the region and its rkey
+  // (the data).
   kAmHello = 1,
   // A Call: data is the request; the reply: data is the reply bytes, or the error message.
   kAmCall = 2,
   kAmCallReply = 3,
-  // Active-message writes: data lands at remote_offset; each segment is acknowledged.
-  kAmWriteData = 4,
-  kAmWriteAck = 5,
   // Active-message reads: the peer answers a request with the bytes of its region.
-  kAmReadRequest = 6,
-  kAmReadData = 7,
+  kAmReadRequest = 4,
+  kAmReadData = 5,
+  // Mutual authentication (peer_auth.h), the only message a link carries before it succeeds.
+  kAmAuth = 6,
 };
-inline constexpr unsigned kAmIdCount = 8;
+inline constexpr unsigned kAmIdCount = 7;
+
+inline constexpr size_t kAuthNonceBytes = 32;
+inline constexpr size_t kAuthProofBytes = 32;  // HMAC-SHA256
+
+enum class LinkRole : uint8_t { kDialler = 1, kListener = 2 };
+enum class AuthStep : uint8_t { kChallenge = 1, kProof = 2, kRefusal = 3 };
+
+// kAmAuth's header (no data). A challenge carries the sender's nonce and versions; a proof
+// carries them again and the HMAC; a refusal carries nothing else.
+struct AuthMessage {
+  uint32_t magic = kWireMagic;
+  uint8_t step = 0;  // AuthStep
+  uint8_t role = 0;  // LinkRole of the sender
+  uint16_t min_version = 0;
+  uint16_t max_version = 0;
+  uint16_t reserved = 0;
+  uint8_t nonce[kAuthNonceBytes] = {};
+  uint8_t proof[kAuthProofBytes] = {};
+};
 
 struct HelloHeader {
   uint32_t magic = kWireMagic;
@@ -49,10 +71,10 @@ struct CallReplyHeader {
 // Names one segment of one request, in data messages and their answers.
 struct SegmentHeader {
   uint64_t request_id = 0;
-  uint64_t remote_offset = 0;  // in the receiver's region (writes, read requests)
+  uint64_t remote_offset = 0;  // in the receiver's region (read requests)
   uint64_t length = 0;
   uint32_t segment = 0;
-  int32_t code = 0;  // absl::StatusCode of acks and read data; 0 in requests
+  int32_t code = 0;  // absl::StatusCode of read data; 0 in requests
 };
 
 // Copies a header out of UCX's buffer when its size is right.

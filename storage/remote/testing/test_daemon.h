@@ -79,7 +79,6 @@ class TestDaemon {
         std::make_unique<RemoteServer>(store_->host(), ServingBelowHost(*store_, server_options));
 
     PeerSetOptions peer_options;
-    peer_options.cluster_token = "token";
     peer_options.node_id = options.node_id;
     peer_options.layouts = {layout_->Fingerprint()};
     peer_options.peers = options.dial;
@@ -92,6 +91,7 @@ class TestDaemon {
 
     UcxTransportOptions transport_options;
     transport_options.region = arena();
+    transport_options.cluster_secret = "token";
     transport_options.listen_address = "127.0.0.1:0";
     transport_options.transports = "tcp";
     transport_options.net_devices = "lo";
