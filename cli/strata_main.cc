@@ -232,7 +232,12 @@ int Run(int argc, char** argv) {
                  "--tls-ca then apply to it)");
   app.add_option("--node", node, "with --controller: the one instance a node command goes to");
 
-  CLI::App* status_cmd = app.add_subcommand("status", "is the daemon serving?");
+  CLI::App* status_cmd = app.add_subcommand(
+      "status", "is the daemon up? (exit 0 while it answers, draining or not: a liveness probe)");
+  CLI::App* ready_cmd = app.add_subcommand(
+      "ready",
+      "should engines be sent here? (exit 0 while serving, 1 while draining or down: a "
+      "readiness probe)");
   CLI::App* stats_cmd = app.add_subcommand("stats", "per-tier capacity, usage, hits, evictions");
   CLI::App* peers_cmd =
       app.add_subcommand("peers", "peer daemons: link state, bytes in and out, last error");
@@ -524,6 +529,12 @@ int Run(int argc, char** argv) {
   absl::StatusOr<ControlClient> client = ControlClient::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
   if (*status_cmd) return Print(client->Health(), json, FormatHealth);
+  if (*ready_cmd) {
+    absl::StatusOr<v1::HealthResponse> health = client->Health();
+    const int printed = Print(health, json, FormatHealth);
+    if (printed != 0) return printed;
+    return health->status() == v1::HealthResponse::SERVING_STATUS_SERVING ? 0 : 1;
+  }
   if (*peers_cmd) return Print(client->ListPeers(), json, FormatPeers);
   if (*drain_cmd) return Print(client->Drain(), json, FormatDrain);
   if (node_call.has_value()) {

@@ -188,6 +188,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       }
       if (key == "block_tokens") s = ReadTomlUint(value, name, c.device_pool.block_tokens);
       if (key == "backend") s = ReadTomlString(value, name, c.device_pool.backend);
+      if (key == "allow_host_fallback") {
+        s = ReadTomlBool(value, name, c.device_pool.allow_host_fallback);
+      }
       if (key == "device") s = ReadTomlUint(value, name, c.device_pool.device);
       if (key == "demote_ahead") s = ReadTomlBool(value, name, c.device_pool.demote_ahead);
     } else if (section == "engine") {
@@ -414,6 +417,7 @@ std::string ConfigToToml(const DaemonConfig& c) {
        toml::table{{"bytes_per_layout", static_cast<int64_t>(c.device_pool.bytes_per_layout)},
                    {"block_tokens", static_cast<int64_t>(c.device_pool.block_tokens)},
                    {"backend", c.device_pool.backend},
+                   {"allow_host_fallback", c.device_pool.allow_host_fallback},
                    {"device", static_cast<int64_t>(c.device_pool.device)},
                    {"demote_ahead", c.device_pool.demote_ahead}}},
       {"engine", toml::table{{"socket_path", c.engine.socket_path},

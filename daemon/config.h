@@ -157,9 +157,13 @@ struct DaemonConfig {
     uint64_t bytes_per_layout = 0;
     // Tokens of one page: the engines' KV block size; it must divide their chunk_tokens.
     uint32_t block_tokens = 16;
-    // "auto" (CUDA when this build has it and a GPU is visible, else host memory), "cuda" or
-    // "host" (memfd memory standing in for a GPU's).
+    // "auto" (CUDA when this build has it and a GPU is visible), "cuda" or "host" (memfd memory
+    // standing in for a GPU's). A pool that "auto" cannot give a GPU fails start-up, saying why,
+    // unless allow_host_fallback: a GPU node whose devices the daemon cannot reach (a unit or a
+    // pod without them) must not serve engines a host-memory pool they did not ask for.
     std::string backend = "auto";
+    // "auto" without a usable GPU pools host memory (with a warning) instead of failing.
+    bool allow_host_fallback = false;
     uint32_t device = 0;  // the CUDA device
     // Chunks that become evictable are copied into the host tier on a thread, so their eviction
     // copies nothing under the pool's lock (storage/tiered/device_pool_tiering.h); false: they

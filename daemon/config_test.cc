@@ -60,6 +60,7 @@ lab = "xkv"
 bytes_per_layout = "2GiB"
 block_tokens = 32
 backend = "host"
+allow_host_fallback = true
 device = 1
 demote_ahead = false
 [engine]
@@ -122,6 +123,7 @@ tls_ca_path = "/etc/strata/ca.pem"
   EXPECT_EQ(config->device_pool.bytes_per_layout, 2ull << 30);
   EXPECT_EQ(config->device_pool.block_tokens, 32u);
   EXPECT_EQ(config->device_pool.backend, "host");
+  EXPECT_TRUE(config->device_pool.allow_host_fallback);
   EXPECT_EQ(config->device_pool.device, 1u);
   EXPECT_FALSE(config->device_pool.demote_ahead);
   EXPECT_EQ(config->keys.hash_algorithm, "sha256_cbor");

@@ -34,6 +34,31 @@ std::map<std::string, storage::TieredDiskOptions::TenantCodec> StoreTenantCodecs
   return store;
 }
 
+// The device pool's runtime. "auto" asks for CUDA and, when no GPU is usable, fails start-up
+// (saying why and what to set) unless the configuration allows pooling host memory instead.
+absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> CreatePoolRuntime(
+    storage::DeviceBackend backend, const DaemonConfig::DevicePool& pool) {
+  const int device = static_cast<int>(pool.device);
+  if (backend != storage::DeviceBackend::kAuto) {
+    auto runtime = storage::CreateDeviceRuntime({.backend = backend, .device_ordinal = device});
+    if (!runtime.ok()) return Annotate(runtime.status(), "device pool");
+    return runtime;
+  }
+  absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> cuda = storage::CreateDeviceRuntime(
+      {.backend = storage::DeviceBackend::kCuda, .device_ordinal = device});
+  if (cuda.ok()) return cuda;
+  if (!pool.allow_host_fallback) {
+    return absl::FailedPreconditionError(fmt::format(
+        "device pool: backend \"auto\" found no usable GPU ({}); give the daemon the GPU (the "
+        "GPU variants of deploy/'s unit and DaemonSet), or set [device_pool] backend = \"host\" "
+        "to pool host memory on purpose, or allow_host_fallback = true",
+        cuda.status().message()));
+  }
+  spdlog::warn("device pool: no usable GPU ({}); pooling host memory (allow_host_fallback)",
+               cuda.status().message());
+  return storage::CreateDeviceRuntime({.backend = storage::DeviceBackend::kHost});
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config)
@@ -150,9 +175,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
     absl::StatusOr<storage::DeviceBackend> backend =
         storage::ParseDeviceBackend(config.device_pool.backend);
     if (!backend.ok()) return backend.status();
-    absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> runtime = storage::CreateDeviceRuntime(
-        {.backend = *backend, .device_ordinal = static_cast<int>(config.device_pool.device)});
-    if (!runtime.ok()) return Annotate(runtime.status(), "device pool");
+    absl::StatusOr<std::unique_ptr<storage::DeviceRuntime>> runtime =
+        CreatePoolRuntime(*backend, config.device_pool);
+    if (!runtime.ok()) return runtime.status();
     daemon->device_runtime_ = *std::move(runtime);
     daemon->device_pool_tiering_ = std::make_unique<storage::DevicePoolTiering>(
         daemon->store_->host(), *daemon->device_runtime_,

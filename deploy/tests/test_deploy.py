@@ -196,6 +196,10 @@ class Manifests(unittest.TestCase):
             stratad = stratad_container(daemonset)
             for probe in ("livenessProbe", "readinessProbe"):
                 self.assertIn(probe, stratad, f"stratad has no {probe}")
+            # A draining daemon leaves rotation (readiness fails) without being restarted
+            # (liveness holds): `strata ready` exits 1 while draining, `strata status` 0.
+            self.assertEqual(stratad["readinessProbe"]["exec"]["command"][-1], "ready")
+            self.assertEqual(stratad["livenessProbe"]["exec"]["command"][-1], "status")
             for kind in ("requests", "limits"):
                 self.assertIn("memory", stratad["resources"][kind], f"stratad: no memory {kind}")
 

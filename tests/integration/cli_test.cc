@@ -171,6 +171,8 @@ TEST_F(CliTest, PinLsMoveClearAndEventsGolden) {
 
 TEST_F(CliTest, DrainStatsAndErrors) {
   ASSERT_TRUE(engine_->Store({keys_[0]}, 64, 1).ok());
+  CliResult serving = Cli({"ready"});
+  EXPECT_EQ(serving.code, 0) << serving.err;
   CliResult drain = Cli({"drain"});
   EXPECT_EQ(drain.code, 0) << drain.err;
   EXPECT_EQ(drain.out,
@@ -178,6 +180,11 @@ TEST_F(CliTest, DrainStatsAndErrors) {
             "reservations; flushed 0 chunks\n");
   CliResult status = Cli({"status"});
   EXPECT_THAT(status.out, HasSubstr("status   draining\n"));
+  // Alive (status: 0) but not ready (ready: 1): a readiness probe takes the node out of rotation.
+  EXPECT_EQ(status.code, 0) << status.err;
+  CliResult ready = Cli({"ready"});
+  EXPECT_EQ(ready.code, 1) << ready.err;
+  EXPECT_THAT(ready.out, HasSubstr("status   draining\n"));
   EXPECT_FALSE(engine_->Store({keys_[1]}, 64, 2).ok()) << "a draining daemon admits nothing";
 
   CliResult stats = Cli({"stats", "--json"});

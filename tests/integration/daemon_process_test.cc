@@ -120,6 +120,27 @@ TEST(DaemonProcess, ASecondDaemonOnATakenControlPortIsRefused) {
   EXPECT_TRUE((*first)->control().Health(&context, v1::HealthRequest(), &health).ok());
 }
 
+// A device pool left on "auto" uses the GPU or, without one the daemon can use (a GPU node whose
+// unit or pod hides the devices), fails start-up saying so, unless host memory is allowed.
+TEST(DaemonProcess, ADevicePoolWithoutAGpuFailsStartUpUnlessHostMemoryIsAllowed) {
+  const std::string pool = "[device_pool]\nbytes_per_layout = \"1MiB\"\n";
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> strict =
+      DaemonProcess::Start({.extra_toml = pool});
+  if (strict.ok()) {
+    // This machine has a GPU the daemon can use: the pool is on it.
+    EXPECT_THAT((*strict)->Log(), testing::HasSubstr("in cuda memory"));
+  } else {
+    EXPECT_THAT(std::string(strict.status().message()), testing::HasSubstr("found no usable GPU"));
+    EXPECT_THAT(std::string(strict.status().message()), testing::HasSubstr("allow_host_fallback"));
+  }
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> allowed =
+      DaemonProcess::Start({.extra_toml = pool + "allow_host_fallback = true\n"});
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  if (!strict.ok()) {
+    EXPECT_THAT((*allowed)->Log(), testing::HasSubstr("pooling host memory"));
+  }
+}
+
 TEST(DaemonProcess, DrainsWhileSessionsHoldLeasesAndReservations) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
