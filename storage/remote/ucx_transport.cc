@@ -240,6 +240,7 @@ class UcxTransport::Impl {
     std::optional<internal::PeerAuth> auth;
     bool refused = false;  // authentication failed: the link closes, nothing more is read
     bool up = false;
+    bool came_up = false;  // it was up once (an inbound link that never was is forgotten)
     uint64_t remote_base = 0;
     uint64_t remote_bytes = 0;
     ucp_rkey_h rkey = nullptr;
@@ -299,6 +300,9 @@ class UcxTransport::Impl {
                 absl::AnyInvocable<void(ucs_status_t) &&> on_done);
   bool IsOwnNonce(const internal::AuthNonce& nonce) const;
   size_t LinksAuthenticating() const;
+  // Forgets the inbound links that failed before they came up (a stranger's attempts must not
+  // pile up); only where no callback of theirs can be on the stack.
+  void ForgetFailedInbound();
   void SendAm(Link& link, unsigned am_id, HeaderBytes header, const void* data, size_t length,
               std::string owned, RequestId op, absl::AnyInvocable<void(ucs_status_t) &&> on_done);
   void PublishStats(const Link& link);
@@ -669,6 +673,18 @@ bool UcxTransport::Impl::IsOwnNonce(const internal::AuthNonce& nonce) const {
   });
 }
 
+void UcxTransport::Impl::ForgetFailedInbound() {
+  std::vector<PeerId> failed;
+  for (const auto& [id, link] : links_) {
+    if (link.ep == nullptr && !link.stats.outbound && !link.came_up) failed.push_back(id);
+  }
+  absl::MutexLock lock(&stats_mu_);
+  for (PeerId id : failed) {
+    links_.erase(id);
+    stats_.erase(id);
+  }
+}
+
 size_t UcxTransport::Impl::LinksAuthenticating() const {
   return static_cast<size_t>(std::count_if(links_.begin(), links_.end(), [](const auto& entry) {
     return entry.second.ep != nullptr && !entry.second.up;
@@ -762,6 +778,7 @@ void UcxTransport::Impl::OnConnRequest(ucp_conn_request_h request, void* arg) {
     ucp_listener_reject(self->listener_, request);
     return;
   }
+  self->ForgetFailedInbound();
   if (self->LinksAuthenticating() >= self->options_.max_links_authenticating) {
     spdlog::warn("ucx transport: refused a link from {}: {} links are authenticating already",
                  internal::FormatSocketAddress(client.storage),
@@ -1222,6 +1239,7 @@ void UcxTransport::Impl::FinishHello(PeerId id, const HelloHeader& hello, const 
   const bool same_host = std::memcmp(hello.host_id, host_id_.data(), host_id_.size()) == 0;
   link->stats.data_path = ChooseDataPath(options_.data_path, allowed_, same_host);
   link->up = true;
+  link->came_up = true;
   link->stats.up = true;
   PublishStats(*link);
   if (link->waiter) {

@@ -476,6 +476,13 @@ TEST_P(UcxTransportTest, LinksComeUpOnlyBetweenHoldersOfTheSameSecret) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
   EXPECT_NE(refused.status().message().find("secret"), std::string::npos) << refused.status();
   EXPECT_EQ(server_links_up.load(), 0);
+  // The server has closed the stranger's link (it says why) before the next link arrives.
+  auto closed = [&] {
+    const std::vector<PeerStats> links = server.transport->Peers();
+    return !links.empty() && !links.front().last_error.empty();
+  };
+  for (int i = 0; i < 500 && !closed(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(closed());
 
   // The server goes on admitting holders of its secret.
   Node friendly;
@@ -489,6 +496,10 @@ TEST_P(UcxTransportTest, LinksComeUpOnlyBetweenHoldersOfTheSameSecret) {
   ASSERT_TRUE(read.Wait().ok()) << read.status;
   EXPECT_EQ(0, std::memcmp(friendly.region.data(), server.region.data() + 64, 4096));
   EXPECT_EQ(server_links_up.load(), 1);
+  // The stranger's failed link is forgotten once another arrives: refused attempts do not pile up.
+  const std::vector<PeerStats> links = server.transport->Peers();
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_TRUE(links[0].up);
 }
 
 TEST_P(UcxTransportTest, ATransportWithoutASecretIsRefused) {
