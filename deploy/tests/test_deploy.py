@@ -43,6 +43,7 @@ KUBERNETES = DEPLOY / "kubernetes"
 CONFIGS = DEPLOY / "configs"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 UNIT = DEPLOY / "systemd" / "stratad.service"
+GPU_DROP_IN = DEPLOY / "systemd" / "stratad-gpu.conf"
 SYSUSERS = DEPLOY / "systemd" / "strata.sysusers.conf"
 DASHBOARD = DEPLOY / "grafana" / "strata-node.json"
 # The configs laid out for the systemd unit (sockets in /run/strata, disk tier in /var/lib/strata).
@@ -444,33 +445,56 @@ class SystemdUnit(unittest.TestCase):
             self.fail(f"{' '.join(map(str, command))}: exit {result.returncode}\n{output}")
         return output
 
-    def unit_copy(self, tmp):
-        """The unit in tmp, with ExecStart running the stratad just built."""
+    def unit_copy(self, tmp, gpu=False):
+        """The unit in tmp, with ExecStart running the stratad just built; with its GPU drop-in
+        beside it (tmp/stratad.service.d/gpu.conf, where systemd looks for drop-ins) when `gpu`."""
         text = UNIT.read_text().replace("ExecStart=/usr/bin/stratad ",
                                         f"ExecStart={binary('STRATA_STRATAD')} ")
         path = pathlib.Path(tmp, UNIT.name)
         path.write_text(text)
+        if gpu:
+            drop_ins = pathlib.Path(tmp, UNIT.name + ".d")
+            drop_ins.mkdir()
+            (drop_ins / "gpu.conf").write_text(GPU_DROP_IN.read_text())
         return path
 
     def test_systemd_analyze_verify(self):
         if shutil.which("systemd-analyze") is None:
             self.skipTest("systemd-analyze not found (Debian package systemd)")
-        with tempfile.TemporaryDirectory() as tmp:
-            unit = self.unit_copy(tmp)
-            self.verify_output(["systemd-analyze", "verify", unit], unit)
+        for gpu in (False, True):
+            with self.subTest(gpu=gpu), tempfile.TemporaryDirectory() as tmp:
+                unit = self.unit_copy(tmp, gpu)
+                self.verify_output(["systemd-analyze", "verify", unit], unit)
 
     def test_systemd_analyze_security(self):
         if shutil.which("systemd-analyze") is None:
             self.skipTest("systemd-analyze not found (Debian package systemd)")
-        with tempfile.TemporaryDirectory() as tmp:
-            unit = self.unit_copy(tmp)
-            result = run(["systemd-analyze", "security", "--offline=yes", unit], cwd=tmp)
-            if "--offline" in result.stderr:
-                self.skipTest("systemd-analyze security has no --offline (systemd < 250)")
-            # Exposure 0.0 (locked down) .. 10.0 (unprotected); the unit scores 1.5.
-            level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
-            self.assertIsNotNone(level, result.stdout + result.stderr)
-            self.assertLessEqual(float(level[1]), 2.0, result.stdout)
+        # Exposure 0.0 (locked down) .. 10.0 (unprotected): the unit scores 1.5, and 1.7 with its
+        # GPU drop-in, which shows it the NVIDIA devices (and only those: DevicePolicy=closed).
+        for gpu in (False, True):
+            with self.subTest(gpu=gpu), tempfile.TemporaryDirectory() as tmp:
+                unit = self.unit_copy(tmp, gpu)
+                result = run(["systemd-analyze", "security", "--offline=yes", unit], cwd=tmp)
+                if "--offline" in result.stderr:
+                    self.skipTest("systemd-analyze security has no --offline (systemd < 250)")
+                level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+                self.assertIsNotNone(level, result.stdout + result.stderr)
+                self.assertLessEqual(float(level[1]), 2.0, result.stdout)
+                # The drop-in is read: the devices are visible with it and hidden without.
+                devices = re.search(r"^(\S+) PrivateDevices=", result.stdout, re.MULTILINE)
+                self.assertIsNotNone(devices, result.stdout)
+                self.assertEqual(devices[1], "✗" if gpu else "✓", devices[0])
+
+    def test_gpu_drop_in_opens_only_the_nvidia_devices(self):
+        settings = {}
+        for line in GPU_DROP_IN.read_text().splitlines():
+            if "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                settings.setdefault(key, []).append(value)
+        self.assertEqual(settings["PrivateDevices"], ["no"])
+        self.assertEqual(settings["DevicePolicy"], ["closed"])
+        self.assertTrue(all(v.startswith("char-nvidia") for v in settings["DeviceAllow"]),
+                        settings["DeviceAllow"])
 
     def test_sysusers_creates_the_user(self):
         if shutil.which("systemd-sysusers") is None:
