@@ -648,9 +648,8 @@ absl::Status UcxTransport::Impl::OpenLink(PeerId id, const internal::SocketAddre
   link.stats.address = name;
   link.stats.outbound = conn_request == nullptr;
   const LinkRole role = conn_request == nullptr ? LinkRole::kDialler : LinkRole::kListener;
-  internal::AuthNonce nonce = internal::NewAuthNonce();
-  while (IsOwnNonce(nonce)) nonce = internal::NewAuthNonce();
-  link.auth.emplace(options_.cluster_secret, role, internal::WireVersions{}, nonce);
+  link.auth.emplace(options_.cluster_secret, role, internal::WireVersions{},
+                    internal::NewAuthNonce());
   peer_of_ep_[ep] = id;
   link_deadlines_.emplace(std::chrono::steady_clock::now() + options_.auth_timeout, id);
   PublishStats(link);
@@ -1191,7 +1190,8 @@ void UcxTransport::Impl::HandleAuth(Link& link, const void* header, size_t heade
       }
     });
   }
-  if (outcome.authenticated) SendHello(link);
+  // A proof that failed to send at once has closed the link already.
+  if (outcome.authenticated && link.ep != nullptr) SendHello(link);
 }
 
 void UcxTransport::Impl::HandleHello(Link& link, const void* header, size_t header_length,
