@@ -177,11 +177,15 @@ const Row* FindRow(std::string_view name) {
 
 // --- The peer ------------------------------------------------------------------------------------
 
+// The secret the bench's two transports authenticate their link with.
+constexpr std::string_view kTransportSecret = "remote-bench transport secret";
+
 // --serve=ROW: serves a 256 MiB patterned region until stdin closes. Returns the exit code.
 int Serve(const Row& row) {
   std::vector<std::byte> region(kPeerChunks * kChunkBytes);
   FillPattern(region, 0);
   auto transport = UcxTransport::Create({.region = region,
+                                         .cluster_secret = std::string(kTransportSecret),
                                          .listen_address = "127.0.0.1:0",
                                          .data_path = row.data_path,
                                          .transports = std::string(row.transports),
@@ -389,6 +393,7 @@ absl::StatusOr<StrataResult> FetchFromPeer(const Row& row, const Flags& flags,
   std::vector<std::byte> region(kMaxInFlight * kChunkBytes);
   STRATA_ASSIGN_OR_RETURN(auto transport,
                           UcxTransport::Create({.region = region,
+                                                .cluster_secret = std::string(kTransportSecret),
                                                 .data_path = row.data_path,
                                                 .transports = std::string(row.transports),
                                                 .net_devices = std::string(row.net_devices),
