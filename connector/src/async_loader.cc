@@ -1,10 +1,24 @@
 #include "connector/src/async_loader.h"
 
+#include <algorithm>
+#include <span>
 #include <utility>
 
 #include "core/status_macros.h"
 
 namespace strata::connector::internal {
+namespace {
+
+// The blocks of `spec`'s positions [token_begin, token_end).
+std::span<const int32_t> LoadedBlocks(const TransferSpec& spec, int64_t block_size) {
+  if (spec.token_begin >= spec.token_end || block_size <= 0) return {};
+  const int64_t size = static_cast<int64_t>(spec.block_ids.size());
+  const int64_t first = std::min(spec.token_begin / block_size, size);
+  const int64_t last = std::min((spec.token_end - 1) / block_size + 1, size);
+  return std::span<const int32_t>(spec.block_ids).subspan(first, last - first);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<AsyncLoader>> AsyncLoader::Create(
     const ConnectorOptions& options, storage::DeviceRuntime& runtime, const KeyHasher& hasher,
@@ -13,12 +27,13 @@ absl::StatusOr<std::unique_ptr<AsyncLoader>> AsyncLoader::Create(
                           EngineClient::Create(client_options));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<LoadPipeline> pipeline,
                           LoadPipeline::Create(options, runtime, hasher, *client));
-  return std::unique_ptr<AsyncLoader>(new AsyncLoader(std::move(client), std::move(pipeline)));
+  return std::unique_ptr<AsyncLoader>(
+      new AsyncLoader(std::move(client), std::move(pipeline), options.block_size));
 }
 
 AsyncLoader::AsyncLoader(std::unique_ptr<EngineClient> client,
-                         std::unique_ptr<LoadPipeline> pipeline)
-    : client_(std::move(client)), pipeline_(std::move(pipeline)) {
+                         std::unique_ptr<LoadPipeline> pipeline, int64_t block_size)
+    : client_(std::move(client)), pipeline_(std::move(pipeline)), block_size_(block_size) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -82,9 +97,18 @@ void AsyncLoader::Run() {
     // The job's requests are not in the engine's batch: no ordering with its stream.
     pipeline_->Start(job.cache, job.specs, {});
     pipeline_->Finish();
-    std::vector<int32_t> failed = pipeline_->TakeFailedBlocks();
+    std::vector<int32_t> failed = pipeline_->TakeFailedBlocks();  // sorted
     absl::MutexLock lock(&mu_);
-    for (TransferSpec& spec : job.specs) over_.request_ids.push_back(std::move(spec.request_id));
+    for (TransferSpec& spec : job.specs) {
+      // The blocks an asynchronous load writes are its request's own: a failed one is this
+      // request's.
+      const std::span<const int32_t> written = LoadedBlocks(spec, block_size_);
+      const bool spec_failed = std::any_of(written.begin(), written.end(), [&](int32_t block) {
+        return std::binary_search(failed.begin(), failed.end(), block);
+      });
+      if (spec_failed) over_.failed_request_ids.push_back(spec.request_id);
+      over_.request_ids.push_back(std::move(spec.request_id));
+    }
     over_.failed_blocks.insert(over_.failed_blocks.end(), failed.begin(), failed.end());
     stats_ = pipeline_->stats();
   }

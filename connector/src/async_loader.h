@@ -43,11 +43,13 @@
 
 namespace strata::connector::internal {
 
-// What TakeFinished hands over: requests whose asynchronous loads are over, and the blocks of
-// those loads that failed (each job's sorted and unique).
+// What TakeFinished hands over: requests whose asynchronous loads are over, the blocks of
+// those loads that failed (each job's sorted and unique), and the requests among them that had
+// a failed block.
 struct AsyncLoadsOver {
   std::vector<std::string> request_ids;
   std::vector<int32_t> failed_blocks;
+  std::vector<std::string> failed_request_ids;
 };
 
 class AsyncLoader {
@@ -79,12 +81,14 @@ class AsyncLoader {
     std::vector<TransferSpec> specs;
   };
 
-  AsyncLoader(std::unique_ptr<EngineClient> client, std::unique_ptr<LoadPipeline> pipeline);
+  AsyncLoader(std::unique_ptr<EngineClient> client, std::unique_ptr<LoadPipeline> pipeline,
+              int64_t block_size);
   void Run();
 
   const std::unique_ptr<EngineClient> client_;
   // Used by the loader's thread only; declared after the client it borrows.
   const std::unique_ptr<LoadPipeline> pipeline_;
+  const int64_t block_size_;  // the engine's tokens per block
 
   mutable absl::Mutex mu_;
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);

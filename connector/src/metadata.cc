@@ -112,6 +112,11 @@ absl::Status ConnectorOptions::Validate() const {
         "connector: layout: {}", std::string_view(s.message().data(), s.message().size())));
   }
   if (block_size == 0) return absl::InvalidArgumentError("connector: block_size is 0");
+  if (whole_blocks_only && layout.chunk_tokens % block_size != 0) {
+    return absl::InvalidArgumentError(fmt::format(
+        "connector: whole_blocks_only needs chunk_tokens ({}) to be a multiple of block_size ({})",
+        layout.chunk_tokens, block_size));
+  }
   if (lookup_budget.count() <= 0) {
     return absl::InvalidArgumentError("connector: lookup_budget must be positive");
   }

@@ -87,6 +87,7 @@ struct PyOptions : PyLayoutFields {
   bool enable_load = true;
   bool enable_save = true;
   bool store_partial_chunks = false;
+  bool whole_blocks_only = false;
   bool verify_checksums = true;
   bool async_loads = false;
   int32_t null_block_id = -1;
@@ -109,6 +110,7 @@ struct PyOptions : PyLayoutFields {
     o.enable_load = enable_load;
     o.enable_save = enable_save;
     o.store_partial_chunks = store_partial_chunks;
+    o.whole_blocks_only = whole_blocks_only;
     o.verify_checksums = verify_checksums;
     o.async_loads = async_loads;
     o.null_block_id = null_block_id;
@@ -324,6 +326,7 @@ PYBIND11_MODULE(strata_connector, m) {
       .def_readwrite("enable_load", &PyOptions::enable_load)
       .def_readwrite("enable_save", &PyOptions::enable_save)
       .def_readwrite("store_partial_chunks", &PyOptions::store_partial_chunks)
+      .def_readwrite("whole_blocks_only", &PyOptions::whole_blocks_only)
       .def_readwrite("verify_checksums", &PyOptions::verify_checksums)
       .def_readwrite("async_loads", &PyOptions::async_loads)
       .def_readwrite("null_block_id", &PyOptions::null_block_id)
@@ -548,7 +551,8 @@ PYBIND11_MODULE(strata_connector, m) {
           "get_finished",
           [](WorkerConnector& w, const std::vector<std::string>& finished_request_ids) {
             const FinishedRequests done = w.GetFinished(finished_request_ids);
-            return py::make_tuple(done.finished_sending, done.finished_recving);
+            return py::make_tuple(done.finished_sending, done.finished_recving,
+                                  done.failed_recving);
           },
           py::arg("finished_request_ids") = std::vector<std::string>{})
       .def("get_block_ids_with_load_errors",

@@ -61,9 +61,10 @@ struct SchedulerConnector::Impl {
   SchedulerStats stats ABSL_GUARDED_BY(mu);
 
   int64_t chunk_tokens() const { return options.layout.chunk_tokens; }
-  // Whether a request's partial last chunk has a key.
+  // Whether a request's partial last chunk has a key (never when blocks are opaque pages).
   bool Partial(KvTransfer transfer) const {
-    return options.store_partial_chunks || transfer != KvTransfer::kNone;
+    return !options.whole_blocks_only &&
+           (options.store_partial_chunks || transfer != KvTransfer::kNone);
   }
   static PartialChunk ToPartialChunk(bool partial) {
     return partial ? PartialChunk::kInclude : PartialChunk::kExclude;
@@ -341,7 +342,7 @@ ConnectorMetadata SchedulerConnector::BuildConnectorMeta(const SchedulerStep& st
       fresh.tokens = request.prompt_tokens;
       fresh.tenant_salt = request.tenant_salt;
       fresh.lora_name = request.lora_name;
-      fresh.partial = s.options.store_partial_chunks;
+      fresh.partial = s.Partial(KvTransfer::kNone);
       fresh.known_cached.assign(
           s.NumChunks(static_cast<int64_t>(fresh.tokens.size()), fresh.partial), false);
       it = s.requests.emplace(request.request_id, std::move(fresh)).first;

@@ -144,6 +144,23 @@ TEST_F(SchedulerConnectorTest, PartialChunksCountWhenStored) {
   EXPECT_EQ(meta.loads[0].tokens.size(), 70u) << "the partial chunk's key covers its real tokens";
 }
 
+// Opaque blocks (whole_blocks_only): the partial last chunk is never a hit, even when stored
+// and asked for, and chunks that do not cover whole blocks are refused up front.
+TEST_F(SchedulerConnectorTest, OpaqueBlocksTakeWholeChunksOnly) {
+  ConnectorOptions options = Options(daemon_.socket_path());
+  options.store_partial_chunks = true;
+  options.whole_blocks_only = true;
+  auto scheduler = *SchedulerConnector::Create(options);
+  const auto prompt = Prompt(70);
+  Populate(*daemon_.tier(), prompt, 5, PartialChunk::kInclude);
+  EXPECT_EQ(
+      scheduler->GetNumNewMatchedTokens({.request_id = "p", .prompt_tokens = prompt}, 0).num_tokens,
+      64);
+  options.block_size = 3 * kChunk / 2;
+  EXPECT_EQ(SchedulerConnector::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SchedulerConnectorTest, TenantSaltSeparatesCaches) {
   const auto prompt = Prompt(48);
   Populate(*daemon_.tier(), prompt, 3, PartialChunk::kExclude, "tenant-a");

@@ -192,8 +192,12 @@ FinishedRequests WorkerConnector::GetFinished(
   Impl& s = *impl_;
   FinishedRequests done{.finished_recving = std::move(s.async_without_loader)};
   s.async_without_loader.clear();
+  done.failed_recving = done.finished_recving;  // none of those could run
   if (s.async_load == nullptr) return done;
   internal::AsyncLoadsOver over = s.async_load->TakeFinished();
+  done.failed_recving.insert(done.failed_recving.end(),
+                             std::make_move_iterator(over.failed_request_ids.begin()),
+                             std::make_move_iterator(over.failed_request_ids.end()));
   s.async_failed_blocks.insert(s.async_failed_blocks.end(), over.failed_blocks.begin(),
                                over.failed_blocks.end());
   done.finished_recving.insert(done.finished_recving.end(),

@@ -83,6 +83,7 @@ class Engine {
     int64_t matched = 0;
     std::vector<int32_t> blocks;
     std::vector<int32_t> failed_blocks;
+    std::vector<std::string> failed_requests;  // FinishedRequests::failed_recving
     std::vector<ConnectorMetadata> steps;
   };
 
@@ -247,6 +248,8 @@ class Engine {
       const FinishedRequests done = worker_->GetFinished({});
       EXPECT_TRUE(done.finished_sending.empty());
       for (const std::string& r : done.finished_recving) reported = reported || r == id;
+      run.failed_requests.insert(run.failed_requests.end(), done.failed_recving.begin(),
+                                 done.failed_recving.end());
       const auto failed = worker_->GetBlockIdsWithLoadErrors();
       run.failed_blocks.insert(run.failed_blocks.end(), failed.begin(), failed.end());
       if (!reported) std::this_thread::sleep_for(milliseconds(1));
@@ -787,6 +790,7 @@ TEST_F(WorkerConnectorAsyncTest, ADiskHitLoadsBetweenStepsByteExact) {
   const Engine::Run run = b.RunAsyncLoad("b", prompt_);
   EXPECT_EQ(run.matched, 63);
   EXPECT_TRUE(run.failed_blocks.empty());
+  EXPECT_TRUE(run.failed_requests.empty());
   EXPECT_THAT(b.WrongPositions(prompt_, run.blocks, 0, 63), ::testing::IsEmpty());
   ASSERT_FALSE(run.steps.empty());
   ASSERT_EQ(run.steps[0].loads.size(), 1u);
@@ -809,6 +813,7 @@ TEST_F(WorkerConnectorAsyncTest, TheDaemonGoneBeforeTheLoadFailsEveryBlockAndSti
   std::vector<int32_t> failed = run.failed_blocks;
   std::sort(failed.begin(), failed.end());
   EXPECT_EQ(failed, BlocksOf(run.blocks, 0, 63));
+  EXPECT_THAT(run.failed_requests, ElementsAreArray({"b"})) << "reported failed, by request too";
   EXPECT_EQ(b.worker().Stats().async_requests_in_flight, 0u);
   EXPECT_EQ(b.worker().Stats().async_requests_loaded, 1u);
 }
@@ -824,7 +829,9 @@ TEST_F(WorkerConnectorAsyncTest, AWorkerWithoutAsyncLoadsFailsAndReportsThem) {
   const ConnectorMetadata meta = scheduler_side.scheduler().BuildConnectorMeta({});
   EXPECT_EQ(worker_side.worker().StartLoadKv(meta).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(worker_side.worker().WaitForSave().ok());
-  EXPECT_THAT(worker_side.worker().GetFinished({}).finished_recving, ElementsAreArray({"m"}));
+  const FinishedRequests done = worker_side.worker().GetFinished({});
+  EXPECT_THAT(done.finished_recving, ElementsAreArray({"m"}));
+  EXPECT_THAT(done.failed_recving, ElementsAreArray({"m"}));
   EXPECT_THAT(worker_side.worker().GetBlockIdsWithLoadErrors(), ElementsAreArray(blocks));
 }
 

@@ -71,6 +71,12 @@ struct ConnectorOptions {
   // Also store (and look up) the last, partial chunk of a prompt. Off by default: partial chunks
   // are rarely shared and cost a key and a store each.
   bool store_partial_chunks = false;
+  // The engine's blocks are opaque pages (vLLM's CPU attention keeps K column-major or
+  // AMX-prepacked inside a block): a chunk's bytes are its blocks' bytes, so only whole chunks
+  // are stored and loaded (never a partial last one, store_partial_chunks and disaggregated
+  // prefill included), and chunk_tokens must be a multiple of block_size, so that every copy
+  // covers whole blocks.
+  bool whole_blocks_only = false;
   // Who checks a loaded chunk's checksum (xxh3-64 of its payload, taken when it was stored); a
   // chunk that fails becomes failed blocks, recomputed by the engine. true: this connector checks
   // every chunk it loads, in the same pass over memory as the copy when the device runtime
@@ -384,6 +390,10 @@ struct FinishedRequests {
   // blocks only then). Their failed blocks come from the GetBlockIdsWithLoadErrors call that
   // follows this GetFinished.
   std::vector<std::string> finished_recving;
+  // Of finished_recving, the requests at least one of whose chunks failed to load (an engine
+  // that cannot map failed blocks back to requests, e.g. vLLM with several KV-cache groups,
+  // recomputes these).
+  std::vector<std::string> failed_recving;
 };
 
 struct WorkerStats {

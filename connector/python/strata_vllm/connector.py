@@ -32,8 +32,22 @@ background, so that its later lookup and load find them there (``prefetch``).
 Hybrid models (vLLM's hybrid memory allocator, ``SupportsHMA``): each KV-cache group has its own
 native connector, layout and key space (strata_vllm.kv_groups). A request's hit is the shortest
 of its groups' hits; when one group's load must wait for a lower tier, every group's does, and
-the worker reports the request once every group has loaded it. Saves follow vLLM's
-``num_publishable_block_hashes`` fence when EAGLE prefix-cache hashing is on.
+the worker reports the request once every group has loaded it. Every hit of a hybrid model
+loads asynchronously: vLLM cannot map a failed block of one group back to its request, so a
+failed load comes back as the request's (``get_transfer_results``' ``failed_recving``) and
+vLLM recomputes it.
+
+A step's loads start, and its saves are planned, when vLLM binds the step's metadata, before
+the forward pass: vLLM 0.32 calls ``start_load_kv`` after the forward unless the step has
+synchronous loads, which would leave every save copy to ``wait_for_save``.
+
+A failed load is a cache miss, never a failed request: unless ``kv_connector_extra_config``
+says ``"load_failure_policy": "fail"``, the connector sets vLLM's ``kv_load_failure_policy`` to
+``recompute`` (vLLM's default fails the request).
+
+EAGLE-family drafters are not served: the draft model's KV at a chunk's last position depends
+on the token after the chunk, which the chunk's key does not cover (vLLM drops the last block of
+its own prefix hits for this). With one configured, the connector serves nothing and says so.
 
 Position-independent chunks (kv_transfer_params "strata_pic", strata_vllm.pic) need attention
 over the daemon's device pool, which stock vLLM lacks: such requests are served by prefix
@@ -59,8 +73,15 @@ from strata_vllm.kv_groups import (
     group_block_ids,
     kv_cache_groups,
 )
+from strata_vllm.kv_views import backend_name, layer_encoding, layer_views, page_encoding
 from strata_vllm.pic import PIC_PARAMS_KEY
-from strata_vllm.vllm_types import CONNECTOR_BASES, METADATA_BASES, KVConnectorStats
+from strata_vllm.vllm_types import (
+    CONNECTOR_BASES,
+    METADATA_BASES,
+    KVConnectorStats,
+    KVConnectorTransferResults,
+    hit_source,
+)
 
 logger = logging.getLogger("strata_vllm")
 
@@ -168,6 +189,7 @@ def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOption
     cache = _get(vllm_config, "cache_config")
     parallel = _get(vllm_config, "parallel_config")
 
+    extra.pop(LOAD_FAILURE_POLICY_KEY, None)  # vLLM's setting (_prefer_recompute)
     o = _sc.ConnectorOptions()
     o.model_id = str(extra.pop("model_id", _get(model, "model", "")))
     use_mla = bool(_get(model, "use_mla", False))
@@ -195,14 +217,26 @@ def options_from_vllm_config(vllm_config: Any, role: int) -> _sc.ConnectorOption
         setattr(o, key, value)
     if role == SCHEDULER:
         o.tp_rank = int(extra.get("scheduler_tp_rank", 0)) if "scheduler_tp_rank" in extra else 0
+    _apply_page_encoding(o, vllm_config)
     return o
+
+
+def _apply_page_encoding(o: _sc.ConnectorOptions, vllm_config: Any) -> None:
+    """Engines whose blocks are opaque pages (strata_vllm.kv_views.page_encoding) copy whole
+    blocks only, under keys of their own encoding."""
+    model, cache = _get(vllm_config, "model_config"), _get(vllm_config, "cache_config")
+    base_id = o.model_id.partition("#page:")[0]  # the encoding always comes last
+    encoding = page_encoding(_get(model, "dtype"), o.block_size, o.head_dim,
+                             _get(cache, "cache_dtype", "auto"), o.kv_kind == "mla")
+    o.whole_blocks_only = encoding is not None
+    o.model_id = base_id if encoding is None else f"{base_id}#page:{encoding}"
 
 
 def group_options(vllm_config: Any, role: int, group: KvGroup) -> _sc.ConnectorOptions:
     """The options of one KV-cache group of a hybrid model: the model's, with the group's
     layout (its layers, KV shape and dtype), block size and key space."""
     o = options_from_vllm_config(vllm_config, role)
-    o.model_id = group.model_id(o.model_id)
+    o.model_id = group.model_id(o.model_id.partition("#page:")[0])
     o.kv_kind = "mla" if group.use_mla else "mha"
     o.num_layers = len(group.layer_names)
     o.num_kv_heads = 1 if group.use_mla else group.num_kv_heads
@@ -211,6 +245,7 @@ def group_options(vllm_config: Any, role: int, group: KvGroup) -> _sc.ConnectorO
         o.dtype = _dtype_name(group.dtype)  # an fp8 cache's spec says its storage type, uint8
     o.block_size = group.block_size
     o.null_block_id = VLLM_NULL_BLOCK_ID
+    _apply_page_encoding(o, vllm_config)
     return o
 
 
@@ -222,6 +257,33 @@ def kv_cache_groups_or_none(kv_cache_config: Any, chunk_tokens: int) -> Any:
     except UnsupportedKvCacheGroup as error:
         logger.error("strata connector: %s; the connector serves nothing", error)
         return []
+
+
+# kv_connector_extra_config key: "fail" keeps vLLM's kv_load_failure_policy as it is.
+LOAD_FAILURE_POLICY_KEY = "load_failure_policy"
+
+
+def _prefer_recompute(vllm_config: Any) -> None:
+    """Sets vLLM's kv_load_failure_policy to "recompute" (a failed load is a miss) unless the
+    connector's extra config asks for "fail". vLLM's scheduler reads the policy right after it
+    creates its connector."""
+    transfer = _get(vllm_config, "kv_transfer_config")
+    extra = _get(transfer, "kv_connector_extra_config", None) or {}
+    if extra.get(LOAD_FAILURE_POLICY_KEY, "recompute") == "fail":
+        return
+    if _get(transfer, "kv_load_failure_policy", "recompute") != "recompute":
+        logger.info("strata connector: kv_load_failure_policy set to recompute (a failed load "
+                    "is a cache miss; %s=fail in kv_connector_extra_config keeps vLLM's)",
+                    LOAD_FAILURE_POLICY_KEY)
+        transfer.kv_load_failure_policy = "recompute"
+
+
+def _eagle_drafter(vllm_config: Any) -> bool:
+    """Whether speculative decoding uses an EAGLE-family drafter (which has KV layers whose
+    content at a position depends on the token after it)."""
+    speculative = _get(vllm_config, "speculative_config")
+    use_eagle = _get(speculative, "use_eagle")
+    return bool(callable(use_eagle) and use_eagle())
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -282,7 +344,6 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         self._connector_metadata: Optional[StrataConnectorMetadata] = None
         self._warned: set[str] = set()
         self._stats_reported: dict[str, int] = {}
-        self.use_eagle_prefix_cache_hashing = False
         # One native connector per KV-cache group (one, unless the model is hybrid): their
         # options, and (scheduler) their scheduler connectors or (worker, once the caches are
         # registered) their worker connectors. No groups: a model the connector cannot cache.
@@ -296,11 +357,19 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         self._schedulers: list[_sc.SchedulerConnector] = []
         self._workers: list[_sc.WorkerConnector] = []
         self._layer_index: dict[str, tuple[int, int]] = {}  # name -> (group, layer in group)
-        # Scheduler: the requests seen, for their save fence; worker: per request, the groups
-        # whose asynchronous load has been reported.
-        self._requests: dict[str, Any] = {}
-        self._hash_block_size = int(_get(_get(vllm_config, "cache_config"), "block_size", 16))
+        # Scheduler: per request with a hit, where it comes from (vLLM's cache-hit source).
+        # Worker: per request, the groups whose asynchronous load has been reported, and the
+        # requests one of whose groups failed; whether this step's loads have started.
+        self._hit_sources: dict[str, str] = {}
         self._recv_reported: dict[str, int] = {}
+        self._recv_failed: set[str] = set()
+        self._step_started = False
+        if _eagle_drafter(vllm_config):
+            logger.error("strata connector: an EAGLE-family drafter is configured; its KV at a "
+                         "chunk's last position depends on the next token, which chunk keys do "
+                         "not cover, so the connector serves nothing")
+            self._groups, self._options = [], []
+        _prefer_recompute(vllm_config)
         if self._role_value == SCHEDULER:
             self._schedulers = [_sc.SchedulerConnector(o) for o in self._options]
 
@@ -309,21 +378,6 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     @property
     def role(self) -> Any:
         return self._role
-
-    @property
-    def prefer_cross_layer_blocks(self) -> bool:
-        """False: the connector copies per layer, so that a layer's loads overlap the
-        attention of the layers before it."""
-        return False
-
-    @property
-    def supports_eagle_prefix_cache_hashing(self) -> bool:
-        """False: chunk keys are the connector's own (core/key_hasher), whatever vLLM's
-        prefix-cache hashes are."""
-        return False
-
-    def set_eagle_prefix_cache_hashing(self, enabled: bool) -> None:
-        self.use_eagle_prefix_cache_hashing = enabled
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -357,10 +411,15 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     # ---- worker side -----------------------------------------------------------------------
 
     def bind_connector_metadata(self, connector_metadata: StrataConnectorMetadata) -> None:
+        """Binds the step's metadata and starts its loads and plans its saves (see the module
+        docstring: vLLM may call start_load_kv only after the forward pass)."""
         self._connector_metadata = connector_metadata
+        self._step_started = False
+        self._start_step()
 
     def clear_connector_metadata(self) -> None:
         self._connector_metadata = None
+        self._step_started = False
 
     def _get_connector_metadata(self) -> StrataConnectorMetadata:
         assert self._connector_metadata is not None
@@ -370,13 +429,14 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         return self._connector_metadata is not None
 
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
-        """kv_caches: layer name -> the layer's paged KV, in layer order: one tensor
-        [2, num_blocks, block_size, kv_heads, head_dim] (FlashAttention), a (K, V) pair of
+        """kv_caches: layer name -> the layer's paged KV, in layer order, in any of vLLM's forms
+        (strata_vllm.kv_views): one [B, H, N, C] page view packing K and V (vLLM 0.32 on), one
+        tensor [2, num_blocks, block_size, kv_heads, head_dim], a (K, V) pair of
         [num_blocks, block_size, kv_heads, head_dim] tensors, or an MLA latent tensor.
 
         Raises on caches the connector cannot use (a shape, stride or dtype that does not match
-        the model's layout): that is a configuration error, found at start-up, not a cache
-        failure; every later call is guarded."""
+        the model's layout, a backend whose packing it does not know): that is a configuration
+        error, found at start-up, not a cache failure; every later call is guarded."""
         if self._groups is None:
             names_per_group = [list(kv_caches)]
         else:
@@ -385,16 +445,17 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         for group, (names, options) in enumerate(zip(names_per_group, self._options)):
             layers = []
             device = None
+            wanted = options.model_id.partition("#page:")[2] or None
             for index, name in enumerate(names):
                 self._layer_index[name] = (group, index)
-                cache = kv_caches[name]
-                if isinstance(cache, (list, tuple)):
-                    key, value = cache
-                    layers.append((_tensor_tuple(key), _tensor_tuple(value)))
-                    device = device or _get(key, "device")
-                else:
-                    layers.append((_tensor_tuple(cache), None))
-                    device = device or _get(cache, "device")
+                if wanted is not None and layer_encoding(self._vllm_config, name) != wanted:
+                    raise ValueError(f"layer {name} keeps its blocks as "
+                                     f"{layer_encoding(self._vllm_config, name)}, the "
+                                     f"scheduler's keys say {wanted}")
+                kv, v = layer_views(kv_caches[name], options.kv_kind == "mla", options.head_dim,
+                                    backend_name(self._vllm_config, name))
+                layers.append((_tensor_tuple(kv), None if v is None else _tensor_tuple(v)))
+                device = device or _get(kv, "device")
             if options.device_backend == "auto":
                 options.device_backend = (
                     "cuda" if _get(device, "type", "cpu") == "cuda" else "host")
@@ -406,10 +467,6 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             workers.append(worker)
         self._workers = workers
 
-    def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
-        """Not used: vLLM calls it only for connectors that prefer cross-layer blocks."""
-        raise NotImplementedError("the strata connector registers per-layer caches")
-
     def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
         """Nothing to set: the connector copies between the engine and the daemon's arena."""
         return None
@@ -420,11 +477,17 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         are never read after the step that scheduled them."""
         return None
 
-    @_guarded(_none)
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """On failure the C++ side has already failed the loads' blocks."""
-        if not self._workers or self._connector_metadata is None:
+        """Nothing left to do: bind_connector_metadata started the step."""
+        self._start_step()
+
+    @_guarded(_none)
+    def _start_step(self) -> None:
+        """Starts the bound step's loads and plans its saves, once. On failure the C++ side
+        has already failed the loads' blocks."""
+        if not self._workers or self._connector_metadata is None or self._step_started:
             return
+        self._step_started = True
         natives = self._connector_metadata.natives
         if len(natives) != len(self._workers):
             raise ValueError(f"metadata of {len(natives)} KV-cache groups for "
@@ -453,34 +516,59 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         for worker in self._workers:
             worker.wait_for_save()
 
+    def _take_finished(self, finished_req_ids: Optional[set[str]]
+                       ) -> tuple[set[str], set[str], set[str]]:
+        """(finished_sending, finished_recving, failed_recving) over every group: a request's
+        asynchronous load is over once every group has reported it, failed if any group's
+        failed."""
+        finished = sorted(finished_req_ids or ())
+        sending, recving, failed = set(), set(), set()
+        for worker in self._workers:
+            group_sending, group_recving, group_failed = worker.get_finished(finished)
+            sending.update(group_sending)
+            self._recv_failed.update(group_failed)
+            for req_id in group_recving:
+                reported = self._recv_reported.get(req_id, 0) + 1
+                if reported < len(self._workers):
+                    self._recv_reported[req_id] = reported
+                    continue
+                self._recv_reported.pop(req_id, None)
+                recving.add(req_id)
+                if req_id in self._recv_failed:
+                    self._recv_failed.discard(req_id)
+                    failed.add(req_id)
+        return sending, recving, failed
+
     @_guarded(lambda: (None, None))
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[Optional[set[str]], Optional[set[str]]]:
-        """(finished_sending, finished_recving): saves complete inside the step (wait_for_save),
-        so nothing is ever sending; finished_recving names the requests whose asynchronous loads
-        are over (loaded, or failed: their blocks come from the get_block_ids_with_load_errors
-        call that follows). A hybrid model's request is reported once every group has
-        loaded it. Fallback (None, None): the loads stay pending for the next call."""
-        finished = sorted(finished_req_ids or ())
-        sending, recving = set(), set()
-        for worker in self._workers:
-            group_sending, group_recving = worker.get_finished(finished)
-            sending.update(group_sending)
-            for req_id in group_recving:
-                reported = self._recv_reported.get(req_id, 0) + 1
-                if reported == len(self._workers):
-                    self._recv_reported.pop(req_id, None)
-                    recving.add(req_id)
-                else:
-                    self._recv_reported[req_id] = reported
+        """(finished_sending, finished_recving), for vLLM before 0.32: saves complete inside
+        the step (wait_for_save), so nothing is ever sending; finished_recving names the
+        requests whose asynchronous loads are over (loaded, or failed: their blocks come from
+        the get_block_ids_with_load_errors call that follows). Fallback (None, None): the loads
+        stay pending for the next call."""
+        sending, recving, _ = self._take_finished(finished_req_ids)
         return (sending or None, recving or None)
+
+    @_guarded(lambda: KVConnectorTransferResults())
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        """vLLM 0.32's get_finished: the same, and failed_recving. A model with one KV-cache
+        group reports failed loads by block (get_block_ids_with_load_errors: vLLM recomputes
+        from the first failed block on); a hybrid model, whose failed blocks vLLM cannot map
+        to requests, by request (failed_recving: vLLM recomputes the request)."""
+        sending, recving, failed = self._take_finished(finished_req_ids)
+        return KVConnectorTransferResults(
+            finished_sending=sending, finished_recving=recving,
+            failed_recving=failed if len(self._workers) > 1 else set())
 
     @_guarded(set)
     def get_block_ids_with_load_errors(self) -> set[int]:
+        """The blocks whose loads failed since the last call; always empty for a hybrid model
+        (its failures come back by request, get_transfer_results)."""
         errors: set[int] = set()
         for worker in self._workers:
             errors.update(worker.get_block_ids_with_load_errors())
-        return errors
+        return errors if len(self._workers) <= 1 else set()
 
     def shutdown(self) -> None:
         self._workers = []
@@ -571,18 +659,32 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             return 0, False
         self._note_pic_request(request)
         req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
-        self._requests[req_id] = request
         source, decode = (node, "") if kv_transfer == "receive" else ("", node)
         matches = [s.get_num_new_matched_tokens(req_id, prompt, int(num_computed_tokens), salt,
                                                 lora, kv_transfer, source, decode)
                    for s in self._schedulers]
         tokens = min(int(t) for t, _ in matches)
-        load_async = tokens > 0 and any(a for _, a in matches)
+        lower_tier = any(a for _, a in matches)
+        # A hybrid model's loads are all asynchronous (its failures come back by request).
+        load_async = tokens > 0 and (lower_tier or len(self._schedulers) > 1)
         if load_async:
             for scheduler, (_, group_async) in zip(self._schedulers, matches):
                 if not group_async:
                     scheduler.make_load_async(req_id)
+        if tokens > 0:
+            self._hit_sources[req_id] = ("p2p" if kv_transfer == "receive"
+                                         else "disk" if lower_tier else "host")
         return tokens, load_async
+
+    def get_external_cache_hit_sources(self, request: Any,
+                                       num_external_tokens: int) -> dict[Any, int]:
+        """Where a request's hit comes from, for vLLM's metrics: the daemon's memory
+        ("host"), its disk or a peer it must first fetch from ("disk": an asynchronous load),
+        or a prefiller's daemon ("p2p")."""
+        if num_external_tokens <= 0:
+            return {}
+        source = self._hit_sources.get(str(request.request_id), "host")
+        return {hit_source(source): int(num_external_tokens)}
 
     @_guarded(lambda: 0)
     def prefetch(self, request: Any) -> int:
@@ -607,7 +709,6 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         if not self._schedulers:
             return
         req_id = str(request.request_id)
-        self._requests[req_id] = request
         per_group = group_block_ids(blocks, len(self._schedulers))
         for scheduler, block_ids in zip(self._schedulers, per_group):
             scheduler.update_state_after_alloc(req_id, block_ids, int(num_external_tokens))
@@ -627,7 +728,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             self._warn_once("build_connector_meta (reading the scheduler output)", error)
             requests, finished = [[] for _ in range(groups)], []
         for req_id in finished:
-            self._requests.pop(req_id, None)
+            self._hit_sources.pop(req_id, None)
         natives = []
         for group, scheduler in enumerate(self._schedulers):
             try:
@@ -636,15 +737,6 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                 self._warn_once("build_connector_meta", error)
                 natives.append(_sc.ConnectorMetadata())
         return StrataConnectorMetadata(*natives)
-
-    def _save_limit(self, req_id: str) -> int:
-        """vLLM's publication fence: with EAGLE prefix-cache hashing, only the leading
-        num_publishable_block_hashes blocks hold all their KV (the draft model's comes a step
-        later), and a content-addressed store must not save past them. -1: no fence."""
-        request = self._requests.get(req_id)
-        if not self.use_eagle_prefix_cache_hashing or request is None:
-            return -1
-        return int(_get(request, "num_publishable_block_hashes", 0)) * self._hash_block_size
 
     def _scheduled_requests(self, scheduler_output: Any) -> list[list[Any]]:
         """The step's scheduled requests, one list per KV-cache group (each with its blocks)."""
@@ -656,18 +748,16 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             salt = str(_get(new, "cache_salt") or "")
             lora = str(_get(_get(new, "lora_request"), "lora_name", "") or "")
             prompt = list(_get(new, "prompt_token_ids", None) or [])
-            limit = self._save_limit(req_id)
             for group, block_ids in enumerate(group_block_ids(new.block_ids, groups)):
                 requests[group].append(_sc.ScheduledRequest(
                     req_id, "new", int(new.num_computed_tokens),
-                    int(num_scheduled.get(req_id, 0)), block_ids, prompt, salt, lora, limit))
+                    int(num_scheduled.get(req_id, 0)), block_ids, prompt, salt, lora))
         for req_id, computed, new_blocks, resumed in self._cached_requests(
                 _get(scheduler_output, "scheduled_cached_reqs")):
-            limit = self._save_limit(req_id)
             for group, block_ids in enumerate(group_block_ids(new_blocks, groups)):
                 requests[group].append(_sc.ScheduledRequest(
                     req_id, "resumed" if resumed else "running", int(computed),
-                    int(num_scheduled.get(req_id, 0)), block_ids, save_limit_tokens=limit))
+                    int(num_scheduled.get(req_id, 0)), block_ids))
         return requests
 
     @staticmethod
@@ -708,12 +798,12 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     def request_finished_all_groups(self, request: Any, block_ids: Any
                                     ) -> tuple[bool, Optional[dict[str, Any]]]:
         """request_finished for a hybrid model (vLLM's SupportsHMA): block_ids holds each
-        KV-cache group's blocks. Nothing is saved here (saves completed inside their steps,
-        within the num_publishable_block_hashes fence), so the blocks may be freed now."""
+        KV-cache group's blocks. Nothing is saved here (saves completed inside their steps),
+        so the blocks may be freed now."""
         if not self._schedulers:
             return False, None
         req_id = str(request.request_id)
-        self._requests.pop(req_id, None)
+        self._hit_sources.pop(req_id, None)
         per_group = group_block_ids(block_ids, len(self._schedulers))
         keep = False
         for scheduler, ids in zip(self._schedulers, per_group):

@@ -6,7 +6,8 @@ vLLM has it) and ``()`` without it (the adapter then works by
 duck typing, e.g. in tests or a process that only drives the binding); likewise
 ``METADATA_BASES`` for ``KVConnectorMetadata``. ``KVConnectorStats`` is vLLM's class, or a
 dataclass with its fields and methods (``data``, ``reset``, ``aggregate``, ``reduce``,
-``is_empty``).
+``is_empty``); ``KVConnectorTransferResults`` likewise, and ``hit_source`` names a
+``CacheHitSource``.
 
 The shapes were taken from vLLM's ``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` and
 ``metrics.py`` at commit 003df2961dd8830c317a61f9745ccd557da9fa06 (the table in
@@ -58,6 +59,32 @@ except ImportError:
 
         def is_empty(self) -> bool:
             raise NotImplementedError
+
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+except ImportError:
+
+    @dataclass
+    class KVConnectorTransferResults:  # type: ignore[no-redef]
+        """Stand-in for vLLM's KVConnectorTransferResults (vLLM 0.32 on): one worker's
+        asynchronous transfers that ended, failed receives included in finished_recving."""
+
+        finished_sending: set[str] = field(default_factory=set)
+        finished_recving: set[str] = field(default_factory=set)
+        failed_recving: set[str] = field(default_factory=set)
+
+
+try:
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    def hit_source(name: str) -> Any:
+        """vLLM's CacheHitSource member of that value ("host", "disk", "p2p")."""
+        return CacheHitSource(name)
+except ImportError:
+
+    def hit_source(name: str) -> Any:
+        return name
 
 
 VLLM_AVAILABLE = bool(CONNECTOR_BASES)

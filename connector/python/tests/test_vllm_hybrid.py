@@ -25,6 +25,7 @@ from test_vllm_connector import (
     prefix_hashes,
 )
 from strata_vllm import StrataConnector
+from strata_vllm.vllm_types import hit_source
 
 WINDOW = 32
 # (layer names, heads) per group.
@@ -186,8 +187,10 @@ class HybridModelTest(unittest.TestCase):
         self.assertEqual(a.run("a", self.prompt)[:2], (0, False))
         self.assertEqual([len(n.saves) for n in a.metadata[-1].natives], [1, 1])
         b = HybridEngine(self.config, seed=11)
-        matched, load_async, blocks, errors, _ = b.run("b", self.prompt)
-        self.assertEqual((matched, load_async, errors), (4 * CHUNK, False, set()))
+        matched, load_async, blocks, errors, reports = b.run("b", self.prompt)
+        self.assertEqual((matched, load_async, errors, reports), (4 * CHUNK, True, set(), 1),
+                         "a hybrid model's hits load asynchronously, reported once")
+        self.assertEqual(b.failed_recving, set())
         self.assertEqual(b.wrong_positions(self.prompt, blocks, 0, len(self.prompt)), [])
         loads = [n.loads for n in b.metadata[0].natives]
         self.assertEqual([len(group) for group in loads], [1, 1])
@@ -300,11 +303,16 @@ class FakeGroupScheduler:
 
 
 class FakeGroupWorker:
-    def __init__(self, reports):
-        self.reports = list(reports)
+    """A group's native worker connector, reporting fixed (finished, failed) requests."""
+
+    def __init__(self, reports, failed=()):
+        self.reports, self.failed = list(reports), list(failed) or [[] for _ in reports]
 
     def get_finished(self, finished):
-        return [], self.reports.pop(0)
+        return [], self.reports.pop(0), self.failed.pop(0)
+
+    def get_block_ids_with_load_errors(self):
+        return [7]
 
 
 class GroupAgreementTest(unittest.TestCase):
@@ -314,11 +322,19 @@ class GroupAgreementTest(unittest.TestCase):
         return StrataConnector(fake_vllm_config("/nonexistent.sock"), role,
                                hybrid_kv_cache_config())
 
-    def test_one_asynchronous_group_makes_every_group_asynchronous(self):
+    def test_every_hit_of_a_hybrid_model_loads_asynchronously(self):
         s = self.connector("SCHEDULER")
         s._schedulers = [FakeGroupScheduler((48, True)), FakeGroupScheduler((63, False))]
         self.assertEqual(s.get_num_new_matched_tokens(request_of("r", range(64)), 0), (48, True))
         self.assertEqual([g.made_async for g in s._schedulers], [[], ["r"]])
+        self.assertEqual(s.get_external_cache_hit_sources(request_of("r", range(64)), 48),
+                         {hit_source("disk"): 48})
+        s._schedulers = [FakeGroupScheduler((32, False)), FakeGroupScheduler((63, False))]
+        self.assertEqual(s.get_num_new_matched_tokens(request_of("h", range(64)), 0), (32, True),
+                         "hits in memory too: vLLM cannot map one group's failed block back")
+        self.assertEqual([g.made_async for g in s._schedulers], [["h"], ["h"]])
+        self.assertEqual(s.get_external_cache_hit_sources(request_of("h", range(64)), 32),
+                         {hit_source("host"): 32})
         s._schedulers = [FakeGroupScheduler((0, False)), FakeGroupScheduler((63, True))]
         self.assertEqual(s.get_num_new_matched_tokens(request_of("q", range(64)), 0), (0, False),
                          "no hit in one group: nothing to load, synchronously")
@@ -330,27 +346,39 @@ class GroupAgreementTest(unittest.TestCase):
         self.assertEqual(w.get_finished(set()), (None, {"r"}))
         self.assertEqual(w.get_finished(set()), (None, {"q"}))
 
+    def test_a_request_one_group_failed_comes_back_failed_once_every_group_reported_it(self):
+        w = self.connector("WORKER")
+        w._workers = [FakeGroupWorker([["r"], []], failed=[["r"], []]),
+                      FakeGroupWorker([[], ["r"]])]
+        first = w.get_transfer_results(set())
+        self.assertEqual((first.finished_recving, first.failed_recving), (set(), set()))
+        second = w.get_transfer_results(set())
+        self.assertEqual((second.finished_recving, second.failed_recving), ({"r"}, {"r"}))
+        self.assertEqual(w.get_block_ids_with_load_errors(), set(),
+                         "vLLM raises on block errors of a model with several groups")
 
-class PublicationFenceTest(unittest.TestCase):
-    """vLLM's num_publishable_block_hashes: with EAGLE prefix-cache hashing on, only blocks
-    below the fence are stored."""
 
-    def test_saves_wait_for_the_fence(self):
+class EagleDrafterTest(unittest.TestCase):
+    """An EAGLE-family drafter's KV at a chunk's last position depends on the next token: the
+    connector serves nothing rather than load it."""
+
+    def test_the_connector_serves_nothing_with_an_eagle_drafter(self):
         daemon = DaemonProcess()
         daemon.start()
         self.addCleanup(daemon.close)
-        config = fake_vllm_config(daemon.socket_path)
         prompt = list(range(100, 170))
-        a = HybridEngine(config)
-        a.scheduler.set_eagle_prefix_cache_hashing(True)
-        fenced = request_of("a", prompt, num_publishable_block_hashes=5)  # 20 tokens
-        a.run("a", prompt, request=fenced)
-        self.assertEqual([(s["token_begin"], s["token_end"])
-                          for n in a.metadata[-1].natives for s in n.saves],
-                         [(0, 16), (0, 16)])
-        b = HybridEngine(config, seed=11)
-        self.assertEqual(b.scheduler.get_num_new_matched_tokens(request_of("b", prompt), 0),
-                         (CHUNK, False))
+        HybridEngine(fake_vllm_config(daemon.socket_path)).run("a", prompt)
+        config = fake_vllm_config(daemon.socket_path)
+        config.speculative_config = SimpleNamespace(use_eagle=lambda: True)
+        with self.assertLogs("strata_vllm", "ERROR") as logs:
+            scheduler = StrataConnector(config, "SCHEDULER", hybrid_kv_cache_config())
+        self.assertIn("EAGLE-family drafter", logs.output[0])
+        self.assertEqual(scheduler.get_num_new_matched_tokens(request_of("b", prompt), 0),
+                         (0, False))
+        config.speculative_config = SimpleNamespace(use_eagle=lambda: False)
+        plain = StrataConnector(config, "SCHEDULER", hybrid_kv_cache_config())
+        self.assertEqual(plain.get_num_new_matched_tokens(request_of("c", prompt), 0),
+                         (4 * CHUNK, True), "the same prompt, served without a drafter")
 
 
 if __name__ == "__main__":

