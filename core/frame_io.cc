@@ -142,6 +142,11 @@ absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, milliseconds timeout,
           continue;
         }
         absl::Status waited = WaitFor(socket_fd, POLLIN, deadline, "receive frame");
+        if (!waited.ok() && got > 0) {
+          // The stream stopped inside a frame: it is out of step, whatever the reason.
+          return absl::UnavailableError(fmt::format("{} inside a frame ({} bytes of it read)",
+                                                    std::string(waited.message()), got));
+        }
         if (!waited.ok()) return waited;
         continue;
       }

@@ -39,9 +39,10 @@ struct ReceivedFrame {
 // Reads exactly one frame, waiting at most `timeout` in total. For the first `spin` of the wait
 // it polls the socket without sleeping (yielding the core to anything else runnable): a reply
 // expected within microseconds then does not pay for waking an idle core, which on a virtual
-// machine can cost tens of microseconds. kDeadlineExceeded when it does not arrive in time,
-// kUnavailable when the peer closed, kInvalidArgument for a zero or oversized length (the
-// stream is then unusable: close it).
+// machine can cost tens of microseconds. kDeadlineExceeded when no byte of a frame arrived in
+// time (the stream is still at a frame boundary), kUnavailable when the peer closed or the time
+// ran out inside a frame, kInvalidArgument for a zero or oversized length (the stream is then
+// unusable: close it).
 absl::StatusOr<ReceivedFrame> RecvFrame(int socket_fd, std::chrono::milliseconds timeout,
                                         std::chrono::microseconds spin = {});
 

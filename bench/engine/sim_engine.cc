@@ -467,4 +467,6 @@ absl::StatusOr<std::vector<RequestResult>> SimEngine::RunBatch(const std::vector
 
 connector::WorkerStats SimEngine::worker_stats() const { return impl_->worker->Stats(); }
 
+connector::SchedulerStats SimEngine::scheduler_stats() const { return impl_->scheduler->Stats(); }
+
 }  // namespace strata::bench

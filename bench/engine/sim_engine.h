@@ -113,6 +113,7 @@ class SimEngine {
   // needs distinct blocks for every prompt (kResourceExhausted beyond num_blocks).
   absl::StatusOr<std::vector<RequestResult>> RunBatch(const std::vector<Prompt>& prompts);
   connector::WorkerStats worker_stats() const;
+  connector::SchedulerStats scheduler_stats() const;
 
  private:
   struct Impl;

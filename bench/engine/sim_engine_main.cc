@@ -1,6 +1,7 @@
 // sim_engine: one simulated engine process (bench/engine/sim_engine.h) running a list of
 // prompts against a daemon. Prints one JSON line per request, then {"summary":...}.
 // Exit status: 0; 3 when any loaded value was wrong; 2 for bad flags.
+#include <chrono>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_flag("--separate-kv", options.separate_kv, "separate K and V tensors");
   app.add_option("--prompt", prompt_specs, "SEED:LEN[+SEED:LEN...], repeatable")->required();
   app.add_option("--repeat", repeat, "run the prompt list this many times");
+  double seconds = 0;
+  app.add_option("--seconds", seconds,
+                 "stop repeating the prompt list once this long has passed (0: no limit)");
   app.add_option("--layer-delay-us", options.layer_delay_us);
   app.add_flag("--precompute", options.precompute);
   app.add_option("--lookup-budget-ms", options.lookup_budget_ms);
@@ -74,7 +78,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   uint64_t wrong = 0, tokens = 0, matched = 0, failed = 0;
-  for (uint32_t r = 0; r < repeat; ++r) {
+  const auto start = std::chrono::steady_clock::now();
+  auto time_left = [&] {
+    return seconds <= 0 ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+               seconds;
+  };
+  for (uint32_t r = 0; r < repeat && time_left(); ++r) {
     std::vector<RequestResult> results;
     if (batch) {
       absl::StatusOr<std::vector<RequestResult>> served = (*engine)->RunBatch(prompts);
@@ -95,13 +105,21 @@ int main(int argc, char** argv) {
     }
   }
   const strata::connector::WorkerStats stats = (*engine)->worker_stats();
+  const strata::connector::SchedulerStats scheduler = (*engine)->scheduler_stats();
+  // Both roles' sessions (the worker's two when it loads asynchronously).
+  const strata::connector::SessionStats& ws = stats.session;
+  const strata::connector::SessionStats& ss = scheduler.session;
   std::cout
       << fmt::format(
              "{{\"summary\":{{\"prompt_tokens\":{},\"matched_tokens\":{},\"failed_blocks\":{},"
              "\"wrong_values\":{},\"chunks_loaded\":{},\"chunks_saved\":{},"
-             "\"chunks_already_present\":{},\"chunks_failed\":{}}}}}",
+             "\"chunks_already_present\":{},\"chunks_failed\":{},\"lookups\":{},"
+             "\"lookup_failures\":{},\"connects\":{},\"disconnects\":{},\"timeouts\":{},"
+             "\"late_replies\":{}}}}}",
              tokens, matched, failed, wrong, stats.chunks_loaded, stats.chunks_saved,
-             stats.chunks_already_present, stats.chunks_failed)
+             stats.chunks_already_present, stats.chunks_failed, scheduler.lookups,
+             scheduler.lookup_failures, ws.connects + ss.connects, ws.disconnects + ss.disconnects,
+             ws.timeouts + ss.timeouts, ws.late_replies + ss.late_replies)
       << std::endl;
   return wrong == 0 ? 0 : 3;
 }

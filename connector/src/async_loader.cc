@@ -76,6 +76,8 @@ uint64_t AsyncLoader::requests_over() const {
   return requests_over_;
 }
 
+SessionStats AsyncLoader::session_stats() const { return ToSessionStats(client_->stats()); }
+
 LoadStats AsyncLoader::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

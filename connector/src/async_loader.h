@@ -74,6 +74,8 @@ class AsyncLoader {
   // Requests handed over by TakeFinished, and the pipeline's counters.
   uint64_t requests_over() const;
   LoadStats stats() const;
+  // The loader's own session with the daemon.
+  SessionStats session_stats() const;
 
  private:
   struct Job {

@@ -181,6 +181,9 @@ void EngineClient::DropSessionLocked(const absl::Status& why) {
   device_pool_.reset();
   generation_ = 0;
   session_id_ = 0;
+  owed_replies_.clear();  // the daemon frees a session's leases and reservations itself
+  late_leases_.clear();
+  late_reservations_.clear();
   last_error_ = why;
   warned_ = true;
   ++stats_.disconnects;
@@ -361,6 +364,8 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
         "engine client: deadline passed before the request was sent");
   }
   STRATA_RETURN_IF_ERROR(EnsureConnectedLocked(deadline));
+  SettleLateGrantsLocked(deadline);
+  if (!socket_.valid()) return absl::UnavailableError(StatusText(last_error_));
   const uint64_t request_id = next_request_id_++;
   request.set_request_id(request_id);
   ++stats_.requests;
@@ -370,18 +375,9 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
     DropSessionLocked(sent);
     return absl::UnavailableError(StatusText(sent));
   }
-  absl::StatusOr<ReceivedFrame> frame =
-      RecvFrame(socket_.get(), Remaining(deadline), options_.reply_spin);
-  if (!frame.ok()) {
-    if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) ++stats_.timeouts;
-    DropSessionLocked(frame.status());
-    if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) return frame.status();
-    return absl::UnavailableError(StatusText(frame.status()));
-  }
-  v1::EngineResponse response;
-  if (!response.ParseFromString(frame->payload) || response.request_id() != request_id) {
-    return ProtocolErrorLocked(fmt::format("bad response to request {}", request_id));
-  }
+  STRATA_ASSIGN_OR_RETURN(
+      v1::EngineResponse response,
+      ReceiveReplyLocked(request_id, static_cast<int>(request.body_case()), deadline));
   absl::Status status = FromProto(response.status());
   if (!status.ok()) return status;
   if (static_cast<int>(response.body_case()) != expected_body) {
@@ -390,6 +386,87 @@ absl::StatusOr<v1::EngineResponse> EngineClient::CallLocked(v1::EngineRequest& r
                                            expected_body));
   }
   return response;
+}
+
+absl::StatusOr<v1::EngineResponse> EngineClient::ReceiveReplyLocked(uint64_t request_id,
+                                                                    int request_body,
+                                                                    MonoTime deadline) {
+  for (;;) {
+    absl::StatusOr<ReceivedFrame> frame =
+        RecvFrame(socket_.get(), Remaining(deadline), options_.reply_spin);
+    if (!frame.ok() && frame.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      // Nothing of the reply was read (RecvFrame reports a timeout inside a frame otherwise):
+      // the session stays in step, and the reply, when it comes, is discarded.
+      ++stats_.timeouts;
+      owed_replies_.emplace_back(request_id, request_body);
+      if (owed_replies_.size() > kMaxOwedReplies) {
+        DropSessionLocked(absl::DeadlineExceededError(
+            fmt::format("the daemon owes {} replies past their deadlines", owed_replies_.size())));
+      }
+      return frame.status();
+    }
+    if (!frame.ok()) {
+      DropSessionLocked(frame.status());
+      return absl::UnavailableError(StatusText(frame.status()));
+    }
+    v1::EngineResponse response;
+    if (!response.ParseFromString(frame->payload)) {
+      return ProtocolErrorLocked(fmt::format("bad response to request {}", request_id));
+    }
+    if (response.request_id() == request_id) return response;
+    const auto owed = std::find_if(owed_replies_.begin(), owed_replies_.end(),
+                                   [&](const auto& o) { return o.first == response.request_id(); });
+    if (owed == owed_replies_.end()) {
+      return ProtocolErrorLocked(fmt::format("a response to request {} while waiting for {}",
+                                             response.request_id(), request_id));
+    }
+    const int owed_body = owed->second;
+    owed_replies_.erase(owed);
+    ++stats_.late_replies;
+    KeepLateGrantsLocked(owed_body, response);
+  }
+}
+
+void EngineClient::KeepLateGrantsLocked(int request_body, const v1::EngineResponse& response) {
+  auto keep = [](const auto& chunks, std::vector<uint64_t>& into) {
+    for (const auto& chunk : chunks) {
+      if (chunk.handle() != 0) into.push_back(chunk.handle());
+    }
+  };
+  switch (request_body) {
+    case v1::EngineRequest::kPrepareLoad:
+      keep(response.prepare_load().chunks(), late_leases_);
+      break;
+    case v1::EngineRequest::kPoolAcquire:
+      keep(response.pool_chunks().chunks(), late_leases_);
+      break;
+    case v1::EngineRequest::kPrepareStore:
+      keep(response.prepare_store().chunks(), late_reservations_);
+      break;
+    case v1::EngineRequest::kPoolReserve:
+      keep(response.pool_chunks().chunks(), late_reservations_);
+      break;
+    default:  // lookups, prefetches, handle calls: nothing granted
+      break;
+  }
+}
+
+void EngineClient::SettleLateGrantsLocked(MonoTime deadline) {
+  if (late_leases_.empty() && late_reservations_.empty()) return;
+  // Moved out first: the calls below go through CallLocked, which settles again.
+  const std::vector<uint64_t> leases = std::exchange(late_leases_, {});
+  const std::vector<uint64_t> reservations = std::exchange(late_reservations_, {});
+  // Best effort: a failure here leaves the daemon to expire the leases, or to free the
+  // reservations with the session.
+  (void)HandlesCallLocked(v1::EngineRequest::kRelease, generation_, leases, deadline);
+  (void)HandlesCallLocked(v1::EngineRequest::kAbort, generation_, reservations, deadline);
+}
+
+SessionStats ToSessionStats(const EngineClientStats& stats) {
+  return {.connects = stats.connects,
+          .disconnects = stats.disconnects,
+          .timeouts = stats.timeouts,
+          .late_replies = stats.late_replies};
 }
 
 absl::StatusOr<LookupHit> EngineClient::LookupChain(std::span<const ChunkKey> keys,

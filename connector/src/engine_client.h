@@ -53,6 +53,7 @@
 #include "storage/device/device_pool.h"
 #include "storage/device/device_runtime.h"
 #include "storage/device/device_runtime_factory.h"
+#include "strata/connector.h"
 
 namespace strata::v1 {
 class EngineRequest;
@@ -229,11 +230,17 @@ struct EngineClientOptions {
   std::chrono::microseconds reply_spin = kDefaultReplySpin;
 };
 
+// The session counters of `stats` as the connector's API reports them.
+struct EngineClientStats;
+SessionStats ToSessionStats(const EngineClientStats& stats);
+
 struct EngineClientStats {
   uint64_t connects = 0;          // successful handshakes
   uint64_t connect_failures = 0;  // failed attempts
-  uint64_t disconnects = 0;       // sessions dropped (timeouts, socket errors, protocol errors)
-  uint64_t timeouts = 0;          // calls that ran past their deadline
+  uint64_t disconnects = 0;       // sessions dropped (socket errors, protocol errors, a daemon
+                                  // that owes too many replies)
+  uint64_t timeouts = 0;          // calls that ran past their deadline (the session stays)
+  uint64_t late_replies = 0;      // replies that came after their call gave up, discarded
   uint64_t requests = 0;          // requests sent (handshakes excluded)
 };
 
@@ -378,10 +385,23 @@ class EngineClient {
   absl::Status EnsureConnectedLocked(MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status HandshakeLocked(MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `request` and returns the response whose body is `expected_body` (a
-  // v1::EngineResponse::BodyCase). Drops the session on timeouts and protocol errors.
+  // v1::EngineResponse::BodyCase). A deadline that passes before any byte of the reply arrived
+  // fails the call alone: the reply is owed, and discarded when it comes (ReceiveReplyLocked).
+  // Drops the session on socket and protocol errors, and when more than kMaxOwedReplies are
+  // owed (a daemon that no longer answers).
   absl::StatusOr<v1::EngineResponse> CallLocked(v1::EngineRequest& request, int expected_body,
                                                 MonoTime deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads frames until the reply to `request_id`, discarding owed late replies on the way.
+  absl::StatusOr<v1::EngineResponse> ReceiveReplyLocked(uint64_t request_id, int request_body,
+                                                        MonoTime deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a late reply granted that nobody will use (leases, reservations): kept to be given
+  // back by SettleLateGrantsLocked.
+  void KeepLateGrantsLocked(int request_body, const v1::EngineResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the leases and aborts the reservations of late replies (before the next call).
+  void SettleLateGrantsLocked(MonoTime deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `checksums`: sent with a commit (HandlesRequest.checksums); empty otherwise.
   absl::StatusOr<std::vector<absl::Status>> HandlesCallLocked(
       int which, uint64_t generation, std::span<const uint64_t> handles, MonoTime deadline,
@@ -417,6 +437,12 @@ class EngineClient {
   bool send_token_ids_ ABSL_GUARDED_BY(mu_) = false;
   DaemonNode daemon_node_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Requests of this session whose caller gave up before the reply (id, request body case), in
+  // the order sent; and what their late replies granted, to be given back.
+  static constexpr size_t kMaxOwedReplies = 64;
+  std::vector<std::pair<uint64_t, int>> owed_replies_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> late_leases_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> late_reservations_ ABSL_GUARDED_BY(mu_);
   MonoTime next_attempt_ ABSL_GUARDED_BY(mu_){0};
   std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);

@@ -13,6 +13,8 @@
 #include <numeric>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "connector/src/testing/test_daemon.h"
 #include "core/frame_io.h"
 #include "core/key_hasher.h"
@@ -48,10 +50,12 @@ EngineClientOptions ClientOptions(const std::string& path) {
 class FakePeer {
  public:
   enum class Mode {
-    kSilent,          // never answers requests after the handshake
-    kWrongRequestId,  // answers with another request id
-    kSilentHandshake  // never answers the handshake
+    kSilent,           // never answers requests after the handshake
+    kWrongRequestId,   // answers with another request id
+    kSilentHandshake,  // never answers the handshake
+    kLate,             // answers every request, kLateBy after it arrived
   };
+  static constexpr milliseconds kLateBy{60};
 
   FakePeer(std::string path, Mode mode) : path_(std::move(path)), mode_(mode) {
     listen_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -71,6 +75,11 @@ class FakePeer {
   }
 
   int requests_seen() const { return requests_.load(); }
+  // Handles named by the abort requests received (kLate).
+  std::vector<uint64_t> aborted() const {
+    absl::MutexLock lock(&mu_);
+    return aborted_;
+  }
 
  private:
   void Run(std::stop_token stop) {
@@ -108,9 +117,32 @@ class FakePeer {
       }
       ++requests_;
       if (mode_ == Mode::kSilent) continue;
+      if (mode_ == Mode::kLate) {
+        std::this_thread::sleep_for(kLateBy);
+        AnswerLate(request, response);
+        (void)SendFrame(fd, response.SerializeAsString(), milliseconds(100));
+        continue;
+      }
       response.set_request_id(request.request_id() + 100);
       response.mutable_lookup()->set_hit_chunks(1);
       (void)SendFrame(fd, response.SerializeAsString(), milliseconds(100));
+    }
+  }
+
+  // A lookup hits one chunk, a store reserves a handle per item, an abort is recorded.
+  void AnswerLate(const v1::EngineRequest& request, v1::EngineResponse& response) {
+    if (request.has_prepare_store()) {
+      for (int i = 0; i < request.prepare_store().items_size(); ++i) {
+        response.mutable_prepare_store()->add_chunks()->set_handle(1000 + i);
+      }
+    } else if (request.has_abort()) {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t handle : request.abort().handles()) {
+        aborted_.push_back(handle);
+        response.mutable_handles()->add_statuses();
+      }
+    } else {
+      response.mutable_lookup()->set_hit_chunks(1);
     }
   }
 
@@ -118,6 +150,8 @@ class FakePeer {
   const Mode mode_;
   ScopedFd listen_;
   std::atomic<int> requests_{0};
+  mutable absl::Mutex mu_;
+  std::vector<uint64_t> aborted_ ABSL_GUARDED_BY(mu_);
   std::jthread thread_;
 };
 
@@ -268,7 +302,7 @@ TEST(EngineClientTest, StoresThenLoadsThroughTheArena) {
   EXPECT_EQ(client->stats().disconnects, 0u);
 }
 
-TEST(EngineClientTest, SilentDaemonTimesOutWithinTheBudgetAndDropsTheSession) {
+TEST(EngineClientTest, SilentDaemonTimesOutWithinTheBudgetAndIsDroppedOnceItOwesTooMuch) {
   TestDaemon dir;  // only for a temp directory
   FakePeer peer((dir.dir() / "silent.sock").string(), FakePeer::Mode::kSilent);
   auto client = *EngineClient::Create(ClientOptions((dir.dir() / "silent.sock").string()));
@@ -279,14 +313,47 @@ TEST(EngineClientTest, SilentDaemonTimesOutWithinTheBudgetAndDropsTheSession) {
   EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(took, milliseconds(19));
   EXPECT_LT(took, milliseconds(80));
-  EXPECT_FALSE(client->connected());
+  EXPECT_TRUE(client->connected()) << "a late reply is no reason to drop the session";
   EXPECT_EQ(client->stats().timeouts, 1u);
+  EXPECT_EQ(client->stats().disconnects, 0u);
+  // A daemon that owes more than kMaxOwedReplies answers no more: the session is dropped.
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(client->LookupChain(Keys(4), milliseconds(2)).status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_FALSE(client->connected());
   EXPECT_EQ(client->stats().disconnects, 1u);
   // Inside the backoff period the next call fails at once, without a connect attempt.
   const auto again_start = std::chrono::steady_clock::now();
   EXPECT_EQ(client->LookupChain(Keys(4), milliseconds(20)).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_LT(std::chrono::steady_clock::now() - again_start, milliseconds(5));
+  EXPECT_EQ(client->stats().connects, 1u);
+}
+
+TEST(EngineClientTest, LateRepliesAreDiscardedAndWhatTheyGrantedIsGivenBack) {
+  TestDaemon dir;
+  FakePeer peer((dir.dir() / "late.sock").string(), FakePeer::Mode::kLate);
+  auto client = *EngineClient::Create(ClientOptions((dir.dir() / "late.sock").string()));
+  ASSERT_TRUE(client->Connect(milliseconds(1000)).ok());
+  EXPECT_EQ(client->LookupChain(Keys(2), milliseconds(10)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const std::vector<ChunkKey> keys = Keys(2);
+  std::vector<StoreItem> items(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) items[i] = {.key = keys[i], .num_tokens = 16};
+  EXPECT_EQ(client->PrepareStore(items, milliseconds(10)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // The next call reads both late replies first, then gets its own answer, on the same session;
+  // the call after it first aborts the reservations the late store reply made.
+  auto lookup = client->LookupChain(Keys(2), milliseconds(2000));
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->chunks, 1u);
+  EXPECT_TRUE(client->connected());
+  EXPECT_EQ(client->stats().late_replies, 2u);
+  EXPECT_TRUE(peer.aborted().empty());
+  ASSERT_TRUE(client->LookupChain(Keys(2), milliseconds(2000)).ok());
+  EXPECT_EQ(peer.aborted(), (std::vector<uint64_t>{1000, 1001}));
+  EXPECT_EQ(client->stats().disconnects, 0u);
   EXPECT_EQ(client->stats().connects, 1u);
 }
 

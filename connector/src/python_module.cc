@@ -33,6 +33,14 @@ void Check(const absl::Status& status) {
   throw py::error_already_set();
 }
 
+// A role's session counters, as stats() keys.
+void AddSessionStats(py::dict& d, const SessionStats& session) {
+  d["session_connects"] = session.connects;
+  d["session_disconnects"] = session.disconnects;
+  d["session_timeouts"] = session.timeouts;
+  d["late_replies"] = session.late_replies;
+}
+
 template <class T>
 T Take(absl::StatusOr<T> value) {
   Check(value.status());
@@ -476,6 +484,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["prefetch_chunks"] = st.prefetch_chunks;
         d["loads_planned"] = st.loads_planned;
         d["saves_planned"] = st.saves_planned;
+        AddSessionStats(d, st.session);
         d["connected"] = st.connected;
         return d;
       });
@@ -572,6 +581,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["bytes_saved"] = st.bytes_saved;
         d["async_requests_loaded"] = st.async_requests_loaded;
         d["async_requests_in_flight"] = st.async_requests_in_flight;
+        AddSessionStats(d, st.session);
         d["connected"] = st.connected;
         return d;
       });

@@ -422,6 +422,7 @@ SchedulerStats SchedulerConnector::Stats() const {
     stats = impl_->stats;
   }
   stats.connected = impl_->client->connected();
+  stats.session = internal::ToSessionStats(impl_->client->stats());
   return stats;
 }
 

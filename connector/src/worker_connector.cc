@@ -230,6 +230,7 @@ WorkerStats WorkerConnector::Stats() const {
                     .chunks_decoded = load.chunks_decoded,
                     .encoded_bytes_loaded = load.encoded_bytes_loaded,
                     .bytes_saved = save.bytes_saved,
+                    .session = internal::ToSessionStats(impl_->client->stats()),
                     .connected = impl_->client->connected()};
   if (const internal::AsyncLoader* async = impl_->async_load.get(); async != nullptr) {
     const internal::LoadStats more = async->stats();
@@ -241,6 +242,11 @@ WorkerStats WorkerConnector::Stats() const {
     stats.encoded_bytes_loaded += more.encoded_bytes_loaded;
     stats.async_requests_loaded = async->requests_over();
     stats.async_requests_in_flight = async->in_flight();
+    const SessionStats loader = async->session_stats();
+    stats.session.connects += loader.connects;
+    stats.session.disconnects += loader.disconnects;
+    stats.session.timeouts += loader.timeouts;
+    stats.session.late_replies += loader.late_replies;
   }
   return stats;
 }

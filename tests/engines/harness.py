@@ -44,7 +44,7 @@ class Daemon:
     """A stratad with its sockets in a temporary folder; host tier of `host`, and a disk tier
     of `disk` when given. SIGKILL and restart keep the folder (and the disk tier's files)."""
 
-    def __init__(self, host="512MiB", disk=None):
+    def __init__(self, host="512MiB", disk=None, toml=""):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="strata-engines-"))
         self.socket = self.dir / "engine.sock"
         self.control = self.dir / "control.sock"
@@ -52,6 +52,9 @@ class Daemon:
                      "--control-socket", str(self.control), "--listen", "", "--no-metrics"]
         if disk is not None:
             self.args += ["--disk-dir", str(self.dir / "disk"), "--disk-capacity", disk]
+        if toml:  # more settings (daemon/config.h); the flags above win
+            (self.dir / "stratad.toml").write_text(toml)
+            self.args += ["--config", str(self.dir / "stratad.toml")]
         self.process = None
         self.log = open(self.dir / "stratad.log", "ab")
 
@@ -70,6 +73,21 @@ class Daemon:
     def kill(self):
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=30)
+
+    def stop(self):
+        """SIGTERM: the daemon drains and exits (its disk tier stays)."""
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+    def cpu_seconds(self):
+        """CPU time the daemon's threads have used so far (their schedstat, in nanoseconds)."""
+        total = 0
+        for task in pathlib.Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                continue
+        return total / 1e9
 
     def close(self):
         if self.process is not None and self.process.poll() is None:
@@ -96,12 +114,14 @@ class Daemon:
 class VllmSession:
     """A vLLM engine process (vllm_session.py); `config` as that script takes it."""
 
-    def __init__(self, config):
+    def __init__(self, config, env=None):
         self.process = subprocess.Popen(
             [sys.executable, str(SESSION_SCRIPT), json.dumps(config)], stdin=subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.replies = queue.Queue()
         self.tail = []  # the engine's last log lines, for failure messages
+        self.errors = []  # its first error lines (a connector that failed inside the engine)
         threading.Thread(target=self._read, daemon=True).start()
         self._expect("ready", ENGINE_START_TIMEOUT_S)
 
@@ -111,6 +131,8 @@ class VllmSession:
                 self.replies.put(json.loads(line[len("STRATA-SESSION "):]))
             else:
                 self.tail = (self.tail + [line.rstrip()])[-40:]
+                if ("ERROR" in line or "Error:" in line) and len(self.errors) < 20:
+                    self.errors.append(line.rstrip())
         self.replies.put({"eof": True})
 
     def _expect(self, key, timeout):
@@ -125,10 +147,18 @@ class VllmSession:
         return message
 
     def generate(self, texts, max_tokens=8):
-        self.process.stdin.write(json.dumps({"op": "generate", "texts": list(texts),
-                                             "max_tokens": max_tokens}) + "\n")
-        self.process.stdin.flush()
+        self._send({"op": "generate", "texts": list(texts), "max_tokens": max_tokens})
         return self._expect("outputs", GENERATE_TIMEOUT_S)
+
+    def ttft(self, texts):
+        """Each text alone, for one token: (seconds per text, the counters after)."""
+        self._send({"op": "ttft", "texts": list(texts)})
+        reply = self._expect("seconds", GENERATE_TIMEOUT_S * max(1, len(texts)))
+        return reply["seconds"], reply["counters"]
+
+    def _send(self, command):
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
 
     def close(self):
         if self.process.poll() is None:

@@ -4,8 +4,9 @@ engine tests one command at a time.
     $(scripts/engines-env.sh path vllm)/bin/python tests/engines/vllm_session.py CONFIG_JSON
 
 CONFIG_JSON: ``model`` (a checkpoint directory), ``dtype``, ``prefix_caching``,
-``max_model_len``, ``engine_args`` (more of LLM's arguments), and ``connector``: null (no connector) or the StrataConnector's
-``kv_connector_extra_config`` (``kv_role`` beside it, default kv_both).
+``max_model_len``, ``engine_args`` (more of LLM's arguments), and ``connector``: null (no
+connector) or the StrataConnector's ``kv_connector_extra_config`` (``kv_role`` beside it, default
+kv_both); or instead ``kv_transfer``, a whole KVTransferConfig (another connector).
 
 Commands are JSON lines on stdin; each answer is one line on stdout that starts with
 ``STRATA-SESSION `` (vLLM logs to stdout too), the first one ``{"ready": true}`` once the engine
@@ -14,13 +15,16 @@ is up:
 - ``{"op": "generate", "texts": [...], "max_tokens": N}``: greedy completions of the texts, in
   one batch: per text its prompt's token count, the completion's token ids and each completion
   token's logprob; with the engine's prefix-cache counters (vLLM's own and its connector's,
-  ``vllm:external_prefix_cache_*``, in tokens) as of after the batch;
+  ``vllm:external_prefix_cache_*``, in tokens) as of after the batch, and the batch's seconds;
+- ``{"op": "ttft", "texts": [...]}``: each text alone, one after the other, for one token:
+  the seconds each took (a lone request's time to first token);
 - ``{"op": "exit"}``.
 """
 
 import json
 import os
 import sys
+import time
 
 REPLY_PREFIX = "STRATA-SESSION "
 
@@ -50,9 +54,11 @@ def main():
     kwargs = dict(model=config["model"], dtype=config.get("dtype", "bfloat16"),
                   enable_prefix_caching=bool(config.get("prefix_caching", False)),
                   max_model_len=int(config.get("max_model_len", 4096)), max_num_seqs=4,
-                  seed=0, enforce_eager=True, disable_log_stats=False,
-                  **config.get("engine_args", {}))
-    if config.get("connector") is not None:
+                  seed=0, enforce_eager=True, disable_log_stats=False)
+    kwargs.update(config.get("engine_args", {}))
+    if config.get("kv_transfer") is not None:
+        kwargs["kv_transfer_config"] = KVTransferConfig(**config["kv_transfer"])
+    elif config.get("connector") is not None:
         kwargs["kv_transfer_config"] = KVTransferConfig(
             kv_connector="StrataConnector", kv_connector_module_path="strata_vllm",
             kv_role=config.get("kv_role", "kv_both"),
@@ -64,13 +70,24 @@ def main():
         command = json.loads(line)
         if command["op"] == "exit":
             break
+        prompts = [{"prompt_token_ids": tokenizer.encode(text)} for text in command["texts"]]
+        if command["op"] == "ttft":
+            seconds = []
+            for prompt in prompts:
+                start = time.perf_counter()
+                llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1),
+                             use_tqdm=False)
+                seconds.append(time.perf_counter() - start)
+            reply({"seconds": seconds, "counters": counters(llm)})
+            continue
         if command["op"] != "generate":
             reply({"error": f"unknown op {command['op']!r}"})
             continue
-        prompts = [{"prompt_token_ids": tokenizer.encode(text)} for text in command["texts"]]
         params = SamplingParams(temperature=0.0, max_tokens=int(command.get("max_tokens", 8)),
                                 logprobs=1)
+        start = time.perf_counter()
         results = llm.generate(prompts, params, use_tqdm=False)
+        elapsed = time.perf_counter() - start
         outputs = []
         for result in results:
             completion = result.outputs[0]
@@ -80,7 +97,7 @@ def main():
                 "logprobs": [float(step[token].logprob)
                              for token, step in zip(completion.token_ids, completion.logprobs)],
             })
-        reply({"outputs": outputs, "counters": counters(llm)})
+        reply({"outputs": outputs, "counters": counters(llm), "seconds": elapsed})
     reply({"exited": True})
 
 

@@ -261,6 +261,15 @@ struct ConnectorMetadata {
   friend bool operator==(const ConnectorMetadata&, const ConnectorMetadata&) = default;
 };
 
+// A front end's sessions with the daemon (each role has its own; a worker with asynchronous
+// loads has two, summed).
+struct SessionStats {
+  uint64_t connects = 0;      // handshakes that succeeded (the first one included)
+  uint64_t disconnects = 0;   // sessions dropped: a dead or broken daemon, never a late reply
+  uint64_t timeouts = 0;      // calls that ran past their deadline (their session stays)
+  uint64_t late_replies = 0;  // replies that came after their call gave up, discarded
+};
+
 struct SchedulerStats {
   uint64_t lookups = 0;              // lookup round trips sent
   uint64_t lookup_failures = 0;      // lookups that reported 0 hits for want of an answer
@@ -272,6 +281,7 @@ struct SchedulerStats {
   uint64_t prefetch_chunks = 0;      // chunks the daemon queued for promotion
   uint64_t loads_planned = 0;
   uint64_t saves_planned = 0;
+  SessionStats session;
   bool connected = false;
 };
 
@@ -410,6 +420,7 @@ struct WorkerStats {
   uint64_t bytes_saved = 0;
   uint64_t async_requests_loaded = 0;  // asynchronous loads over (failed ones included)
   uint64_t async_requests_in_flight = 0;
+  SessionStats session;
   bool connected = false;
 };
 

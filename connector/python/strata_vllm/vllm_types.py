@@ -9,9 +9,8 @@ dataclass with its fields and methods (``data``, ``reset``, ``aggregate``, ``red
 ``is_empty``); ``KVConnectorTransferResults`` likewise, and ``hit_source`` names a
 ``CacheHitSource``.
 
-The shapes were taken from vLLM's ``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` and
-``metrics.py`` at commit 003df2961dd8830c317a61f9745ccd557da9fa06 (the table in
-``tests/test_vllm_connector.py`` lists the methods and their parameters).
+The shapes are vLLM 0.32.0's (``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` and
+``metrics.py``), the version the engine tests install and run (tests/engines).
 """
 
 from __future__ import annotations
