@@ -49,6 +49,10 @@ EAGLE-family drafters are not served: the draft model's KV at a chunk's last pos
 on the token after the chunk, which the chunk's key does not cover (vLLM drops the last block of
 its own prefix hits for this). With one configured, the connector serves nothing and says so.
 
+Multimodal prompts: a chunk's key covers each image's (or other input's) hash at its placeholder
+positions (strata_vllm.prompt_keys), so requests with the same text and different images never
+share KV; a prompt the keys cannot describe (prompt embeddings) is neither loaded nor saved.
+
 Position-independent chunks (kv_transfer_params "strata_pic", strata_vllm.pic) need attention
 over the daemon's device pool, which stock vLLM lacks: such requests are served by prefix
 caching here, and a model runner with that attention plans them with strata_vllm.pic.PicPlanner.
@@ -75,6 +79,7 @@ from strata_vllm.kv_groups import (
 )
 from strata_vllm.kv_views import backend_name, layer_encoding, layer_views, page_encoding
 from strata_vllm.pic import PIC_PARAMS_KEY
+from strata_vllm.prompt_keys import key_tokens
 from strata_vllm.vllm_types import (
     CONNECTOR_BASES,
     METADATA_BASES,
@@ -401,6 +406,17 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                        "(%s); this engine's attention reads only its own blocks, so it is served "
                        "by prefix caching (strata_vllm.pic)", request.request_id, PIC_PARAMS_KEY)
 
+    def _key_tokens(self, request: Any) -> Optional[list[int]]:
+        """strata_vllm.prompt_keys.key_tokens; a prompt it cannot key is said once."""
+        tokens = key_tokens(request)
+        if tokens is None and "uncacheable" not in self._warned:
+            self._warned.add("uncacheable")
+            logger.warning("strata connector: request %s has inputs chunk keys cannot describe "
+                           "(prompt embeddings, or a multimodal input without a hash or "
+                           "position); such requests are neither loaded nor saved",
+                           _get(request, "request_id", _get(request, "req_id")))
+        return tokens
+
     def _engine_stream(self) -> Optional[int]:
         if not self._workers or self._workers[0].backend != "cuda":
             return None
@@ -658,7 +674,9 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
                          _get(request, "kv_transfer_params"))
             return 0, False
         self._note_pic_request(request)
-        req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
+        req_id, prompt = str(request.request_id), self._key_tokens(request)
+        if prompt is None:
+            return 0, False
         source, decode = (node, "") if kv_transfer == "receive" else ("", node)
         matches = [s.get_num_new_matched_tokens(req_id, prompt, int(num_computed_tokens), salt,
                                                 lora, kv_transfer, source, decode)
@@ -694,7 +712,9 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         needed promotion, or when the daemon could not take the hint (a prefetch never
         raises)."""
         salt, lora = _request_extras(request)
-        req_id, prompt = str(request.request_id), list(request.prompt_token_ids)
+        req_id, prompt = str(request.request_id), self._key_tokens(request)
+        if prompt is None:
+            return 0
         return sum(int(s.prefetch(req_id, prompt, salt, lora)) for s in self._schedulers)
 
     def on_new_request(self, request: Any) -> None:
@@ -747,7 +767,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
             req_id = str(new.req_id)
             salt = str(_get(new, "cache_salt") or "")
             lora = str(_get(_get(new, "lora_request"), "lora_name", "") or "")
-            prompt = list(_get(new, "prompt_token_ids", None) or [])
+            prompt = self._key_tokens(new) or []  # none: not tracked, so never saved
             for group, block_ids in enumerate(group_block_ids(new.block_ids, groups)):
                 requests[group].append(_sc.ScheduledRequest(
                     req_id, "new", int(new.num_computed_tokens),

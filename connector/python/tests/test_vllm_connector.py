@@ -199,12 +199,13 @@ class FakeEngine(EngineSteps):
         raise AssertionError(f"asynchronous load of {request_id} never reported")
 
     def run(self, request_id, tokens, before_worker=None, per_step=1 << 30, expect_async=None,
-            kv_transfer_params=None):
+            kv_transfer_params=None, mm_features=()):
         """Prefills a prompt the way vLLM does; returns (matched, blocks, load errors). The
         params request_finished returned are in self.finished_params."""
         request = SimpleNamespace(request_id=request_id, prompt_token_ids=list(tokens),
                                   cache_salt=None, lora_request=None, num_tokens=len(tokens),
-                                  kv_transfer_params=kv_transfer_params)
+                                  kv_transfer_params=kv_transfer_params,
+                                  mm_features=list(mm_features))
         matched, load_async = self.scheduler.get_num_new_matched_tokens(request, 0)
         if expect_async is not None:
             assert load_async is expect_async, (load_async, expect_async)
@@ -222,7 +223,7 @@ class FakeEngine(EngineSteps):
             if first:
                 new = [SimpleNamespace(req_id=request_id, prompt_token_ids=list(tokens),
                                        block_ids=(list(blocks),), num_computed_tokens=computed,
-                                       lora_request=None)]
+                                       lora_request=None, mm_features=list(mm_features))]
                 cached = SimpleNamespace(req_ids=[], resumed_from_preemption=[],
                                          new_block_ids=[], num_computed_tokens=[])
             else:
