@@ -210,7 +210,37 @@ class VllmOffline(unittest.TestCase):
                            first[-1]["counters"]["vllm:external_prefix_cache_hits"])
 
 
-CASES = (VllmInterface, VllmOffline)
+class VllmServe(unittest.TestCase):
+    """`vllm serve`, vLLM's OpenAI-compatible server, with StrataConnector from its command
+    line."""
+
+    def test_the_server_hits_through_strata_with_identical_completions(self):
+        import harness
+
+        model = harness.smollm2_checkpoint()
+        prompt = harness.document(4) + " Question: what does the text name first? Answer:"
+        plain = harness.VllmServer(model)
+        try:
+            want = plain.complete(prompt)
+        finally:
+            plain.close()
+        daemon = harness.Daemon().start()
+        self.addCleanup(daemon.close)
+        server = harness.VllmServer(model, daemon.connector_config(chunk_tokens=CHUNK_TOKENS))
+        self.addCleanup(server.close)
+        first = server.complete(prompt)
+        second = server.complete(prompt)
+        for got, what in ((first, "first request"), (second, "second request (hits)")):
+            self.assertEqual(got[0], want[0], what)
+            gap = max(abs(a - b) for a, b in zip(got[1], want[1]))
+            self.assertLessEqual(gap, LOGPROB_TOLERANCE, f"{what}: logprobs differ by {gap}")
+        hits = int(daemon.stats()["hit_tokens"])
+        self.assertGreater(hits, 0)
+        self.assertEqual(server.metric("vllm:external_prefix_cache_hits_total"), hits,
+                         "the server's Prometheus counter of connector hits")
+
+
+CASES = (VllmInterface, VllmOffline, VllmServe)
 
 
 def case_ids():

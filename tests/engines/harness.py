@@ -171,6 +171,86 @@ class VllmSession:
                 self.process.wait(timeout=30)
 
 
+class VllmServer:
+    """`vllm serve` (vLLM's OpenAI-compatible server, unmodified) on a free loopback port, with
+    StrataConnector when `connector` (its kv_connector_extra_config) is given."""
+
+    def __init__(self, model, connector=None, dtype="float32"):
+        import socket as sockets
+
+        with sockets.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        command = [str(pathlib.Path(sys.executable).with_name("vllm")), "serve", str(model),
+                   "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
+                   "--max-model-len", "4096", "--no-enable-prefix-caching", "--enforce-eager",
+                   "--seed", "0"]
+        if connector is not None:
+            command += ["--kv-transfer-config", json.dumps({
+                "kv_connector": "StrataConnector", "kv_connector_module_path": "strata_vllm",
+                "kv_role": "kv_both", "kv_connector_extra_config": connector})]
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+        deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n"
+                                   + self.output()[-3000:])
+            try:
+                if self._get("/health").status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError("vllm serve did not answer /health within "
+                           f"{ENGINE_START_TIMEOUT_S} s:\n" + self.output()[-3000:])
+
+    def _get(self, path):
+        import urllib.request
+
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+
+    def complete(self, prompt, max_tokens=8):
+        """POST /v1/completions, greedy: (token ids, logprobs) of the completion."""
+        import urllib.request
+
+        body = json.dumps({"model": self.model_name(), "prompt": prompt, "max_tokens": max_tokens,
+                           "temperature": 0, "logprobs": 1,
+                           "return_tokens_as_token_ids": True}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                         data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=GENERATE_TIMEOUT_S) as reply:
+            choice = json.loads(reply.read())["choices"][0]
+        tokens = [int(t.split(":", 1)[1]) for t in choice["logprobs"]["tokens"]]
+        return tokens, [float(x) for x in choice["logprobs"]["token_logprobs"]]
+
+    def model_name(self):
+        return json.loads(self._get("/v1/models").read())["data"][0]["id"]
+
+    def metric(self, name):
+        """A Prometheus counter of the server's /metrics, summed over its labels."""
+        total = 0.0
+        for line in self._get("/metrics").read().decode().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        self.log.close()
+
+
 def document(seed, words=700):
     """A deterministic English-like text of about `words` words (a document prompts share)."""
     subjects = ["The river", "A merchant", "The council", "An old map", "The harbour",
