@@ -127,6 +127,14 @@ absl::Status ValidateChunkCopy(const KvLayout& layout, const PagedKvCache& cache
           fmt::format("block id {} outside [0, {})", id, g.num_blocks));
     }
   }
+  if (g.page_bytes != 0 &&
+      (chunk.chunk_tokens % g.block_size != 0 || chunk.token_begin % g.block_size != 0 ||
+       chunk.num_tokens % g.block_size != 0 || chunk.position_begin % g.block_size != 0)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "tokens [{}, {}) of a chunk of {} at position {}: opaque blocks of {} are copied whole",
+        chunk.token_begin, uint64_t{chunk.token_begin} + chunk.num_tokens, chunk.chunk_tokens,
+        chunk.position_begin, g.block_size));
+  }
   return absl::OkStatus();
 }
 
@@ -138,6 +146,23 @@ void AppendLayerRuns(const KvLayout& layout, const PagedKvCache& cache, std::byt
   const bool slots_contiguous = g.slots_contiguous();
   const bool row_contiguous = g.row_contiguous();
   PayloadWriter writer(chunk.extents, arena_base, direction, runs);
+  if (g.page_bytes != 0) {
+    // Opaque pages: the layer's payload is the chunk's blocks' pages, in order.
+    const uint64_t layer_offset = layout.plane_offset(layer, 0, chunk.chunk_tokens);
+    const uint32_t first = chunk.token_begin / g.block_size;
+    const uint32_t end = (chunk.token_begin + chunk.num_tokens) / g.block_size;
+    const uint32_t pages = chunk.chunk_tokens / g.block_size;
+    if (whole_payload && first > 0) writer.Copy(layer_offset, nullptr, first * g.page_bytes);
+    for (uint32_t p = first; p < end; ++p) {
+      const int64_t block = chunk.block_ids[chunk.position_begin / g.block_size + (p - first)];
+      writer.Copy(layer_offset + p * g.page_bytes,
+                  cache.planes[layer][0] + block * g.block_stride_bytes, g.page_bytes);
+    }
+    if (whole_payload && end < pages) {
+      writer.Copy(layer_offset + end * g.page_bytes, nullptr, (pages - end) * g.page_bytes);
+    }
+    return;
+  }
   for (uint32_t plane = 0; plane < g.num_planes; ++plane) {
     std::byte* const base = cache.planes[layer][plane];
     const uint64_t plane_offset = layout.plane_offset(layer, plane, chunk.chunk_tokens);

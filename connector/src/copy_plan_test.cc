@@ -387,6 +387,66 @@ TEST(CopyPlanValidateTest, RejectsWhatACopyCannotDo) {
   EXPECT_THAT(check({arena.extents, 64, 0, 64, 0, negative}).message(), HasSubstr("block id"));
 }
 
+// vLLM's CPU backend: per block, per head, K's block_size rows then V's, every layer one tensor
+// viewed as stacked [2, nb, bs, h, d]. Its pages are copied whole, a page per block and layer.
+TEST(CopyPlanOpaquePagesTest, PagesMoveWholeAndComeBackByteExact) {
+  const KvLayout layout =
+      MakeLayout(KvDtype::kBfloat16, EngineForm::kStackedNhd, 2, kHeads, kDim, kLayoutChunk);
+  const int64_t h = kHeads, d = kDim, bs = kBlockSize, nb = kBlocks;
+  const std::vector<int64_t> shape = {2, nb, bs, h, d};
+  const std::vector<int64_t> strides = {bs * d, h * 2 * bs * d, d, 2 * bs * d, 1};
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<LayerKvCache> layers;
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    buffers.emplace_back(nb * h * 2 * bs * d * 2);
+    FillRandom(buffers.back(), 40 + l);
+    layers.push_back({.kv = {buffers.back().data(), shape, strides}});
+  }
+  auto cache = ParsePagedKvCache(layout, layers);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  UseOpaquePages(*cache);
+  const uint64_t page = static_cast<uint64_t>(h * 2 * bs * d * 2);
+  ASSERT_EQ(cache->geometry.page_bytes, page);
+
+  // Save blocks {5, 2, 9, 11} (a chunk of 4 pages) and load them into {0, 1, 3, 4}.
+  Arena arena(layout.chunk_bytes(64), {1000, 3000}, 5);
+  const std::vector<int32_t> from = {5, 2, 9, 11}, to = {0, 1, 3, 4};
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    std::vector<storage::CopyRun> runs;
+    AppendLayerRuns(layout, *cache, arena.bytes.data(), {arena.extents, 64, 0, 64, 0, from}, l,
+                    CopyDirection::kEngineToArena, runs);
+    Execute(runs);
+    runs.clear();
+    AppendLayerRuns(layout, *cache, arena.bytes.data(), {arena.extents, 64, 0, 64, 0, to}, l,
+                    CopyDirection::kArenaToEngine, runs);
+    Execute(runs);
+    for (size_t b = 0; b < from.size(); ++b) {
+      EXPECT_EQ(
+          std::memcmp(buffers[l].data() + from[b] * page, buffers[l].data() + to[b] * page, page),
+          0)
+          << "layer " << l << " page " << b;
+    }
+  }
+  // Pages of consecutive blocks merge; a chunk's layer is one run then.
+  std::vector<storage::CopyRun> runs;
+  Arena flat(layout.chunk_bytes(64), {}, 6);
+  AppendLayerRuns(layout, *cache, flat.bytes.data(), {flat.extents, 64, 0, 64, 0, to}, 1,
+                  CopyDirection::kArenaToEngine, runs);
+  ASSERT_EQ(runs.size(), 2u) << "blocks 0-1 and 3-4";
+  EXPECT_EQ(runs[0].size_bytes, 2 * page);
+  // Only whole blocks: a range that starts or ends inside one is refused.
+  const uint64_t size = flat.bytes.size();
+  EXPECT_TRUE(ValidateChunkCopy(layout, *cache, size, {flat.extents, 64, 16, 48, 16, to}).ok());
+  EXPECT_THAT(ValidateChunkCopy(layout, *cache, size, {flat.extents, 64, 0, 63, 0, to}).message(),
+              HasSubstr("copied whole"));
+  // Row layouts keep copying rows.
+  EngineCache rows(layout, EngineForm::kStackedNhd, kBlocks, kBlockSize, 1);
+  auto row_cache = ParsePagedKvCache(layout, rows.layers);
+  ASSERT_TRUE(row_cache.ok());
+  UseOpaquePages(*row_cache);
+  EXPECT_EQ(row_cache->geometry.page_bytes, 0u);
+}
+
 // ---- ParsePagedKvCache ----------------------------------------------------------------------
 
 TEST(PagedKvTest, ParsesEveryFormIntoOneGeometry) {

@@ -74,6 +74,18 @@ Extent PlaneExtent(const PlaneDims& d) {
 
 }  // namespace
 
+void UseOpaquePages(PagedKvCache& cache) {
+  PagedKvGeometry& g = cache.geometry;
+  const int64_t half = g.block_size * static_cast<int64_t>(g.head_bytes());  // one head's K
+  const bool contiguous =
+      g.num_planes == 2 && g.slot_stride_bytes == static_cast<int64_t>(g.head_bytes()) &&
+      (g.num_kv_heads == 1 || g.head_stride_bytes == 2 * half) &&
+      g.block_stride_bytes >= 2 * half * static_cast<int64_t>(g.num_kv_heads) &&
+      std::all_of(cache.planes.begin(), cache.planes.end(),
+                  [&](const auto& planes) { return planes[1] - planes[0] == half; });
+  g.page_bytes = contiguous ? 2 * static_cast<uint64_t>(half) * g.num_kv_heads : 0;
+}
+
 absl::StatusOr<PagedKvCache> ParsePagedKvCache(const KvLayout& layout,
                                                std::span<const LayerKvCache> layers) {
   if (absl::Status s = layout.Validate(); !s.ok()) return s;

@@ -27,6 +27,11 @@ struct PagedKvGeometry {
   int64_t block_stride_bytes = 0;
   int64_t slot_stride_bytes = 0;
   int64_t head_stride_bytes = 0;
+  // Nonzero: the blocks are opaque pages (ConnectorOptions::whole_blocks_only) of this many
+  // bytes per layer, each one run from planes[layer][0] + block * block_stride_bytes holding
+  // every head's K then V half; chunks are copied page by page, and a chunk's layer payload is
+  // its blocks' pages in order (UseOpaquePages).
+  uint64_t page_bytes = 0;
 
   // Bytes of one token of one plane: [kv_heads, head_dim].
   uint64_t row_bytes() const { return uint64_t{num_kv_heads} * head_dim * elem_bytes; }
@@ -49,6 +54,12 @@ struct PagedKvCache {
   // Bytes addressable from each plane's base (the largest reachable offset plus one row piece).
   uint64_t plane_extent_bytes = 0;
 };
+
+// Switches `cache` to page-by-page copies when its blocks' pages are contiguous runs (each
+// head's K half, then its V half, heads one after another, as vLLM's CPU backend lays a block
+// out); otherwise leaves it copying rows (correct for whole blocks, but one run per token and
+// head).
+void UseOpaquePages(PagedKvCache& cache);
 
 // Validates `layers` against `layout` (one entry per layer; shapes, head count, head_dim,
 // contiguous head_dim, non-negative strides, slots that do not overlap, planes that do not

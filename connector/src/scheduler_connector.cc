@@ -183,7 +183,10 @@ MatchResult SchedulerConnector::GetNumNewMatchedTokens(const RequestInfo& reques
   }
 
   const int64_t hit_end = std::min((first_chunk + hit.chunks) * chunk, prompt_len);
-  const int64_t usable = std::min(hit_end, prompt_len - 1);
+  int64_t usable = std::min(hit_end, prompt_len - 1);
+  // Opaque blocks are loaded whole: a hit that would end inside a block (one token short of a
+  // prompt of whole chunks) ends at the block before.
+  if (s.options.whole_blocks_only) usable -= usable % static_cast<int64_t>(s.options.block_size);
   const int64_t matched = hit.chunks > 0 ? std::max<int64_t>(0, usable - num_computed_tokens) : 0;
   // Asynchronous when a chunk the load reads is not in the daemon's host tier.
   const int64_t host_end = (first_chunk + hit.host_chunks) * chunk;

@@ -156,6 +156,12 @@ TEST_F(SchedulerConnectorTest, OpaqueBlocksTakeWholeChunksOnly) {
   EXPECT_EQ(
       scheduler->GetNumNewMatchedTokens({.request_id = "p", .prompt_tokens = prompt}, 0).num_tokens,
       64);
+  // A prompt of whole chunks: the hit stops one block short of its end, not one token.
+  const auto exact = Prompt(64, 5000);
+  Populate(*daemon_.tier(), exact, 4);
+  EXPECT_EQ(
+      scheduler->GetNumNewMatchedTokens({.request_id = "x", .prompt_tokens = exact}, 0).num_tokens,
+      64 - kBlock);
   options.block_size = 3 * kChunk / 2;
   EXPECT_EQ(SchedulerConnector::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);

