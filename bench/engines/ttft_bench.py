@@ -80,7 +80,8 @@ def run_config(name, model, texts, daemon=None, session_config=None, env=None,
         long_hit, counters = session.ttft([texts["long"]])
         cpu = daemon.cpu_seconds() - cpu_before if daemon else 0.0
         loaded_tokens = counters["vllm:external_prefix_cache_hits"]
-        if session_config.get("connector") or session_config.get("kv_transfer"):
+        if name != "strata-idle" and (session_config.get("connector") or
+                                      session_config.get("kv_transfer")):
             if loaded_tokens == 0:
                 raise RuntimeError("its connector loaded nothing; the engine logged:\n  " +
                                    "\n  ".join(session.errors[:6] or session.tail[-6:]))
@@ -126,6 +127,9 @@ def main():
         ("vllm", {}, None, None),
         ("strata-host", {"strata": False}, None, None),
         ("strata-disk", {"strata": True}, None, restart),
+        # StrataConnector loaded, its daemon absent: vLLM's mode with a connector, no cache work.
+        ("strata-idle", {"connector": {"socket_path": "/nonexistent/strata/engine.sock"}},
+         None, None),
         ("vllm-prefix-cache", {"prefix_caching": True}, None, None),
         ("lmcache", {"kv_transfer": {"kv_connector": "LMCacheConnectorV1",
                                      "kv_role": "kv_both"}}, lmcache_env, None),
@@ -172,7 +176,16 @@ def report(results):
               f"{r['long_hit']:7.3f} s  {long_ratio:6.3f}x        {r['no_reuse_p50']:7.3f} s "
               f"{reuse_ratio:6.3f}x  {r['rps']:6.2f} {r['rps_no_reuse']:6.2f}       {cpu}")
     strata, lmcache = by_name.get("strata-host"), by_name.get("lmcache")
+    idle = by_name.get("strata-idle")
+    if strata and idle:
+        print(f"  (no reuse against the connector loaded without a daemon: TTFT "
+              f"{strata['no_reuse_p50'] / idle['no_reuse_p50']:.3f}x, throughput "
+              f"{strata['rps_no_reuse'] / idle['rps_no_reuse']:.3f}x)")
     print("\ntargets:")
+    if idle:
+        print(f"  (vLLM with StrataConnector loaded but no daemon, no reuse: TTFT "
+              f"{idle['no_reuse_p50'] / base['no_reuse_p50']:.3f}x of vLLM without one)"
+              if base else "")
     if strata and base:
         print(f"  8K full-prefix hit <= 0.1x recompute: "
               f"{strata['long_hit'] / base['long_hit']:.3f}x")
