@@ -184,7 +184,15 @@ class VllmOffline(unittest.TestCase):
         daemon = self.start_daemon()
         engine = self.start_vllm(daemon)
         self.assert_like_reference(engine.generate(self.TEXTS)["outputs"], "before the kill")
+        # SIGKILL while a batch of hits is being served (its loads, or its saves, cut short).
+        engine.start_generate(self.TEXTS, max_tokens=24)
+        time.sleep(0.3)
         daemon.kill()
+        cut = engine.finish_generate()
+        self.assertGreater(cut["seconds"], 0.3, "the kill came while the batch ran")
+        for got, want in zip(cut["outputs"], self.reference):
+            self.assertEqual(got["token_ids"][:len(want["token_ids"])], want["token_ids"],
+                             "the batch the kill cut into")
         self.assert_like_reference(engine.generate(self.TEXTS)["outputs"], "daemon down")
         daemon.start()  # empty: its host tier did not survive
         hits, deadline = 0, time.monotonic() + 120

@@ -147,7 +147,14 @@ class VllmSession:
         return message
 
     def generate(self, texts, max_tokens=8):
+        self.start_generate(texts, max_tokens)
+        return self.finish_generate()
+
+    def start_generate(self, texts, max_tokens=8):
+        """Sends a batch without waiting for it (finish_generate collects it)."""
         self._send({"op": "generate", "texts": list(texts), "max_tokens": max_tokens})
+
+    def finish_generate(self):
         return self._expect("outputs", GENERATE_TIMEOUT_S)
 
     def ttft(self, texts):
