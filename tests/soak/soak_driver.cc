@@ -234,10 +234,17 @@ void Soak::StartEngine() {
 
 void Soak::Collect(Engine& engine, std::optional<int> exit_code) {
   for (const std::string& line : test_support::SimEngineJsonLines(*engine.process)) {
-    if (line.find("\"summary\"") != std::string::npos) continue;
     const auto field = [&](const char* name) {
       return static_cast<uint64_t>(std::max<int64_t>(0, test_support::JsonInt(line, name)));
     };
+    if (line.find("\"summary\"") != std::string::npos) {
+      report_.sessions_dropped += field("disconnects");
+      report_.calls_past_deadline += field("timeouts");
+      report_.late_replies += field("late_replies");
+      report_.lookups += field("lookups");
+      report_.lookups_past_budget += field("lookup_failures");
+      continue;
+    }
     ++report_.requests;
     const uint64_t matched = field("matched_tokens");
     report_.hit_tokens += matched;
@@ -542,6 +549,8 @@ std::string SoakReport::ToText() const {
       "  requests: {} ({} with hits, {} hit tokens, {} stored), {} bytes loaded, {} blocks "
       "recomputed\n"
       "  wrong values: {}\n"
+      "  sessions: {} dropped, {} calls past their deadline, {} late replies discarded; "
+      "lookups {}, {} past their budget\n"
       "  acknowledged disk chunks checked after restarts: {}, lost: {}\n"
       "  faults: {} tenant clears, {} disk fills{}\n"
       "  leaks ({} checks with no engine): descriptors +{} at most, mappings +{} at most\n"
@@ -549,7 +558,8 @@ std::string SoakReport::ToText() const {
       "{:.1f} MiB; {} checks past a {} s warm-up: +{:.1f}% at most\n",
       elapsed_s, daemon_starts, daemon_kills_sudden, daemon_kills_checked, max_restart_ms,
       engines_started, engine_kills, mass_kills, engines_exited, requests, requests_with_hits,
-      hit_tokens, requests_saved, bytes_loaded, failed_blocks, wrong_values, acked_chunks_checked,
+      hit_tokens, requests_saved, bytes_loaded, failed_blocks, wrong_values, sessions_dropped,
+      calls_past_deadline, late_replies, lookups, lookups_past_budget, acked_chunks_checked,
       acked_chunks_lost, tenant_clears, disk_fills,
       disk_fill_skipped.empty() ? "" : fmt::format(" (skipped: {})", disk_fill_skipped),
       quiescent_checks, fd_max_growth, mapping_max_growth, rss_high_water / 1048576.0,

@@ -69,6 +69,14 @@ struct SoakReport {
   uint64_t bytes_loaded = 0;
   uint64_t failed_blocks = 0;  // loads the engines recomputed
   uint64_t wrong_values = 0;
+  // The engines' sessions (their summaries; engines SIGKILLed print none): dropped (the daemon's
+  // SIGKILLs drop them; lateness never does), calls past their deadline, late replies discarded,
+  // and lookups answered 0 hits for want of an answer in time.
+  uint64_t sessions_dropped = 0;
+  uint64_t calls_past_deadline = 0;
+  uint64_t late_replies = 0;
+  uint64_t lookups = 0;
+  uint64_t lookups_past_budget = 0;
   uint64_t tenant_clears = 0;
   uint64_t disk_fills = 0;
   std::string disk_fill_skipped;  // why disk fills did not run; empty when they did
