@@ -26,6 +26,8 @@ packages=(
   redis-server
   # the controller's leader election (tests start a real etcd)
   etcd-server
+  # the engines environments' virtual environments (scripts/engines-env.sh, make test-engines)
+  python3-venv
 )
 
 missing=()
