@@ -26,18 +26,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "engines"))
+from harness import percentile, process_cpu_seconds  # noqa: E402
+
 SHARED_DOCS = 8
 PRIVATE_PROMPTS = 4
-
-
-def daemon_cpu_seconds(pid):
-    total = 0
-    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total / 1e9
 
 
 def engine_prompts(engine):
@@ -46,11 +39,6 @@ def engine_prompts(engine):
     prompts = [f"{doc + 1}:1536+{10_000 + engine * 100 + doc}:256" for doc in range(SHARED_DOCS)]
     prompts += [f"{50_000 + engine * 100 + p}:1024" for p in range(PRIVATE_PROMPTS)]
     return prompts
-
-
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0
 
 
 def main():
@@ -73,7 +61,7 @@ def main():
     deadline = time.monotonic() + 30
     while not socket.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    cpu_start, started = daemon_cpu_seconds(daemon.pid), time.monotonic()
+    cpu_start, started = process_cpu_seconds(daemon.pid), time.monotonic()
     engines = []
     for e in range(args.engines):
         command = [str(build / "bench" / "engine" / "sim_engine"), "--socket", str(socket),
@@ -100,7 +88,7 @@ def main():
                 requests += 1
                 lookups_us.append(record["lookup_us"])
     elapsed = time.monotonic() - started
-    cpu = daemon_cpu_seconds(daemon.pid) - cpu_start
+    cpu = process_cpu_seconds(daemon.pid) - cpu_start
     daemon_alive = daemon.poll() is None
     daemon.send_signal(signal.SIGTERM)
     daemon.wait(timeout=60)

