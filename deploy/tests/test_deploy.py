@@ -2,15 +2,18 @@
 """Checks the deployment files under deploy/ against each other and against the real binaries.
 
 Every Kubernetes manifest parses and its objects hang together (selectors, volumes, resources,
-probes, ports); the Grafana ConfigMap holds deploy/grafana/strata-node.json unchanged; stratad
-accepts every TOML file (also the one inside the ConfigMap) and reads back each key as written;
-the Docker image installs the packages of every library the binaries link, and its health check
-passes against a running stratad; the systemd unit passes systemd-analyze and agrees with the
-configs laid out for it.
+probes, ports); the daemons, the controllers and etcd agree on names, ports and tokens; the
+Grafana ConfigMap holds deploy/grafana/strata-node.json unchanged; stratad and strata-controller
+accept every TOML file meant for them (also those inside ConfigMaps) and read back each key as
+written, and the command lines of the units and manifests; etcd, the controllers and a daemon
+started as the manifests start them form a cluster; the Docker image installs the packages of
+every library the binaries link, and its health check passes against a running stratad; the
+systemd units pass systemd-analyze and agree with the configs laid out for them.
 
 ctest runs each case as its own entry, deploy_test.<Class>.<case> (deploy/CMakeLists.txt lists
-them with --list). Environment: STRATA_STRATAD and STRATA_CLI, the built stratad and strata;
-STRATA_BUILD_FLAVOUR, how they were built ("Release"; "Debug+address,undefined" with sanitizers).
+them with --list). Environment: STRATA_STRATAD, STRATA_CONTROLLER and STRATA_CLI, the built
+stratad, strata-controller and strata; STRATA_BUILD_FLAVOUR, how they were built ("Release";
+"Debug+address,undefined" with sanitizers). etcd is looked up on the PATH.
 A case that skips (a tool missing) prints what gtest prints for GTEST_SKIP, so ctest reports it
 as skipped (SKIP_REGULAR_EXPRESSION) and scripts/test_summary.py shows why.
 
@@ -25,12 +28,14 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 import unittest
+import urllib.request
 
 try:
     import yaml  # Debian's python3-yaml (scripts/install-deps.sh)
@@ -43,14 +48,22 @@ KUBERNETES = DEPLOY / "kubernetes"
 CONFIGS = DEPLOY / "configs"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 UNIT = DEPLOY / "systemd" / "stratad.service"
+CONTROLLER_UNIT = DEPLOY / "systemd" / "strata-controller.service"
+CONTROLLER_CONFIG = CONFIGS / "strata-controller.toml"
 GPU_DROP_IN = DEPLOY / "systemd" / "stratad-gpu.conf"
 SYSUSERS = DEPLOY / "systemd" / "strata.sysusers.conf"
 DASHBOARD = DEPLOY / "grafana" / "strata-node.json"
 # The configs laid out for the systemd unit (sockets in /run/strata, disk tier in /var/lib/strata).
 SYSTEMD_CONFIGS = ["disk-node.toml", "pd-prefill.toml", "pd-decode.toml"]
 WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Pod"}
-# Config keys that name a file stratad reads when it starts.
-FILE_KEYS = {"cluster_token_file", "auth_token_file", "tls_cert_path", "tls_key_path"}
+# Config keys that name a file stratad or strata-controller reads when it starts.
+FILE_KEYS = {"cluster_token_file", "auth_token_file", "token_file", "tls_cert_path",
+             "tls_key_path"}
+# The workloads of the cluster (metadata.name), and the ConfigMap key of the controllers' config.
+STRATAD, CONTROLLER, ETCD = "stratad", "strata-controller", "strata-etcd"
+CONTROLLER_TOML = "strata-controller.toml"
+# What the downward API gives each pod in the cluster test (env valueFrom.fieldRef).
+TEST_FIELDS = {"status.podIP": "127.0.0.1", "spec.nodeName": "node-a"}
 BYTE_UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "KB": 1000,
               "MB": 1000**2, "GB": 1000**3, "B": 1}
 
@@ -145,14 +158,144 @@ def debian_package(path):
     return None
 
 
-def unit_settings():
-    """Key -> list of values of the systemd unit (keys may repeat)."""
+def unit_settings(unit=UNIT):
+    """Key -> list of values of a systemd unit (keys may repeat)."""
     settings = {}
-    for line in UNIT.read_text().splitlines():
+    for line in unit.read_text().splitlines():
         if "=" in line and not line.startswith(("#", ";", "[")):
             key, value = line.split("=", 1)
             settings.setdefault(key.strip(), []).append(value.strip())
     return settings
+
+
+def is_controller_toml(name):
+    """Whether a TOML file (or ConfigMap key) is strata-controller's; the others are stratad's."""
+    return posixpath.basename(name).startswith("strata-controller")
+
+
+def controller_config():
+    """The strata-controller.toml of the controllers' ConfigMap, parsed."""
+    (cm,) = [cm for cm in objects("ConfigMap") if CONTROLLER_TOML in cm.get("data", {})]
+    return tomllib.loads(cm["data"][CONTROLLER_TOML])
+
+
+def workload(name):
+    """The one workload called `name`."""
+    (found,) = [d for _, d in manifests() if d["kind"] in WORKLOADS
+                and d["metadata"]["name"] == name]
+    return found
+
+
+def container(workload_object, name):
+    return next(c for c in pod_spec(workload_object)["containers"] if c["name"] == name)
+
+
+def port_number(container_object, port):
+    """A probe's or Service's port (a name or a number) as the container's port number."""
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in container_object.get("ports", [])
+                 if p.get("name") == port]
+    return number
+
+
+def address_port(address):
+    return int(address.rsplit(":", 1)[1])
+
+
+def expand(container_object, fields):
+    """The container's command and args with $(VAR) expanded as the kubelet expands them, from
+    its env: `fields` gives each downward-API fieldPath's value. KeyError for an undefined VAR
+    (which the kubelet would leave as written)."""
+    env = {}
+    for var in container_object.get("env", []):
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        env[var["name"]] = fields[field] if field else var["value"]
+    words = container_object.get("command", []) + container_object.get("args", [])
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], word) for word in words]
+
+
+def flag_value(words, flag):
+    """The value of `flag` in a command line, given as `flag value` or `flag=value`."""
+    for i, word in enumerate(words):
+        if word == flag:
+            return words[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    raise KeyError(flag)
+
+
+def member_host(statefulset, index):
+    """The DNS name of one replica of a StatefulSet, under its governing Service."""
+    meta = statefulset["metadata"]
+    return f"{meta['name']}-{index}.{statefulset['spec']['serviceName']}.{meta['namespace']}.svc"
+
+
+def member_address(statefulset, index, port):
+    return f"{member_host(statefulset, index)}:{port}"
+
+
+def governing_service(statefulset):
+    (service,) = [s for s in objects("Service")
+                  if s["metadata"]["name"] == statefulset["spec"]["serviceName"]
+                  and s["metadata"].get("namespace") == statefulset["metadata"]["namespace"]]
+    return service
+
+
+def secret_key(workload_object, container_name, path):
+    """(Secret, key) of the file at `path` in a container, or None when no Secret provides it."""
+    spec = pod_spec(workload_object)
+    c = container(workload_object, container_name)
+    volume = mount_of(spec, c, path)
+    if not volume or "secret" not in volume:
+        return None
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    relative = posixpath.relpath(path, mount["mountPath"])
+    items = {item["path"]: item["key"] for item in volume["secret"].get("items", [])}
+    return volume["secret"]["secretName"], items.get(relative)
+
+
+def localized(text, tmp):
+    """A TOML text with every file key pointing at a file made in tmp (named as the original)."""
+    def local_file(match):
+        path = pathlib.Path(tmp, posixpath.basename(match.group(3)))
+        if not path.exists():
+            path.write_text("deploy-test-token\n")
+        return f'{match.group(1)}"{path}"'
+    keys = "|".join(FILE_KEYS)
+    return re.sub(rf'^(\s*({keys})\s*=\s*)"([^"]+)"', local_file, text, flags=re.M)
+
+
+def print_config(variable, text, args=()):
+    """Runs the binary in $variable with `text` as its --config, `args`, and --print-config.
+    Returns the result and the config as it ran (its files in a temporary directory)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        # --print-config validates without opening the files a config names; they are made
+        # anyway (in tmp), so the check holds if a binary ever looks at them.
+        path = pathlib.Path(tmp, "config.toml")
+        path.write_text(localized(text, tmp))
+        return run([binary(variable), "--config", path, *args, "--print-config"]), path.read_text()
+
+
+def readme_command(marker):
+    """The words of the shell command in deploy/README.md whose first line holds `marker`
+    (continuation lines joined), or None."""
+    lines = (DEPLOY / "README.md").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if marker in line:
+            command = line
+            while command.endswith("\\"):
+                i += 1
+                command = command[:-1] + " " + lines[i].strip()
+            return shlex.split(command)
+    return None
+
+
+def free_port():
+    """A loopback port free now (the kernel's pick, released at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Manifests(unittest.TestCase):
@@ -183,6 +326,8 @@ class Manifests(unittest.TestCase):
                 self.assertLessEqual(selector.items(), labels.items(),
                                      f"{where}: the selector does not match the template labels")
             volumes = [v["name"] for v in spec.get("volumes", [])]
+            volumes += [claim["metadata"]["name"]
+                        for claim in workload["spec"].get("volumeClaimTemplates", [])]
             self.assertEqual(len(volumes), len(set(volumes)), f"{where}: a volume named twice")
             for container in containers(spec):
                 at = f"{where}, container {container['name']}"
@@ -206,7 +351,7 @@ class Manifests(unittest.TestCase):
 
     def test_services_and_monitors_select_something(self):
         templates = [(w["metadata"].get("namespace"), w["spec"]["template"])
-                     for w in objects("DaemonSet") + objects("Deployment")]
+                     for w in objects("DaemonSet") + objects("Deployment") + objects("StatefulSet")]
         services = objects("Service")
         for service in services:
             selector = service["spec"]["selector"]
@@ -289,41 +434,216 @@ class Manifests(unittest.TestCase):
             env = {e["name"]: e.get("value", "") for e in vllm.get("env", [])}
             self.assertTrue(env.get("PYTHONPATH"), "no PYTHONPATH for strata_vllm")
 
+    def test_env_references_are_defined(self):
+        # The kubelet leaves a $(VAR) it cannot expand as written: stratad would then listen on
+        # "$(POD_IP):50051" and fail, etcd would be named "$(POD_NAME)".
+        expanded = 0
+        for path, workload_object in manifests():
+            if workload_object["kind"] not in WORKLOADS:
+                continue
+            for c in containers(pod_spec(workload_object)):
+                words = c.get("command", []) + c.get("args", [])
+                if not any("$(" in word for word in words):
+                    continue
+                fields = {var["valueFrom"]["fieldRef"]["fieldPath"]: "x" for var in c["env"]
+                          if "fieldRef" in var.get("valueFrom", {})}
+                try:
+                    expand(c, fields)
+                except KeyError as e:
+                    self.fail(f"{path.name}: container {c['name']} names $({e.args[0]}), "
+                              "which its env does not define")
+                expanded += 1
+        self.assertGreaterEqual(expanded, 2, "stratad's and etcd's command lines use $(VAR)")
+
+    def test_controllers_agree_with_their_config(self):
+        config = controller_config()
+        statefulset = workload(CONTROLLER)
+        self.assertEqual(statefulset["kind"], "StatefulSet",
+                         "the daemons list each controller by its own stable name")
+        self.assertGreaterEqual(statefulset["spec"]["replicas"], 2, "no standby to take over")
+        spec, controller = pod_spec(statefulset), container(statefulset, CONTROLLER)
+        words = expand(controller, {})
+        self.assertEqual(posixpath.basename(words[0]), "strata-controller")
+        config_path = flag_value(words, "--config")
+        volume = mount_of(spec, controller, config_path)
+        self.assertIn("configMap", volume or {}, f"{config_path} is not from a ConfigMap")
+        (configmap,) = [cm for cm in objects("ConfigMap")
+                        if cm["metadata"]["name"] == volume["configMap"]["name"]]
+        self.assertIn(posixpath.basename(config_path), configmap["data"])
+        self.assertEqual(posixpath.basename(config_path), CONTROLLER_TOML)
+        port = address_port(config["controller"]["listen_address"])
+        self.assertIn(port, [p["containerPort"] for p in controller["ports"]])
+        # Every replica reads the same file: a fixed address would name them all alike, and the
+        # election, which fences the leader's writes by its address, could not tell them apart.
+        self.assertFalse(config.get("cluster", {}).get("advertise_address"),
+                         "advertise_address set in the replicas' shared config")
+        # The probes reach the cluster API, and do not ask for leadership (no exec, no gRPC
+        # health service, which the controller does not serve).
+        for probe in ("readinessProbe", "livenessProbe"):
+            self.assertIn(probe, controller, f"strata-controller has no {probe}")
+            self.assertEqual(list(controller[probe].keys() & {"exec", "grpc", "httpGet",
+                                                               "tcpSocket"}), ["tcpSocket"])
+            self.assertEqual(port_number(controller, controller[probe]["tcpSocket"]["port"]),
+                             port, f"{probe} asks another port than [controller] listen_address")
+        # The governing Service: headless, publishing starting and standby replicas alike.
+        service = governing_service(statefulset)
+        self.assertEqual(service["spec"].get("clusterIP"), "None")
+        self.assertTrue(service["spec"].get("publishNotReadyAddresses"))
+        self.assertLessEqual(service["spec"]["selector"].items(),
+                             statefulset["spec"]["template"]["metadata"]["labels"].items())
+        self.assertIn(port, [port_number(controller, p["targetPort"])
+                             for p in service["spec"]["ports"] if p["port"] == port])
+        # Every etcd member, by its name, at its client port.
+        etcd = workload(ETCD)
+        client = port_number(container(etcd, "etcd"), "client")
+        self.assertEqual(config["cluster"]["etcd_endpoints"],
+                         [member_address(etcd, i, client) for i in range(etcd["spec"]["replicas"])])
+        # Both tokens from the Secret, each its own key.
+        keys = [secret_key(statefulset, CONTROLLER, config[section]["auth_token_file"])
+                for section in ("controller", "daemons")]
+        self.assertNotIn(None, keys, "a token file is not from a Secret")
+        self.assertTrue(all(key[1] for key in keys), "a token file is no item of its Secret")
+        self.assertNotEqual(keys[0], keys[1], "the controller's token is the daemons'")
+
+    def test_daemons_join_the_controllers(self):
+        daemon, controller = daemonset_config(), controller_config()
+        daemonset, statefulset = workload(STRATAD), workload(CONTROLLER)
+        port = address_port(controller["controller"]["listen_address"])
+        self.assertEqual(daemon["cluster"]["controllers"],
+                         [member_address(statefulset, i, port)
+                          for i in range(statefulset["spec"]["replicas"])],
+                         "the daemons do not list every controller replica")
+        # The control API is what the controllers dial: on the pod's IP (the address the daemon
+        # registers; the ConfigMap's wildcard would register the pod's unresolvable hostname).
+        stratad = container(daemonset, STRATAD)
+        words = expand(stratad, {"status.podIP": "10.1.2.3", "spec.nodeName": "node-7"})
+        control_port = address_port(daemon["control"]["listen_address"])
+        self.assertEqual(flag_value(words, "--listen"), f"10.1.2.3:{control_port}")
+        self.assertEqual(flag_value(words, "--instance-id"), "node-7")
+        self.assertIn(control_port, [p["containerPort"] for p in stratad["ports"]])
+        # Each token is the same Secret key on both sides.
+        pairs = [(daemon["cluster"]["token_file"], controller["controller"]["auth_token_file"]),
+                 (daemon["control"]["auth_token_file"], controller["daemons"]["auth_token_file"])]
+        for daemon_path, controller_path in pairs:
+            theirs = secret_key(daemonset, STRATAD, daemon_path)
+            self.assertIsNotNone(theirs, f"{daemon_path} is not from a Secret")
+            self.assertTrue(theirs[1], f"{daemon_path} is no item of its Secret")
+            self.assertEqual(theirs, secret_key(statefulset, CONTROLLER, controller_path),
+                             f"the daemon's {daemon_path} is not the controller's "
+                             f"{controller_path}")
+        # The Secret is made by hand, as deploy/README.md says: with the keys the pods mount.
+        words = readme_command("create secret generic")
+        self.assertIsNotNone(words, "deploy/README.md does not say how to make the Secret")
+        mounted = {secret_key(w, c, path) for w, c, paths in (
+            (daemonset, STRATAD, [d for d, _ in pairs]),
+            (statefulset, CONTROLLER, [c for _, c in pairs])) for path in paths}
+        self.assertEqual(flag_value(words, "-n"), daemonset["metadata"]["namespace"])
+        made = {(words[words.index("generic") + 1], word.split("=")[1]) for word in words
+                if word.startswith("--from-literal=")}
+        self.assertEqual(made, mounted, "the README's Secret is not the one the pods mount")
+
+    def test_etcd_members_form_one_cluster(self):
+        etcd = workload(ETCD)
+        self.assertEqual(etcd["kind"], "StatefulSet")
+        replicas = etcd["spec"]["replicas"]
+        self.assertTrue(replicas >= 3 and replicas % 2 == 1, "etcd wants an odd quorum of 3+")
+        # A member is healthy only once a quorum runs: they start together, and find each
+        # other's names before they are ready.
+        self.assertEqual(etcd["spec"].get("podManagementPolicy"), "Parallel")
+        service = governing_service(etcd)
+        self.assertEqual(service["spec"].get("clusterIP"), "None")
+        self.assertTrue(service["spec"].get("publishNotReadyAddresses"))
+        member = container(etcd, "etcd")
+        ports = {p["name"]: p["containerPort"] for p in member["ports"]}
+        names = [f"{etcd['metadata']['name']}-{i}" for i in range(replicas)]
+        peer_urls = [f"http://{member_address(etcd, i, ports['peer'])}" for i in range(replicas)]
+        for i, name in enumerate(names):
+            words = expand(member, {"metadata.name": name})
+            self.assertEqual(flag_value(words, "--name"), name)
+            self.assertEqual(flag_value(words, "--initial-advertise-peer-urls"), peer_urls[i])
+            self.assertEqual(flag_value(words, "--advertise-client-urls"),
+                             f"http://{member_address(etcd, i, ports['client'])}")
+            self.assertEqual(flag_value(words, "--initial-cluster"),
+                             ",".join(f"{n}={u}" for n, u in zip(names, peer_urls)))
+        words = expand(member, {"metadata.name": names[0]})
+        for flag, port in (("--listen-client-urls", "client"), ("--listen-peer-urls", "peer"),
+                           ("--listen-metrics-urls", "metrics")):
+            self.assertEqual(address_port(flag_value(words, flag)), ports[port], flag)
+        for probe in ("readinessProbe", "livenessProbe"):
+            self.assertEqual(port_number(member, member[probe]["httpGet"]["port"]),
+                             ports["metrics"], f"etcd's {probe} is not on its metrics port")
+        # The data on the member's own volume, not in the container.
+        claims = [claim["metadata"]["name"] for claim in etcd["spec"]["volumeClaimTemplates"]]
+        data = flag_value(words, "--data-dir")
+        self.assertTrue(any(m["name"] in claims and data.startswith(m["mountPath"] + "/")
+                            for m in member["volumeMounts"]), f"{data} is on no claimed volume")
+
+    def test_network_policies_admit_the_clients(self):
+        policies = objects("NetworkPolicy")
+        self.assertTrue(policies, "etcd is open to every pod")
+        templates = [(w["metadata"].get("namespace"), w)
+                     for w in objects("DaemonSet") + objects("StatefulSet")]
+
+        def selected(namespace, selector):
+            found = [w for ns, w in templates if ns == namespace and
+                     selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+            self.assertTrue(found, f"no workload has labels {selector}")
+            return found
+
+        admitted = set()
+        for policy in policies:
+            namespace = policy["metadata"].get("namespace")
+            targets = selected(namespace, policy["spec"]["podSelector"]["matchLabels"])
+            names = {p.get("name") for w in targets for c in pod_spec(w)["containers"]
+                     for p in c.get("ports", [])}
+            for rule in policy["spec"]["ingress"]:
+                ports = [p["port"] for p in rule["ports"]]
+                self.assertLessEqual(set(ports), names, "a policy names an unknown port")
+                for source in rule["from"]:
+                    for w in selected(namespace, source["podSelector"]["matchLabels"]):
+                        admitted |= {(w["metadata"]["name"], t["metadata"]["name"], p)
+                                     for t in targets for p in ports}
+        # The controllers reach etcd's clients port; the members reach each other.
+        self.assertIn((CONTROLLER, ETCD, "client"), admitted)
+        self.assertIn((ETCD, ETCD, "peer"), admitted)
+
+
+def accepted(test, variable, name, text):
+    """Runs the binary in $variable with --print-config on `text`; returns the config as written
+    (its files made in a temporary directory) and as printed, both parsed."""
+    printed, text = print_config(variable, text)
+    test.assertEqual(printed.returncode, 0, f"{variable} refuses {name}: {printed.stderr}")
+    return tomllib.loads(text), tomllib.loads(printed.stdout)
+
+
+def assert_read_back(test, name, written, printed):
+    """Each key of `written` has its value in `printed` (a byte size as its number of bytes)."""
+    for section, keys in written.items():
+        for key, value in keys.items():
+            got = printed[section][key]
+            if isinstance(value, str) and isinstance(got, int):
+                value = byte_size(value)
+            test.assertEqual(got, value, f"{name}: [{section}] {key}")
+
+
+def deploy_tomls(controller):
+    """(name, text) of the TOML files under deploy/ and in ConfigMaps: strata-controller's when
+    `controller`, else stratad's."""
+    files = [(str(p.relative_to(DEPLOY)), p.read_text()) for p in sorted(DEPLOY.rglob("*.toml"))]
+    return [(name, text) for name, text in files + configmap_tomls()
+            if is_controller_toml(name) == controller]
+
 
 class DaemonConfigs(unittest.TestCase):
-    """Every TOML file is one stratad accepts, read back as written."""
-
-    def accepted(self, name, text):
-        """Runs stratad --print-config on `text`; returns the printed config, parsed."""
-        with tempfile.TemporaryDirectory() as tmp:
-            # --print-config validates without opening the files a config names; they are made
-            # anyway (in tmp), so the check holds if stratad ever looks at them.
-            def local_file(match):
-                path = pathlib.Path(tmp, posixpath.basename(match.group(3)))
-                path.write_text("deploy-test-token\n")
-                return f'{match.group(1)}"{path}"'
-            keys = "|".join(FILE_KEYS)
-            text = re.sub(rf'^(\s*({keys})\s*=\s*)"([^"]+)"', local_file, text, flags=re.M)
-            path = pathlib.Path(tmp, "stratad.toml")
-            path.write_text(text)
-            printed = run([binary("STRATA_STRATAD"), "--config", path, "--print-config"])
-        self.assertEqual(printed.returncode, 0, f"stratad refuses {name}: {printed.stderr}")
-        return tomllib.loads(text), tomllib.loads(printed.stdout)
+    """Every TOML file meant for stratad is one it accepts, read back as written."""
 
     def test_stratad_accepts_every_toml(self):
-        files = sorted(DEPLOY.rglob("*.toml"))
-        tomls = [(str(p.relative_to(DEPLOY)), p.read_text()) for p in files]
-        tomls += configmap_tomls()
+        tomls = deploy_tomls(controller=False)
         self.assertGreaterEqual(len(tomls), 5, "the example configs and the ConfigMap's")
         for name, text in tomls:
             with self.subTest(config=name):
-                written, printed = self.accepted(name, text)
-                for section, keys in written.items():
-                    for key, value in keys.items():
-                        got = printed[section][key]
-                        if isinstance(value, str) and isinstance(got, int):
-                            value = byte_size(value)
-                        self.assertEqual(got, value, f"{name}: [{section}] {key}")
+                written, printed = accepted(self, "STRATA_STRATAD", name, text)
+                assert_read_back(self, name, written, printed)
 
     def test_pd_pair_points_at_each_other(self):
         prefill = tomllib.loads((CONFIGS / "pd-prefill.toml").read_text())["remote"]
@@ -332,6 +652,72 @@ class DaemonConfigs(unittest.TestCase):
         self.assertEqual(prefill["peers"], [decode["listen_address"]])
         self.assertEqual(decode["peers"], [prefill["listen_address"]])
         self.assertEqual(prefill["cluster_token_file"], decode["cluster_token_file"])
+
+
+class ControllerConfigs(unittest.TestCase):
+    """Every TOML file meant for strata-controller is one it accepts, read back as written."""
+
+    def test_controller_accepts_every_toml(self):
+        tomls = deploy_tomls(controller=True)
+        self.assertGreaterEqual(len(tomls), 2, "configs/strata-controller.toml and the ConfigMap's")
+        for name, text in tomls:
+            with self.subTest(config=name):
+                written, printed = accepted(self, "STRATA_CONTROLLER", name, text)
+                assert_read_back(self, name, written, printed)
+
+
+class CommandLines(unittest.TestCase):
+    """The units' and the manifests' command lines are ones the binaries accept."""
+
+    def accepts(self, variable, args, config_text):
+        """Runs the binary with `args` (their --config replaced by `config_text`) and
+        --print-config; returns the printed config, parsed."""
+        config = flag_value(args, "--config")
+        args = [word for word in args if word != config and word != "--config"]
+        printed, _ = print_config(variable, config_text, args)
+        self.assertEqual(printed.returncode, 0,
+                         f"{variable} refuses {' '.join(args)}: {printed.stderr}")
+        return tomllib.loads(printed.stdout)
+
+    def test_manifests_command_lines(self):
+        daemonset, statefulset = workload(STRATAD), workload(CONTROLLER)
+        stratad = container(daemonset, STRATAD)
+        self.assertNotIn("command", stratad, "stratad runs as the image's entrypoint")
+        args = expand(stratad, TEST_FIELDS)
+        (configmap,) = [cm for cm in objects("ConfigMap") if "stratad.toml" in cm.get("data", {})]
+        printed = self.accepts("STRATA_STRATAD", args, configmap["data"]["stratad.toml"])
+        self.assertEqual(printed["control"]["listen_address"], flag_value(args, "--listen"))
+        self.assertEqual(printed["cluster"]["instance_id"], flag_value(args, "--instance-id"))
+
+        controller = container(statefulset, CONTROLLER)
+        words = expand(controller, TEST_FIELDS)
+        self.assertEqual(words[0], "/usr/bin/strata-controller")
+        (configmap,) = [cm for cm in objects("ConfigMap") if CONTROLLER_TOML in cm.get("data", {})]
+        printed = self.accepts("STRATA_CONTROLLER", words[1:], configmap["data"][CONTROLLER_TOML])
+        self.assertEqual(printed["cluster"]["etcd_endpoints"],
+                         controller_config()["cluster"]["etcd_endpoints"])
+
+    def test_units_command_lines(self):
+        # Each unit with the config its install lines put at its --config path.
+        for unit, config, variable in ((UNIT, CONFIGS / "disk-node.toml", "STRATA_STRATAD"),
+                                       (CONTROLLER_UNIT, CONTROLLER_CONFIG, "STRATA_CONTROLLER")):
+            with self.subTest(unit=unit.name):
+                (exec_start,) = unit_settings(unit)["ExecStart"]
+                words = shlex.split(exec_start)
+                self.assertIn(f"{config.name} {flag_value(words, '--config')}",
+                              " ".join(unit.read_text().split()),
+                              f"{unit.name} does not say to install {config.name} there")
+                self.accepts(variable, words[1:], config.read_text())
+
+    def test_etcd_knows_every_flag(self):
+        etcd = shutil.which("etcd")
+        if etcd is None:
+            self.skipTest("etcd not found (Debian package etcd-server)")
+        usage = run([etcd, "--help"])
+        known = set(re.findall(r"^\s+(--[\w-]+)", usage.stdout + usage.stderr, re.M))
+        self.assertIn("--initial-cluster", known, "etcd --help lists no flags")
+        for word in container(workload(ETCD), "etcd")["args"]:
+            self.assertTrue(word.split("=", 1)[0] in known, f"etcd does not know {word}")
 
 
 class DockerImage(unittest.TestCase):
@@ -348,8 +734,22 @@ class DockerImage(unittest.TestCase):
                 for source in shlex.split(args)[1:-1]:
                     self.assertTrue(source.startswith(f"/src/{build_dir}/"), source)
         sidecar = tomllib.loads((CONFIGS / "sidecar.toml").read_text())
-        exposed = [args for op, args in instructions if op == "EXPOSE"]
-        self.assertEqual(exposed, [sidecar["metrics"]["listen_address"].rsplit(":", 1)[1]])
+        exposed = [port for op, args in instructions if op == "EXPOSE" for port in args.split()]
+        controller_ports = {address_port(tomllib.loads(text)["controller"]["listen_address"])
+                            for _, text in deploy_tomls(controller=True)}
+        self.assertEqual(sorted(map(int, exposed)),
+                         sorted({address_port(sidecar["metrics"]["listen_address"])}
+                                | controller_ports))
+        # What the manifests run from this image is in it.
+        installed = {posixpath.join(shlex.split(args)[-1], posixpath.basename(source))
+                     for op, args in instructions if op == "COPY" and "--from=build" in args
+                     for source in shlex.split(args)[1:-1]}
+        (entrypoint,) = [json.loads(args) for op, args in instructions if op == "ENTRYPOINT"]
+        image = container(workload(STRATAD), STRATAD)["image"]
+        ran = [c.get("command", entrypoint)[0] for _, w in manifests() if w["kind"] in WORKLOADS
+               for c in containers(pod_spec(w)) if c["image"] == image]
+        self.assertIn("/usr/bin/strata-controller", ran)
+        self.assertLessEqual(set(ran), installed, "a manifest runs what the image lacks")
         (health,) = [args for op, args in instructions if op == "HEALTHCHECK"]
         command = json.loads(health.split("CMD", 1)[1])
         self.assertEqual(command[command.index("--addr") + 1],
@@ -371,17 +771,19 @@ class DockerImage(unittest.TestCase):
         for op, args in runtime:
             for install in re.findall(r"apt-get install ([^&]*)", args) if op == "RUN" else []:
                 installed |= {word for word in install.split() if not word.startswith("-")}
-        for variable in ("STRATA_STRATAD", "STRATA_CLI"):
-            path = binary(variable)
-            needed = re.findall(r"\(NEEDED\).*\[(.+)\]", run(["readelf", "-d", path]).stdout)
-            resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", run(["ldd", path]).stdout, re.M))
-            for library in needed:
-                if library.startswith("ld-linux"):
-                    continue  # the loader, in libc6
-                self.assertIn(library, resolved, f"{path}: {library} not found by ldd")
-                package = debian_package(resolved[library])
-                self.assertIsNotNone(package, f"{library}: from no Debian package")
-                self.assertIn(package, installed, f"{library} ({package}): not in the image")
+        for variable in ("STRATA_STRATAD", "STRATA_CONTROLLER", "STRATA_CLI"):
+            with self.subTest(binary=variable):
+                path = binary(variable)
+                needed = re.findall(r"\(NEEDED\).*\[(.+)\]", run(["readelf", "-d", path]).stdout)
+                resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", run(["ldd", path]).stdout,
+                                           re.M))
+                for library in needed:
+                    if library.startswith("ld-linux"):
+                        continue  # the loader, in libc6
+                    self.assertIn(library, resolved, f"{path}: {library} not found by ldd")
+                    package = debian_package(resolved[library])
+                    self.assertIsNotNone(package, f"{library}: from no Debian package")
+                    self.assertIn(package, installed, f"{library} ({package}): not in the image")
 
     def test_healthcheck_passes_against_stratad(self):
         (health,) = [args for op, args in dockerfile_instructions() if op == "HEALTHCHECK"]
@@ -413,7 +815,7 @@ class DockerImage(unittest.TestCase):
 
 
 class SystemdUnit(unittest.TestCase):
-    """deploy/systemd/stratad.service against the configs laid out for it, and systemd's tools."""
+    """deploy/systemd's units against the configs laid out for them, and systemd's tools."""
 
     def test_unit_agrees_with_its_configs(self):
         unit = unit_settings()
@@ -431,6 +833,24 @@ class SystemdUnit(unittest.TestCase):
         self.assertEqual(unit["User"], ["strata"])
         self.assertIn(f"u {unit['User'][0]} ", SYSUSERS.read_text())
 
+    def test_controller_unit_agrees_with_its_config(self):
+        unit = unit_settings(CONTROLLER_UNIT)
+        self.assertEqual(unit["ExecStart"],
+                         ["/usr/bin/strata-controller --config /etc/strata/strata-controller.toml"])
+        # The tokens lie in the read-only ConfigurationDirectory, beside the config.
+        (configuration,) = unit["ConfigurationDirectory"]
+        config = tomllib.loads(CONTROLLER_CONFIG.read_text())
+        for section in ("controller", "daemons"):
+            path = config[section]["auth_token_file"]
+            self.assertEqual(posixpath.dirname(path), f"/etc/{configuration}", path)
+        # No capabilities at all (stratad keeps CAP_IPC_LOCK), no code written and run (stratad
+        # allows it for UCX), and the user sysusers creates.
+        self.assertEqual(unit["CapabilityBoundingSet"], [""])
+        self.assertNotIn("AmbientCapabilities", unit)
+        self.assertEqual(unit["MemoryDenyWriteExecute"], ["yes"])
+        self.assertEqual(unit["User"], unit_settings()["User"])
+        self.assertIn(f"u {unit['User'][0]} ", SYSUSERS.read_text())
+
     def verify_output(self, command, unit):
         """Runs `command` (a systemd tool) on `unit`; fails on any complaint about the unit."""
         result = run(command, cwd=unit.parent)
@@ -445,25 +865,38 @@ class SystemdUnit(unittest.TestCase):
             self.fail(f"{' '.join(map(str, command))}: exit {result.returncode}\n{output}")
         return output
 
-    def unit_copy(self, tmp, gpu=False):
-        """The unit in tmp, with ExecStart running the stratad just built; with its GPU drop-in
-        beside it (tmp/stratad.service.d/gpu.conf, where systemd looks for drop-ins) when `gpu`."""
-        text = UNIT.read_text().replace("ExecStart=/usr/bin/stratad ",
-                                        f"ExecStart={binary('STRATA_STRATAD')} ")
-        path = pathlib.Path(tmp, UNIT.name)
+    def unit_copy(self, tmp, gpu=False, unit=UNIT):
+        """The unit in tmp, with ExecStart running the binary just built; with stratad's GPU
+        drop-in beside it (tmp/stratad.service.d/gpu.conf, where systemd looks for drop-ins) when
+        `gpu`."""
+        variable = {UNIT: "STRATA_STRATAD", CONTROLLER_UNIT: "STRATA_CONTROLLER"}[unit]
+        (exec_start,) = unit_settings(unit)["ExecStart"]
+        program = exec_start.split()[0]
+        text = unit.read_text().replace(f"ExecStart={program} ",
+                                        f"ExecStart={binary(variable)} ")
+        path = pathlib.Path(tmp, unit.name)
         path.write_text(text)
         if gpu:
-            drop_ins = pathlib.Path(tmp, UNIT.name + ".d")
+            drop_ins = pathlib.Path(tmp, unit.name + ".d")
             drop_ins.mkdir()
             (drop_ins / "gpu.conf").write_text(GPU_DROP_IN.read_text())
         return path
 
+    def exposure(self, unit):
+        """systemd-analyze security's exposure level of `unit`, and its report."""
+        result = run(["systemd-analyze", "security", "--offline=yes", unit], cwd=unit.parent)
+        if "--offline" in result.stderr:
+            self.skipTest("systemd-analyze security has no --offline (systemd < 250)")
+        level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+        self.assertIsNotNone(level, result.stdout + result.stderr)
+        return float(level[1]), result.stdout
+
     def test_systemd_analyze_verify(self):
         if shutil.which("systemd-analyze") is None:
             self.skipTest("systemd-analyze not found (Debian package systemd)")
-        for gpu in (False, True):
-            with self.subTest(gpu=gpu), tempfile.TemporaryDirectory() as tmp:
-                unit = self.unit_copy(tmp, gpu)
+        for unit_file, gpu in ((UNIT, False), (UNIT, True), (CONTROLLER_UNIT, False)):
+            with self.subTest(unit=unit_file.name, gpu=gpu), tempfile.TemporaryDirectory() as tmp:
+                unit = self.unit_copy(tmp, gpu, unit_file)
                 self.verify_output(["systemd-analyze", "verify", unit], unit)
 
     def test_systemd_analyze_security(self):
@@ -471,19 +904,21 @@ class SystemdUnit(unittest.TestCase):
             self.skipTest("systemd-analyze not found (Debian package systemd)")
         # Exposure 0.0 (locked down) .. 10.0 (unprotected): the unit scores 1.5, and 1.7 with its
         # GPU drop-in, which shows it the NVIDIA devices (and only those: DevicePolicy=closed).
+        levels = {}
         for gpu in (False, True):
             with self.subTest(gpu=gpu), tempfile.TemporaryDirectory() as tmp:
-                unit = self.unit_copy(tmp, gpu)
-                result = run(["systemd-analyze", "security", "--offline=yes", unit], cwd=tmp)
-                if "--offline" in result.stderr:
-                    self.skipTest("systemd-analyze security has no --offline (systemd < 250)")
-                level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
-                self.assertIsNotNone(level, result.stdout + result.stderr)
-                self.assertLessEqual(float(level[1]), 2.0, result.stdout)
+                levels[gpu], report = self.exposure(self.unit_copy(tmp, gpu))
+                self.assertLessEqual(levels[gpu], 2.0, report)
                 # The drop-in is read: the devices are visible with it and hidden without.
-                devices = re.search(r"^(\S+) PrivateDevices=", result.stdout, re.MULTILINE)
-                self.assertIsNotNone(devices, result.stdout)
+                devices = re.search(r"^(\S+) PrivateDevices=", report, re.MULTILINE)
+                self.assertIsNotNone(devices, report)
                 self.assertEqual(devices[1], "✗" if gpu else "✓", devices[0])
+        # The controller needs less than stratad (no capability, no UCX, no shared memory, no
+        # files of its own): it scores 1.2.
+        with tempfile.TemporaryDirectory() as tmp:
+            level, report = self.exposure(self.unit_copy(tmp, unit=CONTROLLER_UNIT))
+            self.assertLess(level, levels.get(False, 0.0), report)
+            self.assertLessEqual(level, 1.5, report)
 
     def test_gpu_drop_in_opens_only_the_nvidia_devices(self):
         settings = {}
@@ -506,10 +941,216 @@ class SystemdUnit(unittest.TestCase):
             self.assertNotIn("gnoring", result.stdout + result.stderr)
 
 
+class Cluster(unittest.TestCase):
+    """etcd, the controllers and a daemon started as the manifests start them, on loopback: each
+    pod's host:port becomes 127.0.0.1 and a free port, its volumes directories in tmp, the
+    Secret's keys files there."""
+
+    def setUp(self):
+        self.etcd = shutil.which("etcd")
+        if self.etcd is None:
+            self.skipTest("etcd not found (Debian package etcd-server)")
+        self.binaries = {v: binary(v) for v in ("STRATA_STRATAD", "STRATA_CONTROLLER",
+                                                "STRATA_CLI")}
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="strata-deploy-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.processes = []
+        self.addCleanup(self.stop_all)
+        # Each pod's host:port (by its name under its Service, and 0.0.0.0 for its listeners),
+        # mapped to a loopback port.
+        self.addresses = {}
+        # A distinct value per Secret key: a token wired to the wrong key fails the calls.
+        self.secrets = self.tmp / "secrets"
+        self.secrets.mkdir()
+
+    def stop_all(self):
+        for _, process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for _, process in reversed(self.processes):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def start(self, name, command):
+        log = open(self.tmp / f"{name}.log", "w")
+        self.addCleanup(log.close)
+        process = subprocess.Popen([str(word) for word in command], stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append((name, process))
+        return process
+
+    def logs(self):
+        return "".join(f"--- {name}\n{(self.tmp / f'{name}.log').read_text()[-3000:]}"
+                       for name, _ in self.processes)
+
+    def local(self, host, port):
+        """The loopback address standing for host:port."""
+        return f"127.0.0.1:{self.addresses.setdefault((host, int(port)), free_port())}"
+
+    def map_pod(self, statefulset, index, c):
+        """Maps one replica's listening ports, by its name and by 0.0.0.0 alike."""
+        host = member_host(statefulset, index)
+        for port in c["ports"]:
+            local = self.local(host, port["containerPort"])
+            self.addresses[(f"0.0.0.0@{host}", port["containerPort"])] = address_port(local)
+        return host
+
+    def localize_urls(self, word, host):
+        """A word with every http://host:port in it mapped (0.0.0.0 to `host`'s ports)."""
+        def mapped(match):
+            name = f"0.0.0.0@{host}" if match[1] == "0.0.0.0" else match[1]
+            self.assertIn((name, int(match[2])), self.addresses, f"{match[0]}: no such pod")
+            return f"http://{self.local(name, match[2])}"
+        return re.sub(r"http://([\w.-]+):(\d+)", mapped, word)
+
+    def localize_volumes(self, word, c, pod):
+        """A word with a mount path of the container in it pointing at tmp/<pod>/<volume>."""
+        for mount in c.get("volumeMounts", []):
+            if mount["mountPath"] in word:
+                local = self.tmp / pod / mount["name"]
+                local.mkdir(parents=True, exist_ok=True)
+                word = word.replace(mount["mountPath"], str(local))
+        return word
+
+    def secret_file(self, key):
+        """The file holding a Secret's key, (secret, key), here."""
+        file = self.secrets / f"{key[0]}.{key[1]}"
+        file.write_text(f"{key[0]}-{key[1]}-value")
+        return file
+
+    def secret_files(self, workload_object, container_name, text):
+        """A config's text with every path on a Secret volume of the container pointing at the
+        Secret's key in tmp/secrets (so that both sides of a token read the same file)."""
+        for path in set(re.findall(r'"(/[^"]+)"', text)):
+            key = secret_key(workload_object, container_name, path)
+            if key and key[1]:
+                text = text.replace(f'"{path}"', f'"{self.secret_file(key)}"')
+        return text
+
+    def http_ok(self, url):
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status == 200, response.read().decode()
+        except OSError as e:
+            return False, str(e)
+
+    def eventually(self, check, what, timeout_s=30):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = check()
+            if result or time.monotonic() > deadline:
+                break
+            for name, process in self.processes:
+                if process.poll() is not None:
+                    self.fail(f"{name} exited ({process.returncode}) before {what}\n{self.logs()}")
+            time.sleep(0.2)
+        self.assertTrue(result, f"not within {timeout_s} s: {what}\n{self.logs()}")
+        return result
+
+    def cli(self, addresses, *command):
+        return run([self.binaries["STRATA_CLI"], "--controller", ",".join(addresses),
+                    "--token-file", self.controller_token, "--timeout-ms", "2000", *command])
+
+    def test_cluster_runs_as_the_manifests_wire_it(self):
+        etcd, statefulset, daemonset = workload(ETCD), workload(CONTROLLER), workload(STRATAD)
+        member, controller = container(etcd, "etcd"), container(statefulset, CONTROLLER)
+        stratad = container(daemonset, STRATAD)
+        hosts = {}
+        for sts, c in ((etcd, member), (statefulset, controller)):
+            hosts[sts["metadata"]["name"]] = [self.map_pod(sts, i, c)
+                                              for i in range(sts["spec"]["replicas"])]
+
+        # etcd: every member as its StatefulSet starts it.
+        for host in hosts[ETCD]:
+            pod = host.split(".")[0]
+            words = expand(member, {"metadata.name": pod})[1:]
+            words = [self.localize_volumes(self.localize_urls(w, host), member, pod)
+                     for w in words]
+            self.start(pod, [self.etcd, *words])
+        for host in hosts[ETCD]:
+            for probe in ("livenessProbe", "readinessProbe"):
+                get = member[probe]["httpGet"]
+                url = (f"http://{self.local(f'0.0.0.0@{host}', port_number(member, get['port']))}"
+                       f"{get['path']}")
+                self.eventually(lambda: self.http_ok(url)[0], f"etcd's {probe} {url} passes")
+            self.assertIn('"health":"true"', self.http_ok(url)[1])
+
+        # The controllers: their ConfigMap's config, etcd's and their own addresses local.
+        (configmap,) = [cm for cm in objects("ConfigMap") if CONTROLLER_TOML in cm.get("data", {})]
+        text = self.secret_files(statefulset, CONTROLLER, configmap["data"][CONTROLLER_TOML])
+        for (host, port), _ in list(self.addresses.items()):
+            text = text.replace(f'"{host}:{port}"', f'"{self.local(host, port)}"')
+        self.assertNotIn(".svc:", text, "an etcd endpoint names no member")
+        listen = address_port(controller_config()["controller"]["listen_address"])
+        controllers = []
+        for host in hosts[CONTROLLER]:
+            pod = host.split(".")[0]
+            address = self.local(host, listen)
+            config = self.tmp / f"{pod}.toml"
+            config.write_text(re.sub(r'^listen_address = "[^"]*"', f'listen_address = "{address}"',
+                                     text, flags=re.M))
+            words = expand(controller, TEST_FIELDS)
+            words[words.index(flag_value(words, "--config"))] = str(config)
+            self.start(pod, [self.binaries["STRATA_CONTROLLER"], *words[1:]])
+            controllers.append(address)
+        self.controller_token = self.secret_file(secret_key(
+            statefulset, CONTROLLER, controller_config()["controller"]["auth_token_file"]))
+
+        # The probes (tcpSocket on the cluster API) pass on both; one of them leads.
+        for address in controllers:
+            def connects(address=address):
+                try:
+                    socket.create_connection(tuple(address.rsplit(":", 1)), timeout=1).close()
+                    return True
+                except OSError:
+                    return False
+            self.eventually(connects, f"the probes' port of {address} accepts")
+
+        def one_leads():
+            answers = [self.cli([address], "instances") for address in controllers]
+            leading = [a for a in answers if a.returncode == 0]
+            standby = [a for a in answers if "standby" in a.stderr]
+            return len(leading) == 1 and len(standby) == len(controllers) - 1
+        self.eventually(one_leads, "one controller leads, the others stand by")
+
+        # A daemon, as the DaemonSet starts it, with the ConfigMap's config: it registers with
+        # the controllers it lists, and the leader indexes it through its control API.
+        (configmap,) = [cm for cm in objects("ConfigMap") if "stratad.toml" in cm.get("data", {})]
+        text = self.secret_files(daemonset, STRATAD, configmap["data"]["stratad.toml"])
+        for host in hosts[CONTROLLER]:
+            text = text.replace(f'"{host}:{listen}"', f'"{self.local(host, listen)}"')
+        self.assertNotIn(".svc:", text, "a controller entry names no replica")
+        config = self.tmp / "stratad.toml"
+        config.write_text(text)
+        words = expand(stratad, TEST_FIELDS)
+        words[words.index(flag_value(words, "--config"))] = str(config)
+        control = self.local("stratad", address_port(flag_value(words, "--listen")))
+        self.assertEqual(flag_value(words, "--listen").split(":")[0], "127.0.0.1")
+        words[words.index(flag_value(words, "--listen"))] = control
+        # Its sockets in tmp, no disk tier or metrics, a small host tier.
+        self.start("stratad", [self.binaries["STRATA_STRATAD"], *words,
+                               "--engine-socket", self.tmp / "engine.sock",
+                               "--control-socket", self.tmp / "control.sock",
+                               "--disk-dir", "", "--no-metrics", "--host-capacity", "64MiB"])
+        node = TEST_FIELDS["spec.nodeName"]
+
+        def indexed():
+            # instance, control endpoint, indexed (yes/no), ...
+            listed = self.cli(controllers, "instances").stdout.splitlines()
+            listed = [line.split() for line in listed]
+            return [row for row in listed if row[:1] == [node] and row[2] == "yes"]
+        (row,) = self.eventually(indexed, f"the controllers index {node}")
+        self.assertEqual(row[1], control, "the daemon registered another control address")
+
+
 def case_ids():
     loader = unittest.defaultTestLoader
-    return [f"{case.__name__}.{name}" for case in (Manifests, DaemonConfigs, DockerImage,
-                                                   SystemdUnit)
+    return [f"{case.__name__}.{name}" for case in (Manifests, DaemonConfigs, ControllerConfigs,
+                                                   CommandLines, DockerImage, SystemdUnit,
+                                                   Cluster)
             for name in loader.getTestCaseNames(case)]
 
 
