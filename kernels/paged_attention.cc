@@ -122,6 +122,10 @@ void AttendBlocks(const PagedAttentionArgs& a, const SeqWork& w, int64_t group,
       const int64_t position = BlockPosition(a, w.seq, j);
       for (int64_t t = 0; t < valid; ++t) RotateRow(k_block.data() + t * dim, a.rope, position + t);
     }
+    const uint8_t* masked =
+        a.masked_keys.empty()
+            ? nullptr
+            : a.masked_keys.data() + w.seq * a.max_blocks_per_seq * block_size + first_key;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t query_index = w.context + r / group;
       const int64_t visible = a.causal ? std::min(valid, query_index - first_key + 1) : valid;
@@ -129,9 +133,12 @@ void AttendBlocks(const PagedAttentionArgs& a, const SeqWork& w, int64_t group,
       const float* q = q_rows.data() + r * dim;
       float block_max = -std::numeric_limits<float>::infinity();
       for (int64_t t = 0; t < visible; ++t) {
-        scores[static_cast<size_t>(t)] = scale * Dot(q, k_block.data() + t * dim, dim);
+        scores[static_cast<size_t>(t)] = masked != nullptr && masked[t] != 0
+                                             ? -std::numeric_limits<float>::infinity()
+                                             : scale * Dot(q, k_block.data() + t * dim, dim);
         block_max = std::max(block_max, scores[static_cast<size_t>(t)]);
       }
+      if (block_max == -std::numeric_limits<float>::infinity()) continue;  // every key masked
       float& m = state.m[static_cast<size_t>(r)];
       float& l = state.l[static_cast<size_t>(r)];
       float* acc = state.acc.data() + r * dim;
@@ -242,6 +249,10 @@ absl::Status ValidatePagedAttentionShapes(const PagedAttentionArgs& a) {
   if (!a.block_positions.empty()) {
     STRATA_RETURN_IF_ERROR(
         CheckSpanSize(a.block_positions.size(), table_entries, "block_positions"));
+  }
+  if (!a.masked_keys.empty()) {
+    STRATA_RETURN_IF_ERROR(
+        CheckSpanSize(a.masked_keys.size(), table_entries * a.kv_spec.block_size, "masked_keys"));
   }
   if (!a.rope.empty()) {
     STRATA_RETURN_IF_ERROR(ValidateRopeTableView(a.rope, "attention rope"));

@@ -10,6 +10,10 @@
 // [query_start_loc[s], query_start_loc[s + 1]) and are the sequence's last keys: query i of n has
 // logical index seq_lens[s] - n + i (prefill / append: n > 1; decode: n = 1). With `causal`, a
 // query sees keys whose logical index is <= its own; slots at or beyond seq_lens[s] are never read.
+// Masked keys (MEPIC's pad tokens: they hold positions but are no tokens of the prompt) are seen
+// by no query; a query that sees no key at all gets zeros. Several sequences may share one
+// block table row's blocks (a request's tokens recomputed in the middle of its prompt are a
+// sequence ending at their last one).
 //
 // A second cache (MEPIC's shared pages: the daemon's device pool, mapped in the engine) may stand
 // beside the engine's: block ids in [kv_spec.num_blocks, kv_spec.num_blocks +
@@ -47,8 +51,11 @@ struct PagedAttentionArgs {
   std::span<const int32_t> query_start_loc;  // [num_seqs + 1], from 0 to num_query_tokens
   std::span<const int64_t> query_positions;  // [num_query_tokens]; unused without RoPE
   std::span<const int64_t> block_positions;  // empty, or [num_seqs, max_blocks_per_seq]
-  RopeTableView rope;                        // empty: q and K are already rotated
-  float scale = 0.0f;                        // 0: 1 / sqrt(head_dim)
+  // Empty, or [num_seqs, max_blocks_per_seq * block_size] by logical key index: non-zero masks
+  // that key.
+  std::span<const uint8_t> masked_keys;
+  RopeTableView rope;  // empty: q and K are already rotated
+  float scale = 0.0f;  // 0: 1 / sqrt(head_dim)
   bool causal = true;
   int64_t num_kv_splits = 1;  // in [1, 1024]
   // Optional upper bound of any sequence's query count (0: unknown, taken as num_query_tokens).

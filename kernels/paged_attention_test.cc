@@ -205,6 +205,51 @@ TEST_P(PagedAttentionTest, NanInUnusedSlotsDoesNotLeak) {
   EXPECT_TRUE(BitIdentical(with_nan, RunCpu(zeros)));
 }
 
+// MEPIC's pads: a chunk's leading pads and a segment's trailing pads are masked keys. No query
+// sees them (their K and V may hold anything), they keep their slots' positions, and a query
+// whose every visible key is masked gets zeros.
+TEST_P(PagedAttentionTest, MaskedKeysAreSeenByNoQuery) {
+  const int64_t b = GetParam().block_size;
+  Problem p = MakeProblem(GetParam(),
+                          {{static_cast<int32_t>(3 * b), static_cast<int32_t>(b)},
+                           {static_cast<int32_t>(2 * b + 1), 2}},
+                          11);
+  const int64_t row = p.max_blocks * b;
+  p.masked_keys.assign(p.seq_lens.size() * static_cast<size_t>(row), 0);
+  for (int64_t t = 0; t < b / 2 + 1; ++t) p.masked_keys[static_cast<size_t>(t)] = 1;  // leading
+  p.masked_keys[static_cast<size_t>(2 * b - 1)] = 1;  // a trailing pad before block 2
+  p.masked_keys[static_cast<size_t>(row + b)] = 1;
+  p.splits = 2;
+  const HostTensor masked = RunCpu(p);
+  ExpectClose(masked, p.Reference(), 1e-5, 1e-5);
+  const HostTensor unmasked = [&] {
+    Problem plain = p;
+    plain.masked_keys.clear();
+    return RunCpu(plain);
+  }();
+  EXPECT_FALSE(BitIdentical(masked, unmasked)) << "the mask changed nothing";
+
+  Problem moved = p;  // whatever masked keys hold, the output is the same bits
+  for (size_t s = 0; s < moved.seq_lens.size(); ++s) {
+    for (int64_t i = 0; i < moved.seq_lens[s]; ++i) {
+      if (moved.masked_keys[s * static_cast<size_t>(row) + static_cast<size_t>(i)] == 0) continue;
+      const int64_t block =
+          moved.block_table[s * static_cast<size_t>(moved.max_blocks) + static_cast<size_t>(i / b)];
+      for (int64_t e = 0; e < moved.kv_heads * moved.dim; ++e) {
+        const int64_t off = (block * b + i % b) * moved.kv_heads * moved.dim + e;
+        moved.k.Set(off, 1e4f);
+        moved.v.Set(off, -1e4f);
+      }
+    }
+  }
+  EXPECT_TRUE(BitIdentical(masked, RunCpu(moved)));
+
+  Problem all = p;  // sequence 1's first query sees only keys that are all masked
+  all.masked_keys.assign(all.masked_keys.size(), 1);
+  const HostTensor zeros = RunCpu(all);
+  for (int64_t i = 0; i < zeros.size(); ++i) ASSERT_EQ(zeros.Get(i), 0.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                          ::testing::Values(Shape{4, 2, 1, 32, RopeStyle::kNeox},
                                            Shape{16, 2, 4, 64, RopeStyle::kNeox},
@@ -237,6 +282,9 @@ TEST(PagedAttentionValidationTest, RejectsBadArguments) {
   p = good;
   p.block_positions.assign(p.block_table.size(), 4094);  // keys run past the table
   EXPECT_TRUE(invalid(p));
+  p = good;
+  p.masked_keys.assign(p.block_table.size() * static_cast<size_t>(p.block_size) - 1, 0);
+  EXPECT_TRUE(invalid(p)) << "a mask one key short";
   p = good;
   p.query_start_loc[1] = 5;  // decreasing
   EXPECT_TRUE(invalid(p));

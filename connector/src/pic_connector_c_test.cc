@@ -178,11 +178,12 @@ TEST_F(PicConnectorCTest, AChunkWrittenThroughOneConnectorIsSharedByAnother) {
   EXPECT_EQ(std::vector<uint32_t>(shared.chunks[0].pool_pages, shared.chunks[0].pool_pages + 3),
             a_pages);
   EXPECT_TRUE(PoolPagesHold(Base(shared.info), Geometry(shared.info), a_pages, 0xa1));
-  // [3 prompt + 13 pads][a: 8 pads + 40]: LegoLink-4 recomputes the prompt and 4 tokens of a.
+  // [3 prompt + 13 pads][a: 8 pads + 40]: LegoLink-4 recomputes the prompt, a's pads and 4 of
+  // its tokens.
   ASSERT_EQ(shared.info.num_recompute_spans, 1u);
   EXPECT_EQ(shared.info.recompute_from_layer_zero[0].begin, 0u);
-  EXPECT_EQ(shared.info.recompute_from_layer_zero[0].end, 20u);
-  EXPECT_EQ(shared.info.recomputed_tokens, 20u);
+  EXPECT_EQ(shared.info.recompute_from_layer_zero[0].end, 28u);
+  EXPECT_EQ(shared.info.recomputed_tokens, 28u);
   // Its block table: the prompt, then a's 3 blocks, all the reader's own (a rope_applied pool is
   // read through re-rotated copies): block 1 of a recomputed in part, each filled from its page.
   ASSERT_EQ(shared.info.num_blocks, 4u);

@@ -308,6 +308,8 @@ TEST(PicConnectorNopeTest, TheBlockTableReadsSharedPagesInPlaceWhereNothingIsRec
     auto plan = connector.Begin("r", prompt, spans, request);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const std::string policy(PicRecomputePolicyName(c.recompute));
+    EXPECT_EQ(plan->compile_dummies, c.recompute == PicRecomputePolicy::kLegoLinkZero ? 3u : 0u)
+        << policy;
     if (c.recompute == PicRecomputePolicy::kLegoLinkZero) {
       // Compiled after its dummies: another key, a chunk of its own to write.
       EXPECT_EQ(States(*plan), (std::vector{PicChunkState::kWrite}));

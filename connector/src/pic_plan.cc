@@ -127,6 +127,7 @@ PicPlan ToPicPlan(const PicRequest& request, uint32_t block_tokens, PositionalFo
     plan.recompute_from_layer_zero.push_back({range.begin, range.end});
   }
   plan.recomputed_tokens = request.recomputed_tokens(block_tokens);
+  plan.compile_dummies = request.policy.compile_variant();
   plan.block_table = BlockTableOf(request, plan, block_tokens);
   return plan;
 }

@@ -2,8 +2,8 @@
 // (ALGORITHMS.md section 3), chosen per request (PicRequests::Begin):
 //   - kMepic (the default): block 1 of each shared chunk, into a request-private page; blocks
 //     2..n are read in place (section 3c);
-//   - kLegoLink: the first `legolink_tokens` tokens of each shared chunk, pads included (EPIC's
-//     LegoLink-k, section 3a);
+//   - kLegoLink: the leading pads and the first `legolink_tokens` real tokens of each shared
+//     chunk (EPIC's LegoLink-k, section 3a, which counts real tokens);
 //   - kLegoLinkZero: nothing of a shared chunk. Its KV is compiled after kLegoLinkDummies dummy
 //     tokens (EPIC's LegoLink-0), so its key carries that compile variant and it never shares
 //     pages with the chunks the other policies compile alone;

@@ -32,6 +32,13 @@ std::vector<size_t> ChunksOf(const PicRequest& request, PicChunkSource source) {
   return out;
 }
 
+// The tokens LegoLink-k recomputes at the start of a shared chunk: its leading pads and its
+// first k real tokens (EPIC counts real tokens), clamped to the chunk. Lengths are clamped
+// before they are added: k may be anything up to UINT32_MAX.
+uint32_t LegoLinkPrefix(const PicPolicy& policy, uint32_t padded_tokens, uint32_t pad_tokens) {
+  return pad_tokens + std::min(padded_tokens - pad_tokens, policy.legolink_tokens);
+}
+
 std::vector<ChunkKey> KeysOf(const PicRequest& request, std::span<const size_t> chunks) {
   std::vector<ChunkKey> keys;
   keys.reserve(chunks.size());
@@ -42,7 +49,8 @@ std::vector<ChunkKey> KeysOf(const PicRequest& request, std::span<const size_t> 
 }  // namespace
 
 absl::Status ThinnedChunkReadable(const PicPolicy& policy, std::span<const uint32_t> positions,
-                                  uint32_t padded_tokens, uint32_t block_tokens) {
+                                  uint32_t padded_tokens, uint32_t pad_tokens,
+                                  uint32_t block_tokens) {
   if (policy.recompute == PicRecompute::kCacheBlend) {
     return absl::FailedPreconditionError(
         "the chunk is thinned (token dropping), and CacheBlend runs every token of a shared chunk "
@@ -53,11 +61,12 @@ absl::Status ThinnedChunkReadable(const PicPolicy& policy, std::span<const uint3
         fmt::format("the thinned chunk keeps a block at position {}, past its {} tokens",
                     positions.back(), padded_tokens));
   }
-  // LegoLink-k recomputes the first k tokens: a block it recomputes in part must be kept.
+  // LegoLink-k recomputes the pads and the first k real tokens: a block it recomputes in part
+  // must be kept.
+  const uint32_t recomputed = LegoLinkPrefix(policy, padded_tokens, pad_tokens);
   const uint32_t partial = policy.recompute == PicRecompute::kLegoLink &&
-                                   policy.legolink_tokens < padded_tokens &&
-                                   policy.legolink_tokens % block_tokens != 0
-                               ? policy.legolink_tokens / block_tokens * block_tokens
+                                   recomputed < padded_tokens && recomputed % block_tokens != 0
+                               ? recomputed / block_tokens * block_tokens
                                : padded_tokens;
   if (partial < padded_tokens && !std::binary_search(positions.begin(), positions.end(), partial)) {
     return absl::FailedPreconditionError(fmt::format(
@@ -85,13 +94,12 @@ std::vector<PicTokenRange> PicRequest::recomputed_from_layer_zero(uint32_t block
       add(begin, end);
       continue;
     }
-    // Lengths are clamped before they are added: k may be anything up to UINT32_MAX.
     switch (policy.recompute) {
       case PicRecompute::kMepic:
         add(begin, begin + std::min(end - begin, block_tokens));
         break;
       case PicRecompute::kLegoLink:
-        add(begin, begin + std::min(end - begin, policy.legolink_tokens));
+        add(begin, begin + LegoLinkPrefix(policy, end - begin, segment.pad_tokens));
         break;
       case PicRecompute::kLegoLinkZero:
       case PicRecompute::kCacheBlend:
@@ -306,9 +314,10 @@ void PicRequests::Share(PicRequest& request, std::span<const size_t> which,
     PoolPlacement& placed = acquired[j];
     PicChunkPlacement& chunk = request.chunks[which[j]];
     if (!placed.positions.empty()) {
-      absl::Status readable = ThinnedChunkReadable(
-          request.policy, placed.positions, request.prompt.segments[chunk.segment].padded_tokens(),
-          block_tokens);
+      const PicSegment& segment = request.prompt.segments[chunk.segment];
+      absl::Status readable =
+          ThinnedChunkReadable(request.policy, placed.positions, segment.padded_tokens(),
+                               segment.pad_tokens, block_tokens);
       if (!readable.ok()) {
         unreadable.push_back(placed.handle);
         MakePrivate(chunk, std::move(readable));

@@ -77,8 +77,8 @@ struct PicRequest {
 
   // The tokens the engine computes from layer 0 on, by the request's policy (pic_policy.h): every
   // prompt segment (padded), every chunk not kShared, and of each kShared chunk its first block
-  // (kMepic), its first legolink_tokens tokens (kLegoLink) or nothing (kLegoLinkZero,
-  // kCacheBlend). Ascending, disjoint, merged where they touch.
+  // (kMepic), its leading pads and first legolink_tokens real tokens (kLegoLink) or nothing
+  // (kLegoLinkZero, kCacheBlend). Ascending, disjoint, merged where they touch.
   std::vector<PicTokenRange> recomputed_from_layer_zero(uint32_t block_tokens) const;
   // Tokens the engine computes through the last layer: those above, plus CacheBlend's selection
   // (floor(kShared chunks' tokens x blend_ratio)).
@@ -86,11 +86,13 @@ struct PicRequest {
 };
 
 // OK when a request of `policy` can read a thinned chunk (its kept blocks at `positions`, in a
-// segment of `padded_tokens` tokens) in place: every kept block inside the segment, and no
-// dropped block that the policy recomputes only in part (its other tokens would be missing).
+// segment of `padded_tokens` tokens, `pad_tokens` of them leading pads) in place: every kept
+// block inside the segment, and no dropped block that the policy recomputes only in part (its
+// other tokens would be missing).
 // kFailedPrecondition naming why not (CacheBlend reads every token through its early layers).
 absl::Status ThinnedChunkReadable(const PicPolicy& policy, std::span<const uint32_t> positions,
-                                  uint32_t padded_tokens, uint32_t block_tokens);
+                                  uint32_t padded_tokens, uint32_t pad_tokens,
+                                  uint32_t block_tokens);
 
 struct PicRequestsOptions {
   // block_tokens must be the pool's (DevicePoolGrant::block_tokens). compile_variant is not

@@ -368,9 +368,13 @@ TEST_F(PicRequestsTest, EachPolicyRecomputesItsShareOfTheSharedChunks) {
   };
   const std::vector<Case> cases = {
       {{}, {{0, chunk_begin + kBlock}, {chunk_end, total}}, 16 + 16 + 5},
+      // LegoLink-4 counts real tokens: the chunk's 8 leading pads, then 4 of its tokens.
       {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 4},
-       {{0, chunk_begin + 4}, {chunk_end, total}},
-       16 + 4 + 5},
+       {{0, chunk_begin + 8 + 4}, {chunk_end, total}},
+       16 + 12 + 5},
+      {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 40},
+       {{0, total}},
+       total},  // k = the chunk's real tokens: all of it
       {{.recompute = PicRecompute::kLegoLink, .legolink_tokens = 100},
        {{0, total}},
        total},  // k past the chunk: all of it
@@ -423,8 +427,9 @@ TEST_F(PicRequestsTest, EachPolicyRecomputesItsShareOfTheSharedChunks) {
 // block), or the policy is CacheBlend (which runs every token of a shared chunk).
 TEST(ThinnedChunkReadableTest, OnlyWhatThePolicyCanReadWithoutTheDroppedBlocks) {
   const std::vector<uint32_t> kept = {0, 48};  // of a 64-token chunk: blocks 0 and 3
-  auto readable = [&](const PicPolicy& policy, uint32_t padded_tokens = 64) {
-    return ThinnedChunkReadable(policy, kept, padded_tokens, kBlock);
+  auto readable = [&](const PicPolicy& policy, uint32_t padded_tokens = 64,
+                      uint32_t pad_tokens = 0) {
+    return ThinnedChunkReadable(policy, kept, padded_tokens, pad_tokens, kBlock);
   };
   EXPECT_TRUE(readable({}).ok()) << "MEPIC recomputes block 1 whole";
   EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLinkZero}).ok());
@@ -438,6 +443,13 @@ TEST(ThinnedChunkReadableTest, OnlyWhatThePolicyCanReadWithoutTheDroppedBlocks) 
       readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 20});
   EXPECT_EQ(partial.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(partial.message().find("block at 16"), std::string_view::npos) << partial;
+  // With 8 leading pads, LegoLink-k recomputes 8 + k tokens.
+  EXPECT_TRUE(readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 24}, 64, 8).ok())
+      << "pads and 24 tokens: blocks 0 and 1 whole";
+  const absl::Status padded =
+      readable({.recompute = PicRecompute::kLegoLink, .legolink_tokens = 16}, 64, 8);
+  EXPECT_EQ(padded.code(), absl::StatusCode::kFailedPrecondition)
+      << "pads and 16 tokens end inside the dropped block at 16";
   EXPECT_EQ(readable({.recompute = PicRecompute::kCacheBlend}).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(readable({}, /*padded_tokens=*/48).code(), absl::StatusCode::kFailedPrecondition)

@@ -1,7 +1,8 @@
 // strata_connector: the Python binding of the C++ connector (strata/connector.h), for the vLLM
 // adapter in connector/python/strata_vllm, and of the page store (strata/page_store.h), for the
 // SGLang HiCache backend in connector/python/strata_sglang, and of position-independent reuse
-// (strata/pic_connector.h). Thin: values are converted at the
+// (strata/pic_connector.h), and (submodule `kernels`, python_kernels.cc) of the kernels a model
+// runner executes such plans with. Thin: values are converted at the
 // boundary, blocking calls release the GIL, and a non-OK status becomes an exception (ValueError
 // for invalid arguments, strata_connector.StrataError otherwise). Tensors are passed as (data_ptr,
 // shape, strides) tuples, so the binding needs no torch.
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "connector/src/python_kernels.h"
 #include "core/kv_layout.h"
 #include "strata/connector.h"
 #include "strata/page_store.h"
@@ -264,6 +266,7 @@ py::dict PlanToDict(const PicPlan& plan) {
   }
   d["recompute_from_layer_zero"] = recompute;
   d["recomputed_tokens"] = plan.recomputed_tokens;
+  d["compile_dummies"] = plan.compile_dummies;
   if (plan.pool.has_value()) {
     py::dict pool;
     pool["base"] = plan.pool->base;
@@ -301,6 +304,7 @@ PYBIND11_MODULE(strata_connector, m) {
   strata_error = PyErr_NewException("strata_connector.StrataError", PyExc_RuntimeError, nullptr);
   m.attr("StrataError") = py::handle(strata_error);
   m.attr("PROTOCOL_VERSION") = 1;
+  BindKernels(m);
 
   m.def(
       "canonical_dtype",

@@ -38,6 +38,7 @@ struct AttentionParams {
   const int32_t* query_start_loc;
   const int64_t* query_positions;
   const int64_t* block_positions;  // may be null
+  const uint8_t* masked_keys;      // may be null: [seq][max_blocks * block_size]
   const float* cos_sin;            // null: no RoPE
   int64_t max_position, rotary_dim;
   int neox;
@@ -170,6 +171,9 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionParams p) {
                      slot;
           if (rope && (position < 0 || position >= p.max_position)) {
             internal::ReportError(p.error_flags, kDeviceErrorPosition);
+          } else if (p.masked_keys != nullptr &&
+                     p.masked_keys[seq * p.max_blocks * p.block_size + index] != 0) {
+            // A masked key: skipped as an unread slot is.
           } else if (block < p.num_blocks) {
             offset = block * p.block_stride + slot * p.slot_stride + kv_head * p.head_stride;
           } else {
@@ -405,6 +409,7 @@ absl::Status PagedAttention(const PagedAttentionArgs& a, void* workspace, size_t
   p.query_start_loc = a.query_start_loc.data();
   p.query_positions = a.query_positions.data();
   p.block_positions = a.block_positions.empty() ? nullptr : a.block_positions.data();
+  p.masked_keys = a.masked_keys.empty() ? nullptr : a.masked_keys.data();
   p.cos_sin = a.rope.cos_sin;
   p.max_position = a.rope.max_position;
   p.rotary_dim = a.rope.rotary_dim;

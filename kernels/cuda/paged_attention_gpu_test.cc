@@ -2,7 +2,7 @@
 // tolerances: fp32 storage rtol = atol = 1e-5; bf16 / fp16 storage atol 2e-2 * max|V|) and against
 // the CPU kernel, for prefill, append and decode batches, GQA, split-K decode, several head dims
 // and block sizes, explicit block positions, a block shared at two offsets, blocks of a second
-// cache, and NaN tails.
+// cache, masked keys, and NaN tails.
 #include "kernels/cuda/paged_attention.h"
 
 #include <cmath>
@@ -24,7 +24,8 @@ using testing::ToHost;
 
 // The problem's buffers on the device, and a run of the CUDA kernel.
 struct DeviceProblem {
-  DeviceBuffer k, v, q, out, table, seq_lens, qsl, qpos, bpos, workspace, flags, shared_k, shared_v;
+  DeviceBuffer k, v, q, out, table, seq_lens, qsl, qpos, bpos, mask, workspace, flags, shared_k,
+      shared_v;
   std::optional<DeviceRopeTable> rope;
 
   explicit DeviceProblem(const AttentionProblem& p)
@@ -37,6 +38,7 @@ struct DeviceProblem {
         qpos(ToDevice(p.query_positions)),
         flags(testing::ErrorWord()) {
     if (!p.block_positions.empty()) bpos = ToDevice(p.block_positions);
+    if (!p.masked_keys.empty()) mask = ToDevice(p.masked_keys);
     if (p.shared_blocks > 0) {
       shared_k = ToDevice(p.shared_k);
       shared_v = ToDevice(p.shared_v);
@@ -61,6 +63,9 @@ struct DeviceProblem {
     a.query_positions = {qpos.as<const int64_t>(), p.query_positions.size()};
     if (!p.block_positions.empty()) {
       a.block_positions = {bpos.as<const int64_t>(), p.block_positions.size()};
+    }
+    if (!p.masked_keys.empty()) {
+      a.masked_keys = {mask.as<const uint8_t>(), p.masked_keys.size()};
     }
     a.rope = rope ? rope->view() : RopeTableView{};
     return a;
@@ -155,6 +160,25 @@ TEST_P(PagedAttentionGpuTest, BlocksOfASecondCache) {
   AttentionProblem p =
       kernels::testing::MakeAttentionProblem(c.shape, {{4 * b, 3}, {2 * b + 5, 1}}, 7, c.kv_dtype);
   p.MoveToSharedCache({{0, 1}, {0, 3}, {1, 0}});
+  Check(p);
+  p.splits = 3;
+  Check(p);
+}
+
+// MEPIC's pads as masked keys: leading ones in a chunk's first block, trailing ones before the
+// next, over both caches, split or not.
+TEST_P(PagedAttentionGpuTest, MaskedKeys) {
+  STRATA_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  const int32_t b = static_cast<int32_t>(c.shape.block_size);
+  AttentionProblem p =
+      kernels::testing::MakeAttentionProblem(c.shape, {{4 * b, b}, {2 * b + 5, 2}}, 9, c.kv_dtype);
+  const size_t row = static_cast<size_t>(p.max_blocks * b);
+  p.masked_keys.assign(p.seq_lens.size() * row, 0);
+  for (int32_t t = 0; t < b / 2 + 1; ++t) p.masked_keys[static_cast<size_t>(t)] = 1;
+  p.masked_keys[static_cast<size_t>(3 * b - 1)] = 1;
+  p.masked_keys[row + static_cast<size_t>(b)] = 1;
+  p.MoveToSharedCache({{0, 1}});
   Check(p);
   p.splits = 3;
   Check(p);

@@ -167,9 +167,15 @@ std::vector<double> DenseAttentionF64(const PagedAttentionArgs& a, const RopeCon
           for (int64_t d = 0; d < dim; ++d) {
             dot += q[static_cast<size_t>(d)] * k[static_cast<size_t>((i * kv_heads + g) * dim + d)];
           }
-          scores[static_cast<size_t>(i)] = dot * scale;
-          max_score = std::max(max_score, dot * scale);
+          const bool masked =
+              !a.masked_keys.empty() &&
+              a.masked_keys[static_cast<size_t>(
+                  static_cast<int64_t>(s) * a.max_blocks_per_seq * block_size + i)] != 0;
+          scores[static_cast<size_t>(i)] =
+              masked ? -std::numeric_limits<double>::infinity() : dot * scale;
+          max_score = std::max(max_score, scores[static_cast<size_t>(i)]);
         }
+        if (max_score == -std::numeric_limits<double>::infinity()) continue;  // all masked
         double denom = 0;
         for (double& sc : scores) {
           sc = std::exp(sc - max_score);
@@ -241,6 +247,7 @@ PagedAttentionArgs AttentionProblem::Args(HostTensor& out) const {
   a.query_start_loc = query_start_loc;
   a.query_positions = query_positions;
   a.block_positions = block_positions;
+  a.masked_keys = masked_keys;
   if (rope) a.rope = rope->view();
   a.causal = causal;
   a.num_kv_splits = splits;

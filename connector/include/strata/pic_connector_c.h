@@ -21,7 +21,7 @@ extern "C" {
 
 typedef enum strata_pic_recompute {
   STRATA_PIC_MEPIC = 0,     /* block 1 of each shared chunk */
-  STRATA_PIC_LEGOLINK = 1,  /* the first legolink_tokens tokens of each shared chunk */
+  STRATA_PIC_LEGOLINK = 1,  /* each shared chunk's pads and first legolink_tokens real tokens */
   STRATA_PIC_LEGOLINK0 = 2, /* nothing of a shared chunk (compiled after dummy tokens) */
   STRATA_PIC_CACHEBLEND = 3 /* blend_ratio of the shared chunks' tokens, chosen at check_layer */
 } strata_pic_recompute;

@@ -23,7 +23,7 @@ once per method and the method returns its documented fallback: lookups report 0
 loads come back from get_block_ids_with_load_errors and are recomputed, saves are skipped.
 
 Asynchronous loads: a hit the daemon must first bring up from its disk (or a peer) is offered as
-an asynchronous load; the worker reports it through get_finished (README, "Asynchronous loads").
+an asynchronous load; the worker reports it through get_finished (docs/engines.md, "vLLM").
 
 Prefetch of queued requests: vLLM calls ``on_new_request`` when a request enters its queue; the
 connector then asks the daemon to bring the request's disk-held chunks into memory in the
@@ -621,7 +621,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
         return StrataKVConnectorStats(data=dict(data or {}))
 
     def get_kv_connector_kv_cache_events(self) -> None:
-        """None: the daemon publishes KV events itself (README, "KV events")."""
+        """None: the daemon publishes KV events itself (docs/operations.md, "KV events")."""
         return None
 
     def get_handshake_metadata(self) -> None:
@@ -640,7 +640,7 @@ class StrataConnector(*CONNECTOR_BASES):  # type: ignore[misc]
     def build_prom_metrics(cls, vllm_config: Any, metric_types: dict[Any, Any],
                            labelnames: list[str],
                            per_engine_labelvalues: dict[int, list[object]]) -> None:
-        """None: the daemon serves its own Prometheus metrics (README, "Metrics")."""
+        """None: the daemon serves its own Prometheus metrics (docs/operations.md, "Metrics")."""
         return None
 
     def get_finished_count(self) -> Optional[int]:

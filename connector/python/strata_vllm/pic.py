@@ -8,7 +8,7 @@ EPIC, CacheBlend)::
         "chunks": [[begin, end], ...],     # token spans of the prompt that are chunks, or
         "separator": [token, ...],         # LMCache's blend mode: each chunk ends at a separator
         "recompute": "mepic",              # or "legolink", "legolink0", "cacheblend"
-        "legolink_tokens": 16,             # legolink: the first k tokens of each shared chunk
+        "legolink_tokens": 16,             # legolink: the first k real tokens of each shared chunk
         "check_layer": 1,                  # cacheblend: the layer its selection is made at
         "blend_ratio": 0.15,               # cacheblend: the share of chunk tokens recomputed
         "tenant": "",                      # chunks are shared within a tenant only
