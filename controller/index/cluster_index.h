@@ -3,12 +3,14 @@
 // prefix chain of keys, how long a prefix each instance holds (the router's question, DESIGN.md
 // sections 1 and 7). The controller holds one.
 //
-// Layout: a hash table from a 64-bit index key of each chunk (IndexKey) to a HolderList
-// (holder_list.h): the chunk's holders, 4 bytes each (instance slot, generation tag, tier bits),
-// up to 4 of them inline in the table entry, so a chunk held by few instances costs one 32-byte
-// entry of an open-addressing table at most 3/4 full (chunk_table.h), and a lookup one cache
-// miss per chunk, prefetched ahead. The table is split into `shard_count` ChunkTables by the
-// key's top bits: each grows (rehashes) on its own, and the sweep works through them one by one.
+// Layout: a hash table from a 64-bit index key of each chunk (IndexKey) to the chunk's holders
+// (holder_list.h: instance slot, generation tag, tier bits; 4 bytes each), split into
+// `shard_count` ChunkTables (chunk_table.h) by the key's top bits. An entry is 16 bytes, the key
+// and a holder word that holds up to two holders inline (more live in blocks of a HolderStore,
+// holder_store.h), in an open-addressing table at most 3/4 full: a chunk held by one or two
+// instances costs 16 bytes / load, and a lookup one cache miss per chunk, prefetched ahead. Each
+// shard grows (rehashes) on its own, and the sweep works through them one by one. Tables and
+// holder blocks live in TableMemory (table_memory.h): huge pages, address ranges kept mapped.
 //
 // Keys and collisions: the index stores no ChunkKey, only IndexKey(key) = key.ShortHash(), 64
 // bits of the uniformly distributed digest mixed with the layout fingerprint (0 becomes 1). Two
@@ -28,16 +30,24 @@
 // stopped. A dropped instance's entries are thus reclaimed within one sweep pass (and a shard's
 // table shrinks once it is under a quarter full).
 //
-// Thread-safety: every method is thread-safe. LookupChain and stats take a reader lock; Ingest,
-// RegisterInstance, DropInstance and Sweep take the writer lock, once per call: ingest events in
-// batches (one instance's events per call) to amortize it. A lookup can thus wait behind a batch,
-// a shard's growth (a rehash of a few MiB) or a sweep step (about 1-2 ms at 100M entries).
+// Thread-safety: every method is thread-safe. Writers (Ingest, RegisterInstance, DropInstance,
+// Sweep, stats) take the writer lock, once per call: ingest events in batches (one instance's
+// events per call) to amortize it. LookupChain takes no lock on its walk: each shard is a seqlock
+// (chunk_table.h) that the writer holds for one event at a time, and a lookup reads each chunk's
+// holders again when a change of its shard overlapped the read; it takes the instance-id lock
+// (shared) once at the end, to name the instances it found. A lookup thus never waits behind a
+// batch, a shard's growth or a sweep; it sees each chunk as it was before or after each event
+// (a batch applied while it walks may be half visible to it), and no instance dropped or cleared
+// before the lookup started. Lock order: writer lock, then instance-id lock.
 //
 // Cost, measured by bench/micro/controller_bench on the 2-core development VM at 100 instances x
-// 1M chunks (figures vary by 1.5x from run to run there): about 23 bytes per (chunk, instance)
-// pair, a drop in microseconds, ingest 2-5M events/s, and a 128-chunk lookup at p50 7-11 us and
-// p99 19-33 us, over the 5 us target: about 128 cache misses, which this VM serves in 2-3 us at
-// best even when nothing else is done.
+// 1M chunks, 3 runs per figure (noisy, shared VM), one and two holders per chunk: 21.5 and 10.7
+// bytes per (chunk, instance) pair (VmRSS); ingest 7.1-9.1 and 7.5-10.8M events/s while building
+// (shards growing), 5.7-6.0 and 12.2-12.5M events/s at a constant size (store and remove); a
+// 128-chunk lookup p50 5.7-7.1 and 4.9-5.4 us, p99 15-16 and 10-11 us alone, about the same with
+// ingest running on the other core. The floor measured in the same runs, 128 random cache-line
+// reads over memory of the table's size, is p50 2.6-3.2 us and p99 5.8-7.2 us: lookups run at
+// 1.7-2.7x it. A chunk held by more than two instances costs a second cache miss (its block).
 #pragma once
 
 #include <array>
@@ -55,7 +65,9 @@
 #include "controller/index/chunk_event.h"
 #include "controller/index/chunk_table.h"
 #include "controller/index/holder_list.h"
+#include "controller/index/holder_store.h"
 #include "controller/index/instance_table.h"
+#include "controller/index/table_memory.h"
 #include "core/chunk_key.h"
 
 namespace strata::controller {
@@ -64,10 +76,10 @@ struct ClusterIndexOptions {
   // Instances registered at once; at most 65536 (InstanceTable::kMaxInstances).
   uint32_t max_instances = 4096;
   // Hash table shards, a power of two in [1, 65536]. A shard is what grows at once (a rehash
-  // under the writer lock), what one Sweep step cleans, and an allocation that huge pages back
-  // once it reaches 2 MiB: with 100M (chunk, instance) pairs at 2 instances a chunk, 1024 shards
-  // hold about 50K chunks, 2 to 4 MiB, each.
-  uint32_t shard_count = 1024;
+  // the writer does aside, then publishes), what one Sweep step cleans, and an allocation that
+  // huge pages back once it reaches 2 MiB: with 100M (chunk, instance) pairs, 256 shards hold
+  // about 200K chunks (2 instances a chunk) to 400K (1 a chunk), 4 to 8 MiB, each.
+  uint32_t shard_count = 256;
 };
 
 // One instance's answer to a chain lookup.
@@ -152,9 +164,8 @@ class ClusterIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drop (drop true) or clear the instance in `slot`.
   void RetireGenerationLocked(uint16_t slot, bool drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes `list`'s stale holders (counted out of holder_entries_); returns the list's heap
-  // bytes before, for the caller to bring heap_bytes_ up to date after its own change.
-  size_t PurgeStaleLocked(internal_index::HolderList& list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `list`'s stale holders (counted out of holder_entries_).
+  void PurgeStaleLocked(internal_index::HolderList& list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sweeps the shard at sweep_cursor_ and advances the cursor, completing a pass at the last shard.
   SweepResult SweepStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes the current pass and one full pass after it.
@@ -162,13 +173,20 @@ class ClusterIndex {
 
   const uint32_t shard_shift_;  // 64 - log2(shard_count)
 
+  // The writer lock. Lookups read the shards, the holder store and the live tags without it.
   mutable absl::Mutex mu_;
-  std::vector<Shard> shards_ ABSL_GUARDED_BY(mu_);
-  internal_index::InstanceTable instances_ ABSL_GUARDED_BY(mu_);
+  // Guards the instances' ids (InstanceTable::instance_id and its id map), which RegisterInstance
+  // and DropInstance change holding both locks and lookups read holding this one.
+  mutable absl::Mutex ids_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  // Declared before the tables and the store that take their memory from it.
+  internal_index::TableMemory memory_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<Shard[]> shards_;
+  const size_t shard_count_;
+  internal_index::HolderStore holders_;
+  internal_index::InstanceTable instances_;
   uint32_t sweep_cursor_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t live_entries_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t holder_entries_ ABSL_GUARDED_BY(mu_) = 0;  // live and stale
-  uint64_t heap_bytes_ ABSL_GUARDED_BY(mu_) = 0;      // HeapBytes of every list
 };
 
 }  // namespace strata::controller

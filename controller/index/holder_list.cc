@@ -45,8 +45,4 @@ bool RemoveTier(HolderList& list, uint16_t slot, Tier tier) {
   return true;
 }
 
-size_t HeapBytes(const HolderList& list) {
-  return list.capacity() > kInlineHolders ? list.capacity() * sizeof(Holder) : 0;
-}
-
 }  // namespace strata::controller::internal_index

@@ -1,6 +1,6 @@
-// HolderList: which instances hold one chunk, and in which tiers. The value type of the cluster
-// index's hash table (cluster_index.h), kept to 4 bytes per holder so that a chunk held by up to 4
-// instances lives inline in its table slot (no heap block, no second cache miss on lookup).
+// HolderList: which instances hold one chunk, and in which tiers: the working copy the cluster
+// index (cluster_index.h) decodes a chunk's holders into, changes, and stores back
+// (holder_store.h keeps them 4 bytes per holder, two inline in the chunk's table entry).
 // Plain values and free functions; thread-compatible.
 //
 // A holder records the instance's slot in the InstanceTable and a tag of the slot's generation
@@ -36,8 +36,7 @@ struct Holder {
 static_assert(sizeof(Holder) == 4);
 
 // Sorted by slot, at most one holder per slot.
-inline constexpr size_t kInlineHolders = 4;
-using HolderList = absl::InlinedVector<Holder, kInlineHolders>;
+using HolderList = absl::InlinedVector<Holder, 4>;
 
 // The live tag a current holder of `holder.slot` has.
 inline uint16_t LiveTagOf(const Holder& holder) { return kLiveTagBit | holder.generation_tag; }
@@ -66,8 +65,5 @@ bool AddTier(HolderList& list, uint16_t slot, uint16_t generation_tag, Tier tier
 // Removes `tier` from the holder of `slot`, and the holder when no tier is left. Every holder in
 // `list` must be current. Returns true when the holder was removed.
 bool RemoveTier(HolderList& list, uint16_t slot, Tier tier);
-
-// Bytes the list holds outside its inline storage (lists of more than 4 holders).
-size_t HeapBytes(const HolderList& list);
 
 }  // namespace strata::controller::internal_index

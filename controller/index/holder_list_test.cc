@@ -52,13 +52,5 @@ TEST(HolderListTest, FastestTierIsTheLowestBit) {
   EXPECT_EQ(FastestTier(0b1000), Tier::kRemote);
 }
 
-TEST(HolderListTest, HeapBytesCountsOnlySpilledLists) {
-  HolderList list;
-  for (uint16_t slot = 0; slot < kInlineHolders; ++slot) AddTier(list, slot, 0, Tier::kHost);
-  EXPECT_EQ(HeapBytes(list), 0u);
-  AddTier(list, 100, 0, Tier::kHost);
-  EXPECT_GE(HeapBytes(list), (kInlineHolders + 1) * sizeof(Holder));
-}
-
 }  // namespace
 }  // namespace strata::controller::internal_index

@@ -37,7 +37,7 @@ absl::StatusOr<uint16_t> InstanceTable::Register(std::string_view instance_id) {
   Slot& s = slots_[slot];
   s.instance_id = std::string(instance_id);
   s.live_entries = 0;
-  live_tags_[slot] = kLiveTagBit | generation_tag(slot);
+  SetLiveTag(slot, kLiveTagBit | generation_tag(slot));
   ids_.emplace(s.instance_id, slot);
   return slot;
 }
@@ -56,7 +56,7 @@ uint64_t InstanceTable::Drop(uint16_t slot) {
   STRATA_DCHECK(!s.instance_id.empty());
   const uint64_t live = s.live_entries;
   NextGeneration(slot);
-  live_tags_[slot] = 0;
+  SetLiveTag(slot, 0);
   ids_.erase(s.instance_id);
   s.instance_id.clear();
   s.live_entries = 0;
@@ -69,7 +69,7 @@ uint64_t InstanceTable::Clear(uint16_t slot) {
   STRATA_DCHECK(!s.instance_id.empty());
   const uint64_t live = s.live_entries;
   NextGeneration(slot);
-  live_tags_[slot] = kLiveTagBit | generation_tag(slot);
+  SetLiveTag(slot, kLiveTagBit | generation_tag(slot));
   s.live_entries = 0;
   return live;
 }

@@ -14,9 +14,12 @@
 // once more would let a new tag equal a stale holder's (GenerationWindowFull); the index then
 // completes a sweep before advancing.
 //
-// Thread-compatible: the owner (ClusterIndex) serializes every call under its lock.
+// Thread-compatible: the owner (ClusterIndex) serializes every call, except LiveTag, which any
+// thread may call concurrently with them (live tags are stored atomically, in order: a LiveTag
+// that starts after Drop or Clear returned sees the new tag).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -66,6 +69,11 @@ class InstanceTable {
 
   // Indexed by slot: the tag a current holder of the slot carries; 0 for free slots.
   std::span<const uint16_t> live_tags() const { return live_tags_; }
+  // live_tags()[slot], for readers concurrent with the owner's calls. Any thread.
+  uint16_t LiveTag(uint16_t slot) const {
+    return std::atomic_ref<uint16_t>(const_cast<uint16_t&>(live_tags_[slot]))
+        .load(std::memory_order_acquire);
+  }
   // The generation tag new holders of a registered `slot` get.
   uint16_t generation_tag(uint16_t slot) const;
   const std::string& instance_id(uint16_t slot) const { return slots_[slot].instance_id; }
@@ -86,6 +94,9 @@ class InstanceTable {
   };
 
   void NextGeneration(uint16_t slot);
+  void SetLiveTag(uint16_t slot, uint16_t tag) {
+    std::atomic_ref<uint16_t>(live_tags_[slot]).store(tag, std::memory_order_seq_cst);
+  }
 
   std::vector<Slot> slots_;
   std::vector<uint16_t> live_tags_;
