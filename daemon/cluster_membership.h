@@ -1,8 +1,8 @@
-// ClusterMembership keeps this daemon registered with the cluster's strata-controller (issue 15,
-// item 1): it registers the instance (its id and the endpoints the controller dials and reports),
-// then heartbeats under the lease the registration returned, at the interval the controller asked
-// for. The controller indexes the daemon's chunks while the lease lives; a daemon that stops
-// heartbeating is dropped after the controller's instance timeout, its chunks with it.
+// ClusterMembership keeps this daemon registered with the cluster's strata-controller
+// (docs/cluster.md): it registers the instance (its id and the endpoints the controller dials and
+// reports), then heartbeats under the lease the registration returned, at the interval the
+// controller asked for. The controller indexes the daemon's chunks while the lease lives; a daemon
+// that stops heartbeating is dropped after the controller's instance timeout, its chunks with it.
 //
 // Controllers are tried in the configured order until one takes the registration (a standby or
 // an unreachable one is skipped). A heartbeat that fails at the controller registered with (it

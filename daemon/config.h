@@ -1,7 +1,9 @@
 // DaemonConfig is everything stratad can be told: an embedded default that works with no file,
 // overridden by a TOML file, overridden by command-line flags. A plain value type.
 //
-// TOML (every key optional; sizes are integers of bytes or strings such as "8GiB", "512MiB"):
+// TOML (every key optional; sizes are integers of bytes or strings such as "8GiB", "512MiB";
+// docs/operations.md gives each key's default and effect, and docs_test checks it against this
+// parser):
 //   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
 //             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
 //             "s3fifo", "prefix-lru")
@@ -30,9 +32,10 @@
 //   [device_pool]  bytes_per_layout (device memory of the T0 pool granted to the engines of each
 //             layout at their handshake; 0 (the default): none), block_tokens (a page's tokens:
 //             the engines' KV block size, default 16), backend ("auto" (default), "cuda",
-//             "host"), device (the CUDA device, default 0), demote_ahead (copy chunks that
-//             become evictable into the host tier on a thread, ahead of their eviction; default
-//             true)
+//             "host"), allow_host_fallback ("auto" without a usable GPU pools host memory
+//             instead of failing start-up; default false), device (the CUDA device, default 0),
+//             demote_ahead (copy chunks that become evictable into the host tier on a thread,
+//             ahead of their eviction; default true)
 //   [engine]  socket_path, max_sessions, allowed_uids (array of ints)
 //   [control] listen_address ("" disables TCP), unix_socket_path ("" disables it),
 //             event_ring_capacity (recent KV events kept for WatchEvents resumption; >= 1),

@@ -7,12 +7,12 @@
 //      fresh prompt per message), published as fast as the socket takes them: blocks over the
 //      time until the last prompt is in the index, and over the CPU time of the feed's thread
 //      (receive, decode, keying from token ids, index ingest: one thread per engine). No target
-//      of its own; the index alone is issue 15's >= 2M events/s (controller_bench).
-//   2. Lookup by the 32K tokens of a prompt the engine holds whole (128 chunks, tokens_fixed32,
-//   what
-//      routers send: the controller hashes them) against a trivial unary call (ListInstances with
-//      no daemon registered), alternately, --calls of each: the throughput ratio, issue 15's
-//      ">= 0.5x a trivial unary call's rate, in the same run", for the controller.
+//      of its own; the index alone has one (controller_bench).
+//   2. Lookup by the 32K tokens of a prompt the engine holds whole (128 chunks, tokens_fixed32:
+//      what routers send; the controller hashes them) against a trivial unary call
+//      (ListInstances with no daemon registered), alternately, --calls of each: the throughput
+//      ratio, whose target for the controller is >= 0.5x a trivial unary call's rate, in the
+//      same run.
 // Exit status 0 when the run completed (a missed target included), 1 when a check failed.
 //
 // Usage: cluster_api_bench [--batches=N] [--blocks-per-batch=N] [--calls=N]

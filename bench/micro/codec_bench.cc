@@ -18,7 +18,7 @@
 //   decode_x_memcpy      decode_GBps / memcpy_GBps
 //   x_quantizer          cachegen only: the bytes its quantizer alone would take (codes packed at
 //                        <bits>, scales and zeros: CacheGenCodec::QuantizedOnlyBytes) / encoded
-//                        bytes, i.e. what the entropy stage saves (issue 16's target: >= 1.3)
+//                        bytes, i.e. what the entropy stage saves (target: >= 1.3)
 //   rank_k, rank_v       xkv only: the mean rank of the key and value planes over the groups
 // BM_TokenDrop/<codec>/<recent_tokens>/<heavy_tokens>/<queries>: the token-dropping codecs, on the
 // same KV as nope keys, with the attention error over the kept tokens at their positions (see

@@ -11,7 +11,7 @@
 //                        daemon hashes them) in LookupRequest.tokens (/1, varints) or
 //                        tokens_fixed32 (/2).
 // Targets: Stats and a 1000-entry page <= 1 ms each; Lookup by keys >= 0.7x the trivial RPC's
-// throughput (the Operable issue), by 32K tokens >= 0.5x (the controller issue).
+// throughput, by 32K tokens >= 0.5x (what a router sends the controller, too).
 #include <time.h>
 
 #include <chrono>

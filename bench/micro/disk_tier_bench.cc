@@ -21,7 +21,7 @@
 //   5. with --codec=NAME (a CodecRegistry name, e.g. int8): phase 4 again with the prefix stored
 //      encoded by that codec through DiskLowerTier ([disk] codec; the chunks are shaped KV,
 //      storage/codec/testing/shaped_kv.h, so the codec sees what it would on a model), and the
-//      chunks promoted per second against phase 4's (issue 16's target: >= 1.6x at int8). The
+//      chunks promoted per second against phase 4's (target: >= 1.6x at int8). The
 //      chunks decode on --decode_threads threads ([disk] codec_threads; default the daemon's,
 //      the cores up to 4; 0: on the promoting thread) while the next ones are read.
 //   6. with --codec=NAME and --compress_tokens > 0: a --compress_tokens prefix of shaped KV is

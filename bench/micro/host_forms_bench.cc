@@ -18,7 +18,7 @@
 //   6. load again, the chunks now plain: leases alone (a host hit).
 // GB/s count the chunks' decoded bytes. The median round is reported, with the ratios the
 // round's own baselines give. The error is the first round's: later rounds compress the chunks'
-// decodes again, which a quantizer keeps as they are (error 0). No target: the targets are
+// decodes again, which a quantizer keeps as they are (error 0). No target: the codecs' targets are
 // codec_bench's (decode on one core) and the disk tier's promotions.
 //
 // Usage: host_forms_bench [--codec=NAME] [--chunks=N] [--rounds=N] [--recode_threads=N]

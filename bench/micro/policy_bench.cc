@@ -1,7 +1,7 @@
 // Eviction policy throughput: operations per second on one core in the steady state of a full
 // tier holding 10K, 100K or 1M chunks (the argument). Each iteration is one request-shaped mix: a
 // hit (OnAccess plus a lease's SetEvictable false / true), an insertion with a parent, and the
-// eviction that makes room for it (PopVictim) — 5 policy operations. Target (issue 7): >= 5M ops/s.
+// eviction that makes room for it (PopVictim) — 5 policy operations. Target: >= 5M ops/s.
 #include <random>
 
 #include "benchmark/benchmark.h"

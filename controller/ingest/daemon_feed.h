@@ -1,5 +1,5 @@
 // DaemonFeed: keeps one daemon's share of the cluster index (cluster_index.h) up to date from
-// the daemon's control API (issue 15, item 2). It registers the instance, then on its own
+// the daemon's control API. It registers the instance, then on its own
 // thread:
 //   1. opens WatchEvents from the next event (from_sequence 0), which says where the stream
 //      stands;

@@ -1,9 +1,9 @@
 // VllmFeed: keeps one plain vLLM engine's share of the cluster index (cluster_index.h) from the
-// KV events it publishes over ZMQ (issue 15, item 2: engines without a Strata daemon indexed
-// too). It registers the instance in the index, then on its own thread subscribes to the engine's
-// PUB socket (vLLM's kv_events_config endpoint, topic prefix `topic`), and applies each message
-// (frames: topic, an 8-byte big-endian sequence number, the msgpack batch: vllm_events.h), keyed
-// by VllmKeyTranslator, in one Ingest per message.
+// KV events it publishes over ZMQ (engines without a Strata daemon are indexed too). It registers
+// the instance in the index, then on its own thread subscribes to the engine's PUB socket (vLLM's
+// kv_events_config endpoint, topic prefix `topic`), and applies each message (frames: topic, an
+// 8-byte big-endian sequence number, the msgpack batch: vllm_events.h), keyed by VllmKeyTranslator,
+// in one Ingest per message.
 //
 // ZMQ's PUB/SUB drops messages a slow or disconnected subscriber misses, and vLLM numbers its
 // messages, so the feed checks that they follow on: a gap (messages lost) or a number that goes

@@ -1,5 +1,5 @@
-// LeaderElection: which of the cluster's strata-controllers leads, decided through etcd (issue
-// 15, item 5). etcd's v3 API is spoken over gRPC with stubs of the subset we need
+// LeaderElection: which of the cluster's strata-controllers leads, decided through etcd.
+// etcd's v3 API is spoken over gRPC with stubs of the subset we need
 // (proto/etcd/etcd_v3_subset.proto); no consensus of our own.
 //
 // The leader holds one key (`key`, its value the leader's cluster API address) under an etcd

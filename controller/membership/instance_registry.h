@@ -1,8 +1,8 @@
-// InstanceRegistry: the cluster's members, the daemons registered with this controller (issue 15,
-// item 1). Each registration holds the daemon's endpoints, a lease renewed by heartbeats, and the
-// DaemonFeed (controller/ingest) that keeps the daemon's chunks in the ClusterIndex. A member
-// silent for `instance_timeout` is dropped by ExpireSilent, and its chunks vanish from the index
-// before that returns (the feed's destruction drops the instance).
+// InstanceRegistry: the cluster's members, the daemons registered with this controller. Each
+// registration holds the daemon's endpoints, a lease renewed by heartbeats, and the DaemonFeed
+// (controller/ingest) that keeps the daemon's chunks in the ClusterIndex. A member silent for
+// `instance_timeout` is dropped by ExpireSilent, and its chunks vanish from the index before that
+// returns (the feed's destruction drops the instance).
 //
 // Registering an id that is registered already (the daemon restarted, or the controller lost its
 // lease) replaces the registration: the old feed is stopped and its chunks dropped before the new

@@ -1,4 +1,4 @@
-// The modelled time-to-first-token that Strata's Route ranks instances by (issue 15, item 4).
+// The modelled time-to-first-token that Strata's Route ranks instances by.
 //
 // Dynamo's router scores an instance by its prefix overlap minus its load and ignores where the
 // overlapping KV lies; a chunk on a slow tier can cost more to bring up than to recompute. This

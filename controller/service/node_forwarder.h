@@ -1,6 +1,6 @@
 // NodeForwarder: the controller's side of StrataCluster.Forward, node-scope control calls (Pin,
 // Unpin, Clear, Move, Compress, Stats) sent to one registered daemon or fanned out to all of them
-// at once, each daemon's answer or error kept apart (issue 15, item 3).
+// at once, each daemon's answer or error kept apart.
 //
 // The calls go out asynchronously, all at once, each with its own deadline, over one channel per
 // daemon control endpoint (kept for the next call), with the credentials the controller holds for

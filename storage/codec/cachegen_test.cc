@@ -1,6 +1,6 @@
 // cachegen (cachegen_codec.h, code_stream.h): the entropy stage is lossless, decodes stay within
 // the quantizer's bound, layers decode on their own, bad bytes are refused, and the entropy stage
-// makes the chunk >= 1.3x smaller than the quantizer alone on shaped KV (issue 16's target).
+// makes the chunk >= 1.3x smaller than the quantizer alone on shaped KV (the codec's target).
 #include <zstd.h>
 
 #include <algorithm>
@@ -435,7 +435,7 @@ TEST_F(CacheGenFrameTest, WellFormedFramesWithImpossibleSectionsAreDataLoss) {
   EXPECT_EQ(CacheGen().DecodeLayer(layout_, Frame(shifted), 1, layer_out).code(), kDataLoss);
 }
 
-// ---- Ratio: issue 16's target, cachegen >= 1.3x smaller than its quantizer alone.
+// ---- Ratio: the target, cachegen >= 1.3x smaller than its quantizer alone.
 
 TEST(CacheGenRatioTest, EntropyStageShrinksShapedKvAtLeast1_3xBelowTheQuantizerAlone) {
   // Llama-3.1-8B geometry (8 KV heads x 128, bf16), 4 layers of a 256-token chunk.

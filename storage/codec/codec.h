@@ -1,5 +1,5 @@
 // Codec: one way of compressing a chunk's KV (ALGORITHMS.md section 5), behind the Compress /
-// Decompress control API and the compressed loads of issue 16.
+// Decompress control API, the compressed tiers and the compressed loads.
 //
 // A codec encodes a chunk's layer-major payload (core/kv_layout.h: [layer][plane][token][kv_head]
 // [head_dim] in the layout's dtype) into one self-describing byte buffer: an encoded-chunk frame

@@ -564,7 +564,7 @@ TEST(CodecAlgorithmsTest, EncodedSizesAndRatios) {
       {"int8", 0, 2 * (t * c + 4 * t * heads), 1.9},
       // kivi: b/8 bytes per element, an fp16 scale and zero per group of G (keys per channel over
       // tokens, values per token over channels): 16 / (b + 32 / G). kivi4 groups 64 by default,
-      // which meets issue 16's target (>= 3.5x): 3.56x; kivi2 32: 5.33x; kivi8 128: 1.94x.
+      // which meets its target (>= 3.5x): 3.56x; kivi2 32: 5.33x; kivi8 128: 1.94x.
       {"kivi4", 0, 2 * (t * c / 2 + 4 * (t / 64) * c), 3.5},
       {"kivi2", 0, 2 * (t * c / 4 + 4 * (t / 32) * c), 5.2},
       {"kivi8", 0, 2 * (t * c + 4 * (t / 128) * c), 1.93},

@@ -1,7 +1,7 @@
 // xkv (xkv_codec.h): the rank keeps the chosen energy and no more, the error is Eckart-Young's
 // (ALGORITHMS.md section 5c) within the fp16 factors' share, layers decode on their own and with
 // their group, bad parameters and bytes are refused, and low-rank KV shrinks >= 4x at 99% energy
-// (issue 16's target).
+// (the codec's target).
 #include "storage/codec/xkv_codec.h"
 
 #include <cmath>
@@ -155,7 +155,7 @@ TEST(XkvTest, LayersDecodeAloneAsTheWholeDoes) {
 }
 
 TEST(XkvTest, LowRankKvShrinksFourfoldAtNinetyNinePercentEnergy) {
-  // Issue 16's target, on Llama-3.1-8B's geometry (8 KV heads x 128, bf16) and one group of 4
+  // The codec's target, on Llama-3.1-8B's geometry (8 KV heads x 128, bf16) and one group of 4
   // layers of a 256-token chunk of kLowRank KV (shaped_kv.h says how it is made). On kShaped KV,
   // whose tokens are independent, no rank below ~T keeps 99%: the ratio is reported, not asserted.
   const KvLayout layout = CodecTestLayout("xkv-test", KvDtype::kBfloat16, 4, 8, 128, 256);

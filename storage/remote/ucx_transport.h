@@ -12,7 +12,7 @@
 // max_links_authenticating links may be authenticating at once (more are rejected). A reply or
 // read answer is taken only from the peer the request went to. After authentication, messages and
 // KV bytes cross in the clear (UCX does not encrypt): the network between peers must be private
-// (README, security).
+// (docs/cluster.md, "Security of peer links").
 //
 // Data path per link (DataPath::kAuto, data_path.h says why): active messages, whose receiver
 // places each segment's bytes straight into the destination (ucp_am_recv_data_nbx into the region

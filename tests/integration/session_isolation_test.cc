@@ -2,7 +2,7 @@
 // disk tier holds (the daemon promotes them on its store's thread) while engine B keeps sending
 // Lookups and host-hit loads. B's requests must be answered while A's load is in flight, and the
 // test prints B's latency during A's promotions against B's latency alone, from the same run
-// (the target: p99 within 1.5x; a timing on this shared box is reported, not asserted).
+// (the target: p99 within 1.5x; a timing on a shared machine is reported, not asserted).
 #include <algorithm>
 #include <atomic>
 #include <chrono>

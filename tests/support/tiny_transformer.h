@@ -1,5 +1,5 @@
 // TinyTransformer: a small decoder-only transformer on CPU, the correctness oracle of the
-// position-independent reuse work (issue 17, ALGORITHMS.md section 3). Random weights from a seed,
+// position-independent reuse (PIC, ALGORITHMS.md section 3). Random weights from a seed,
 // Llama-shaped: token embedding, then per layer RMSNorm, Q/K/V projections with grouped-query
 // attention, RoPE (kernels/rope.h), causal softmax attention, the output projection and a
 // SiLU-gated MLP, each with a residual; no logits (the final hidden states are what reuse is judged

@@ -1,4 +1,4 @@
-// The oracle of issue 17 (tests/support/tiny_transformer.h) checked against itself and against
+// The PIC oracle (tests/support/tiny_transformer.h) checked against itself and against
 // ALGORITHMS.md section 3's invariants: chunked prefill equals full prefill; a NoPE cache with
 // fused RoPE equals standard RoPE attention; recomputed blocks equal full prefill's; and reusing a
 // chunk computed elsewhere deviates from full prefill by an amount that recomputing its tokens
