@@ -255,6 +255,7 @@ class PicRunner:
                     for k, p in enumerate(chunk["pool_pages"]):
                         page[p, plane] = rows[k * self.block_tokens:(k + 1) * self.block_tokens]
 
+    @torch.no_grad()
     def run(self, prompt, chunks, continuation, policy="mepic", **options):
         """The answer positions' log-probabilities for `prompt` (token ids) whose reusable
         passages are the (begin, end) spans `chunks`, teacher-forcing `continuation`.

@@ -310,7 +310,69 @@ class TrainedKv(unittest.TestCase):
                            "kivi2 is judged to lose the answers; the harness would not see it")
 
 
-CASES = (VllmInterface, VllmOffline, VllmServe, TrainedKv)
+class TrainedPic(unittest.TestCase):
+    """Position-independent plans executed on the trained model (bench/fidelity/pic_runner.py):
+    a daemon's device pool, a real PicConnector, Strata's paged attention kernel in the model's
+    layers; float32, so that full prefill through that path is exact."""
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+
+        import harness
+
+        sys.path.insert(0, str(SOURCE / "bench" / "fidelity"))
+        import corpus
+        import judge
+        import pic_fidelity
+        import pic_runner
+
+        cls.score = staticmethod(pic_fidelity.kl_top1_exact)
+        try:
+            cls.judge = judge.Judge(harness.smollm2_checkpoint(), dtype=torch.float32)
+            pool = corpus.passages(cls.judge.tokenizer, 4, 150)
+        except corpus.CorpusMissing as e:
+            raise unittest.SkipTest(f"no corpus: {e}")
+        cls.daemon = harness.Daemon(toml=pic_fidelity.device_pool_toml("256MiB")).start()
+        cls.runner = pic_runner.PicRunner(cls.judge, cls.daemon.socket)
+        cls.cases = []
+        for prompt in corpus.rag_prompts(pool, 2, 3):
+            ids, spans = corpus.prompt_tokens(prompt, pool, cls.judge.tokenizer)
+            cls.cases.append((cls.judge.reference(ids), spans))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def run_policy(self, case, policy, **options):
+        reference, spans = case
+        outcome = self.runner.run(reference.prompt, spans, reference.continuation, policy,
+                                  **options)
+        return self.score(reference, outcome.logprobs), outcome
+
+    def test_every_token_computed_through_the_kernel_is_full_prefill(self):
+        for case in self.cases:
+            for policy, options in (("full", {}), ("cacheblend", {"blend_ratio": 1.0}),
+                                    ("legolink", {"legolink_tokens": 100_000})):
+                (kl, top1, exact), outcome = self.run_policy(case, policy, **options)
+                self.assertLess(kl, 1e-5, policy)
+                self.assertEqual((top1, exact), (1.0, 1.0), policy)
+                self.assertEqual(outcome.computed_tokens, outcome.prompt_tokens, policy)
+
+    def test_shared_passages_are_read_from_the_pool_and_recomputing_helps(self):
+        first, second = self.cases
+        self.run_policy(first, "mepic")  # writes the first prompt's passages
+        (naive, *_), naive_outcome = self.run_policy(second, "naive")
+        (mepic, *_), mepic_outcome = self.run_policy(second, "mepic")
+        shared = [c for c in mepic_outcome.plan["chunks"] if c["state"] == "shared"]
+        self.assertGreaterEqual(len(shared), 2, "the passages the prompts share")
+        self.assertGreater(mepic_outcome.computed_tokens, naive_outcome.computed_tokens)
+        self.assertLess(mepic, naive, "MEPIC's recomputed blocks move it toward full prefill")
+        (blend, *_), _ = self.run_policy(second, "cacheblend", blend_ratio=0.5)
+        self.assertLess(blend, naive)
+
+
+CASES = (VllmInterface, VllmOffline, VllmServe, TrainedKv, TrainedPic)
 
 
 def case_ids():
