@@ -159,6 +159,9 @@ absl::Status ApplyTable(const toml::table& root, DaemonConfig& c) {
       }
       if (key == "use_hugepages") s = ReadTomlBool(value, name, c.host.use_hugepages);
       if (key == "prefault") s = ReadTomlBool(value, name, c.host.prefault);
+      if (key == "background_prefault") {
+        s = ReadTomlBool(value, name, c.host.background_prefault);
+      }
       if (key == "hard_pin_quota_bytes") {
         uint64_t quota = 0;
         s = ReadTomlBytes(value, name, quota);
@@ -401,6 +404,7 @@ std::string ConfigToToml(const DaemonConfig& c) {
                    {"page_bytes", static_cast<int64_t>(c.host.page_bytes)},
                    {"use_hugepages", c.host.use_hugepages},
                    {"prefault", c.host.prefault},
+                   {"background_prefault", c.host.background_prefault},
                    {"lease_ms", static_cast<int64_t>(c.host.lease_ms)},
                    {"verify_every_n_loads", static_cast<int64_t>(c.host.verify_every_n_loads)},
                    {"policy", c.host.policy},

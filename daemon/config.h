@@ -4,15 +4,14 @@
 // TOML (every key optional; sizes are integers of bytes or strings such as "8GiB", "512MiB";
 // docs/operations.md gives each key's default and effect, and docs_test checks it against this
 // parser):
-//   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, hard_pin_quota_bytes,
-//             lease_ms, verify_every_n_loads, policy ("adaptive" default, "lru", "arc",
-//             "s3fifo", "prefix-lru")
-//             codec, codec_group_size, codec_bits, codec_energy (as [disk]'s: the chunks
-//             committed to the host tier are compressed in place in the background, and decoded
-//             by the engines' connectors as they load them, or back by the daemon before a load
-//             for a connector that does not decode; "" (the default) keeps them as they are),
-//             codec_threads (threads recoding host chunks for Compress / Decompress; default:
-//             the cores, up to 4; 0: the calling thread alone)
+//   [host]    capacity_bytes, page_bytes, use_hugepages, prefault, background_prefault,
+//             hard_pin_quota_bytes, lease_ms, verify_every_n_loads, policy ("adaptive" default,
+//             "lru", "arc", "s3fifo", "prefix-lru") codec, codec_group_size, codec_bits,
+//             codec_energy (as [disk]'s: the chunks committed to the host tier are compressed in
+//             place in the background, and decoded by the engines' connectors as they load them, or
+//             back by the daemon before a load for a connector that does not decode; "" (the
+//             default) keeps them as they are), codec_threads (threads recoding host chunks for
+//             Compress / Decompress; default: the cores, up to 4; 0: the calling thread alone)
 //   [host.tenant_quotas]  tenant = size (one key per tenant with a quota)
 //   [host.tenant_codecs]  as [disk.tenant_codecs], for [host] codec
 //   [disk]    directory ("" disables the disk tier), capacity_bytes, segment_bytes,
@@ -101,6 +100,10 @@ struct DaemonConfig {
     uint32_t page_bytes = 2u << 20;
     bool use_hugepages = false;
     bool prefault = false;
+    // Without prefault: allocate the arena's pages on a background thread from start-up (the
+    // daemon is ready at once; stores into it stop paying page faults within seconds), charged
+    // to the daemon. Off: pages are allocated on first touch, charged to whoever touches them.
+    bool background_prefault = true;
     // Unset: half of capacity_bytes.
     std::optional<uint64_t> hard_pin_quota_bytes;
     uint32_t lease_ms = 30'000;

@@ -147,6 +147,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
       storage::TieredStore::Create(std::move(store));
   if (!tiers.ok()) return tiers.status();
   daemon->store_ = *std::move(tiers);
+  if (config.host.background_prefault && !config.host.prefault) {
+    daemon->arena_prefault_ = std::make_unique<BackgroundPrefault>(
+        daemon->store_->host().arena_pages(), BackgroundPrefault::Mode::kAllocate);
+  }
   if (remote) {
     absl::StatusOr<std::unique_ptr<storage::remote::RemoteNode>> node =
         storage::remote::RemoteNode::Create(

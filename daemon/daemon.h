@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/background_prefault.h"
 #include "daemon/cluster_membership.h"
 #include "daemon/config.h"
 #include "daemon/control_service.h"
@@ -71,6 +72,9 @@ class Daemon {
   std::unique_ptr<VllmEventPublisher> kv_publisher_;
   // The tiers; the event log observes its host tier.
   std::unique_ptr<storage::TieredStore> store_;
+  // Allocates the host arena's pages in the background ([host] background_prefault; null when
+  // off, or with prefault): goes before the store.
+  std::unique_ptr<BackgroundPrefault> arena_prefault_;
   // The remote tier (owned by store_; null when [remote] is off) and the node's side of the
   // cluster, which the tier reaches peers through: goes before the store (its transport
   // registered the store's arena).

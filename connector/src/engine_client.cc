@@ -61,7 +61,11 @@ ArenaMapping::ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t genera
       generation_(generation),
       hooks_(std::move(hooks)),
       registered_(registered),
-      pages_(std::span<std::byte>(base, size_bytes)) {}
+      pages_(std::span<std::byte>(base, size_bytes)),
+      background_(
+          std::make_unique<BackgroundPrefault>(pages_, BackgroundPrefault::Mode::kResidentOnly)) {}
+
+uint64_t ArenaMapping::prefaulted_bytes() const { return background_->done_bytes(); }
 
 void ArenaMapping::Prefault(const ArenaExtent& extent, bool for_write) const {
   if (!Contains(extent.offset, extent.length)) return;
@@ -74,6 +78,7 @@ void ArenaMapping::Prefault(const ArenaExtent& extent, bool for_write) const {
 }
 
 ArenaMapping::~ArenaMapping() {
+  background_.reset();  // its thread touches the mapping
   if (registered_ && hooks_.on_unmap) hooks_.on_unmap(base_);
   ::munmap(base_, size_bytes_);
 }
@@ -150,6 +155,11 @@ std::optional<DevicePoolGrant> EngineClient::device_pool() const {
 EngineClientStats EngineClient::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
+}
+
+uint64_t EngineClient::arena_prefaulted_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return arena_ == nullptr ? 0 : arena_->prefaulted_bytes();
 }
 
 absl::Status EngineClient::Connect(milliseconds timeout) {

@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/background_prefault.h"
 #include "core/chunk_key.h"
 #include "core/clock.h"
 #include "core/kv_layout.h"
@@ -80,7 +81,10 @@ struct ArenaHooks {
   std::function<void(void* base)> on_unmap;
 };
 
-// The host arena of one session mapped into this process (MAP_SHARED, read-write).
+// The host arena of one session mapped into this process (MAP_SHARED, read-write). A thread of
+// its own maps the pages the daemon has allocated into this mapping from the start
+// (core/background_prefault.h, kResidentOnly: nothing is allocated, or charged, here), so that
+// first stores do not fault page by page; destruction stops it.
 class ArenaMapping {
  public:
   ArenaMapping(std::byte* base, uint64_t size_bytes, uint64_t generation, ArenaHooks hooks,
@@ -103,6 +107,8 @@ class ArenaMapping {
   // write or read them, skipping the granules faulted in before (core/page_prefault.h's
   // PrefaultedRegion: the daemon never gives the arena's pages back). Thread-safe.
   void Prefault(const ArenaExtent& extent, bool for_write) const;
+  // Bytes the background thread has mapped in so far.
+  uint64_t prefaulted_bytes() const;
 
  private:
   std::byte* const base_;
@@ -111,6 +117,7 @@ class ArenaMapping {
   const ArenaHooks hooks_;
   const bool registered_;
   const PrefaultedRegion pages_;
+  std::unique_ptr<BackgroundPrefault> background_;
 };
 
 struct LoadPlacement {
@@ -377,6 +384,8 @@ class EngineClient {
   // What the last successful handshake said of the daemon's node ({} before the first).
   DaemonNode daemon_node() const;
   EngineClientStats stats() const;
+  // ArenaMapping::prefaulted_bytes of the session's arena; 0 without one.
+  uint64_t arena_prefaulted_bytes() const;
   const KvLayout& layout() const { return options_.layout; }
 
  private:

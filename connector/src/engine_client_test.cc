@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -181,6 +182,33 @@ TEST(EngineClientTest, ConnectsHandshakesAndMapsTheArena) {
   ASSERT_EQ(unmapped.size(), 1u);
   EXPECT_EQ(unmapped[0], mapped[0].first);
   EXPECT_EQ((*client)->stats().connects, 1u);
+}
+
+// The client maps the arena's pages into its mapping on a thread of its own as the daemon
+// allocates them, and allocates none itself (the engine's cgroup is never charged for them).
+TEST(EngineClientTest, MapsTheArenaPagesTheDaemonAllocatesAndAllocatesNone) {
+  TestDaemon daemon({.capacity_bytes = 3 * BackgroundPrefault::kStepBytes, .page_bytes = 2 << 20});
+  ASSERT_TRUE(daemon.Start().ok());
+  auto client = *EngineClient::Create(ClientOptions(daemon.socket_path()));
+  ASSERT_TRUE(client->Connect(milliseconds(1000)).ok());
+  const auto allocated = [&] {
+    struct stat st {};
+    EXPECT_EQ(::fstat(daemon.tier()->arena_fd(), &st), 0);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(client->arena_prefaulted_bytes(), 0u);
+  EXPECT_EQ(allocated(), 0u) << "the client allocated arena pages";
+
+  const BackgroundPrefault daemon_side(daemon.tier()->arena_pages(),
+                                       BackgroundPrefault::Mode::kAllocate);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (client->arena_prefaulted_bytes() < daemon.tier()->arena_size_bytes() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(client->arena_prefaulted_bytes(), daemon.tier()->arena_size_bytes());
+  EXPECT_EQ(allocated(), daemon.tier()->arena_size_bytes());
 }
 
 // Records the token ids of every stored chunk, in commit order.

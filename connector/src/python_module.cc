@@ -585,6 +585,7 @@ PYBIND11_MODULE(strata_connector, m) {
         d["bytes_saved"] = st.bytes_saved;
         d["async_requests_loaded"] = st.async_requests_loaded;
         d["async_requests_in_flight"] = st.async_requests_in_flight;
+        d["arena_prefaulted_bytes"] = st.arena_prefaulted_bytes;
         AddSessionStats(d, st.session);
         d["connected"] = st.connected;
         return d;

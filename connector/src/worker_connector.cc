@@ -231,6 +231,7 @@ WorkerStats WorkerConnector::Stats() const {
                     .chunks_decoded = load.chunks_decoded,
                     .encoded_bytes_loaded = load.encoded_bytes_loaded,
                     .bytes_saved = save.bytes_saved,
+                    .arena_prefaulted_bytes = impl_->client->arena_prefaulted_bytes(),
                     .session = internal::ToSessionStats(impl_->client->stats()),
                     .connected = impl_->client->connected()};
   if (const internal::AsyncLoader* async = impl_->async_load.get(); async != nullptr) {

@@ -1,6 +1,7 @@
 // stratad as a real process: start-up, graceful drain on SIGTERM, and an engine process that
 // dies mid-store.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +119,42 @@ TEST(DaemonProcess, ASecondDaemonOnATakenControlPortIsRefused) {
   grpc::ClientContext context;
   v1::HealthResponse health;
   EXPECT_TRUE((*first)->control().Health(&context, v1::HealthRequest(), &health).ok());
+}
+
+// The bytes of the daemon's host arena (its memfd "strata-host") that hold memory; -1 when the
+// daemon has none open.
+int64_t ArenaAllocatedBytes(pid_t pid) {
+  const std::filesystem::path fds = fmt::format("/proc/{}/fd", pid);
+  std::error_code error;
+  for (const auto& fd : std::filesystem::directory_iterator(fds, error)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), error).string();
+    if (target.find("memfd:strata-host") == std::string::npos) continue;
+    struct stat st {};
+    if (::stat(fd.path().c_str(), &st) == 0) return static_cast<int64_t>(st.st_blocks) * 512;
+  }
+  return -1;
+}
+
+// A daemon is ready at once and allocates its host arena on a background thread from start-up
+// (host.background_prefault), so that engines' first stores do not fault page by page; with it
+// off, pages are allocated only as stores touch them.
+TEST(DaemonProcess, TheArenaIsAllocatedInTheBackgroundFromStartUp) {
+  constexpr int64_t kCapacity = 256 << 20;
+  for (const bool background : {true, false}) {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+        DaemonProcess::Start({.host_capacity = "256MiB", .background_prefault = background});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int64_t allocated = ArenaAllocatedBytes((*daemon)->pid());
+    while (background && allocated < kCapacity && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(20));
+      allocated = ArenaAllocatedBytes((*daemon)->pid());
+    }
+    if (!background) std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_EQ(ArenaAllocatedBytes((*daemon)->pid()), background ? kCapacity : 0)
+        << "background_prefault " << background;
+    EXPECT_EQ((*daemon)->Stop().code, 0);
+  }
 }
 
 // A device pool left on "auto" uses the GPU or, without one the daemon can use (a GPU node whose

@@ -32,11 +32,13 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonProces
     std::ofstream config(daemon->dir_ / "stratad.toml");
     config << fmt::format(
         "[host]\ncapacity_bytes = \"{}\"\npage_bytes = \"{}\"\nlease_ms = {}\nprefault = {}\n"
+        "background_prefault = {}\n"
         "[engine]\nsocket_path = \"{}\"\n"
         "[control]\nlisten_address = \"127.0.0.1:0\"\nunix_socket_path = \"{}\"\n{}"
         "[log]\nlevel = \"debug\"\n",
         options.host_capacity, options.page_bytes, options.lease_ms, options.prefault,
-        daemon->engine_socket_, (daemon->dir_ / "control.sock").string(),
+        options.background_prefault, daemon->engine_socket_,
+        (daemon->dir_ / "control.sock").string(),
         options.event_ring_capacity == 0
             ? ""
             : fmt::format("event_ring_capacity = {}\n", options.event_ring_capacity));

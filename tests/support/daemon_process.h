@@ -22,6 +22,8 @@ struct DaemonProcessOptions {
   uint32_t lease_ms = 30'000;
   // host.prefault (a prefaulted arena is registered with the disk tier's io engines).
   bool prefault = false;
+  // host.background_prefault.
+  bool background_prefault = true;
   // control.event_ring_capacity; 0: the daemon's default.
   uint32_t event_ring_capacity = 0;
   // Empty: engine.sock in the daemon's private directory.

@@ -420,6 +420,9 @@ struct WorkerStats {
   uint64_t bytes_saved = 0;
   uint64_t async_requests_loaded = 0;  // asynchronous loads over (failed ones included)
   uint64_t async_requests_in_flight = 0;
+  // Bytes of the session's arena mapped into this process ahead of the copies (by a thread that
+  // maps the pages the daemon has allocated).
+  uint64_t arena_prefaulted_bytes = 0;
   SessionStats session;
   bool connected = false;
 };
