@@ -126,6 +126,51 @@ function(strata_cc_test)
       SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endfunction()
 
+# strata_python_tests(NAME n SCRIPT script.py LABELS l ... TIMEOUT s [RESOURCE_LOCK r]
+#                     [ENVIRONMENT VAR=value ...]): the cases of a Python unittest script, one
+# ctest entry each (n.<Class>.<case>), as gtest cases get, so that a case that skips (it prints
+# "[  SKIPPED ]") is reported as skipped without hiding the cases that passed. The script lists
+# its cases with --list and runs those it is given. One that cannot list them is registered
+# whole, so that ctest shows why. Without a Python 3 interpreter nothing is registered (and the
+# configure log says so).
+function(strata_python_tests)
+  if(NOT STRATA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "NAME;SCRIPT;TIMEOUT;RESOURCE_LOCK" "LABELS;ENVIRONMENT" ${ARGN})
+  find_package(Python3 COMPONENTS Interpreter)
+  if(NOT Python3_Interpreter_FOUND)
+    message(STATUS "${ARG_NAME}: no Python 3 interpreter; not registered")
+    return()
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARG_SCRIPT})
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} ${ARG_SCRIPT} --list
+    OUTPUT_VARIABLE cases
+    RESULT_VARIABLE list_result
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(names "")
+  if(NOT list_result EQUAL 0 OR cases STREQUAL "")
+    add_test(NAME ${ARG_NAME} COMMAND ${Python3_EXECUTABLE} ${ARG_SCRIPT})
+    list(APPEND names ${ARG_NAME})
+  else()
+    string(REPLACE "\n" ";" cases "${cases}")
+    foreach(test_case IN LISTS cases)
+      add_test(NAME ${ARG_NAME}.${test_case}
+        COMMAND ${Python3_EXECUTABLE} ${ARG_SCRIPT} ${test_case})
+      list(APPEND names ${ARG_NAME}.${test_case})
+    endforeach()
+  endif()
+  set_tests_properties(${names} PROPERTIES
+    LABELS "${ARG_LABELS}"
+    TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "${ARG_ENVIRONMENT}"
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  if(ARG_RESOURCE_LOCK)
+    set_tests_properties(${names} PROPERTIES RESOURCE_LOCK ${ARG_RESOURCE_LOCK})
+  endif()
+endfunction()
+
 # strata_cc_bench(NAME n SRCS a_bench.cc ... DEPS dep ...): a Google Benchmark binary.
 function(strata_cc_bench)
   if(NOT STRATA_BUILD_BENCH)
