@@ -43,6 +43,16 @@ class Score:
     exact: float
 
 
+def compare(reference, logprobs):
+    """The Score of a method's log-probabilities [ANSWER_TOKENS, vocab] at the answer
+    positions against the reference's."""
+    kl = (reference.logprobs.exp() * (reference.logprobs - logprobs)).sum(-1)
+    top1 = logprobs.argmax(-1)
+    agree = top1 == reference.logprobs.argmax(-1)
+    greedy = top1 == torch.tensor(reference.continuation)
+    return Score(float(kl.mean()), float(agree.float().mean()), float(greedy.all()))
+
+
 class Judge:
     def __init__(self, checkpoint, dtype=torch.bfloat16):
         torch.set_num_threads(os.cpu_count() or 1)
@@ -88,12 +98,7 @@ class Judge:
             raise ValueError("the prompt's last token must be computed (it gives the first "
                              "answer position)")
         logits = self._forward(tail, cache, cached_tokens)[-ANSWER_TOKENS:]
-        logprobs = torch.log_softmax(logits, -1)
-        kl = (reference.logprobs.exp() * (reference.logprobs - logprobs)).sum(-1)
-        top1 = logprobs.argmax(-1)
-        agree = top1 == reference.logprobs.argmax(-1)
-        greedy = top1 == torch.tensor(reference.continuation)
-        return Score(float(kl.mean()), float(agree.float().mean()), float(greedy.all()))
+        return compare(reference, torch.log_softmax(logits, -1))
 
     def chunk_kv(self, cache, begin, end):
         """KV of tokens [begin, end) as one Strata chunk: [layer][K|V][token][kv_head][head_dim]

@@ -52,16 +52,6 @@ def device_pool_toml(bytes_per_layout="512MiB"):
             f"block_tokens = {BLOCK_TOKENS}\n")
 
 
-def kl_top1_exact(reference, logprobs):
-    import torch
-
-    kl = (reference.logprobs.exp() * (reference.logprobs - logprobs)).sum(-1).mean()
-    top1 = logprobs.argmax(-1)
-    agree = (top1 == reference.logprobs.argmax(-1)).float().mean()
-    exact = bool((top1 == torch.tensor(reference.continuation)).all())
-    return float(kl), float(agree), float(exact)
-
-
 def fidelity(judge, pool, prompts):
     daemon = harness.Daemon(host="1GiB", toml=device_pool_toml()).start()
     try:
@@ -76,11 +66,11 @@ def fidelity(judge, pool, prompts):
             for reference, spans in cases:
                 outcome = runner.run(reference.prompt, spans, reference.continuation, policy,
                                      **options)
-                scores.append(kl_top1_exact(reference, outcome.logprobs))
+                scores.append(judge_module.compare(reference, outcome.logprobs))
                 computed.append(outcome.computed_tokens / outcome.prompt_tokens)
-            row = {"method": name, "kl": statistics.fmean(s[0] for s in scores),
-                   "top1": statistics.fmean(s[1] for s in scores),
-                   "exact": statistics.fmean(s[2] for s in scores),
+            row = {"method": name, "kl": statistics.fmean(s.kl for s in scores),
+                   "top1": statistics.fmean(s.top1 for s in scores),
+                   "exact": statistics.fmean(s.exact for s in scores),
                    "computed": statistics.fmean(computed)}
             print(f"{name:<24} {row['kl']:>9.5f} {row['top1']:>7.1%} {row['exact']:>7.1%} "
                   f"{row['computed']:>9.1%}", flush=True)

@@ -44,6 +44,9 @@ except ImportError:
 
 DEPLOY = pathlib.Path(__file__).resolve().parent.parent
 REPO = DEPLOY.parent
+sys.path.insert(0, str(REPO / "tests" / "support"))
+import python_cases  # noqa: E402
+
 KUBERNETES = DEPLOY / "kubernetes"
 CONFIGS = DEPLOY / "configs"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
@@ -1146,27 +1149,9 @@ class Cluster(unittest.TestCase):
         self.assertEqual(row[1], control, "the daemon registered another control address")
 
 
-def case_ids():
-    loader = unittest.defaultTestLoader
-    return [f"{case.__name__}.{name}" for case in (Manifests, DaemonConfigs, ControllerConfigs,
-                                                   CommandLines, DockerImage, SystemdUnit,
-                                                   Cluster)
-            for name in loader.getTestCaseNames(case)]
-
-
-def main(argv):
-    if argv[1:] == ["--list"]:
-        print("\n".join(case_ids()))
-        return 0
-    names = argv[1:] or case_ids()
-    suite = unittest.defaultTestLoader.loadTestsFromNames(names, sys.modules[__name__])
-    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
-    if not result.wasSuccessful():
-        return 1
-    for case, reason in result.skipped:
-        print(f"{pathlib.Path(__file__).name}: Skipped\n{reason}\n[  SKIPPED ] {case.id()}")
-    return 0
+CASES = (Manifests, DaemonConfigs, ControllerConfigs, CommandLines, DockerImage, SystemdUnit,
+         Cluster)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(python_cases.main(sys.argv, __file__, sys.modules[__name__], CASES))

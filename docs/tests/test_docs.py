@@ -42,6 +42,9 @@ import unittest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent
 REPO = DOCS.parent
+sys.path.insert(0, str(REPO / "tests" / "support"))
+import python_cases  # noqa: E402
+
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md"))
 BUILD = pathlib.Path(os.environ.get("STRATA_BUILD_DIR") or REPO / "build" / "release")
 DOC_BUILD_PREFIX = "build/release/"
@@ -601,21 +604,19 @@ t = {{}}
         compare_defaults(self, {s: r for s, r in tables.items() if "." not in s}, defaults)
         compare_defaults(self, {s: r for s, r in tables.items() if "." in s}, everything)
 
-    def test_flags_table_lists_every_flag(self):
-        stratad = require(NAMED_BINARIES["stratad"])
-        rows = table_rows(section_lines(self.PAGE, r"Command-line flags"))
+    def assert_table_is_help(self, binary, section, parse):
+        """The first column of `section`'s table is what `parse` reads from `binary --help`."""
+        rows = table_rows(section_lines(self.PAGE, section))
         documented = {backticked(r[0]) for r in rows if backticked(r[0])}
-        result = run([str(stratad), "--help"])
+        result = run([str(require(NAMED_BINARIES[binary])), "--help"])
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(documented, help_flags(result.stdout))
+        self.assertEqual(documented, parse(result.stdout))
+
+    def test_flags_table_lists_every_flag(self):
+        self.assert_table_is_help("stratad", r"Command-line flags", help_flags)
 
     def test_cli_table_lists_every_command(self):
-        strata = require(NAMED_BINARIES["strata"])
-        rows = table_rows(section_lines(self.PAGE, r"The `strata` CLI"))
-        documented = {backticked(r[0]) for r in rows if backticked(r[0])}
-        result = run([str(strata), "--help"])
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(documented, cli11_subcommands(result.stdout))
+        self.assert_table_is_help("strata", r"The `strata` CLI", cli11_subcommands)
 
 
 class ControllerConfig(unittest.TestCase):
@@ -728,26 +729,8 @@ class Links(unittest.TestCase):
                          "work was organised:\n" + "\n".join(problems))
 
 
-def case_ids():
-    loader = unittest.defaultTestLoader
-    return [f"{case.__name__}.{name}" for case in (Commands, DaemonConfig, ControllerConfig,
-                                                   Metrics, Links)
-            for name in loader.getTestCaseNames(case)]
-
-
-def main(argv):
-    if argv[1:] == ["--list"]:
-        print("\n".join(case_ids()))
-        return 0
-    names = argv[1:] or case_ids()
-    suite = unittest.defaultTestLoader.loadTestsFromNames(names, sys.modules[__name__])
-    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
-    if not result.wasSuccessful():
-        return 1
-    for case, reason in result.skipped:
-        print(f"{pathlib.Path(__file__).name}: Skipped\n{reason}\n[  SKIPPED ] {case.id()}")
-    return 0
+CASES = (Commands, DaemonConfig, ControllerConfig, Metrics, Links)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(python_cases.main(sys.argv, __file__, sys.modules[__name__], CASES))

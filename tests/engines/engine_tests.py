@@ -23,6 +23,8 @@ import unittest
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCE = HERE.parents[1]
+sys.path.insert(0, str(SOURCE / "tests" / "support"))
+import python_cases  # noqa: E402
 LOGPROB_TOLERANCE = 1e-3
 DTYPE = "float32"
 # One chunk per 128-token block (vLLM's CPU block size; its blocks are opaque pages, copied
@@ -327,7 +329,7 @@ class TrainedPic(unittest.TestCase):
         import pic_fidelity
         import pic_runner
 
-        cls.score = staticmethod(pic_fidelity.kl_top1_exact)
+        cls.compare = staticmethod(judge.compare)
         try:
             cls.judge = judge.Judge(harness.smollm2_checkpoint(), dtype=torch.float32)
             pool = corpus.passages(cls.judge.tokenizer, 4, 150)
@@ -348,63 +350,48 @@ class TrainedPic(unittest.TestCase):
         reference, spans = case
         outcome = self.runner.run(reference.prompt, spans, reference.continuation, policy,
                                   **options)
-        return self.score(reference, outcome.logprobs), outcome
+        return self.compare(reference, outcome.logprobs), outcome
 
     def test_every_token_computed_through_the_kernel_is_full_prefill(self):
         for case in self.cases:
             for policy, options in (("full", {}), ("cacheblend", {"blend_ratio": 1.0}),
                                     ("legolink", {"legolink_tokens": 100_000})):
-                (kl, top1, exact), outcome = self.run_policy(case, policy, **options)
-                self.assertLess(kl, 1e-5, policy)
-                self.assertEqual((top1, exact), (1.0, 1.0), policy)
+                score, outcome = self.run_policy(case, policy, **options)
+                self.assertLess(score.kl, 1e-5, policy)
+                self.assertEqual((score.top1, score.exact), (1.0, 1.0), policy)
                 self.assertEqual(outcome.computed_tokens, outcome.prompt_tokens, policy)
 
     def test_shared_passages_are_read_from_the_pool_and_recomputing_helps(self):
         first, second = self.cases
         self.run_policy(first, "mepic")  # writes the first prompt's passages
-        (naive, *_), naive_outcome = self.run_policy(second, "naive")
-        (mepic, *_), mepic_outcome = self.run_policy(second, "mepic")
+        naive, naive_outcome = self.run_policy(second, "naive")
+        mepic, mepic_outcome = self.run_policy(second, "mepic")
         shared = [c for c in mepic_outcome.plan["chunks"] if c["state"] == "shared"]
         self.assertGreaterEqual(len(shared), 2, "the passages the prompts share")
         self.assertGreater(mepic_outcome.computed_tokens, naive_outcome.computed_tokens)
-        self.assertLess(mepic, naive, "MEPIC's recomputed blocks move it toward full prefill")
-        (blend, *_), _ = self.run_policy(second, "cacheblend", blend_ratio=0.5)
-        self.assertLess(blend, naive)
+        self.assertLess(mepic.kl, naive.kl,
+                        "MEPIC's recomputed blocks move it toward full prefill")
+        blend, _ = self.run_policy(second, "cacheblend", blend_ratio=0.5)
+        self.assertLess(blend.kl, naive.kl)
 
 
 CASES = (VllmInterface, VllmOffline, VllmServe, TrainedKv, TrainedPic)
 
 
-def case_ids():
-    loader = unittest.defaultTestLoader
-    return [f"{case.__name__}.{name}" for case in CASES for name in loader.getTestCaseNames(case)]
-
-
-def report_skip(case, reason):
-    print(f"{pathlib.Path(__file__).name}: Skipped\n{reason}\n[  SKIPPED ] {case}")
-
-
 def main(argv):
     if argv[1:] == ["--list"]:
-        print("\n".join(case_ids()))
-        return 0
-    names = argv[1:] or case_ids()
+        return python_cases.main(argv, __file__, sys.modules[__name__], CASES)
+    names = argv[1:] or python_cases.case_ids(CASES)
     if os.environ.get("STRATA_IN_ENGINES_ENV") != "1":
         python, why = engines_env()
         if python is None:
             for name in names:
-                report_skip(name, why)
+                python_cases.report_skip(__file__, name, why)
             return 0
         env = dict(os.environ, STRATA_IN_ENGINES_ENV="1")
         return subprocess.run([str(python), __file__, *names], env=env).returncode
     sys.path.insert(0, str(HERE))
-    suite = unittest.defaultTestLoader.loadTestsFromNames(names, sys.modules[__name__])
-    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
-    if not result.wasSuccessful():
-        return 1
-    for case, reason in result.skipped:
-        report_skip(case.id(), reason)
-    return 0
+    return python_cases.run_cases(__file__, sys.modules[__name__], names)
 
 
 if __name__ == "__main__":
