@@ -48,6 +48,8 @@ using internal::SegmentHeader;
 constexpr auto kShutdownBudget = std::chrono::seconds(2);
 // A packed rkey is tens to hundreds of bytes; a hello claiming more is refused unread.
 constexpr size_t kMaxRkeyBytes = 64 << 10;
+// How long a refused link waits for its peer to close it (never longer than auth_timeout).
+constexpr std::chrono::milliseconds kRefusalLinger{1000};
 
 absl::Status UcsError(ucs_status_t status, std::string_view context) {
   const std::string message = fmt::format("{}: {}", context, ucs_status_string(status));
@@ -238,7 +240,9 @@ class UcxTransport::Impl {
     PeerId id = 0;
     ucp_ep_h ep = nullptr;
     std::optional<internal::PeerAuth> auth;
-    bool refused = false;  // authentication failed: the link closes, nothing more is read
+    // Not OK once authentication failed: nothing more is read. The link stays open until the peer
+    // closes it (or kRefusalLinger passes), so that the refusal reaches the peer before the close.
+    absl::Status refusal;
     bool up = false;
     bool came_up = false;  // it was up once (an inbound link that never was is forgotten)
     uint64_t remote_base = 0;
@@ -728,7 +732,8 @@ void UcxTransport::Impl::LinkDown(PeerId id, const absl::Status& why, bool forge
     ucp_ep_h ep = std::exchange(link.ep, nullptr);
     link.up = false;
     link.stats.up = false;
-    link.stats.last_error = why.ToString();
+    // A refused link says why it was refused, not how it closed afterwards.
+    link.stats.last_error = (link.refusal.ok() ? why : link.refusal).ToString();
     Settle(pending, ucp_ep_close_nbx(ep, &param));
   }
   if (forget) {
@@ -1085,6 +1090,10 @@ void UcxTransport::Impl::ExpireDeadlines() {
     link_deadlines_.erase(link_deadlines_.begin());
     Link* link = FindLink(id);
     if (link == nullptr || link->up) continue;
+    if (!link->refusal.ok()) {
+      LinkDown(id, link->refusal, /*forget=*/false);
+      continue;
+    }
     LinkDown(id,
              absl::DeadlineExceededError(
                  fmt::format("ucx transport: {} did not authenticate within {} ms",
@@ -1123,7 +1132,7 @@ ucs_status_t UcxTransport::Impl::OnAm(void* arg, const void* header, size_t head
   auto* handler = static_cast<AmHandlerArg*>(arg);
   Impl* self = handler->impl;
   Link* link = self->LinkOf(param);
-  if (link == nullptr || link->refused) return UCS_OK;  // from a link we closed: dropped
+  if (link == nullptr || !link->refusal.ok()) return UCS_OK;  // from a link we refused: dropped
   if (handler->id == internal::kAmAuth) {
     self->HandleAuth(*link, header, header_length);
     return UCS_OK;
@@ -1169,7 +1178,7 @@ void UcxTransport::Impl::HandleAuth(Link& link, const void* header, size_t heade
         absl::PermissionDeniedError(fmt::format("ucx transport: authentication with {} failed: {}",
                                                 link.stats.address, outcome.refused.message()));
     spdlog::warn("{}", why.message());
-    link.refused = true;
+    link.refusal = why;
     if (link.waiter) {
       link.waiter->Finish(why);
       link.waiter.reset();
@@ -1178,9 +1187,13 @@ void UcxTransport::Impl::HandleAuth(Link& link, const void* header, size_t heade
       LinkDown(id, why, /*forget=*/false);
       return;
     }
-    // The refusal goes out before the link closes (a forced close would discard it).
-    SendAuth(link, *outcome.reply,
-             [this, id, why](ucs_status_t) { LinkDown(id, why, /*forget=*/false); });
+    // The peer closes the link once it has read the refusal; closing it here when the send
+    // completes locally would race the refusal (the peer can see the link reset first).
+    link_deadlines_.emplace(
+        std::chrono::steady_clock::now() + std::min(kRefusalLinger, options_.auth_timeout), id);
+    SendAuth(link, *outcome.reply, [this, id, why](ucs_status_t status) {
+      if (status != UCS_OK) LinkDown(id, why, /*forget=*/false);
+    });
     return;
   }
   if (outcome.reply) {

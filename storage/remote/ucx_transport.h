@@ -8,7 +8,9 @@
 // secret (internal/peer_auth.h: HMAC-SHA256 over fresh nonces from both ends; the secret never
 // crosses). Only once each end has verified the other's proof does it send its hello (region,
 // rkey); a link is up, and carries calls and reads, only after both. A peer that sends anything
-// else first, proves wrongly or takes longer than auth_timeout is dropped; no more than
+// else first or takes longer than auth_timeout is dropped; one that proves wrongly is sent a
+// refusal and nothing more is read from it, its link closed once it closes its end (at most a
+// second later), so that the refusal reaches it before the close does; no more than
 // max_links_authenticating links may be authenticating at once (more are rejected). A reply or
 // read answer is taken only from the peer the request went to. After authentication, messages and
 // KV bytes cross in the clear (UCX does not encrypt): the network between peers must be private

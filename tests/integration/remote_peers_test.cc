@@ -61,15 +61,15 @@ struct Peer {
 // is appended to its config (e.g. a [disk] table).
 Peer StartPeer(const std::string& token_file, const std::vector<std::string>& peers,
                uint32_t lookup_budget_us = 200'000, const std::string& node_id = "",
-               const std::string& more_toml = "") {
+               const std::string& more_toml = "", const std::string& transports = "tcp") {
   std::string peer_list;
   for (const std::string& peer : peers) peer_list += fmt::format("\"{}\", ", peer);
   test_support::DaemonProcessOptions options{
       .host_capacity = "16MiB",
       .extra_toml = fmt::format(
           "[remote]\nlisten_address = \"127.0.0.1:0\"\ncluster_token_file = \"{}\"\n"
-          "transports = \"tcp\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n{}{}",
-          token_file, lookup_budget_us, peer_list,
+          "transports = \"{}\"\nnet_devices = \"lo\"\nlookup_budget_us = {}\npeers = [{}]\n{}{}",
+          token_file, transports, lookup_budget_us, peer_list,
           node_id.empty() ? "" : fmt::format("node_id = \"{}\"\n", node_id), more_toml)};
   absl::StatusOr<std::unique_ptr<DaemonProcess>> process = DaemonProcess::Start(options);
   EXPECT_TRUE(process.ok()) << process.status();
@@ -235,6 +235,10 @@ TEST(RemotePeers, StrangersAtThePeerPortGetNothingAndTheDaemonServesOn) {
     if (std::string_view(scenario) == "replay") {
       EXPECT_NE(report.find("\"recorded\": 2}"), std::string::npos);
     }
+    // A stranger that proved wrongly is told so before the link closes.
+    const bool proved =
+        std::string_view(scenario) == "wrong-secret" || std::string_view(scenario) == "replay";
+    EXPECT_NE(report.find(proved ? "\"refusals\": 1," : "\"refusals\": 0,"), std::string::npos);
   }
   // The daemon saw each stranger: two sent data before authenticating, two proved wrongly.
   const std::string log = a.process().Log();
@@ -251,6 +255,27 @@ TEST(RemotePeers, StrangersAtThePeerPortGetNothingAndTheDaemonServesOn) {
   ASSERT_EQ(LookupUntil(*b.engine, keys, 2), 2u) << b.process().Log();
   EXPECT_EQ(LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 9 + i; }),
             std::vector<int>(2, 0));
+}
+
+TEST(RemotePeers, ASlowPeerThatProvedWronglyStillHearsTheRefusal) {
+  // The daemon keeps a refused link open until the peer closes it: a peer that is slow to read
+  // (here it reads nothing for 300 ms after its proof) learns that it was refused, on either
+  // transport, instead of seeing the link reset first.
+  const std::string token = TokenFile("slow", "secret-slow");
+  for (const char* transports : {"tcp", "posix,cma,tcp"}) {
+    SCOPED_TRACE(transports);
+    Peer a = StartPeer(token, {}, 200'000, "", "", transports);
+    ASSERT_TRUE(a.process);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      test_support::Subprocess stranger({STRATA_HOSTILE_PEER_PATH, a.remote_address, "wrong-secret",
+                                         "--stall-ms", "300", "--listen-ms", "300", "--transports",
+                                         transports});
+      ASSERT_EQ(stranger.Wait(std::chrono::seconds(30)), 0) << stranger.Stderr();
+      const std::string report = stranger.Stdout();
+      EXPECT_NE(report.find("\"refusals\": 1,"), std::string::npos) << report;
+      EXPECT_NE(report.find("\"hello\": 0,"), std::string::npos) << report;
+    }
+  }
 }
 
 TEST(RemotePeers, APeerThatStopsAnsweringCostsALookupItsBudgetOnly) {

@@ -1,6 +1,7 @@
 // strata_hostile_peer: a peer that attacks a daemon's peer port, for the integration tests of
 // peer authentication. It dials ADDRESS over UCX (tcp) as a Strata transport would, plays one
-// scenario, listens for what the daemon sends back for --listen-ms, and prints one JSON line
+// scenario, stops progressing for --stall-ms (a slow peer: 0 by default), listens for what the
+// daemon sends back for --listen-ms, and prints one JSON line
 // counting the daemon's messages by kind (storage/remote/internal/ucx_wire.h):
 //   {"scenario": ..., "auth": n, "refusals": n, "hello": n, "call_reply": n, "read_data": n,
 //    "recorded": n}
@@ -14,6 +15,7 @@
 //                 what an eavesdropper sees on the wire), then opens a new link and replays them
 //                 verbatim, then asks for a read and a call;
 //   data-first    sends a well-formed challenge, then asks for a read and a call before any proof.
+// --transports picks UCX's transports (UCX_TLS; tcp by default, "posix,cma,tcp" for shared memory).
 // Exit status 0 once the scenario has run (whatever the daemon answered), 2 on usage or UCX
 // errors. Single-threaded; every wait is bounded.
 #include <ucp/api/ucp.h>
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "storage/remote/internal/peer_auth.h"
@@ -137,7 +140,7 @@ std::vector<wire::AuthMessage> Authenticate(Link& link, Received& received,
 int Usage() {
   std::fprintf(stderr,
                "usage: strata_hostile_peer ADDRESS no-auth|wrong-secret|replay|data-first "
-               "[--secret S] [--listen-ms N]\n");
+               "[--secret S] [--stall-ms N] [--listen-ms N] [--transports T]\n");
   return 2;
 }
 
@@ -148,12 +151,18 @@ int main(int argc, char** argv) {
   const std::string address_text = argv[1];
   const std::string scenario = argv[2];
   std::string secret = "not the cluster's secret";
+  int stall_ms = 0;
   int listen_ms = 1500;
+  std::string transports = "tcp";
   for (int i = 3; i + 1 < argc; i += 2) {
     if (std::string_view(argv[i]) == "--secret") {
       secret = argv[i + 1];
+    } else if (std::string_view(argv[i]) == "--stall-ms") {
+      stall_ms = std::stoi(argv[i + 1]);
     } else if (std::string_view(argv[i]) == "--listen-ms") {
       listen_ms = std::stoi(argv[i + 1]);
+    } else if (std::string_view(argv[i]) == "--transports") {
+      transports = argv[i + 1];
     } else {
       return Usage();
     }
@@ -163,7 +172,7 @@ int main(int argc, char** argv) {
 
   ucp_config_t* config = nullptr;
   if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return 2;
-  ucp_config_modify(config, "TLS", "tcp");
+  ucp_config_modify(config, "TLS", transports.c_str());
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM;
@@ -222,7 +231,10 @@ int main(int argc, char** argv) {
     } else {
       ran = false;
     }
-    if (ran) link.ProgressUntil([] { return false; }, std::chrono::milliseconds(listen_ms));
+    if (ran) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
+      link.ProgressUntil([] { return false; }, std::chrono::milliseconds(listen_ms));
+    }
   }
   if (!ran) return Usage();
   std::printf(
