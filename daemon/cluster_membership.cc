@@ -9,11 +9,11 @@
 #include "core/fmt_absl.h"
 #include "core/host_address.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::daemon {
-namespace {}  // namespace
 
 v1::RegisterInstanceRequest BuildRegistration(const DaemonConfig& config, int control_port,
                                               const std::string& remote_node_id,
@@ -127,13 +127,25 @@ bool ClusterMembership::RegisterOnce() {
     v1::RegisterInstanceResponse response;
     const grpc::Status status =
         stubs_[index]->RegisterInstance(&context, options_.registration, &response);
-    absl::MutexLock lock(&mu_);
     if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
       ++stats_.failed_calls;
+      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+        // Another daemon holds this id: an operator's mistake to report, once per reason.
+        if (stats_.refusal != status.error_message()) {
+          spdlog::error("cluster: controller {} refused the registration: {}",
+                        options_.controllers[index], status.error_message());
+        }
+        stats_.refusal = status.error_message();
+        return false;
+      }
       spdlog::debug("cluster: controller {} refused the registration: {}",
                     options_.controllers[index], status.error_message());
       continue;
     }
+    Learn(response.membership());
+    absl::MutexLock lock(&mu_);
+    stats_.refusal.clear();
     current_ = index;
     heartbeat_interval_ = std::chrono::milliseconds(std::max(response.heartbeat_interval_ms(), 1u));
     instance_timeout_ = std::chrono::milliseconds(response.instance_timeout_ms());
@@ -152,6 +164,7 @@ bool ClusterMembership::RegisterOnce() {
 absl::Status ClusterMembership::HeartbeatTo(size_t index) {
   v1::HeartbeatRequest request;
   request.set_instance_id(options_.registration.instance_id());
+  if (options_.on_peers) request.set_membership_digest(membership_digest_);
   {
     absl::MutexLock lock(&mu_);
     request.set_lease_id(stats_.lease_id);
@@ -160,6 +173,7 @@ absl::Status ClusterMembership::HeartbeatTo(size_t index) {
   Prepare(context);
   v1::HeartbeatResponse response;
   const grpc::Status status = stubs_[index]->Heartbeat(&context, request, &response);
+  if (status.ok() && response.has_membership()) Learn(response.membership());
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     ++stats_.failed_calls;
@@ -167,6 +181,31 @@ absl::Status ClusterMembership::HeartbeatTo(size_t index) {
   }
   ++stats_.heartbeats;
   return absl::OkStatus();
+}
+
+void ClusterMembership::Learn(const v1::Membership& membership) {
+  if (!options_.on_peers || membership.digest() == 0 || membership.digest() == membership_digest_) {
+    return;
+  }
+  membership_digest_ = membership.digest();
+  std::vector<std::string> peers;
+  for (const v1::PeerMember& member : membership.members()) {
+    // One link a pair of members, dialled by the one whose id sorts first (links serve both
+    // ways). Two links between the same pair, one of them still wiring up when the peer died,
+    // crashed UCX 1.13 in its failure handling.
+    if (member.instance_id() <= options_.registration.instance_id() ||
+        member.peer_address() == options_.registration.peer_address()) {
+      continue;
+    }
+    peers.push_back(member.peer_address());
+  }
+  spdlog::info("cluster: the membership names {} peer(s) to dial{}{}", peers.size(),
+               peers.empty() ? "" : ": ", fmt::join(peers, ", "));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.membership_updates;
+  }
+  options_.on_peers(std::move(peers));
 }
 
 void ClusterMembership::Deregister() {

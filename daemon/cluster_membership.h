@@ -11,8 +11,16 @@
 // new registration and no new snapshot. A heartbeat answered NOT_FOUND (the controller expired
 // or replaced the lease, or restarted, or took over without the record) registers again at once,
 // with that controller first; heartbeats that fail everywhere for the instance timeout register
-// again through the list. Destruction deregisters (best
-// effort, so a stopping daemon leaves routing answers at once rather than after the timeout).
+// again through the list. A registration refused because another live daemon holds the instance
+// id (ALREADY_EXISTS) is logged as an error, and retried: the id frees once that daemon has been
+// silent for the instance timeout. Destruction deregisters (best effort, so a stopping daemon
+// leaves routing answers at once rather than after the timeout).
+//
+// Peers: the controller's answers carry the membership (the members with a peer address) when it
+// changed since the daemon last heard it; on_peers gets the peer addresses of the members this
+// daemon dials each time, so that the remote tier dials members as they join and forgets them as
+// they leave. Each pair of members is linked once, by the member whose instance id sorts first
+// (a link serves both ways): on_peers names the members whose ids sort after this one's.
 //
 // Threading: Start spawns the membership's thread; stats() may be called from any thread; the
 // destructor stops and joins it.
@@ -20,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -44,6 +53,9 @@ struct ClusterMembershipOptions {
   std::chrono::milliseconds retry_delay{500};
   // The deadline of each call.
   std::chrono::milliseconds call_timeout{2'000};
+  // The peer addresses of the members whose instance ids sort after this one's, each time the
+  // membership changes; on the membership's thread. Null: the membership is not asked for.
+  std::function<void(std::vector<std::string> peer_addresses)> on_peers;
 };
 
 // What this daemon registers as (see DaemonConfig::Cluster): `control_port` is the bound TCP
@@ -60,6 +72,8 @@ struct ClusterMembershipStats {
   uint64_t registrations = 0;  // successful ones
   uint64_t heartbeats = 0;     // acknowledged ones
   uint64_t failed_calls = 0;
+  uint64_t membership_updates = 0;  // memberships received that differed from the last
+  std::string refusal;  // why the last registration attempt was refused ("" once registered)
 };
 
 class ClusterMembership {
@@ -86,6 +100,8 @@ class ClusterMembership {
   absl::Status HeartbeatAnywhere();
   absl::Status HeartbeatTo(size_t index);
   void Deregister();
+  // Hands a membership the controller sent to on_peers, unless it is the one known already.
+  void Learn(const v1::Membership& membership);
   // Waits `delay`, or less when stopping; false when stopping.
   bool Wait(std::chrono::milliseconds delay);
   void Prepare(grpc::ClientContext& context) const;
@@ -100,6 +116,7 @@ class ClusterMembership {
   size_t current_ = 0;  // the controller registered with, or to try first
   std::chrono::milliseconds heartbeat_interval_{1'000};
   std::chrono::milliseconds instance_timeout_{10'000};
+  uint64_t membership_digest_ = 0;  // of the membership last handed to on_peers
 
   std::thread thread_;
 };

@@ -319,6 +319,12 @@ absl::Status Daemon::Start() {
         control::ChannelCredentialsFromFile(config_.cluster.tls_ca_path);
     if (!credentials.ok()) return credentials.status();
     membership.credentials = *std::move(credentials);
+    if (remote_) {
+      // The membership is stopped before the remote node (Stop).
+      membership.on_peers = [remote = remote_.get()](std::vector<std::string> peers) {
+        remote->SetClusterPeers(std::move(peers));
+      };
+    }
     absl::StatusOr<std::unique_ptr<ClusterMembership>> started =
         ClusterMembership::Start(std::move(membership));
     if (!started.ok()) return started.status();

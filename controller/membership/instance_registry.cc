@@ -5,6 +5,9 @@
 #include <random>
 #include <utility>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -48,6 +51,14 @@ absl::Status CheckRegistration(const v1::RegisterInstanceRequest& r) {
   return absl::OkStatus();
 }
 
+// Another daemon claims a live registration's id: not the same daemon restarted, which would
+// come back with the same endpoints.
+bool ClaimsAnotherDaemonsId(const v1::RegisterInstanceRequest& held,
+                            const v1::RegisterInstanceRequest& claim) {
+  return held.control_endpoint() != claim.control_endpoint() ||
+         held.peer_address() != claim.peer_address();
+}
+
 absl::Status UnknownLease(const std::string& instance_id, uint64_t lease_id) {
   return absl::NotFoundError(fmt::format(
       "instance '{}' holds no registration of lease {}: register again", instance_id, lease_id));
@@ -71,6 +82,10 @@ absl::StatusOr<std::unique_ptr<InstanceRegistry>> InstanceRegistry::Create(
 }
 
 InstanceRegistry::InstanceRegistry(InstanceRegistryOptions options) : options_(std::move(options)) {
+  {
+    absl::MutexLock lock(&mu_);
+    RebuildMembershipLocked();
+  }
   // Leases of another controller run (or of one before a restart) are not taken for this one's.
   std::random_device random;
   absl::MutexLock lock(&changes_mu_);
@@ -85,6 +100,7 @@ void InstanceRegistry::DropAll() {
   {
     absl::MutexLock lock(&mu_);
     members.swap(members_);
+    RebuildMembershipLocked();
   }
   members.clear();  // the feeds stop outside mu_
 }
@@ -115,6 +131,7 @@ std::vector<std::string> InstanceRegistry::Adopt(std::span<const v1::InstanceRec
                                                           .lease_id = record.lease_id(),
                                                           .last_heard = options_.clock->Now(),
                                                           .feed = *std::move(feed)});
+      RebuildMembershipLocked();
     }
     adopted.push_back(registration.instance_id());
     spdlog::info("controller: instance '{}' adopted (control {}, lease {})",
@@ -150,8 +167,22 @@ absl::StatusOr<v1::RegisterInstanceResponse> InstanceRegistry::Register(
   {
     absl::MutexLock lock(&mu_);
     if (auto it = members_.find(registration.instance_id()); it != members_.end()) {
+      const Member& held = it->second;
+      const auto silent = options_.clock->Now() - held.last_heard;
+      if (silent < options_.instance_timeout &&
+          ClaimsAnotherDaemonsId(held.registration, registration)) {
+        return absl::AlreadyExistsError(fmt::format(
+            "instance id '{}' is held by the daemon at control {} / peer '{}', heard from {} ms "
+            "ago: give each daemon its own instance id ([cluster] instance_id); the id is free "
+            "once its holder has been silent for {} ms",
+            registration.instance_id(), held.registration.control_endpoint(),
+            held.registration.peer_address(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(),
+            options_.instance_timeout.count()));
+      }
       old_feed = std::move(it->second.feed);
       members_.erase(it);
+      RebuildMembershipLocked();
     }
   }
   if (old_feed != nullptr) {
@@ -168,11 +199,13 @@ absl::StatusOr<v1::RegisterInstanceResponse> InstanceRegistry::Register(
                                                         .lease_id = lease_id,
                                                         .last_heard = options_.clock->Now(),
                                                         .feed = *std::move(feed)});
+    RebuildMembershipLocked();
   }
   spdlog::info("controller: instance '{}' registered (control {}, lease {})",
                registration.instance_id(), registration.control_endpoint(), lease_id);
   Record(registration, lease_id);
   v1::RegisterInstanceResponse response;
+  *response.mutable_membership() = *Membership();
   response.set_lease_id(lease_id);
   response.set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval.count()));
   response.set_instance_timeout_ms(static_cast<uint32_t>(options_.instance_timeout.count()));
@@ -197,6 +230,7 @@ absl::StatusOr<std::unique_ptr<DaemonFeed>> InstanceRegistry::RemoveLocked(
   }
   std::unique_ptr<DaemonFeed> feed = std::move(it->second.feed);
   members_.erase(it);
+  RebuildMembershipLocked();
   return feed;
 }
 
@@ -230,6 +264,7 @@ std::vector<std::string> InstanceRegistry::ExpireSilent() {
       feeds.push_back(std::move(it->second.feed));
       members_.erase(it++);
     }
+    if (!expired.empty()) RebuildMembershipLocked();
   }
   feeds.clear();  // the instances leave the index
   for (const std::string& id : expired) {
@@ -279,6 +314,36 @@ std::vector<v1::InstanceInfo> InstanceRegistry::List() const {
     return a.instance_id() < b.instance_id();
   });
   return infos;
+}
+
+std::shared_ptr<const v1::Membership> InstanceRegistry::Membership() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return membership_;
+}
+
+void InstanceRegistry::RebuildMembershipLocked() {
+  auto membership = std::make_shared<v1::Membership>();
+  for (const auto& [id, member] : members_) {
+    if (member.registration.peer_address().empty()) continue;
+    v1::PeerMember* peer = membership->add_members();
+    peer->set_instance_id(id);
+    peer->set_peer_address(member.registration.peer_address());
+  }
+  std::sort(membership->mutable_members()->begin(), membership->mutable_members()->end(),
+            [](const v1::PeerMember& a, const v1::PeerMember& b) {
+              return a.instance_id() < b.instance_id();
+            });
+  // Ids and addresses hold no NUL (ids no control characters; addresses are "host:port").
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (const v1::PeerMember& peer : membership->members()) {
+    XXH3_64bits_update(state, peer.instance_id().data(), peer.instance_id().size() + 1);
+    XXH3_64bits_update(state, peer.peer_address().data(), peer.peer_address().size() + 1);
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  membership->set_digest(digest == 0 ? 1 : digest);
+  membership_ = std::move(membership);
 }
 
 size_t InstanceRegistry::size() const {

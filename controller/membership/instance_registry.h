@@ -4,10 +4,16 @@
 // `instance_timeout` is dropped by ExpireSilent, and its chunks vanish from the index before that
 // returns (the feed's destruction drops the instance).
 //
-// Registering an id that is registered already (the daemon restarted, or the controller lost its
-// lease) replaces the registration: the old feed is stopped and its chunks dropped before the new
-// feed starts, which takes a fresh snapshot. A lease id names one registration: heartbeats and
-// deregistrations that name another (an older one) get NOT_FOUND, and the daemon registers again.
+// Registering an id that is registered already with the same endpoints (the daemon restarted, or
+// the controller lost its lease) replaces the registration: the old feed is stopped and its chunks
+// dropped before the new feed starts, which takes a fresh snapshot. Registering it with other
+// endpoints while its registration is live is refused (kAlreadyExists: two daemons claim one id);
+// once the holder has been silent for the instance timeout, the id is free.
+//
+// The membership (Membership()) lists the members that serve peers, for the daemons to dial; it is
+// rebuilt at each change and handed out as an immutable snapshot with a digest that names it. A
+// lease id names one registration: heartbeats and deregistrations that name another (an older one)
+// get NOT_FOUND, and the daemon registers again.
 //
 // With a MemberStore (the leader's records in etcd), every registration is recorded there and
 // every departure forgotten, and a controller that takes over adopts the records (Adopt): the
@@ -68,8 +74,10 @@ class InstanceRegistry {
   InstanceRegistry& operator=(const InstanceRegistry&) = delete;
 
   // kInvalidArgument for an empty or over-long id, an id with control characters, or a control
-  // endpoint that is neither "host:port" nor "unix:path"; the feed starter's error otherwise
-  // (kResourceExhausted when the index holds its most instances).
+  // endpoint that is neither "host:port" nor "unix:path"; kAlreadyExists for an id a live
+  // registration holds under other endpoints; the feed starter's error otherwise
+  // (kResourceExhausted when the index holds its most instances). The answer carries the
+  // membership.
   absl::StatusOr<v1::RegisterInstanceResponse> Register(
       const v1::RegisterInstanceRequest& registration);
   // Renews the lease. kNotFound when `instance_id` holds no registration of `lease_id`.
@@ -92,6 +100,8 @@ class InstanceRegistry {
   // Every registration, by instance id.
   std::vector<v1::InstanceInfo> List() const;
   size_t size() const;
+  // The members with a peer address, by id, and their digest; never null.
+  std::shared_ptr<const v1::Membership> Membership() const;
 
  private:
   struct Member {
@@ -104,6 +114,7 @@ class InstanceRegistry {
   explicit InstanceRegistry(InstanceRegistryOptions options);
 
   v1::InstanceInfo InfoLocked(const Member& member) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void RebuildMembershipLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the member store (when there is one) of a registration or a departure; a failure is
   // logged.
   void Record(const v1::RegisterInstanceRequest& registration, uint64_t lease_id);
@@ -120,6 +131,7 @@ class InstanceRegistry {
   absl::Mutex changes_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::Membership> membership_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(changes_mu_);
 };
 

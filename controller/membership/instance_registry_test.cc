@@ -165,18 +165,71 @@ TEST_F(InstanceRegistryTest, ASilentInstanceIsDroppedWithItsChunks) {
 
 TEST_F(InstanceRegistryTest, RegisteringAgainReplacesTheLeaseAndTheFeed) {
   const uint64_t first = registry_->Register(Registration("a"))->lease_id();
-  absl::StatusOr<v1::RegisterInstanceResponse> second =
-      registry_->Register(Registration("a", "127.0.0.1:2"));
+  // The same daemon, restarted: the same endpoints.
+  absl::StatusOr<v1::RegisterInstanceResponse> second = registry_->Register(Registration("a"));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_NE(second->lease_id(), first);
   EXPECT_EQ(feeds_started_, 2);
   EXPECT_EQ(index_->stats().instances, 1u) << "the old feed left before the new one came";
-  EXPECT_EQ(registry_->Query("a")->control_endpoint(), "127.0.0.1:2");
   EXPECT_EQ(registry_->Heartbeat("a", first).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(registry_->Deregister("a", first).code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry_->Deregister("a", second->lease_id()).ok());
   EXPECT_EQ(registry_->size(), 0u);
   EXPECT_EQ(index_->stats().instances, 0u);
+}
+
+TEST_F(InstanceRegistryTest, TwoDaemonsCannotHoldOneIdWhileTheFirstLives) {
+  const uint64_t lease = registry_->Register(Registration("a"))->lease_id();
+  v1::RegisterInstanceRequest other_peer = Registration("a");
+  other_peer.set_peer_address("10.0.0.2:7000");
+  for (const v1::RegisterInstanceRequest& claim : {Registration("a", "127.0.0.1:2"), other_peer}) {
+    absl::StatusOr<v1::RegisterInstanceResponse> refused = registry_->Register(claim);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists) << refused.status();
+    EXPECT_NE(refused.status().message().find("127.0.0.1:1"), std::string::npos)
+        << "the error names the holder: " << refused.status();
+  }
+  EXPECT_EQ(feeds_started_, 1);
+  EXPECT_TRUE(registry_->Heartbeat("a", lease).ok()) << "the holder keeps its registration";
+  // Silent for the timeout, the holder gives the id up to the next daemon that claims it.
+  clock_.Advance(1000ms);
+  absl::StatusOr<v1::RegisterInstanceResponse> taken =
+      registry_->Register(Registration("a", "127.0.0.1:2"));
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(registry_->Query("a")->control_endpoint(), "127.0.0.1:2");
+  EXPECT_EQ(registry_->Heartbeat("a", lease).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(InstanceRegistryTest, TheMembershipListsThePeersAndChangesItsDigestWithThem) {
+  const uint64_t empty = registry_->Membership()->digest();
+  EXPECT_NE(empty, 0u);
+  EXPECT_EQ(registry_->Membership()->members_size(), 0);
+  v1::RegisterInstanceRequest b = Registration("b", "127.0.0.1:2");
+  b.set_peer_address("10.0.0.2:7000");
+  v1::RegisterInstanceRequest no_peer = Registration("c", "127.0.0.1:3");
+  no_peer.clear_peer_address();
+  absl::StatusOr<v1::RegisterInstanceResponse> first = registry_->Register(b);
+  ASSERT_TRUE(first.ok());
+  // A member that serves no peers is not a peer member.
+  absl::StatusOr<v1::RegisterInstanceResponse> c = registry_->Register(no_peer);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(registry_->Membership()->digest(), first->membership().digest());
+  ASSERT_TRUE(registry_->Deregister("c", c->lease_id()).ok());
+  const uint64_t lease_a = registry_->Register(Registration("a"))->lease_id();
+  std::shared_ptr<const v1::Membership> both = registry_->Membership();
+  ASSERT_EQ(both->members_size(), 2);
+  EXPECT_EQ(both->members(0).instance_id(), "a");
+  EXPECT_EQ(both->members(0).peer_address(), "10.0.0.1:7000");
+  EXPECT_EQ(both->members(1).instance_id(), "b");
+  EXPECT_EQ(both->members(1).peer_address(), "10.0.0.2:7000");
+  // The registration's answer carries the membership as it was then (b alone).
+  ASSERT_EQ(first->membership().members_size(), 1);
+  EXPECT_NE(first->membership().digest(), both->digest());
+  // A departure changes it; the same members give the same digest in another registry (the
+  // digest names the list, not the controller).
+  ASSERT_TRUE(registry_->Deregister("a", lease_a).ok());
+  EXPECT_EQ(registry_->Membership()->digest(), first->membership().digest());
+  std::unique_ptr<InstanceRegistry> other = MakeRegistry(nullptr);
+  EXPECT_EQ(other->Membership()->digest(), empty);
 }
 
 TEST_F(InstanceRegistryTest, BadRegistrationsAreRefusedAndNothingIsStarted) {

@@ -202,10 +202,17 @@ grpc::ServerUnaryReactor* ClusterService::RegisterInstance(
 
 grpc::ServerUnaryReactor* ClusterService::Heartbeat(grpc::CallbackServerContext* context,
                                                     const v1::HeartbeatRequest* request,
-                                                    v1::HeartbeatResponse* /*response*/) {
+                                                    v1::HeartbeatResponse* response) {
   if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
-  return control::FinishUnary(
-      context, options_.registry->Heartbeat(request->instance_id(), request->lease_id()));
+  absl::Status beat = options_.registry->Heartbeat(request->instance_id(), request->lease_id());
+  if (beat.ok()) {
+    // The membership goes along only when the daemon's is out of date.
+    std::shared_ptr<const v1::Membership> membership = options_.registry->Membership();
+    if (membership->digest() != request->membership_digest()) {
+      *response->mutable_membership() = *membership;
+    }
+  }
+  return control::FinishUnary(context, beat);
 }
 
 grpc::ServerUnaryReactor* ClusterService::DeregisterInstance(

@@ -2,7 +2,8 @@
 // Lookup (a prompt's cached prefix on every instance, with the tiers it lies in) and Route
 // (candidate instances ranked by modelled time-to-first-token), both answered from the
 // ClusterIndex; and membership (RegisterInstance, Heartbeat, DeregisterInstance, QueryInstance,
-// ListInstances), answered by the InstanceRegistry; and Forward, node calls sent to the daemons
+// ListInstances), answered by the InstanceRegistry (a heartbeat's answer carries the peer
+// membership when the daemon's copy is out of date); and Forward, node calls sent to the daemons
 // by the NodeForwarder. Over TCP every call must carry the bearer token when one is configured
 // (UNAUTHENTICATED otherwise), daemons' registrations included; a standby controller (one that
 // does not lead) answers every call UNAVAILABLE, naming the leader. Token prompts are hashed

@@ -66,6 +66,8 @@ class PeerSet::Impl {
     }
     node_id_ =
         options_.node_id.empty() ? DefaultNodeId(transport->listen_address()) : options_.node_id;
+    advertised_address_ = options_.advertised_address.empty() ? transport->listen_address()
+                                                              : options_.advertised_address;
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "strata-peers");
       Maintain();
@@ -108,6 +110,27 @@ class PeerSet::Impl {
       if (link != 0) links_.erase(link);
     }
     if (link != 0) WithTransport([&](Transport& transport) { transport.Disconnect(link); });
+  }
+
+  void SetClusterPeers(std::vector<std::string> addresses) {
+    absl::MutexLock members(&cluster_mu_);
+    std::sort(addresses.begin(), addresses.end());
+    addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+    for (const std::string& address : addresses) {
+      if (!std::binary_search(cluster_peers_.begin(), cluster_peers_.end(), address)) {
+        spdlog::info("peers: {} joined the cluster", address);
+        AddPeer(address);
+      }
+    }
+    for (const std::string& address : cluster_peers_) {
+      const bool configured =
+          std::find(options_.peers.begin(), options_.peers.end(), address) != options_.peers.end();
+      if (!configured && !std::binary_search(addresses.begin(), addresses.end(), address)) {
+        spdlog::info("peers: {} left the cluster", address);
+        RemovePeer(address);
+      }
+    }
+    cluster_peers_ = std::move(addresses);
   }
 
   bool Admitted(PeerId peer) const {
@@ -199,6 +222,7 @@ class PeerSet::Impl {
     bool outbound = false;
     PeerState state = PeerState::kHandshaking;
     std::string node_id;
+    std::string listen_address;  // the peer's own listener, as its handshake told (inbound links)
     std::vector<uint64_t> layouts;
     Clock::time_point since;
     bool ping_in_flight = false;
@@ -241,13 +265,26 @@ class PeerSet::Impl {
     absl::MutexLock lock(&mu_);
     --transport_uses_;
   }
+  // Whether the peer listening at `address` has dialled this node and is admitted: a link serves
+  // both ways, so it is not dialled too. (Two links between the same pair, one of them still
+  // wiring up when the peer died, crashed UCX 1.13 in its failure handling.)
+  bool LinkedFromLocked(std::string_view address) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return std::any_of(links_.begin(), links_.end(), [&](const auto& entry) {
+      const Link& link = entry.second;
+      return !link.outbound && link.state == PeerState::kUp && link.listen_address == address;
+    });
+  }
   // Marks the dial of `address` failed and schedules its next attempt (lock held).
   void DialFailed(const std::string& address, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PeerSetOptions options_;
-  // Set by Start, before the maintenance thread and any handshake reads it.
+  // Set by Start, before the maintenance thread and any handshake reads them.
   std::string node_id_;
+  std::string advertised_address_;
+  // The peers the cluster's membership names, sorted (SetClusterPeers). Taken before mu_.
+  absl::Mutex cluster_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<std::string> cluster_peers_ ABSL_GUARDED_BY(cluster_mu_);
   mutable absl::Mutex mu_;
   Transport* transport_ ABSL_GUARDED_BY(mu_) = nullptr;  // null before Start and after Stop
   mutable int transport_uses_ ABSL_GUARDED_BY(mu_) = 0;  // WithTransport calls under way
@@ -273,7 +310,8 @@ void PeerSet::Impl::Maintain() {
       if (stopping_) return;
       const Clock::time_point now = Clock::now();
       for (Dial& dial : dials_) {
-        if (dial.link == 0 && !dial.dialling && now >= dial.next_attempt) {
+        if (dial.link == 0 && !dial.dialling && now >= dial.next_attempt &&
+            !LinkedFromLocked(dial.address)) {
           dial.dialling = true;
           to_dial.push_back(dial.address);
         }
@@ -336,9 +374,8 @@ void PeerSet::Impl::DialOne(std::string address) {
     transport->Disconnect(id);  // removed while we dialled
     return;
   }
-  Handshake handshake{.node_id = node_id_,
-                      .listen_address = options_.advertised_address,
-                      .layouts = options_.layouts};
+  Handshake handshake{
+      .node_id = node_id_, .listen_address = advertised_address_, .layouts = options_.layouts};
   transport->Call(
       id, EncodeHandshake(handshake), Clock::now() + options_.handshake_timeout,
       [this, id](absl::StatusOr<std::string> reply) { OnHandshakeReply(id, std::move(reply)); });
@@ -485,6 +522,7 @@ void PeerSet::Impl::AnswerHandshake(PeerId id, std::string_view request, Transpo
     } else if (link != links_.end()) {
       link->second.state = PeerState::kUp;
       link->second.node_id = handshake->node_id;
+      link->second.listen_address = handshake->listen_address;
       link->second.layouts = handshake->layouts;
       link->second.last_ping = Clock::now();
       spdlog::info("peers: admitted {} (node {})", address, handshake->node_id);
@@ -505,6 +543,9 @@ void PeerSet::Start(Transport* transport) { impl_->Start(transport); }
 void PeerSet::Stop() { impl_->Stop(); }
 void PeerSet::AddPeer(std::string address) { impl_->AddPeer(std::move(address)); }
 void PeerSet::RemovePeer(std::string_view address) { impl_->RemovePeer(address); }
+void PeerSet::SetClusterPeers(std::vector<std::string> addresses) {
+  impl_->SetClusterPeers(std::move(addresses));
+}
 bool PeerSet::Admitted(PeerId peer) const { return impl_->Admitted(peer); }
 std::optional<PeerId> PeerSet::FindAdmitted(std::string_view name) const {
   return impl_->FindAdmitted(name);

@@ -3,8 +3,8 @@
 // protocol version (a peer speaking another is refused and logged), learns each peer's node id
 // and the KvLayouts it serves, health-checks admitted peers with
 // pings and drops one that misses too many, and closes inbound links that never handshake.
-// Peers may join (AddPeer) and leave (RemovePeer) at run time; the cluster controller's
-// membership will drive the same two calls.
+// Peers may join (AddPeer) and leave (RemovePeer) at run time, and the cluster controller's
+// membership names the peers to keep dialled (SetClusterPeers) besides the configured ones.
 //
 // The layers above (the remote tier, PD transfer) call peers through the transport and ask the
 // PeerSet which peers are admitted and what they serve; application calls from peers reach them
@@ -36,8 +36,9 @@
 namespace strata::storage::remote {
 
 struct PeerSetOptions {
-  std::string node_id;             // this daemon's instance id
-  std::string advertised_address;  // this daemon's listener, told to peers ("" if none)
+  std::string node_id;  // this daemon's instance id
+  // This daemon's listener, told to peers; "": the transport's listen address.
+  std::string advertised_address;
   std::vector<uint64_t> layouts;   // KvLayout fingerprints this daemon serves
   std::vector<std::string> peers;  // "host:port" of peers to dial and keep dialled
   std::chrono::milliseconds connect_timeout{1000};
@@ -92,6 +93,10 @@ class PeerSet {
   // link.
   void AddPeer(std::string address);
   void RemovePeer(std::string_view address);
+  // The peers the cluster's membership names now: dials those it did not name before, and stops
+  // dialling (and closes the links of) those it no longer names, unless they are configured
+  // (PeerSetOptions::peers), which stay.
+  void SetClusterPeers(std::vector<std::string> addresses);
 
   bool Admitted(PeerId peer) const;
   // The admitted link to the peer named `name` (its node id, or the address it was dialled at or

@@ -193,5 +193,51 @@ TEST(PeerSetTest, PeersJoinAndLeaveAtRunTime) {
   EXPECT_TRUE(Eventually([&] { return !UpWith(a.peers(), "b"); }));
 }
 
+TEST(PeerSetTest, APeerThatDialledInIsNotDialledBackWhileItsLinkIsUp) {
+  Node a(Options("a"), "127.0.0.1:0");
+  Node b(Options("b"), "127.0.0.1:0");
+  a.peers().AddPeer(b.address());
+  ASSERT_TRUE(Eventually([&] { return UpWith(b.peers(), "a"); }));
+  // b is told to dial a too: a's link serves both ways, so b holds its dial.
+  b.peers().AddPeer(a.address());
+  std::this_thread::sleep_for(300ms);
+  std::vector<PeerInfo> listed = b.peers().List();
+  ASSERT_EQ(listed.size(), 2u);  // the held dial and a's inbound link
+  EXPECT_EQ(b.peers().PeersServing(kLayout).size(), 1u);
+  for (const PeerInfo& peer : listed) {
+    if (peer.outbound) {
+      EXPECT_EQ(peer.id, 0u) << "b dialled a although a's link is up";
+    }
+  }
+  // Once a's link goes, b dials a itself.
+  a.peers().RemovePeer(b.address());
+  ASSERT_TRUE(Eventually([&] {
+    for (const PeerInfo& peer : b.peers().List()) {
+      if (peer.outbound && peer.state == PeerState::kUp && peer.node_id == "a") return true;
+    }
+    return false;
+  }));
+}
+
+TEST(PeerSetTest, TheClusterMembershipAddsAndDropsPeersButKeepsConfiguredOnes) {
+  Node a(Options("a"), "127.0.0.1:0");
+  Node c(Options("c"), "127.0.0.1:0");
+  Node d(Options("d"), "127.0.0.1:0");
+  Node b(Options("b", {a.address()}), "");
+  // The membership names the configured peer too: it stays when the membership drops it.
+  b.peers().SetClusterPeers({c.address(), a.address(), c.address()});
+  ASSERT_TRUE(Eventually([&] { return UpWith(b.peers(), "a") && UpWith(b.peers(), "c"); }));
+  EXPECT_EQ(b.peers().List().size(), 2u);
+  b.peers().SetClusterPeers({d.address()});
+  ASSERT_TRUE(Eventually([&] { return UpWith(b.peers(), "d"); }));
+  EXPECT_FALSE(UpWith(b.peers(), "c"));
+  EXPECT_TRUE(UpWith(b.peers(), "a"));
+  EXPECT_EQ(b.peers().List().size(), 2u);
+  EXPECT_TRUE(Eventually([&] { return !UpWith(c.peers(), "b"); }));
+  b.peers().SetClusterPeers({});
+  EXPECT_EQ(b.peers().List().size(), 1u);
+  EXPECT_TRUE(UpWith(b.peers(), "a"));
+}
+
 }  // namespace
 }  // namespace strata::storage::remote

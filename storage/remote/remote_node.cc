@@ -194,6 +194,11 @@ bool RemoteNode::HasAdmittedPeer(std::string_view name) const {
   return !stopped_ && peers_->FindAdmitted(name).has_value();
 }
 
+void RemoteNode::SetClusterPeers(std::vector<std::string> addresses) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!stopped_) peers_->SetClusterPeers(std::move(addresses));
+}
+
 std::vector<PeerInfo> RemoteNode::Peers() const {
   absl::ReaderMutexLock lock(&mu_);
   if (stopped_) return {};

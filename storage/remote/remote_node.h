@@ -65,6 +65,8 @@ class RemoteNode {
   // Whether an admitted peer is named `name` (its node id or an address of its link); false
   // once stopped. Thread-safe.
   bool HasAdmittedPeer(std::string_view name) const;
+  // PeerSet::SetClusterPeers; nothing once stopped. Thread-safe.
+  void SetClusterPeers(std::vector<std::string> addresses);
   RemoteServerStats ServerStats() const { return server_->Stats(); }
 
   // Copies `keys` (chunks of `layout` in this node's host tier) into the host tier of the peer

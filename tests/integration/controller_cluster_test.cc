@@ -122,6 +122,35 @@ TEST(ControllerClusterTest, DaemonsJoinAndTheClusterAnswersFromTheirChunks) {
 
 // The controller restarts on its address: the daemons' heartbeats are refused (NOT_FOUND), they
 // register again, and the new controller's index is rebuilt from their snapshots.
+TEST(ControllerClusterTest, TwoDaemonsThatClaimOneIdAreRefusedNotSwapped) {
+  auto controller = ControllerProcess::Start({.instance_timeout_ms = 1'500});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  ClusterClient cluster((*controller)->address());
+  Node first = StartNode("node-x", (*controller)->address());
+  ASSERT_NE(first.daemon, nullptr);
+  ASSERT_TRUE(Eventually([&] { return cluster.Following() == "node-x"; }));
+  Node second = StartNode("node-x", (*controller)->address());
+  ASSERT_NE(second.daemon, nullptr);
+  // The second is told why, and the first keeps its registration, over several heartbeats.
+  ASSERT_TRUE(Eventually([&] {
+    return second.daemon->Log().find("instance id 'node-x' is held by the daemon at control " +
+                                     first.daemon->control_target()) != std::string::npos;
+  })) << second.daemon->Log();
+  std::this_thread::sleep_for(1s);
+  v1::ListInstancesResponse listed;
+  ASSERT_TRUE(cluster.ListInstances(listed).ok());
+  ASSERT_EQ(listed.instances_size(), 1);
+  EXPECT_EQ(listed.instances(0).control_endpoint(), first.daemon->control_target());
+  // Once the first is gone (killed: it never deregisters), the id is the second's.
+  first.engine.reset();
+  first.daemon->Kill();
+  ASSERT_TRUE(Eventually([&] {
+    v1::ListInstancesResponse now;
+    return cluster.ListInstances(now).ok() && now.instances_size() == 1 &&
+           now.instances(0).control_endpoint() == second.daemon->control_target();
+  })) << (*controller)->Log();
+}
+
 TEST(ControllerClusterTest, ARestartedControllerIsRejoinedAndRebuildsItsIndex) {
   auto first = ControllerProcess::Start({.instance_timeout_ms = 1'000});
   ASSERT_TRUE(first.ok()) << first.status();

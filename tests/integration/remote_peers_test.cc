@@ -17,8 +17,10 @@
 
 #include "core/key_hasher.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/support/controller_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/raw_engine_client.h"
 #include "tests/support/sim_engine_process.h"
@@ -152,6 +154,89 @@ Node StartNode(const std::string& token_file, const std::vector<std::string>& di
     EXPECT_TRUE(node.engine->Store(keys, 64, fill).ok());
   }
   return node;
+}
+
+// A daemon that learns its peers from the controller at `controller` only (no peer list),
+// registered as `id`, with an engine session that stored `keys` (chunk i holds fill + i).
+Node StartMember(const std::string& token_file, const std::string& controller,
+                 const std::string& id, const std::vector<ChunkKey>& keys, uint8_t fill) {
+  Node node{StartPeer(token_file, {}, 200'000, id,
+                      fmt::format("[cluster]\ncontrollers = [\"{}\"]\ninstance_id = \"{}\"\n",
+                                  controller, id)),
+            nullptr};
+  if (!node.peer.process) return node;
+  node.engine = std::make_unique<RawEngineClient>(node.peer.process->engine_socket());
+  EXPECT_TRUE(node.engine->Handshake(Layout()).ok());
+  EXPECT_TRUE(node.engine->Store(keys, 64, fill).ok());
+  return node;
+}
+
+// The addresses `daemon` dials, as `strata peers` lists them.
+std::vector<std::string> DialledPeers(DaemonProcess& daemon) {
+  grpc::ClientContext context;
+  v1::ListPeersResponse peers;
+  std::vector<std::string> addresses;
+  if (!daemon.control().ListPeers(&context, v1::ListPeersRequest(), &peers).ok()) return addresses;
+  for (const v1::Peer& peer : peers.peers()) {
+    if (peer.outbound()) addresses.push_back(peer.address());
+  }
+  return addresses;
+}
+
+TEST(RemotePeers, MembersLearnTheirPeersFromTheControllerAsTheyJoinAndLeave) {
+  auto controller = test_support::ControllerProcess::Start({.instance_timeout_ms = 1'500});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  const std::string token = TokenFile("members", "secret-members");
+  const std::vector<ChunkKey> on_a = Keys(3, 0);
+  const std::vector<ChunkKey> on_b = Keys(2, 100'000);
+  const std::vector<ChunkKey> on_c = Keys(4, 200'000);
+  Node a = StartMember(token, (*controller)->address(), "member-a", on_a, 20);
+  ASSERT_TRUE(a.engine);
+  Node b = StartMember(token, (*controller)->address(), "member-b", on_b, 40);
+  ASSERT_TRUE(b.engine);
+  ASSERT_EQ(LookupUntil(*a.engine, on_b, 2), 2u) << a.process().Log();
+  ASSERT_EQ(LookupUntil(*b.engine, on_a, 3), 3u) << b.process().Log();
+
+  // A third member, started later, serves the first two, and finds theirs.
+  Node c = StartMember(token, (*controller)->address(), "member-c", on_c, 60);
+  ASSERT_TRUE(c.engine);
+  ASSERT_EQ(LookupUntil(*a.engine, on_c, 4), 4u) << a.process().Log();
+  ASSERT_EQ(LookupUntil(*b.engine, on_c, 4), 4u) << b.process().Log();
+  EXPECT_EQ(LoadAndCheck(*a.engine, on_c, [](uint32_t i) { return 60 + i; }),
+            std::vector<int>(4, 0));
+  ASSERT_EQ(LookupUntil(*c.engine, on_a, 3), 3u) << c.process().Log();
+  ASSERT_EQ(LookupUntil(*c.engine, on_b, 2), 2u) << c.process().Log();
+  EXPECT_EQ(LoadAndCheck(*c.engine, on_b, [](uint32_t i) { return 40 + i; }),
+            std::vector<int>(2, 0));
+
+  // Killed, it leaves the membership after the controller's timeout, and the others stop
+  // dialling it; what they hold they serve on.
+  const std::string c_address = c.peer.remote_address;
+  auto dials_c = [&](DaemonProcess& daemon) {
+    const std::vector<std::string> addresses = DialledPeers(daemon);
+    return std::find(addresses.begin(), addresses.end(), c_address) != addresses.end();
+  };
+  // Of each pair of members, the one whose id sorts first dials the other (one link a pair, used
+  // both ways): A and B dial C once their heartbeats bring the membership that names it, and C
+  // dials no one. The kill comes as soon as they dial, often while the links are wiring up.
+  for (int i = 0; i < 400 && !(dials_c(a.process()) && dials_c(b.process())); ++i) {
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  ASSERT_TRUE(dials_c(a.process()));
+  ASSERT_TRUE(dials_c(b.process()));
+  EXPECT_TRUE(DialledPeers(c.process()).empty());
+  c.engine.reset();
+  c.process().Kill();
+  for (int i = 0; i < 400 && (dials_c(a.process()) || dials_c(b.process())); ++i) {
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_FALSE(dials_c(a.process())) << a.process().Log();
+  EXPECT_FALSE(dials_c(b.process())) << b.process().Log();
+  EXPECT_NE(a.process().Log().find(fmt::format("{} left the cluster", c_address)),
+            std::string::npos);
+  EXPECT_EQ(LookupHits(*b.engine, on_a), 3u) << b.process().Log();
+  EXPECT_EQ(LoadAndCheck(*b.engine, on_a, [](uint32_t i) { return 20 + i; }),
+            std::vector<int>(3, 0));
 }
 
 TEST(RemotePeers, AChunkStoredThroughAIsFoundAndLoadedByteExactThroughB) {
