@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<RemoteNode>> RemoteNode::Create(const RemoteNodeO
   peer_options.on_call = [server](PeerId peer, std::string request, Transport::Reply reply) {
     server->Handle(peer, std::move(request), std::move(reply));
   };
-  peer_options.on_peer_down = [server](PeerId peer) { server->PeerDown(peer); };
+  peer_options.on_peer_down = [server, tier](PeerId peer) {
+    server->PeerDown(peer);
+    if (tier != nullptr) tier->ForgetPeer(peer);
+  };
   node->peers_ = std::make_unique<PeerSet>(std::move(peer_options));
 
   const std::span<std::byte> arena(store.host().arena_base(), store.host().arena_size_bytes());

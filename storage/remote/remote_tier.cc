@@ -271,6 +271,15 @@ absl::StatusOr<bool> RemoteTier::Remove(const ChunkKey& key) {
   return false;  // peers keep their chunks: this tier held none of them
 }
 
+void RemoteTier::ForgetPeer(PeerId peer) {
+  absl::MutexLock lock(&mu_);
+  std::vector<ChunkKey> held;
+  for (const auto& [key, remembered] : remembered_) {
+    if (remembered.peer == peer) held.push_back(key);
+  }
+  for (const ChunkKey& key : held) Forget(key);
+}
+
 absl::StatusOr<RemoveResult> RemoteTier::RemoveIf(
     absl::FunctionRef<bool(const ChunkKey&)> predicate) {
   absl::MutexLock lock(&mu_);

@@ -6,8 +6,9 @@
 //   layout, in parallel, which leading
 //     chunks of the chain it holds, and completes within the lookup budget with the longest run
 //     any peer holds (zero when none answered in time: a slow or dead peer means no remote hits,
-//     never a stall). What peers answered is remembered (bounded, with a TTL), so Lookup (in
-//     memory, as LowerTier requires) finds those chunks for the load that follows.
+//     never a stall). What peers answered is remembered (bounded, with a TTL, and forgotten
+//     when the peer's link goes down), so Lookup (in memory, as LowerTier requires) finds those
+//     chunks for the load that follows.
 //   - ReadBatch leases each chunk on the peer that holds it, reads the bytes straight into the
 //     destination (the host tier's reserved arena pages) with Transport::Read, checks each
 //     chunk's xxh3 checksum and lets the leases go. A chunk whose peer dies, times out or sends
@@ -65,6 +66,9 @@ class RemoteTier final : public LowerTier {
 
   // Starts using `transport` (created over `arena`, the host arena's pages) and `peers`.
   void Attach(Transport* transport, PeerSet* peers, const PrefaultedRegion& arena);
+  // Forgets what `peer` said it holds (its link went down): lookups stop counting on it at once,
+  // rather than when the load that follows fails.
+  void ForgetPeer(PeerId peer);
 
   using QueryDone = absl::AnyInvocable<void(size_t remote_prefix) &&>;
   // Asks the peers serving `chain`'s layout which of its leading chunks they hold; `done` gets

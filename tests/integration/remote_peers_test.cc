@@ -402,6 +402,49 @@ TEST(RemotePeers, APeerKilledBeforeTheLoadFailsItCleanly) {
   EXPECT_EQ(b.process().Stop().code, 0);
 }
 
+TEST(RemotePeers, APeerKilledWhileItsBytesAreAskedForFailsThoseChunksAlone) {
+  const std::string token = TokenFile("midway", "secret-midway");
+  const std::vector<ChunkKey> keys = Keys(32, 0);
+  Node a = StartNode(token, {}, keys, 5);
+  ASSERT_TRUE(a.engine);
+  Node b = StartNode(token, {a.peer.remote_address});
+  ASSERT_TRUE(b.engine);
+  const std::vector<ChunkKey> own = Keys(2, 900'000);
+  ASSERT_TRUE(b.engine->Store(own, 64, 70).ok());
+  ASSERT_EQ(LookupUntil(*b.engine, keys, 32), 32u) << b.process().Log();
+  absl::StatusOr<v1::TierStats> before = b.process().HostStats();
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // A stops with B's load under way: B has leased the chunks on A, reserved its pages and asked
+  // for the bytes, which do not come. Then A dies.
+  ASSERT_EQ(::kill(a.process().pid(), SIGSTOP), 0);
+  std::vector<int> codes;
+  std::thread load(
+      [&] { codes = LoadAndCheck(*b.engine, keys, [](uint32_t i) { return 5 + i; }); });
+  std::this_thread::sleep_for(milliseconds(300));
+  a.process().Kill();
+  load.join();
+  ASSERT_EQ(codes.size(), keys.size());
+  // Nothing A did not send is served (LoadAndCheck checked the bytes of any chunk served).
+  EXPECT_NE(std::count_if(codes.begin(), codes.end(), [](int code) { return code != 0; }), 0)
+      << b.process().Log();
+  // What B reserved for the chunks is given back, and B serves on: its own chunks load, and its
+  // lookups no longer count on A's.
+  absl::StatusOr<v1::TierStats> after;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    after = b.process().HostStats();
+    ASSERT_TRUE(after.ok()) << after.status();
+    if (after->reserved_bytes() == before->reserved_bytes() && after->leases() == 0) break;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_EQ(after->reserved_bytes(), before->reserved_bytes());
+  EXPECT_EQ(after->leases(), 0u);
+  EXPECT_EQ(LoadAndCheck(*b.engine, own, [](uint32_t i) { return 70 + i; }),
+            std::vector<int>(2, 0));
+  EXPECT_EQ(LookupHits(*b.engine, keys), 0u);
+  EXPECT_EQ(b.process().Stop().code, 0);
+}
+
 TEST(RemotePeers, APrefetchBringsAPeersChunksBeforeTheLoad) {
   const std::string token = TokenFile("prefetch", "secret-prefetch");
   const std::vector<ChunkKey> keys = Keys(4, 300'000);
