@@ -27,10 +27,20 @@ uint32_t TokenAt(uint32_t seed, uint32_t position) {
   return static_cast<uint32_t>(x % 128000);
 }
 
-// The KV value of one element as a 16-bit pattern (fp16-sized elements).
-uint16_t KvValue(uint32_t token, uint32_t position, uint32_t layer, uint32_t plane, uint32_t head,
-                 uint32_t dim) {
-  uint64_t x = token;
+// Names a tenant in the KV values (FNV-1a of its salt; 0 for none): the same tokens hold other
+// values for another tenant, so a chunk served across tenants fails the engine's check.
+uint64_t TenantSeed(std::string_view salt) {
+  uint64_t x = 0;
+  if (salt.empty()) return x;
+  x = 0xcbf29ce484222325ull;
+  for (char c : salt) x = (x ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return x;
+}
+
+// The KV value of one element of `tenant`'s KV as a 16-bit pattern (fp16-sized elements).
+uint16_t KvValue(uint64_t tenant, uint32_t token, uint32_t position, uint32_t layer, uint32_t plane,
+                 uint32_t head, uint32_t dim) {
+  uint64_t x = token ^ tenant;
   for (uint64_t v :
        {uint64_t{position}, uint64_t{layer}, uint64_t{plane}, uint64_t{head}, uint64_t{dim}}) {
     x = (x ^ v) * 0xff51afd7ed558ccdull;
@@ -92,6 +102,7 @@ std::string RequestResult::ToJson() const {
 
 struct SimEngine::Impl {
   SimEngineOptions options;
+  uint64_t tenant = 0;  // TenantSeed(options.tenant_salt)
   // Per layer: [2][num_blocks][block_size][kv_heads][head_dim] of 16-bit values (K then V).
   std::vector<std::vector<uint16_t>> cache;
   std::unique_ptr<connector::SchedulerConnector> scheduler;
@@ -141,7 +152,7 @@ struct SimEngine::Impl {
         for (uint32_t h = 0; h < l.num_kv_heads; ++h) {
           for (uint32_t d = 0; d < l.head_dim; ++d) {
             cache[layer][Index(plane, block, slot, h, d)] =
-                KvValue(tokens[p], p, layer, plane, h, d);
+                KvValue(tenant, tokens[p], p, layer, plane, h, d);
           }
         }
       }
@@ -162,7 +173,7 @@ struct SimEngine::Impl {
           for (uint32_t h = 0; h < l.num_kv_heads; ++h) {
             for (uint32_t d = 0; d < l.head_dim; ++d) {
               wrong += cache[layer][Index(plane, static_cast<uint32_t>(block), slot, h, d)] !=
-                       KvValue(tokens[p], p, layer, plane, h, d);
+                       KvValue(tenant, tokens[p], p, layer, plane, h, d);
             }
           }
         }
@@ -178,6 +189,7 @@ SimEngine::~SimEngine() = default;
 absl::StatusOr<std::unique_ptr<SimEngine>> SimEngine::Create(const SimEngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->tenant = TenantSeed(options.tenant_salt);
   const KvLayout& l = options.layout;
   if (DtypeSizeBytes(l.dtype) != 2) {
     return absl::InvalidArgumentError("sim engine layouts use 16-bit elements");

@@ -57,7 +57,8 @@ struct SimEngineOptions {
   // the decoder fetches the KV once the prefill is done).
   std::string decode_node;
   // Every request's tenant salt (vLLM's cache_salt): its chunks are the tenant's, apart from
-  // other tenants' chunks of the same tokens. Empty: no salt.
+  // other tenants' chunks of the same tokens, and their values differ from theirs (a chunk
+  // served across tenants fails the check). Empty: no salt.
   std::string tenant_salt;
 };
 

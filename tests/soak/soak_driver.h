@@ -6,7 +6,10 @@
 //   - with every engine dead, the daemon holds no session, lease or reservation, its
 //     descriptors and mappings are back to what they were at its first such moment, and once
 //     it is warm (90 s) its RSS is within `rss_growth_limit` of its level (the largest RSS of
-//     such moments up to the first past the warm-up);
+//     such moments up to the first past the warm-up). Daemons live in phases so that the bound
+//     covers most of the run: the first daemon lives through the steady part, then churn phases
+//     (`churn_kills` short lives) alternate with one long life; the report says what share of
+//     the run a warm daemon was under the bound;
 //   - every chunk the daemon acknowledged on disk before a SIGKILL (after a Drain) is found
 //     after its restart;
 //   - every engine that was not killed exits 0, within its time limit.
@@ -30,9 +33,13 @@ struct SoakOptions {
   // The first part of the run without daemon kills: the longest daemon lifetime, over which
   // its descriptors, mappings and RSS are compared.
   double steady_fraction = 0.25;
-  // A daemon lives a uniform time in [min, max] before the driver kills it.
+  // In a churn phase, a daemon lives a uniform time in [min, max] before the driver kills it;
+  // `churn_kills` such lives, then one long life in [min_long, max_long], and again.
   std::chrono::seconds min_daemon_life{10};
   std::chrono::seconds max_daemon_life{26};
+  uint32_t churn_kills = 4;
+  std::chrono::seconds min_long_daemon_life{300};
+  std::chrono::seconds max_long_daemon_life{420};
   // Each engine is killed mid-run with this probability, at a uniform time in its first
   // `max_engine_kill_delay` (an engine runs for ~50-500 ms).
   double engine_kill_probability = 0.5;
@@ -92,6 +99,8 @@ struct SoakReport {
   // over that level they saw.
   uint64_t rss_checks = 0;
   double rss_max_growth = 0;
+  // Of the run, the time a daemon past the warm-up was alive (under the RSS bound).
+  double rss_covered_s = 0;
   int64_t fd_max_growth = 0;
   int64_t mapping_max_growth = 0;
   uint64_t max_restart_ms = 0;  // SIGKILL to serving again (the disk tier's recovery included)
