@@ -156,8 +156,13 @@ std::string FormatLookup(const v1::LookupResponse& lookup) {
 }
 
 std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup) {
+  const std::string incomplete =
+      lookup.complete()
+          ? ""
+          : fmt::format("(the controller's index is incomplete: {})\n", lookup.incomplete_reason());
   if (lookup.instances().empty()) {
-    return fmt::format("no instance holds the first of {} chunks\n", lookup.total_chunks());
+    return fmt::format("no instance holds the first of {} chunks\n{}", lookup.total_chunks(),
+                       incomplete);
   }
   std::string out =
       fmt::format("{:<28} {:>14} {:>10}  {}\n", "instance", "chunks", "tokens", "tiers");
@@ -171,7 +176,7 @@ std::string FormatClusterLookup(const v1::ClusterLookupResponse& lookup) {
                        fmt::format("{} of {}", prefix.matched_chunks(), lookup.total_chunks()),
                        prefix.matched_tokens(), tiers);
   }
-  return out;
+  return out + incomplete;
 }
 
 std::string FormatRoute(const v1::RouteResponse& route) {
@@ -207,6 +212,8 @@ std::string FormatClusterStats(const v1::ClusterStatsResponse& stats) {
       "cluster: {} instances, {} indexed; index: {} chunks, {} entries ({} stale), {}\n",
       stats.instances(), stats.following(), index.chunks(), index.live_entries(),
       index.stale_entries(), HumanBytes(index.memory_bytes()));
+  out += stats.complete() ? "index: complete\n"
+                          : fmt::format("index: incomplete: {}\n", stats.incomplete_reason());
   out += fmt::format("totals of {} answering instances:\n", stats.answered());
   std::istringstream lines(FormatStats(stats.totals()));
   for (std::string line; std::getline(lines, line);) out += "  " + line + "\n";

@@ -316,6 +316,13 @@ std::vector<v1::InstanceInfo> InstanceRegistry::List() const {
   return infos;
 }
 
+size_t InstanceRegistry::following() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<size_t>(std::count_if(members_.begin(), members_.end(), [](const auto& entry) {
+    return entry.second.feed->stats().following;
+  }));
+}
+
 std::shared_ptr<const v1::Membership> InstanceRegistry::Membership() const {
   absl::ReaderMutexLock lock(&mu_);
   return membership_;

@@ -100,6 +100,8 @@ class InstanceRegistry {
   // Every registration, by instance id.
   std::vector<v1::InstanceInfo> List() const;
   size_t size() const;
+  // The members whose feed follows them (their snapshot indexed, their events applied).
+  size_t following() const;
   // The members with a peer address, by id, and their digest; never null.
   std::shared_ptr<const v1::Membership> Membership() const;
 

@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerC
                             .events = events,
                             .bearer_token = std::move(token),
                             .serving = [c = controller.get()] { return c->Serving(); },
-                            .index_ready = [c = controller.get()] { return c->IndexReady(); },
+                            .completeness = [c = controller.get()] { return c->Completeness(); },
                             .key_options = controller->key_options_,
                             .model = ModelOptions(config.route)});
   return controller;
@@ -130,6 +130,7 @@ absl::Status Controller::StartVllmFeeds() {
 
 absl::Status Controller::Start() {
   if (absl::Status feeds = StartVllmFeeds(); !feeds.ok()) return feeds;
+  UpdateCompleteness();  // before the first answer
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       control::ServerCredentialsFromFiles(config_.controller.tls_cert_path,
                                           config_.controller.tls_key_path);
@@ -187,50 +188,54 @@ void Controller::OnLeadershipChange(bool leading) {
   if (!leading) {
     leading_ = false;
     registry_->DropAll();
-    absl::MutexLock lock(&warmup_mu_);
-    warmup_.reset();
-    warming_ = false;
     return;
   }
-  // Before answering anything: the members the last leader kept, adopted with their leases.
-  std::vector<std::string> adopted;
+  // Before answering anything: the members the last leader kept, adopted with their leases. The
+  // index is incomplete until their snapshots are in (UpdateCompleteness).
   if (absl::StatusOr<std::vector<v1::InstanceRecord>> records = member_store_->Load();
       records.ok()) {
-    adopted = registry_->Adopt(*records);
+    registry_->Adopt(*records);
   } else {
     spdlog::warn("controller: the predecessor's members are not adopted (they register again): {}",
                  records.status().ToString());
   }
   {
-    absl::MutexLock lock(&warmup_mu_);
-    warmup_ = Warmup{.adopted = std::move(adopted),
-                     .deadline = std::chrono::steady_clock::now() +
-                                 std::chrono::milliseconds(config_.daemons.unreachable_timeout_ms)};
-    warming_ = true;
+    absl::MutexLock lock(&completeness_mu_);
+    leading_since_ = std::chrono::steady_clock::now();
   }
+  UpdateCompleteness();
   leading_ = true;
 }
 
-absl::Status Controller::IndexReady() {
-  if (absl::Status serving = Serving(); !serving.ok()) return serving;
-  if (!warming_.load()) return absl::OkStatus();  // the steady state: no lock
-  absl::MutexLock lock(&warmup_mu_);
-  if (!warmup_.has_value()) return absl::OkStatus();
-  // An adopted member that left meanwhile (expired, deregistered) is not waited for.
-  size_t indexed = 0;
-  for (const std::string& id : warmup_->adopted) {
-    absl::StatusOr<v1::InstanceInfo> info = registry_->Query(id);
-    if (!info.ok() || info->following()) ++indexed;
+IndexCompleteness Controller::Completeness() const {
+  if (complete_.load(std::memory_order_acquire)) return {};
+  absl::MutexLock lock(&completeness_mu_);
+  return {.complete = false, .reason = incomplete_reason_};
+}
+
+void Controller::UpdateCompleteness() {
+  const size_t registered = registry_->size();
+  const size_t following = registry_->following();
+  absl::MutexLock lock(&completeness_mu_);
+  const auto leading_for = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - leading_since_);
+  const std::chrono::milliseconds timeout(config_.controller.instance_timeout_ms);
+  std::string reason;
+  if (member_store_ == nullptr && leading_for < timeout) {
+    // Without etcd nothing says which daemons a predecessor knew: they come back when their
+    // heartbeats find no lease here, within the instance timeout.
+    reason = fmt::format(
+        "this controller started {} ms ago, and daemons re-register within the instance timeout "
+        "({} ms); {} of {} registered instances indexed",
+        leading_for.count(), timeout.count(), following, registered);
+  } else if (following < registered) {
+    reason = fmt::format(
+        "{} of {} registered instances indexed; the others' snapshots are still "
+        "being read",
+        following, registered);
   }
-  if (indexed == warmup_->adopted.size() || std::chrono::steady_clock::now() >= warmup_->deadline) {
-    warmup_.reset();
-    warming_ = false;
-    return absl::OkStatus();
-  }
-  return absl::UnavailableError(
-      fmt::format("this strata-controller has just taken over and is indexing the daemons it "
-                  "inherited ({} of {} indexed); retry shortly",
-                  indexed, warmup_->adopted.size()));
+  incomplete_reason_ = reason;
+  complete_.store(reason.empty(), std::memory_order_release);
 }
 
 absl::Status Controller::Serving() const {
@@ -251,6 +256,7 @@ void Controller::Housekeep() {
       if (stopping_) return;
     }
     registry_->ExpireSilent();
+    if (leading_.load()) UpdateCompleteness();
     index_->Sweep(kSweepChunksPerTick);
   }
 }

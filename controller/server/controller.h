@@ -78,8 +78,11 @@ class Controller {
   void OnLeadershipChange(bool leading);
   // OK while leading; else UNAVAILABLE naming the leader.
   absl::Status Serving() const;
-  // Serving(), and once leading, UNAVAILABLE until the adopted members' snapshots are indexed.
-  absl::Status IndexReady();
+  // Whether the index is complete now (the housekeeper's last look; cheap).
+  IndexCompleteness Completeness() const;
+  // Looks again: every registered instance followed, and without etcd, the instance timeout
+  // passed since this controller started leading (the daemons re-register within it).
+  void UpdateCompleteness();
   // The address this controller is known as while it leads.
   std::string AdvertisedAddress() const;
 
@@ -102,15 +105,13 @@ class Controller {
   std::atomic<bool> leading_;
   std::unique_ptr<LeaderElection> election_;
 
-  // A new leader's wait for the members it adopted (none: it answers).
-  struct Warmup {
-    std::vector<std::string> adopted;
-    std::chrono::steady_clock::time_point deadline;
-  };
-  absl::Mutex warmup_mu_;
-  std::optional<Warmup> warmup_ ABSL_GUARDED_BY(warmup_mu_);
-  // Whether warmup_ holds one: read by every Lookup and Route without the lock.
-  std::atomic<bool> warming_{false};
+  // The index's completeness, as UpdateCompleteness last found it: `complete_` is read by every
+  // Lookup and Route without the lock, the reason under it.
+  std::atomic<bool> complete_{false};
+  mutable absl::Mutex completeness_mu_;
+  std::string incomplete_reason_ ABSL_GUARDED_BY(completeness_mu_);
+  std::chrono::steady_clock::time_point leading_since_ ABSL_GUARDED_BY(completeness_mu_) =
+      std::chrono::steady_clock::now();
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -132,15 +132,14 @@ absl::Status ClusterService::Admit(const grpc::CallbackServerContext& context) c
   return options_.serving ? options_.serving() : absl::OkStatus();
 }
 
-absl::Status ClusterService::AdmitToIndex(const grpc::CallbackServerContext& context) const {
-  STRATA_RETURN_IF_ERROR(Admit(context));
-  return options_.index_ready ? options_.index_ready() : absl::OkStatus();
+IndexCompleteness ClusterService::Completeness() const {
+  return options_.completeness ? options_.completeness() : IndexCompleteness{};
 }
 
 grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,
                                                  grpc::ByteBuffer* response) {
-  if (absl::Status s = AdmitToIndex(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   v1::LookupRequest fields;
   std::vector<ChunkKey> keys;
   std::vector<uint32_t> tokens;
@@ -154,16 +153,20 @@ grpc::ServerUnaryReactor* ClusterService::Lookup(grpc::CallbackServerContext* co
                              {.tenant_salt = fields.tenant_salt(), .lora_name = fields.lora_name()},
                              std::move(keys), options_.key_options, options_.limits);
   if (!chunks.ok()) return control::FinishUnary(context, chunks.status());
+  v1::ClusterLookupResponse answer = ClusterLookup(*options_.index, *chunks);
+  const IndexCompleteness completeness = Completeness();
+  answer.set_complete(completeness.complete);
+  answer.set_incomplete_reason(completeness.reason);
   bool own_buffer = false;
   const grpc::Status serialized = grpc::SerializationTraits<v1::ClusterLookupResponse>::Serialize(
-      ClusterLookup(*options_.index, *chunks), response, &own_buffer);
+      answer, response, &own_buffer);
   return control::FinishUnary(context, FromGrpcStatus(serialized));
 }
 
 grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* context,
                                                 const v1::RouteRequest* request,
                                                 v1::RouteResponse* response) {
-  if (absl::Status s = AdmitToIndex(*context); !s.ok()) return control::FinishUnary(context, s);
+  if (absl::Status s = Admit(*context); !s.ok()) return control::FinishUnary(context, s);
   // Before the prompt is hashed: a bad candidate list costs nothing.
   if (absl::Status s = CheckCandidates(request->candidates(), options_.max_candidates); !s.ok()) {
     return control::FinishUnary(context, s);
@@ -188,6 +191,9 @@ grpc::ServerUnaryReactor* ClusterService::Route(grpc::CallbackServerContext* con
                      request->candidates(), options_.model, options_.max_candidates);
   if (!ranked.ok()) return control::FinishUnary(context, ranked.status());
   *response = *std::move(ranked);
+  const IndexCompleteness completeness = Completeness();
+  response->set_complete(completeness.complete);
+  response->set_incomplete_reason(completeness.reason);
   return control::FinishUnary(context, absl::OkStatus());
 }
 
@@ -266,6 +272,9 @@ grpc::ServerUnaryReactor* ClusterService::Stats(grpc::CallbackServerContext* con
         if (status.ok()) {
           *response =
               ClusterStats(std::move(*nodes), options_.index->stats(), options_.registry->List());
+          const IndexCompleteness completeness = Completeness();
+          response->set_complete(completeness.complete);
+          response->set_incomplete_reason(completeness.reason);
         }
         reactor->Finish(ToGrpcStatus(status));
       });

@@ -6,8 +6,10 @@
 // membership when the daemon's copy is out of date); and Forward, node calls sent to the daemons
 // by the NodeForwarder. Over TCP every call must carry the bearer token when one is configured
 // (UNAUTHENTICATED otherwise), daemons' registrations included; a standby controller (one that
-// does not lead) answers every call UNAVAILABLE, naming the leader. Token prompts are hashed
-// here, with the cluster's key protocol, into the keys the daemons' events
+// does not lead) answers every call UNAVAILABLE, naming the leader. Lookup, Route and Stats say
+// whether the index they answer from is complete (`completeness`): a leader answers with what its
+// index holds from the start, flagged incomplete until every instance has been read. Token
+// prompts are hashed here, with the cluster's key protocol, into the keys the daemons' events
 // carry.
 //
 // The answers are built by ClusterLookup and RankCandidates, plain functions tested without gRPC;
@@ -36,6 +38,13 @@
 
 namespace strata::controller {
 
+// Whether the index answers from every registered instance's chunks (ClusterLookupResponse's
+// `complete`), and, when not, what it lacks.
+struct IndexCompleteness {
+  bool complete = true;
+  std::string reason;
+};
+
 struct ClusterServiceOptions {
   const ClusterIndex* index = nullptr;   // not owned
   InstanceRegistry* registry = nullptr;  // not owned
@@ -46,9 +55,8 @@ struct ClusterServiceOptions {
   // Whether this controller answers now (it leads): OK, or the error every call gets (a standby's
   // UNAVAILABLE naming the leader). Null: it always answers.
   std::function<absl::Status()> serving;
-  // Whether the index answers now (Lookup and Route): OK, or their error (a new leader's
-  // UNAVAILABLE while it indexes the daemons it adopted). Null: `serving` alone.
-  std::function<absl::Status()> index_ready;
+  // Whether the index is complete now, for Lookup, Route and Stats to say. Null: always.
+  std::function<IndexCompleteness()> completeness;
   // The cluster's key protocol: the daemons' [keys] configuration.
   KeyHasherOptions key_options;
   control::SelectionLimits limits;
@@ -113,8 +121,7 @@ class ClusterService final
  private:
   // OK, or UNAUTHENTICATED for a TCP caller without the bearer token, or `serving`'s error.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
-  // Admit, then `index_ready`'s error: for the calls the index answers.
-  absl::Status AdmitToIndex(const grpc::CallbackServerContext& context) const;
+  IndexCompleteness Completeness() const;
 
   const ClusterServiceOptions options_;
 };

@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/support/cli_process.h"
@@ -165,10 +166,32 @@ TEST(ControllerClusterTest, ARestartedControllerIsRejoinedAndRebuildsItsIndex) {
   (*first)->Kill();
   auto second = ControllerProcess::Start({.listen_address = address, .instance_timeout_ms = 1'000});
   ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:4"; }))
-      << cluster.HeldPrefixes(chain) << "\n"
+  const auto restarted = std::chrono::steady_clock::now();
+  // It answers at once, with what it has, and says that is not everything: it cannot know yet
+  // which daemons its predecessor knew.
+  bool complete = true;
+  const std::string first_answer = cluster.HeldPrefixes(chain, &complete);
+  EXPECT_FALSE(complete) << first_answer;
+  v1::ClusterStatsResponse stats;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(
+        v1::StrataCluster::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))
+            ->Stats(&context, {}, &stats)
+            .ok());
+  }
+  EXPECT_FALSE(stats.complete());
+  EXPECT_NE(stats.incomplete_reason().find("re-register within the instance timeout"),
+            std::string::npos)
+      << stats.incomplete_reason();
+  // Complete once the daemon has registered again, been read, and the timeout has passed.
+  ASSERT_TRUE(Eventually([&] {
+    return cluster.HeldPrefixes(chain, &complete) == "node-a:4" && complete;
+  })) << cluster.HeldPrefixes(chain)
+      << "\n"
       << (*second)->Log() << "\n"
       << a.daemon->Log();
+  EXPECT_GE(std::chrono::steady_clock::now() - restarted, 1s);
   EXPECT_NE(a.daemon->Log().find("registering again"), std::string::npos);
 }
 
@@ -352,7 +375,9 @@ TEST(ControllerClusterTest, TheCliAsksTheController) {
   const std::vector<ChunkKey> chain = Chain(4);
   ASSERT_TRUE(a.engine->Store({chain.begin(), chain.begin() + 3}, 64, 1).ok());
   ClusterClient cluster(address);
-  ASSERT_TRUE(Eventually([&] { return cluster.HeldPrefixes(chain) == "node-a:3"; }));
+  bool complete = false;
+  ASSERT_TRUE(
+      Eventually([&] { return cluster.HeldPrefixes(chain, &complete) == "node-a:3" && complete; }));
 
   const std::vector<std::string> prompt = {
       "--tokens",       fmt::format("{}", fmt::join(ChainTokens(4), ",")),
@@ -406,6 +431,7 @@ TEST(ControllerClusterTest, TheCliAsksTheController) {
   EXPECT_THAT(cluster_stats.out,
               ::testing::HasSubstr("cluster: 1 instances, 1 indexed; index: 3 chunks"));
   EXPECT_THAT(cluster_stats.out, ::testing::HasSubstr("totals of 1 answering instances:\n  "));
+  EXPECT_THAT(cluster_stats.out, ::testing::ContainsRegex("index: (complete|incomplete: .+)\n"));
   CliResult stats = Cli({"--controller", address, "--node", "node-a", "stats", "--json"});
   EXPECT_EQ(stats.code, 0) << stats.err;
   EXPECT_THAT(stats.out, ::testing::HasSubstr("\"instance_id\":\"node-a\""));

@@ -23,15 +23,15 @@ std::string ErrorText(const grpc::Status& status) {
   return fmt::format("error {}: {}", static_cast<int>(status.error_code()), status.error_message());
 }
 
-std::string ClusterClient::HeldPrefixes(const std::vector<ChunkKey>& chain) {
+std::string ClusterClient::HeldPrefixes(const std::vector<ChunkKey>& chain, bool* complete) {
   v1::LookupRequest request;
   for (const ChunkKey& key : chain) *request.add_keys() = ToProto(key);
   grpc::ClientContext context;
   Prepare(context);
   v1::ClusterLookupResponse response;
-  if (const grpc::Status status = stub_->Lookup(&context, request, &response); !status.ok()) {
-    return ErrorText(status);
-  }
+  const grpc::Status status = stub_->Lookup(&context, request, &response);
+  if (complete != nullptr) *complete = status.ok() && response.complete();
+  if (!status.ok()) return ErrorText(status);
   std::string held;
   for (const v1::InstancePrefix& prefix : response.instances()) {
     held += fmt::format("{}{}:{}", held.empty() ? "" : " ", prefix.instance_id(),

@@ -20,8 +20,9 @@ class ClusterClient {
   explicit ClusterClient(const std::string& address, std::string token = "");
 
   // Every instance's held prefix of `chain`, "id:chunks" joined by spaces, longest first; or
-  // "error CODE: message".
-  std::string HeldPrefixes(const std::vector<ChunkKey>& chain);
+  // "error CODE: message". `complete`, when given, gets the answer's complete flag (false on an
+  // error).
+  std::string HeldPrefixes(const std::vector<ChunkKey>& chain, bool* complete = nullptr);
   // The registered instances, "id=lease_id ..."; or "error CODE: message".
   std::string Leases();
   // The registered instances that follow their daemon, "id id ..."; or "error CODE: message".
