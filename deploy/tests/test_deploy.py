@@ -5,10 +5,11 @@ Every Kubernetes manifest parses and its objects hang together (selectors, volum
 probes, ports); the daemons, the controllers and etcd agree on names, ports and tokens; the
 Grafana ConfigMap holds deploy/grafana/strata-node.json unchanged; stratad and strata-controller
 accept every TOML file meant for them (also those inside ConfigMaps) and read back each key as
-written, and the command lines of the units and manifests; etcd, the controllers and a daemon
-started as the manifests start them form a cluster; the Docker image installs the packages of
-every library the binaries link, and its health check passes against a running stratad; the
-systemd units pass systemd-analyze and agree with the configs laid out for them.
+written, and the command lines of the units and manifests; etcd, the controllers and two daemons
+started as the manifests start them form a cluster, and the daemons link up as peers on ports
+the NetworkPolicy admits; the Docker image installs the packages of every library the binaries
+link, and its health check passes against a running stratad; the systemd units pass
+systemd-analyze and agree with the configs laid out for them.
 
 ctest runs each case as its own entry, deploy_test.<Class>.<case> (deploy/CMakeLists.txt lists
 them with --list). Environment: STRATA_STRATAD, STRATA_CONTROLLER and STRATA_CLI, the built
@@ -256,6 +257,74 @@ def secret_key(workload_object, container_name, path):
     relative = posixpath.relpath(path, mount["mountPath"])
     items = {item["path"]: item["key"] for item in volume["secret"].get("items", [])}
     return volume["secret"]["secretName"], items.get(relative)
+
+
+def secret_items(workload_object):
+    """(Secret, key) of every item the workload's Secret volumes project."""
+    return {(volume["secret"]["secretName"], item["key"])
+            for volume in pod_spec(workload_object).get("volumes", []) if "secret" in volume
+            for item in volume["secret"].get("items", [])}
+
+
+def selected_workloads(namespace, selector):
+    """The DaemonSets and StatefulSets in `namespace` whose pods carry the labels `selector`."""
+    return [w for w in objects("DaemonSet") + objects("StatefulSet")
+            if w["metadata"].get("namespace") == namespace
+            and selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+
+
+def ingress_admissions():
+    """What the NetworkPolicies admit: (source, target, port) for every source of every ingress
+    rule, each target workload the policy selects and each port of the rule. A source is a
+    workload's name (a podSelector) or "namespace NAME" (a namespaceSelector); a port is as the
+    rule names it (a container port's name or number), or "*" for every TCP port."""
+    admitted = set()
+    for policy in objects("NetworkPolicy"):
+        namespace = policy["metadata"].get("namespace")
+        targets = selected_workloads(namespace, policy["spec"]["podSelector"]["matchLabels"])
+        for rule in policy["spec"].get("ingress", []):
+            ports = [p.get("port", "*") for p in rule.get("ports", [{}])]
+            for source in rule.get("from", []):
+                if "namespaceSelector" in source:
+                    names = source["namespaceSelector"]["matchLabels"].values()
+                    sources = [f"namespace {name}" for name in names]
+                else:
+                    selector = source["podSelector"]["matchLabels"]
+                    sources = [w["metadata"]["name"]
+                               for w in selected_workloads(namespace, selector)]
+                admitted |= {(s, t["metadata"]["name"], p)
+                             for s in sources for t in targets for p in ports}
+    return admitted
+
+
+def tcp_links(dialler_pid, listener_pid):
+    """The listening ports of `listener_pid` that `dialler_pid` holds established TCP connections
+    to (one entry per connection), read from /proc (both in one network namespace)."""
+    def sockets(pid):
+        inodes = set()
+        for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue  # closed meanwhile
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+        rows = []
+        for table in ("tcp", "tcp6"):
+            path = pathlib.Path(f"/proc/{pid}/net/{table}")
+            for line in path.read_text().splitlines()[1:] if path.exists() else []:
+                fields = line.split()
+                # local address, remote address, state (0A listening, 01 established), inode
+                if fields[9] in inodes:
+                    rows.append((fields[1], fields[2], fields[3]))
+        return rows
+
+    listener = sockets(listener_pid)
+    listening = {local.rsplit(":", 1)[1] for local, _, state in listener if state == "0A"}
+    accepted = {local for local, _, state in listener
+                if state == "01" and local.rsplit(":", 1)[1] in listening}
+    return [int(remote.rsplit(":", 1)[1], 16) for _, remote, state in sockets(dialler_pid)
+            if state == "01" and remote in accepted]
 
 
 def localized(text, tmp):
@@ -534,16 +603,50 @@ class Manifests(unittest.TestCase):
             self.assertEqual(theirs, secret_key(statefulset, CONTROLLER, controller_path),
                              f"the daemon's {daemon_path} is not the controller's "
                              f"{controller_path}")
-        # The Secret is made by hand, as deploy/README.md says: with the keys the pods mount.
+        # The Secret is made by hand, as deploy/README.md says: with every key the pods project,
+        # and no other.
         words = readme_command("create secret generic")
         self.assertIsNotNone(words, "deploy/README.md does not say how to make the Secret")
-        mounted = {secret_key(w, c, path) for w, c, paths in (
-            (daemonset, STRATAD, [d for d, _ in pairs]),
-            (statefulset, CONTROLLER, [c for _, c in pairs])) for path in paths}
         self.assertEqual(flag_value(words, "-n"), daemonset["metadata"]["namespace"])
         made = {(words[words.index("generic") + 1], word.split("=")[1]) for word in words
                 if word.startswith("--from-literal=")}
-        self.assertEqual(made, mounted, "the README's Secret is not the one the pods mount")
+        projected = {item for _, w in manifests() if w["kind"] in WORKLOADS
+                     for item in secret_items(w)}
+        used = {secret_key(w, c, path) for w, c, paths in (
+            (daemonset, STRATAD, [d for d, _ in pairs] + [daemon["remote"]["cluster_token_file"]]),
+            (statefulset, CONTROLLER, [c for _, c in pairs])) for path in paths}
+        self.assertLessEqual(used, projected, "a token file is no item of its Secret")
+        self.assertEqual(made, projected, "the README's Secret is not the one the pods mount")
+
+    def test_daemons_peer_through_the_controllers(self):
+        daemon = daemonset_config()
+        daemonset = workload(STRATAD)
+        stratad = container(daemonset, STRATAD)
+        remote = daemon.get("remote", {})
+        self.assertTrue(remote.get("listen_address"), "the DaemonSet runs no remote tier")
+        # The controllers hand each daemon its peers: a peer listed in this config, which every
+        # node shares, would be dialled by every node, that peer's own among them.
+        self.assertTrue(daemon["cluster"]["controllers"])
+        self.assertEqual(remote.get("peers", []), [], "peers listed in a config every node shares")
+        # The peer address a daemon registers and the others dial: the pod's IP at the config's
+        # port, which is the container's port "peers".
+        words = expand(stratad, {"status.podIP": "10.1.2.3", "spec.nodeName": "node-7"})
+        port = address_port(remote["listen_address"])
+        self.assertTrue(any(w.startswith("--remote-listen") for w in words),
+                        "no --remote-listen: the daemons would register the wildcard address")
+        self.assertEqual(flag_value(words, "--remote-listen"), f"10.1.2.3:{port}")
+        (peers,) = [p for p in stratad["ports"] if p["name"] == "peers"]
+        self.assertEqual((peers["containerPort"], peers.get("protocol", "TCP")), (port, "TCP"))
+        # The links' secret: projected by the tokens volume, the daemons' alone, and no bearer
+        # token (those cross the network; the peer secret never does).
+        key = secret_key(daemonset, STRATAD, remote["cluster_token_file"])
+        self.assertIsNotNone(key, f"{remote['cluster_token_file']} is not from a Secret")
+        self.assertTrue(key[1], f"{remote['cluster_token_file']} is no item of its Secret")
+        bearer = {secret_key(daemonset, STRATAD, daemon[section][name])
+                  for section, name in (("cluster", "token_file"), ("control", "auth_token_file"))}
+        self.assertNotIn(key, bearer, "the peer links' secret is also a bearer token")
+        self.assertNotIn(key, secret_items(workload(CONTROLLER)),
+                         "the controllers mount the peer links' secret")
 
     def test_etcd_members_form_one_cluster(self):
         etcd = workload(ETCD)
@@ -583,32 +686,62 @@ class Manifests(unittest.TestCase):
 
     def test_network_policies_admit_the_clients(self):
         policies = objects("NetworkPolicy")
-        self.assertTrue(policies, "etcd is open to every pod")
-        templates = [(w["metadata"].get("namespace"), w)
-                     for w in objects("DaemonSet") + objects("StatefulSet")]
-
-        def selected(namespace, selector):
-            found = [w for ns, w in templates if ns == namespace and
-                     selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
-            self.assertTrue(found, f"no workload has labels {selector}")
-            return found
-
-        admitted = set()
+        self.assertTrue(policies, "no NetworkPolicy")
         for policy in policies:
+            where = f"NetworkPolicy {policy['metadata']['name']}"
             namespace = policy["metadata"].get("namespace")
-            targets = selected(namespace, policy["spec"]["podSelector"]["matchLabels"])
-            names = {p.get("name") for w in targets for c in pod_spec(w)["containers"]
-                     for p in c.get("ports", [])}
+            self.assertEqual(policy["spec"]["policyTypes"], ["Ingress"], where)
+            targets = selected_workloads(namespace, policy["spec"]["podSelector"]["matchLabels"])
+            self.assertTrue(targets, f"{where} selects no workload")
+            ports = [p for w in targets for c in pod_spec(w)["containers"]
+                     for p in c.get("ports", [])]
             for rule in policy["spec"]["ingress"]:
-                ports = [p["port"] for p in rule["ports"]]
-                self.assertLessEqual(set(ports), names, "a policy names an unknown port")
+                self.assertTrue(rule.get("from"), f"{where}: a rule admits every pod")
+                self.assertTrue(rule.get("ports"), f"{where}: a rule admits every protocol")
+                for port in rule["ports"]:
+                    self.assertEqual(port.get("protocol", "TCP"), "TCP", where)
+                    # endPort: a network plugin that ignores it admits the first port alone.
+                    self.assertNotIn("endPort", port, where)
+                    if "port" in port:
+                        self.assertIn(port["port"], [p["name"] for p in ports]
+                                      + [p["containerPort"] for p in ports],
+                                      f"{where} names a port its pods do not have")
                 for source in rule["from"]:
-                    for w in selected(namespace, source["podSelector"]["matchLabels"]):
-                        admitted |= {(w["metadata"]["name"], t["metadata"]["name"], p)
-                                     for t in targets for p in ports}
-        # The controllers reach etcd's clients port; the members reach each other.
-        self.assertIn((CONTROLLER, ETCD, "client"), admitted)
-        self.assertIn((ETCD, ETCD, "peer"), admitted)
+                    if "namespaceSelector" in source:
+                        # The label Kubernetes gives every namespace: its name.
+                        self.assertEqual(list(source["namespaceSelector"]["matchLabels"]),
+                                         ["kubernetes.io/metadata.name"], where)
+                    else:
+                        self.assertTrue(selected_workloads(
+                            namespace, source["podSelector"]["matchLabels"]),
+                            f"{where} admits pods no workload runs")
+
+        admitted = ingress_admissions()
+
+        def admits(source, target, port):
+            return bool({(source, target, port), (source, target, "*")} & admitted)
+
+        def sources(target, port):
+            return {s for s, t, p in admitted if t == target and p in (port, "*")}
+
+        # etcd: the controllers reach its clients port; the members reach each other.
+        self.assertTrue(admits(CONTROLLER, ETCD, "client"))
+        self.assertTrue(admits(ETCD, ETCD, "client") and admits(ETCD, ETCD, "peer"))
+        self.assertEqual(sources(ETCD, "peer"), {ETCD}, "etcd's peer port admits strangers")
+        # stratad: the peers port admits stratad pods alone, the control port the controllers,
+        # the metrics port a namespace (Prometheus's, which the manifests cannot know), and every
+        # port of the container is admitted from somewhere (a policy closes what no rule opens).
+        self.assertEqual(sources(STRATAD, "peers"), {STRATAD},
+                         "the peers port admits other pods than stratad's")
+        # A peer link's UCX tcp transport also connects to listeners of its own, on ports the
+        # kernel picks (Cluster sees them): stratad pods reach each other on every TCP port.
+        self.assertIn((STRATAD, STRATAD, "*"), admitted, "stratad pods cannot link up as peers")
+        self.assertTrue(admits(CONTROLLER, STRATAD, "control"), "the controllers cannot dial")
+        self.assertTrue(any(s.startswith("namespace ") for s in sources(STRATAD, "metrics")),
+                        "Prometheus cannot scrape /metrics")
+        for port in container(workload(STRATAD), STRATAD)["ports"]:
+            admitting = sources(STRATAD, port["name"]) | sources(STRATAD, port["containerPort"])
+            self.assertTrue(admitting, f"stratad's port {port['name']} admits nobody")
 
 
 def accepted(test, variable, name, text):
@@ -690,6 +823,7 @@ class CommandLines(unittest.TestCase):
         (configmap,) = [cm for cm in objects("ConfigMap") if "stratad.toml" in cm.get("data", {})]
         printed = self.accepts("STRATA_STRATAD", args, configmap["data"]["stratad.toml"])
         self.assertEqual(printed["control"]["listen_address"], flag_value(args, "--listen"))
+        self.assertEqual(printed["remote"]["listen_address"], flag_value(args, "--remote-listen"))
         self.assertEqual(printed["cluster"]["instance_id"], flag_value(args, "--instance-id"))
 
         controller = container(statefulset, CONTROLLER)
@@ -945,8 +1079,8 @@ class SystemdUnit(unittest.TestCase):
 
 
 class Cluster(unittest.TestCase):
-    """etcd, the controllers and a daemon started as the manifests start them, on loopback: each
-    pod's host:port becomes 127.0.0.1 and a free port, its volumes directories in tmp, the
+    """etcd, the controllers and two daemons started as the manifests start them, on loopback:
+    each pod's host:port becomes 127.0.0.1 and a free port, its volumes directories in tmp, the
     Secret's keys files there."""
 
     def setUp(self):
@@ -1119,8 +1253,9 @@ class Cluster(unittest.TestCase):
             return len(leading) == 1 and len(standby) == len(controllers) - 1
         self.eventually(one_leads, "one controller leads, the others stand by")
 
-        # A daemon, as the DaemonSet starts it, with the ConfigMap's config: it registers with
-        # the controllers it lists, and the leader indexes it through its control API.
+        # Two daemons, as the DaemonSet starts them on two nodes, with the ConfigMap's config:
+        # each registers with the controllers it lists, and the leader indexes it through its
+        # control API.
         (configmap,) = [cm for cm in objects("ConfigMap") if "stratad.toml" in cm.get("data", {})]
         text = self.secret_files(daemonset, STRATAD, configmap["data"]["stratad.toml"])
         for host in hosts[CONTROLLER]:
@@ -1128,26 +1263,68 @@ class Cluster(unittest.TestCase):
         self.assertNotIn(".svc:", text, "a controller entry names no replica")
         config = self.tmp / "stratad.toml"
         config.write_text(text)
-        words = expand(stratad, TEST_FIELDS)
-        words[words.index(flag_value(words, "--config"))] = str(config)
-        control = self.local("stratad", address_port(flag_value(words, "--listen")))
-        self.assertEqual(flag_value(words, "--listen").split(":")[0], "127.0.0.1")
-        words[words.index(flag_value(words, "--listen"))] = control
-        # Its sockets in tmp, no disk tier or metrics, a small host tier.
-        self.start("stratad", [self.binaries["STRATA_STRATAD"], *words,
-                               "--engine-socket", self.tmp / "engine.sock",
-                               "--control-socket", self.tmp / "control.sock",
-                               "--disk-dir", "", "--no-metrics", "--host-capacity", "64MiB"])
-        node = TEST_FIELDS["spec.nodeName"]
+        nodes = {}  # node name -> (control address, peer address, process)
+        for node in ("node-a", "node-b"):
+            words = expand(stratad, {**TEST_FIELDS, "spec.nodeName": node})
+            words[words.index(flag_value(words, "--config"))] = str(config)
+            addresses = []
+            for flag in ("--listen", "--remote-listen"):
+                address = flag_value(words, flag)
+                self.assertEqual(address.split(":")[0], "127.0.0.1", f"{flag} is not the pod's IP")
+                addresses.append(self.local(node, address_port(address)))
+                words[words.index(address)] = addresses[-1]
+            # Its sockets in tmp, no disk tier or metrics, a small host tier.
+            sockets = self.tmp / node
+            sockets.mkdir()
+            process = self.start(node, [self.binaries["STRATA_STRATAD"], *words,
+                                        "--engine-socket", sockets / "engine.sock",
+                                        "--control-socket", sockets / "control.sock",
+                                        "--disk-dir", "", "--no-metrics",
+                                        "--host-capacity", "64MiB"])
+            nodes[node] = (*addresses, process)
 
         def indexed():
             # instance, control endpoint, indexed (yes/no), ...
             listed = self.cli(controllers, "instances").stdout.splitlines()
             listed = [line.split() for line in listed]
-            return [row for row in listed if row[:1] == [node] and row[2] == "yes"]
-        (row,) = self.eventually(indexed, f"the controllers index {node}")
-        self.assertEqual(row[1], control, "the daemon registered another control address")
+            rows = [row for row in listed if row[:1] and row[0] in nodes and row[2] == "yes"]
+            return rows if len(rows) == len(nodes) else []
+        rows = self.eventually(indexed, f"the controllers index {', '.join(nodes)}")
+        for row in rows:
+            self.assertEqual(row[1], nodes[row[0]][0], f"{row[0]} registered another address")
 
+        # No config lists a peer: the controllers' membership tells the daemons about each other,
+        # and one of them dials the other, which must prove peer-token (wired the same on both).
+        def linked():
+            for node, other in (("node-a", "node-b"), ("node-b", "node-a")):
+                peers = run([self.binaries["STRATA_CLI"], "--addr",
+                             f"unix://{self.tmp / node / 'control.sock'}", "peers"])
+                # address, node id, direction, state, ...
+                rows = [line.split() for line in peers.stdout.splitlines()]
+                if any(row[:1] == [nodes[other][1]] and row[2:4] == ["out", "up"]
+                       for row in rows):
+                    return node, other
+            return None
+        dialler, listener = self.eventually(linked, "the daemons link up as peers")
+
+        # Every TCP connection of the link lands on a port the NetworkPolicy admits stratad pods
+        # to: the peers port carries UCX's connection manager, and UCX's tcp transport connects
+        # to listeners of its own, on ports the manifests do not know.
+        self.assertIn(address_port(nodes[listener][1]),
+                      tcp_links(nodes[dialler][2].pid, nodes[listener][2].pid),
+                      f"{dialler} holds no connection to {listener}'s peers port")
+        admitted = ingress_admissions()
+        # The peers port as the manifests name it: by name, or by its number in the pod.
+        peers = {"peers", address_port(flag_value(expand(stratad, TEST_FIELDS), "--remote-listen"))}
+        for source, target in ((dialler, listener), (listener, dialler)):
+            peers_port = address_port(nodes[target][1])
+            ports = tcp_links(nodes[source][2].pid, nodes[target][2].pid)
+            for port in ports:
+                names = {"*"} | (peers if port == peers_port else set())
+                self.assertTrue({(STRATAD, STRATAD, name) for name in names} & admitted,
+                                f"{source} connects to {target}'s port {port}, which the "
+                                f"NetworkPolicy closes to stratad pods (ports {sorted(ports)}, "
+                                f"the peers port {peers_port})")
 
 CASES = (Manifests, DaemonConfigs, ControllerConfigs, CommandLines, DockerImage, SystemdUnit,
          Cluster)
