@@ -6,8 +6,8 @@ ASAN_BUILD ?= build/asan
 FUZZ_BUILD ?= build/fuzz
 FUZZ_SECONDS ?= 600
 SOAK_SECONDS ?= 1800
-FUZZ_TARGETS := peer_messages_fuzz peer_auth_fuzz disk_record_fuzz engine_request_fuzz connector_metadata_fuzz \
-  config_fuzz control_lookup_fuzz codec_frame_fuzz vllm_events_fuzz
+FUZZ_TARGETS := peer_messages_fuzz peer_auth_fuzz disk_record_fuzz engine_request_fuzz engine_handshake_fuzz \
+  connector_metadata_fuzz config_fuzz control_lookup_fuzz codec_frame_fuzz vllm_events_fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # Each build and test step runs under scripts/timed.sh, which records its wall time when

@@ -76,7 +76,9 @@ void SessionStreams::LayersSaved(std::span<const uint64_t> handles, uint32_t lay
 void SessionStreams::Settled(uint64_t handle, const absl::Status& committed, uint64_t checksum) {
   auto found = by_handle_.find(handle);
   if (found == by_handle_.end()) return;
-  const auto [stream, index] = found->second;
+  // Not a structured binding: the lambda below captures the id (clang before 16 refuses that).
+  const uint64_t stream = found->second.first;
+  const size_t index = found->second.second;
   by_handle_.erase(found);
   auto it = streams_.find(stream);
   if (it == streams_.end()) return;

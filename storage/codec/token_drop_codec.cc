@@ -113,7 +113,8 @@ absl::StatusOr<Section> ReadSection(const EncodedChunk& chunk, const KvLayout& l
   uint32_t k = 0;
   if (bytes.size() < 4) return corrupt("no block count");
   std::memcpy(&k, bytes.data(), 4);
-  if (k > blocks.count() || bytes.size() < 4 + 4ull * k) {
+  // Encode keeps the sink block at least.
+  if (k == 0 || k > blocks.count() || bytes.size() < 4 + 4ull * k) {
     return corrupt(fmt::format("{} kept blocks of {}", k, blocks.count()));
   }
   Section section;

@@ -33,10 +33,11 @@
 // Ratio: T / kept tokens, less the frame (52 + 16 L bytes) and per layer 4 + 4 k bytes for k kept
 // blocks. Works on any dtype (bytes are copied).
 //
-// Encoded layer section (encoded_chunk.h frames it; group_size is B), little-endian: u32 k, then
-// the k kept block indices (u32, strictly ascending), then for each plane the kept tokens' rows
-// [kept token][kv_head][head_dim] in the dtype, zero-padded to a multiple of 4 bytes. Every layer
-// holds the same block list, so each section stands alone.
+// Encoded layer section (encoded_chunk.h frames it; group_size is B), little-endian: u32 k (at
+// least 1: the sink block is always kept), then the k kept block indices (u32, strictly
+// ascending), then for each plane the kept tokens' rows [kept token][kv_head][head_dim] in the
+// dtype, zero-padded to a multiple of 4 bytes. Every layer holds the same block list, so each
+// section stands alone.
 //
 // Thread-safety and ownership as for every Codec (codec.h).
 #pragma once

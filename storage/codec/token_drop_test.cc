@@ -298,5 +298,21 @@ TEST(TokenDropTest, FramesWhoseLayersDisagreeOrWhoseBlocksAreOutOfOrderAreDataLo
   EXPECT_TRUE(codec.DecodeKept(layout, rewrite(0, 2, 7)).ok());  // itself, rewritten
 }
 
+TEST(TokenDropTest, AFrameThatKeptNoBlockIsDataLoss) {
+  const KvLayout layout = NopeLayout(KvDtype::kBfloat16);
+  const std::vector<std::byte> kv = MakeKv(layout, 128, KvShape::kShaped, 2);
+  const TokenDropCodec& codec = Drop("drop_sink_recent");
+  const std::vector<std::byte> frame = EncodeOrDie(codec, layout, 128, kv);
+  absl::StatusOr<EncodedChunk> chunk = EncodedChunk::Parse(frame);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  // Every layer's section says it kept no block, and holds no rows: consistent, but no encoder
+  // writes it (the sink block is always kept).
+  const std::vector<std::vector<std::byte>> sections(layout.num_layers, std::vector<std::byte>(4));
+  const std::vector<std::byte> none = EncodedChunkWriter::Assemble(chunk->header(), sections);
+  const absl::StatusOr<KeptTokens> kept = codec.DecodeKept(layout, none);
+  EXPECT_EQ(kept.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(kept.status().message(), HasSubstr("0 kept blocks"));
+}
+
 }  // namespace
 }  // namespace strata::storage

@@ -42,10 +42,17 @@ write("peer_auth_fuzz", "stranger-challenge",
 write("peer_auth_fuzz", "stranger-proof",
       b"\x00\x01" + bytes([len(auth_challenge)]) + auth_challenge[:4] + b"\x02" +
       auth_challenge[5:-32] + b"\x22" * 32)
+# A dialler's challenge carrying a nonce of the daemon's other link (0x0e each), as a relay between
+# two of its links would deliver it, and one carrying the listener's own (0x5e each).
+for name, fill in (("stranger-relayed", 0x0E), ("stranger-reflected", 0x5E)):
+    relayed = auth_challenge[:12] + bytes([fill]) * 32 + auth_challenge[44:]
+    write("peer_auth_fuzz", name, b"\x00\x00" + bytes([len(relayed)]) + relayed)
 # Both challenges delivered, then both proofs: a clean handshake.
 write("peer_auth_fuzz", "network-clean", b"\x01\x01\x00\x00\x01")
 # The same with a duplicate, a drop and a corrupted nonce byte on the way.
 write("peer_auth_fuzz", "network-faults", b"\x01\x05\x01\x03\x06\x10\x00\x00\x01")
+# A relay hands the dialler its own challenge first.
+write("peer_auth_fuzz", "network-relayed", b"\x01\x08\x00\x01\x00\x01")
 write("peer_messages_fuzz", "release", b"\x12" + struct.pack("<Q", 42))
 write("peer_messages_fuzz", "push-reply", b"\x13" + struct.pack("<Iii", 2, 0, 6))
 write("peer_messages_fuzz", "query-empty", b"\x10" + struct.pack("<I", 0))
@@ -110,8 +117,13 @@ def frame(msg):
     return struct.pack("<I", len(msg)) + msg
 
 
-layout = (field(1, b"test-model") + vfield(2, 2) + vfield(3, 2) + vfield(4, 16) + vfield(5, 1) +
-          vfield(6, 16))
+# A valid layout: MHA, 2 layers, 2 heads of 16, bf16, tp_world_size 1, RoPE applied, 16 tokens.
+def layout_fields(num_layers=2):
+    return (field(1, b"test-model") + vfield(2, 1) + vfield(3, num_layers) + vfield(4, 2) +
+            vfield(5, 16) + vfield(6, 2) + vfield(8, 1) + vfield(9, 1) + vfield(10, 16))
+
+
+layout = layout_fields()
 handshake = vfield(1, 1) + field(2, vfield(1, 2) + field(2, b"engine-0") + field(3, layout))
 chain = vfield(1, 1) + vfield(2, 1) + b"\x19" + struct.pack("<Q", 0xABCDEF) + field(4, bytes(32))
 lookup = vfield(1, 2) + field(3, field(2, chain) + vfield(4, 32))
@@ -121,6 +133,16 @@ write("engine_request_fuzz", "handshake", frame(handshake))
 write("engine_request_fuzz", "session", frame(handshake) + frame(lookup) + frame(load) +
       frame(commit))
 write("engine_request_fuzz", "truncated", frame(handshake)[:7])
+
+# ---- engine_handshake_fuzz: the same stream, served by a session from its first frame ----
+write("engine_handshake_fuzz", "handshake", frame(handshake))
+write("engine_handshake_fuzz", "handshake-twice", frame(handshake) + frame(handshake))
+write("engine_handshake_fuzz", "lookup-first", frame(lookup) + frame(handshake))
+write("engine_handshake_fuzz", "old-version",
+      frame(vfield(1, 1) + field(2, vfield(1, 1) + field(2, b"engine-0") + field(3, layout))))
+write("engine_handshake_fuzz", "no-layers",
+      frame(vfield(1, 1) + field(2, vfield(1, 2) + field(3, layout_fields(num_layers=0)))))
+write("engine_handshake_fuzz", "handshake-then-load", frame(handshake) + frame(load))
 
 # ---- control_lookup_fuzz: LookupRequest (protobuf wire format): layout, tokens or keys ----
 # Field 2 (tokens) is packed varints, field 7 (tokens_fixed32) packed little-endian words; an
