@@ -139,11 +139,12 @@ EngineSession::Reply EngineSession::Handshake(const v1::HandshakeRequest& reques
   }
   absl::StatusOr<KvLayout> layout = FromProto(request.layout());
   if (!layout.ok()) return fail(layout.status());
+  // A tier that encodes chunks needs their layout.
+  if (absl::Status noted = store_->NoteLayout(*layout); !noted.ok()) return fail(noted);
   handshaken_ = true;
   engine_id_ = request.engine_id();
   layout_ = std::make_shared<const KvLayout>(*layout);
   fingerprint_ = layout_->Fingerprint();
-  store_->NoteLayout(*layout_);  // a tier that encodes chunks needs their layout
 
   v1::HandshakeResponse* out = reply.response.mutable_handshake();
   out->set_session_id(id_);

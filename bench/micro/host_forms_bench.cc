@@ -99,7 +99,9 @@ int Main(const Flags& flags) {
                            .host_codec = {.recode_threads = flags.recode_threads}});
   if (!opened.ok()) Die(fmt::format("open the store: {}", opened.status()));
   TieredStore& store = **opened;
-  store.NoteLayout(*layout);
+  if (absl::Status noted = store.NoteLayout(*layout); !noted.ok()) {
+    Die(fmt::format("note the layout: {}", noted));
+  }
 
   const std::vector<std::byte> source =
       testing::MakeKv(*layout, layout->chunk_tokens, testing::KvShape::kShaped, 7);

@@ -30,12 +30,17 @@ std::vector<std::byte>& Scratch(ScratchUse use) {
 
 }  // namespace
 
-void KnownLayouts::Note(const KvLayout& layout) {
+absl::Status KnownLayouts::Note(const KvLayout& layout) {
   const uint64_t fingerprint = layout.Fingerprint();
   absl::MutexLock lock(&mu_);
-  if (!layouts_.contains(fingerprint)) {
-    layouts_.emplace(fingerprint, std::make_shared<const KvLayout>(layout));
+  if (layouts_.contains(fingerprint)) return absl::OkStatus();
+  if (layouts_.size() >= kMaxKnownLayouts) {
+    return absl::ResourceExhaustedError(
+        fmt::format("the daemon knows {} KV layouts already, its most; layout {:016x} is not taken",
+                    layouts_.size(), fingerprint));
   }
+  layouts_.emplace(fingerprint, std::make_shared<const KvLayout>(layout));
+  return absl::OkStatus();
 }
 
 std::shared_ptr<const KvLayout> KnownLayouts::Find(uint64_t fingerprint) const {
@@ -150,7 +155,8 @@ absl::StatusOr<LowerTier::RecodeResult> HostForms::RecodeOnce(const ChunkKey& ke
     return result;
   }
   if (recoding.layout != nullptr && recoding.layout->Fingerprint() == key.layout_fingerprint()) {
-    layouts_.Note(*recoding.layout);
+    // Known layouts full: the layout stays unknown, answered as kNoLayout below.
+    (void)layouts_.Note(*recoding.layout);
   }
   const std::shared_ptr<const KvLayout> layout = layouts_.Find(key.layout_fingerprint());
   const uint64_t chunk_bytes = encode ? lease->size_bytes() : lease->encoding().decoded_bytes;

@@ -36,9 +36,14 @@
 
 namespace strata::storage {
 
+// At most this many layouts are known: a daemon serves a few models, and an engine that keeps
+// announcing new layouts must not grow the daemon's memory without bound.
+inline constexpr size_t kMaxKnownLayouts = 1024;
+
 class KnownLayouts {
  public:
-  void Note(const KvLayout& layout);
+  // kResourceExhausted when kMaxKnownLayouts others are known already.
+  absl::Status Note(const KvLayout& layout);
   // The layout of `fingerprint`; null when none was noted.
   std::shared_ptr<const KvLayout> Find(uint64_t fingerprint) const;
 

@@ -69,7 +69,7 @@ class HostFormsTest : public testing::TieredStoreTestBase {
 
 TEST_F(HostFormsTest, CompressedChunksAreDecodedInPlaceBeforeALoadLeasesThem) {
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   for (uint64_t id = 0; id < 3; ++id) StoreKv(id);
   absl::StatusOr<RecodeTotals> totals = Compress(Keys(0, 3));
   ASSERT_TRUE(totals.ok()) << totals.status();
@@ -118,7 +118,7 @@ TEST_F(HostFormsTest, CompressedChunksAreDecodedInPlaceBeforeALoadLeasesThem) {
 
 TEST_F(HostFormsTest, AReaderThatDecodesACodecLeasesItsChunksAsTheyAreHeld) {
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   for (uint64_t id = 0; id < 3; ++id) StoreKv(id);
   ASSERT_TRUE(Compress(Keys(1, 1)).ok());
   const StoredEncoding form = FormOf(Key(1));
@@ -188,7 +188,7 @@ TEST_F(HostFormsTest, DecompressRestoresThePlainFormAndEachFormIsRecodedOnce) {
 
 TEST_F(HostFormsTest, AChunkAnEngineReadsThroughoutIsBusyAndLeftAsItIs) {
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   StoreKv(0);
   absl::StatusOr<std::optional<ChunkLease>> reader = store_->host().Acquire(Key(0));
   ASSERT_TRUE(reader.ok() && reader->has_value());
@@ -215,7 +215,7 @@ TEST_F(HostFormsTest, AChunkAnEngineReadsThroughoutIsBusyAndLeftAsItIs) {
 
 TEST_F(HostFormsTest, AFrameThatDoesNotDecodeFailsItsLoadAndGoes) {
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   StoreKv(0);
   StoreKv(1);
   ASSERT_EQ(Compress(Keys(0, 2))->recoded, 2u);
@@ -240,7 +240,7 @@ TEST_F(HostFormsTest, ALoadStopsAtAThinnedChunkWhichStays) {
   KvLayout nope = layout_;
   nope.positional = PositionalFormat::kNope;
   Open(/*with_disk=*/false);
-  store_->NoteLayout(nope);
+  ASSERT_TRUE(store_->NoteLayout(nope).ok());
   const std::vector<ChunkKey> keys = {testing::SyntheticKey(nope, 0),
                                       testing::SyntheticKey(nope, 1)};
   for (uint64_t id = 0; id < 2; ++id) {
@@ -268,7 +268,7 @@ TEST_F(HostFormsTest, ALoadStopsAtAThinnedChunkWhichStays) {
 
 TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
   Open(/*with_disk=*/true);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   StoreKv(0);
   StoreKv(1);
   ASSERT_EQ(Compress(Keys(0, 2))->recoded, 2u);
@@ -299,7 +299,7 @@ TEST_F(HostFormsTest, TiersBelowAreGivenTheDecodedChunkNeverTheFrame) {
 TEST_F(HostFormsTest, LoadsThroughCompressAndDecompressGetWholeChunks) {
   host_chunks_ = 8;  // room to decode every chunk into fresh pages while the loaders lease them
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   for (uint64_t id = 0; id < 4; ++id) StoreKv(id);
   std::atomic<bool> stop{false};
   std::atomic<int> loads{0};
@@ -362,7 +362,7 @@ TEST_F(HostFormsTest, AHostCodecCompressesCommitsInTheBackgroundAndLoadsDecodeTh
   host_codec_ = {.codec = "int8", .tenant_codecs = {{"exact", {.codec = ""}}}};
   host_chunks_ = 8;
   Open(/*with_disk=*/false);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   StoreKv(0);
   StoreKv(1);
   StoreKv(2, "exact");  // this tenant's chunks are kept as they are
@@ -384,6 +384,17 @@ TEST_F(HostFormsTest, AHostCodecCompressesCommitsInTheBackgroundAndLoadsDecodeTh
   EXPECT_EQ(store_->Stats().movement.load_decoded, 2u);
 }
 
+TEST(KnownLayoutsTest, TakesNewLayoutsUpToItsMostAndKnownOnesAlways) {
+  KnownLayouts layouts;
+  auto layout = [](size_t i) { return testing::SmallLayout("model-" + std::to_string(i)); };
+  for (size_t i = 0; i < kMaxKnownLayouts; ++i) ASSERT_TRUE(layouts.Note(layout(i)).ok()) << i;
+  const absl::Status full = layouts.Note(layout(kMaxKnownLayouts));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(layouts.Find(layout(kMaxKnownLayouts).Fingerprint()), nullptr);
+  EXPECT_TRUE(layouts.Note(layout(7)).ok()) << "a known layout is noted again";
+  EXPECT_NE(layouts.Find(layout(7).Fingerprint()), nullptr);
+}
+
 TEST_F(HostFormsTest, AnUnknownHostCodecIsRefusedAtCreate) {
   TieredStoreOptions options;
   options.host = {.capacity_bytes = 4 * kChunkBytes, .page_bytes = 4096};
@@ -396,7 +407,7 @@ TEST_F(HostFormsTest, WriteThroughOfAChunkCompressedFirstWritesItDecoded) {
   host_codec_ = {.codec = "int8"};
   write_through_ = true;
   Open(/*with_disk=*/true);
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   StoreKv(0);
   store_->Flush();
   // Written through before or after its compression: the disk holds the chunk or its decode.

@@ -575,9 +575,10 @@ absl::StatusOr<TieredStore::MoveOutcome> TieredStore::MoveOne(const ChunkKey& ke
   return MoveOutcome::kMoved;
 }
 
-void TieredStore::NoteLayout(const KvLayout& layout) {
-  layouts_->Note(layout);
+absl::Status TieredStore::NoteLayout(const KvLayout& layout) {
+  STRATA_RETURN_IF_ERROR(layouts_->Note(layout));
   for (LowerTier* below : lower_) below->NoteLayout(layout);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RecodeTotals> TieredStore::Recode(std::span<const ChunkKey> keys, Tier tier,

@@ -238,8 +238,9 @@ class TieredStore {
       std::chrono::microseconds budget = std::chrono::microseconds(0));
 
   // Tells the tiers below the host tier of a layout engines store chunks of (LowerTier::
-  // NoteLayout): an engine session's handshake.
-  void NoteLayout(const KvLayout& layout);
+  // NoteLayout): an engine session's handshake. kResourceExhausted when kMaxKnownLayouts other
+  // layouts are known (host_forms.h).
+  absl::Status NoteLayout(const KvLayout& layout);
 
   // The importance engines reported of position-independent chunks' tokens, which drop_h2o's
   // Recode of a host chunk keeps the heaviest blocks by.

@@ -95,7 +95,7 @@ TEST_F(TieredStoreTest, LowerTierHitsArePromotedAndLeasedOnTheStoresThread) {
 // decodes them, committed with the decoded chunk's checksum (the lease verifies it).
 TEST_F(TieredStoreTest, ADiskCodecStoresEvictionsEncodedAndPromotesThemDecoded) {
   Open(/*with_disk=*/true, /*demotion_queue_bytes=*/0, "int8");
-  store_->NoteLayout(layout_);
+  ASSERT_TRUE(store_->NoteLayout(layout_).ok());
   for (uint64_t id = 0; id < 6; ++id) Store(id);  // 0 and 1 are evicted to disk
   ASSERT_THAT(store_->TiersOf(Key(0)), ElementsAre(Tier::kDisk));
   const LowerTierStats disk = store_->Stats().lower[0];
@@ -138,7 +138,7 @@ TEST_F(TieredStoreTest, RecodeRecodesChunksSideBySideAndTheFirstErrorIsTheAnswer
     store_.reset();
     codec_threads_ = threads;
     Open(/*with_disk=*/true);
-    store_->NoteLayout(layout_);
+    ASSERT_TRUE(store_->NoteLayout(layout_).ok());
     for (uint64_t id = 0; id < 12; ++id) Store(id);  // 0-7 are evicted to disk, as they are
     std::vector<ChunkKey> keys = Keys(0, 8);
     keys.push_back(Key(99));  // in no tier
@@ -202,7 +202,7 @@ TEST_F(TieredStoreTest, EachTenantsChunksAreWrittenToDiskAsItsCodecSays) {
     absl::StatusOr<std::unique_ptr<TieredStore>> store = TieredStore::Create(std::move(options));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
-    store_->NoteLayout(layout_);
+    ASSERT_TRUE(store_->NoteLayout(layout_).ok());
     const std::optional<std::string_view> tenants[] = {"exact", "other", std::nullopt,
                                                        "exact", "exact", "other"};
     for (uint64_t id = 0; id < 6; ++id) {  // 0 and 1 are evicted

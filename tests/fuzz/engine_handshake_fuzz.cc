@@ -31,6 +31,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
+#include "storage/tiered/host_forms.h"
 #include "storage/tiered/tiered_store.h"
 #include "strata/v1/engine.pb.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -42,8 +43,9 @@ namespace daemon = strata::daemon;
 namespace storage = strata::storage;
 
 // Each successful handshake notes its layout with the store (TieredStore::NoteLayout), which
-// keeps every layout it was told; a fresh store after this many keeps the process's memory flat.
-constexpr int kHandshakesPerStore = 4096;
+// keeps up to kMaxKnownLayouts and refuses handshakes of new ones beyond: a fresh store before
+// that many keeps every valid handshake taken.
+constexpr int kHandshakesPerStore = static_cast<int>(strata::storage::kMaxKnownLayouts);
 
 struct Daemon {
   std::unique_ptr<storage::TieredStore> store;
