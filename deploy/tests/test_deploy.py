@@ -9,7 +9,9 @@ written, and the command lines of the units and manifests; etcd, the controllers
 started as the manifests start them form a cluster, and the daemons link up as peers on ports
 the NetworkPolicy admits; the Docker image installs the packages of every library the binaries
 link, and its health check passes against a running stratad; the systemd units pass
-systemd-analyze and agree with the configs laid out for them.
+systemd-analyze and agree with the configs laid out for them; the DaemonSet's GPU variant (a
+kustomize overlay) builds as kustomize builds it, shows stratad every GPU of its node without
+taking one from the device plugin, and keeps a device pool that fails start-up where no GPU is.
 
 ctest runs each case as its own entry, deploy_test.<Class>.<case> (deploy/CMakeLists.txt lists
 them with --list). Environment: STRATA_STRATAD, STRATA_CONTROLLER and STRATA_CLI, the built
@@ -49,6 +51,9 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 import python_cases  # noqa: E402
 
 KUBERNETES = DEPLOY / "kubernetes"
+# stratad's GPU variant: a kustomize overlay of KUBERNETES, its own base.
+GPU_OVERLAY = DEPLOY / "kubernetes-gpu"
+KUSTOMIZATION = "kustomization.yaml"
 CONFIGS = DEPLOY / "configs"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 UNIT = DEPLOY / "systemd" / "stratad.service"
@@ -91,9 +96,65 @@ def yaml_documents(path):
         return [doc for doc in yaml.safe_load_all(f) if doc is not None]
 
 
+def is_kustomize_file(path):
+    """Whether a YAML file is kustomize's rather than a manifest: a kustomization, or a patch in
+    an overlay (a directory with a kustomization, other than the manifests' own)."""
+    return path.name == KUSTOMIZATION or (path.parent != KUBERNETES
+                                          and (path.parent / KUSTOMIZATION).exists())
+
+
 def manifests():
-    """(file, object) for every object of every YAML file under deploy/."""
-    return [(path, doc) for path in sorted(DEPLOY.rglob("*.y*ml")) for doc in yaml_documents(path)]
+    """(file, object) for every object of every manifest under deploy/ (the overlays' patches and
+    the kustomizations left out: GpuVariant checks those)."""
+    return [(path, doc) for path in sorted(DEPLOY.rglob("*.y*ml")) if not is_kustomize_file(path)
+            for doc in yaml_documents(path)]
+
+
+# Lists a strategic merge patch merges item by item, matched by "name" (their patchMergeKey in
+# the Kubernetes API); a patch replaces any other list whole.
+MERGED_BY_NAME = {"containers", "initContainers", "env", "volumes"}
+
+
+def strategic_merge(base, patch, field=None):
+    """`patch` merged onto `base` as kustomize merges a strategic merge patch, for what deploy/'s
+    overlays patch: maps key by key, the lists of MERGED_BY_NAME item by item (new items first,
+    where kustomize puts them), any other value replaced. No $patch directives."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{key: strategic_merge(base[key], value, key) if key in base else value
+                           for key, value in patch.items()}}
+    if field in MERGED_BY_NAME:
+        patched = {item["name"]: item for item in patch}
+        names = {item["name"] for item in base}
+        return ([item for item in patch if item["name"] not in names]
+                + [strategic_merge(item, patched[item["name"]]) if item["name"] in patched
+                   else item for item in base])
+    return patch
+
+
+def kustomization(directory):
+    with open(directory / KUSTOMIZATION) as f:
+        return yaml.safe_load(f)
+
+
+def kustomized(directory):
+    """The objects `kubectl apply -k directory` applies, built here: the kustomization's
+    resources (manifest files, or directories with a kustomization) with its patches (strategic
+    merge patch files, each of the object of its kind and name) merged in."""
+    spec = kustomization(directory)
+    built = []
+    for resource in spec.get("resources", []):
+        path = directory / resource
+        built += kustomized(path) if path.is_dir() else yaml_documents(path)
+    for patch in spec.get("patches", []):
+        (change,) = yaml_documents(directory / patch["path"])
+        (i,) = [i for i, o in enumerate(built) if o["kind"] == change["kind"]
+                and o["metadata"]["name"] == change["metadata"]["name"]]
+        built[i] = strategic_merge(built[i], change)
+    return built
+
+
+def by_kind_and_name(built):
+    return {(o["kind"], o["metadata"]["name"]): o for o in built}
 
 
 def objects(kind):
@@ -1326,8 +1387,155 @@ class Cluster(unittest.TestCase):
                                 f"NetworkPolicy closes to stratad pods (ports {sorted(ports)}, "
                                 f"the peers port {peers_port})")
 
+
+class GpuVariant(unittest.TestCase):
+    """stratad's GPU variant, kubernetes-gpu/: a kustomize overlay of kubernetes/ whose DaemonSet
+    sees every GPU of its node without taking one from the device plugin, and whose config keeps
+    a device pool that fails start-up, saying so, where no GPU is usable."""
+
+    def gpu(self, kind, name):
+        return by_kind_and_name(kustomized(GPU_OVERLAY))[(kind, name)]
+
+    def gpu_toml(self):
+        return self.gpu("ConfigMap", "stratad-config")["data"]["stratad.toml"]
+
+    def test_kustomizations_list_what_exists(self):
+        listed = [KUBERNETES / resource for resource in kustomization(KUBERNETES)["resources"]]
+        for path in listed:
+            self.assertTrue(path.is_file(), f"kubernetes/{KUSTOMIZATION}: no {path.name}")
+        # The base is the cluster: the namespace, every workload but the example engine, and
+        # the ConfigMaps they mount.
+        files = {path: yaml_documents(path) for path in sorted(KUBERNETES.glob("*.yaml"))
+                 if not is_kustomize_file(path)}
+        needed = {path for path, docs in files.items() for doc in docs
+                  if doc["kind"] in {"Namespace", "DaemonSet", "StatefulSet", "Deployment"}}
+        mounted = {volume["configMap"]["name"] for path in needed for doc in files[path]
+                   if doc["kind"] in WORKLOADS for volume in pod_spec(doc).get("volumes", [])
+                   if "configMap" in volume}
+        needed |= {path for path, docs in files.items() for doc in docs
+                   if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] in mounted}
+        self.assertEqual(len(mounted), 2, "stratad's and the controllers' configs")
+        self.assertLessEqual({p.name for p in needed}, {p.name for p in listed},
+                             f"kubernetes/{KUSTOMIZATION} leaves out part of the cluster")
+        # The overlay: the base, and patches of objects the base has.
+        overlay = kustomization(GPU_OVERLAY)
+        self.assertEqual([(GPU_OVERLAY / r).resolve() for r in overlay["resources"]],
+                         [KUBERNETES.resolve()])
+        base = by_kind_and_name(kustomized(KUBERNETES))
+        self.assertEqual(len(overlay["patches"]), 2, "the DaemonSet's and the ConfigMap's")
+        for patch in overlay["patches"]:
+            self.assertEqual(set(patch), {"path"}, "kustomized() knows patch files alone")
+            self.assertTrue((GPU_OVERLAY / patch["path"]).is_file(), patch["path"])
+            (change,) = yaml_documents(GPU_OVERLAY / patch["path"])
+            self.assertIn((change["kind"], change["metadata"]["name"]), base,
+                          f"{patch['path']} patches nothing of the base")
+
+    def test_kustomize_builds_what_this_test_merges(self):
+        # The checks below read the overlay as kustomized() merges it; kustomize (or kubectl's)
+        # must build the same objects, base and overlay alike.
+        tool = (["kustomize", "build"] if shutil.which("kustomize")
+                else ["kubectl", "kustomize"] if shutil.which("kubectl") else None)
+        if tool is None:
+            self.skipTest("neither kustomize nor kubectl found: the overlay is checked as "
+                          "strategic_merge() merges it, not as kustomize does")
+        for directory in (KUBERNETES, GPU_OVERLAY):
+            with self.subTest(directory=directory.name):
+                built = run(tool + [directory])
+                self.assertEqual(built.returncode, 0, built.stderr)
+                theirs = by_kind_and_name(d for d in yaml.safe_load_all(built.stdout) if d)
+                ours = by_kind_and_name(kustomized(directory))
+                self.assertEqual(sorted(theirs), sorted(ours))
+                for key, obj in ours.items():
+                    self.assertEqual(theirs[key], obj, f"{directory.name}: {key}")
+
+    def test_daemonset_sees_every_gpu_and_takes_none(self):
+        gpu, base = self.gpu("DaemonSet", STRATAD), workload(STRATAD)
+        spec, stratad = pod_spec(gpu), container(gpu, STRATAD)
+        # Every GPU of the node, through the NVIDIA container runtime, and none from the device
+        # plugin: the engines' pods get them all.
+        self.assertEqual(spec.get("runtimeClassName"), "nvidia")
+        env = {var["name"]: var.get("value") for var in stratad["env"]}
+        self.assertEqual(env.get("NVIDIA_VISIBLE_DEVICES"), "all")
+        self.assertIn("compute", env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(","))
+        for c in containers(spec):
+            for kind in ("requests", "limits"):
+                taken = [r for r in c["resources"].get(kind, {}) if r.startswith("nvidia.com/")]
+                self.assertFalse(taken, f"{c['name']} takes {taken} from the device plugin")
+        # GPU nodes alone, tainted or not; the host's PID namespace for CUDA IPC.
+        self.assertEqual(spec.get("nodeSelector"), {"nvidia.com/gpu.present": "true"})
+        self.assertIn({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                      spec.get("tolerations", []))
+        self.assertIs(spec.get("hostPID"), True)
+        (namespace,) = [n for n in objects("Namespace")
+                        if n["metadata"]["name"] == gpu["metadata"]["namespace"]]
+        self.assertEqual(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+                         "privileged", "Pod Security below privileged refuses hostPID")
+        # The rest is the base's: command line, resources, probes, volumes and securityContext
+        # (the device nodes come from the runtime; no capability or privilege opens them).
+        stripped = json.loads(json.dumps(gpu))
+        for field in ("runtimeClassName", "nodeSelector", "tolerations", "hostPID"):
+            pod_spec(stripped).pop(field)
+        base_env = {var["name"] for var in container(base, STRATAD)["env"]}
+        c = container(stripped, STRATAD)
+        c["env"] = [var for var in c["env"] if var["name"] in base_env]
+        self.assertEqual(stripped, base, "the GPU variant changes more than it says")
+        self.assertFalse(stratad["securityContext"].get("privileged"))
+
+    def test_config_is_the_base_with_a_device_pool(self):
+        text, base = self.gpu_toml(), by_kind_and_name(kustomized(KUBERNETES))
+        base_text = base[("ConfigMap", "stratad-config")]["data"]["stratad.toml"]
+        self.assertTrue(text.startswith(base_text),
+                        "kubernetes-gpu/stratad-configmap-gpu.yaml: not the base's stratad.toml "
+                        "followed by [device_pool] (copy the base's text)")
+        self.assertEqual(list(tomllib.loads(text[len(base_text):])), ["device_pool"])
+        written, printed = accepted(self, "STRATA_STRATAD", "kubernetes-gpu stratad.toml", text)
+        assert_read_back(self, "kubernetes-gpu stratad.toml", written, printed)
+        pool = printed["device_pool"]
+        self.assertGreater(pool["bytes_per_layout"], 0, "no device pool")
+        self.assertEqual(pool["backend"], "auto")
+        self.assertIs(pool["allow_host_fallback"], False,
+                      "a node without a usable GPU would pool host memory quietly")
+
+    def test_start_up_fails_without_a_gpu(self):
+        # stratad with the GPU variant's config, its sockets, disk tier and token files in tmp,
+        # its listeners on loopback, a small host tier. Without a usable GPU (this machine, or a
+        # build without CUDA) it must exit saying why; with one it starts, and the case is moot.
+        with tempfile.TemporaryDirectory() as tmp:
+            config = pathlib.Path(tmp, "stratad.toml")
+            config.write_text(localized(self.gpu_toml(), tmp))
+            log = pathlib.Path(tmp, "stratad.log")
+            with open(log, "w") as out:
+                daemon = subprocess.Popen(
+                    [binary("STRATA_STRATAD"), "--config", config, "--host-capacity", "64MiB",
+                     "--disk-dir", f"{tmp}/disk", "--engine-socket", f"{tmp}/engine.sock",
+                     "--control-socket", f"{tmp}/control.sock", "--metrics-listen", "",
+                     "--listen", f"127.0.0.1:{free_port()}",
+                     "--remote-listen", f"127.0.0.1:{free_port()}", "--instance-id", "node-a"],
+                    stdout=out, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 30
+                pool = None
+                while daemon.poll() is None and time.monotonic() < deadline and not pool:
+                    time.sleep(0.1)
+                    pool = re.search(r"device pool: \d+ bytes per layout in (\w+) memory",
+                                     log.read_text())
+                exited = daemon.poll() is not None
+            finally:
+                if daemon.poll() is None:
+                    daemon.terminate()
+                    daemon.wait(timeout=30)
+            output = log.read_text()
+        if pool and pool[1] == "cuda":
+            self.skipTest("stratad found a usable GPU here: its pool started on it")
+        self.assertIsNone(pool, f"stratad pooled {pool and pool[1]} memory:\n{output}")
+        self.assertTrue(exited, f"stratad neither failed nor pooled in 30 s:\n{output}")
+        self.assertNotEqual(daemon.returncode, 0, output)
+        self.assertIn('device pool: backend "auto" found no usable GPU', output)
+        self.assertIn("allow_host_fallback", output, "the error names no way out")
+
+
 CASES = (Manifests, DaemonConfigs, ControllerConfigs, CommandLines, DockerImage, SystemdUnit,
-         Cluster)
+         Cluster, GpuVariant)
 
 
 if __name__ == "__main__":
