@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "bench/engine/sim_engine.h"
@@ -108,6 +110,16 @@ class Soak {
   void ClearTenant();
   void ToggleDiskFill();
   void SuddenKill();
+  // Every chunk the disk tier lists, as serialized keys, sorted; nullopt (a violation recorded)
+  // when the listing fails.
+  std::optional<std::vector<std::string>> ListDiskChunks();
+  // SIGSTOPs every engine, waits for the disk tier to hold still and lists it; nullopt when it
+  // has no disk tier or did not settle (the kill then goes unchecked). ThawEngines resumes them.
+  std::optional<std::vector<std::string>> FreezeAndListDisk();
+  void ThawEngines();
+  // Records the chunks of `written` missing from `found` as lost (a violation).
+  void CountLostDiskChunks(const std::vector<std::string>& written,
+                           const std::vector<std::string>& found, const std::string& killed_log);
   void CheckedKill();
   // matched_chunks of every pool prompt for every tenant, by Lookup; nullopt on an RPC error.
   std::optional<std::vector<uint64_t>> ProbePool();
@@ -436,9 +448,103 @@ std::optional<std::vector<uint64_t>> Soak::ProbePool() {
   return chunks;
 }
 
+std::optional<std::vector<std::string>> Soak::ListDiskChunks() {
+  std::vector<std::string> keys;
+  v1::ListChunksRequest request;
+  request.set_tier(v1::TIER_DISK);
+  request.set_page_size(1000);
+  for (int page = 0; page < 10'000; ++page) {
+    v1::ListChunksResponse response;
+    const grpc::Status status =
+        daemon_->control().ListChunks(Deadline(seconds(10)).get(), request, &response);
+    if (!status.ok()) {
+      Violation(fmt::format("ListChunks(disk) failed: {}", status.error_message()));
+      return std::nullopt;
+    }
+    for (const v1::ChunkEntry& entry : response.chunks()) {
+      keys.push_back(entry.key().SerializeAsString());
+    }
+    if (response.next_page_token().empty()) {
+      std::sort(keys.begin(), keys.end());
+      return keys;
+    }
+    request.set_page_token(response.next_page_token());
+  }
+  Violation("ListChunks(disk) did not end within 10,000 pages");
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::string>> Soak::FreezeAndListDisk() {
+  for (Engine& engine : engines_) ::kill(engine.process->pid(), SIGSTOP);
+  // Demotions already on their way land (and evict) first: the listing is taken once the disk
+  // tier's chunks, bytes and evictions held still for a second (10 s at most).
+  auto disk = [&]() -> std::optional<std::tuple<uint64_t, uint64_t, uint64_t>> {
+    v1::StatsResponse stats;
+    if (!daemon_->control().Stats(Deadline(seconds(10)).get(), {}, &stats).ok()) return {};
+    for (const v1::TierStats& tier : stats.tiers()) {
+      if (tier.tier() == v1::TIER_DISK) {
+        return std::tuple(tier.chunks(), tier.stored_bytes(), tier.evictions());
+      }
+    }
+    return {};
+  };
+  auto last = disk();
+  int still = 0;
+  for (int i = 0; i < 40 && last && still < 4; ++i) {
+    std::this_thread::sleep_for(milliseconds(250));
+    auto now = disk();
+    still = now == last ? still + 1 : 0;
+    last = now;
+  }
+  if (!last || still < 4) return std::nullopt;  // no disk tier, or it did not settle: unchecked
+  std::optional<std::vector<std::string>> listed = ListDiskChunks();
+  if (listed && disk() != last) return std::nullopt;  // it moved while listed: unchecked
+  return listed;
+}
+
+void Soak::ThawEngines() {
+  for (Engine& engine : engines_) ::kill(engine.process->pid(), SIGCONT);
+}
+
+void Soak::CountLostDiskChunks(const std::vector<std::string>& written,
+                               const std::vector<std::string>& found,
+                               const std::string& killed_log) {
+  std::vector<std::string> lost;
+  std::set_difference(written.begin(), written.end(), found.begin(), found.end(),
+                      std::back_inserter(lost));
+  report_.acked_chunks_checked += written.size();
+  report_.acked_chunks_lost += lost.size();
+  if (lost.empty()) return;
+  const std::filesystem::path killed_log_path =
+      work_dir_ / fmt::format("stratad-{}-killed.log", report_.daemon_starts - 1);
+  std::ofstream(killed_log_path) << killed_log;
+  v1::ChunkKey first;
+  first.ParseFromString(lost.front());
+  Violation(fmt::format(
+      "{} of {} chunks the disk tier listed before a SIGKILL under load are gone after the "
+      "restart (the first: {}; the killed daemon's log: {})",
+      lost.size(), written.size(), first.ShortDebugString(), killed_log_path.string()));
+}
+
 void Soak::SuddenKill() {
+  // Every other one with the engines frozen, and what the disk tier had written checked.
+  const bool frozen = report_.daemon_kills_sudden % 2 == 1;
+  std::optional<std::vector<std::string>> written;
+  if (frozen) written = FreezeAndListDisk();
+  const std::string killed_log = daemon_->Log();
   KillDaemon();
   ++report_.daemon_kills_sudden;
+  if (frozen) {
+    if (written) {
+      ++report_.daemon_kills_frozen;
+      if (StartDaemon()) {
+        std::optional<std::vector<std::string>> found = ListDiskChunks();
+        if (found) CountLostDiskChunks(*written, *found, killed_log);
+      }
+    }
+    ThawEngines();
+    if (daemon_ != nullptr) return;
+  }
   // A supervisor restarts it after a moment; the engines reconnect by themselves.
   std::this_thread::sleep_for(milliseconds(Uniform(0, 1500)));
   StartDaemon();
@@ -562,8 +668,8 @@ SoakReport Soak::Run() {
 std::string SoakReport::ToText() const {
   std::string text = fmt::format(
       "soak: {:.0f} s\n"
-      "  daemon: {} starts, {} SIGKILLs under load, {} SIGKILLs after a drain, longest restart {} "
-      "ms\n"
+      "  daemon: {} starts, {} SIGKILLs under load ({} with the engines frozen and the disk "
+      "checked), {} SIGKILLs after a drain, longest restart {} ms\n"
       "  engines: {} started, {} SIGKILLed ({} mass kills), {} ran to completion\n"
       "  requests: {} ({} with hits, {} hit tokens, {} stored), {} bytes loaded, {} blocks "
       "recomputed\n"
@@ -576,11 +682,11 @@ std::string SoakReport::ToText() const {
       "  daemon RSS: high-water {:.1f} MiB (demotions' staging included), with no engine at most "
       "{:.1f} MiB; {} checks past a {} s warm-up: +{:.1f}% at most; a warm daemon was under the "
       "bound for {:.0f} s ({:.0f}% of the run)\n",
-      elapsed_s, daemon_starts, daemon_kills_sudden, daemon_kills_checked, max_restart_ms,
-      engines_started, engine_kills, mass_kills, engines_exited, requests, requests_with_hits,
-      hit_tokens, requests_saved, bytes_loaded, failed_blocks, wrong_values, sessions_dropped,
-      calls_past_deadline, late_replies, lookups, lookups_past_budget, acked_chunks_checked,
-      acked_chunks_lost, tenant_clears, disk_fills,
+      elapsed_s, daemon_starts, daemon_kills_sudden, daemon_kills_frozen, daemon_kills_checked,
+      max_restart_ms, engines_started, engine_kills, mass_kills, engines_exited, requests,
+      requests_with_hits, hit_tokens, requests_saved, bytes_loaded, failed_blocks, wrong_values,
+      sessions_dropped, calls_past_deadline, late_replies, lookups, lookups_past_budget,
+      acked_chunks_checked, acked_chunks_lost, tenant_clears, disk_fills,
       disk_fill_skipped.empty() ? "" : fmt::format(" (skipped: {})", disk_fill_skipped),
       quiescent_checks, fd_max_growth, mapping_max_growth, rss_high_water / 1048576.0,
       rss_quiescent_max / 1048576.0, rss_checks, kRssWarmUp.count(), rss_max_growth * 100,

@@ -10,8 +10,10 @@
 //     covers most of the run: the first daemon lives through the steady part, then churn phases
 //     (`churn_kills` short lives) alternate with one long life; the report says what share of
 //     the run a warm daemon was under the bound;
-//   - every chunk the daemon acknowledged on disk before a SIGKILL (after a Drain) is found
-//     after its restart;
+//   - every chunk the daemon acknowledged on disk before a SIGKILL is found after its restart:
+//     kills after a Drain are checked, and every other SIGKILL under load too, taken with the
+//     engines frozen (SIGSTOP, sessions open, requests in flight) once the disk tier holds still,
+//     its listing then being exactly what it had written (no eviction can come between);
 //   - every engine that was not killed exits 0, within its time limit.
 // A violation is recorded (not thrown) and the run goes on, so one report shows them all.
 //
@@ -65,6 +67,8 @@ struct SoakReport {
   uint64_t daemon_starts = 0;
   uint64_t daemon_kills_sudden = 0;   // under load, engines alive
   uint64_t daemon_kills_checked = 0;  // after a Drain, acknowledged chunks checked
+  // Under load with the engines frozen, the disk tier's listing checked after the restart.
+  uint64_t daemon_kills_frozen = 0;
   uint64_t engines_started = 0;
   uint64_t engine_kills = 0;
   uint64_t mass_kills = 0;
